@@ -1,0 +1,32 @@
+// Encoding and checked decoding of envelopes (schemas/common.fbs). Every frame that arrives
+// from outside the process goes through decode_envelope() before anything reads it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace chorus {
+
+inline constexpr uint16_t kWireVersion = 1;
+inline constexpr size_t kMaxFrameBytes = 64u << 20;  // frames above this are rejected
+
+std::vector<uint8_t> encode_error_envelope(uint64_t request_id, const Error& error);
+std::vector<uint8_t> encode_hello_envelope(uint64_t request_id, const std::string& node_id);
+
+struct EnvelopeSummary {
+  uint16_t version = 0;
+  uint64_t request_id = 0;
+  std::string payload_type;  // "Error", "Hello"
+  std::string text;          // error message or node id
+};
+
+// Verifies `frame` (FlatBuffers verifier, file identifier, size and version limits) and
+// summarises it. Errors: Errc::bad_format / Errc::unsupported / Errc::out_of_range, naming
+// what is wrong. Never reads outside `frame`.
+Result<EnvelopeSummary> decode_envelope(std::span<const uint8_t> frame);
+
+}  // namespace chorus

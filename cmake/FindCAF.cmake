@@ -1,0 +1,45 @@
+# Finds the C++ Actor Framework 0.17 as Debian ships it (no CMake config, no .pc file).
+# Defines CAF_FOUND, CAF_VERSION, CAF_INCLUDE_DIRS, CAF_LIBRARIES and the imported
+# targets CAF::<component> (core, io, openssl), the names CAF >= 0.18 exports itself.
+find_path(CAF_INCLUDE_DIR caf/all.hpp)
+set(CAF_LIBRARIES "")
+foreach(comp IN LISTS CAF_FIND_COMPONENTS)
+  string(TOUPPER ${comp} COMP)
+  find_library(CAF_${COMP}_LIBRARY caf_${comp})
+  if(CAF_${COMP}_LIBRARY AND CAF_INCLUDE_DIR)
+    set(CAF_${comp}_FOUND TRUE)
+    list(APPEND CAF_LIBRARIES ${CAF_${COMP}_LIBRARY})
+    if(NOT TARGET CAF::${comp})
+      add_library(CAF::${comp} SHARED IMPORTED)
+      set_target_properties(CAF::${comp} PROPERTIES
+        IMPORTED_LOCATION ${CAF_${COMP}_LIBRARY}
+        INTERFACE_INCLUDE_DIRECTORIES ${CAF_INCLUDE_DIR})
+    endif()
+  endif()
+endforeach()
+if(CAF_INCLUDE_DIR AND EXISTS ${CAF_INCLUDE_DIR}/caf/config.hpp)
+  file(STRINGS ${CAF_INCLUDE_DIR}/caf/config.hpp _caf_ver REGEX "#define CAF_VERSION [0-9]+")
+  string(REGEX MATCH "[0-9]+" _caf_ver "${_caf_ver}")
+  if(_caf_ver)
+    math(EXPR _maj "${_caf_ver} / 10000")
+    math(EXPR _min "(${_caf_ver} / 100) % 100")
+    math(EXPR _pat "${_caf_ver} % 100")
+    set(CAF_VERSION "${_maj}.${_min}.${_pat}")
+  endif()
+endif()
+set(CAF_INCLUDE_DIRS ${CAF_INCLUDE_DIR})
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(CAF
+  REQUIRED_VARS CAF_INCLUDE_DIR CAF_LIBRARIES
+  VERSION_VAR CAF_VERSION
+  HANDLE_COMPONENTS)
+if(CAF_FOUND)
+  find_package(Threads REQUIRED)
+  if(TARGET CAF::core)
+    set_property(TARGET CAF::core APPEND PROPERTY INTERFACE_LINK_LIBRARIES Threads::Threads)
+  endif()
+  if(TARGET CAF::io AND TARGET CAF::core)
+    set_property(TARGET CAF::io APPEND PROPERTY INTERFACE_LINK_LIBRARIES CAF::core)
+  endif()
+endif()
+mark_as_advanced(CAF_INCLUDE_DIR)

@@ -1,0 +1,76 @@
+// The one error style of chorus: functions that can fail on input return Result<T> (a value or
+// an Error). No exceptions cross a layer, actor or node boundary; assert only for programmer
+// errors.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace chorus {
+
+// Error classes. Stable: they travel in messages (schemas/common.fbs mirrors them).
+enum class Errc : int {
+  ok = 0,
+  invalid_argument = 1,   // a caller passed something malformed
+  io = 2,                 // open/read/mmap failed
+  bad_format = 3,         // a file or frame is malformed (what and where in the message)
+  unsupported = 4,        // well-formed but not supported (version, type, architecture)
+  not_found = 5,          // a named thing does not exist
+  out_of_range = 6,       // a value or size exceeds a limit
+  out_of_memory = 7,      // an allocation was refused
+  internal = 8,           // a bug: an invariant did not hold
+};
+
+const char* errc_name(Errc c);
+
+struct Error {
+  Errc code = Errc::internal;
+  std::string message;  // says what and where, e.g. "model.gguf: offset 24: ..."
+
+  std::string to_string() const { return std::string(errc_name(code)) + ": " + message; }
+};
+
+inline Error make_error(Errc code, std::string message) { return Error{code, std::move(message)}; }
+
+// A value or an Error. Deliberately small (std::expected is C++23).
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}          // NOLINT: implicit by design
+  Result(Error error) : v_(std::move(error)) {}      // NOLINT: implicit by design
+
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+  const Error& error() const { return std::get<1>(v_); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+// Result<void> equivalent.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT: implicit by design
+  static Status success() { return {}; }
+
+  bool ok() const { return ok_; }
+  explicit operator bool() const { return ok_; }
+  const Error& error() const { return error_; }
+
+ private:
+  Error error_;
+  bool ok_ = true;
+};
+
+}  // namespace chorus

@@ -1,0 +1,35 @@
+// Example: load the default model's tokenizer, build a ChatML prompt, tokenize it, and stream
+// the ids back to text with the incremental decoder (as a generator would).
+//   ./build/examples/tokenize_chat "What is the capital of France?"
+#include <cstdio>
+
+#include "engine/chat_template.h"
+#include "engine/detokenizer.h"
+#include "engine/gguf.h"
+#include "engine/model_paths.h"
+#include "engine/tokenizer.h"
+
+int main(int argc, char** argv) {
+  const std::string question = argc > 1 ? argv[1] : "What is the capital of France?";
+  auto gguf = chorus::GgufFile::open(chorus::default_model_path());
+  if (!gguf) {
+    std::fprintf(stderr, "%s\n", gguf.error().to_string().c_str());
+    return 1;
+  }
+  auto tokenizer = chorus::Tokenizer::from_gguf(*gguf);
+  auto tmpl = chorus::ChatTemplate::from_gguf(*gguf);
+  if (!tokenizer || !tmpl) {
+    std::fprintf(stderr, "%s\n", (!tokenizer ? tokenizer.error() : tmpl.error()).to_string().c_str());
+    return 1;
+  }
+  const std::string prompt = tmpl->apply({{"user", question}});
+  const auto ids = tokenizer->encode(prompt, {.parse_special = true});
+  std::printf("%zu tokens:", ids.size());
+  for (auto id : ids) std::printf(" %d", id);
+  std::printf("\n");
+
+  chorus::IncrementalDecoder stream(*tokenizer);
+  for (auto id : ids) std::fputs(stream.push(id).c_str(), stdout);
+  std::fputs(stream.flush().c_str(), stdout);
+  return 0;
+}

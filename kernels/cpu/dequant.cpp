@@ -1,0 +1,177 @@
+// Scalar reference dequantization. Block layouts (read from ggml's ggml-common.h for the
+// facts; this code is chorus's own):
+//   Q4_0  {f16 d; u8 qs[16]}                  x = (nibble - 8) * d
+//   Q4_1  {f16 d, m; u8 qs[16]}               x = nibble * d + m
+//   Q5_0  {f16 d; u8 qh[4]; u8 qs[16]}        x = (nibble | hibit << 4) - 16) * d
+//   Q5_1  {f16 d, m; u8 qh[4]; u8 qs[16]}     x = (nibble | hibit << 4) * d + m
+//   Q8_0  {f16 d; i8 qs[32]}                  x = q * d
+//   Q4_K  {f16 d, dmin; u8 scales[12]; u8 qs[128]}            8 sub-blocks of 32, 6-bit scale/min
+//   Q5_K  {f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
+//   Q6_K  {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}       16 sub-blocks of 16
+// In the 32-element legacy blocks, byte j holds element j (low nibble) and j + 16 (high).
+#include "kernels/cpu/dequant.h"
+
+#include <cassert>
+#include <cstring>
+
+#include "kernels/cpu/fp16.h"
+
+namespace chorus {
+namespace {
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline float load_f16(const uint8_t* p) { return f16_to_f32(load_u16(p)); }
+
+void dequant_q4_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
+    const float d = load_f16(b);
+    const uint8_t* qs = b + 2;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>((qs[j] & 0x0f) - 8) * d;
+      y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void dequant_q4_1(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 20, y += 32) {
+    const float d = load_f16(b);
+    const float m = load_f16(b + 2);
+    const uint8_t* qs = b + 4;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>(qs[j] & 0x0f) * d + m;
+      y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+// Shared by Q5_0 (offset 16, no min) and Q5_1 (offset 0, min m).
+void dequant_q5(const uint8_t* b, float* y, int64_t nb, bool has_min) {
+  const int64_t bytes = has_min ? 24 : 22;
+  for (int64_t i = 0; i < nb; ++i, b += bytes, y += 32) {
+    const float d = load_f16(b);
+    const float m = has_min ? load_f16(b + 2) : 0.0f;
+    const uint8_t* p = b + (has_min ? 4 : 2);
+    const uint32_t qh = load_u32(p);
+    const uint8_t* qs = p + 4;
+    const int offset = has_min ? 0 : 16;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (qs[j] & 0x0f) | static_cast<int>(((qh >> j) & 1u) << 4);
+      const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+      y[j] = static_cast<float>(lo - offset) * d + m;
+      y[j + 16] = static_cast<float>(hi - offset) * d + m;
+    }
+  }
+}
+
+void dequant_q8_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
+    const float d = load_f16(b);
+    const auto* qs = reinterpret_cast<const int8_t*>(b + 2);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
+  }
+}
+
+// The 12-byte k-quant scale field packs eight 6-bit scales and eight 6-bit mins.
+inline void k4_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4));
+    *mn = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// Q4_K and Q5_K share the scale scheme; Q5_K adds one high bit per element from qh.
+void dequant_q45_k(const uint8_t* b, float* y, int64_t nb, bool five_bit) {
+  const int64_t bytes = five_bit ? 176 : 144;
+  for (int64_t i = 0; i < nb; ++i, b += bytes) {
+    const float d = load_f16(b);
+    const float dmin = load_f16(b + 2);
+    const uint8_t* scales = b + 4;
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = five_bit ? b + 48 : b + 16;
+    for (int sub = 0; sub < 4; ++sub, qs += 32) {  // 64 elements per step
+      uint8_t sc, mn;
+      k4_scale_min(2 * sub, scales, &sc, &mn);
+      const float d1 = d * sc, m1 = dmin * mn;
+      k4_scale_min(2 * sub + 1, scales, &sc, &mn);
+      const float d2 = d * sc, m2 = dmin * mn;
+      for (int l = 0; l < 32; ++l) {
+        int lo = qs[l] & 0x0f, hi = qs[l] >> 4;
+        if (five_bit) {
+          lo |= ((qh[l] >> (2 * sub)) & 1) << 4;
+          hi |= ((qh[l] >> (2 * sub + 1)) & 1) << 4;
+        }
+        y[l] = d1 * static_cast<float>(lo) - m1;
+        y[l + 32] = d2 * static_cast<float>(hi) - m2;
+      }
+      y += 64;
+    }
+  }
+}
+
+void dequant_q6_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 210) {
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = load_f16(b + 208);
+    for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, y += 128) {
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool can_dequantize(TensorType type) { return tensor_type_info(type).can_dequantize; }
+
+void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const uint8_t*>(src);
+  const auto& info = tensor_type_info(type);
+  assert(n % info.block_elems == 0);
+  const int64_t nb = n / info.block_elems;
+  switch (type) {
+    case TensorType::f32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case TensorType::f16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(b + 2 * i));
+      return;
+    case TensorType::bf16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(b + 2 * i));
+      return;
+    case TensorType::q4_0: dequant_q4_0(b, dst, nb); return;
+    case TensorType::q4_1: dequant_q4_1(b, dst, nb); return;
+    case TensorType::q5_0: dequant_q5(b, dst, nb, false); return;
+    case TensorType::q5_1: dequant_q5(b, dst, nb, true); return;
+    case TensorType::q8_0: dequant_q8_0(b, dst, nb); return;
+    case TensorType::q4_k: dequant_q45_k(b, dst, nb, false); return;
+    case TensorType::q5_k: dequant_q45_k(b, dst, nb, true); return;
+    case TensorType::q6_k: dequant_q6_k(b, dst, nb); return;
+    default: assert(false && "dequantize_row: unsupported type");
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) and runs one of them.
+#   scripts/fuzz.sh [TARGET] [SECONDS]     default: gguf_fuzz for 300 s
+# The seed corpus is generated from valid files (the default model's header if present).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TARGET=${1:-gguf_fuzz}
+SECONDS_TO_RUN=${2:-300}
+BUILD=${CHORUS_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCHORUS_FUZZ=ON -DCHORUS_TESTS=OFF -DCHORUS_CUDA=OFF \
+    -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer" \
+    -DCMAKE_C_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer"
+fi
+cmake --build "$BUILD" --target "$TARGET"
+CORPUS="$ROOT/fuzz/corpus-$TARGET"
+mkdir -p "$CORPUS"
+python3 "$ROOT/fuzz/make_seeds.py" "$TARGET" "$CORPUS"
+"$BUILD/fuzz/$TARGET" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -rss_limit_mb=2048 \
+  -print_final_stats=1 "$CORPUS"

