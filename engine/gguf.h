@@ -21,7 +21,7 @@
 #include <variant>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "kernels/tensor_type.h"
 
 namespace chorus {

@@ -7,7 +7,7 @@
 #include <span>
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace chorus {
 

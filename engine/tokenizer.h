@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/pretokenizer.h"
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace chorus {
 

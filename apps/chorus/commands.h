@@ -2,7 +2,9 @@
 // and calls these; each returns the process exit code and prints its own errors.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace chorus::app {
 
@@ -24,5 +26,36 @@ struct TokenizeArgs {
   bool chat = false;           // wrap TEXT as a user turn of the model's chat template
 };
 int run_tokenize(const TokenizeArgs& args);
+
+struct GenerateArgs {
+  std::string model;
+  std::string prompt;
+  bool chat = false;           // wrap the prompt as a user turn of the chat template
+  bool no_special = false;     // do not match control tokens in the prompt text
+  int n_predict = 256;         // tokens to generate (-1: until the context is full)
+  int n_ctx = 4096;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  uint64_t seed = 0;
+  int threads = 0;             // 0: one per core
+  std::string isa;             // "": best for this CPU
+  bool verbose = false;        // timing line on stderr
+};
+int run_generate(const GenerateArgs& args);
+
+struct BenchArgs {
+  std::string model;
+  int pp = 512;                   // prompt tokens for the prompt-processing test (0: skip)
+  int tg = 128;                   // tokens generated per sequence
+  std::vector<int> seqs = {1, 2, 4, 8, 16};
+  int reps = 3;                   // timed repetitions after one warm-up (best is reported)
+  int threads = 0;
+  std::string isa;
+  std::string json;               // write results here
+};
+int run_bench(const BenchArgs& args);
 
 }  // namespace chorus::app

@@ -34,10 +34,43 @@ int main(int argc, char** argv) {
   tok_cmd->add_flag("--pieces,-p", tok.pieces, "Print one line per token: id and the text it stands for");
   tok_cmd->add_flag("--chat", tok.chat, "Wrap the text as a user turn of the chat template");
 
+  chorus::app::GenerateArgs gen;
+  gen.model = chorus::default_model_path();
+  auto* gen_cmd = app.add_subcommand("generate", "Generate text from a prompt, streamed as it is produced");
+  gen_cmd->add_option("--model,-m", gen.model, "GGUF file")->capture_default_str();
+  gen_cmd->add_option("prompt", gen.prompt, "The prompt (with --chat: the user's message)")->required();
+  gen_cmd->add_flag("--chat", gen.chat, "Apply the model's chat template (ChatML) to the prompt");
+  gen_cmd->add_flag("--no-special", gen.no_special, "Treat control-token text in the prompt as plain text");
+  gen_cmd->add_option("-n,--n-predict", gen.n_predict, "Tokens to generate; -1 until the context is full")->capture_default_str();
+  gen_cmd->add_option("--ctx", gen.n_ctx, "Context size in tokens (prompt + generated)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  gen_cmd->add_option("--temp", gen.temperature, "Temperature; 0 is greedy")->capture_default_str();
+  gen_cmd->add_option("--top-k", gen.top_k, "Keep the k most likely tokens; 0 off")->capture_default_str();
+  gen_cmd->add_option("--top-p", gen.top_p, "Nucleus sampling threshold; 1 off")->capture_default_str();
+  gen_cmd->add_option("--min-p", gen.min_p, "Drop tokens below min-p times the best one's probability; 0 off")->capture_default_str();
+  gen_cmd->add_option("--repeat-penalty", gen.repeat_penalty, "Penalty for the last 64 tokens; 1 off")->capture_default_str();
+  gen_cmd->add_option("--seed", gen.seed, "Random seed")->capture_default_str();
+  gen_cmd->add_option("-t,--threads", gen.threads, "Compute threads; 0 one per core")->capture_default_str();
+  gen_cmd->add_option("--isa", gen.isa, "Force a kernel set: scalar, avx2, avx512");
+  gen_cmd->add_flag("-v,--verbose", gen.verbose, "Print timings to stderr");
+
+  chorus::app::BenchArgs bench;
+  bench.model = chorus::default_model_path();
+  auto* bench_cmd = app.add_subcommand("bench", "Measure prompt processing and decode throughput (1..N sequences)");
+  bench_cmd->add_option("--model,-m", bench.model, "GGUF file")->capture_default_str();
+  bench_cmd->add_option("--pp", bench.pp, "Prompt tokens for the prompt-processing test; 0 skips it")->capture_default_str();
+  bench_cmd->add_option("--tg", bench.tg, "Tokens generated per sequence")->capture_default_str();
+  bench_cmd->add_option("--seqs", bench.seqs, "Concurrent sequence counts to measure")->delimiter(',')->capture_default_str();
+  bench_cmd->add_option("--reps", bench.reps, "Timed repetitions after a warm-up; the best is reported")->capture_default_str();
+  bench_cmd->add_option("-t,--threads", bench.threads, "Compute threads; 0 one per core")->capture_default_str();
+  bench_cmd->add_option("--isa", bench.isa, "Force a kernel set: scalar, avx2, avx512");
+  bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
+
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (*info_cmd) return chorus::app::run_info(info);
+  if (*gen_cmd) return chorus::app::run_generate(gen);
+  if (*bench_cmd) return chorus::app::run_bench(bench);
   if (*tok_cmd) {
     if (tok.text.empty() && tok.decode_ids.empty() && tok_cmd->count("text") == 0) {
       std::fprintf(stderr, "chorus tokenize: give TEXT to tokenize or --decode IDS\n");

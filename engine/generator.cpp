@@ -1,0 +1,114 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "gpu/cpu_device.h"
+
+namespace chorus {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Generator>> Generator::create(const Model& m, CpuDevice& d, int n_seqs,
+                                                     const GenerateOptions& o) {
+  if (n_seqs < 1) return make_error(Errc::invalid_argument, "need at least one sequence");
+  if (o.n_ctx < 1) return make_error(Errc::invalid_argument, "context must hold at least one position");
+  const int ps = 16;
+  const int64_t pages = static_cast<int64_t>(n_seqs) * ((o.n_ctx + ps - 1) / ps);
+  auto kv = KvCache::create(m.config, pages, ps);
+  if (!kv) return kv.error();
+  return std::unique_ptr<Generator>(new Generator(m, d, n_seqs, o, std::move(*kv)));
+}
+
+Generator::Generator(const Model& m, CpuDevice& d, int n_seqs, const GenerateOptions& o, KvCache kv)
+    : model_(m),
+      device_(d),
+      opts_(o),
+      kv_(std::move(kv)),
+      runner_(m.config, m.weights, d, std::max({o.prefill_chunk, n_seqs, 1})),
+      seqs_(static_cast<size_t>(n_seqs)) {}
+
+Result<GenerateStats> Generator::run(const std::vector<TokenId>& prompt, const TokenCallback& on_token) {
+  GenerateStats st;
+  const int n = static_cast<int>(seqs_.size());
+  if (prompt.empty()) return make_error(Errc::invalid_argument, "the prompt is empty");
+  if (static_cast<int64_t>(prompt.size()) >= opts_.n_ctx)
+    return make_error(Errc::out_of_range, "the prompt has " + std::to_string(prompt.size()) +
+                                              " tokens but the context holds " + std::to_string(opts_.n_ctx) +
+                                              " (raise --ctx, or shorten the prompt)");
+  const int max_new = std::min<int64_t>(opts_.max_new_tokens, opts_.n_ctx - static_cast<int64_t>(prompt.size()));
+  for (auto& s : seqs_) kv_.release(s);
+  outputs_.assign(static_cast<size_t>(n), {});
+  std::vector<SequenceKv*> ptrs;
+  for (auto& s : seqs_) ptrs.push_back(&s);
+  for (auto& s : seqs_)
+    if (Status r = kv_.reserve(s, opts_.n_ctx); !r.ok()) return r.error();
+
+  const int V = model_.config.n_vocab;
+  std::vector<float> logits(static_cast<size_t>(n) * V);
+  std::vector<Sampler> samplers;
+  for (int i = 0; i < n; ++i) {
+    SamplingParams p = opts_.sampling;
+    p.seed += static_cast<uint64_t>(i);
+    samplers.emplace_back(p);
+  }
+  std::vector<std::vector<TokenId>> history(static_cast<size_t>(n), prompt);
+
+  // Prefill: each sequence its own copy of the prompt, in chunks.
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<BatchToken> batch;
+  for (int s = 0; s < n; ++s) {
+    for (size_t start = 0; start < prompt.size(); start += static_cast<size_t>(runner_.max_tokens())) {
+      const size_t end = std::min(prompt.size(), start + static_cast<size_t>(runner_.max_tokens()));
+      batch.clear();
+      for (size_t i = start; i < end; ++i)
+        batch.push_back({prompt[i], static_cast<int32_t>(i), s, i + 1 == prompt.size()});
+      if (Status r = runner_.forward(batch, ptrs, kv_, logits.data() + static_cast<size_t>(s) * V); !r.ok())
+        return r.error();
+    }
+  }
+  st.prompt_tokens = static_cast<int64_t>(prompt.size()) * n;
+  st.prefill_seconds = seconds_since(t0);
+  first_logits_.assign(logits.begin(), logits.begin() + V);
+
+  // Decode: one token per live sequence per step.
+  t0 = std::chrono::steady_clock::now();
+  std::vector<bool> live(static_cast<size_t>(n), true);
+  std::vector<int> order;               // sequences in this step's batch, in batch order
+  std::vector<float> step_logits(static_cast<size_t>(n) * V);
+  for (int step = 0; step < max_new; ++step) {
+    batch.clear();
+    order.clear();
+    // Sample from the previous forward's logits (row s of `logits` is sequence s).
+    for (int s = 0; s < n; ++s) {
+      if (!live[static_cast<size_t>(s)]) continue;
+      const float* row = logits.data() + static_cast<size_t>(s) * V;
+      const TokenId tok = samplers[static_cast<size_t>(s)].sample({row, static_cast<size_t>(V)}, history[static_cast<size_t>(s)]);
+      history[static_cast<size_t>(s)].push_back(tok);
+      outputs_[static_cast<size_t>(s)].push_back(tok);
+      ++st.generated_tokens;
+      if (on_token) on_token(s, tok);
+      if (opts_.stop_at_end_of_generation && model_.tokenizer.is_end_of_generation(tok)) {
+        live[static_cast<size_t>(s)] = false;
+        continue;
+      }
+      if (step + 1 == max_new) continue;  // last token: no forward needed
+      batch.push_back({tok, static_cast<int32_t>(history[static_cast<size_t>(s)].size() - 1), s, true});
+      order.push_back(s);
+    }
+    if (batch.empty()) break;
+    if (Status r = runner_.forward(batch, ptrs, kv_, step_logits.data()); !r.ok()) return r.error();
+    for (size_t i = 0; i < order.size(); ++i)
+      std::copy_n(step_logits.data() + i * V, V, logits.data() + static_cast<size_t>(order[i]) * V);
+    ++st.steps;
+  }
+  st.decode_seconds = seconds_since(t0);
+  return st;
+}
+
+}  // namespace chorus

@@ -1,0 +1,54 @@
+#include "engine/kv_cache.h"
+
+#include <new>
+
+#include "engine/model_config.h"
+
+namespace chorus {
+
+Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages, int page_size) {
+  if (n_pages <= 0 || page_size <= 0 || page_size > 64)
+    return make_error(Errc::invalid_argument, "KV cache needs at least one page of 1..64 positions");
+  KvCache kv;
+  kv.page_size_ = page_size;
+  kv.n_pages_ = n_pages;
+  kv.kv_dim_ = c.kv_dim();
+  const double floats = static_cast<double>(c.n_layer) * 2 * static_cast<double>(n_pages) * page_size * c.kv_dim();
+  const double bytes = floats * sizeof(float);
+  if (bytes > 1e15)
+    return make_error(Errc::out_of_memory, "KV cache of " + std::to_string(static_cast<int64_t>(n_pages)) +
+                                               " pages would need " + std::to_string(bytes / 1e9) + " GB");
+  kv.bytes_ = static_cast<size_t>(bytes);
+  kv.data_.reset(new (std::nothrow) float[static_cast<size_t>(floats)]);
+  if (!kv.data_)
+    return make_error(Errc::out_of_memory, "cannot allocate the KV cache: " + std::to_string(kv.bytes_) +
+                                               " bytes (" + std::to_string(n_pages) + " pages of " +
+                                               std::to_string(page_size) + " positions) were refused");
+  kv.free_.reserve(static_cast<size_t>(n_pages));
+  for (int64_t p = n_pages - 1; p >= 0; --p) kv.free_.push_back(static_cast<int32_t>(p));
+  return kv;
+}
+
+Status KvCache::reserve(SequenceKv& seq, int64_t n_tokens) {
+  const int64_t need = (n_tokens + page_size_ - 1) / page_size_;
+  const int64_t more = need - static_cast<int64_t>(seq.pages.size());
+  if (more <= 0) return Status::success();
+  if (more > n_free())
+    return make_error(Errc::out_of_memory, "KV cache full: " + std::to_string(n_tokens) + " positions need " +
+                                               std::to_string(more) + " more pages, " +
+                                               std::to_string(n_free()) + " of " + std::to_string(n_pages_) +
+                                               " are free");
+  for (int64_t i = 0; i < more; ++i) {
+    seq.pages.push_back(free_.back());
+    free_.pop_back();
+  }
+  return Status::success();
+}
+
+void KvCache::release(SequenceKv& seq) {
+  for (int32_t p : seq.pages) free_.push_back(p);
+  seq.pages.clear();
+  seq.n_tokens = 0;
+}
+
+}  // namespace chorus

@@ -1,0 +1,61 @@
+// The paged KV cache: a pool of fixed-size pages (16 token positions by default), each holding
+// K and V for every layer, allocated once up front. A sequence owns an ordered list of pages;
+// position p of a sequence lives in page pages[p / page_size], slot p % page_size.
+//
+// Invariants:
+//  1. A page is either free or owned by exactly one sequence (the block store of later
+//     layers shares pages by reference counting on top of this).
+//  2. n_free() + pages owned == n_pages(), always.
+// Thread-safety: not thread-safe; owned by one engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+
+namespace chorus {
+
+struct ModelConfig;
+
+struct SequenceKv {
+  std::vector<int32_t> pages;  // page ids, in position order
+  int64_t n_tokens = 0;        // positions written so far
+};
+
+class KvCache {
+ public:
+  // Allocates n_pages pages. Errors: Errc::out_of_memory naming the bytes asked for.
+  static Result<KvCache> create(const ModelConfig& config, int64_t n_pages, int page_size = 16);
+
+  int page_size() const { return page_size_; }
+  int64_t n_pages() const { return n_pages_; }
+  int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
+  size_t bytes() const { return bytes_; }
+
+  // Grows `seq` to hold `n_tokens` positions. Errors: Errc::out_of_memory when the pool runs
+  // out (the sequence keeps the pages it had).
+  Status reserve(SequenceKv& seq, int64_t n_tokens);
+  // Returns all of the sequence's pages to the pool.
+  void release(SequenceKv& seq);
+
+  // K or V rows of one layer in one page: [page_size, kv_dim].
+  float* k(int layer, int32_t page) { return data_.get() + offset(layer, page, 0); }
+  float* v(int layer, int32_t page) { return data_.get() + offset(layer, page, 1); }
+
+ private:
+  size_t offset(int layer, int32_t page, int kv) const {
+    return ((static_cast<size_t>(layer) * 2 + static_cast<size_t>(kv)) * static_cast<size_t>(n_pages_) +
+            static_cast<size_t>(page)) * static_cast<size_t>(page_size_) * static_cast<size_t>(kv_dim_);
+  }
+
+  int page_size_ = 16;
+  int64_t n_pages_ = 0;
+  int kv_dim_ = 0;
+  size_t bytes_ = 0;
+  std::unique_ptr<float[]> data_;  // [n_layer][2][n_pages][page_size][kv_dim]
+  std::vector<int32_t> free_;      // free page ids (a stack)
+};
+
+}  // namespace chorus

@@ -1,0 +1,171 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "gpu/cpu_device.h"
+#include "kernels/cpu/dequant.h"
+
+
+namespace chorus {
+
+ModelRunner::ModelRunner(const ModelConfig& config, const Weights& weights, CpuDevice& device, int max_tokens)
+    : c_(config), w_(weights), dev_(device), max_tokens_(std::max(1, max_tokens)) {
+  const auto T = static_cast<size_t>(max_tokens_);
+  x_.resize(T * c_.n_embd);
+  h_.resize(T * std::max(c_.n_embd, c_.q_dim()));
+  q_.resize(T * c_.q_dim());
+  k_.resize(T * c_.kv_dim());
+  v_.resize(T * c_.kv_dim());
+  att_.resize(T * c_.q_dim());
+  gate_.resize(T * c_.n_ff);
+  up_.resize(T * c_.n_ff);
+  rope_cs_.resize(static_cast<size_t>(c_.n_rot));
+  xq_.resize(T * static_cast<size_t>(std::max({c_.n_embd, c_.q_dim(), c_.n_ff}) / kQ8Block));
+}
+
+void ModelRunner::quantize(const float* x, int64_t n_tokens, int64_t n_cols, BlockQ8* out) {
+  const CpuKernels& k = dev_.kernels();
+  const int64_t nb = n_cols / kQ8Block;
+  if (n_tokens == 1) {
+    k.quantize_q8(x, out, n_cols);
+    return;
+  }
+  dev_.pool().run(n_tokens, [&](int64_t t, int) { k.quantize_q8(x + t * n_cols, out + t * nb, n_cols); });
+}
+
+// y [n_tokens, w.rows] = x [n_tokens, w.cols] W^T, rows split across the pool.
+void ModelRunner::gemm(const WeightMatrix& w, const float* x, const BlockQ8* xq, int64_t n_tokens, float* y) {
+  const GemmFn fn = gemm_for(dev_.kernels(), w.type);
+  GemmArgs a{w.type, w.data, w.row_bytes, w.cols, xq, x, n_tokens, y, w.rows, 0, w.rows};
+  const int threads = dev_.n_threads();
+  // Enough chunks to balance the threads, each a whole number of 2-row tiles.
+  const int64_t chunks = std::min<int64_t>(w.rows / 2, threads == 1 ? 1 : threads * 4);
+  const int64_t per = ((w.rows + chunks - 1) / chunks + 1) & ~int64_t{1};
+  dev_.pool().run(chunks, [&](int64_t i, int) {
+    GemmArgs part = a;
+    part.r0 = i * per;
+    part.r1 = std::min(w.rows, part.r0 + per);
+    if (part.r0 < part.r1) fn(part);
+  });
+}
+
+Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, KvCache& kv,
+                            float* logits_out) {
+  const int64_t T = static_cast<int64_t>(batch.size());
+  if (T == 0) return Status::success();
+  if (T > max_tokens_)
+    return make_error(Errc::invalid_argument, "batch of " + std::to_string(T) + " tokens exceeds the runner's " +
+                                                  std::to_string(max_tokens_));
+  for (const BatchToken& b : batch) {
+    if (b.token < 0 || b.token >= c_.n_vocab)
+      return make_error(Errc::invalid_argument, "token id " + std::to_string(b.token) + " is outside the vocabulary");
+    if (b.seq < 0 || static_cast<size_t>(b.seq) >= seqs.size())
+      return make_error(Errc::invalid_argument, "sequence index " + std::to_string(b.seq) + " out of range");
+    const SequenceKv& s = *seqs[static_cast<size_t>(b.seq)];
+    if (b.pos < 0 || static_cast<size_t>(b.pos / kv.page_size()) >= s.pages.size())
+      return make_error(Errc::invalid_argument, "position " + std::to_string(b.pos) +
+                                                    " is not covered by the sequence's KV pages");
+  }
+  const CpuKernels& K = dev_.kernels();
+  const int E = c_.n_embd, QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim, FF = c_.n_ff;
+  const int group = c_.n_head / c_.n_head_kv;
+  const bool neox = c_.rope_layout == RopeLayout::rope_neox;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const int ps = kv.page_size();
+  const float theta_scale = c_.rope_theta_scale();
+
+  // Embeddings.
+  for (int64_t t = 0; t < T; ++t) {
+    const WeightMatrix& e = w_.token_embd;
+    dequantize_row(e.type, e.data + static_cast<size_t>(batch[t].token) * e.row_bytes, x_.data() + t * E, E);
+  }
+
+  // Attention scratch: one score row per thread, as long as the longest sequence (rounded to 16).
+  int64_t max_kv = 0;
+  for (const BatchToken& b : batch) max_kv = std::max<int64_t>(max_kv, b.pos + 1);
+  const size_t scratch_stride = static_cast<size_t>((max_kv + 15) & ~int64_t{15});
+  if (scratch_.size() < scratch_stride * static_cast<size_t>(dev_.n_threads()))
+    scratch_.resize(scratch_stride * static_cast<size_t>(dev_.n_threads()));
+
+  // Page pointer tables per sequence, rebuilt per layer (cheap: a few pointers per page).
+  std::vector<std::vector<const float*>> kp(seqs.size()), vp(seqs.size());
+
+  for (int l = 0; l < c_.n_layer; ++l) {
+    const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+    // Attention block.
+    dev_.pool().run(T, [&](int64_t t, int) { K.rmsnorm(x_.data() + t * E, L.attn_norm, h_.data() + t * E, E, c_.norm_eps); });
+    quantize(h_.data(), T, E, xq_.data());
+    gemm(L.wq, h_.data(), xq_.data(), T, q_.data());
+    gemm(L.wk, h_.data(), xq_.data(), T, k_.data());
+    gemm(L.wv, h_.data(), xq_.data(), T, v_.data());
+    for (int64_t t = 0; t < T; ++t) {
+      float* q = q_.data() + t * QD;
+      float* k = k_.data() + t * KVD;
+      float* v = v_.data() + t * KVD;
+      if (L.bq) K.add(q, L.bq, QD);
+      if (L.bk) K.add(k, L.bk, KVD);
+      if (L.bv) K.add(v, L.bv, KVD);
+      K.rope_cache(rope_cs_.data(), c_.n_rot, theta_scale, 1.0f / c_.rope_scale, static_cast<float>(batch[t].pos));
+      for (int h = 0; h < c_.n_head; ++h) K.rope(q + h * HD, c_.n_rot, rope_cs_.data(), neox);
+      for (int h = 0; h < c_.n_head_kv; ++h) K.rope(k + h * HD, c_.n_rot, rope_cs_.data(), neox);
+      const SequenceKv& s = *seqs[static_cast<size_t>(batch[t].seq)];
+      const int32_t page = s.pages[static_cast<size_t>(batch[t].pos / ps)];
+      const int slot = batch[t].pos % ps;
+      std::copy(k, k + KVD, kv.k(l, page) + static_cast<size_t>(slot) * KVD);
+      std::copy(v, v + KVD, kv.v(l, page) + static_cast<size_t>(slot) * KVD);
+    }
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      kp[s].clear();
+      vp[s].clear();
+      for (int32_t p : seqs[s]->pages) {
+        kp[s].push_back(kv.k(l, p));
+        vp[s].push_back(kv.v(l, p));
+      }
+    }
+    dev_.pool().run(T * c_.n_head, [&](int64_t i, int thread) {
+      const int64_t t = i / c_.n_head;
+      const int h = static_cast<int>(i % c_.n_head);
+      const auto s = static_cast<size_t>(batch[t].seq);
+      AttentionArgs a{q_.data() + t * QD + h * HD, kp[s].data(), vp[s].data(), ps, KVD,
+                      static_cast<int64_t>(h / group) * HD, HD, batch[t].pos + 1, scale,
+                      att_.data() + t * QD + h * HD, scratch_.data() + static_cast<size_t>(thread) * scratch_stride, T == 1};
+      K.attention(a);
+    });
+    quantize(att_.data(), T, QD, xq_.data());
+    gemm(L.wo, att_.data(), xq_.data(), T, h_.data());
+    for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
+
+    // Feed-forward block.
+    dev_.pool().run(T, [&](int64_t t, int) { K.rmsnorm(x_.data() + t * E, L.ffn_norm, h_.data() + t * E, E, c_.norm_eps); });
+    quantize(h_.data(), T, E, xq_.data());
+    gemm(L.w_gate, h_.data(), xq_.data(), T, gate_.data());
+    gemm(L.w_up, h_.data(), xq_.data(), T, up_.data());
+    dev_.pool().run(T, [&](int64_t t, int) {
+      K.swiglu(gate_.data() + t * FF, up_.data() + t * FF, gate_.data() + t * FF, FF);
+    });
+    quantize(gate_.data(), T, FF, xq_.data());
+    gemm(L.w_down, gate_.data(), xq_.data(), T, h_.data());
+    for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
+  }
+
+  for (const BatchToken& b : batch) {
+    SequenceKv& s = *seqs[static_cast<size_t>(b.seq)];
+    s.n_tokens = std::max<int64_t>(s.n_tokens, b.pos + 1);
+  }
+
+  // Logits for the tokens that want them.
+  int64_t n_out = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (!batch[t].logits) continue;
+    K.rmsnorm(x_.data() + t * E, w_.output_norm, h_.data() + n_out * E, E, c_.norm_eps);
+    ++n_out;
+  }
+  if (n_out > 0) {
+    quantize(h_.data(), n_out, E, xq_.data());
+    gemm(w_.output, h_.data(), xq_.data(), n_out, logits_out);
+  }
+  return Status::success();
+}
+
+}  // namespace chorus

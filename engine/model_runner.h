@@ -1,0 +1,66 @@
+// One forward pass of a Llama-family model over a batch of tokens from many sequences at once.
+// Each token carries its sequence and position; every matrix product takes all tokens of the
+// step together, so the weights are read once per step however many sequences run.
+//
+// Per layer:  h = rmsnorm(x) -> q,k,v = h W{q,k,v} -> rope(q,k) -> write k,v to the paged KV
+//             cache -> attention (causal within the sequence) -> x += out W_o
+//             h = rmsnorm(x) -> x += (silu(h W_gate) * h W_up) W_down
+// then logits = rmsnorm(x) W_out for the tokens that ask for them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/kv_cache.h"
+#include "engine/model_config.h"
+#include "engine/tokenizer.h"
+#include "engine/weights.h"
+#include "kernels/cpu/quant.h"
+
+namespace chorus {
+
+class CpuDevice;
+
+struct BatchToken {
+  TokenId token = 0;
+  int32_t pos = 0;      // position in its sequence
+  int32_t seq = 0;      // index into the sequences passed to forward()
+  bool logits = false;  // compute next-token logits after this token
+};
+
+class ModelRunner {
+ public:
+  // REQUIRES: config, weights and device outlive the runner. Scratch for `max_tokens` tokens
+  // per forward is allocated here, once.
+  ModelRunner(const ModelConfig& config, const Weights& weights, CpuDevice& device, int max_tokens);
+
+  int max_tokens() const { return max_tokens_; }
+
+  // Runs the batch. REQUIRES: batch.size() <= max_tokens(); each sequence's pages cover
+  // every position in the batch; a sequence's tokens appear in increasing position order and
+  // its earlier positions are already in the cache. Writes K/V of every token and raises each
+  // sequence's n_tokens. Logits of the tokens with `logits` set go to `logits_out`
+  // ([n_logits, n_vocab], batch order). Errors: Errc::invalid_argument for a bad token id,
+  // position or sequence index.
+  Status forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, KvCache& kv,
+                 float* logits_out);
+
+ private:
+  void gemm(const WeightMatrix& w, const float* x, const BlockQ8* xq, int64_t n_tokens, float* y);
+  void quantize(const float* x, int64_t n_tokens, int64_t n_cols, BlockQ8* out);
+
+  const ModelConfig& c_;
+  const Weights& w_;
+  CpuDevice& dev_;
+  int max_tokens_;
+  // Scratch, [max_tokens, width]:
+  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
+  std::vector<float> rope_cs_;  // [n_rot] (cos, sin) pairs for the token being rotated
+  std::vector<BlockQ8> xq_;
+  std::vector<float> scratch_;  // attention scores, [n_threads, longest sequence]
+};
+
+}  // namespace chorus

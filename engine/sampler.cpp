@@ -1,0 +1,83 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace chorus {
+
+TokenId argmax(std::span<const float> logits) {
+  TokenId best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<TokenId>(i);
+  return best;
+}
+
+Sampler::Sampler(SamplingParams params) : p_(std::move(params)), rng_(p_.seed) {}
+
+TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> history) {
+  const size_t n = logits.size();
+  if (forbidden_mask_.size() != n) {
+    forbidden_mask_.assign(n, 0);
+    for (TokenId t : p_.forbidden)
+      if (t >= 0 && static_cast<size_t>(t) < n) forbidden_mask_[static_cast<size_t>(t)] = 1;
+  }
+  cand_.clear();
+  for (size_t i = 0; i < n; ++i)
+    if (!forbidden_mask_[i]) cand_.emplace_back(logits[i], static_cast<TokenId>(i));
+  if (cand_.empty()) return argmax(logits);
+
+  if (p_.repeat_penalty != 1.0f && !history.empty()) {
+    const size_t from = history.size() > static_cast<size_t>(std::max(0, p_.repeat_last_n))
+                            ? history.size() - static_cast<size_t>(std::max(0, p_.repeat_last_n))
+                            : 0;
+    std::vector<uint8_t> seen(n, 0);
+    for (size_t i = from; i < history.size(); ++i)
+      if (history[i] >= 0 && static_cast<size_t>(history[i]) < n) seen[static_cast<size_t>(history[i])] = 1;
+    for (auto& [logit, id] : cand_)
+      if (seen[static_cast<size_t>(id)]) logit = logit > 0 ? logit / p_.repeat_penalty : logit * p_.repeat_penalty;
+  }
+
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  if (p_.temperature <= 0.0f) return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
+
+  size_t keep = cand_.size();
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < keep) keep = static_cast<size_t>(p_.top_k);
+  std::partial_sort(cand_.begin(), cand_.begin() + static_cast<long>(keep), cand_.end(), by_logit);
+  cand_.resize(keep);
+
+  // Probabilities at temperature 1 for the top-p / min-p filters.
+  const float mx = cand_.front().first;
+  std::vector<float> prob(keep);
+  float sum = 0.0f;
+  for (size_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(cand_[i].first - mx);
+  for (float& p : prob) p /= sum;
+  if (p_.top_p < 1.0f) {
+    float cum = 0.0f;
+    size_t k = 0;
+    while (k < keep) {
+      cum += prob[k++];
+      if (cum >= p_.top_p) break;
+    }
+    keep = std::max<size_t>(k, 1);
+  }
+  if (p_.min_p > 0.0f) {
+    size_t k = 1;
+    while (k < keep && prob[k] >= p_.min_p * prob[0]) ++k;
+    keep = k;
+  }
+  cand_.resize(keep);
+
+  // Temperature, then draw.
+  std::vector<double> w(keep);
+  double total = 0.0;
+  for (size_t i = 0; i < keep; ++i) total += w[i] = std::exp(static_cast<double>(cand_[i].first - mx) / p_.temperature);
+  std::uniform_real_distribution<double> uni(0.0, total);
+  double r = uni(rng_);
+  for (size_t i = 0; i < keep; ++i) {
+    r -= w[i];
+    if (r <= 0.0) return cand_[i].second;
+  }
+  return cand_[keep - 1].second;
+}
+
+}  // namespace chorus

@@ -1,0 +1,87 @@
+#include "engine/weights.h"
+
+#include "engine/gguf.h"
+#include "engine/model_config.h"
+#include "kernels/cpu/dequant.h"
+
+namespace chorus {
+namespace {
+
+std::string shape_str(int64_t a, int64_t b) {
+  return "[" + std::to_string(a) + ", " + std::to_string(b) + "]";
+}
+
+}  // namespace
+
+Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
+  Weights w;
+  // GGUF shapes list the contiguous dimension first: a matrix [rows, cols] is ne = {cols, rows}.
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, WeightMatrix* out) -> Status {
+    const GgufTensor* t = g.find_tensor(name);
+    if (t == nullptr) return make_error(Errc::not_found, g.name() + ": tensor '" + name + "' is missing");
+    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
+      return make_error(Errc::bad_format, g.name() + ": tensor '" + name + "' has shape " + t->shape_string() +
+                                              ", expected " + shape_str(cols, rows));
+    if (!can_dequantize(t->type))
+      return make_error(Errc::unsupported, g.name() + ": tensor '" + name + "' has type " +
+                                               std::string(tensor_type_name(t->type)) +
+                                               ", which chorus cannot compute with yet");
+    if (cols % 32 != 0)
+      return make_error(Errc::unsupported, g.name() + ": tensor '" + name + "' has " + std::to_string(cols) +
+                                               " columns, not a multiple of 32");
+    *out = WeightMatrix{t->type, rows, cols, t->data, t->n_bytes / static_cast<size_t>(rows)};
+    return Status::success();
+  };
+  auto vec = [&](const std::string& name, int64_t n, bool required, const float** out) -> Status {
+    const GgufTensor* t = g.find_tensor(name);
+    if (t == nullptr) {
+      if (!required) return Status::success();
+      return make_error(Errc::not_found, g.name() + ": tensor '" + name + "' is missing");
+    }
+    if (static_cast<int64_t>(t->n_elements) != n)
+      return make_error(Errc::bad_format, g.name() + ": tensor '" + name + "' has " +
+                                              std::to_string(t->n_elements) + " elements, expected " + std::to_string(n));
+    if (t->type == TensorType::f32) {
+      *out = reinterpret_cast<const float*>(t->data);  // the loader guarantees 32-byte alignment
+      return Status::success();
+    }
+    if (!can_dequantize(t->type) || n % tensor_type_info(t->type).block_elems != 0)
+      return make_error(Errc::unsupported, g.name() + ": tensor '" + name + "' has type " +
+                                               std::string(tensor_type_name(t->type)));
+    auto buf = std::make_unique<float[]>(static_cast<size_t>(n));
+    dequantize_row(t->type, t->data, buf.get(), n);
+    *out = buf.get();
+    w.owned_.push_back(std::move(buf));
+    return Status::success();
+  };
+#define CHORUS_TRY(expr)             \
+  do {                               \
+    if (Status s = (expr); !s.ok()) return s.error(); \
+  } while (0)
+
+  CHORUS_TRY(matrix("token_embd.weight", c.n_vocab, c.n_embd, &w.token_embd));
+  CHORUS_TRY(vec("output_norm.weight", c.n_embd, true, &w.output_norm));
+  if (c.tied_output) w.output = w.token_embd;
+  else CHORUS_TRY(matrix("output.weight", c.n_vocab, c.n_embd, &w.output));
+  w.layers.resize(static_cast<size_t>(c.n_layer));
+  for (int i = 0; i < c.n_layer; ++i) {
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    CHORUS_TRY(vec(p + "attn_norm.weight", c.n_embd, true, &l.attn_norm));
+    CHORUS_TRY(matrix(p + "attn_q.weight", c.q_dim(), c.n_embd, &l.wq));
+    CHORUS_TRY(matrix(p + "attn_k.weight", c.kv_dim(), c.n_embd, &l.wk));
+    CHORUS_TRY(matrix(p + "attn_v.weight", c.kv_dim(), c.n_embd, &l.wv));
+    CHORUS_TRY(matrix(p + "attn_output.weight", c.n_embd, c.q_dim(), &l.wo));
+    CHORUS_TRY(vec(p + "attn_q.bias", c.q_dim(), false, &l.bq));
+    CHORUS_TRY(vec(p + "attn_k.bias", c.kv_dim(), false, &l.bk));
+    CHORUS_TRY(vec(p + "attn_v.bias", c.kv_dim(), false, &l.bv));
+    CHORUS_TRY(vec(p + "ffn_norm.weight", c.n_embd, true, &l.ffn_norm));
+    CHORUS_TRY(matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd, &l.w_gate));
+    CHORUS_TRY(matrix(p + "ffn_up.weight", c.n_ff, c.n_embd, &l.w_up));
+    CHORUS_TRY(matrix(p + "ffn_down.weight", c.n_embd, c.n_ff, &l.w_down));
+  }
+#undef CHORUS_TRY
+  return w;
+}
+
+}  // namespace chorus

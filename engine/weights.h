@@ -1,0 +1,55 @@
+// The model's tensors as typed views into the GGUF mapping (no copy). Norm weights and biases
+// stored in f16/bf16 are the only thing converted (to f32, owned here).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/tensor_type.h"
+
+namespace chorus {
+
+class GgufFile;
+struct ModelConfig;
+
+// A weight matrix [rows, cols] in its storage type: row r is output feature r.
+struct WeightMatrix {
+  TensorType type = TensorType::f32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;  // [rows, row_bytes]
+  size_t row_bytes = 0;
+};
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [n_embd]
+  WeightMatrix wq;                   // [q_dim, n_embd]
+  WeightMatrix wk;                   // [kv_dim, n_embd]
+  WeightMatrix wv;                   // [kv_dim, n_embd]
+  WeightMatrix wo;                   // [n_embd, q_dim]
+  const float* bq = nullptr;         // [q_dim] or nullptr (qwen2 has q/k/v biases)
+  const float* bk = nullptr;         // [kv_dim] or nullptr
+  const float* bv = nullptr;         // [kv_dim] or nullptr
+  const float* ffn_norm = nullptr;   // [n_embd]
+  WeightMatrix w_gate;               // [n_ff, n_embd]
+  WeightMatrix w_up;                 // [n_ff, n_embd]
+  WeightMatrix w_down;               // [n_embd, n_ff]
+};
+
+struct Weights {
+  WeightMatrix token_embd;           // [n_vocab, n_embd]
+  const float* output_norm = nullptr;  // [n_embd]
+  WeightMatrix output;               // [n_vocab, n_embd]; the embedding when tied
+  std::vector<LayerWeights> layers;
+
+  // Errors name the tensor: missing, wrong shape (with the expected one), or a storage type
+  // chorus has no kernel for.
+  static Result<Weights> from_gguf(const GgufFile& gguf, const ModelConfig& config);
+
+ private:
+  std::vector<std::unique_ptr<float[]>> owned_;  // converted vectors
+};
+
+}  // namespace chorus

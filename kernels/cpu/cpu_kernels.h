@@ -1,0 +1,90 @@
+// The CPU kernel table: every op chorus runs on the CPU, as function pointers. There is one
+// table per instruction set — scalar (the reference), AVX2, AVX-512 (with VNNI) — built from
+// separately compiled translation units, and the device layer picks one at start-up from the
+// CPU's features (gpu/cpu_device.h). Every table entry is tested against the scalar table
+// (tests/test_kernels.cpp).
+//
+// Shapes use row-major [rows, cols]; "row r" of a weight matrix is output feature r.
+// All functions are pure (no state), thread-safe, and work on row ranges so the caller can
+// split work across threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/quant.h"
+#include "kernels/tensor_type.h"
+
+namespace chorus {
+
+// Y[t, r] = sum_k X[t, k] * W[r, k] for tokens t in [0, n_tokens) and rows r in [r0, r1).
+struct GemmArgs {
+  TensorType type;         // storage type of the weight rows
+  const uint8_t* w;        // [n_rows, row_bytes] weight rows in their storage type
+  size_t w_row_bytes;
+  int64_t n_cols;          // K, a multiple of the type's block size (and of 32)
+  const BlockQ8* xq;       // [n_tokens, n_cols / 32] activations quantized (integer kernels)
+  const float* xf;         // [n_tokens, n_cols] activations in f32 (float kernels)
+  int64_t n_tokens;
+  float* y;                // [n_tokens, y_stride]
+  int64_t y_stride;
+  int64_t r0, r1;          // rows to compute
+};
+
+using GemmFn = void (*)(const GemmArgs& a);
+
+// One query token of one attention head over a paged KV cache, with online softmax.
+// Keys/values of position j live at k_pages[j / page_size] + (j % page_size) * kv_stride.
+struct AttentionArgs {
+  const float* q;              // [head_dim], already rotated
+  const float* const* k_pages; // per page: [page_size, kv_stride] (this layer, this sequence)
+  const float* const* v_pages;
+  int page_size;
+  int64_t kv_stride;           // floats between consecutive positions (n_kv_heads * head_dim)
+  int64_t kv_offset;           // this head's offset inside a position (kv_head * head_dim)
+  int head_dim;
+  int64_t n_kv;                // attend to positions [0, n_kv)
+  float scale;                 // 1 / sqrt(head_dim)
+  float* out;                  // [head_dim]
+  float* scratch;              // [round_up(n_kv, 16)] floats, private to the calling thread
+  bool single_token_batch;     // the step has one token: use llama.cpp's order for that shape
+};
+
+struct CpuKernels {
+  const char* isa;  // "scalar", "avx2", "avx512"
+
+  // x [n] -> blocks [n / 32]. REQUIRES: n % 32 == 0.
+  void (*quantize_q8)(const float* x, BlockQ8* out, int64_t n);
+  // Matrix products by weight type id; nullptr where the table has no special kernel for the
+  // type (gemm_for() then falls back to the scalar dequantize-and-dot kernel).
+  GemmFn gemm[40];
+
+  // y = x / rms(x) * w, over n values. eps added to the mean square.
+  void (*rmsnorm)(const float* x, const float* w, float* y, int64_t n, float eps);
+  // Rotary embedding. rope_cache fills cs [n_rot] with (cos, sin) of the angles
+  // freq_scale * pos * theta_scale^i, i < n_rot/2, for one position; rope rotates one head
+  // vector in place: pairs (2i, 2i+1) (neox = false) or (i, i + n_rot/2) (neox = true).
+  void (*rope_cache)(float* cs, int n_rot, float theta_scale, float freq_scale, float pos);
+  void (*rope)(float* x, int n_rot, const float* cs, bool neox);
+  // out = silu(gate) * up, n values.
+  void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
+  // In-place softmax of n values.
+  void (*softmax)(float* x, int64_t n);
+  void (*attention)(const AttentionArgs& a);
+  // y += x, n values.
+  void (*add)(float* y, const float* x, int64_t n);
+};
+
+const CpuKernels& cpu_kernels_scalar();
+const CpuKernels* cpu_kernels_avx2();    // nullptr when not built for this architecture
+const CpuKernels* cpu_kernels_avx512();  // nullptr when not built for this architecture
+
+// The kernel for `type` in table `k`; falls back to gemm_dequantized(), or nullptr if the
+// type cannot be dequantized at all.
+GemmFn gemm_for(const CpuKernels& k, TensorType type);
+
+// Any dequantizable type: dequantizes each weight row to f32 and takes f32 dot products with
+// `xf`. Slower than the integer kernels; exact up to float rounding (no activation quantization).
+void gemm_dequantized(const GemmArgs& a);
+
+}  // namespace chorus

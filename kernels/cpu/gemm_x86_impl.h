@@ -1,0 +1,146 @@
+// Integer matrix kernels for x86 (legacy 32-element formats Q4_0, Q4_1, Q8_0) against int8
+// activations. Included by kernels_avx2.cpp and kernels_avx512.cpp inside an anonymous
+// namespace; CHORUS_VNNI selects the dot-product instruction:
+//   AVX2:        maddubs (u8 x s8 -> i16 pairs) + madd with ones (-> i32)
+//   AVX512-VNNI: vpdpbusd (u8 x s8, four products summed into i32) on 256-bit registers
+// Tiles: 2 weight rows x up to 4 tokens, so each weight block is unpacked once per 4 tokens
+// and each activation block loaded once per 2 rows.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace {
+
+inline float load_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline float hsum8(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  const __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// sum over groups of 4 of u8(w) * s8(x), as 8 x int32.
+inline __m256i dot_u8s8(__m256i w, __m256i x) {
+#if CHORUS_VNNI
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
+#else
+  const __m256i p16 = _mm256_maddubs_epi16(w, x);
+  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+#endif
+}
+
+// 16 packed bytes of nibbles -> 32 u8: elements 0..15 are the low nibbles, 16..31 the high.
+inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(b, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+  return _mm256_set_m128i(hi, lo);
+}
+
+// A weight block unpacked for the dot: u8 values (or |q| for Q8_0 with `sign` set to q),
+// scale d, and the coefficient of the activation sum: w = d * (q - off) + m -> (m - off * d).
+struct WBlock {
+  __m256i u;
+  __m256i sign;  // Q8_0 only: the signed quants, to move their sign onto the activations
+  float d;
+  float mo;
+};
+
+template <chorus::TensorType T>
+inline WBlock unpack(const uint8_t* b) {
+  WBlock w;
+  if constexpr (T == chorus::TensorType::q4_0) {
+    w.u = unpack_nibbles(b + 2);
+    w.d = load_f16(b);
+    w.mo = -8.0f * w.d;
+  } else if constexpr (T == chorus::TensorType::q4_1) {
+    w.u = unpack_nibbles(b + 4);
+    w.d = load_f16(b);
+    w.mo = load_f16(b + 2);
+  } else {  // q8_0
+    w.sign = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    w.u = _mm256_abs_epi8(w.sign);
+    w.d = load_f16(b);
+    w.mo = 0.0f;
+  }
+  return w;
+}
+
+template <chorus::TensorType T>
+inline __m256i block_dot(const WBlock& w, __m256i x) {
+  if constexpr (T == chorus::TensorType::q8_0) return dot_u8s8(w.u, _mm256_sign_epi8(x, w.sign));
+  else return dot_u8s8(w.u, x);
+}
+
+template <chorus::TensorType T, int R, int NT>
+void gemm_tile(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
+  constexpr size_t kBytes = T == chorus::TensorType::q4_0 ? 18 : T == chorus::TensorType::q4_1 ? 20 : 34;
+  const int64_t nb = a.n_cols / 32;
+  __m256 acc[R][NT];
+  float extra[R][NT];
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < NT; ++t) {
+      acc[i][t] = _mm256_setzero_ps();
+      extra[i][t] = 0.0f;
+    }
+  const uint8_t* rows[R];
+  for (int i = 0; i < R; ++i) rows[i] = a.w + (r + i) * a.w_row_bytes;
+  const chorus::BlockQ8* xs[NT];
+  for (int t = 0; t < NT; ++t) xs[t] = a.xq + (t0 + t) * nb;
+
+  for (int64_t b = 0; b < nb; ++b) {
+    WBlock w[R];
+    for (int i = 0; i < R; ++i) w[i] = unpack<T>(rows[i] + b * kBytes);
+    for (int t = 0; t < NT; ++t) {
+      const chorus::BlockQ8& xb = xs[t][b];
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
+      for (int i = 0; i < R; ++i) {
+        const __m256 p = _mm256_cvtepi32_ps(block_dot<T>(w[i], x));
+        acc[i][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(w[i].d * xb.d), acc[i][t]);
+        if constexpr (T != chorus::TensorType::q8_0) extra[i][t] += w[i].mo * xb.s;
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r + i] = hsum8(acc[i][t]) + extra[i][t];
+}
+
+template <chorus::TensorType T, int R>
+void gemm_rows(const chorus::GemmArgs& a, int64_t r) {
+  int64_t t = 0;
+  for (; t + 4 <= a.n_tokens; t += 4) gemm_tile<T, R, 4>(a, r, t);
+  switch (a.n_tokens - t) {
+    case 3: gemm_tile<T, R, 3>(a, r, t); break;
+    case 2: gemm_tile<T, R, 2>(a, r, t); break;
+    case 1: gemm_tile<T, R, 1>(a, r, t); break;
+    default: break;
+  }
+}
+
+template <chorus::TensorType T>
+void gemm_x86(const chorus::GemmArgs& a) {
+  int64_t r = a.r0;
+  for (; r + 2 <= a.r1; r += 2) gemm_rows<T, 2>(a, r);
+  if (r < a.r1) gemm_rows<T, 1>(a, r);
+}
+
+inline void add_x86_gemms(chorus::CpuKernels& k) {
+  using chorus::TensorType;
+  k.gemm[static_cast<int>(TensorType::q4_0)] = gemm_x86<TensorType::q4_0>;
+  k.gemm[static_cast<int>(TensorType::q4_1)] = gemm_x86<TensorType::q4_1>;
+  k.gemm[static_cast<int>(TensorType::q8_0)] = gemm_x86<TensorType::q8_0>;
+}
+
+}  // namespace

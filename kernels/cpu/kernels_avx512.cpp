@@ -1,0 +1,27 @@
+// The AVX-512 table (F, BW, VL, VNNI). Compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512vnni (kernels/CMakeLists.txt); only ever called after the CPU was checked for them.
+#if defined(__x86_64__)
+#define CHORUS_VNNI 1
+#include "kernels/cpu/gemm_x86_impl.h"
+#include "kernels/cpu/ops_impl.h"
+
+namespace chorus {
+
+const CpuKernels* cpu_kernels_avx512() {
+  static const CpuKernels table = [] {
+    CpuKernels k = cpu_kernels_scalar();
+    k.isa = "avx512";
+    fill_common_ops(k);
+    add_x86_gemms(k);
+    return k;
+  }();
+  return &table;
+}
+
+}  // namespace chorus
+#else
+#include "kernels/cpu/cpu_kernels.h"
+namespace chorus {
+const CpuKernels* cpu_kernels_avx512() { return nullptr; }
+}  // namespace chorus
+#endif

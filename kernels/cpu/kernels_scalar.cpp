@@ -1,0 +1,122 @@
+// The scalar reference table: plain C++, no intrinsics. Every optimized table is tested
+// against this one.
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/dequant.h"
+#include "kernels/cpu/fp16.h"
+#include "kernels/cpu/ops_impl.h"
+
+namespace chorus {
+namespace {
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// Integer dot of one weight block (32 values, as unsigned or signed ints in `wq`) with one
+// activation block.
+inline int32_t idot32(const int8_t* wq, const int8_t* xq) {
+  int32_t s = 0;
+  for (int i = 0; i < 32; ++i) s += static_cast<int32_t>(wq[i]) * xq[i];
+  return s;
+}
+
+// Unpacks the 32 quants of a legacy block into wq (values 0..15 or 0..31, unsigned), and
+// returns (scale, min, offset) so that w = d * (q - offset) + m.
+struct LegacyBlock {
+  float d, m;
+  int offset;
+};
+
+LegacyBlock unpack_legacy(TensorType t, const uint8_t* b, int8_t* wq) {
+  switch (t) {
+    case TensorType::q4_0:
+      for (int j = 0; j < 16; ++j) {
+        wq[j] = static_cast<int8_t>(b[2 + j] & 0x0f);
+        wq[j + 16] = static_cast<int8_t>(b[2 + j] >> 4);
+      }
+      return {f16_at(b), 0.0f, 8};
+    case TensorType::q4_1:
+      for (int j = 0; j < 16; ++j) {
+        wq[j] = static_cast<int8_t>(b[4 + j] & 0x0f);
+        wq[j + 16] = static_cast<int8_t>(b[4 + j] >> 4);
+      }
+      return {f16_at(b), f16_at(b + 2), 0};
+    case TensorType::q5_0:
+    case TensorType::q5_1: {
+      const bool has_min = t == TensorType::q5_1;
+      const uint8_t* p = b + (has_min ? 4 : 2);
+      uint32_t qh;
+      std::memcpy(&qh, p, 4);
+      for (int j = 0; j < 16; ++j) {
+        wq[j] = static_cast<int8_t>((p[4 + j] & 0x0f) | (((qh >> j) & 1u) << 4));
+        wq[j + 16] = static_cast<int8_t>((p[4 + j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+      }
+      return {f16_at(b), has_min ? f16_at(b + 2) : 0.0f, has_min ? 0 : 16};
+    }
+    case TensorType::q8_0:
+      std::memcpy(wq, b + 2, 32);
+      return {f16_at(b), 0.0f, 0};
+    default: return {0, 0, 0};
+  }
+}
+
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 against int8 activations:
+//   sum_j (d (q_j - off) + m) * dx qx_j = d dx sum(q qx) - off d sx + m sx,  sx = dx sum(qx)
+void gemm_legacy_scalar(const GemmArgs& a) {
+  const auto& info = tensor_type_info(a.type);
+  const int64_t nb = a.n_cols / 32;
+  int8_t wq[32];
+  for (int64_t r = a.r0; r < a.r1; ++r) {
+    const uint8_t* row = a.w + r * a.w_row_bytes;
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const BlockQ8* x = a.xq + t * nb;
+      float sum = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const LegacyBlock lb = unpack_legacy(a.type, row + b * info.block_bytes, wq);
+        const int32_t isum = idot32(wq, x[b].q);
+        sum += lb.d * x[b].d * static_cast<float>(isum) + (lb.m - static_cast<float>(lb.offset) * lb.d) * x[b].s;
+      }
+      a.y[t * a.y_stride + r] = sum;
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_dequantized(const GemmArgs& a) {
+  std::vector<float> wrow(static_cast<size_t>(a.n_cols));
+  for (int64_t r = a.r0; r < a.r1; ++r) {
+    dequantize_row(a.type, a.w + r * a.w_row_bytes, wrow.data(), a.n_cols);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const float* x = a.xf + t * a.n_cols;
+      float sum = 0.0f;
+      for (int64_t k = 0; k < a.n_cols; ++k) sum += wrow[static_cast<size_t>(k)] * x[k];
+      a.y[t * a.y_stride + r] = sum;
+    }
+  }
+}
+
+GemmFn gemm_for(const CpuKernels& k, TensorType type) {
+  const auto id = static_cast<uint32_t>(type);
+  if (id < 40 && k.gemm[id] != nullptr) return k.gemm[id];
+  return can_dequantize(type) ? gemm_dequantized : nullptr;
+}
+
+const CpuKernels& cpu_kernels_scalar() {
+  static const CpuKernels table = [] {
+    CpuKernels k{};
+    k.isa = "scalar";
+    fill_common_ops(k);
+    for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q5_1, TensorType::q8_0})
+      k.gemm[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
+    return k;
+  }();
+  return table;
+}
+
+}  // namespace chorus

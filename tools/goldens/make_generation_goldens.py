@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Record greedy-generation goldens from llama.cpp (via llama-cpp-python).
+
+For each of 12 fixed prompts (6 ChatML chat prompts, 6 plain continuations):
+
+  llm.reset(); llm.eval(prompt_ids)
+  64 times: logits = llm.scores[llm.n_tokens - 1]   (last evaluated position)
+            tok = argmax(logits); record top1 - top2 logit gap
+            llm.eval([tok])
+
+Generation never stops at an end token; the index of the first end token
+(id 2 <|im_end|> or 0 <|endoftext|>) is recorded as "first_end".  For three
+prompts the full logit vector of the first generated position is stored as
+base64 of little-endian float32.
+
+The KV cache is f32 (type_k = type_v = GGML_TYPE_F32 = 0) and flash attention
+is off, so the reference is as close to exact f32 math as llama.cpp gets.
+
+Usage:
+  make_generation_goldens.py [MODEL] [--out tests/goldens/generate_smollm.json]
+"""
+import argparse
+import base64
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CHORUS_HOME = os.environ.get("CHORUS_HOME", os.path.expanduser("~/.cache/chorus"))
+DEFAULT_MODEL = os.path.join(CHORUS_HOME, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+DEFAULT_OUT = os.path.join(REPO, "tests", "goldens", "generate_smollm.json")
+
+N_STEPS = 64
+N_THREADS = 2
+END_IDS = (2, 0)  # <|im_end|>, <|endoftext|>
+GGML_TYPE_F32 = 0
+
+SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def chatml(question):
+    return ("<|im_start|>system\n" + SYSTEM + "<|im_end|>\n"
+            "<|im_start|>user\n" + question + "<|im_end|>\n"
+            "<|im_start|>assistant\n")
+
+
+LONG_PROSE = (
+    "The old lighthouse stood at the edge of the cliff for more than a century, "
+    "its white paint slowly peeling under the constant assault of salt and wind. "
+    "Every evening, the keeper climbed the one hundred and twelve steps of the "
+    "spiral staircase, carrying a small tin of oil and a worn leather notebook in "
+    "which he recorded the weather, the passing ships, and the occasional strange "
+    "light he could not explain. The villagers below considered him a quiet, "
+    "slightly eccentric man, but they trusted him completely, because in all the "
+    "years he had tended the lamp, not a single vessel had been lost on the rocks "
+    "that guarded the harbor. One stormy night in late November, as the rain "
+    "hammered against the glass and the beam swept across the churning water, he "
+    "noticed something that made him put down his pen and"
+)
+
+# (name, chat, text-or-question, first_logits)
+PROMPTS = [
+    ("chat_capital", True, "What is the capital of France?", True),
+    ("chat_poem", True, "Write a short poem about the ocean.", False),
+    ("chat_math", True,
+     "A farmer has 12 apples. He gives 3 apples to each of his 2 neighbors "
+     "and then buys 5 more. How many apples does he have now?", True),
+    ("chat_photosynthesis", True, "Explain photosynthesis briefly.", False),
+    ("chat_translate", True,
+     "Translate the following sentence to French: \"The weather is beautiful today "
+     "and I would like to go for a walk in the park.\"", False),
+    ("chat_python", True,
+     "Write a Python function that checks whether a string is a palindrome.", False),
+    ("plain_fox", False, "The quick brown fox", True),
+    ("plain_once", False, "Once upon a time,", False),
+    ("plain_fibonacci", False, "def fibonacci(n):\n", False),
+    ("plain_list", False, "1, 2, 3, 4,", False),
+    ("plain_long_prose", False, LONG_PROSE, False),
+    ("plain_german", False,
+     "Die Sonne ging langsam hinter den Bergen unter, und die Kinder", False),
+]
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def generate(llm, prompt_ids, n_steps):
+    """Greedy decode; returns (ids, gaps, first_logits)."""
+    llm.reset()
+    llm.eval(prompt_ids)
+    ids, gaps, first = [], [], None
+    for step in range(n_steps):
+        # With logits_all=True, Llama.eval copies every position's logits into
+        # llm.scores; row n_tokens - 1 is the last evaluated position.
+        logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+        if step == 0:
+            first = logits.copy()
+        top2 = np.argpartition(logits, -2)[-2:]
+        tok = int(np.argmax(logits))  # lowest index among ties
+        other = int(top2[0] if top2[1] == tok else top2[1])
+        ids.append(tok)
+        gaps.append(float(logits[tok]) - float(logits[other]))
+        llm.eval([tok])
+    return ids, gaps, first
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", nargs="?", default=DEFAULT_MODEL)
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    args = ap.parse_args()
+
+    import llama_cpp
+
+    t_start = time.perf_counter()
+    kw = dict(model_path=args.model, n_ctx=1024, n_threads=N_THREADS,
+              n_threads_batch=N_THREADS, n_batch=512, logits_all=True,
+              verbose=False, seed=0, flash_attn=False)
+    kv_type = "f16"
+    try:
+        llm = llama_cpp.Llama(type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, **kw)
+        kv_type = "f32"
+    except TypeError:  # older llama-cpp-python without type_k/type_v
+        llm = llama_cpp.Llama(**kw)
+    t_load = time.perf_counter() - t_start
+
+    prompts = []
+    for name, chat, text, want_logits in PROMPTS:
+        full = chatml(text) if chat else text
+        prompt_ids = llm.tokenize(full.encode("utf-8"), add_bos=False, special=True)
+        t0 = time.perf_counter()
+        ids, gaps, first = generate(llm, prompt_ids, N_STEPS)
+        dt = time.perf_counter() - t0
+        first_end = next((i for i, t in enumerate(ids) if t in END_IDS), None)
+        entry = {
+            "name": name,
+            "chat": chat,
+            "text": full,
+            "prompt_ids": [int(t) for t in prompt_ids],
+            "greedy_ids": ids,
+            "top2_gap": [round(g, 6) for g in gaps],
+            "first_end": first_end,
+        }
+        if want_logits:
+            entry["first_logits_b64"] = base64.b64encode(
+                first.astype("<f4").tobytes()).decode("ascii")
+        prompts.append(entry)
+        text_out = llm.detokenize(ids[:first_end] if first_end is not None else ids)
+        print("%-20s prompt=%4d  end@%-4s min_gap=%.4f  %.2fs  %r" % (
+            name, len(prompt_ids), first_end, min(gaps), dt,
+            text_out.decode("utf-8", "replace")[:60]))
+
+    # Determinism check: re-run the first prompt; must match bit for bit.
+    p0 = prompts[0]
+    ids2, gaps2, first2 = generate(llm, p0["prompt_ids"], N_STEPS)
+    deterministic = (ids2 == p0["greedy_ids"]
+                     and [round(g, 6) for g in gaps2] == p0["top2_gap"]
+                     and base64.b64encode(first2.astype("<f4").tobytes()).decode("ascii")
+                     == p0["first_logits_b64"])
+    if not deterministic:
+        print("WARNING: re-running %s gave different results" % p0["name"], file=sys.stderr)
+
+    out = {
+        "generator": "llama-cpp-python %s" % llama_cpp.__version__,
+        "model": os.path.basename(args.model),
+        "model_sha256": sha256_file(args.model),
+        "n_threads": N_THREADS,
+        "n_ctx": 1024,
+        "n_batch": 512,
+        "kv_type": kv_type,
+        "flash_attn": False,
+        "n_steps": N_STEPS,
+        "end_ids": list(END_IDS),
+        "logits_encoding": "base64 of little-endian float32, n_vocab values",
+        "n_vocab": int(llm.n_vocab()),
+        "prompts": prompts,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    # One prompt per line (like the tokenizer goldens) keeps diffs readable.
+    header = {k: v for k, v in out.items() if k != "prompts"}
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(json.dumps(header, ensure_ascii=False)[:-1] + ', "prompts": [\n')
+        f.write(",\n".join(json.dumps(p, ensure_ascii=False, separators=(",", ":"))
+                           for p in prompts))
+        f.write("\n]}\n")
+    with open(args.out, "r", encoding="utf-8") as f:
+        assert json.load(f) == json.loads(json.dumps(out))
+
+    wall = time.perf_counter() - t_start
+    gaps_all = [g for p in prompts for g in p["top2_gap"]]
+    print("kv_type=%s  deterministic=%s  steps with gap<0.01: %d, <0.1: %d of %d" % (
+        kv_type, deterministic, sum(g < 0.01 for g in gaps_all),
+        sum(g < 0.1 for g in gaps_all), len(gaps_all)))
+    print("wrote %s (%d bytes); load %.2fs, wall %.2fs" % (
+        args.out, os.path.getsize(args.out), t_load, wall))
+    return 0 if deterministic else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
