@@ -6,11 +6,10 @@
 
 namespace chorus {
 
-Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages, int page_size) {
-  if (n_pages <= 0 || page_size <= 0 || page_size > 64)
-    return make_error(Errc::invalid_argument, "KV cache needs at least one page of 1..64 positions");
+Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages) {
+  constexpr int page_size = kKvPageSize;
+  if (n_pages <= 0) return make_error(Errc::invalid_argument, "KV cache needs at least one page");
   KvCache kv;
-  kv.page_size_ = page_size;
   kv.n_pages_ = n_pages;
   kv.kv_dim_ = c.kv_dim();
   const double floats = static_cast<double>(c.n_layer) * 2 * static_cast<double>(n_pages) * page_size * c.kv_dim();
@@ -30,7 +29,7 @@ Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages, int page_
 }
 
 Status KvCache::reserve(SequenceKv& seq, int64_t n_tokens) {
-  const int64_t need = (n_tokens + page_size_ - 1) / page_size_;
+  const int64_t need = (n_tokens + kKvPageSize - 1) / kKvPageSize;
   const int64_t more = need - static_cast<int64_t>(seq.pages.size());
   if (more <= 0) return Status::success();
   if (more > n_free())

@@ -1,6 +1,8 @@
-// The paged KV cache: a pool of fixed-size pages (16 token positions by default), each holding
-// K and V for every layer, allocated once up front. A sequence owns an ordered list of pages;
-// position p of a sequence lives in page pages[p / page_size], slot p % page_size.
+// The paged KV cache: a pool of fixed-size pages of kKvPageSize (16) token positions, each
+// holding K and V for every layer, allocated once up front. A sequence owns an ordered list of
+// pages; position p of a sequence lives in page pages[p / 16], slot p % 16.
+// Within a page and layer, K is dimension-major ([kv_dim][16]: one dimension of 16 positions is
+// one vector) and V position-major ([16][kv_dim]); see AttentionArgs.
 //
 // Invariants:
 //  1. A page is either free or owned by exactly one sequence (the block store of later
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace chorus {
 
@@ -27,9 +30,9 @@ struct SequenceKv {
 class KvCache {
  public:
   // Allocates n_pages pages. Errors: Errc::out_of_memory naming the bytes asked for.
-  static Result<KvCache> create(const ModelConfig& config, int64_t n_pages, int page_size = 16);
+  static Result<KvCache> create(const ModelConfig& config, int64_t n_pages);
 
-  int page_size() const { return page_size_; }
+  static constexpr int page_size() { return kKvPageSize; }
   int64_t n_pages() const { return n_pages_; }
   int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
   size_t bytes() const { return bytes_; }
@@ -40,21 +43,20 @@ class KvCache {
   // Returns all of the sequence's pages to the pool.
   void release(SequenceKv& seq);
 
-  // K or V rows of one layer in one page: [page_size, kv_dim].
+  // One layer's keys in one page, [kv_dim][16], and values, [16][kv_dim].
   float* k(int layer, int32_t page) { return data_.get() + offset(layer, page, 0); }
   float* v(int layer, int32_t page) { return data_.get() + offset(layer, page, 1); }
 
  private:
   size_t offset(int layer, int32_t page, int kv) const {
     return ((static_cast<size_t>(layer) * 2 + static_cast<size_t>(kv)) * static_cast<size_t>(n_pages_) +
-            static_cast<size_t>(page)) * static_cast<size_t>(page_size_) * static_cast<size_t>(kv_dim_);
+            static_cast<size_t>(page)) * static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_);
   }
 
-  int page_size_ = 16;
   int64_t n_pages_ = 0;
   int kv_dim_ = 0;
   size_t bytes_ = 0;
-  std::unique_ptr<float[]> data_;  // [n_layer][2][n_pages][page_size][kv_dim]
+  std::unique_ptr<float[]> data_;  // [n_layer][K, V][n_pages][16 * kv_dim]
   std::vector<int32_t> free_;      // free page ids (a stack)
 };
 

@@ -24,29 +24,45 @@ ModelRunner::ModelRunner(const ModelConfig& config, const Weights& weights, CpuD
   xq_.resize(T * static_cast<size_t>(std::max({c_.n_embd, c_.q_dim(), c_.n_ff}) / kQ8Block));
 }
 
+// Runs fn(t) for each token: inline for a single token (cheaper than waking the pool for a
+// few microseconds of work), across the pool otherwise.
+template <class Fn>
+void ModelRunner::per_token(int64_t n_tokens, const Fn& fn) {
+  if (n_tokens == 1) {
+    fn(0);
+    return;
+  }
+  dev_.pool().run(n_tokens, [&](int64_t t, int) { fn(t); });
+}
+
 void ModelRunner::quantize(const float* x, int64_t n_tokens, int64_t n_cols, BlockQ8* out) {
   const CpuKernels& k = dev_.kernels();
   const int64_t nb = n_cols / kQ8Block;
-  if (n_tokens == 1) {
-    k.quantize_q8(x, out, n_cols);
-    return;
-  }
-  dev_.pool().run(n_tokens, [&](int64_t t, int) { k.quantize_q8(x + t * n_cols, out + t * nb, n_cols); });
+  per_token(n_tokens, [&](int64_t t) { k.quantize_q8(x + t * n_cols, out + t * nb, n_cols); });
 }
 
-// y [n_tokens, w.rows] = x [n_tokens, w.cols] W^T, rows split across the pool.
-void ModelRunner::gemm(const WeightMatrix& w, const float* x, const BlockQ8* xq, int64_t n_tokens, float* y) {
-  const GemmFn fn = gemm_for(dev_.kernels(), w.type);
-  GemmArgs a{w.type, w.data, w.row_bytes, w.cols, xq, x, n_tokens, y, w.rows, 0, w.rows};
+// y_i [n_tokens, W_i.rows] = x [n_tokens, cols] W_i^T for every product (all read the same
+// activations), in one parallel region: each matrix's rows are cut into chunks of whole 2-row
+// tiles and the chunks of all matrices share the pool. Fewer regions per layer means fewer
+// thread wake-ups per decode step.
+void ModelRunner::gemm(std::initializer_list<Product> products, const float* x, const BlockQ8* xq, int64_t n_tokens) {
+  chunks_.clear();
   const int threads = dev_.n_threads();
-  // Enough chunks to balance the threads, each a whole number of 2-row tiles.
-  const int64_t chunks = std::min<int64_t>(w.rows / 2, threads == 1 ? 1 : threads * 4);
-  const int64_t per = ((w.rows + chunks - 1) / chunks + 1) & ~int64_t{1};
-  dev_.pool().run(chunks, [&](int64_t i, int) {
-    GemmArgs part = a;
-    part.r0 = i * per;
-    part.r1 = std::min(w.rows, part.r0 + per);
-    if (part.r0 < part.r1) fn(part);
+  for (const Product& p : products) {
+    const WeightMatrix& w = *p.w;
+    GemmArgs a{w.type, w.data, w.row_bytes, w.cols, xq, x, n_tokens, p.y, w.rows, 0, 0};
+    const GemmFn fn = gemm_for(dev_.kernels(), w.type);
+    const int64_t n = std::min<int64_t>(std::max<int64_t>(w.rows / 2, 1), threads == 1 ? 1 : threads * 4);
+    const int64_t per = ((w.rows + n - 1) / n + 1) & ~int64_t{1};
+    for (int64_t r0 = 0; r0 < w.rows; r0 += per) {
+      a.r0 = r0;
+      a.r1 = std::min(w.rows, r0 + per);
+      chunks_.push_back({fn, a});
+    }
+  }
+  dev_.pool().run(static_cast<int64_t>(chunks_.size()), [&](int64_t i, int) {
+    const GemmChunk& c = chunks_[static_cast<size_t>(i)];
+    c.fn(c.args);
   });
 }
 
@@ -94,11 +110,9 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
   for (int l = 0; l < c_.n_layer; ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
     // Attention block.
-    dev_.pool().run(T, [&](int64_t t, int) { K.rmsnorm(x_.data() + t * E, L.attn_norm, h_.data() + t * E, E, c_.norm_eps); });
+    per_token(T, [&](int64_t t) { K.rmsnorm(x_.data() + t * E, L.attn_norm, h_.data() + t * E, E, c_.norm_eps); });
     quantize(h_.data(), T, E, xq_.data());
-    gemm(L.wq, h_.data(), xq_.data(), T, q_.data());
-    gemm(L.wk, h_.data(), xq_.data(), T, k_.data());
-    gemm(L.wv, h_.data(), xq_.data(), T, v_.data());
+    gemm({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), xq_.data(), T);
     for (int64_t t = 0; t < T; ++t) {
       float* q = q_.data() + t * QD;
       float* k = k_.data() + t * KVD;
@@ -112,7 +126,8 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
       const SequenceKv& s = *seqs[static_cast<size_t>(batch[t].seq)];
       const int32_t page = s.pages[static_cast<size_t>(batch[t].pos / ps)];
       const int slot = batch[t].pos % ps;
-      std::copy(k, k + KVD, kv.k(l, page) + static_cast<size_t>(slot) * KVD);
+      float* kpage = kv.k(l, page);  // dimension-major
+      for (int i = 0; i < KVD; ++i) kpage[static_cast<size_t>(i) * ps + slot] = k[i];
       std::copy(v, v + KVD, kv.v(l, page) + static_cast<size_t>(slot) * KVD);
     }
     for (size_t s = 0; s < seqs.size(); ++s) {
@@ -127,25 +142,24 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
       const int64_t t = i / c_.n_head;
       const int h = static_cast<int>(i % c_.n_head);
       const auto s = static_cast<size_t>(batch[t].seq);
-      AttentionArgs a{q_.data() + t * QD + h * HD, kp[s].data(), vp[s].data(), ps, KVD,
+      AttentionArgs a{q_.data() + t * QD + h * HD, kp[s].data(), vp[s].data(), KVD,
                       static_cast<int64_t>(h / group) * HD, HD, batch[t].pos + 1, scale,
                       att_.data() + t * QD + h * HD, scratch_.data() + static_cast<size_t>(thread) * scratch_stride, T == 1};
       K.attention(a);
     });
     quantize(att_.data(), T, QD, xq_.data());
-    gemm(L.wo, att_.data(), xq_.data(), T, h_.data());
+    gemm({{&L.wo, h_.data()}}, att_.data(), xq_.data(), T);
     for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
 
     // Feed-forward block.
-    dev_.pool().run(T, [&](int64_t t, int) { K.rmsnorm(x_.data() + t * E, L.ffn_norm, h_.data() + t * E, E, c_.norm_eps); });
+    per_token(T, [&](int64_t t) { K.rmsnorm(x_.data() + t * E, L.ffn_norm, h_.data() + t * E, E, c_.norm_eps); });
     quantize(h_.data(), T, E, xq_.data());
-    gemm(L.w_gate, h_.data(), xq_.data(), T, gate_.data());
-    gemm(L.w_up, h_.data(), xq_.data(), T, up_.data());
-    dev_.pool().run(T, [&](int64_t t, int) {
+    gemm({{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, h_.data(), xq_.data(), T);
+    per_token(T, [&](int64_t t) {
       K.swiglu(gate_.data() + t * FF, up_.data() + t * FF, gate_.data() + t * FF, FF);
     });
     quantize(gate_.data(), T, FF, xq_.data());
-    gemm(L.w_down, gate_.data(), xq_.data(), T, h_.data());
+    gemm({{&L.w_down, h_.data()}}, gate_.data(), xq_.data(), T);
     for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
   }
 
@@ -163,7 +177,7 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
   }
   if (n_out > 0) {
     quantize(h_.data(), n_out, E, xq_.data());
-    gemm(w_.output, h_.data(), xq_.data(), n_out, logits_out);
+    gemm({{&w_.output, logits_out}}, h_.data(), xq_.data(), n_out);
   }
   return Status::success();
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "engine/model_config.h"
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/quant.h"
 
 namespace chorus {
@@ -49,8 +51,18 @@ class ModelRunner {
                  float* logits_out);
 
  private:
-  void gemm(const WeightMatrix& w, const float* x, const BlockQ8* xq, int64_t n_tokens, float* y);
+  struct Product {
+    const WeightMatrix* w;
+    float* y;  // [n_tokens, w->rows]
+  };
+  struct GemmChunk {
+    GemmFn fn;
+    GemmArgs args;
+  };
+  void gemm(std::initializer_list<Product> products, const float* x, const BlockQ8* xq, int64_t n_tokens);
   void quantize(const float* x, int64_t n_tokens, int64_t n_cols, BlockQ8* out);
+  template <class Fn>
+  void per_token(int64_t n_tokens, const Fn& fn);
 
   const ModelConfig& c_;
   const Weights& w_;
@@ -60,6 +72,7 @@ class ModelRunner {
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
   std::vector<float> rope_cs_;  // [n_rot] (cos, sin) pairs for the token being rotated
   std::vector<BlockQ8> xq_;
+  std::vector<GemmChunk> chunks_;  // reused by gemm()
   std::vector<float> scratch_;  // attention scores, [n_threads, longest sequence]
 };
 

@@ -33,15 +33,19 @@ struct GemmArgs {
 
 using GemmFn = void (*)(const GemmArgs& a);
 
-// One query token of one attention head over a paged KV cache, with online softmax.
-// Keys/values of position j live at k_pages[j / page_size] + (j % page_size) * kv_stride.
+// Positions per KV-cache page. Attention kernels rely on it (their summation order is written
+// for 16-position pages).
+inline constexpr int kKvPageSize = 16;
+
+// One query token of one attention head over a paged KV cache, causal up to n_kv positions.
+// Key pages are dimension-major: dimension i of position t is k_page[i * 16 + t] (so 16
+// positions' keys load as one vector). Value pages are position-major: v_page[t * kv_stride + i].
 struct AttentionArgs {
   const float* q;              // [head_dim], already rotated
-  const float* const* k_pages; // per page: [page_size, kv_stride] (this layer, this sequence)
-  const float* const* v_pages;
-  int page_size;
-  int64_t kv_stride;           // floats between consecutive positions (n_kv_heads * head_dim)
-  int64_t kv_offset;           // this head's offset inside a position (kv_head * head_dim)
+  const float* const* k_pages; // per page: [kv_stride dims][16 positions] (this layer/sequence)
+  const float* const* v_pages; // per page: [16 positions][kv_stride]
+  int64_t kv_stride;           // floats per position in a value page (n_kv_heads * head_dim)
+  int64_t kv_offset;           // this head's first dimension (kv_head * head_dim)
   int head_dim;
   int64_t n_kv;                // attend to positions [0, n_kv)
   float scale;                 // 1 / sqrt(head_dim)

@@ -101,6 +101,9 @@ void gemm_tile(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
   for (int t = 0; t < NT; ++t) xs[t] = a.xq + (t0 + t) * nb;
 
   for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (NT == 1) {
+      for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(rows[i] + (b + 16) * kBytes), _MM_HINT_T0);
+    }
     WBlock w[R];
     for (int i = 0; i < R; ++i) w[i] = unpack<T>(rows[i] + b * kBytes);
     for (int t = 0; t < NT; ++t) {
@@ -132,6 +135,9 @@ void gemm_rows(const chorus::GemmArgs& a, int64_t r) {
 template <chorus::TensorType T>
 void gemm_x86(const chorus::GemmArgs& a) {
   int64_t r = a.r0;
+  if (a.n_tokens == 1) {  // decode: more rows in flight keeps more loads outstanding
+    for (; r + 4 <= a.r1; r += 4) gemm_tile<T, 4, 1>(a, r, 0);
+  }
   for (; r + 2 <= a.r1; r += 2) gemm_rows<T, 2>(a, r);
   if (r < a.r1) gemm_rows<T, 1>(a, r);
 }

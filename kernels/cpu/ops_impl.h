@@ -4,6 +4,7 @@
 // linker can never mix them up). Plain loops only: no STL templates, which would be shared.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -74,20 +75,32 @@ void op_add(float* y, const float* x, int64_t n) {
 // visibly different logits. The helpers below spell that order out in portable code (explicit
 // fma, explicit lane arrays), so every kernel table computes identical values.
 
+// 2^e as a float, for integer e in [-126, 127].
+inline float pow2i(int e) { return std::bit_cast<float>(static_cast<uint32_t>(e + 127) << 23); }
+
 // exp(x) as ggml's vectorized expf: Cody-Waite range reduction n = round(x / ln 2), a degree-5
-// polynomial in the remainder b, scaled by 2^n. Within 1.5 ulp of expf. Inputs whose |n| > 192
-// saturate to 0 or infinity.
+// polynomial in the remainder b, scaled by 2^n (exactly, one rounding, as vscalefps). Within
+// 1.5 ulp of expf. Inputs whose |n| > 192 saturate to 0 or infinity. Branch-free, so loops
+// over it vectorize.
 float exp_approx(float x) {
   const float shift = 0x1.8p23f;
   const float z = std::fma(x, 0x1.715476p+0f, shift);
-  const float n = z - shift;
-  if (!(std::fabs(n) <= 192.0f)) return n > 0 ? INFINITY : 0.0f;  // also catches NaN / -inf
+  float n = z - shift;
+  const bool saturate = !(std::fabs(n) <= 192.0f);  // also NaN and -inf
+  const float sat = n > 0 ? INFINITY : 0.0f;
+  n = saturate ? 0.0f : n;
   const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
   const float u = b * b;
   const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
                                     std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
                            u, std::fma(0x1.ffffecp-1f, b, 1.0f));
-  return std::ldexp(j, static_cast<int>(n));
+  // j * 2^n with a single rounding: split the power so each factor is a normal float and
+  // only the last product can round.
+  const int ni = static_cast<int>(n);
+  const int e1 = ni > 127 ? 127 : (ni < -126 ? ni + 100 : ni);
+  const int e2 = ni > 127 ? ni - 127 : (ni < -126 ? -100 : 0);
+  const float r = j * pow2i(e1) * pow2i(e2);
+  return saturate ? sat : r;
 }
 
 // Sum of 16 lanes in the order of GCC's _mm512_reduce_add_ps: halves, quarters, then pairs.
@@ -99,48 +112,63 @@ inline float reduce16(const float* v) {
   return a + b;
 }
 
-// Dot product in the order of ggml's f32 vec_dot on AVX-512: 4 accumulators of 16 lanes over
-// steps of 64, folded pairwise, reduced, then the remaining elements one by one.
-inline float dot_ordered(const float* x, const float* y, int n) {
-  float acc[4][16] = {};
-  const int np = n & ~63;
-  for (int i = 0; i < np; i += 64)
-    for (int j = 0; j < 4; ++j)
-      for (int l = 0; l < 16; ++l) acc[j][l] = std::fma(x[i + 16 * j + l], y[i + 16 * j + l], acc[j][l]);
-  for (int l = 0; l < 16; ++l) {
-    acc[0][l] += acc[2][l];
-    acc[1][l] += acc[3][l];
-    acc[0][l] += acc[1][l];
-  }
-  float sum = reduce16(acc[0]);
-  for (int i = np; i < n; ++i) sum = std::fma(x[i], y[i], sum);
-  return sum;
-}
-
-// Softmax attention for one query over positions [0, n_kv) of a paged cache: scores, max,
-// exponentials summed 16 at a time in double, probabilities normalized, then the values summed
-// with fma per lane and reduced. No KV copy; scores live in a.scratch.
+// Softmax attention for one query over positions [0, n_kv) of a paged cache whose key pages
+// are dimension-major ([dims][16 positions]), so scores come out 16 positions at a time:
+// each lane's products in ggml's dot-product order (4 accumulators over steps of 64, folded),
+// then the 16 lanes reduced in _mm512_reduce_add_ps order — all as vectors over positions.
+// Then exponentials summed 16 at a time in double, probabilities normalized, and the values
+// summed with fma per lane and reduced. No KV copy; scores live in a.scratch.
 void op_attention(const chorus::AttentionArgs& a) {
+  constexpr int P = chorus::kKvPageSize;
+  static_assert(P == 16, "the reduction order below is written for 16-position pages");
   constexpr int kMaxHeadDim = 512;
   const int d = a.head_dim;
+  const int d64 = d & ~63;
   const int64_t n = a.n_kv;
-  float* p = a.scratch;  // [round_up(n_kv, 16)]
-  auto key = [&](int64_t j) { return a.k_pages[j / a.page_size] + a.kv_offset + (j % a.page_size) * a.kv_stride; };
-  auto val = [&](int64_t j) { return a.v_pages[j / a.page_size] + a.kv_offset + (j % a.page_size) * a.kv_stride; };
+  const int64_t n_pages = (n + P - 1) / P;
+  float* p = a.scratch;  // [n_pages * 16]
   float mx = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) {
-    p[j] = dot_ordered(a.q, key(j), d) * a.scale;
-    mx = p[j] > mx ? p[j] : mx;
+  for (int64_t pg = 0; pg < n_pages; ++pg) {
+    const float* kt = a.k_pages[pg] + a.kv_offset * P;  // [d][16]
+    // lane[l][t]: lane l of position t's dot product, i.e. the sum over steps of 64 of
+    // (q k)[16j + l] for j = 0..3, folded as (j0 + j2) + (j1 + j3). One lane at a time keeps the
+    // working set in registers.
+    float lane[16][P];
+    for (int l = 0; l < 16; ++l) {
+      float acc[4][P];
+      for (int j = 0; j < 4; ++j)
+        for (int t = 0; t < P; ++t) acc[j][t] = 0.0f;
+      for (int s0 = 0; s0 < d64; s0 += 64)
+        for (int j = 0; j < 4; ++j) {
+          const float q = a.q[s0 + 16 * j + l];
+          const float* k = kt + (s0 + 16 * j + l) * P;
+          for (int t = 0; t < P; ++t) acc[j][t] = std::fma(q, k[t], acc[j][t]);
+        }
+      for (int t = 0; t < P; ++t) lane[l][t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
+    }
+    float t8[8][P], t4[4][P], sc[P];
+    for (int i = 0; i < 8; ++i)
+      for (int t = 0; t < P; ++t) t8[i][t] = lane[8 + i][t] + lane[i][t];
+    for (int i = 0; i < 4; ++i)
+      for (int t = 0; t < P; ++t) t4[i][t] = t8[4 + i][t] + t8[i][t];
+    for (int t = 0; t < P; ++t) sc[t] = (t4[0][t] + t4[2][t]) + (t4[1][t] + t4[3][t]);
+    for (int i = d64; i < d; ++i)  // dimensions past the last full step of 64, one by one
+      for (int t = 0; t < P; ++t) sc[t] = std::fma(a.q[i], kt[i * P + t], sc[t]);
+    const int valid = static_cast<int>(n - pg * P < P ? n - pg * P : P);
+    for (int t = 0; t < P; ++t) {
+      const float v = sc[t] * a.scale;
+      p[pg * P + t] = t < valid ? v : -INFINITY;
+      mx = t < valid && v > mx ? v : mx;
+    }
   }
-  const int64_t n16 = (n + 15) & ~int64_t{15};
-  for (int64_t j = n; j < n16; ++j) p[j] = 0.0f;
   double sum = 0.0;
-  for (int64_t c = 0; c < n16; c += 16) {
-    for (int64_t j = c; j < c + 16 && j < n; ++j) p[j] = exp_approx(p[j] - mx);
+  for (int64_t c = 0; c < n_pages * P; c += 16) {
+    for (int t = 0; t < 16; ++t) p[c + t] = exp_approx(p[c + t] - mx);  // masked: exp(-inf) = 0
     sum += static_cast<double>(reduce16(p + c));
   }
   const auto inv = static_cast<float>(1.0 / sum);
   for (int64_t j = 0; j < n; ++j) p[j] *= inv;
+
   // Values: out[i] = sum_j p[j] v_j[i]. With several tokens in the step llama.cpp runs this as a
   // tiled GEMM (one 16-lane chain over j); with one token, as ggml's dot product (4 x 16 lanes
   // over steps of 64, folded). Position j feeds lane j % 16 of chain (j / 16) % chains.
@@ -150,22 +178,27 @@ void op_attention(const chorus::AttentionArgs& a) {
     for (int l = 0; l < 16; ++l)
       for (int i = 0; i < d; ++i) acc[c][l][i] = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
-    const float* v = val(j);
+    const float* v = a.v_pages[j / P] + a.kv_offset + (j % P) * a.kv_stride;
     const float pj = p[j];
     float* row = acc[(j >> 4) & (chains - 1)][j & 15];
     for (int i = 0; i < d; ++i) row[i] = std::fma(v[i], pj, row[i]);
   }
-  for (int i = 0; i < d; ++i) {
-    float lanes[16];
-    for (int l = 0; l < 16; ++l) {
-      lanes[l] = acc[0][l][i];
-      if (chains == 4) {
-        const float a02 = acc[0][l][i] + acc[2][l][i];
-        const float a13 = acc[1][l][i] + acc[3][l][i];
-        lanes[l] = a02 + a13;
+  // Fold the chains and reduce the 16 lanes of each dimension, 16 dimensions at a time (as
+  // vectors over dimensions), in the order of reduce16().
+  for (int i0 = 0; i0 < d; i0 += 16) {
+    const int w = d - i0 < 16 ? d - i0 : 16;
+    float ln[16][16];
+    for (int l = 0; l < 16; ++l)
+      for (int ii = 0; ii < 16; ++ii) {
+        const int i = i0 + (ii < w ? ii : 0);
+        ln[l][ii] = chains == 4 ? (acc[0][l][i] + acc[2][l][i]) + (acc[1][l][i] + acc[3][l][i]) : acc[0][l][i];
       }
-    }
-    a.out[i] = reduce16(lanes);
+    float t8[8][16], t4[4][16];
+    for (int k = 0; k < 8; ++k)
+      for (int ii = 0; ii < 16; ++ii) t8[k][ii] = ln[8 + k][ii] + ln[k][ii];
+    for (int k = 0; k < 4; ++k)
+      for (int ii = 0; ii < 16; ++ii) t4[k][ii] = t8[4 + k][ii] + t8[k][ii];
+    for (int ii = 0; ii < w; ++ii) a.out[i0 + ii] = (t4[0][ii] + t4[2][ii]) + (t4[1][ii] + t4[3][ii]);
   }
 }
 

@@ -1,0 +1,308 @@
+// Every CPU kernel on every kernel table this CPU can run, against the scalar reference table,
+// and the reference itself against float64 mathematics. Bounds (normalized mean squared error,
+// NMSE = sum (got - want)^2 / sum want^2):
+//
+// except for the matrix products, where one output can cancel to near zero, so each output's
+// error is measured against its magnitude M = sum_i |w_i x_i|:
+//
+//   op                         variant vs scalar     scalar vs float64 math
+//   gemm, integer formats      |e| <= 1e-5 M         |e| <= 1e-2 M (int8 activations: <= amax/254
+//                              (summation order)     per value; fp16 block scales)
+//   gemm, dequantized formats  |e| <= 1e-5 M         |e| <= 1e-5 M
+//   rmsnorm, rope, swiglu,     0 (bit-identical: one  1e-10 (exp: 2 ulp; float rounding)
+//   softmax, attention         source, written in
+//                              llama.cpp's order)
+//   quantize_q8                0 (bit-identical)      |x - d q| <= d / 2 per value
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gpu/cpu_device.h"
+#include "gpu/cpu_features.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/dequant.h"
+#include "kernels/cpu/fp16.h"
+
+namespace chorus {
+namespace {
+
+double nmse(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  return nmse(got, std::vector<double>(want.begin(), want.end()));
+}
+
+// The tables this CPU can run, other than the scalar reference.
+std::vector<const CpuKernels*> variants() {
+  std::vector<const CpuKernels*> v;
+  const CpuFeatures& f = cpu_features();
+  if (f.avx2 && f.fma && f.f16c && cpu_kernels_avx2()) v.push_back(cpu_kernels_avx2());
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && cpu_kernels_avx512()) v.push_back(cpu_kernels_avx512());
+  return v;
+}
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Random weight rows of `type` with finite, moderate scales.
+std::vector<uint8_t> random_rows(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const auto& info = tensor_type_info(type);
+  const size_t row_bytes = tensor_row_bytes(info, static_cast<uint64_t>(cols));
+  std::vector<uint8_t> w(row_bytes * static_cast<size_t>(rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  auto put16 = [&](uint8_t* p, float f) {
+    const uint16_t h = f32_to_f16(f);
+    std::memcpy(p, &h, 2);
+  };
+  const int64_t n_blocks = static_cast<int64_t>(w.size() / info.block_bytes);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    uint8_t* blk = w.data() + b * info.block_bytes;
+    switch (type) {
+      case TensorType::q4_0: case TensorType::q5_0: case TensorType::q8_0: put16(blk, scale(rng)); break;
+      case TensorType::q4_1: case TensorType::q5_1: case TensorType::q4_k: case TensorType::q5_k:
+        put16(blk, scale(rng));
+        put16(blk + 2, -scale(rng));
+        break;
+      case TensorType::q6_k: put16(blk + 208, scale(rng)); break;
+      default: break;
+    }
+  }
+  if (type == TensorType::f32 || type == TensorType::f16 || type == TensorType::bf16) {
+    const auto f = random_floats(static_cast<size_t>(rows * cols), rng, 0.1f);
+    for (size_t i = 0; i < f.size(); ++i) {
+      if (type == TensorType::f32) std::memcpy(w.data() + 4 * i, &f[i], 4);
+      else {
+        const uint16_t h = type == TensorType::f16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
+        std::memcpy(w.data() + 2 * i, &h, 2);
+      }
+    }
+  }
+  return w;
+}
+
+struct GemmCase {
+  TensorType type;
+  int64_t rows, cols, tokens;
+};
+
+std::vector<float> run_gemm(const CpuKernels& k, const GemmCase& c, const std::vector<uint8_t>& w,
+                            const std::vector<float>& x) {
+  std::vector<BlockQ8> xq(static_cast<size_t>(c.tokens * c.cols / 32));
+  for (int64_t t = 0; t < c.tokens; ++t) k.quantize_q8(x.data() + t * c.cols, xq.data() + t * (c.cols / 32), c.cols);
+  std::vector<float> y(static_cast<size_t>(c.tokens * c.rows), NAN);
+  const size_t row_bytes = w.size() / static_cast<size_t>(c.rows);
+  GemmArgs a{c.type, w.data(), row_bytes, c.cols, xq.data(), x.data(), c.tokens, y.data(), c.rows, 0, c.rows};
+  gemm_for(k, c.type)(a);
+  return y;
+}
+
+TEST(Kernels, GemmEveryTypeEveryVariant) {
+  std::mt19937 rng(42);
+  const TensorType types[] = {TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q5_1,
+                              TensorType::q8_0, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k,
+                              TensorType::f16,  TensorType::bf16, TensorType::f32};
+  for (TensorType type : types) {
+    const bool integer = type == TensorType::q4_0 || type == TensorType::q4_1 || type == TensorType::q5_0 ||
+                         type == TensorType::q5_1 || type == TensorType::q8_0;
+    for (int64_t tokens : {1, 3, 4, 9}) {
+      for (int64_t rows : {1, 2, 5, 8}) {
+        const GemmCase c{type, rows, 512, tokens};
+        const auto w = random_rows(type, rows, c.cols, rng);
+        const auto x = random_floats(static_cast<size_t>(tokens * c.cols), rng);
+        const auto ref = run_gemm(cpu_kernels_scalar(), c, w, x);
+        // The reference against float64: dequantized weights times the exact activations.
+        std::vector<double> exact(ref.size()), magnitude(ref.size());
+        std::vector<float> wrow(static_cast<size_t>(c.cols));
+        for (int64_t r = 0; r < rows; ++r) {
+          dequantize_row(type, w.data() + r * (w.size() / rows), wrow.data(), c.cols);
+          for (int64_t t = 0; t < tokens; ++t) {
+            double s = 0, m = 0;
+            for (int64_t i = 0; i < c.cols; ++i) {
+              s += static_cast<double>(wrow[i]) * x[t * c.cols + i];
+              m += std::fabs(static_cast<double>(wrow[i]) * x[t * c.cols + i]);
+            }
+            exact[static_cast<size_t>(t * rows + r)] = s;
+            magnitude[static_cast<size_t>(t * rows + r)] = m;
+          }
+        }
+        const std::string what = std::string(tensor_type_name(type)) + " rows " + std::to_string(rows) +
+                                 " tokens " + std::to_string(tokens);
+        const double tol = integer ? 1e-2 : 1e-5;
+        for (size_t i = 0; i < ref.size(); ++i)
+          EXPECT_LE(std::fabs(ref[i] - exact[i]), tol * magnitude[i] + 1e-9) << "scalar vs float64, " << what;
+        for (const CpuKernels* v : variants()) {
+          const auto got = run_gemm(*v, c, w, x);
+          for (size_t i = 0; i < ref.size(); ++i)
+            EXPECT_LE(std::fabs(got[i] - ref[i]), 1e-5 * magnitude[i] + 1e-9) << v->isa << " vs scalar, " << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, QuantizeQ8IsIdenticalAndBounded) {
+  std::mt19937 rng(1);
+  const auto x = random_floats(4096, rng, 3.0f);
+  std::vector<BlockQ8> ref(128);
+  cpu_kernels_scalar().quantize_q8(x.data(), ref.data(), 4096);
+  for (int b = 0; b < 128; ++b)
+    for (int i = 0; i < 32; ++i) {
+      const float v = x[b * 32 + i];
+      // The scale is kept at fp16 precision (2^-11 relative), so reconstruction error is at most
+      // half a step plus 127 * 2^-11 steps.
+      EXPECT_LE(std::fabs(v - ref[b].d * ref[b].q[i]), ref[b].d * (0.5f + 127.0f / 2048.0f) + 1e-6f);
+    }
+  for (const CpuKernels* k : variants()) {
+    std::vector<BlockQ8> got(128);
+    k->quantize_q8(x.data(), got.data(), 4096);
+    EXPECT_EQ(std::memcmp(got.data(), ref.data(), sizeof(BlockQ8) * 128), 0) << k->isa;
+  }
+}
+
+TEST(Kernels, ElementwiseOpsMatchMathAndReference) {
+  std::mt19937 rng(3);
+  const int n = 1536;
+  const auto x = random_floats(n, rng, 2.0f), w = random_floats(n, rng), g = random_floats(n, rng);
+  std::vector<const CpuKernels*> all = variants();
+  all.insert(all.begin(), &cpu_kernels_scalar());
+  std::vector<float> ref_norm, ref_swiglu, ref_soft, ref_rope;
+  for (const CpuKernels* k : all) {
+    std::vector<float> y(n);
+    k->rmsnorm(x.data(), w.data(), y.data(), n, 1e-5f);
+    std::vector<double> want(n);
+    double ss = 0;
+    for (float v : x) ss += static_cast<double>(v) * v;
+    for (int i = 0; i < n; ++i) want[i] = x[i] / std::sqrt(ss / n + 1e-5) * w[i];
+    EXPECT_LT(nmse(y, want), 1e-10) << k->isa << " rmsnorm";
+    if (ref_norm.empty()) ref_norm = y;
+    EXPECT_EQ(y, ref_norm) << k->isa << " rmsnorm";
+
+    std::vector<float> s(n);
+    k->swiglu(x.data(), g.data(), s.data(), n);
+    for (int i = 0; i < n; ++i) want[i] = x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))) * g[i];
+    EXPECT_LT(nmse(s, want), 1e-10) << k->isa << " swiglu";
+    if (ref_swiglu.empty()) ref_swiglu = s;
+    EXPECT_EQ(s, ref_swiglu) << k->isa << " swiglu";
+
+    std::vector<float> sm(x.begin(), x.begin() + 300);
+    k->softmax(sm.data(), 300);
+    double mx = -1e300, tot = 0;
+    for (int i = 0; i < 300; ++i) mx = std::max(mx, static_cast<double>(x[i]));
+    std::vector<double> ws(300);
+    for (int i = 0; i < 300; ++i) tot += ws[i] = std::exp(x[i] - mx);
+    for (double& v : ws) v /= tot;
+    EXPECT_LT(nmse(sm, ws), 1e-10) << k->isa << " softmax";
+    if (ref_soft.empty()) ref_soft = sm;
+    EXPECT_EQ(sm, ref_soft) << k->isa << " softmax";
+
+    for (bool neox : {false, true}) {
+      std::vector<float> cs(64), v(x.begin(), x.begin() + 64);
+      const float theta_scale = std::pow(10000.0f, -2.0f / 64);
+      k->rope_cache(cs.data(), 64, theta_scale, 1.0f, 37.0f);
+      k->rope(v.data(), 64, cs.data(), neox);
+      std::vector<double> want_r(64);
+      for (int i = 0; i < 32; ++i) {
+        const double th = 37.0 * std::pow(10000.0, -2.0 * i / 64);
+        const int a = neox ? i : 2 * i, b = neox ? i + 32 : 2 * i + 1;
+        want_r[a] = x[a] * std::cos(th) - x[b] * std::sin(th);
+        want_r[b] = x[a] * std::sin(th) + x[b] * std::cos(th);
+      }
+      EXPECT_LT(nmse(v, want_r), 1e-10) << k->isa << " rope neox=" << neox;
+      if (!neox) {
+        if (ref_rope.empty()) ref_rope = v;
+        EXPECT_EQ(v, ref_rope) << k->isa << " rope";
+      }
+    }
+  }
+}
+
+// Attention over a paged cache against softmax(q k^T / sqrt(d)) v in float64.
+TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
+  std::mt19937 rng(5);
+  std::vector<const CpuKernels*> all = variants();
+  all.insert(all.begin(), &cpu_kernels_scalar());
+  for (int d : {32, 64, 80, 128}) {
+    for (int64_t n_kv : {1, 15, 16, 17, 100, 300}) {
+      const int n_kv_heads = 2, kv_stride = n_kv_heads * d;
+      const int64_t n_pages = (n_kv + 15) / 16;
+      std::vector<std::vector<float>> kp(static_cast<size_t>(n_pages)), vp(static_cast<size_t>(n_pages));
+      for (auto& p : kp) p = random_floats(static_cast<size_t>(16 * kv_stride), rng);
+      for (auto& p : vp) p = random_floats(static_cast<size_t>(16 * kv_stride), rng);
+      std::vector<const float*> kptr, vptr;
+      for (auto& p : kp) kptr.push_back(p.data());
+      for (auto& p : vp) vptr.push_back(p.data());
+      const auto q = random_floats(static_cast<size_t>(d), rng, 0.5f);
+      for (int head = 0; head < n_kv_heads; ++head) {
+        // float64 reference (keys are dimension-major within a page).
+        std::vector<double> sc(static_cast<size_t>(n_kv)), want(static_cast<size_t>(d), 0.0);
+        double mx = -1e300, tot = 0;
+        for (int64_t j = 0; j < n_kv; ++j) {
+          double s = 0;
+          for (int i = 0; i < d; ++i) s += q[i] * static_cast<double>(kp[j / 16][(head * d + i) * 16 + j % 16]);
+          sc[j] = s / std::sqrt(static_cast<double>(d));
+          mx = std::max(mx, sc[j]);
+        }
+        for (double& s : sc) tot += s = std::exp(s - mx);
+        for (int64_t j = 0; j < n_kv; ++j)
+          for (int i = 0; i < d; ++i) want[i] += sc[j] / tot * vp[j / 16][(j % 16) * kv_stride + head * d + i];
+        std::vector<float> ref;
+        for (const CpuKernels* k : all) {
+          for (bool single : {false, true}) {
+            std::vector<float> out(static_cast<size_t>(d)), scratch(static_cast<size_t>(n_pages * 16));
+            AttentionArgs a{q.data(), kptr.data(), vptr.data(), kv_stride, static_cast<int64_t>(head) * d, d, n_kv,
+                            1.0f / std::sqrt(static_cast<float>(d)), out.data(), scratch.data(), single};
+            k->attention(a);
+            EXPECT_LT(nmse(out, want), 1e-10) << k->isa << " d=" << d << " n_kv=" << n_kv << " single=" << single;
+            if (!single) {
+              if (ref.empty()) ref = out;
+              EXPECT_EQ(out, ref) << k->isa << " d=" << d << " n_kv=" << n_kv;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, DeviceSelectsTheBestTableAndHonoursOverrides) {
+  auto d = CpuDevice::create({.n_threads = 1, .isa = "scalar"});
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  EXPECT_STREQ((*d)->kernels().isa, "scalar");
+  auto bad = CpuDevice::create({.n_threads = 1, .isa = "neon"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("unknown ISA 'neon'"), std::string::npos);
+  auto best = CpuDevice::create({.n_threads = 2});
+  ASSERT_TRUE(best.ok());
+  EXPECT_STREQ((*best)->kernels().isa, best_cpu_kernels().isa);
+}
+
+TEST(ThreadPool, RunsEveryTaskOnceAcrossThreads) {
+  ThreadPool pool(2);
+  for (int64_t n : {0, 1, 2, 7, 1000}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    pool.run(n, [&](int64_t t, int thread) {
+      EXPECT_GE(thread, 0);
+      EXPECT_LT(thread, 2);
+      hits[static_cast<size_t>(t)].fetch_add(1);
+    });
+    for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  }
+}
+
+}  // namespace
+}  // namespace chorus
