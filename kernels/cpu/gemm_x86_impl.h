@@ -30,7 +30,9 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// sum over groups of 4 of u8(w) * s8(x), as 8 x int32.
+// sum over groups of 4 of u8(w) * s8(x), as 8 x int32. Both instruction sequences give the
+// same integers (the products of 4-bit or |8-bit| weights and 8-bit activations cannot
+// saturate maddubs' 16-bit pairs), so every table's float arithmetic starts from equal values.
 inline __m256i dot_u8s8(__m256i w, __m256i x) {
 #if CHORUS_VNNI
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
@@ -61,10 +63,11 @@ struct WBlock {
 template <chorus::TensorType T>
 inline WBlock unpack(const uint8_t* b) {
   WBlock w;
-  if constexpr (T == chorus::TensorType::q4_0) {
-    w.u = unpack_nibbles(b + 2);
+  if constexpr (T == chorus::TensorType::q4_0) {  // signed q - 8, as llama.cpp computes it
+    w.sign = _mm256_sub_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(8));
+    w.u = _mm256_abs_epi8(w.sign);
     w.d = load_f16(b);
-    w.mo = -8.0f * w.d;
+    w.mo = 0.0f;
   } else if constexpr (T == chorus::TensorType::q4_1) {
     w.u = unpack_nibbles(b + 4);
     w.d = load_f16(b);
@@ -78,9 +81,13 @@ inline WBlock unpack(const uint8_t* b) {
   return w;
 }
 
+// Formats whose quants are signed (the sign moves onto the activations so the dot stays u8 x s8).
+template <chorus::TensorType T>
+constexpr bool kSigned = T == chorus::TensorType::q8_0 || T == chorus::TensorType::q4_0;
+
 template <chorus::TensorType T>
 inline __m256i block_dot(const WBlock& w, __m256i x) {
-  if constexpr (T == chorus::TensorType::q8_0) return dot_u8s8(w.u, _mm256_sign_epi8(x, w.sign));
+  if constexpr (kSigned<T>) return dot_u8s8(w.u, _mm256_sign_epi8(x, w.sign));
   else return dot_u8s8(w.u, x);
 }
 
@@ -101,8 +108,8 @@ void gemm_tile(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
   for (int t = 0; t < NT; ++t) xs[t] = a.xq + (t0 + t) * nb;
 
   for (int64_t b = 0; b < nb; ++b) {
-    if constexpr (NT == 1) {
-      for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(rows[i] + (b + 16) * kBytes), _MM_HINT_T0);
+    {  // the rows 4 tiles ahead: rows are short and contiguous, so this runs well ahead of use
+      for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 4 * R * a.w_row_bytes + b * kBytes), _MM_HINT_T0);
     }
     WBlock w[R];
     for (int i = 0; i < R; ++i) w[i] = unpack<T>(rows[i] + b * kBytes);
@@ -112,7 +119,7 @@ void gemm_tile(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
       for (int i = 0; i < R; ++i) {
         const __m256 p = _mm256_cvtepi32_ps(block_dot<T>(w[i], x));
         acc[i][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(w[i].d * xb.d), acc[i][t]);
-        if constexpr (T != chorus::TensorType::q8_0) extra[i][t] += w[i].mo * xb.s;
+        if constexpr (!kSigned<T>) extra[i][t] += w[i].mo * xb.s;
       }
     }
   }
@@ -120,9 +127,71 @@ void gemm_tile(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
     for (int t = 0; t < NT; ++t) a.y[(t0 + t) * a.y_stride + r + i] = hsum8(acc[i][t]) + extra[i][t];
 }
 
+#if CHORUS_VNNI
+// AVX-512: two tokens per 512-bit register, one 8-lane float chain each (the low and high
+// halves), so per (row, token) the arithmetic is exactly that of gemm_tile — llama.cpp's order
+// — at half the instructions. R rows x 2*NP tokens per tile.
+template <chorus::TensorType T, int R, int NP>
+void gemm_tile_pairs(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
+  constexpr size_t kBytes = T == chorus::TensorType::q4_0 ? 18 : T == chorus::TensorType::q4_1 ? 20 : 34;
+  const int64_t nb = a.n_cols / 32;
+  __m512 acc[R][NP], summ[R][NP];
+  for (int i = 0; i < R; ++i)
+    for (int p = 0; p < NP; ++p) acc[i][p] = summ[i][p] = _mm512_setzero_ps();
+  const uint8_t* rows[R];
+  for (int i = 0; i < R; ++i) rows[i] = a.w + (r + i) * a.w_row_bytes;
+  const chorus::BlockQ8* xs[2 * NP];
+  for (int t = 0; t < 2 * NP; ++t) xs[t] = a.xq + (t0 + t) * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 4 * R * a.w_row_bytes + b * kBytes), _MM_HINT_T0);
+    __m512i wu[R];
+    __mmask64 neg[R];
+    float wd[R], wmo[R];
+    for (int i = 0; i < R; ++i) {
+      const WBlock w = unpack<T>(rows[i] + b * kBytes);
+      wu[i] = _mm512_broadcast_i64x4(w.u);
+      if constexpr (kSigned<T>) neg[i] = _mm512_movepi8_mask(_mm512_broadcast_i64x4(w.sign));
+      wd[i] = w.d;
+      wmo[i] = w.mo;
+    }
+    for (int p = 0; p < NP; ++p) {
+      const chorus::BlockQ8& x0 = xs[2 * p][b];
+      const chorus::BlockQ8& x1 = xs[2 * p + 1][b];
+      const __m512i x = _mm512_inserti64x4(
+          _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0.q))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x1.q)), 1);
+      const __m512 dx = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(x0.d)), _mm256_set1_ps(x1.d), 1);
+      __m512 sx;
+      if constexpr (!kSigned<T>) sx = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(x0.s)), _mm256_set1_ps(x1.s), 1);
+      for (int i = 0; i < R; ++i) {
+        __m512i xi = x;
+        if constexpr (kSigned<T>) xi = _mm512_mask_sub_epi8(x, neg[i], _mm512_setzero_si512(), x);
+        const __m512 prod = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wu[i], xi));
+        acc[i][p] = _mm512_fmadd_ps(prod, _mm512_mul_ps(_mm512_set1_ps(wd[i]), dx), acc[i][p]);
+        if constexpr (!kSigned<T>) summ[i][p] = _mm512_add_ps(summ[i][p], _mm512_mul_ps(_mm512_set1_ps(wmo[i]), sx));
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int p = 0; p < NP; ++p) {
+      float lanes[16];
+      _mm512_storeu_ps(lanes, summ[i][p]);
+      a.y[(t0 + 2 * p) * a.y_stride + r + i] = hsum8(_mm512_castps512_ps256(acc[i][p])) + lanes[0];
+      a.y[(t0 + 2 * p + 1) * a.y_stride + r + i] = hsum8(_mm512_extractf32x8_ps(acc[i][p], 1)) + lanes[8];
+    }
+}
+#endif
+
 template <chorus::TensorType T, int R>
 void gemm_rows(const chorus::GemmArgs& a, int64_t r) {
   int64_t t = 0;
+#if CHORUS_VNNI
+  for (; t + 4 <= a.n_tokens; t += 4) gemm_tile_pairs<T, R, 2>(a, r, t);
+  if (t + 2 <= a.n_tokens) {
+    gemm_tile_pairs<T, R, 1>(a, r, t);
+    t += 2;
+  }
+#endif
   for (; t + 4 <= a.n_tokens; t += 4) gemm_tile<T, R, 4>(a, r, t);
   switch (a.n_tokens - t) {
     case 3: gemm_tile<T, R, 3>(a, r, t); break;
@@ -138,6 +207,11 @@ void gemm_x86(const chorus::GemmArgs& a) {
   if (a.n_tokens == 1) {  // decode: more rows in flight keeps more loads outstanding
     for (; r + 4 <= a.r1; r += 4) gemm_tile<T, 4, 1>(a, r, 0);
   }
+#if CHORUS_VNNI
+  if (a.n_tokens > 1) {
+    for (; r + 4 <= a.r1; r += 4) gemm_rows<T, 4>(a, r);
+  }
+#endif
   for (; r + 2 <= a.r1; r += 2) gemm_rows<T, 2>(a, r);
   if (r < a.r1) gemm_rows<T, 1>(a, r);
 }

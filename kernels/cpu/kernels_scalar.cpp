@@ -25,48 +25,49 @@ inline int32_t idot32(const int8_t* wq, const int8_t* xq) {
   return s;
 }
 
-// Unpacks the 32 quants of a legacy block into wq (values 0..15 or 0..31, unsigned), and
-// returns (scale, min, offset) so that w = d * (q - offset) + m.
+// Unpacks the 32 quants of a legacy block into wq, and returns (scale, min) so that
+// w = d * wq + m. Formats without a minimum (Q4_0, Q5_0, Q8_0) unpack to signed values
+// (q - 8, q - 16, q), as llama.cpp computes them; Q4_1 and Q5_1 unpack to unsigned values.
 struct LegacyBlock {
   float d, m;
-  int offset;
 };
 
 LegacyBlock unpack_legacy(TensorType t, const uint8_t* b, int8_t* wq) {
   switch (t) {
     case TensorType::q4_0:
       for (int j = 0; j < 16; ++j) {
-        wq[j] = static_cast<int8_t>(b[2 + j] & 0x0f);
-        wq[j + 16] = static_cast<int8_t>(b[2 + j] >> 4);
+        wq[j] = static_cast<int8_t>((b[2 + j] & 0x0f) - 8);
+        wq[j + 16] = static_cast<int8_t>((b[2 + j] >> 4) - 8);
       }
-      return {f16_at(b), 0.0f, 8};
+      return {f16_at(b), 0.0f};
     case TensorType::q4_1:
       for (int j = 0; j < 16; ++j) {
         wq[j] = static_cast<int8_t>(b[4 + j] & 0x0f);
         wq[j + 16] = static_cast<int8_t>(b[4 + j] >> 4);
       }
-      return {f16_at(b), f16_at(b + 2), 0};
+      return {f16_at(b), f16_at(b + 2)};
     case TensorType::q5_0:
     case TensorType::q5_1: {
       const bool has_min = t == TensorType::q5_1;
       const uint8_t* p = b + (has_min ? 4 : 2);
       uint32_t qh;
       std::memcpy(&qh, p, 4);
+      const int off = has_min ? 0 : 16;
       for (int j = 0; j < 16; ++j) {
-        wq[j] = static_cast<int8_t>((p[4 + j] & 0x0f) | (((qh >> j) & 1u) << 4));
-        wq[j + 16] = static_cast<int8_t>((p[4 + j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+        wq[j] = static_cast<int8_t>(((p[4 + j] & 0x0f) | (((qh >> j) & 1u) << 4)) - off);
+        wq[j + 16] = static_cast<int8_t>(((p[4 + j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - off);
       }
-      return {f16_at(b), has_min ? f16_at(b + 2) : 0.0f, has_min ? 0 : 16};
+      return {f16_at(b), has_min ? f16_at(b + 2) : 0.0f};
     }
     case TensorType::q8_0:
       std::memcpy(wq, b + 2, 32);
-      return {f16_at(b), 0.0f, 0};
-    default: return {0, 0, 0};
+      return {f16_at(b), 0.0f};
+    default: return {0, 0};
   }
 }
 
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 against int8 activations:
-//   sum_j (d (q_j - off) + m) * dx qx_j = d dx sum(q qx) - off d sx + m sx,  sx = dx sum(qx)
+//   sum_j (d wq_j + m) * dx qx_j = d dx sum(wq qx) + m sx,  sx = dx sum(qx)
 void gemm_legacy_scalar(const GemmArgs& a) {
   const auto& info = tensor_type_info(a.type);
   const int64_t nb = a.n_cols / 32;
@@ -79,7 +80,7 @@ void gemm_legacy_scalar(const GemmArgs& a) {
       for (int64_t b = 0; b < nb; ++b) {
         const LegacyBlock lb = unpack_legacy(a.type, row + b * info.block_bytes, wq);
         const int32_t isum = idot32(wq, x[b].q);
-        sum += lb.d * x[b].d * static_cast<float>(isum) + (lb.m - static_cast<float>(lb.offset) * lb.d) * x[b].s;
+        sum += lb.d * x[b].d * static_cast<float>(isum) + lb.m * x[b].s;
       }
       a.y[t * a.y_stride + r] = sum;
     }

@@ -47,7 +47,7 @@ void op_rope(float* x, int n_rot, const float* cs, bool neox) {
   }
 }
 
-float exp_approx(float x);
+inline float exp_approx(float x);
 void op_swiglu(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
 }
@@ -82,7 +82,7 @@ inline float pow2i(int e) { return std::bit_cast<float>(static_cast<uint32_t>(e 
 // polynomial in the remainder b, scaled by 2^n (exactly, one rounding, as vscalefps). Within
 // 1.5 ulp of expf. Inputs whose |n| > 192 saturate to 0 or infinity. Branch-free, so loops
 // over it vectorize.
-float exp_approx(float x) {
+inline __attribute__((always_inline)) float exp_approx(float x) {
   const float shift = 0x1.8p23f;
   const float z = std::fma(x, 0x1.715476p+0f, shift);
   float n = z - shift;
