@@ -27,7 +27,10 @@ int run_generate(const GenerateArgs& args) {
       std::fprintf(stderr, "chorus generate: --chat: this model's chat template is not ChatML\n");
       return 2;
     }
-    prompt = m.chat->apply({{"user", prompt}});
+    std::vector<ChatMessage> messages;
+    if (!args.system.empty()) messages.push_back({"system", args.system});
+    messages.push_back({"user", prompt});
+    prompt = m.chat->apply(messages);
   }
   const auto ids = m.tokenizer.encode(prompt, {.add_special = true, .parse_special = !args.no_special});
   GenerateOptions opts;
@@ -52,7 +55,7 @@ int run_generate(const GenerateArgs& args) {
   });
   const std::string rest = stream.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
-  std::printf("\n");
+  if (stats) std::printf("\n");
   if (!stats) {
     std::fprintf(stderr, "chorus generate: %s\n", stats.error().to_string().c_str());
     return 1;

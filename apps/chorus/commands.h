@@ -31,6 +31,7 @@ struct GenerateArgs {
   std::string model;
   std::string prompt;
   bool chat = false;           // wrap the prompt as a user turn of the chat template
+  std::string system;          // with chat: the system message (default: the template's own)
   bool no_special = false;     // do not match control tokens in the prompt text
   int n_predict = 256;         // tokens to generate (-1: until the context is full)
   int n_ctx = 4096;

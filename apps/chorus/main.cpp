@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--model,-m", gen.model, "GGUF file")->capture_default_str();
   gen_cmd->add_option("prompt", gen.prompt, "The prompt (with --chat: the user's message)")->required();
   gen_cmd->add_flag("--chat", gen.chat, "Apply the model's chat template (ChatML) to the prompt");
+  gen_cmd->add_option("--system", gen.system, "With --chat: the system message (default: the template's own, if any)");
   gen_cmd->add_flag("--no-special", gen.no_special, "Treat control-token text in the prompt as plain text");
   gen_cmd->add_option("-n,--n-predict", gen.n_predict, "Tokens to generate; -1 until the context is full")->capture_default_str();
   gen_cmd->add_option("--ctx", gen.n_ctx, "Context size in tokens (prompt + generated)")->capture_default_str()->check(CLI::Range(1, 1 << 20));

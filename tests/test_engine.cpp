@@ -1,0 +1,235 @@
+// Engine pieces without a model (config, KV cache, sampler) and the engine's answers to bad
+// input: unsupported architectures, prompts longer than the context, oversized requests.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "engine/generator.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/model_config.h"
+#include "engine/sampler.h"
+#include "gpu/cpu_device.h"
+#include "tests/gguf_builder.h"
+#include "tests/test_util.h"
+
+namespace chorus {
+namespace {
+
+test::GgufBuilder llama_header(const std::string& arch = "llama") {
+  test::GgufBuilder b;
+  b.kv_string("general.architecture", arch);
+  b.kv_u32(arch + ".embedding_length", 64);
+  b.kv_u32(arch + ".block_count", 2);
+  b.kv_u32(arch + ".attention.head_count", 4);
+  b.kv_u32(arch + ".attention.head_count_kv", 2);
+  b.kv_u32(arch + ".feed_forward_length", 128);
+  b.kv_u32(arch + ".context_length", 256);
+  b.tensor("token_embd.weight", 0, {64, 10}, std::vector<uint8_t>(64 * 10 * 4));
+  return b;
+}
+
+Result<ModelConfig> config_of(const test::GgufBuilder& b) {
+  static std::vector<uint8_t> bytes;  // GgufFile views into it
+  bytes = b.build();
+  auto g = GgufFile::parse({bytes.data(), bytes.size()}, "tiny.gguf");
+  if (!g) return g.error();
+  return ModelConfig::from_gguf(*g);
+}
+
+TEST(ModelConfig, ReadsLlamaHyperParameters) {
+  auto c = config_of(llama_header());
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_EQ(c->n_embd, 64);
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->kv_dim(), 32);
+  EXPECT_EQ(c->n_vocab, 10);
+  EXPECT_TRUE(c->tied_output);
+  EXPECT_EQ(c->rope_layout, RopeLayout::rope_normal);
+}
+
+TEST(ModelConfig, UnsupportedArchitectureIsNamed) {
+  auto c = config_of(llama_header("mamba"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, Errc::unsupported);
+  EXPECT_NE(c.error().message.find("architecture 'mamba' is not supported (supported: llama, qwen2)"),
+            std::string::npos) << c.error().message;
+}
+
+TEST(ModelConfig, BadHyperParametersAreNamed) {
+  auto b = llama_header();
+  b.kv_u32("llama.attention.head_count_kv", 3);  // duplicate key: the loader rejects it first
+  EXPECT_FALSE(config_of(b).ok());
+  test::GgufBuilder g;
+  g.kv_string("general.architecture", "llama");
+  g.kv_u32("llama.embedding_length", 64);
+  auto c = config_of(g);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, Errc::not_found);
+  EXPECT_NE(c.error().message.find("'llama.block_count' is missing"), std::string::npos);
+  test::GgufBuilder r = llama_header();
+  r.kv_string("llama.rope.scaling.type", "yarn");
+  c = config_of(r);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("rope scaling 'yarn' is not supported"), std::string::npos);
+}
+
+TEST(KvCache, PagesReturnToThePool) {
+  auto c = config_of(llama_header());
+  ASSERT_TRUE(c.ok());
+  auto kv = KvCache::create(*c, 8);
+  ASSERT_TRUE(kv.ok()) << kv.error().to_string();
+  SequenceKv a, b;
+  ASSERT_TRUE(kv->reserve(a, 17).ok());  // 2 pages
+  ASSERT_TRUE(kv->reserve(b, 16 * 6).ok());
+  EXPECT_EQ(kv->n_free(), 0);
+  auto full = kv->reserve(a, 33);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.error().code, Errc::out_of_memory);
+  EXPECT_NE(full.error().message.find("0 of 8 are free"), std::string::npos) << full.error().message;
+  EXPECT_EQ(a.pages.size(), 2u) << "a failed reserve keeps what the sequence had";
+  kv->release(a);
+  kv->release(b);
+  EXPECT_EQ(kv->n_free(), 8);
+}
+
+TEST(KvCache, AbsurdSizeIsAnErrorNamingTheBytes) {
+  auto c = config_of(llama_header());
+  ASSERT_TRUE(c.ok());
+  auto kv = KvCache::create(*c, int64_t{1} << 40);
+  ASSERT_FALSE(kv.ok());
+  EXPECT_EQ(kv.error().code, Errc::out_of_memory);
+  EXPECT_NE(kv.error().message.find("GB"), std::string::npos) << kv.error().message;
+}
+
+TEST(Sampler, GreedyIsArgmaxAndTopKOneIsGreedy) {
+  const std::vector<float> logits = {0.1f, 3.0f, -1.0f, 3.0f, 2.9f};
+  Sampler g(SamplingParams::greedy());
+  EXPECT_EQ(g.sample(logits, {}), 1);  // lowest id on ties
+  SamplingParams p;
+  p.top_k = 1;
+  p.seed = 9;
+  Sampler k1(p);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(k1.sample(logits, {}), 1);
+}
+
+TEST(Sampler, SeedDeterminesTheDrawAndFiltersHold) {
+  std::vector<float> logits(100);
+  for (int i = 0; i < 100; ++i) logits[i] = static_cast<float>(i % 10) * 0.3f;
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.seed = 123;
+  Sampler a(p), b(p);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits, {}), b.sample(logits, {}));
+  // min-p keeps only tokens within a factor of the best: here only the 9s (p >= 0.9 p_max).
+  p.min_p = 0.9f;
+  Sampler m(p);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(m.sample(logits, {}) % 10, 9);
+  // Forbidden tokens are never drawn.
+  p.min_p = 0.0f;
+  for (int i = 0; i < 100; ++i)
+    if (i % 10 != 0) p.forbidden.push_back(i);
+  Sampler f(p);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(f.sample(logits, {}) % 10, 0);
+}
+
+TEST(Sampler, TemperatureSpreadsTheDraws) {
+  const std::vector<float> logits = {1.0f, 0.9f, 0.8f};
+  SamplingParams p;
+  p.temperature = 5.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  Sampler s(p);
+  std::map<int, int> hits;
+  for (int i = 0; i < 3000; ++i) ++hits[s.sample(logits, {})];
+  for (int t = 0; t < 3; ++t) EXPECT_GT(hits[t], 800) << t;
+}
+
+TEST(Sampler, RepetitionPenaltyAvoidsRecentTokens) {
+  const std::vector<float> logits = {2.0f, 1.9f};
+  SamplingParams p = SamplingParams::greedy();
+  p.repeat_penalty = 1.5f;
+  Sampler s(p);
+  const std::vector<TokenId> history = {0, 0};
+  EXPECT_EQ(s.sample(logits, history), 1);
+}
+
+class EngineBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (test::default_model() == nullptr) {
+      if (const char* r = std::getenv("CHORUS_REQUIRE_MODEL"); r && std::string(r) == "1") FAIL() << "default model missing";
+      GTEST_SKIP() << "default model not found (run scripts/setup.sh)";
+    }
+    auto m = Model::load(default_model_path());
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    model_ = std::move(*m);
+    auto d = CpuDevice::create();
+    ASSERT_TRUE(d.ok());
+    device_ = std::move(*d);
+  }
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<CpuDevice> device_;
+};
+
+TEST_F(EngineBadInput, PromptLongerThanTheContextIsAnError) {
+  GenerateOptions o;
+  o.n_ctx = 32;
+  auto g = Generator::create(*model_, *device_, 1, o);
+  ASSERT_TRUE(g.ok());
+  const std::vector<TokenId> prompt(40, 28);
+  auto r = (*g)->run(prompt, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::out_of_range);
+  EXPECT_NE(r.error().message.find("the prompt has 40 tokens but the context holds 32"), std::string::npos);
+}
+
+TEST_F(EngineBadInput, HugeTokenCountIsBoundedByTheContext) {
+  GenerateOptions o;
+  o.n_ctx = 24;
+  o.max_new_tokens = 1 << 30;
+  o.stop_at_end_of_generation = false;
+  o.sampling = SamplingParams::greedy();
+  auto g = Generator::create(*model_, *device_, 1, o);
+  ASSERT_TRUE(g.ok());
+  auto r = (*g)->run(model_->tokenizer.encode("Once upon a time"), nullptr);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->generated_tokens, 24 - 4);  // 4 prompt tokens: the rest of the context, no more
+}
+
+TEST_F(EngineBadInput, EmptyPromptAndBadTokenIds) {
+  GenerateOptions o;
+  o.n_ctx = 16;
+  auto g = Generator::create(*model_, *device_, 1, o);
+  ASSERT_TRUE(g.ok());
+  auto r = (*g)->run({}, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::invalid_argument);
+  auto bad = (*g)->run({5, 999999}, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("token id 999999 is outside the vocabulary"), std::string::npos);
+}
+
+TEST_F(EngineBadInput, ParallelSequencesDecodeLikeOne) {
+  // Batching sequences must not change what each computes: 3 greedy sequences of the same
+  // prompt produce the same tokens as one.
+  GenerateOptions o;
+  o.n_ctx = 64;
+  o.max_new_tokens = 12;
+  o.stop_at_end_of_generation = false;
+  o.sampling = SamplingParams::greedy();
+  auto one = Generator::create(*model_, *device_, 1, o);
+  auto three = Generator::create(*model_, *device_, 3, o);
+  ASSERT_TRUE(one.ok() && three.ok());
+  const auto prompt = model_->tokenizer.encode("The quick brown fox");
+  ASSERT_TRUE((*one)->run(prompt, nullptr).ok());
+  ASSERT_TRUE((*three)->run(prompt, nullptr).ok());
+  for (int s = 0; s < 3; ++s) EXPECT_EQ((*three)->outputs()[s], (*one)->outputs()[0]) << "sequence " << s;
+}
+
+}  // namespace
+}  // namespace chorus
