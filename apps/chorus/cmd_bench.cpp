@@ -36,16 +36,10 @@ std::vector<TokenId> bench_prompt(const Tokenizer& tok, int n) {
 
 int run_bench(const BenchArgs& args) {
   auto model = Model::load(args.model);
-  if (!model) {
-    std::fprintf(stderr, "chorus bench: %s\n", model.error().to_string().c_str());
-    return 1;
-  }
+  if (!report("bench", model)) return 1;
   const Model& m = **model;
   auto device = CpuDevice::create({.n_threads = args.threads, .isa = args.isa});
-  if (!device) {
-    std::fprintf(stderr, "chorus bench: %s\n", device.error().to_string().c_str());
-    return 1;
-  }
+  if (!report("bench", device)) return 1;
   nlohmann::json out;
   out["model"] = args.model;
   out["device"] = (*device)->describe();
@@ -61,18 +55,12 @@ int run_bench(const BenchArgs& args) {
     o.max_new_tokens = 1;
     o.sampling = SamplingParams::greedy();
     auto gen = Generator::create(m, **device, 1, o);
-    if (!gen) {
-      std::fprintf(stderr, "chorus bench: %s\n", gen.error().to_string().c_str());
-      return 1;
-    }
+    if (!report("bench", gen)) return 1;
     const auto prompt = bench_prompt(m.tokenizer, args.pp);
     double best = 1e30;
     for (int r = 0; r <= args.reps; ++r) {
       auto st = (*gen)->run(prompt, nullptr);
-      if (!st) {
-        std::fprintf(stderr, "chorus bench: %s\n", st.error().to_string().c_str());
-        return 1;
-      }
+      if (!report("bench", st)) return 1;
       if (r > 0) best = std::min(best, st->prefill_seconds);
     }
     const double tps = args.pp / best;
@@ -91,19 +79,13 @@ int run_bench(const BenchArgs& args) {
     o.stop_at_end_of_generation = false;
     o.sampling = SamplingParams::greedy();
     auto gen = Generator::create(m, **device, n, o);
-    if (!gen) {
-      std::fprintf(stderr, "chorus bench: %s\n", gen.error().to_string().c_str());
-      return 1;
-    }
+    if (!report("bench", gen)) return 1;
     const auto prompt = bench_prompt(m.tokenizer, 16);
     double best = 1e30;
     int64_t tokens = 0;
     for (int r = 0; r <= args.reps; ++r) {
       auto st = (*gen)->run(prompt, nullptr);
-      if (!st) {
-        std::fprintf(stderr, "chorus bench: %s\n", st.error().to_string().c_str());
-        return 1;
-      }
+      if (!report("bench", st)) return 1;
       // The first token of each sequence comes from the prefill's logits: count the rest.
       tokens = st->generated_tokens - n;
       if (r > 0) best = std::min(best, st->decode_seconds);

@@ -11,16 +11,10 @@ namespace chorus::app {
 
 int run_generate(const GenerateArgs& args) {
   auto model = Model::load(args.model);
-  if (!model) {
-    std::fprintf(stderr, "chorus generate: %s\n", model.error().to_string().c_str());
-    return 1;
-  }
+  if (!report("generate", model)) return 1;
   const Model& m = **model;
   auto device = CpuDevice::create({.n_threads = args.threads, .isa = args.isa});
-  if (!device) {
-    std::fprintf(stderr, "chorus generate: %s\n", device.error().to_string().c_str());
-    return 1;
-  }
+  if (!report("generate", device)) return 1;
   std::string prompt = args.prompt;
   if (args.chat) {
     if (!m.chat) {
@@ -43,10 +37,7 @@ int run_generate(const GenerateArgs& args) {
   opts.sampling.repeat_penalty = args.repeat_penalty;
   opts.sampling.seed = args.seed;
   auto gen = Generator::create(m, **device, 1, opts);
-  if (!gen) {
-    std::fprintf(stderr, "chorus generate: %s\n", gen.error().to_string().c_str());
-    return 1;
-  }
+  if (!report("generate", gen)) return 1;
   IncrementalDecoder stream(m.tokenizer, {.render_special = false});
   auto stats = (*gen)->run(ids, [&](int, TokenId tok) {
     const std::string text = stream.push(tok);

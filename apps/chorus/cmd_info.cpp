@@ -29,10 +29,7 @@ std::string printable(std::string_view s) {
 
 int run_info(const InfoArgs& args) {
   auto gguf = GgufFile::open(args.model);
-  if (!gguf) {
-    std::fprintf(stderr, "chorus info: %s\n", gguf.error().to_string().c_str());
-    return 1;
-  }
+  if (!report("info", gguf)) return 1;
   const GgufFile& g = *gguf;
   const std::string arch = meta_or(g, "general.architecture");
   std::printf("file        %s\n", g.name().c_str());

@@ -53,15 +53,9 @@ std::string visible(const std::string& s) {
 
 int run_tokenize(const TokenizeArgs& args) {
   auto gguf = GgufFile::open(args.model);
-  if (!gguf) {
-    std::fprintf(stderr, "chorus tokenize: %s\n", gguf.error().to_string().c_str());
-    return 1;
-  }
+  if (!report("tokenize", gguf)) return 1;
   auto tok = Tokenizer::from_gguf(*gguf);
-  if (!tok) {
-    std::fprintf(stderr, "chorus tokenize: %s\n", tok.error().to_string().c_str());
-    return 1;
-  }
+  if (!report("tokenize", tok)) return 1;
   if (!args.decode_ids.empty()) {
     auto ids = parse_ids(args.decode_ids, tok->vocab_size());
     if (!ids) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,13 @@ struct BenchArgs {
   std::string json;               // write results here
 };
 int run_bench(const BenchArgs& args);
+
+// Prints "chorus CMD: <error>" to stderr when `r` holds an error; returns whether it holds a value.
+template <class R>
+bool report(const char* cmd, const R& r) {
+  if (r.ok()) return true;
+  std::fprintf(stderr, "chorus %s: %s\n", cmd, r.error().to_string().c_str());
+  return false;
+}
 
 }  // namespace chorus::app

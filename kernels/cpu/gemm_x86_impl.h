@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/ops_impl.h"
 
 namespace {
 
@@ -216,11 +217,17 @@ void gemm_x86(const chorus::GemmArgs& a) {
   if (r < a.r1) gemm_rows<T, 1>(a, r);
 }
 
-inline void add_x86_gemms(chorus::CpuKernels& k) {
+// The x86 table of this translation unit's instruction set: the scalar table for formats
+// without an x86 kernel, this unit's element-wise ops, and the integer GEMMs above.
+inline chorus::CpuKernels make_x86_table(const char* isa) {
   using chorus::TensorType;
+  chorus::CpuKernels k = chorus::cpu_kernels_scalar();
+  k.isa = isa;
+  fill_common_ops(k);
   k.gemm[static_cast<int>(TensorType::q4_0)] = gemm_x86<TensorType::q4_0>;
   k.gemm[static_cast<int>(TensorType::q4_1)] = gemm_x86<TensorType::q4_1>;
   k.gemm[static_cast<int>(TensorType::q8_0)] = gemm_x86<TensorType::q8_0>;
+  return k;
 }
 
 }  // namespace

@@ -3,18 +3,11 @@
 #if defined(__x86_64__)
 #define CHORUS_VNNI 0
 #include "kernels/cpu/gemm_x86_impl.h"
-#include "kernels/cpu/ops_impl.h"
 
 namespace chorus {
 
 const CpuKernels* cpu_kernels_avx2() {
-  static const CpuKernels table = [] {
-    CpuKernels k = cpu_kernels_scalar();  // types without a kernel here keep the scalar one
-    k.isa = "avx2";
-    fill_common_ops(k);
-    add_x86_gemms(k);
-    return k;
-  }();
+  static const CpuKernels table = make_x86_table("avx2");
   return &table;
 }
 

@@ -7,18 +7,11 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define CHORUS_VNNI 1
 #include "kernels/cpu/gemm_x86_impl.h"
-#include "kernels/cpu/ops_impl.h"
 
 namespace chorus {
 
 const CpuKernels* cpu_kernels_avx512() {
-  static const CpuKernels table = [] {
-    CpuKernels k = cpu_kernels_scalar();
-    k.isa = "avx512";
-    fill_common_ops(k);
-    add_x86_gemms(k);
-    return k;
-  }();
+  static const CpuKernels table = make_x86_table("avx512");
   return &table;
 }
 
