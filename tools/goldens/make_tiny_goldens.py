@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Record llama.cpp logits for the tiny random-weight models.
+
+For each of tiny_llama.gguf, tiny_qwen2.gguf, tiny_llama_f32.gguf (written by
+make_tiny_models.py, in the same directory as --out):
+
+  cases:  3 token-id sequences (lengths 1, 7, 40; ids uniform in [0, n_vocab),
+          numpy seed SEED, the same ids for every model), each evaluated with
+          llm.reset(); llm.eval(ids) -- token ids go straight in, no tokenizer.
+          Recorded: the full logit vector of the last position.
+  greedy: the length-40 sequence as prompt, then 16 greedy steps: logits of the
+          last evaluated position, argmax (lowest id on ties), top1 - top2 gap,
+          llm.eval([tok]).
+
+llama_cpp.Llama(n_ctx=256, n_threads=2, n_batch=256, logits_all=True,
+type_k=type_v=GGML_TYPE_F32 (0), flash_attn=False): f32 KV cache, no flash
+attention. Floats are written as the shortest decimal that round-trips to the
+float32 value llama.cpp produced.
+
+Usage:
+  make_tiny_goldens.py [--out tests/goldens/tiny_models.json]
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_OUT = os.path.join(REPO, "tests", "goldens", "tiny_models.json")
+
+MODELS = ["tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf"]
+LENGTHS = [1, 7, 40]
+SEED = 20240601
+N_GREEDY = 16
+N_THREADS = 2
+N_CTX = 256
+N_BATCH = 256
+GGML_TYPE_F32 = 0
+
+
+def sha256_file(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def f32(x):
+    """Shortest decimal that round-trips to float32 x, as a Python float."""
+    return float(str(np.float32(x)))
+
+
+def last_logits(llm):
+    # With logits_all=True, Llama.eval fills llm.scores for every position.
+    return np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+
+
+def run_case(llm, ids):
+    llm.reset()
+    llm.eval(ids)
+    return last_logits(llm)
+
+
+def greedy(llm, prompt, n_steps):
+    llm.reset()
+    llm.eval(prompt)
+    ids, gaps = [], []
+    for _ in range(n_steps):
+        logits = last_logits(llm)
+        tok = int(np.argmax(logits))  # lowest index among ties
+        rest = np.delete(logits, tok)
+        ids.append(tok)
+        gaps.append(float(np.float32(logits[tok] - rest.max())))
+        llm.eval([tok])
+    return ids, gaps
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--models-dir", default=None,
+                    help="directory with the .gguf files (default: the --out directory)")
+    args = ap.parse_args()
+    models_dir = args.models_dir or os.path.dirname(os.path.abspath(args.out))
+
+    import llama_cpp
+
+    t_start = time.perf_counter()
+    out_models = {}
+    raw = {}
+    for name in MODELS:
+        path = os.path.join(models_dir, name)
+        t0 = time.perf_counter()
+        llm = llama_cpp.Llama(model_path=path, n_ctx=N_CTX, n_threads=N_THREADS,
+                              n_threads_batch=N_THREADS, n_batch=N_BATCH, logits_all=True,
+                              type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, flash_attn=False,
+                              seed=0, verbose=False)
+        n_vocab = int(llm.n_vocab())
+        rng = np.random.default_rng(SEED)
+        seqs = [[int(t) for t in rng.integers(0, n_vocab, size=n)] for n in LENGTHS]
+
+        cases = []
+        raw[name] = []
+        for ids in seqs:
+            logits = run_case(llm, ids)
+            assert np.isfinite(logits).all(), (name, len(ids))
+            raw[name].append(logits)
+            cases.append({"ids": ids, "last_logits": [f32(v) for v in logits]})
+        g_ids, g_gaps = greedy(llm, seqs[-1], N_GREEDY)
+
+        # Determinism: llama.cpp on CPU with a fixed thread count should repeat
+        # itself bit for bit.
+        again = run_case(llm, seqs[-1])
+        if not np.array_equal(again, raw[name][-1]) or greedy(llm, seqs[-1], N_GREEDY)[0] != g_ids:
+            print("WARNING: %s: re-run gave different results" % name, file=sys.stderr)
+
+        out_models[name] = {
+            "sha256": sha256_file(path),
+            "n_vocab": n_vocab,
+            "cases": cases,
+            "greedy": {"prompt": seqs[-1], "ids": g_ids, "top2_gap": [f32(g) for g in g_gaps]},
+        }
+        stds = " ".join("%.3f" % l.std() for l in raw[name])
+        print("%-20s n_vocab %d  logit std [%s]  greedy %s  min gap %.4f  %.2fs" % (
+            name, n_vocab, stds, g_ids, min(g_gaps), time.perf_counter() - t0))
+        del llm
+
+    # Same float weights, same ids: the Q8_0 model vs its F32 original.
+    if "tiny_llama.gguf" in raw and "tiny_llama_f32.gguf" in raw:
+        for n, a, b in zip(LENGTHS, raw["tiny_llama.gguf"], raw["tiny_llama_f32.gguf"]):
+            print("tiny_llama Q8_0 vs F32, %2d tokens: max |dlogit| %.4f" % (n, np.abs(a - b).max()))
+
+    out = {
+        "generator": "llama-cpp-python %s" % llama_cpp.__version__,
+        "kv_type": "f32",
+        "flash_attn": False,
+        "n_threads": N_THREADS,
+        "n_ctx": N_CTX,
+        "n_batch": N_BATCH,
+        "seed": SEED,
+        "models": out_models,
+    }
+
+    # Layout: one case per line.
+    lines = [json.dumps({k: v for k, v in out.items() if k != "models"})[:-1] + ', "models": {']
+    mparts = []
+    for name, m in out_models.items():
+        s = '%s: {"sha256": %s, "n_vocab": %d, "cases": [\n' % (
+            json.dumps(name), json.dumps(m["sha256"]), m["n_vocab"])
+        s += ",\n".join(json.dumps(c, separators=(",", ":")) for c in m["cases"])
+        s += '\n], "greedy": %s}' % json.dumps(m["greedy"], separators=(",", ":"))
+        mparts.append(s)
+    text = lines[0] + "\n" + ",\n".join(mparts) + "\n}}\n"
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(args.out, "r", encoding="utf-8") as f:
+        back = json.load(f)
+    assert back == json.loads(json.dumps(out))
+    for name in MODELS:  # floats survive the round trip exactly as float32
+        for c, l in zip(back["models"][name]["cases"], raw[name]):
+            assert np.array_equal(np.array(c["last_logits"], dtype=np.float32), l)
+    print("wrote %s (%d bytes) in %.2fs" % (args.out, os.path.getsize(args.out),
+                                           time.perf_counter() - t_start))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Write tiny random-weight GGUF models for architecture/shape tests.
+
+Files (written with gguf.GGUFWriter, fixed numpy seeds, so re-running gives
+byte-identical files):
+
+  tiny_llama.gguf      "llama", untied output.weight, matrices + token_embd Q8_0
+  tiny_qwen2.gguf      "qwen2", q/k/v biases, tied output, matrices Q4_0,
+                       token_embd Q8_0
+  tiny_llama_f32.gguf  the same float weights as tiny_llama.gguf, all F32
+
+Shapes: 2 layers, n_embd 128, 4 heads, 2 KV heads (GQA, head_dim 32),
+n_ff 256, context 512. Norm weights are F32 (1 + N(0, 0.05)); matrices are
+N(0, 0.05). Shapes are given in GGUF ne order ([n_in, n_out]); the numpy
+arrays are the reverse ([n_out, n_in]), as GGUFWriter expects.
+
+Tokenizer: tokenizer.ggml.model "gpt2", pre "default", a byte-level BPE vocab
+of the 256 GPT-2 byte-alphabet tokens (in bytes_to_unicode order), MERGES
+below (each adding its merged token) and two CONTROL tokens at the end,
+<|endoftext|> (eos) and <|im_start|> (bos).
+
+After writing, every file is loaded with llama_cpp.Llama (if importable) and
+the last-position logits of a short token sequence are printed with their std.
+
+Usage:
+  make_tiny_models.py [--out tests/goldens] [--no-check]
+"""
+import argparse
+import hashlib
+import os
+import sys
+import time
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as QT
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_OUT = os.path.join(REPO, "tests", "goldens")
+
+N_LAYER = 2
+N_EMBD = 128
+N_HEAD = 4
+N_HEAD_KV = 2
+N_FF = 256
+N_CTX = 512
+HEAD_DIM = N_EMBD // N_HEAD
+W_STD = 0.05
+NORM_NOISE = 0.05
+BIAS_STD = 0.1
+
+# Merges in priority order. Every part must already be a token (a byte token
+# or the result of an earlier merge); the script checks this.
+MERGES = [
+    "Ġ t", "h e", "Ġ a", "i n", "Ġt he", "e r", "o n", "Ġ s", "r e", "a n",
+    "Ġ w", "o r", "Ġ o", "e n", "Ġ c", "i s", "a t", "e s", "Ġ b", "Ġ f",
+    "n d", "i t", "Ġ p", "Ġ m", "a r", "l l", "Ġa nd", "Ġ in", "Ġo f", "o u",
+    "Ġ h", "e d", "Ġt o", "in g", "Ġ d", "Ġ l", "l e", "Ġ Ġ", "Ċ Ċ", "Ġ 1",
+]
+SPECIALS = ["<|endoftext|>", "<|im_start|>"]
+
+MODELS = {
+    # file: (arch, matrix type, token_embd type, tied output, biases,
+    #        rope base, rms eps, weight seed, file_type)
+    "tiny_llama.gguf": ("llama", QT.Q8_0, QT.Q8_0, False, False, 10000.0, 1e-5, 1234,
+                        gguf.LlamaFileType.MOSTLY_Q8_0),
+    "tiny_qwen2.gguf": ("qwen2", QT.Q4_0, QT.Q8_0, True, True, 1000000.0, 1e-6, 5678,
+                        gguf.LlamaFileType.MOSTLY_Q4_0),
+    "tiny_llama_f32.gguf": ("llama", QT.F32, QT.F32, False, False, 10000.0, 1e-5, 1234,
+                            gguf.LlamaFileType.ALL_F32),
+}
+
+
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character table (same order as GPT-2)."""
+    bs = (list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100)))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(0x100 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def build_vocab():
+    b2u = bytes_to_unicode()
+    tokens = list(b2u.values())  # 256 byte tokens in GPT-2's order
+    assert len(set(tokens)) == 256
+    have = set(tokens)
+    for m in MERGES:
+        a, b = m.split(" ")
+        assert a in have and b in have, "merge %r: part not in vocab" % m
+        assert a + b not in have, "merge %r: duplicate result" % m
+        tokens.append(a + b)
+        have.add(a + b)
+    types = [gguf.TokenType.NORMAL] * len(tokens)
+    for s in SPECIALS:
+        tokens.append(s)
+        types.append(gguf.TokenType.CONTROL)
+    return tokens, types
+
+
+def add_matrix(w, name, ne, qtype, rng, std=W_STD):
+    """Random [n_out, n_in] matrix (GGUF ne = [n_in, n_out]) stored as qtype."""
+    data = rng.normal(0.0, std, size=(ne[1], ne[0])).astype(np.float32)
+    if qtype == QT.F32:
+        w.add_tensor(name, data)
+    else:
+        q = gguf.quants.quantize(data, qtype)  # uint8 [n_out, bytes per row]
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
+
+
+def add_norm(w, name, n, rng):
+    w.add_tensor(name, (1.0 + rng.normal(0.0, NORM_NOISE, size=n)).astype(np.float32))
+
+
+def add_bias(w, name, n, rng):
+    w.add_tensor(name, rng.normal(0.0, BIAS_STD, size=n).astype(np.float32))
+
+
+def write_model(path, spec, tokens, types):
+    arch, mtype, etype, tied, biases, rope_base, eps, seed, ftype = spec
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(os.path.splitext(os.path.basename(path))[0])
+    w.add_file_type(int(ftype))
+    w.add_context_length(N_CTX)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD_KV)
+    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_rope_freq_base(rope_base)
+    w.add_layer_norm_rms_eps(eps)
+    w.add_vocab_size(n_vocab)
+
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([int(t) for t in types])
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(tokens.index("<|im_start|>"))
+    w.add_eos_token_id(tokens.index("<|endoftext|>"))
+    w.add_add_bos_token(False)
+
+    # Tensor order as llama.cpp's converters write it. Weights are drawn in
+    # this order from one generator, so the F32 and Q8_0 llama files share
+    # the same underlying float weights.
+    add_matrix(w, "token_embd.weight", [N_EMBD, n_vocab], etype, rng)
+    kv = N_HEAD_KV * HEAD_DIM
+    for i in range(N_LAYER):
+        p = "blk.%d." % i
+        add_norm(w, p + "attn_norm.weight", N_EMBD, rng)
+        add_matrix(w, p + "attn_q.weight", [N_EMBD, N_EMBD], mtype, rng)
+        add_matrix(w, p + "attn_k.weight", [N_EMBD, kv], mtype, rng)
+        add_matrix(w, p + "attn_v.weight", [N_EMBD, kv], mtype, rng)
+        if biases:
+            add_bias(w, p + "attn_q.bias", N_EMBD, rng)
+            add_bias(w, p + "attn_k.bias", kv, rng)
+            add_bias(w, p + "attn_v.bias", kv, rng)
+        add_matrix(w, p + "attn_output.weight", [N_EMBD, N_EMBD], mtype, rng)
+        add_norm(w, p + "ffn_norm.weight", N_EMBD, rng)
+        add_matrix(w, p + "ffn_gate.weight", [N_EMBD, N_FF], mtype, rng)
+        add_matrix(w, p + "ffn_up.weight", [N_EMBD, N_FF], mtype, rng)
+        add_matrix(w, p + "ffn_down.weight", [N_FF, N_EMBD], mtype, rng)
+    add_norm(w, "output_norm.weight", N_EMBD, rng)
+    if not tied:
+        add_matrix(w, "output.weight", [N_EMBD, n_vocab], mtype, rng)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def check_with_llama_cpp(path, n_vocab):
+    import llama_cpp
+    t0 = time.perf_counter()
+    llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_threads=2, n_threads_batch=2,
+                          logits_all=True, verbose=False)
+    assert llm.n_vocab() == n_vocab, (llm.n_vocab(), n_vocab)
+    ids = [int(t) for t in np.random.default_rng(0).integers(0, n_vocab, size=8)]
+    llm.eval(ids)
+    logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+    top = np.sort(logits)[::-1]
+    print("  llama.cpp: n_vocab %d, n_ctx_train %d, n_embd %d; logits std %.3f, "
+          "range [%.3f, %.3f], top2 gap %.4f, load+eval %.2fs" % (
+              llm.n_vocab(), llm._model.n_ctx_train(), llm.n_embd(), logits.std(), logits.min(),
+              logits.max(), top[0] - top[1], time.perf_counter() - t0))
+    assert np.isfinite(logits).all() and logits.std() > 0.1, "degenerate logits"
+    del llm
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=DEFAULT_OUT, help="output directory")
+    ap.add_argument("--no-check", action="store_true", help="skip loading with llama.cpp")
+    args = ap.parse_args()
+
+    t_start = time.perf_counter()
+    os.makedirs(args.out, exist_ok=True)
+    tokens, types = build_vocab()
+    print("vocab: %d tokens (%d merges, %d specials)" % (len(tokens), len(MERGES), len(SPECIALS)))
+    for name, spec in MODELS.items():
+        path = os.path.join(args.out, name)
+        write_model(path, spec, tokens, types)
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        print("%s: %d bytes, sha256 %s" % (name, os.path.getsize(path), digest))
+        if not args.no_check:
+            check_with_llama_cpp(path, len(tokens))
+    print("done in %.2fs" % (time.perf_counter() - t_start))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
