@@ -100,7 +100,12 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
   // Attention scratch: one score row per thread, as long as the longest sequence (rounded to 16).
   int64_t max_kv = 0;
   for (const BatchToken& b : batch) max_kv = std::max<int64_t>(max_kv, b.pos + 1);
-  const size_t scratch_stride = static_cast<size_t>((max_kv + 15) & ~int64_t{15});
+  // Query heads sharing a KV head go to one attention call (their keys and values are read
+  // once), at most kMaxQueries at a time.
+  constexpr int kMaxQueries = 8;
+  const int q_per_call = std::min(group, kMaxQueries);
+  const int calls_per_kv_head = (group + q_per_call - 1) / q_per_call;
+  const auto scratch_stride = static_cast<size_t>(attention_scratch_floats(q_per_call, max_kv, c_.head_dim));
   if (scratch_.size() < scratch_stride * static_cast<size_t>(dev_.n_threads()))
     scratch_.resize(scratch_stride * static_cast<size_t>(dev_.n_threads()));
 
@@ -138,13 +143,17 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
         vp[s].push_back(kv.v(l, p));
       }
     }
-    dev_.pool().run(T * c_.n_head, [&](int64_t i, int thread) {
-      const int64_t t = i / c_.n_head;
-      const int h = static_cast<int>(i % c_.n_head);
+    dev_.pool().run(T * c_.n_head_kv * calls_per_kv_head, [&](int64_t i, int thread) {
+      const int64_t t = i / (c_.n_head_kv * calls_per_kv_head);
+      const int rest = static_cast<int>(i % (c_.n_head_kv * calls_per_kv_head));
+      const int kvh = rest / calls_per_kv_head;
+      const int h0 = kvh * group + (rest % calls_per_kv_head) * q_per_call;  // first query head
+      const int nq = std::min(q_per_call, (kvh + 1) * group - h0);
       const auto s = static_cast<size_t>(batch[t].seq);
-      AttentionArgs a{q_.data() + t * QD + h * HD, kp[s].data(), vp[s].data(), KVD,
-                      static_cast<int64_t>(h / group) * HD, HD, batch[t].pos + 1, scale,
-                      att_.data() + t * QD + h * HD, scratch_.data() + static_cast<size_t>(thread) * scratch_stride, T == 1};
+      AttentionArgs a{q_.data() + t * QD + static_cast<int64_t>(h0) * HD, nq, kp[s].data(), vp[s].data(), KVD,
+                      static_cast<int64_t>(kvh) * HD, HD, batch[t].pos + 1, scale,
+                      att_.data() + t * QD + static_cast<int64_t>(h0) * HD,
+                      scratch_.data() + static_cast<size_t>(thread) * scratch_stride, T == 1};
       K.attention(a);
     });
     quantize(att_.data(), T, QD, xq_.data());

@@ -37,10 +37,6 @@ double nmse(const std::vector<float>& got, const std::vector<double>& want) {
   return den > 0 ? num / den : num;
 }
 
-double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  return nmse(got, std::vector<double>(want.begin(), want.end()));
-}
-
 // The tables this CPU can run, other than the scalar reference.
 std::vector<const CpuKernels*> variants() {
   std::vector<const CpuKernels*> v;
@@ -246,25 +242,31 @@ TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
       std::vector<const float*> kptr, vptr;
       for (auto& p : kp) kptr.push_back(p.data());
       for (auto& p : vp) vptr.push_back(p.data());
-      const auto q = random_floats(static_cast<size_t>(d), rng, 0.5f);
+      // Three query heads share each KV head (grouped-query attention).
+      constexpr int nq = 3;
+      const auto q = random_floats(static_cast<size_t>(nq * d), rng, 0.5f);
       for (int head = 0; head < n_kv_heads; ++head) {
-        // float64 reference (keys are dimension-major within a page).
-        std::vector<double> sc(static_cast<size_t>(n_kv)), want(static_cast<size_t>(d), 0.0);
-        double mx = -1e300, tot = 0;
-        for (int64_t j = 0; j < n_kv; ++j) {
-          double s = 0;
-          for (int i = 0; i < d; ++i) s += q[i] * static_cast<double>(kp[j / 16][(head * d + i) * 16 + j % 16]);
-          sc[j] = s / std::sqrt(static_cast<double>(d));
-          mx = std::max(mx, sc[j]);
+        // float64 reference per query (keys are dimension-major within a page).
+        std::vector<double> want(static_cast<size_t>(nq * d), 0.0);
+        for (int g = 0; g < nq; ++g) {
+          std::vector<double> sc(static_cast<size_t>(n_kv));
+          double mx = -1e300, tot = 0;
+          for (int64_t j = 0; j < n_kv; ++j) {
+            double s = 0;
+            for (int i = 0; i < d; ++i) s += q[g * d + i] * static_cast<double>(kp[j / 16][(head * d + i) * 16 + j % 16]);
+            sc[j] = s / std::sqrt(static_cast<double>(d));
+            mx = std::max(mx, sc[j]);
+          }
+          for (double& s : sc) tot += s = std::exp(s - mx);
+          for (int64_t j = 0; j < n_kv; ++j)
+            for (int i = 0; i < d; ++i) want[g * d + i] += sc[j] / tot * vp[j / 16][(j % 16) * kv_stride + head * d + i];
         }
-        for (double& s : sc) tot += s = std::exp(s - mx);
-        for (int64_t j = 0; j < n_kv; ++j)
-          for (int i = 0; i < d; ++i) want[i] += sc[j] / tot * vp[j / 16][(j % 16) * kv_stride + head * d + i];
         std::vector<float> ref;
         for (const CpuKernels* k : all) {
           for (bool single : {false, true}) {
-            std::vector<float> out(static_cast<size_t>(d)), scratch(static_cast<size_t>(n_pages * 16));
-            AttentionArgs a{q.data(), kptr.data(), vptr.data(), kv_stride, static_cast<int64_t>(head) * d, d, n_kv,
+            std::vector<float> out(static_cast<size_t>(nq * d)),
+                scratch(static_cast<size_t>(attention_scratch_floats(nq, n_kv, d)));
+            AttentionArgs a{q.data(), nq, kptr.data(), vptr.data(), kv_stride, static_cast<int64_t>(head) * d, d, n_kv,
                             1.0f / std::sqrt(static_cast<float>(d)), out.data(), scratch.data(), single};
             k->attention(a);
             EXPECT_LT(nmse(out, want), 1e-10) << k->isa << " d=" << d << " n_kv=" << n_kv << " single=" << single;
@@ -272,6 +274,14 @@ TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
               if (ref.empty()) ref = out;
               EXPECT_EQ(out, ref) << k->isa << " d=" << d << " n_kv=" << n_kv;
             }
+            // One query at a time gives the same bits as the group.
+            std::vector<float> one(static_cast<size_t>(d));
+            AttentionArgs a1 = a;
+            a1.n_q = 1;
+            a1.q = q.data() + d;
+            a1.out = one.data();
+            k->attention(a1);
+            EXPECT_TRUE(std::equal(one.begin(), one.end(), out.begin() + d)) << k->isa << " group vs single query";
           }
         }
       }
@@ -280,13 +290,20 @@ TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
 }
 
 TEST(Kernels, DeviceSelectsTheBestTableAndHonoursOverrides) {
-  auto d = CpuDevice::create({.n_threads = 1, .isa = "scalar"});
+  CpuDeviceOptions scalar;
+  scalar.n_threads = 1;
+  scalar.isa = "scalar";
+  auto d = CpuDevice::create(scalar);
   ASSERT_TRUE(d.ok()) << d.error().to_string();
   EXPECT_STREQ((*d)->kernels().isa, "scalar");
-  auto bad = CpuDevice::create({.n_threads = 1, .isa = "neon"});
+  CpuDeviceOptions neon;
+  neon.isa = "neon";
+  auto bad = CpuDevice::create(neon);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("unknown ISA 'neon'"), std::string::npos);
-  auto best = CpuDevice::create({.n_threads = 2});
+  CpuDeviceOptions two;
+  two.n_threads = 2;
+  auto best = CpuDevice::create(two);
   ASSERT_TRUE(best.ok());
   EXPECT_STREQ((*best)->kernels().isa, best_cpu_kernels().isa);
 }

@@ -37,11 +37,13 @@ using GemmFn = void (*)(const GemmArgs& a);
 // for 16-position pages).
 inline constexpr int kKvPageSize = 16;
 
-// One query token of one attention head over a paged KV cache, causal up to n_kv positions.
+// The queries of one KV head (n_q of them: the query heads that share it under grouped-query
+// attention) for one token, over a paged KV cache, causal up to n_kv positions.
 // Key pages are dimension-major: dimension i of position t is k_page[i * 16 + t] (so 16
 // positions' keys load as one vector). Value pages are position-major: v_page[t * kv_stride + i].
 struct AttentionArgs {
-  const float* q;              // [head_dim], already rotated
+  const float* q;              // [n_q, head_dim], already rotated
+  int n_q;                     // queries sharing this KV head, 1..8 (callers split larger groups)
   const float* const* k_pages; // per page: [kv_stride dims][16 positions] (this layer/sequence)
   const float* const* v_pages; // per page: [16 positions][kv_stride]
   int64_t kv_stride;           // floats per position in a value page (n_kv_heads * head_dim)
@@ -49,10 +51,17 @@ struct AttentionArgs {
   int head_dim;
   int64_t n_kv;                // attend to positions [0, n_kv)
   float scale;                 // 1 / sqrt(head_dim)
-  float* out;                  // [head_dim]
-  float* scratch;              // [round_up(n_kv, 16)] floats, private to the calling thread
+  float* out;                  // [n_q, head_dim]
+  float* scratch;              // attention_scratch_floats(n_q, n_kv, head_dim) floats, private
+                               // to the calling thread
   bool single_token_batch;     // the step has one token: use llama.cpp's order for that shape
 };
+
+// Scratch an attention call needs: scores [n_q, round_up(n_kv, 16)] and value accumulators
+// [n_q, 4 chains, 16 lanes, head_dim].
+inline int64_t attention_scratch_floats(int n_q, int64_t n_kv, int head_dim) {
+  return static_cast<int64_t>(n_q) * (((n_kv + 15) & ~int64_t{15}) + 4 * 16 * static_cast<int64_t>(head_dim));
+}
 
 struct CpuKernels {
   const char* isa;  // "scalar", "avx2", "avx512"

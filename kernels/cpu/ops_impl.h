@@ -112,7 +112,8 @@ inline float reduce16(const float* v) {
   return a + b;
 }
 
-// Softmax attention for one query over positions [0, n_kv) of a paged cache whose key pages
+// Softmax attention for the queries of one KV head (1..8 of them under GQA) over positions
+// [0, n_kv) of a paged cache whose key pages
 // are dimension-major ([dims][16 positions]), so scores come out 16 positions at a time:
 // each lane's products in ggml's dot-product order (4 accumulators over steps of 64, folded),
 // then the 16 lanes reduced in _mm512_reduce_add_ps order — all as vectors over positions.
@@ -121,85 +122,107 @@ inline float reduce16(const float* v) {
 void op_attention(const chorus::AttentionArgs& a) {
   constexpr int P = chorus::kKvPageSize;
   static_assert(P == 16, "the reduction order below is written for 16-position pages");
-  constexpr int kMaxHeadDim = 512;
   const int d = a.head_dim;
   const int d64 = d & ~63;
+  const int nq = a.n_q;
   const int64_t n = a.n_kv;
   const int64_t n_pages = (n + P - 1) / P;
-  float* p = a.scratch;  // [n_pages * 16]
-  float mx = -INFINITY;
+  const int64_t stride = n_pages * P;  // scratch floats per query
+  // Scores, one page at a time: the page's keys are read from memory once for all queries of
+  // the group (GQA), then stay in L1.
+  for (int g = 0; g < nq; ++g) a.scratch[g * stride] = 0.0f;
+  float mx[8];
+  for (int g = 0; g < nq; ++g) mx[g] = -INFINITY;
   for (int64_t pg = 0; pg < n_pages; ++pg) {
     const float* kt = a.k_pages[pg] + a.kv_offset * P;  // [d][16]
-    // lane[l][t]: lane l of position t's dot product, i.e. the sum over steps of 64 of
-    // (q k)[16j + l] for j = 0..3, folded as (j0 + j2) + (j1 + j3). One lane at a time keeps the
-    // working set in registers.
-    float lane[16][P];
-    for (int l = 0; l < 16; ++l) {
-      float acc[4][P];
-      for (int j = 0; j < 4; ++j)
-        for (int t = 0; t < P; ++t) acc[j][t] = 0.0f;
-      for (int s0 = 0; s0 < d64; s0 += 64)
-        for (int j = 0; j < 4; ++j) {
-          const float q = a.q[s0 + 16 * j + l];
-          const float* k = kt + (s0 + 16 * j + l) * P;
-          for (int t = 0; t < P; ++t) acc[j][t] = std::fma(q, k[t], acc[j][t]);
-        }
-      for (int t = 0; t < P; ++t) lane[l][t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
-    }
-    float t8[8][P], t4[4][P], sc[P];
-    for (int i = 0; i < 8; ++i)
-      for (int t = 0; t < P; ++t) t8[i][t] = lane[8 + i][t] + lane[i][t];
-    for (int i = 0; i < 4; ++i)
-      for (int t = 0; t < P; ++t) t4[i][t] = t8[4 + i][t] + t8[i][t];
-    for (int t = 0; t < P; ++t) sc[t] = (t4[0][t] + t4[2][t]) + (t4[1][t] + t4[3][t]);
-    for (int i = d64; i < d; ++i)  // dimensions past the last full step of 64, one by one
-      for (int t = 0; t < P; ++t) sc[t] = std::fma(a.q[i], kt[i * P + t], sc[t]);
     const int valid = static_cast<int>(n - pg * P < P ? n - pg * P : P);
-    for (int t = 0; t < P; ++t) {
-      const float v = sc[t] * a.scale;
-      p[pg * P + t] = t < valid ? v : -INFINITY;
-      mx = t < valid && v > mx ? v : mx;
+    for (int g = 0; g < nq; ++g) {
+      const float* q = a.q + g * d;
+      // lane[l][t]: lane l of position t's dot product, i.e. the sum over steps of 64 of
+      // (q k)[16j + l] for j = 0..3, folded as (j0 + j2) + (j1 + j3).
+      float lane[16][P];
+      for (int l = 0; l < 16; ++l) {
+        float acc[4][P];
+        for (int j = 0; j < 4; ++j)
+          for (int t = 0; t < P; ++t) acc[j][t] = 0.0f;
+        for (int s0 = 0; s0 < d64; s0 += 64)
+          for (int j = 0; j < 4; ++j) {
+            const float qv = q[s0 + 16 * j + l];
+            const float* k = kt + (s0 + 16 * j + l) * P;
+            for (int t = 0; t < P; ++t) acc[j][t] = std::fma(qv, k[t], acc[j][t]);
+          }
+        for (int t = 0; t < P; ++t) lane[l][t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
+      }
+      float t8[8][P], t4[4][P], sc[P];
+      for (int i = 0; i < 8; ++i)
+        for (int t = 0; t < P; ++t) t8[i][t] = lane[8 + i][t] + lane[i][t];
+      for (int i = 0; i < 4; ++i)
+        for (int t = 0; t < P; ++t) t4[i][t] = t8[4 + i][t] + t8[i][t];
+      for (int t = 0; t < P; ++t) sc[t] = (t4[0][t] + t4[2][t]) + (t4[1][t] + t4[3][t]);
+      for (int i = d64; i < d; ++i)  // dimensions past the last full step of 64, one by one
+        for (int t = 0; t < P; ++t) sc[t] = std::fma(q[i], kt[i * P + t], sc[t]);
+      float* p = a.scratch + g * stride + pg * P;
+      for (int t = 0; t < P; ++t) {
+        const float v = sc[t] * a.scale;
+        p[t] = t < valid ? v : -INFINITY;
+        mx[g] = t < valid && v > mx[g] ? v : mx[g];
+      }
     }
   }
-  double sum = 0.0;
-  for (int64_t c = 0; c < n_pages * P; c += 16) {
-    for (int t = 0; t < 16; ++t) p[c + t] = exp_approx(p[c + t] - mx);  // masked: exp(-inf) = 0
-    sum += static_cast<double>(reduce16(p + c));
+  for (int g = 0; g < nq; ++g) {
+    float* p = a.scratch + g * stride;
+    double sum = 0.0;
+    for (int64_t c = 0; c < stride; c += 16) {
+      for (int t = 0; t < 16; ++t) p[c + t] = exp_approx(p[c + t] - mx[g]);  // masked: exp(-inf) = 0
+      sum += static_cast<double>(reduce16(p + c));
+    }
+    const auto inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < n; ++j) p[j] *= inv;
   }
-  const auto inv = static_cast<float>(1.0 / sum);
-  for (int64_t j = 0; j < n; ++j) p[j] *= inv;
 
   // Values: out[i] = sum_j p[j] v_j[i]. With several tokens in the step llama.cpp runs this as a
   // tiled GEMM (one 16-lane chain over j); with one token, as ggml's dot product (4 x 16 lanes
-  // over steps of 64, folded). Position j feeds lane j % 16 of chain (j / 16) % chains.
+  // over steps of 64, folded). Position j feeds lane j % 16 of chain (j / 16) % chains. Each
+  // value row is read once for the whole group.
   const int chains = a.single_token_batch ? 4 : 1;
-  float acc[4][16][kMaxHeadDim];  // [chain][lane][dim]: contiguous over dims, so it vectorizes
-  for (int c = 0; c < chains; ++c)
-    for (int l = 0; l < 16; ++l)
-      for (int i = 0; i < d; ++i) acc[c][l][i] = 0.0f;
+  // Accumulators live in the scratch after the scores: [query][chain][lane][d].
+  float* accs = a.scratch + nq * stride;
+  auto acc_row = [&](int g, int c, int l) { return accs + ((static_cast<int64_t>(g) * 4 + c) * 16 + l) * d; };
+  for (int g = 0; g < nq; ++g)
+    for (int c = 0; c < chains; ++c)
+      for (int l = 0; l < 16; ++l) {
+        float* row = acc_row(g, c, l);
+        for (int i = 0; i < d; ++i) row[i] = 0.0f;
+      }
   for (int64_t j = 0; j < n; ++j) {
     const float* v = a.v_pages[j / P] + a.kv_offset + (j % P) * a.kv_stride;
-    const float pj = p[j];
-    float* row = acc[(j >> 4) & (chains - 1)][j & 15];
-    for (int i = 0; i < d; ++i) row[i] = std::fma(v[i], pj, row[i]);
+    const int c = static_cast<int>((j >> 4) & (chains - 1));
+    const int l = static_cast<int>(j & 15);
+    for (int g = 0; g < nq; ++g) {
+      const float pj = a.scratch[g * stride + j];
+      float* row = acc_row(g, c, l);
+      for (int i = 0; i < d; ++i) row[i] = std::fma(v[i], pj, row[i]);
+    }
   }
   // Fold the chains and reduce the 16 lanes of each dimension, 16 dimensions at a time (as
   // vectors over dimensions), in the order of reduce16().
-  for (int i0 = 0; i0 < d; i0 += 16) {
-    const int w = d - i0 < 16 ? d - i0 : 16;
-    float ln[16][16];
-    for (int l = 0; l < 16; ++l)
-      for (int ii = 0; ii < 16; ++ii) {
-        const int i = i0 + (ii < w ? ii : 0);
-        ln[l][ii] = chains == 4 ? (acc[0][l][i] + acc[2][l][i]) + (acc[1][l][i] + acc[3][l][i]) : acc[0][l][i];
-      }
-    float t8[8][16], t4[4][16];
-    for (int k = 0; k < 8; ++k)
-      for (int ii = 0; ii < 16; ++ii) t8[k][ii] = ln[8 + k][ii] + ln[k][ii];
-    for (int k = 0; k < 4; ++k)
-      for (int ii = 0; ii < 16; ++ii) t4[k][ii] = t8[4 + k][ii] + t8[k][ii];
-    for (int ii = 0; ii < w; ++ii) a.out[i0 + ii] = (t4[0][ii] + t4[2][ii]) + (t4[1][ii] + t4[3][ii]);
-  }
+  for (int g = 0; g < nq; ++g)
+    for (int i0 = 0; i0 < d; i0 += 16) {
+      const int w = d - i0 < 16 ? d - i0 : 16;
+      float ln[16][16];
+      for (int l = 0; l < 16; ++l)
+        for (int ii = 0; ii < 16; ++ii) {
+          const int i = i0 + (ii < w ? ii : 0);
+          ln[l][ii] = chains == 4 ? (acc_row(g, 0, l)[i] + acc_row(g, 2, l)[i]) + (acc_row(g, 1, l)[i] + acc_row(g, 3, l)[i])
+                                  : acc_row(g, 0, l)[i];
+        }
+      float t8[8][16], t4[4][16];
+      for (int k = 0; k < 8; ++k)
+        for (int ii = 0; ii < 16; ++ii) t8[k][ii] = ln[8 + k][ii] + ln[k][ii];
+      for (int k = 0; k < 4; ++k)
+        for (int ii = 0; ii < 16; ++ii) t4[k][ii] = t8[4 + k][ii] + t8[k][ii];
+      for (int ii = 0; ii < w; ++ii) a.out[g * d + i0 + ii] = (t4[0][ii] + t4[2][ii]) + (t4[1][ii] + t4[3][ii]);
+    }
 }
 
 // Matches llama.cpp's activation quantization (q8_0 / q8_1) bit for bit, so that logits agree:
