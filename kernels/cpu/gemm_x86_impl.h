@@ -181,6 +181,75 @@ void gemm_tile_pairs(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
       a.y[(t0 + 2 * p + 1) * a.y_stride + r + i] = hsum8(_mm512_extractf32x8_ps(acc[i][p], 1)) + lanes[8];
     }
 }
+
+// Activations of 8 tokens (4 pairs) laid out for gemm_tile_8: per block, each pair's 64 quant
+// bytes, its two scales spread over the register halves, and the 8 tokens' activation sums.
+struct PairBlock {
+  __m512i x[4];   // pair p: [token 2p quants | token 2p+1 quants]
+  __m512 dx[4];   // pair p: [d of 2p x8 | d of 2p+1 x8]
+  __m512 s8;      // [s of tokens 0..7 | s of tokens 0..7]
+};
+
+inline void build_pair_blocks(const chorus::GemmArgs& a, int64_t t0, int64_t nb, PairBlock* out) {
+  for (int64_t b = 0; b < nb; ++b) {
+    PairBlock& pb = out[b];
+    float s[16];
+    for (int p = 0; p < 4; ++p) {
+      const chorus::BlockQ8& x0 = a.xq[(t0 + 2 * p) * nb + b];
+      const chorus::BlockQ8& x1 = a.xq[(t0 + 2 * p + 1) * nb + b];
+      pb.x[p] = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0.q))),
+                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x1.q)), 1);
+      pb.dx[p] = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(x0.d)), _mm256_set1_ps(x1.d), 1);
+      s[2 * p] = s[8 + 2 * p] = x0.s;
+      s[2 * p + 1] = s[8 + 2 * p + 1] = x1.s;
+    }
+    pb.s8 = _mm512_loadu_ps(s);
+  }
+}
+
+// 2 rows x 8 tokens from prepared activations: per (row, token) the same operations as
+// gemm_tile (llama.cpp's order); the 16 activation-sum chains share one register, lane
+// 8 * row + token.
+template <chorus::TensorType T>
+void gemm_tile_8(const chorus::GemmArgs& a, int64_t r, int64_t t0, const PairBlock* pbs) {
+  constexpr int R = 2;
+  constexpr size_t kBytes = T == chorus::TensorType::q4_0 ? 18 : T == chorus::TensorType::q4_1 ? 20 : 34;
+  const int64_t nb = a.n_cols / 32;
+  __m512 acc[R][4];
+  for (int i = 0; i < R; ++i)
+    for (int p = 0; p < 4; ++p) acc[i][p] = _mm512_setzero_ps();
+  __m512 summ = _mm512_setzero_ps();
+  const uint8_t* rows[R] = {a.w + r * a.w_row_bytes, a.w + (r + 1) * a.w_row_bytes};
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 4 * R * a.w_row_bytes + b * kBytes), _MM_HINT_T0);
+    const PairBlock& pb = pbs[b];
+    WBlock w[R];
+    for (int i = 0; i < R; ++i) w[i] = unpack<T>(rows[i] + b * kBytes);
+    if constexpr (!kSigned<T>) {
+      const __m512 mo = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(w[0].mo)), _mm256_set1_ps(w[1].mo), 1);
+      summ = _mm512_add_ps(summ, _mm512_mul_ps(mo, pb.s8));
+    }
+    for (int i = 0; i < R; ++i) {
+      const __m512i wu = _mm512_broadcast_i64x4(w[i].u);
+      const __m512 wd = _mm512_set1_ps(w[i].d);
+      __mmask64 neg = 0;
+      if constexpr (kSigned<T>) neg = _mm512_movepi8_mask(_mm512_broadcast_i64x4(w[i].sign));
+      for (int p = 0; p < 4; ++p) {
+        __m512i x = pb.x[p];
+        if constexpr (kSigned<T>) x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+        const __m512 prod = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wu, x));
+        acc[i][p] = _mm512_fmadd_ps(prod, _mm512_mul_ps(wd, pb.dx[p]), acc[i][p]);
+      }
+    }
+  }
+  float sums[16];
+  _mm512_storeu_ps(sums, summ);
+  for (int i = 0; i < R; ++i)
+    for (int p = 0; p < 4; ++p) {
+      a.y[(t0 + 2 * p) * a.y_stride + r + i] = hsum8(_mm512_castps512_ps256(acc[i][p])) + sums[8 * i + 2 * p];
+      a.y[(t0 + 2 * p + 1) * a.y_stride + r + i] = hsum8(_mm512_extractf32x8_ps(acc[i][p], 1)) + sums[8 * i + 2 * p + 1];
+    }
+}
 #endif
 
 template <chorus::TensorType T, int R>
@@ -210,7 +279,34 @@ void gemm_x86(const chorus::GemmArgs& a) {
   }
 #if CHORUS_VNNI
   if (a.n_tokens > 1) {
-    for (; r + 4 <= a.r1; r += 4) gemm_rows<T, 4>(a, r);
+    // Groups of 8 tokens: prepare their activations once, then sweep the rows 2 at a time.
+    constexpr int64_t kMaxBlocks = 256;  // prepared activations stay under ~200 KB of stack
+    const int64_t nb = a.n_cols / 32;
+    int64_t t8 = 0;
+    if (nb <= kMaxBlocks && a.r1 - r >= 2) {
+      alignas(64) PairBlock pbs[kMaxBlocks];
+      const int64_t r_end = a.r0 + ((a.r1 - a.r0) & ~int64_t{1});
+      for (; t8 + 8 <= a.n_tokens; t8 += 8) {
+        build_pair_blocks(a, t8, nb, pbs);
+        for (int64_t rr = a.r0; rr < r_end; rr += 2) gemm_tile_8<T>(a, rr, t8, pbs);
+      }
+      if (t8 > 0 && r_end < a.r1) {  // an odd last row: the generic tiles below take it
+        chorus::GemmArgs odd = a;
+        odd.r0 = r_end;
+        odd.n_tokens = t8;
+        for (int64_t rr = r_end; rr < a.r1; ++rr) gemm_rows<T, 1>(odd, rr);
+      }
+    }
+    if (t8 == a.n_tokens) return;
+    // The remaining tokens (fewer than 8), every row.
+    chorus::GemmArgs rest = a;
+    rest.xq = a.xq + t8 * nb;
+    rest.y = a.y + t8 * a.y_stride;
+    rest.n_tokens = a.n_tokens - t8;
+    for (r = a.r0; r + 4 <= a.r1; r += 4) gemm_rows<T, 4>(rest, r);
+    for (; r + 2 <= a.r1; r += 2) gemm_rows<T, 2>(rest, r);
+    if (r < a.r1) gemm_rows<T, 1>(rest, r);
+    return;
   }
 #endif
   for (; r + 2 <= a.r1; r += 2) gemm_rows<T, 2>(a, r);
