@@ -150,8 +150,9 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
       const int h0 = kvh * group + (rest % calls_per_kv_head) * q_per_call;  // first query head
       const int nq = std::min(q_per_call, (kvh + 1) * group - h0);
       const auto s = static_cast<size_t>(batch[t].seq);
-      AttentionArgs a{q_.data() + t * QD + static_cast<int64_t>(h0) * HD, nq, kp[s].data(), vp[s].data(), KVD,
-                      static_cast<int64_t>(kvh) * HD, HD, batch[t].pos + 1, scale,
+      const AttentionSegment seg{q_.data() + t * QD + static_cast<int64_t>(h0) * HD, kp[s].data(), vp[s].data(),
+                                 batch[t].pos + 1};
+      AttentionArgs a{&seg, 1, nq, KVD, static_cast<int64_t>(kvh) * HD, HD, scale,
                       att_.data() + t * QD + static_cast<int64_t>(h0) * HD,
                       scratch_.data() + static_cast<size_t>(thread) * scratch_stride, T == 1};
       K.attention(a);

@@ -15,6 +15,7 @@
 //   quantize_q8                0 (bit-identical)      |x - d q| <= d / 2 per value
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -266,7 +267,8 @@ TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
           for (bool single : {false, true}) {
             std::vector<float> out(static_cast<size_t>(nq * d)),
                 scratch(static_cast<size_t>(attention_scratch_floats(nq, n_kv, d)));
-            AttentionArgs a{q.data(), nq, kptr.data(), vptr.data(), kv_stride, static_cast<int64_t>(head) * d, d, n_kv,
+            AttentionSegment seg{q.data(), kptr.data(), vptr.data(), n_kv};
+            AttentionArgs a{&seg, 1, nq, kv_stride, static_cast<int64_t>(head) * d, d,
                             1.0f / std::sqrt(static_cast<float>(d)), out.data(), scratch.data(), single};
             k->attention(a);
             EXPECT_LT(nmse(out, want), 1e-10) << k->isa << " d=" << d << " n_kv=" << n_kv << " single=" << single;
@@ -276,9 +278,11 @@ TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
             }
             // One query at a time gives the same bits as the group.
             std::vector<float> one(static_cast<size_t>(d));
+            AttentionSegment seg1 = seg;
+            seg1.q = q.data() + d;
             AttentionArgs a1 = a;
+            a1.segs = &seg1;
             a1.n_q = 1;
-            a1.q = q.data() + d;
             a1.out = one.data();
             k->attention(a1);
             EXPECT_TRUE(std::equal(one.begin(), one.end(), out.begin() + d)) << k->isa << " group vs single query";
@@ -318,6 +322,117 @@ TEST(ThreadPool, RunsEveryTaskOnceAcrossThreads) {
       hits[static_cast<size_t>(t)].fetch_add(1);
     });
     for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  }
+}
+
+}  // namespace
+}  // namespace chorus
+
+namespace chorus {
+namespace {
+
+// The position trick (AsyncLLM): keys stored rotated at block-local positions, the query rotated
+// by (view position - block offset) for each block, gives the same attention as one contiguous
+// cache with keys at view positions — for every order of the blocks, both rope layouts, GQA,
+// empty and one-token blocks and blocks over several pages. No block is re-encoded.
+TEST(Kernels, ViewAttentionEqualsContiguousAttention) {
+  std::mt19937 rng(11);
+  const CpuKernels& k = best_cpu_kernels();
+  constexpr int d = 64, n_kv_heads = 1, kv_stride = n_kv_heads * d, nq = 3;
+  const float theta_scale = std::pow(10000.0f, -2.0f / d);
+  const std::vector<std::vector<int64_t>> length_sets = {{5, 17, 40}, {0, 1, 16}, {33, 0, 2}};
+  for (bool neox : {false, true}) {
+    for (const auto& lengths : length_sets) {
+      // Raw (unrotated) keys and values for each block's positions.
+      std::vector<std::vector<float>> kraw(3), vraw(3);
+      for (int b = 0; b < 3; ++b) {
+        kraw[b] = random_floats(static_cast<size_t>(lengths[b] * d), rng);
+        vraw[b] = random_floats(static_cast<size_t>(lengths[b] * d), rng);
+      }
+      const auto qraw = random_floats(static_cast<size_t>(nq * d), rng, 0.5f);
+      std::vector<float> cs(d);
+      auto rotated = [&](const float* x, float pos) {
+        std::vector<float> r(x, x + d);
+        k.rope_cache(cs.data(), d, theta_scale, 1.0f, pos);
+        k.rope(r.data(), d, cs.data(), neox);
+        return r;
+      };
+      // Pages of a block whose position j holds key rot(kraw, base + j) and value vraw.
+      struct Pages {
+        std::vector<std::vector<float>> k, v;
+        std::vector<const float*> kp, vp;
+      };
+      auto make_pages = [&](const std::vector<std::pair<int, int64_t>>& items, int64_t base) {
+        Pages p;  // items: (block, position in block) in order
+        const int64_t n = static_cast<int64_t>(items.size());
+        for (int64_t pg = 0; pg * 16 < std::max<int64_t>(n, 1); ++pg) {
+          p.k.emplace_back(16 * kv_stride, 0.0f);
+          p.v.emplace_back(16 * kv_stride, 0.0f);
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const auto [b, jl] = items[static_cast<size_t>(j)];
+          const auto kr = rotated(kraw[b].data() + jl * d, static_cast<float>(base + j));
+          for (int i = 0; i < d; ++i) {
+            p.k[j / 16][i * 16 + j % 16] = kr[i];
+            p.v[j / 16][(j % 16) * kv_stride + i] = vraw[b][jl * d + i];
+          }
+        }
+        for (auto& x : p.k) p.kp.push_back(x.data());
+        for (auto& x : p.v) p.vp.push_back(x.data());
+        return p;
+      };
+      std::vector<int> order = {0, 1, 2};
+      do {
+        const int64_t total = lengths[0] + lengths[1] + lengths[2];
+        if (total == 0) continue;
+        const auto i_query = static_cast<float>(total - 1);  // the view's last position
+        // View: each block encoded once at local positions, queries rotated per block.
+        std::vector<Pages> blocks(3);
+        for (int b = 0; b < 3; ++b) {
+          std::vector<std::pair<int, int64_t>> items;
+          for (int64_t j = 0; j < lengths[b]; ++j) items.emplace_back(b, j);
+          blocks[b] = make_pages(items, 0);
+        }
+        std::vector<AttentionSegment> segs;
+        std::vector<std::vector<float>> qs;
+        int64_t offset = 0;
+        for (int b : order) {
+          std::vector<float> q;
+          for (int g = 0; g < nq; ++g) {
+            const auto r = rotated(qraw.data() + g * d, i_query - static_cast<float>(offset));
+            q.insert(q.end(), r.begin(), r.end());
+          }
+          qs.push_back(std::move(q));
+          segs.push_back({qs.back().data(), blocks[b].kp.data(), blocks[b].vp.data(), lengths[b]});
+          offset += lengths[b];
+        }
+        for (size_t sgi = 0; sgi < segs.size(); ++sgi) segs[sgi].q = qs[sgi].data();
+        // Contiguous: one block with every position at its view position.
+        std::vector<std::pair<int, int64_t>> items;
+        for (int b : order)
+          for (int64_t j = 0; j < lengths[b]; ++j) items.emplace_back(b, j);
+        const Pages contiguous = make_pages(items, 0);
+        std::vector<float> qc;
+        for (int g = 0; g < nq; ++g) {
+          const auto r = rotated(qraw.data() + g * d, i_query);
+          qc.insert(qc.end(), r.begin(), r.end());
+        }
+        const AttentionSegment one{qc.data(), contiguous.kp.data(), contiguous.vp.data(), total};
+        for (bool single : {false, true}) {
+          std::vector<float> out_view(nq * d), out_cont(nq * d),
+              scratch(static_cast<size_t>(attention_scratch_floats(nq, total, d)));
+          const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+          AttentionArgs av{segs.data(), 3, nq, kv_stride, 0, d, scale, out_view.data(), scratch.data(), single};
+          k.attention(av);
+          AttentionArgs ac{&one, 1, nq, kv_stride, 0, d, scale, out_cont.data(), scratch.data(), single};
+          k.attention(ac);
+          std::vector<double> want(out_cont.begin(), out_cont.end());
+          EXPECT_LT(nmse(out_view, want), 1e-10)
+              << "order " << order[0] << order[1] << order[2] << " lengths " << lengths[0] << "," << lengths[1] << ","
+              << lengths[2] << " neox " << neox << " single " << single;
+        }
+      } while (std::next_permutation(order.begin(), order.end()));
+    }
   }
 }
 

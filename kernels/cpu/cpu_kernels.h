@@ -37,23 +37,35 @@ using GemmFn = void (*)(const GemmArgs& a);
 // for 16-position pages).
 inline constexpr int kKvPageSize = 16;
 
-// The queries of one KV head (n_q of them: the query heads that share it under grouped-query
-// attention) for one token, over a paged KV cache, causal up to n_kv positions.
-// Key pages are dimension-major: dimension i of position t is k_page[i * 16 + t] (so 16
-// positions' keys load as one vector). Value pages are position-major: v_page[t * kv_stride + i].
-struct AttentionArgs {
-  const float* q;              // [n_q, head_dim], already rotated
-  int n_q;                     // queries sharing this KV head, 1..8 (callers split larger groups)
-  const float* const* k_pages; // per page: [kv_stride dims][16 positions] (this layer/sequence)
+// One block of a view as attention sees it: the block's pages, how many of its positions to
+// attend (all of them for a context block; up to and including the query's own position for
+// the block being written), and the queries rotated for this block. Keys are stored rotated at
+// block-local positions 0..n-1; a query at view position i attending a block that starts at view
+// offset o is rotated by i - o, since <rot(q, i), rot(k, o + j)> = <rot(q, i - o), rot(k, j)>.
+// So no block is ever re-encoded when it appears in a view at another offset.
+struct AttentionSegment {
+  const float* q;              // [n_q, head_dim], rotated by (view position - segment offset)
+  const float* const* k_pages; // per page: [kv_stride dims][16 positions] (this layer)
   const float* const* v_pages; // per page: [16 positions][kv_stride]
+  int64_t n_kv;                // positions of this block to attend
+};
+
+// The queries of one KV head (n_q of them: the query heads that share it under grouped-query
+// attention) for one token, over a view of one or more blocks of a paged KV cache. Key pages
+// are dimension-major: dimension i of position t is k_page[i * 16 + t] (so 16 positions' keys
+// load as one vector). Value pages are position-major: v_page[t * kv_stride + i]. One softmax
+// runs over all segments together; no segment is materialized and no KV is copied.
+struct AttentionArgs {
+  const AttentionSegment* segs;  // [n_segs], in view order
+  int n_segs;
+  int n_q;                     // queries sharing this KV head, 1..8 (callers split larger groups)
   int64_t kv_stride;           // floats per position in a value page (n_kv_heads * head_dim)
   int64_t kv_offset;           // this head's first dimension (kv_head * head_dim)
   int head_dim;
-  int64_t n_kv;                // attend to positions [0, n_kv)
   float scale;                 // 1 / sqrt(head_dim)
   float* out;                  // [n_q, head_dim]
-  float* scratch;              // attention_scratch_floats(n_q, n_kv, head_dim) floats, private
-                               // to the calling thread
+  float* scratch;              // attention_scratch_floats(n_q, total positions, head_dim) floats,
+                               // private to the calling thread
   bool single_token_batch;     // the step has one token: use llama.cpp's order for that shape
 };
 

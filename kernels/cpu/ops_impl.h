@@ -112,8 +112,9 @@ inline float reduce16(const float* v) {
   return a + b;
 }
 
-// Softmax attention for the queries of one KV head (1..8 of them under GQA) over positions
-// [0, n_kv) of a paged cache whose key pages
+// Softmax attention for the queries of one KV head (1..8 of them under GQA) over a view: an
+// ordered list of blocks (segments), each with its own pages and its own rotation of the queries.
+// Positions are numbered through the view; key pages
 // are dimension-major ([dims][16 positions]), so scores come out 16 positions at a time:
 // each lane's products in ggml's dot-product order (4 accumulators over steps of 64, folded),
 // then the 16 lanes reduced in _mm512_reduce_add_ps order — all as vectors over positions.
@@ -125,49 +126,56 @@ void op_attention(const chorus::AttentionArgs& a) {
   const int d = a.head_dim;
   const int d64 = d & ~63;
   const int nq = a.n_q;
-  const int64_t n = a.n_kv;
-  const int64_t n_pages = (n + P - 1) / P;
-  const int64_t stride = n_pages * P;  // scratch floats per query
-  // Scores, one page at a time: the page's keys are read from memory once for all queries of
-  // the group (GQA), then stay in L1.
-  for (int g = 0; g < nq; ++g) a.scratch[g * stride] = 0.0f;
+  int64_t n = 0;  // view positions
+  for (int s = 0; s < a.n_segs; ++s) n += a.segs[s].n_kv;
+  const int64_t stride = (n + P - 1) / P * P;  // scratch floats per query
   float mx[8];
-  for (int g = 0; g < nq; ++g) mx[g] = -INFINITY;
-  for (int64_t pg = 0; pg < n_pages; ++pg) {
-    const float* kt = a.k_pages[pg] + a.kv_offset * P;  // [d][16]
-    const int valid = static_cast<int>(n - pg * P < P ? n - pg * P : P);
-    for (int g = 0; g < nq; ++g) {
-      const float* q = a.q + g * d;
-      // lane[l][t]: lane l of position t's dot product, i.e. the sum over steps of 64 of
-      // (q k)[16j + l] for j = 0..3, folded as (j0 + j2) + (j1 + j3).
-      float lane[16][P];
-      for (int l = 0; l < 16; ++l) {
-        float acc[4][P];
-        for (int j = 0; j < 4; ++j)
-          for (int t = 0; t < P; ++t) acc[j][t] = 0.0f;
-        for (int s0 = 0; s0 < d64; s0 += 64)
-          for (int j = 0; j < 4; ++j) {
-            const float qv = q[s0 + 16 * j + l];
-            const float* k = kt + (s0 + 16 * j + l) * P;
-            for (int t = 0; t < P; ++t) acc[j][t] = std::fma(qv, k[t], acc[j][t]);
-          }
-        for (int t = 0; t < P; ++t) lane[l][t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
-      }
-      float t8[8][P], t4[4][P], sc[P];
-      for (int i = 0; i < 8; ++i)
-        for (int t = 0; t < P; ++t) t8[i][t] = lane[8 + i][t] + lane[i][t];
-      for (int i = 0; i < 4; ++i)
-        for (int t = 0; t < P; ++t) t4[i][t] = t8[4 + i][t] + t8[i][t];
-      for (int t = 0; t < P; ++t) sc[t] = (t4[0][t] + t4[2][t]) + (t4[1][t] + t4[3][t]);
-      for (int i = d64; i < d; ++i)  // dimensions past the last full step of 64, one by one
-        for (int t = 0; t < P; ++t) sc[t] = std::fma(q[i], kt[i * P + t], sc[t]);
-      float* p = a.scratch + g * stride + pg * P;
-      for (int t = 0; t < P; ++t) {
-        const float v = sc[t] * a.scale;
-        p[t] = t < valid ? v : -INFINITY;
-        mx[g] = t < valid && v > mx[g] ? v : mx[g];
+  for (int g = 0; g < nq; ++g) {
+    mx[g] = -INFINITY;
+    for (int64_t j = n; j < stride; ++j) a.scratch[g * stride + j] = -INFINITY;
+  }
+  // Scores, one page at a time, written at view positions (segment offset + block position).
+  // A page's keys are read from memory once for all queries of the group (GQA), then stay in L1.
+  int64_t offset = 0;
+  for (int sg = 0; sg < a.n_segs; ++sg) {
+    const chorus::AttentionSegment& seg = a.segs[sg];
+    const int64_t n_pages = (seg.n_kv + P - 1) / P;
+    for (int64_t pg = 0; pg < n_pages; ++pg) {
+      const float* kt = seg.k_pages[pg] + a.kv_offset * P;  // [d][16]
+      const int valid = static_cast<int>(seg.n_kv - pg * P < P ? seg.n_kv - pg * P : P);
+      for (int g = 0; g < nq; ++g) {
+        const float* q = seg.q + g * d;
+        // lane[l][t]: lane l of position t's dot product, i.e. the sum over steps of 64 of
+        // (q k)[16j + l] for j = 0..3, folded as (j0 + j2) + (j1 + j3).
+        float lane[16][P];
+        for (int l = 0; l < 16; ++l) {
+          float acc[4][P];
+          for (int j = 0; j < 4; ++j)
+            for (int t = 0; t < P; ++t) acc[j][t] = 0.0f;
+          for (int s0 = 0; s0 < d64; s0 += 64)
+            for (int j = 0; j < 4; ++j) {
+              const float qv = q[s0 + 16 * j + l];
+              const float* k = kt + (s0 + 16 * j + l) * P;
+              for (int t = 0; t < P; ++t) acc[j][t] = std::fma(qv, k[t], acc[j][t]);
+            }
+          for (int t = 0; t < P; ++t) lane[l][t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
+        }
+        float t8[8][P], t4[4][P], sc[P];
+        for (int i = 0; i < 8; ++i)
+          for (int t = 0; t < P; ++t) t8[i][t] = lane[8 + i][t] + lane[i][t];
+        for (int i = 0; i < 4; ++i)
+          for (int t = 0; t < P; ++t) t4[i][t] = t8[4 + i][t] + t8[i][t];
+        for (int t = 0; t < P; ++t) sc[t] = (t4[0][t] + t4[2][t]) + (t4[1][t] + t4[3][t]);
+        for (int i = d64; i < d; ++i)  // dimensions past the last full step of 64, one by one
+          for (int t = 0; t < P; ++t) sc[t] = std::fma(q[i], kt[i * P + t], sc[t]);
+        float* p = a.scratch + g * stride + offset + pg * P;
+        for (int t = 0; t < valid; ++t) {
+          p[t] = sc[t] * a.scale;
+          mx[g] = p[t] > mx[g] ? p[t] : mx[g];
+        }
       }
     }
+    offset += seg.n_kv;
   }
   for (int g = 0; g < nq; ++g) {
     float* p = a.scratch + g * stride;
@@ -194,15 +202,21 @@ void op_attention(const chorus::AttentionArgs& a) {
         float* row = acc_row(g, c, l);
         for (int i = 0; i < d; ++i) row[i] = 0.0f;
       }
-  for (int64_t j = 0; j < n; ++j) {
-    const float* v = a.v_pages[j / P] + a.kv_offset + (j % P) * a.kv_stride;
-    const int c = static_cast<int>((j >> 4) & (chains - 1));
-    const int l = static_cast<int>(j & 15);
-    for (int g = 0; g < nq; ++g) {
-      const float pj = a.scratch[g * stride + j];
-      float* row = acc_row(g, c, l);
-      for (int i = 0; i < d; ++i) row[i] = std::fma(v[i], pj, row[i]);
+  offset = 0;
+  for (int sg = 0; sg < a.n_segs; ++sg) {
+    const chorus::AttentionSegment& seg = a.segs[sg];
+    for (int64_t jl = 0; jl < seg.n_kv; ++jl) {
+      const int64_t j = offset + jl;  // view position: picks the lane and chain
+      const float* v = seg.v_pages[jl / P] + a.kv_offset + (jl % P) * a.kv_stride;
+      const int c = static_cast<int>((j >> 4) & (chains - 1));
+      const int l = static_cast<int>(j & 15);
+      for (int g = 0; g < nq; ++g) {
+        const float pj = a.scratch[g * stride + j];
+        float* row = acc_row(g, c, l);
+        for (int i = 0; i < d; ++i) row[i] = std::fma(v[i], pj, row[i]);
+      }
     }
+    offset += seg.n_kv;
   }
   // Fold the chains and reduce the 16 lanes of each dimension, 16 dimensions at a time (as
   // vectors over dimensions), in the order of reduce16().
