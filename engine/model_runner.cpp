@@ -9,6 +9,10 @@
 
 namespace chorus {
 
+namespace {
+constexpr int kMaxSegments = 64;  // blocks in one view
+}  // namespace
+
 ModelRunner::ModelRunner(const ModelConfig& config, const Weights& weights, CpuDevice& device, int max_tokens)
     : c_(config), w_(weights), dev_(device), max_tokens_(std::max(1, max_tokens)) {
   const auto T = static_cast<size_t>(max_tokens_);
@@ -67,7 +71,7 @@ void ModelRunner::gemm(std::initializer_list<Product> products, const float* x, 
 }
 
 Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, KvCache& kv,
-                            float* logits_out) {
+                            float* logits_out, std::span<const View> views) {
   const int64_t T = static_cast<int64_t>(batch.size());
   if (T == 0) return Status::success();
   if (T > max_tokens_)
@@ -82,6 +86,67 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
     if (b.pos < 0 || static_cast<size_t>(b.pos / kv.page_size()) >= s.pages.size())
       return make_error(Errc::invalid_argument, "position " + std::to_string(b.pos) +
                                                     " is not covered by the sequence's KV pages");
+    if (b.view >= 0 && static_cast<size_t>(b.view) >= views.size())
+      return make_error(Errc::invalid_argument, "view index " + std::to_string(b.view) + " out of range");
+  }
+  for (const View& v : views)
+    for (int32_t b : v)
+      if (b < 0 || static_cast<size_t>(b) >= seqs.size())
+        return make_error(Errc::invalid_argument, "a view names sequence " + std::to_string(b) + ", out of range");
+
+  // Segments of each token: (block, positions attended, rotation of the query). Lengths of
+  // context blocks are taken now, before this step writes anything (the same-step rule).
+  struct Seg {
+    int32_t block;
+    int64_t n_kv;
+    float rotation;  // view position of the query minus the block's offset
+  };
+  std::vector<int64_t> start_len(seqs.size()), written(seqs.size(), 0);
+  for (size_t i = 0; i < seqs.size(); ++i) start_len[i] = seqs[i]->n_tokens;
+  for (const BatchToken& b : batch) written[static_cast<size_t>(b.seq)] += 1;
+  std::vector<std::vector<Seg>> segs(static_cast<size_t>(T));
+  size_t max_segs = 1;
+  int64_t max_kv = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const BatchToken& b = batch[t];
+    auto& out = segs[static_cast<size_t>(t)];
+    if (b.view < 0) {
+      out.push_back({b.seq, b.pos + 1, static_cast<float>(b.pos)});
+    } else {
+      const View& v = views[static_cast<size_t>(b.view)];
+      // Offsets through the view; the write block counts with what it holds after this step.
+      auto length = [&](int32_t blk) {
+        return blk == b.seq ? start_len[static_cast<size_t>(blk)] + written[static_cast<size_t>(blk)]
+                            : start_len[static_cast<size_t>(blk)];
+      };
+      int64_t off = 0, own_off = -1;
+      for (int32_t blk : v) {
+        if (blk == b.seq) own_off = off;
+        off += length(blk);
+      }
+      if (own_off < 0) own_off = off;  // the write block outside the view: attended last
+      const int64_t i = own_off + b.pos;
+      off = 0;
+      bool own_seen = false;
+      for (int32_t blk : v) {
+        if (blk == b.seq) {
+          out.push_back({blk, b.pos + 1, static_cast<float>(b.pos)});
+          own_seen = true;
+        } else if (length(blk) > 0) {
+          out.push_back({blk, length(blk), static_cast<float>(i - off)});
+        }
+        off += length(blk);
+      }
+      if (!own_seen) out.push_back({b.seq, b.pos + 1, static_cast<float>(b.pos)});
+    }
+    int64_t n = 0;
+    for (const Seg& sg : out) n += sg.n_kv;
+    max_kv = std::max(max_kv, n);
+    max_segs = std::max(max_segs, out.size());
+  }
+  const bool any_view = max_segs > 1 || std::any_of(batch.begin(), batch.end(), [](const BatchToken& b) { return b.view >= 0; });
+  if (any_view) {
+    q_seg_.resize(static_cast<size_t>(T) * max_segs * c_.q_dim());
   }
   const CpuKernels& K = dev_.kernels();
   const int E = c_.n_embd, QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim, FF = c_.n_ff;
@@ -97,12 +162,13 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
     dequantize_row(e.type, e.data + static_cast<size_t>(batch[t].token) * e.row_bytes, x_.data() + t * E, E);
   }
 
-  // Attention scratch: one score row per thread, as long as the longest sequence (rounded to 16).
-  int64_t max_kv = 0;
-  for (const BatchToken& b : batch) max_kv = std::max<int64_t>(max_kv, b.pos + 1);
+  // Attention scratch: per thread, as long as the longest view (rounded to 16).
   // Query heads sharing a KV head go to one attention call (their keys and values are read
   // once), at most kMaxQueries at a time.
   constexpr int kMaxQueries = 8;
+  if (max_segs > static_cast<size_t>(kMaxSegments))
+    return make_error(Errc::invalid_argument, "a view of " + std::to_string(max_segs) + " blocks exceeds the limit of " +
+                                                  std::to_string(kMaxSegments));
   const int q_per_call = std::min(group, kMaxQueries);
   const int calls_per_kv_head = (group + q_per_call - 1) / q_per_call;
   const auto scratch_stride = static_cast<size_t>(attention_scratch_floats(q_per_call, max_kv, c_.head_dim));
@@ -125,6 +191,15 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
       if (L.bq) K.add(q, L.bq, QD);
       if (L.bk) K.add(k, L.bk, KVD);
       if (L.bv) K.add(v, L.bv, KVD);
+      if (any_view) {  // each segment gets its own rotation of the query
+        const auto& ts = segs[static_cast<size_t>(t)];
+        for (size_t sg = 0; sg < ts.size(); ++sg) {
+          float* qs = q_seg_.data() + (static_cast<size_t>(t) * max_segs + sg) * QD;
+          std::copy(q, q + QD, qs);
+          K.rope_cache(rope_cs_.data(), c_.n_rot, theta_scale, 1.0f / c_.rope_scale, ts[sg].rotation);
+          for (int h = 0; h < c_.n_head; ++h) K.rope(qs + h * HD, c_.n_rot, rope_cs_.data(), neox);
+        }
+      }
       K.rope_cache(rope_cs_.data(), c_.n_rot, theta_scale, 1.0f / c_.rope_scale, static_cast<float>(batch[t].pos));
       for (int h = 0; h < c_.n_head; ++h) K.rope(q + h * HD, c_.n_rot, rope_cs_.data(), neox);
       for (int h = 0; h < c_.n_head_kv; ++h) K.rope(k + h * HD, c_.n_rot, rope_cs_.data(), neox);
@@ -149,10 +224,14 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
       const int kvh = rest / calls_per_kv_head;
       const int h0 = kvh * group + (rest % calls_per_kv_head) * q_per_call;  // first query head
       const int nq = std::min(q_per_call, (kvh + 1) * group - h0);
-      const auto s = static_cast<size_t>(batch[t].seq);
-      const AttentionSegment seg{q_.data() + t * QD + static_cast<int64_t>(h0) * HD, kp[s].data(), vp[s].data(),
-                                 batch[t].pos + 1};
-      AttentionArgs a{&seg, 1, nq, KVD, static_cast<int64_t>(kvh) * HD, HD, scale,
+      const auto& ts = segs[static_cast<size_t>(t)];
+      AttentionSegment seg[kMaxSegments];
+      for (size_t sg = 0; sg < ts.size(); ++sg) {
+        const auto b = static_cast<size_t>(ts[sg].block);
+        const float* q = any_view ? q_seg_.data() + (static_cast<size_t>(t) * max_segs + sg) * QD : q_.data() + t * QD;
+        seg[sg] = {q + static_cast<int64_t>(h0) * HD, kp[b].data(), vp[b].data(), ts[sg].n_kv};
+      }
+      AttentionArgs a{seg, static_cast<int>(ts.size()), nq, KVD, static_cast<int64_t>(kvh) * HD, HD, scale,
                       att_.data() + t * QD + static_cast<int64_t>(h0) * HD,
                       scratch_.data() + static_cast<size_t>(thread) * scratch_stride, T == 1};
       K.attention(a);

@@ -28,10 +28,17 @@ class CpuDevice;
 
 struct BatchToken {
   TokenId token = 0;
-  int32_t pos = 0;      // position in its sequence
-  int32_t seq = 0;      // index into the sequences passed to forward()
+  int32_t pos = 0;      // position in the sequence (block) it is written to, block-local
+  int32_t seq = 0;      // the sequence (block) it is written to: index into forward()'s seqs
   bool logits = false;  // compute next-token logits after this token
+  int32_t view = -1;    // index into forward()'s views, or -1: the token sees its own sequence only
 };
+
+// A view: the sequences (blocks) a token attends to, in order, as indices into forward()'s
+// seqs. The token's own sequence may appear anywhere in it (else it is attended after the
+// others). Context blocks are seen as they were at the start of the step: tokens that other
+// entries of the same batch write to them become visible on the next step.
+using View = std::vector<int32_t>;
 
 class ModelRunner {
  public:
@@ -47,8 +54,11 @@ class ModelRunner {
   // sequence's n_tokens. Logits of the tokens with `logits` set go to `logits_out`
   // ([n_logits, n_vocab], batch order). Errors: Errc::invalid_argument for a bad token id,
   // position or sequence index.
+  // With views, a token at block-local position p of block w whose view places w at offset o_w
+  // sits at view position i = o_w + p; for each block b at offset o_b its query is rotated by
+  // i - o_b (keys stay rotated at block-local positions: nothing is re-encoded).
   Status forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, KvCache& kv,
-                 float* logits_out);
+                 float* logits_out, std::span<const View> views = {});
 
  private:
   struct Product {
@@ -71,6 +81,7 @@ class ModelRunner {
   // Scratch, [max_tokens, width]:
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
   std::vector<float> rope_cs_;  // [n_rot] (cos, sin) pairs for the token being rotated
+  std::vector<float> q_seg_;    // [view tokens, segments, q_dim] queries rotated per segment
   std::vector<BlockQ8> xq_;
   std::vector<GemmChunk> chunks_;  // reused by gemm()
   std::vector<float> scratch_;  // attention scores, [n_threads, longest sequence]
