@@ -1,5 +1,6 @@
 #include "engine/kv_cache.h"
 
+#include <algorithm>
 #include <new>
 
 #include "engine/model_config.h"
@@ -23,6 +24,7 @@ Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages) {
     return make_error(Errc::out_of_memory, "cannot allocate the KV cache: " + std::to_string(kv.bytes_) +
                                                " bytes (" + std::to_string(n_pages) + " pages of " +
                                                std::to_string(page_size) + " positions) were refused");
+  kv.refs_.assign(static_cast<size_t>(n_pages), 0);
   kv.free_.reserve(static_cast<size_t>(n_pages));
   for (int64_t p = n_pages - 1; p >= 0; --p) kv.free_.push_back(static_cast<int32_t>(p));
   return kv;
@@ -39,15 +41,47 @@ Status KvCache::reserve(SequenceKv& seq, int64_t n_tokens) {
                                                " are free");
   for (int64_t i = 0; i < more; ++i) {
     seq.pages.push_back(free_.back());
+    refs_[static_cast<size_t>(free_.back())] = 1;
     free_.pop_back();
   }
   return Status::success();
 }
 
 void KvCache::release(SequenceKv& seq) {
-  for (int32_t p : seq.pages) free_.push_back(p);
+  for (int32_t p : seq.pages)
+    if (--refs_[static_cast<size_t>(p)] == 0) free_.push_back(p);
   seq.pages.clear();
   seq.n_tokens = 0;
+}
+
+void KvCache::share_prefix(const SequenceKv& from, int64_t n, SequenceKv* to) {
+  const int64_t n_pages = (n + kKvPageSize - 1) / kKvPageSize;
+  for (int64_t i = 0; i < n_pages; ++i) {
+    const int32_t p = from.pages[static_cast<size_t>(i)];
+    ++refs_[static_cast<size_t>(p)];
+    to->pages.push_back(p);
+  }
+  to->n_tokens = n;
+}
+
+Status KvCache::copy_on_write(SequenceKv& seq, int64_t pos, int n_layer) {
+  const auto idx = static_cast<size_t>(pos / kKvPageSize);
+  if (idx >= seq.pages.size()) return Status::success();
+  const int32_t old = seq.pages[idx];
+  if (refs_[static_cast<size_t>(old)] <= 1) return Status::success();
+  if (free_.empty())
+    return make_error(Errc::out_of_memory, "KV cache full: no free page for a copy-on-write of a shared page");
+  const int32_t fresh = free_.back();
+  free_.pop_back();
+  refs_[static_cast<size_t>(fresh)] = 1;
+  --refs_[static_cast<size_t>(old)];
+  const size_t floats = static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_);
+  for (int l = 0; l < n_layer; ++l) {
+    std::copy_n(k(l, old), floats, k(l, fresh));
+    std::copy_n(v(l, old), floats, v(l, fresh));
+  }
+  seq.pages[idx] = fresh;
+  return Status::success();
 }
 
 }  // namespace chorus

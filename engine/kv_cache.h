@@ -5,9 +5,10 @@
 // one vector) and V position-major ([16][kv_dim]); see AttentionArgs.
 //
 // Invariants:
-//  1. A page is either free or owned by exactly one sequence (the block store of later
-//     layers shares pages by reference counting on top of this).
-//  2. n_free() + pages owned == n_pages(), always.
+//  1. A page is free (reference count 0, on the free list) or held by one or more sequences
+//     (count = number of sequences listing it). Shared pages are read-only for all holders:
+//     a holder that must write into one first takes a private copy (copy_on_write).
+//  2. n_free() + pages held == n_pages(), always.
 // Thread-safety: not thread-safe; owned by one engine.
 #pragma once
 
@@ -40,8 +41,15 @@ class KvCache {
   // Grows `seq` to hold `n_tokens` positions. Errors: Errc::out_of_memory when the pool runs
   // out (the sequence keeps the pages it had).
   Status reserve(SequenceKv& seq, int64_t n_tokens);
-  // Returns all of the sequence's pages to the pool.
+  // Drops the sequence's hold on all its pages; a page whose count reaches 0 returns to the pool.
   void release(SequenceKv& seq);
+  // Makes `to` a view of the first n positions of `from`, sharing its pages (counts go up).
+  // REQUIRES: to is empty; n <= from.n_tokens.
+  void share_prefix(const SequenceKv& from, int64_t n, SequenceKv* to);
+  // Before writing position `pos` of `seq`: if the page holding it is shared, replaces it in
+  // `seq` by a private copy (all layers). Errors: Errc::out_of_memory when no page is free.
+  Status copy_on_write(SequenceKv& seq, int64_t pos, int n_layer);
+  int32_t refs(int32_t page) const { return refs_[static_cast<size_t>(page)]; }
 
   // One layer's keys in one page, [kv_dim][16], and values, [16][kv_dim].
   float* k(int layer, int32_t page) { return data_.get() + offset(layer, page, 0); }
@@ -58,6 +66,7 @@ class KvCache {
   size_t bytes_ = 0;
   std::unique_ptr<float[]> data_;  // [n_layer][K, V][n_pages][16 * kv_dim]
   std::vector<int32_t> free_;      // free page ids (a stack)
+  std::vector<int32_t> refs_;      // [n_pages] holders of each page
 };
 
 }  // namespace chorus

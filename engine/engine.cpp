@@ -1,0 +1,313 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "gpu/cpu_device.h"
+
+namespace chorus {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::completed: return "completed";
+    case FinishReason::max_tokens: return "max_tokens";
+    case FinishReason::stop_token: return "stop_token";
+    case FinishReason::stop_string: return "stop_string";
+    case FinishReason::end_of_generation: return "end_of_generation";
+    case FinishReason::context_full: return "context_full";
+    case FinishReason::error: return "error";
+  }
+  return "?";
+}
+
+struct Engine::Active {
+  RequestId id = 0;
+  Request req;
+  BlockId target = -1;           // the block written (the scratch block for a probe)
+  size_t fed = 0;                // req.tokens already run
+  bool decoding = false;         // generate: prefill done, sampling
+  bool draining = false;         // generate: stopped, the last sampled token still to run
+  FinishReason drain_reason = FinishReason::completed;
+  TokenId pending = -1;          // generate: sampled, to run next step
+  int generated = 0;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<IncrementalDecoder> detok;
+  std::string text;              // generated text, for stop strings
+  bool done = false;
+};
+
+Result<std::unique_ptr<Engine>> Engine::create(const Model& model, CpuDevice& device, EngineOptions opts) {
+  if (opts.token_budget < 1) return make_error(Errc::invalid_argument, "token budget must be at least 1");
+  auto kv = KvCache::create(model.config, opts.n_pages);
+  if (!kv) return kv.error();
+  return std::unique_ptr<Engine>(new Engine(model, device, opts, std::move(*kv)));
+}
+
+Engine::~Engine() = default;
+
+Engine::Engine(const Model& m, CpuDevice& d, EngineOptions o, KvCache kv)
+    : model_(m), device_(d), opts_(o), kv_(std::move(kv)) {
+  blocks_ = std::make_unique<BlockStore>(kv_, m.config.n_layer);
+  runner_ = std::make_unique<ModelRunner>(m.config, m.weights, d, opts_.token_budget);
+}
+
+Result<RequestId> Engine::submit(Request r) {
+  auto bad = [](const std::string& m) { return make_error(Errc::invalid_argument, m); };
+  std::vector<BlockId> named = r.view;
+  if (r.kind != RequestKind::probe) named.push_back(r.write_to);
+  int64_t view_tokens = 0;
+  for (size_t i = 0; i < r.view.size(); ++i) {
+    auto b = blocks_->get(r.view[i]);
+    if (!b) return make_error(b.error().code, "view: " + b.error().message);
+    view_tokens += static_cast<int64_t>((*b)->tokens.size());
+    for (size_t j = 0; j < i; ++j)
+      if (r.view[j] == r.view[i]) return bad("view names block " + std::to_string(r.view[i]) + " twice");
+  }
+  if (r.kind != RequestKind::probe) {
+    auto w = blocks_->get(r.write_to);
+    if (!w) return make_error(w.error().code, "write_to: " + w.error().message);
+    if (std::count(r.view.begin(), r.view.end(), r.write_to) == 0) view_tokens += static_cast<int64_t>((*w)->tokens.size());
+  }
+  view_tokens += static_cast<int64_t>(r.tokens.size());
+  if (r.kind == RequestKind::generate) view_tokens += r.stop.max_tokens;
+  if (view_tokens > opts_.max_view_tokens)
+    return make_error(Errc::out_of_range, "the view would hold " + std::to_string(view_tokens) +
+                                              " tokens, more than the limit of " + std::to_string(opts_.max_view_tokens));
+  for (TokenId t : r.tokens)
+    if (t < 0 || t >= model_.config.n_vocab) return bad("token id " + std::to_string(t) + " is outside the vocabulary");
+  auto a = std::make_unique<Active>();
+  a->id = next_id_++;
+  switch (r.kind) {
+    case RequestKind::forward:
+      if (r.tokens.empty()) return bad("forward with no tokens");
+      a->target = r.write_to;
+      break;
+    case RequestKind::generate: {
+      Block* w = *blocks_->get(r.write_to);
+      if (r.tokens.empty() && w->last_logits.empty())
+        return bad("generate into block " + std::to_string(r.write_to) +
+                   " has nothing to start from: give it prefill tokens");
+      if (r.stop.max_tokens < 1) return bad("generate with max_tokens < 1");
+      a->target = r.write_to;
+      a->sampler = std::make_unique<Sampler>(r.sampling);
+      a->detok = std::make_unique<IncrementalDecoder>(model_.tokenizer, DecodeOptions{.render_special = false});
+      break;
+    }
+    case RequestKind::probe:
+      if (r.tokens.empty()) return bad("probe with an empty question");
+      if (r.candidates.empty()) return bad("probe with no candidates");
+      for (const auto& c : r.candidates) {
+        if (c.empty()) return bad("probe candidate with no tokens");
+        for (TokenId t : c)
+          if (t < 0 || t >= model_.config.n_vocab) return bad("probe candidate token " + std::to_string(t) + " is outside the vocabulary");
+      }
+      a->target = blocks_->create("probe scratch");
+      break;
+  }
+  for (BlockId b : named) blocks_->hold(b);
+  a->req = std::move(r);
+  active_.push_back(std::move(a));
+  return active_.back()->id;
+}
+
+bool Engine::runnable(const Active& a) const {
+  for (const auto& other : active_) {
+    if (other->done) continue;
+    if (other->target == a.target) return other.get() == &a;  // the oldest writer of the block
+  }
+  return true;
+}
+
+void Engine::finish(Active& a, FinishReason why, std::vector<Event>& events, std::string error) {
+  a.done = true;
+  for (BlockId b : a.req.view) blocks_->unhold(b);
+  if (a.req.kind != RequestKind::probe) blocks_->unhold(a.req.write_to);
+  else (void)blocks_->free(a.target);
+  Event e;
+  e.type = Event::Type::finished;
+  e.request = a.id;
+  e.block = a.req.kind == RequestKind::probe ? -1 : a.target;
+  e.reason = why;
+  e.error = std::move(error);
+  e.step = steps_;
+  events.push_back(std::move(e));
+}
+
+Result<std::vector<Event>> Engine::step() {
+  std::vector<Event> events;
+  struct Forget {  // whatever happens in this step, finished requests leave the queue after it
+    Engine* e;
+    ~Forget() { e->forget_finished(); }
+  } forget{this};
+  struct Planned {
+    Active* a;
+    std::vector<TokenId> tokens;  // run this step
+    bool logits;
+  };
+  std::vector<Planned> plan;
+  int budget = opts_.token_budget;
+  // 1. decode: one token per generate that has one pending (drains included)
+  for (auto& a : active_)
+    if (!a->done && a->req.kind == RequestKind::generate && a->decoding && a->pending >= 0 && budget > 0 && runnable(*a)) {
+      plan.push_back({a.get(), {a->pending}, !a->draining});
+      --budget;
+    }
+  // 2. probes, 3. prefill chunks, oldest first
+  for (RequestKind kind : {RequestKind::probe, RequestKind::forward}) {
+    for (auto& a : active_) {
+      if (a->done || budget == 0 || !runnable(*a)) continue;
+      const bool prefill = a->req.kind == RequestKind::forward || (a->req.kind == RequestKind::generate && !a->decoding);
+      if (kind == RequestKind::probe ? a->req.kind != RequestKind::probe : !prefill) continue;
+      const size_t left = a->req.tokens.size() - a->fed;
+      if (left == 0) continue;
+      const size_t k = std::min(left, static_cast<size_t>(budget));
+      plan.push_back({a.get(), {a->req.tokens.begin() + static_cast<long>(a->fed), a->req.tokens.begin() + static_cast<long>(a->fed + k)},
+                      k == left});
+      budget -= static_cast<int>(k);
+    }
+  }
+  // A generate with no prefill starts from the logits its block already has.
+  for (auto& a : active_)
+    if (!a->done && a->req.kind == RequestKind::generate && !a->decoding && a->req.tokens.empty() && runnable(*a)) {
+      a->decoding = true;
+      Block* w = *blocks_->get(a->target);
+      logits_ = w->last_logits;
+      const TokenId tok = a->sampler->sample(logits_, w->tokens);
+      a->pending = tok;
+      w->tokens.push_back(tok);
+      ++a->generated;
+      events.push_back({Event::Type::token, a->id, a->target, tok, {}, FinishReason::completed, {}, steps_});
+    }
+  if (plan.empty()) {
+    ++steps_;
+    return events;
+  }
+
+  // Room for this step's tokens in each written block.
+  for (auto it = plan.begin(); it != plan.end();) {
+    auto e = blocks_->prepare_write(it->a->target, static_cast<int64_t>(it->tokens.size()));
+    if (!e) {
+      finish(*it->a, FinishReason::context_full, events, e.error().message);
+      it = plan.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (plan.empty()) {
+    ++steps_;
+    return events;
+  }
+
+  // Blocks -> runner sequences (one per extent) and views.
+  std::vector<SequenceKv*> seqs;
+  std::map<BlockId, std::vector<int32_t>> extent_seqs;
+  auto seqs_of = [&](BlockId id) -> const std::vector<int32_t>& {
+    auto it = extent_seqs.find(id);
+    if (it != extent_seqs.end()) return it->second;
+    auto& v = extent_seqs[id];
+    for (Extent& e : (*blocks_->get(id))->extents) {
+      v.push_back(static_cast<int32_t>(seqs.size()));
+      seqs.push_back(&e.kv);
+    }
+    return v;
+  };
+  std::vector<View> views;
+  std::vector<BatchToken> batch;
+  for (const Planned& p : plan) {
+    View v;
+    bool has_target = false;
+    for (BlockId b : p.a->req.view) {
+      has_target |= b == p.a->target;
+      for (int32_t s : seqs_of(b)) v.push_back(s);
+    }
+    if (!has_target)
+      for (int32_t s : seqs_of(p.a->target)) v.push_back(s);
+    const int32_t write_seq = seqs_of(p.a->target).back();
+    const int64_t base = seqs[static_cast<size_t>(write_seq)]->n_tokens;
+    views.push_back(std::move(v));
+    for (size_t i = 0; i < p.tokens.size(); ++i)
+      batch.push_back({p.tokens[i], static_cast<int32_t>(base + static_cast<int64_t>(i)), write_seq,
+                       p.logits && i + 1 == p.tokens.size(), static_cast<int32_t>(views.size() - 1)});
+  }
+  int n_logits = 0;
+  for (const BatchToken& b : batch) n_logits += b.logits ? 1 : 0;
+  const size_t V = static_cast<size_t>(model_.config.n_vocab);
+  logits_.resize(static_cast<size_t>(std::max(n_logits, 1)) * V);
+  if (Status s = runner_->forward(batch, seqs, kv_, logits_.data(), views); !s.ok()) return s.error();
+
+  // Apply: logs, sampling, probe answers, completions.
+  int row = 0;
+  for (const Planned& p : plan) {
+    Active& a = *p.a;
+    Block* w = *blocks_->get(a.target);
+    const float* lg = p.logits ? logits_.data() + static_cast<size_t>(row++) * V : nullptr;
+    if (!(a.req.kind == RequestKind::generate && a.decoding)) {  // prefill tokens enter the log now
+      w->tokens.insert(w->tokens.end(), p.tokens.begin(), p.tokens.end());
+      a.fed += p.tokens.size();
+    }
+    w->last_logits.clear();
+    if (lg) w->last_logits.assign(lg, lg + V);
+    switch (a.req.kind) {
+      case RequestKind::forward:
+        if (a.fed == a.req.tokens.size()) finish(a, FinishReason::completed, events);
+        break;
+      case RequestKind::probe:
+        if (lg) {
+          double mx = -1e300, sum = 0;
+          for (size_t i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(lg[i]));
+          for (size_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(lg[i]) - mx);
+          Event e{Event::Type::probe_result, a.id, -1, -1, {}, FinishReason::completed, {}, steps_};
+          for (const auto& cand : a.req.candidates) {
+            double pr = 0;
+            for (TokenId t : cand) pr += std::exp(static_cast<double>(lg[t]) - mx) / sum;
+            e.probabilities.push_back(static_cast<float>(pr));
+          }
+          events.push_back(std::move(e));
+          finish(a, FinishReason::completed, events);
+        }
+        break;
+      case RequestKind::generate: {
+        if (a.draining) {
+          a.pending = -1;
+          finish(a, a.drain_reason, events);
+          break;
+        }
+        if (!lg) break;  // a prefill chunk that is not the last
+        a.decoding = true;
+        const TokenId tok = a.sampler->sample({lg, V}, w->tokens);
+        w->tokens.push_back(tok);
+        a.pending = tok;
+        ++a.generated;
+        events.push_back({Event::Type::token, a.id, a.target, tok, {}, FinishReason::completed, {}, steps_});
+        a.text += a.detok->push(tok);
+        const StopCondition& st = a.req.stop;
+        FinishReason why = FinishReason::completed;
+        bool stop = false;
+        if (std::find(st.token_ids.begin(), st.token_ids.end(), tok) != st.token_ids.end()) stop = true, why = FinishReason::stop_token;
+        else if (st.at_end_of_generation && model_.tokenizer.is_end_of_generation(tok)) stop = true, why = FinishReason::end_of_generation;
+        else if (a.generated >= st.max_tokens) stop = true, why = FinishReason::max_tokens;
+        else
+          for (const std::string& s : st.strings)
+            if (!s.empty() && a.text.size() >= s.size() && a.text.compare(a.text.size() - s.size(), s.size(), s) == 0) {
+              stop = true;
+              why = FinishReason::stop_string;
+              break;
+            }
+        if (stop) {  // run the last token too, so the block's KV covers its whole log
+          a.draining = true;
+          a.drain_reason = why;
+        }
+        break;
+      }
+    }
+  }
+  ++steps_;
+  return events;
+}
+
+void Engine::forget_finished() {
+  for (auto it = active_.begin(); it != active_.end();) it = (*it)->done ? active_.erase(it) : it + 1;
+}
+
+}  // namespace chorus

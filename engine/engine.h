@@ -1,0 +1,116 @@
+// The request/step engine (AsyncLLM's engine, plain C++: no actors, no threads of its own).
+//
+//   submit(forward | generate | probe)  ->  step()  ->  events
+//
+// Each step() runs ONE forward pass over tokens of many requests:
+//   1. every active generate contributes its next token (decode),
+//   2. probes come next (their question, chunked to the budget if long),
+//   3. prefill chunks of forward requests and generate prefills fill the remaining token
+//      budget, oldest first (chunked prefill),
+// so a long prefill never delays a decode or a probe by more than one step.
+// A block has at most one writer at a time: requests writing the same block run one after
+// another in submission order (a later one waits; it is not an error).
+// Same-step rule: a request sees the other blocks of its view as they were when the step
+// started; a token another request writes in step t is visible to readers from step t + 1.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/block_store.h"
+#include "engine/detokenizer.h"
+#include "engine/model.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+
+namespace chorus {
+
+class CpuDevice;
+
+using RequestId = int64_t;
+
+struct StopCondition {
+  std::vector<std::string> strings;    // stop once the generated text ends with one of these
+  std::vector<TokenId> token_ids;      // stop after generating one of these
+  int max_tokens = 256;
+  bool at_end_of_generation = true;    // stop at the model's end-of-turn tokens
+};
+
+enum class RequestKind { forward, generate, probe };
+
+struct Request {
+  RequestKind kind = RequestKind::forward;
+  std::vector<BlockId> view;           // blocks attended, in order (the write block may be in it)
+  BlockId write_to = -1;               // forward/generate: the block written
+  std::vector<TokenId> tokens;         // forward: tokens appended; generate: prefill appended first
+                                       // (at least one unless the block has tokens to start from);
+                                       // probe: the question
+  SamplingParams sampling;             // generate
+  StopCondition stop;                  // generate
+  std::vector<std::vector<TokenId>> candidates;  // probe: answers; each a set of token ids
+};
+
+enum class FinishReason { completed, max_tokens, stop_token, stop_string, end_of_generation, context_full, error };
+const char* finish_reason_name(FinishReason r);
+
+struct Event {
+  enum class Type { token, probe_result, finished } type = Type::token;
+  RequestId request = 0;
+  BlockId block = -1;
+  TokenId token = -1;                  // token: the token appended to `block`
+  std::vector<float> probabilities;    // probe_result: one per candidate
+  FinishReason reason = FinishReason::completed;
+  std::string error;                   // finished with reason error
+  int64_t step = 0;
+};
+
+struct EngineOptions {
+  int64_t n_pages = 1024;        // KV pages of 16 positions
+  int token_budget = 256;        // tokens per step
+  int64_t max_view_tokens = 8192;  // longest view a request may attend
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const Model& model, CpuDevice& device, EngineOptions opts = {});
+  ~Engine();
+
+  BlockStore& blocks() { return *blocks_; }
+  const Model& model() const { return model_; }
+
+  // Validates and queues a request. Errors (nothing is queued): a view or write block that does
+  // not exist or was freed, a block named twice, a probe without candidates or question, a
+  // generate with nothing to start from, a view longer than max_view_tokens.
+  Result<RequestId> submit(Request r);
+
+  // Runs one step; returns what happened in it. Errors only for internal failures.
+  Result<std::vector<Event>> step();
+
+  bool idle() const { return active_.empty(); }
+  int64_t steps() const { return steps_; }
+
+ private:
+  struct Active;
+  Engine(const Model& m, CpuDevice& d, EngineOptions o, KvCache kv);
+  bool runnable(const Active& a) const;
+  void forget_finished();
+  void finish(Active& a, FinishReason why, std::vector<Event>& events, std::string error = {});
+
+  const Model& model_;
+  CpuDevice& device_;
+  EngineOptions opts_;
+  KvCache kv_;
+  std::unique_ptr<BlockStore> blocks_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::deque<std::unique_ptr<Active>> active_;  // submission order
+  RequestId next_id_ = 1;
+  int64_t steps_ = 0;
+  std::vector<float> logits_;
+};
+
+}  // namespace chorus
