@@ -45,6 +45,7 @@ struct GenerateArgs {
   int threads = 0;             // 0: one per core
   std::string isa;             // "": best for this CPU
   bool verbose = false;        // timing line on stderr
+  int parallel = 1;            // generations sharing one prompt block, batched
 };
 int run_generate(const GenerateArgs& args);
 

@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("-t,--threads", gen.threads, "Compute threads; 0 one per core")->capture_default_str();
   gen_cmd->add_option("--isa", gen.isa, "Force a kernel set: scalar, avx2, avx512");
   gen_cmd->add_flag("-v,--verbose", gen.verbose, "Print timings to stderr");
+  gen_cmd->add_option("--parallel", gen.parallel,
+                      "Generations sharing one prompt block (each writes its own block; all batched)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
 
   chorus::app::BenchArgs bench;
   bench.model = chorus::default_model_path();
