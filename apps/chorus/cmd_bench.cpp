@@ -14,6 +14,9 @@
 #include "gpu/cpu_features.h"
 
 namespace chorus::app {
+
+int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nlohmann::json& out);
+
 namespace {
 
 // A deterministic prompt of exactly n tokens: English prose, repeated.
@@ -46,6 +49,14 @@ int run_bench(const BenchArgs& args) {
   out["cpu"] = cpu_features().model_name;
   out["threads"] = (*device)->n_threads();
   std::printf("chorus bench: %s, %s\n", m.config.name.c_str(), (*device)->describe().c_str());
+  if (args.views) {
+    if (int rc = run_bench_views(args, m, **device, out); rc != 0) return rc;
+    if (!args.json.empty()) {
+      std::ofstream f(args.json);
+      f << out.dump(2) << "\n";
+    }
+    return 0;
+  }
 
   // Prompt processing: one forward over pp tokens (best of reps, after a warm-up).
   if (args.pp > 0) {

@@ -58,6 +58,7 @@ struct BenchArgs {
   int threads = 0;
   std::string isa;
   std::string json;               // write results here
+  bool views = false;             // the cache-block benchmarks instead (views, sharing, probes)
 };
 int run_bench(const BenchArgs& args);
 

@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("-t,--threads", bench.threads, "Compute threads; 0 one per core")->capture_default_str();
   bench_cmd->add_option("--isa", bench.isa, "Force a kernel set: scalar, avx2, avx512");
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
+  bench_cmd->add_flag("--views", bench.views,
+                      "Cache-block benchmarks: view of 4 blocks vs contiguous, 8 generations over a shared "
+                      "prompt vs private copies, probe latency under load");
 
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
