@@ -13,8 +13,9 @@ namespace {
 constexpr int kMaxSegments = 64;  // blocks in one view
 }  // namespace
 
-ModelRunner::ModelRunner(const ModelConfig& config, const Weights& weights, CpuDevice& device, int max_tokens)
-    : c_(config), w_(weights), dev_(device), max_tokens_(std::max(1, max_tokens)) {
+ModelRunner::ModelRunner(const ModelConfig& config, const Weights& weights, CpuDevice& device, int max_tokens,
+                         bool f32_activations)
+    : c_(config), w_(weights), dev_(device), max_tokens_(std::max(1, max_tokens)), f32_activations_(f32_activations) {
   const auto T = static_cast<size_t>(max_tokens_);
   x_.resize(T * c_.n_embd);
   h_.resize(T * std::max(c_.n_embd, c_.q_dim()));
@@ -55,7 +56,7 @@ void ModelRunner::gemm(std::initializer_list<Product> products, const float* x, 
   for (const Product& p : products) {
     const WeightMatrix& w = *p.w;
     GemmArgs a{w.type, w.data, w.row_bytes, w.cols, xq, x, n_tokens, p.y, w.rows, 0, 0};
-    const GemmFn fn = gemm_for(dev_.kernels(), w.type);
+    const GemmFn fn = f32_activations_ ? dev_.kernels().gemm_f32 : gemm_for(dev_.kernels(), w.type);
     const int64_t n = std::min<int64_t>(std::max<int64_t>(w.rows / 2, 1), threads == 1 ? 1 : threads * 4);
     const int64_t per = ((w.rows + n - 1) / n + 1) & ~int64_t{1};
     for (int64_t r0 = 0; r0 < w.rows; r0 += per) {

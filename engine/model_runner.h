@@ -44,7 +44,11 @@ class ModelRunner {
  public:
   // REQUIRES: config, weights and device outlive the runner. Scratch for `max_tokens` tokens
   // per forward is allocated here, once.
-  ModelRunner(const ModelConfig& config, const Weights& weights, CpuDevice& device, int max_tokens);
+  // f32_activations: every product runs on f32 activations (CpuKernels::gemm_f32) instead of
+  // int8 ones — slower, but free of the activation rounding that makes quantized models'
+  // logits sensitive to last-bit differences (used by tests of mathematical equivalences).
+  ModelRunner(const ModelConfig& config, const Weights& weights, CpuDevice& device, int max_tokens,
+              bool f32_activations = false);
 
   int max_tokens() const { return max_tokens_; }
 
@@ -78,6 +82,7 @@ class ModelRunner {
   const Weights& w_;
   CpuDevice& dev_;
   int max_tokens_;
+  bool f32_activations_;
   // Scratch, [max_tokens, width]:
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
   std::vector<float> rope_cs_;  // [n_rot] (cos, sin) pairs for the token being rotated

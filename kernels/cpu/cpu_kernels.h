@@ -83,6 +83,10 @@ struct CpuKernels {
   // Matrix products by weight type id; nullptr where the table has no special kernel for the
   // type (gemm_for() then falls back to the scalar dequantize-and-dot kernel).
   GemmFn gemm[40];
+  // Any dequantizable type against f32 activations (xf): rows are dequantized, then f32 dot
+  // products. No activation quantization: the exact-arithmetic path (f32 models, and runners
+  // asked for f32 activations).
+  GemmFn gemm_f32;
 
   // y = x / rms(x) * w, over n values. eps added to the mean square.
   void (*rmsnorm)(const float* x, const float* w, float* y, int64_t n, float eps);
@@ -104,12 +108,11 @@ const CpuKernels& cpu_kernels_scalar();
 const CpuKernels* cpu_kernels_avx2();    // nullptr when not built for this architecture
 const CpuKernels* cpu_kernels_avx512();  // nullptr when not built for this architecture
 
-// The kernel for `type` in table `k`; falls back to gemm_dequantized(), or nullptr if the
-// type cannot be dequantized at all.
+// The kernel for `type` in table `k`; falls back to k.gemm_f32, or nullptr if the type cannot
+// be dequantized at all.
 GemmFn gemm_for(const CpuKernels& k, TensorType type);
 
-// Any dequantizable type: dequantizes each weight row to f32 and takes f32 dot products with
-// `xf`. Slower than the integer kernels; exact up to float rounding (no activation quantization).
+// The scalar table's gemm_f32: dequantizes each weight row, then plain f32 dot products.
 void gemm_dequantized(const GemmArgs& a);
 
 }  // namespace chorus

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/dequant.h"
 #include "kernels/cpu/ops_impl.h"
 
 namespace {
@@ -313,6 +314,32 @@ void gemm_x86(const chorus::GemmArgs& a) {
   if (r < a.r1) gemm_rows<T, 1>(a, r);
 }
 
+// Dequantize-and-dot for any dequantizable type: each weight row to f32 (on the stack), then
+// 8-lane FMA dot products with up to 4 tokens at a time.
+void gemm_f32_x86(const chorus::GemmArgs& a) {
+  constexpr int64_t kMaxCols = 16384;
+  if (a.n_cols > kMaxCols) {
+    chorus::gemm_dequantized(a);
+    return;
+  }
+  alignas(64) float wrow[kMaxCols];
+  for (int64_t r = a.r0; r < a.r1; ++r) {
+    chorus::dequantize_row(a.type, a.w + r * a.w_row_bytes, wrow, a.n_cols);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const float* x = a.xf + t * a.n_cols;
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+      int64_t k = 0;
+      for (; k + 16 <= a.n_cols; k += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_load_ps(wrow + k), _mm256_loadu_ps(x + k), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_load_ps(wrow + k + 8), _mm256_loadu_ps(x + k + 8), acc1);
+      }
+      float sum = hsum8(_mm256_add_ps(acc0, acc1));
+      for (; k < a.n_cols; ++k) sum += wrow[k] * x[k];
+      a.y[t * a.y_stride + r] = sum;
+    }
+  }
+}
+
 // The x86 table of this translation unit's instruction set: the scalar table for formats
 // without an x86 kernel, this unit's element-wise ops, and the integer GEMMs above.
 inline chorus::CpuKernels make_x86_table(const char* isa) {
@@ -320,6 +347,7 @@ inline chorus::CpuKernels make_x86_table(const char* isa) {
   chorus::CpuKernels k = chorus::cpu_kernels_scalar();
   k.isa = isa;
   fill_common_ops(k);
+  k.gemm_f32 = gemm_f32_x86;
   k.gemm[static_cast<int>(TensorType::q4_0)] = gemm_x86<TensorType::q4_0>;
   k.gemm[static_cast<int>(TensorType::q4_1)] = gemm_x86<TensorType::q4_1>;
   k.gemm[static_cast<int>(TensorType::q8_0)] = gemm_x86<TensorType::q8_0>;

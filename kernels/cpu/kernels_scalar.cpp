@@ -105,7 +105,7 @@ void gemm_dequantized(const GemmArgs& a) {
 GemmFn gemm_for(const CpuKernels& k, TensorType type) {
   const auto id = static_cast<uint32_t>(type);
   if (id < 40 && k.gemm[id] != nullptr) return k.gemm[id];
-  return can_dequantize(type) ? gemm_dequantized : nullptr;
+  return can_dequantize(type) ? k.gemm_f32 : nullptr;
 }
 
 const CpuKernels& cpu_kernels_scalar() {
@@ -113,6 +113,7 @@ const CpuKernels& cpu_kernels_scalar() {
     CpuKernels k{};
     k.isa = "scalar";
     fill_common_ops(k);
+    k.gemm_f32 = gemm_dequantized;
     for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q5_1, TensorType::q8_0})
       k.gemm[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
     return k;
