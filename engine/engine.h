@@ -53,6 +53,29 @@ struct Request {
   SamplingParams sampling;             // generate
   StopCondition stop;                  // generate
   std::vector<std::vector<TokenId>> candidates;  // probe: answers; each a set of token ids
+
+  static Request forward(BlockId write_to, std::vector<TokenId> tokens, std::vector<BlockId> view = {}) {
+    Request r;
+    r.write_to = write_to;
+    r.tokens = std::move(tokens);
+    r.view = std::move(view);
+    return r;
+  }
+  static Request generate(BlockId write_to, std::vector<BlockId> view, std::vector<TokenId> prefill,
+                          SamplingParams sampling, StopCondition stop) {
+    Request r = forward(write_to, std::move(prefill), std::move(view));
+    r.kind = RequestKind::generate;
+    r.sampling = std::move(sampling);
+    r.stop = std::move(stop);
+    return r;
+  }
+  static Request probe(std::vector<BlockId> view, std::vector<TokenId> question,
+                       std::vector<std::vector<TokenId>> candidates) {
+    Request r = forward(-1, std::move(question), std::move(view));
+    r.kind = RequestKind::probe;
+    r.candidates = std::move(candidates);
+    return r;
+  }
 };
 
 enum class FinishReason { completed, max_tokens, stop_token, stop_string, end_of_generation, context_full, error };

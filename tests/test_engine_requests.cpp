@@ -46,21 +46,11 @@ class EngineRequests : public ::testing::Test {
     return all;
   }
 
-  Request forward(BlockId w, std::vector<TokenId> toks, std::vector<BlockId> view = {}) {
-    Request r;
-    r.kind = RequestKind::forward;
-    r.write_to = w;
-    r.tokens = std::move(toks);
-    r.view = std::move(view);
-    return r;
+  static Request forward(BlockId w, std::vector<TokenId> toks, std::vector<BlockId> view = {}) {
+    return Request::forward(w, std::move(toks), std::move(view));
   }
-  Request probe(std::vector<BlockId> view, std::vector<TokenId> q, std::vector<std::vector<TokenId>> cands) {
-    Request r;
-    r.kind = RequestKind::probe;
-    r.view = std::move(view);
-    r.tokens = std::move(q);
-    r.candidates = std::move(cands);
-    return r;
+  static Request probe(std::vector<BlockId> view, std::vector<TokenId> q, std::vector<std::vector<TokenId>> c) {
+    return Request::probe(std::move(view), std::move(q), std::move(c));
   }
   // Runs a probe alone and returns its candidate probabilities.
   std::vector<float> probe_now(std::vector<BlockId> view, std::vector<TokenId> q, std::vector<std::vector<TokenId>> c) {

@@ -29,25 +29,11 @@ std::vector<TokenId> filler(const Tokenizer& tok, size_t n) {
   return ids;
 }
 
-Request forward(BlockId w, std::vector<TokenId> t, std::vector<BlockId> view = {}) {
-  Request r;
-  r.kind = RequestKind::forward;
-  r.write_to = w;
-  r.tokens = std::move(t);
-  r.view = std::move(view);
-  return r;
-}
-
 Request generate(BlockId w, std::vector<BlockId> view, TokenId start, int n) {
-  Request r;
-  r.kind = RequestKind::generate;
-  r.write_to = w;
-  r.view = std::move(view);
-  r.tokens = {start};
-  r.sampling = SamplingParams::greedy();
-  r.stop.max_tokens = n;
-  r.stop.at_end_of_generation = false;
-  return r;
+  StopCondition stop;
+  stop.max_tokens = n;
+  stop.at_end_of_generation = false;
+  return Request::generate(w, std::move(view), {start}, SamplingParams::greedy(), stop);
 }
 
 // Runs the engine until idle; returns (generated tokens, seconds spent in steps after `from`).
@@ -77,7 +63,7 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nl
       for (int b = 0; b < (views ? 4 : 1); ++b) {
         const BlockId id = (*e)->blocks().create();
         const size_t n = ctx.size() / (views ? 4 : 1);
-        (void)(*e)->submit(forward(id, {ctx.begin() + static_cast<long>(b * n), ctx.begin() + static_cast<long>((b + 1) * n)}, view));
+        (void)(*e)->submit(Request::forward(id, {ctx.begin() + static_cast<long>(b * n), ctx.begin() + static_cast<long>((b + 1) * n)}, view));
         drain(**e);
         view.push_back(id);
       }
@@ -104,7 +90,7 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nl
       std::vector<BlockId> prompts;
       for (int i = 0; i < (shared ? 1 : 8); ++i) {
         prompts.push_back((*e)->blocks().create());
-        (void)(*e)->submit(forward(prompts.back(), prompt));
+        (void)(*e)->submit(Request::forward(prompts.back(), prompt));
       }
       drain(**e);
       for (int i = 0; i < 8; ++i)
@@ -123,13 +109,11 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nl
   {
     auto e = Engine::create(m, device, {.n_pages = 1024, .token_budget = 256});
     if (!report("bench", e)) return 1;
-    (void)(*e)->submit(forward((*e)->blocks().create(), filler(m.tokenizer, 4096)));
+    (void)(*e)->submit(Request::forward((*e)->blocks().create(), filler(m.tokenizer, 4096)));
     for (int i = 0; i < 4; ++i) (void)(*e)->submit(generate((*e)->blocks().create(), {}, 198, 400));
     for (int i = 0; i < 4; ++i) (void)(*e)->step();
-    Request p;
-    p.kind = RequestKind::probe;
-    p.tokens = m.tokenizer.encode(" Is anything wrong? Answer yes or no:");
-    p.candidates = {m.tokenizer.encode(" yes"), m.tokenizer.encode(" no")};
+    const Request p = Request::probe({}, m.tokenizer.encode(" Is anything wrong? Answer yes or no:"),
+                                     {m.tokenizer.encode(" yes"), m.tokenizer.encode(" no")});
     const int64_t s0 = (*e)->steps();
     const auto t0 = Clock::now();
     auto id = (*e)->submit(p);
