@@ -1,6 +1,6 @@
 #include "actors/wire.h"
 
-#include "schemas/common_generated.h"
+#include "schemas/envelope_generated.h"
 
 namespace chorus {
 namespace {
@@ -49,9 +49,10 @@ Result<EnvelopeSummary> decode_envelope(std::span<const uint8_t> frame) {
   s.version = env->version();
   s.request_id = env->request_id();
   s.payload_type = wire::EnumNamePayload(env->payload_type());
+  if (env->payload_type() == wire::Payload::NONE || env->payload() == nullptr)
+    return make_error(Errc::bad_format, "envelope has no payload");
   if (const auto* e = env->payload_as_Error()) s.text = e->message() ? e->message()->str() : "";
   else if (const auto* h = env->payload_as_Hello()) s.text = h->node_id() ? h->node_id()->str() : "";
-  else return make_error(Errc::bad_format, "envelope has no payload");
   return s;
 }
 

@@ -1,4 +1,4 @@
-// Encoding and checked decoding of envelopes (schemas/common.fbs). Every frame that arrives
+// Encoding and checked decoding of envelopes (schemas/envelope.fbs). Every frame that arrives
 // from outside the process goes through decode_envelope() before anything reads it.
 #pragma once
 
@@ -20,7 +20,7 @@ std::vector<uint8_t> encode_hello_envelope(uint64_t request_id, const std::strin
 struct EnvelopeSummary {
   uint16_t version = 0;
   uint64_t request_id = 0;
-  std::string payload_type;  // "Error", "Hello"
+  std::string payload_type;  // the Payload union member: "Error", "Hello", "Generate", ...
   std::string text;          // error message or node id
 };
 
