@@ -48,6 +48,8 @@ class [[nodiscard]] Result {
   T&& value() && { return std::get<0>(std::move(v_)); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
+  // On a temporary, hand the value out (so `for (auto& x : *f())` does not dangle).
+  T operator*() && { return std::move(std::get<0>(v_)); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 

@@ -42,6 +42,11 @@ struct Block {
   std::vector<float> last_logits;  // next-token logits after the last cached token, if known
   bool live = false;
   std::string name;             // for messages ("prompt", "thoughts", ...)
+  // Paused (Engine::pause): no KV pages; `offloaded` holds the KV copied to host memory
+  // ([layer][K, V][position][kv_dim]) when paused in offload mode, else it is rebuilt from the log.
+  bool paused = false;
+  int64_t paused_cached = 0;
+  std::vector<float> offloaded;
 
   int64_t n_cached() const { return extents.empty() ? 0 : extents.back().first + extents.back().kv.n_tokens; }
 };

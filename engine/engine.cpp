@@ -57,6 +57,10 @@ Result<RequestId> Engine::submit(Request r) {
   std::vector<BlockId> named = r.view;
   if (r.kind != RequestKind::probe) named.push_back(r.write_to);
   int64_t view_tokens = 0;
+  for (BlockId id : named) {
+    auto b = blocks_->get(id);
+    if (b && (*b)->paused) return bad("block " + std::to_string(id) + " is paused: restore it first");
+  }
   for (size_t i = 0; i < r.view.size(); ++i) {
     auto b = blocks_->get(r.view[i]);
     if (!b) return make_error(b.error().code, "view: " + b.error().message);
@@ -199,6 +203,11 @@ Result<std::vector<Event>> Engine::step() {
     return events;
   }
 
+  for (const Planned& p : plan) {
+    const Block* w = *blocks_->get(p.a->target);
+    record_run(p.a->target, w->n_cached(), static_cast<int64_t>(p.tokens.size()), p.a->req.view);
+  }
+
   // Blocks -> runner sequences (one per extent) and views.
   std::vector<SequenceKv*> seqs;
   std::map<BlockId, std::vector<int32_t>> extent_seqs;
@@ -304,6 +313,174 @@ Result<std::vector<Event>> Engine::step() {
   }
   ++steps_;
   return events;
+}
+
+void Engine::record_run(BlockId block, int64_t start, int64_t count, const std::vector<BlockId>& view) {
+  WriteRun run{next_run_++, block, start, count, {}, false, 0};
+  for (size_t i = 0; i < view.size(); ++i) {
+    if (view[i] == block) {
+      run.target_in_view = true;
+      run.target_index = i;
+      continue;
+    }
+    run.view.emplace_back(view[i], (*blocks_->get(view[i]))->n_cached());
+  }
+  // Consecutive tokens of one block under an unchanged view extend the previous run.
+  for (auto it = runs_.rbegin(); it != runs_.rend(); ++it) {
+    if (it->block != block) continue;
+    if (it->start + it->count == start && it->view == run.view && it->target_in_view == run.target_in_view &&
+        it->target_index == run.target_index) {
+      it->count += count;
+      return;
+    }
+    break;
+  }
+  runs_.push_back(std::move(run));
+}
+
+Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
+  for (BlockId id : ids) {  // check everything first: a refused pause changes nothing
+    auto b = blocks_->get(id);
+    if (!b) return b.error();
+    const Block& blk = **b;
+    if (blk.paused) return make_error(Errc::invalid_argument, "block " + std::to_string(id) + " is already paused");
+    if (blk.holds > 0)
+      return make_error(Errc::invalid_argument, "cannot pause block " + std::to_string(id) + ": " +
+                                                    std::to_string(blk.holds) + " pending request(s) use it");
+    if (blk.extents.size() > 1)
+      return make_error(Errc::unsupported, "cannot pause block " + std::to_string(id) +
+                                               ": it was built by merge/fork (pause its sources instead)");
+    for (const Extent& e : blk.extents)
+      for (int32_t pg : e.kv.pages)
+        if (kv_.refs(pg) > 1)
+          return make_error(Errc::unsupported, "cannot pause block " + std::to_string(id) +
+                                                   ": it shares KV pages with another block (merge/fork)");
+  }
+  const int64_t ps = KvCache::page_size();
+  const int kvd = model_.config.kv_dim();
+  for (BlockId id : ids) {
+    Block& b = **blocks_->get(id);
+    b.paused = true;
+    b.paused_cached = b.n_cached();
+    b.last_logits.clear();
+    if (b.extents.empty()) continue;
+    SequenceKv& kv = b.extents.back().kv;
+    if (mode == PauseMode::offload) {
+      const int64_t n = kv.n_tokens;
+      b.offloaded.assign(static_cast<size_t>(model_.config.n_layer) * 2 * static_cast<size_t>(n) * kvd, 0.0f);
+      for (int l = 0; l < model_.config.n_layer; ++l)
+        for (int64_t p = 0; p < n; ++p) {
+          const int32_t page = kv.pages[static_cast<size_t>(p / ps)];
+          float* dk = b.offloaded.data() + ((static_cast<size_t>(l) * 2) * n + p) * kvd;
+          float* dv = b.offloaded.data() + ((static_cast<size_t>(l) * 2 + 1) * n + p) * kvd;
+          const float* kp = kv_.k(l, page);
+          for (int i = 0; i < kvd; ++i) dk[i] = kp[static_cast<size_t>(i) * ps + p % ps];
+          std::copy_n(kv_.v(l, page) + (p % ps) * kvd, kvd, dv);
+        }
+    }
+    kv_.release(kv);
+  }
+  return Status::success();
+}
+
+Status Engine::restore(std::span<const BlockId> ids) {
+  std::vector<BlockId> drop;
+  for (BlockId id : ids) {
+    auto b = blocks_->get(id);
+    if (!b) return b.error();
+    if (!(*b)->paused) return make_error(Errc::invalid_argument, "block " + std::to_string(id) + " is not paused");
+  }
+  // Dropped runs read their views' blocks: those must be resident or restored here too.
+  auto restoring = [&](BlockId x) { return std::find(ids.begin(), ids.end(), x) != ids.end(); };
+  for (const WriteRun& r : runs_) {
+    if (!restoring(r.block) || !(*blocks_->get(r.block))->offloaded.empty()) continue;
+    for (const auto& [vb, len] : r.view) {
+      auto b = blocks_->get(vb);
+      if (!b)
+        return make_error(Errc::not_found, "cannot restore block " + std::to_string(r.block) +
+                                               ": it was written seeing a block that is gone (" + b.error().message + ")");
+      if ((*b)->paused && !restoring(vb))
+        return make_error(Errc::invalid_argument, "cannot restore block " + std::to_string(r.block) +
+                                                      ": it was written seeing block " + std::to_string(vb) +
+                                                      ", which is paused; restore both together");
+    }
+  }
+  const int64_t ps = KvCache::page_size();
+  const int kvd = model_.config.kv_dim();
+  // Offloaded blocks: copy back.
+  for (BlockId id : ids) {
+    Block& b = **blocks_->get(id);
+    if (b.offloaded.empty()) {
+      if (!b.extents.empty()) b.extents.back().kv.n_tokens = 0;
+      continue;
+    }
+    SequenceKv& kv = b.extents.back().kv;
+    const int64_t n = b.paused_cached;
+    if (Status s = kv_.reserve(kv, n); !s.ok()) return s;
+    for (int l = 0; l < model_.config.n_layer; ++l)
+      for (int64_t p = 0; p < n; ++p) {
+        const int32_t page = kv.pages[static_cast<size_t>(p / ps)];
+        const float* sk = b.offloaded.data() + ((static_cast<size_t>(l) * 2) * n + p) * kvd;
+        const float* sv = b.offloaded.data() + ((static_cast<size_t>(l) * 2 + 1) * n + p) * kvd;
+        float* kp = kv_.k(l, page);
+        for (int i = 0; i < kvd; ++i) kp[static_cast<size_t>(i) * ps + p % ps] = sk[i];
+        std::copy_n(sv, kvd, kv_.v(l, page) + (p % ps) * kvd);
+      }
+    kv.n_tokens = n;
+    b.offloaded.clear();
+    b.offloaded.shrink_to_fit();
+    b.paused = false;
+  }
+  // Dropped blocks: run their runs again, in their first order, under their recorded views.
+  for (BlockId id : ids) (*blocks_->get(id))->paused = false;
+  for (const WriteRun& r : runs_) {
+    if (!restoring(r.block)) continue;
+    Block& w = **blocks_->get(r.block);
+    if (r.start >= w.paused_cached) continue;  // written after... nothing to rebuild
+    if (w.n_cached() != r.start) continue;     // offloaded: already back
+    const int64_t count = std::min(r.count, w.paused_cached - r.start);
+    for (int64_t done = 0; done < count;) {
+      const int64_t k = std::min<int64_t>(count - done, opts_.token_budget);
+      auto e = blocks_->prepare_write(r.block, k);
+      if (!e) return e.error();
+      // Context blocks cut to the lengths they had: a private list of their extents.
+      std::deque<SequenceKv> cut;  // stable addresses
+      std::vector<SequenceKv*> seqs;
+      View v;
+      auto add_block = [&](BlockId b, int64_t len) {
+        for (Extent& x : (*blocks_->get(b))->extents) {
+          if (x.first >= len) break;
+          SequenceKv c = x.kv;
+          c.n_tokens = std::min(x.kv.n_tokens, len - x.first);
+          cut.push_back(std::move(c));
+          v.push_back(static_cast<int32_t>(seqs.size()));
+          seqs.push_back(&cut.back());
+        }
+      };
+      for (size_t i = 0; i <= r.view.size(); ++i) {
+        if (r.target_in_view && i == r.target_index) {
+          v.push_back(-2);  // placeholder for the write block
+        }
+        if (i < r.view.size()) add_block(r.view[i].first, r.view[i].second);
+      }
+      const int32_t write_seq = static_cast<int32_t>(seqs.size());
+      seqs.push_back(&e.value()->kv);
+      if (r.target_in_view) std::replace(v.begin(), v.end(), -2, write_seq);
+      else v.push_back(write_seq);
+      std::vector<BatchToken> batch;
+      const int64_t base = e.value()->kv.n_tokens;
+      const bool last = done + k == count && r.start + count == w.paused_cached;
+      for (int64_t i = 0; i < k; ++i)
+        batch.push_back({w.tokens[static_cast<size_t>(r.start + done + i)], static_cast<int32_t>(base + i), write_seq,
+                         last && i + 1 == k, 0});
+      const std::vector<View> views = {v};
+      logits_.resize(static_cast<size_t>(model_.config.n_vocab));
+      if (Status s = runner_->forward(batch, seqs, kv_, logits_.data(), views); !s.ok()) return s;
+      if (last) w.last_logits = logits_;
+      done += k;
+    }
+  }
+  return Status::success();
 }
 
 void Engine::forget_finished() {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <utility>
 #include <memory>
 #include <span>
 #include <string>
@@ -92,6 +93,10 @@ struct Event {
   int64_t step = 0;
 };
 
+// How a paused block's KV is kept: dropped (rebuilt by running its tokens again, under the
+// views they were first written under) or offloaded (copied to host memory and back: exact).
+enum class PauseMode { drop, offload };
+
 struct EngineOptions {
   int64_t n_pages = 1024;        // KV pages of 16 positions
   int token_budget = 256;        // tokens per step
@@ -115,6 +120,16 @@ class Engine {
   Result<std::vector<Event>> step();
 
   bool idle() const { return active_.empty(); }
+
+  // Frees the KV pages of `blocks`, keeping every token (ThunderAgent's pause). Refused (nothing
+  // changes) for a block that a pending request uses, that shares pages with another block
+  // (merge/fork), or that is already paused. Paused blocks cannot be named by new requests.
+  Status pause(std::span<const BlockId> blocks, PauseMode mode);
+  // Rebuilds the KV of paused blocks, now (not through step()). Dropped blocks are rebuilt by
+  // running each run of their tokens again, in the order it was first run, under the view (and
+  // the view's block lengths) it was written under; so the blocks those views name must be
+  // resident or restored in the same call. Errors name the block that stands in the way.
+  Status restore(std::span<const BlockId> blocks);
   int64_t steps() const { return steps_; }
 
  private:
@@ -134,6 +149,19 @@ class Engine {
   RequestId next_id_ = 1;
   int64_t steps_ = 0;
   std::vector<float> logits_;
+
+  // What each block's tokens were written under, for rebuilding dropped KV.
+  struct WriteRun {
+    int64_t seq;          // global order
+    BlockId block;
+    int64_t start, count;  // block positions
+    std::vector<std::pair<BlockId, int64_t>> view;  // blocks and the lengths they had then
+    bool target_in_view;  // where the written block sat: at its place in the view, or last
+    size_t target_index;  // its index in the view when it was in it
+  };
+  std::vector<WriteRun> runs_;
+  int64_t next_run_ = 0;
+  void record_run(BlockId block, int64_t start, int64_t count, const std::vector<BlockId>& view);
 };
 
 }  // namespace chorus
