@@ -1,0 +1,15 @@
+// The atoms (message tags) chorus actors exchange in-process. Frames (std::vector<uint8_t>)
+// carry schemas/envelope.fbs messages.
+#pragma once
+
+#include <caf/atom.hpp>
+
+namespace chorus {
+
+using frame_atom = caf::atom_constant<caf::atom("frame")>;          // a command frame -> reply frame
+using event_atom = caf::atom_constant<caf::atom("event")>;          // an event frame, batcher -> requester
+using stop_atom = caf::atom_constant<caf::atom("stop")>;            // end an actor's work
+using paragraph_atom = caf::atom_constant<caf::atom("paragraph")>;  // a thinker finished a paragraph
+using done_atom = caf::atom_constant<caf::atom("done")>;            // a role has nothing more to do
+
+}  // namespace chorus

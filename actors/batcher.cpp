@@ -1,0 +1,88 @@
+#include "actors/batcher.h"
+
+#include <caf/all.hpp>
+#include <map>
+
+#include "actors/atoms.h"
+#include "actors/codec.h"
+#include "actors/wire.h"
+#include "engine/detokenizer.h"
+#include "engine/engine.h"
+
+namespace chorus {
+namespace {
+
+struct Subscriber {
+  caf::actor who;
+  uint64_t correlation;
+  std::unique_ptr<IncrementalDecoder> text;
+};
+
+void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
+  std::map<RequestId, Subscriber> subs;
+  bool running = true;
+  bool got = false;
+  auto on_frame = [&](frame_atom, const std::vector<uint8_t>& bytes) -> std::vector<uint8_t> {
+    got = true;
+    uint64_t rid = 0;
+    auto cmd = decode_command(bytes, &rid);
+    if (!cmd) return encode_error_envelope(rid, cmd.error());
+    if (auto* c = std::get_if<CreateBlockCmd>(&*cmd)) {
+      const BlockId id = engine->blocks().create(c->name);
+      return encode_block_info(rid, id, c->name, 0, 0);
+    }
+    if (auto* f = std::get_if<FreeBlockCmd>(&*cmd)) {
+      if (Status s = engine->blocks().free(f->block); !s.ok()) return encode_error_envelope(rid, s.error());
+      return encode_block_info(rid, f->block, "", 0, 0);
+    }
+    auto id = engine->submit(std::get<Request>(*cmd));
+    if (!id) return encode_error_envelope(rid, id.error());
+    subs[*id] = Subscriber{caf::actor_cast<caf::actor>(self->current_sender()), rid,
+                           std::make_unique<IncrementalDecoder>(engine->model().tokenizer,
+                                                                DecodeOptions{.render_special = false})};
+    return encode_submitted(rid, *id);
+  };
+  auto on_stop = [&](stop_atom) { running = false; };
+  auto on_exit = [&](caf::exit_msg& m) {
+    running = false;
+    self->fail_state(m.reason);
+  };
+  while (running) {
+    if (engine->idle()) self->receive(on_frame, on_stop, on_exit);  // sleep until there is work
+    do {  // then take everything already queued, without waiting
+      got = false;
+      self->receive(on_frame, on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
+    } while (got && running);
+    if (!running || engine->idle()) continue;
+    auto events = engine->step();
+    if (!events) {
+      running = false;
+      self->fail_state(caf::make_error(caf::sec::runtime_error, events.error().to_string()));
+      break;
+    }
+    for (const Event& e : *events) {
+      auto it = subs.find(e.request);
+      if (it == subs.end()) continue;
+      std::string text;
+      if (e.type == Event::Type::token) text = it->second.text->push(e.token);
+      if (e.type == Event::Type::finished) text = it->second.text->flush();
+      if (e.type == Event::Type::finished && !text.empty()) {  // the held-back tail, as a last token event
+        Event tail = e;
+        tail.type = Event::Type::token;
+        tail.token = -1;
+        self->send(it->second.who, event_atom::value, encode_event(it->second.correlation, tail, text));
+        text.clear();
+      }
+      self->send(it->second.who, event_atom::value, encode_event(it->second.correlation, e, text));
+      if (e.type == Event::Type::finished) subs.erase(it);
+    }
+  }
+}
+
+}  // namespace
+
+caf::actor spawn_batcher(caf::actor_system& sys, std::unique_ptr<Engine> engine) {
+  return sys.spawn<caf::detached>(batcher_main, std::shared_ptr<Engine>(std::move(engine)));
+}
+
+}  // namespace chorus

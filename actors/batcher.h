@@ -1,0 +1,23 @@
+// The batcher actor: owns an Engine and runs its step loop on a thread of its own (a detached
+// actor), so every forward pass batches the work of all actors that talk to it.
+//
+// Protocol (in-process CAF messages; frames are schemas/envelope.fbs):
+//   request (frame_atom, frame)  -> reply frame: BlockInfo (CreateBlock, FreeBlock),
+//                                    Submitted (Forward, Generate, Probe) or Error
+//   then, to the sender of a Submitted request: (event_atom, frame) with TokenEvent (text is
+//   whole UTF-8 characters), ProbeResult, and last RequestFinished
+//   (stop_atom) or an exit message ends the actor.
+// Commands are applied in mailbox order before each step; when the engine is idle the actor
+// sleeps on its mailbox.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <memory>
+
+namespace chorus {
+
+class Engine;
+
+caf::actor spawn_batcher(caf::actor_system& sys, std::unique_ptr<Engine> engine);
+
+}  // namespace chorus

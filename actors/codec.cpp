@@ -1,0 +1,153 @@
+#include "actors/codec.h"
+
+#include "actors/wire.h"
+#include "schemas/envelope_generated.h"
+
+namespace chorus {
+namespace {
+
+Frame finish(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id, wire::Payload type,
+             flatbuffers::Offset<void> payload) {
+  wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, kWireVersion, request_id, type, payload));
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+template <class T>
+std::vector<T> to_vec(const flatbuffers::Vector<T>* v) {
+  return v ? std::vector<T>(v->begin(), v->end()) : std::vector<T>{};
+}
+
+}  // namespace
+
+Frame encode_create_block(uint64_t request_id, const std::string& name) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto n = fbb.CreateString(name);
+  return finish(fbb, request_id, wire::Payload::CreateBlock, wire::CreateCreateBlock(fbb, n).Union());
+}
+
+Frame encode_free_block(uint64_t request_id, BlockId block) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(fbb, request_id, wire::Payload::FreeBlock, wire::CreateFreeBlock(fbb, block).Union());
+}
+
+Frame encode_request(uint64_t request_id, const Request& r) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto view = fbb.CreateVector(r.view);
+  const auto tokens = fbb.CreateVector(r.tokens);
+  switch (r.kind) {
+    case RequestKind::forward:
+      return finish(fbb, request_id, wire::Payload::Forward, wire::CreateForward(fbb, view, r.write_to, tokens).Union());
+    case RequestKind::generate: {
+      const auto& s = r.sampling;
+      const auto sampling = wire::CreateSampling(fbb, s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty,
+                                                 s.seed, fbb.CreateVector(s.forbidden));
+      const auto stop = wire::CreateStop(fbb, fbb.CreateVectorOfStrings(r.stop.strings), fbb.CreateVector(r.stop.token_ids),
+                                         r.stop.max_tokens, r.stop.at_end_of_generation);
+      return finish(fbb, request_id, wire::Payload::Generate,
+                    wire::CreateGenerate(fbb, view, r.write_to, tokens, sampling, stop).Union());
+    }
+    case RequestKind::probe: {
+      std::vector<flatbuffers::Offset<wire::Candidate>> cands;
+      for (const auto& c : r.candidates) cands.push_back(wire::CreateCandidate(fbb, fbb.CreateVector(c)));
+      return finish(fbb, request_id, wire::Payload::Probe,
+                    wire::CreateProbe(fbb, view, tokens, fbb.CreateVector(cands)).Union());
+    }
+  }
+  return {};
+}
+
+Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request_id) {
+  auto summary = decode_envelope(frame);
+  if (!summary) return summary.error();
+  *request_id = summary->request_id;
+  const wire::Envelope* env = wire::GetEnvelope(frame.data());
+  if (const auto* c = env->payload_as_CreateBlock()) return Command{CreateBlockCmd{c->name() ? c->name()->str() : ""}};
+  if (const auto* f = env->payload_as_FreeBlock()) return Command{FreeBlockCmd{f->block()}};
+  Request r;
+  if (const auto* f = env->payload_as_Forward()) {
+    r = Request::forward(f->write_to(), to_vec(f->tokens()), to_vec(f->view()));
+  } else if (const auto* g = env->payload_as_Generate()) {
+    SamplingParams sp;
+    if (const auto* s = g->sampling()) {
+      sp.temperature = s->temperature();
+      sp.top_k = s->top_k();
+      sp.top_p = s->top_p();
+      sp.min_p = s->min_p();
+      sp.repeat_penalty = s->repeat_penalty();
+      sp.seed = s->seed();
+      sp.forbidden = to_vec(s->forbidden());
+    }
+    StopCondition st;
+    if (const auto* s = g->stop()) {
+      if (s->strings())
+        for (const auto* str : *s->strings()) st.strings.push_back(str->str());
+      st.token_ids = to_vec(s->token_ids());
+      st.max_tokens = s->max_tokens();
+      st.at_end_of_generation = s->at_end_of_generation();
+    }
+    r = Request::generate(g->write_to(), to_vec(g->view()), to_vec(g->prefill()), sp, st);
+  } else if (const auto* p = env->payload_as_Probe()) {
+    std::vector<std::vector<TokenId>> cands;
+    if (p->candidates())
+      for (const auto* c : *p->candidates()) cands.push_back(to_vec(c->tokens()));
+    r = Request::probe(to_vec(p->view()), to_vec(p->question()), std::move(cands));
+  } else {
+    return make_error(Errc::invalid_argument, "a " + summary->payload_type + " frame is not a command for the batcher");
+  }
+  return Command{std::move(r)};
+}
+
+Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& name, int64_t tokens, int64_t cached) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto n = fbb.CreateString(name);
+  return finish(fbb, request_id, wire::Payload::BlockInfo, wire::CreateBlockInfo(fbb, block, n, tokens, cached).Union());
+}
+
+Frame encode_submitted(uint64_t request_id, RequestId request) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(fbb, request_id, wire::Payload::Submitted, wire::CreateSubmitted(fbb, request).Union());
+}
+
+Frame encode_event(uint64_t request_id, const Event& e, const std::string& text) {
+  flatbuffers::FlatBufferBuilder fbb;
+  switch (e.type) {
+    case Event::Type::token:
+      return finish(fbb, request_id, wire::Payload::TokenEvent,
+                    wire::CreateTokenEvent(fbb, e.request, e.block, e.token, fbb.CreateString(text), e.step).Union());
+    case Event::Type::probe_result:
+      return finish(fbb, request_id, wire::Payload::ProbeResult,
+                    wire::CreateProbeResult(fbb, e.request, fbb.CreateVector(e.probabilities), e.step).Union());
+    case Event::Type::finished:
+      return finish(fbb, request_id, wire::Payload::RequestFinished,
+                    wire::CreateRequestFinished(fbb, e.request, e.block, static_cast<wire::Finish>(e.reason),
+                                                fbb.CreateString(e.error), e.step).Union());
+  }
+  return {};
+}
+
+Result<Reply> decode_reply(std::span<const uint8_t> frame) {
+  auto summary = decode_envelope(frame);
+  if (!summary) return summary.error();
+  const wire::Envelope* env = wire::GetEnvelope(frame.data());
+  Reply r;
+  r.kind = summary->payload_type;
+  if (const auto* b = env->payload_as_BlockInfo()) r.id = b->block();
+  else if (const auto* s = env->payload_as_Submitted()) r.id = s->request();
+  else if (const auto* t = env->payload_as_TokenEvent()) {
+    r.id = t->request();
+    r.token = t->token();
+    r.text = t->text() ? t->text()->str() : "";
+  } else if (const auto* p = env->payload_as_ProbeResult()) {
+    r.id = p->request();
+    r.probabilities = to_vec(p->probabilities());
+  } else if (const auto* f = env->payload_as_RequestFinished()) {
+    r.id = f->request();
+    r.reason = static_cast<FinishReason>(f->reason());
+    r.text = f->error() ? f->error()->str() : "";
+  } else if (const auto* e = env->payload_as_Error()) {
+    r.text = e->message() ? e->message()->str() : "";
+  }
+  return r;
+}
+
+}  // namespace chorus

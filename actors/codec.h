@@ -1,0 +1,53 @@
+// FlatBuffers <-> engine types for the batcher's protocol (schemas/requests.fbs, blocks.fbs,
+// events.fbs). Clients (role actors, the node port, the Python client) build frames with the
+// encode_* functions or the generated code; the batcher decodes them with decode_command().
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+
+namespace chorus {
+
+using Frame = std::vector<uint8_t>;
+
+// Client side.
+Frame encode_create_block(uint64_t request_id, const std::string& name);
+Frame encode_free_block(uint64_t request_id, BlockId block);
+Frame encode_request(uint64_t request_id, const Request& r);  // Forward, Generate or Probe
+
+// What a frame asks the batcher to do.
+struct CreateBlockCmd {
+  std::string name;
+};
+struct FreeBlockCmd {
+  BlockId block;
+};
+using Command = std::variant<CreateBlockCmd, FreeBlockCmd, Request>;
+
+// Verifies the frame (decode_envelope) and extracts the command. Errors name what is wrong
+// (a frame that is not a command, a missing field).
+Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request_id);
+
+// Batcher side: replies and events.
+Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& name, int64_t tokens, int64_t cached);
+Frame encode_submitted(uint64_t request_id, RequestId request);
+Frame encode_event(uint64_t request_id, const Event& e, const std::string& text);
+
+// Client side: what came back.
+struct Reply {
+  std::string kind;       // "BlockInfo", "Submitted", "Error", "TokenEvent", "ProbeResult", "RequestFinished"
+  int64_t id = -1;        // block id (BlockInfo) or request id (others)
+  TokenId token = -1;     // TokenEvent
+  std::string text;       // TokenEvent text, Error message
+  std::vector<float> probabilities;  // ProbeResult
+  FinishReason reason = FinishReason::completed;  // RequestFinished
+};
+Result<Reply> decode_reply(std::span<const uint8_t> frame);
+
+}  // namespace chorus

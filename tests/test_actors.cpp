@@ -1,0 +1,166 @@
+// The batcher actor and the thinker/writer roles over it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <caf/all.hpp>
+#include <chrono>
+#include <mutex>
+
+#include "actors/atoms.h"
+#include "actors/batcher.h"
+#include "actors/codec.h"
+#include "actors/roles.h"
+#include "actors/wire.h"
+#include "engine/engine.h"
+#include "gpu/cpu_device.h"
+#include "tests/test_util.h"
+
+namespace chorus {
+namespace {
+
+struct ActorsFixture : ::testing::Test {
+  void start(const std::string& model_path) {
+    auto m = Model::load(model_path);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    model = std::move(*m);
+    auto d = CpuDevice::create();
+    ASSERT_TRUE(d.ok());
+    device = std::move(*d);
+    auto e = Engine::create(*model, *device, {.n_pages = 512, .token_budget = 64});
+    ASSERT_TRUE(e.ok());
+    cfg.set("scheduler.max-threads", 2);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    batcher = spawn_batcher(*sys, std::move(*e));
+  }
+  void TearDown() override {
+    if (sys) {
+      caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+      batcher = nullptr;
+      sys.reset();
+    }
+  }
+  Reply call(caf::scoped_actor& self, const Frame& f) {
+    Reply out;
+    self->request(batcher, std::chrono::seconds(30), frame_atom::value, f)
+        .receive([&](const std::vector<uint8_t>& r) { out = *decode_reply(r); },
+                 [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    return out;
+  }
+  std::vector<Reply> events_until_finished(caf::scoped_actor& self) {
+    std::vector<Reply> out;
+    for (bool done = false; !done;) {
+      self->receive([&](event_atom, const std::vector<uint8_t>& f) {
+        out.push_back(*decode_reply(f));
+        done = out.back().kind == "RequestFinished";
+      });
+    }
+    return out;
+  }
+
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CpuDevice> device;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor batcher;
+};
+
+TEST_F(ActorsFixture, BatcherCreatesBlocksRunsRequestsAndStreamsEventsInOrder) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  caf::scoped_actor self{*sys};
+  const Reply block = call(self, encode_create_block(1, "prompt"));
+  ASSERT_EQ(block.kind, "BlockInfo");
+  const Reply sub = call(self, encode_request(2, Request::forward(static_cast<BlockId>(block.id), {5, 6, 7, 8})));
+  ASSERT_EQ(sub.kind, "Submitted");
+  auto ev = events_until_finished(self);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].reason, FinishReason::completed);
+  const Reply out = call(self, encode_create_block(3, "answer"));
+  StopCondition stop;
+  stop.max_tokens = 6;
+  stop.at_end_of_generation = false;
+  const Reply gen = call(self, encode_request(4, Request::generate(static_cast<BlockId>(out.id), {static_cast<BlockId>(block.id)},
+                                                                   {9}, SamplingParams::greedy(), stop)));
+  ASSERT_EQ(gen.kind, "Submitted");
+  ev = events_until_finished(self);
+  int tokens = 0;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    EXPECT_EQ(ev[i].kind, "TokenEvent");
+    EXPECT_EQ(ev[i].id, gen.id);
+    tokens += ev[i].token >= 0;
+  }
+  EXPECT_EQ(tokens, 6);
+  EXPECT_EQ(ev.back().reason, FinishReason::max_tokens);
+}
+
+TEST_F(ActorsFixture, BatcherAnswersBadFramesWithErrorsAndKeepsServing) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  caf::scoped_actor self{*sys};
+  Reply r = call(self, Frame{1, 2, 3});
+  EXPECT_EQ(r.kind, "Error");
+  r = call(self, encode_hello_envelope(5, "node"));
+  EXPECT_EQ(r.kind, "Error");
+  EXPECT_NE(r.text.find("not a command"), std::string::npos) << r.text;
+  r = call(self, encode_request(6, Request::probe({42}, {1}, {{1}})));
+  EXPECT_EQ(r.kind, "Error");
+  EXPECT_NE(r.text.find("block 42 does not exist"), std::string::npos) << r.text;
+  EXPECT_EQ(call(self, encode_create_block(7, "still serving")).kind, "BlockInfo");
+}
+
+// The paper's Figure 2 agent with the default model: the writer writes while the thinker is
+// still generating (interleaving in time is asserted, not the text).
+TEST_F(ActorsFixture, ThinkerAndWriterInterleave) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(g);
+  (void)g;
+  start(default_model_path());
+  caf::scoped_actor self{*sys};
+  const Tokenizer& tok = model->tokenizer;
+  const BlockId prompt = static_cast<BlockId>(call(self, encode_create_block(1, "prompt")).id);
+  const BlockId thoughts = static_cast<BlockId>(call(self, encode_create_block(2, "thoughts")).id);
+  const BlockId answer = static_cast<BlockId>(call(self, encode_create_block(3, "answer")).id);
+  const std::string q = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+                        "List three facts about the Moon, one per line.<|im_end|>\n";
+  ASSERT_EQ(call(self, encode_request(4, Request::forward(prompt, tok.encode(q, {.parse_special = true})))).kind, "Submitted");
+  events_until_finished(self);
+
+  using Clock = std::chrono::steady_clock;
+  std::mutex mu;
+  std::vector<Clock::time_point> thinker_times, writer_times;
+  std::vector<std::string> lines;
+  ThinkerConfig tc;
+  tc.view = {prompt};
+  tc.write_to = thoughts;
+  tc.prefill = tok.encode("<|im_start|>assistant\n", {.parse_special = true});
+  tc.sampling = SamplingParams::greedy();
+  tc.max_tokens = 60;
+  tc.separators = {"\n", ". "};
+  tc.on_text = [&](const std::string&) {
+    std::lock_guard<std::mutex> l(mu);
+    thinker_times.push_back(Clock::now());
+  };
+  WriterConfig wc;
+  wc.view = {prompt, thoughts, answer};
+  wc.write_to = answer;
+  wc.prefill = tok.encode("\nIn short:", {.parse_special = true});
+  wc.sampling = SamplingParams::greedy();
+  wc.max_tokens = 12;
+  wc.sink = [&](const std::string& line) {
+    std::lock_guard<std::mutex> l(mu);
+    writer_times.push_back(Clock::now());
+    lines.push_back(line);
+  };
+  wc.notify = caf::actor_cast<caf::actor>(self);
+  auto writer = spawn_writer(*sys, batcher, wc);
+  tc.subscribers = {writer};
+  spawn_thinker(*sys, batcher, tc);
+  bool done = false;
+  self->receive([&](done_atom) { done = true; }, caf::after(std::chrono::seconds(120)) >> [] {});
+  ASSERT_TRUE(done) << "the writer did not finish";
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_FALSE(writer_times.empty()) << "the writer wrote nothing";
+  ASSERT_FALSE(thinker_times.empty());
+  EXPECT_LT(writer_times.front(), thinker_times.back())
+      << "the writer's first line must come while the thinker is still generating";
+}
+
+}  // namespace
+}  // namespace chorus
