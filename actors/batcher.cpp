@@ -25,7 +25,7 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
   auto on_frame = [&](frame_atom, const std::vector<uint8_t>& bytes) -> std::vector<uint8_t> {
     got = true;
     uint64_t rid = 0;
-    auto cmd = decode_command(bytes, &rid);
+    auto cmd = decode_command(bytes, &rid, &engine->model().tokenizer);
     if (!cmd) return encode_error_envelope(rid, cmd.error());
     if (auto* c = std::get_if<CreateBlockCmd>(&*cmd)) {
       const BlockId id = engine->blocks().create(c->name);

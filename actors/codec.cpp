@@ -56,7 +56,7 @@ Frame encode_request(uint64_t request_id, const Request& r) {
   return {};
 }
 
-Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request_id) {
+Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request_id, const Tokenizer* tokenizer) {
   auto summary = decode_envelope(frame);
   if (!summary) return summary.error();
   *request_id = summary->request_id;
@@ -64,8 +64,10 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
   if (const auto* c = env->payload_as_CreateBlock()) return Command{CreateBlockCmd{c->name() ? c->name()->str() : ""}};
   if (const auto* f = env->payload_as_FreeBlock()) return Command{FreeBlockCmd{f->block()}};
   Request r;
+  const flatbuffers::String* text = nullptr;
   if (const auto* f = env->payload_as_Forward()) {
     r = Request::forward(f->write_to(), to_vec(f->tokens()), to_vec(f->view()));
+    text = f->text();
   } else if (const auto* g = env->payload_as_Generate()) {
     SamplingParams sp;
     if (const auto* s = g->sampling()) {
@@ -86,13 +88,20 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
       st.at_end_of_generation = s->at_end_of_generation();
     }
     r = Request::generate(g->write_to(), to_vec(g->view()), to_vec(g->prefill()), sp, st);
+    text = g->prefill_text();
   } else if (const auto* p = env->payload_as_Probe()) {
     std::vector<std::vector<TokenId>> cands;
     if (p->candidates())
       for (const auto* c : *p->candidates()) cands.push_back(to_vec(c->tokens()));
     r = Request::probe(to_vec(p->view()), to_vec(p->question()), std::move(cands));
+    text = p->question_text();
   } else {
     return make_error(Errc::invalid_argument, "a " + summary->payload_type + " frame is not a command for the batcher");
+  }
+  if (text && text->size() > 0) {
+    if (tokenizer == nullptr) return make_error(Errc::invalid_argument, "this receiver cannot tokenize text fields");
+    const auto more = tokenizer->encode(text->string_view(), {.parse_special = true});
+    r.tokens.insert(r.tokens.end(), more.begin(), more.end());
   }
   return Command{std::move(r)};
 }

@@ -30,9 +30,11 @@ struct FreeBlockCmd {
 };
 using Command = std::variant<CreateBlockCmd, FreeBlockCmd, Request>;
 
-// Verifies the frame (decode_envelope) and extracts the command. Errors name what is wrong
-// (a frame that is not a command, a missing field).
-Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request_id);
+// Verifies the frame (decode_envelope) and extracts the command; text fields are tokenized with
+// `tokenizer` (control tokens recognised). Errors name what is wrong (a frame that is not a
+// command, text without a tokenizer).
+Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request_id,
+                               const Tokenizer* tokenizer = nullptr);
 
 // Batcher side: replies and events.
 Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& name, int64_t tokens, int64_t cached);

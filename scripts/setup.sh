@@ -22,7 +22,7 @@ MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 PACKAGES=(
-  build-essential cmake ninja-build pkgconf ccache python3 python3-pip
+  build-essential cmake ninja-build pkgconf ccache python3 python3-pip python3-venv
   libcaf-dev libflatbuffers-dev flatbuffers-compiler libzmq3-dev cppzmq-dev
   libspdlog-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libcli11-dev
   libpcre2-dev libgtest-dev libgmock-dev clang libclang-rt-14-dev
@@ -72,6 +72,18 @@ PY
   log "default model installed: $dest"
 }
 
+# Python packages for the client tests (pyzmq, flatbuffers) in a venv of their own, so the
+# system Python stays untouched.
+python_env() {
+  local venv="$CHORUS_HOME/venv-tests"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import zmq, flatbuffers" 2>/dev/null; then
+    log "test Python environment present: $venv"; return
+  fi
+  log "creating the test Python environment $venv (pyzmq, flatbuffers)"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pyzmq==26.2.0 flatbuffers==2.0.7
+}
+
 build() {
   if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     log "configuring $BUILD_DIR ($BUILD_TYPE)"
@@ -85,5 +97,6 @@ build() {
 start=$(date +%s)
 install_packages
 fetch_model
+python_env
 build
 log "done in $(( $(date +%s) - start )) s"

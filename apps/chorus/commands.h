@@ -62,6 +62,16 @@ struct BenchArgs {
 };
 int run_bench(const BenchArgs& args);
 
+struct NodeArgs {
+  std::string model;
+  std::string endpoint = "tcp://127.0.0.1:5555";
+  int64_t pages = 2048;           // KV pages of 16 positions
+  int budget = 256;               // tokens per engine step
+  int threads = 0;
+  size_t max_frame_bytes = 64u << 20;
+};
+int run_node(const NodeArgs& args);
+
 // Prints "chorus CMD: <error>" to stderr when `r` holds an error; returns whether it holds a value.
 template <class R>
 bool report(const char* cmd, const R& r) {

@@ -72,11 +72,23 @@ int main(int argc, char** argv) {
                       "Cache-block benchmarks: view of 4 blocks vs contiguous, 8 generations over a shared "
                       "prompt vs private copies, probe latency under load");
 
+  chorus::app::NodeArgs node;
+  node.model = chorus::default_model_path();
+  auto* node_cmd = app.add_subcommand("node", "Serve the engine on a ZeroMQ node port (FlatBuffers frames; see schemas/)");
+  node_cmd->add_option("--model,-m", node.model, "GGUF file")->capture_default_str();
+  node_cmd->add_option("--endpoint", node.endpoint, "ZeroMQ endpoint to bind; tcp://127.0.0.1:* picks a free port")
+      ->capture_default_str();
+  node_cmd->add_option("--pages", node.pages, "KV cache pages of 16 positions")->capture_default_str();
+  node_cmd->add_option("--budget", node.budget, "Tokens per engine step")->capture_default_str();
+  node_cmd->add_option("-t,--threads", node.threads, "Compute threads; 0 one per core")->capture_default_str();
+  node_cmd->add_option("--max-frame-bytes", node.max_frame_bytes, "Larger frames are refused")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (*info_cmd) return chorus::app::run_info(info);
   if (*gen_cmd) return chorus::app::run_generate(gen);
+  if (*node_cmd) return chorus::app::run_node(node);
   if (*bench_cmd) return chorus::app::run_bench(bench);
   if (*tok_cmd) {
     if (tok.text.empty() && tok.decode_ids.empty() && tok_cmd->count("text") == 0) {

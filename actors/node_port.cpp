@@ -1,0 +1,100 @@
+#include "actors/node_port.h"
+
+#include <caf/all.hpp>
+#include <map>
+#include <memory>
+#include <spdlog/spdlog.h>
+#include <zmq.hpp>
+
+#include "actors/atoms.h"
+#include "actors/codec.h"
+#include "actors/wire.h"
+
+namespace chorus {
+namespace {
+
+void send_to(zmq::socket_t& s, const std::string& identity, const std::vector<uint8_t>& frame) {
+  s.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+  s.send(zmq::buffer(frame), zmq::send_flags::dontwait);
+}
+
+void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, caf::actor batcher,
+               size_t max_frame_bytes) {
+  std::map<int64_t, std::string> clients;  // request id -> client identity
+  bool running = true;
+  auto on_event = [&](event_atom, const std::vector<uint8_t>& frame) {
+    auto r = decode_reply(frame);
+    if (!r) return;
+    auto it = clients.find(r->id);
+    if (it == clients.end()) return;
+    send_to(*sock, it->second, frame);
+    if (r->kind == "RequestFinished") clients.erase(it);
+  };
+  auto on_stop = [&](stop_atom) { running = false; };
+  auto on_exit = [&](caf::exit_msg& m) {
+    running = false;
+    self->fail_state(m.reason);
+  };
+  while (running) {
+    for (bool more = true; more && running;) {  // events from the batcher, without waiting
+      more = false;
+      self->receive([&](event_atom a, const std::vector<uint8_t>& f) { more = true; on_event(a, f); }, on_stop, on_exit,
+                    caf::after(std::chrono::seconds(0)) >> [] {});
+    }
+    zmq::pollitem_t item{sock->handle(), 0, ZMQ_POLLIN, 0};
+    if (!running || zmq::poll(&item, 1, std::chrono::milliseconds(20)) <= 0) continue;
+    for (zmq::message_t identity; running && sock->recv(identity, zmq::recv_flags::dontwait);) {
+      std::vector<zmq::message_t> parts;
+      for (zmq::message_t part; identity.more() || (!parts.empty() && parts.back().more());) {
+        if (!sock->recv(part, zmq::recv_flags::dontwait)) break;
+        const bool last = !part.more();
+        parts.push_back(std::move(part));
+        if (last) break;
+      }
+      const std::string id(identity.data<char>(), identity.size());
+      if (parts.empty() || parts.back().size() == 0) continue;  // an empty delimiter alone: ignore
+      const zmq::message_t& m = parts.back();  // DEALER: [frame]; REQ-style: [empty, frame]
+      const std::span<const uint8_t> bytes(m.data<uint8_t>(), m.size());
+      if (m.size() > max_frame_bytes) {
+        spdlog::warn("node port: refused a {}-byte frame (limit {})", m.size(), max_frame_bytes);
+        send_to(*sock, id, encode_error_envelope(0, make_error(Errc::out_of_range, "frame of " + std::to_string(m.size()) +
+                                                                                         " bytes exceeds the limit of " +
+                                                                                         std::to_string(max_frame_bytes))));
+        continue;
+      }
+      if (auto ok = decode_envelope(bytes); !ok) {
+        spdlog::warn("node port: bad frame: {}", ok.error().message);
+        send_to(*sock, id, encode_error_envelope(0, ok.error()));
+        continue;
+      }
+      std::vector<uint8_t> reply;
+      self->request(batcher, std::chrono::seconds(60), frame_atom::value, std::vector<uint8_t>(bytes.begin(), bytes.end()))
+          .receive([&](std::vector<uint8_t>& r) { reply = std::move(r); },
+                   [&](caf::error& e) {
+                     reply = encode_error_envelope(0, make_error(Errc::internal, "batcher: " + caf::to_string(e)));
+                   });
+      if (auto r = decode_reply(reply); r && r->kind == "Submitted") clients[r->id] = id;
+      send_to(*sock, id, reply);
+    }
+  }
+  sock->close();
+}
+
+}  // namespace
+
+Result<std::string> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
+                                    const NodePortOptions& opts, caf::actor* out) {
+  auto sock = std::make_shared<zmq::socket_t>(context, zmq::socket_type::router);
+  sock->set(zmq::sockopt::linger, 0);
+  sock->set(zmq::sockopt::router_mandatory, 0);
+  try {
+    sock->bind(opts.endpoint);
+  } catch (const zmq::error_t& e) {
+    return make_error(Errc::io, "cannot bind the node port to " + opts.endpoint + ": " + e.what());
+  }
+  std::string bound = sock->get(zmq::sockopt::last_endpoint);
+  *out = sys.spawn<caf::detached>(port_main, std::move(sock), std::move(batcher), opts.max_frame_bytes);
+  return bound;
+}
+
+}  // namespace chorus

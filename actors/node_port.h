@@ -1,0 +1,34 @@
+// The node port: a node's memory and batcher exposed on a ZeroMQ ROUTER socket, so clients in
+// other processes (any language with ZeroMQ and FlatBuffers: see clients/python) can create
+// blocks, submit requests and read their events.
+//
+// Wire: a client (DEALER) sends one frame per message, an envelope (schemas/envelope.fbs). Each
+// frame is checked (size, identifier, FlatBuffers verifier, version) before anything reads it; a
+// bad frame gets an Error frame back and a log line, and the node keeps serving. A command's
+// reply frame comes back to the client, then its events (TokenEvent, ProbeResult,
+// RequestFinished) as further frames.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <string>
+
+#include "base/status.h"
+
+namespace zmq {
+class context_t;
+}
+
+namespace chorus {
+
+struct NodePortOptions {
+  std::string endpoint = "tcp://127.0.0.1:5555";  // "tcp://127.0.0.1:*" picks a free port
+  size_t max_frame_bytes = 64u << 20;             // larger frames are refused with an error
+};
+
+// Binds the socket and spawns the port's actor (a detached actor that owns the socket) into
+// *out; returns the bound endpoint (port resolved). `context` must outlive the actor.
+// Errors: Errc::io naming the endpoint.
+Result<std::string> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
+                                    const NodePortOptions& opts, caf::actor* out);
+
+}  // namespace chorus

@@ -1,0 +1,198 @@
+"""Python client of a chorus node: ZeroMQ (pyzmq) + FlatBuffers, with the message code
+generated from chorus's schemas by `flatc --python` (the build writes it to build/python).
+
+    client = ChorusClient("tcp://127.0.0.1:5555")
+    prompt = client.create_block("prompt")
+    client.wait(client.forward(prompt, text="<|im_start|>user\\nHi<|im_end|>\\n"))
+    answer = client.create_block("answer")
+    for event in client.events(client.generate(answer, view=[prompt],
+                                               prefill_text="<|im_start|>assistant\\n")):
+        print(event.get("text", ""), end="")
+"""
+import itertools
+
+import flatbuffers
+import zmq
+from chorus.wire import (BlockInfo, Candidate, CreateBlock, Envelope, Error, Forward, Generate, Payload,
+                         Probe, ProbeResult, RequestFinished, Sampling, Stop, Submitted, TokenEvent)
+
+FINISH_REASONS = ["completed", "max_tokens", "stop_token", "stop_string", "end_of_generation", "context_full",
+                  "error"]
+
+
+class ChorusError(RuntimeError):
+    """The node refused a command; the message says why."""
+
+
+def _ints(builder, values):
+    builder.StartVector(4, len(values), 4)
+    for v in reversed(values):
+        builder.PrependInt32(v)
+    return builder.EndVector()
+
+
+def _floats(table, name):
+    return [getattr(table, name)(i) for i in range(getattr(table, name + "Length")())]
+
+
+def envelope(payload_type, build_payload, request_id=0):
+    """Frames one message: build_payload(builder) returns the payload table's offset."""
+    b = flatbuffers.Builder(256)
+    payload = build_payload(b)
+    Envelope.Start(b)
+    Envelope.AddVersion(b, 1)
+    Envelope.AddRequestId(b, request_id)
+    Envelope.AddPayloadType(b, payload_type)
+    Envelope.AddPayload(b, payload)
+    b.Finish(Envelope.End(b), file_identifier=b"CHR1")
+    return bytes(b.Output())
+
+
+def decode(frame):
+    """One frame from the node as a dict: {"kind": ..., ...}."""
+    env = Envelope.Envelope.GetRootAs(frame, 0)
+    kind, table = env.PayloadType(), env.Payload()
+    if kind == Payload.Payload.Error:
+        e = Error.Error()
+        e.Init(table.Bytes, table.Pos)
+        return {"kind": "Error", "code": e.Code(), "message": (e.Message() or b"").decode()}
+    if kind == Payload.Payload.BlockInfo:
+        x = BlockInfo.BlockInfo()
+        x.Init(table.Bytes, table.Pos)
+        return {"kind": "BlockInfo", "block": x.Block()}
+    if kind == Payload.Payload.Submitted:
+        x = Submitted.Submitted()
+        x.Init(table.Bytes, table.Pos)
+        return {"kind": "Submitted", "request": x.Request()}
+    if kind == Payload.Payload.TokenEvent:
+        x = TokenEvent.TokenEvent()
+        x.Init(table.Bytes, table.Pos)
+        return {"kind": "TokenEvent", "request": x.Request(), "token": x.Token(),
+                "text": (x.Text() or b"").decode("utf-8", "replace")}
+    if kind == Payload.Payload.ProbeResult:
+        x = ProbeResult.ProbeResult()
+        x.Init(table.Bytes, table.Pos)
+        return {"kind": "ProbeResult", "request": x.Request(), "probabilities": _floats(x, "Probabilities")}
+    if kind == Payload.Payload.RequestFinished:
+        x = RequestFinished.RequestFinished()
+        x.Init(table.Bytes, table.Pos)
+        return {"kind": "RequestFinished", "request": x.Request(), "reason": FINISH_REASONS[x.Reason()],
+                "error": (x.Error() or b"").decode()}
+    return {"kind": "unknown", "type": kind}
+
+
+class ChorusClient:
+    def __init__(self, endpoint, timeout_ms=60000):
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        self.sock.connect(endpoint)
+        self.ids = itertools.count(1)
+        self.pending = []  # events received while waiting for something else
+
+    def close(self):
+        self.sock.close()
+
+    def raw(self, frame):
+        """Sends any bytes as one frame and returns the decoded reply (for tests of bad frames)."""
+        self.sock.send(frame)
+        return decode(self.sock.recv())
+
+    def _command(self, payload_type, build):
+        self.sock.send(envelope(payload_type, build, next(self.ids)))
+        while True:
+            reply = decode(self.sock.recv())
+            if reply["kind"] in ("TokenEvent", "ProbeResult", "RequestFinished"):
+                self.pending.append(reply)
+                continue
+            if reply["kind"] == "Error":
+                raise ChorusError(reply["message"])
+            return reply
+
+    def create_block(self, name=""):
+        def build(b):
+            n = b.CreateString(name)
+            CreateBlock.Start(b)
+            CreateBlock.AddName(b, n)
+            return CreateBlock.End(b)
+        return self._command(Payload.Payload.CreateBlock, build)["block"]
+
+    def forward(self, block, tokens=(), text="", view=()):
+        def build(b):
+            v, t = _ints(b, list(view)), _ints(b, list(tokens))
+            s = b.CreateString(text)
+            Forward.Start(b)
+            Forward.AddView(b, v)
+            Forward.AddWriteTo(b, block)
+            Forward.AddTokens(b, t)
+            Forward.AddText(b, s)
+            return Forward.End(b)
+        return self._command(Payload.Payload.Forward, build)["request"]
+
+    def generate(self, block, view=(), prefill=(), prefill_text="", max_tokens=32, temperature=0.0, seed=0,
+                 stop_strings=()):
+        def build(b):
+            v, p = _ints(b, list(view)), _ints(b, list(prefill))
+            pt = b.CreateString(prefill_text)
+            strs = [b.CreateString(s) for s in stop_strings]
+            b.StartVector(4, len(strs), 4)
+            for s in reversed(strs):
+                b.PrependUOffsetTRelative(s)
+            strings = b.EndVector()
+            Sampling.Start(b)
+            Sampling.AddTemperature(b, temperature)
+            Sampling.AddSeed(b, seed)
+            sampling = Sampling.End(b)
+            Stop.Start(b)
+            Stop.AddStrings(b, strings)
+            Stop.AddMaxTokens(b, max_tokens)
+            stop = Stop.End(b)
+            Generate.Start(b)
+            Generate.AddView(b, v)
+            Generate.AddWriteTo(b, block)
+            Generate.AddPrefill(b, p)
+            Generate.AddSampling(b, sampling)
+            Generate.AddStop(b, stop)
+            Generate.AddPrefillText(b, pt)
+            return Generate.End(b)
+        return self._command(Payload.Payload.Generate, build)["request"]
+
+    def probe(self, view, question_text, candidates):
+        def build(b):
+            v = _ints(b, list(view))
+            q = b.CreateString(question_text)
+            cands = []
+            for c in candidates:
+                t = _ints(b, list(c))
+                Candidate.Start(b)
+                Candidate.AddTokens(b, t)
+                cands.append(Candidate.End(b))
+            b.StartVector(4, len(cands), 4)
+            for c in reversed(cands):
+                b.PrependUOffsetTRelative(c)
+            cv = b.EndVector()
+            Probe.Start(b)
+            Probe.AddView(b, v)
+            Probe.AddCandidates(b, cv)
+            Probe.AddQuestionText(b, q)
+            return Probe.End(b)
+        return self._command(Payload.Payload.Probe, build)["request"]
+
+    def events(self, request):
+        """Yields the request's events until (and including) RequestFinished."""
+        while True:
+            mine = [e for e in self.pending if e.get("request") == request]
+            self.pending = [e for e in self.pending if e.get("request") != request]
+            for e in mine:
+                yield e
+                if e["kind"] == "RequestFinished":
+                    return
+            self.pending.append(decode(self.sock.recv()))
+
+    def wait(self, request):
+        """Runs a request to its end; returns its RequestFinished event."""
+        last = None
+        for last in self.events(request):
+            pass
+        return last

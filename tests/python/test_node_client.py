@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""End to end: start `chorus node`, talk to it with the Python client (pyzmq + flatbuffers code
+generated from schemas/), and check that bad frames get error replies while it keeps serving.
+
+    test_node_client.py CHORUS_BINARY MODEL
+(run by ctest with PYTHONPATH=build/python:clients/python)
+"""
+import subprocess
+import sys
+import time
+
+import zmq
+from chorus_client import ChorusClient, ChorusError, decode, envelope
+from chorus.wire import CreateBlock, Payload
+
+chorus, model = sys.argv[1], sys.argv[2]
+node = subprocess.Popen([chorus, "node", "--model", model, "--endpoint", "tcp://127.0.0.1:*",
+                         "--max-frame-bytes", "100000"], stdout=subprocess.PIPE, text=True)
+failures = []
+passed = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    (passed if cond else failures).append(what)
+
+
+try:
+    line = node.stdout.readline()
+    endpoint = line.rsplit(" ", 1)[-1].strip()
+    check(endpoint.startswith("tcp://127.0.0.1:"), "node announces its endpoint: " + line.strip())
+    c = ChorusClient(endpoint, timeout_ms=30000)
+
+    prompt = c.create_block("prompt")
+    done = c.wait(c.forward(prompt, tokens=[5, 6, 7, 8, 9]))
+    check(done["reason"] == "completed", "forward completes")
+    out = c.create_block("out")
+    events = list(c.events(c.generate(out, view=[prompt], prefill=[3], max_tokens=5)))
+    tokens = [e for e in events if e["kind"] == "TokenEvent"]
+    check(len(tokens) == 5 and events[-1]["reason"] == "max_tokens", "generate streams 5 tokens, then finishes")
+    result = [e for e in c.events(c.probe([prompt, out], "?", [[1], [2, 3]])) if e["kind"] == "ProbeResult"]
+    check(len(result) == 1 and len(result[0]["probabilities"]) == 2, "probe answers one probability per candidate")
+
+    good = envelope(Payload.Payload.CreateBlock, lambda b: (CreateBlock.Start(b), CreateBlock.End(b))[1], 9)
+    for name, frame in [("garbage", b"\x01\x02\x03\x04\x05\x06\x07\x08\x09"),
+                        ("truncated", good[:len(good) // 2]),
+                        ("wrong identifier", good[:4] + b"XXXX" + good[8:]),
+                        ("oversized", b"\0" * 100001)]:
+        reply = c.raw(frame)
+        check(reply["kind"] == "Error", "%s frame gets an error reply (%s)" % (name, reply.get("message", "")))
+    # Wrong version: build an envelope with version 9.
+    import flatbuffers
+    from chorus.wire import Envelope
+    b = flatbuffers.Builder(64)
+    CreateBlock.Start(b)
+    p = CreateBlock.End(b)
+    Envelope.Start(b)
+    Envelope.AddVersion(b, 9)
+    Envelope.AddPayloadType(b, Payload.Payload.CreateBlock)
+    Envelope.AddPayload(b, p)
+    b.Finish(Envelope.End(b), file_identifier=b"CHR1")
+    reply = c.raw(bytes(b.Output()))
+    check(reply["kind"] == "Error" and "version" in reply["message"], "wrong-version frame: " + reply.get("message", ""))
+    try:
+        c.forward(12345, tokens=[1])
+        check(False, "forward into a missing block is refused")
+    except ChorusError as e:
+        check("does not exist" in str(e), "forward into a missing block is refused: " + str(e))
+    check(c.create_block("after the bad frames") >= 0, "the node keeps serving")
+    c.close()
+finally:
+    node.terminate()
+    try:
+        node.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        node.kill()
+
+print("%d passed, %d failed" % (len(passed), len(failures)))
+sys.exit(1 if failures else 0)
