@@ -42,13 +42,18 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
                                                                 DecodeOptions{.render_special = false})};
     return encode_submitted(rid, *id);
   };
-  auto on_stop = [&](stop_atom) { running = false; };
+  bool stopping = false;  // stop_atom: finish what was accepted, then end
+  auto on_stop = [&](stop_atom) {
+    got = true;
+    stopping = true;
+  };
   auto on_exit = [&](caf::exit_msg& m) {
     running = false;
     self->fail_state(m.reason);
   };
   while (running) {
-    if (engine->idle()) self->receive(on_frame, on_stop, on_exit);  // sleep until there is work
+    if (stopping && engine->idle()) break;
+    if (engine->idle() && !stopping) self->receive(on_frame, on_stop, on_exit);  // sleep until there is work
     do {  // then take everything already queued, without waiting
       got = false;
       self->receive(on_frame, on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
@@ -82,7 +87,11 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
 }  // namespace
 
 caf::actor spawn_batcher(caf::actor_system& sys, std::unique_ptr<Engine> engine) {
-  return sys.spawn<caf::detached>(batcher_main, std::shared_ptr<Engine>(std::move(engine)));
+  return spawn_batcher(sys, std::shared_ptr<Engine>(std::move(engine)));
+}
+
+caf::actor spawn_batcher(caf::actor_system& sys, std::shared_ptr<Engine> engine) {
+  return sys.spawn<caf::detached>(batcher_main, std::move(engine));
 }
 
 }  // namespace chorus

@@ -6,7 +6,8 @@
 //                                    Submitted (Forward, Generate, Probe) or Error
 //   then, to the sender of a Submitted request: (event_atom, frame) with TokenEvent (text is
 //   whole UTF-8 characters), ProbeResult, and last RequestFinished
-//   (stop_atom) or an exit message ends the actor.
+//   (stop_atom) ends the actor once the work it has accepted is done; an exit message ends it
+//   at once.
 // Commands are applied in mailbox order before each step; when the engine is idle the actor
 // sleeps on its mailbox.
 #pragma once
@@ -19,5 +20,7 @@ namespace chorus {
 class Engine;
 
 caf::actor spawn_batcher(caf::actor_system& sys, std::unique_ptr<Engine> engine);
+// The same, keeping shared ownership (the caller may read the engine once the actor is gone).
+caf::actor spawn_batcher(caf::actor_system& sys, std::shared_ptr<Engine> engine);
 
 }  // namespace chorus

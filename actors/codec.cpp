@@ -37,6 +37,8 @@ Frame encode_request(uint64_t request_id, const Request& r) {
   switch (r.kind) {
     case RequestKind::forward:
       return finish(fbb, request_id, wire::Payload::Forward, wire::CreateForward(fbb, view, r.write_to, tokens).Union());
+    case RequestKind::append:
+      return finish(fbb, request_id, wire::Payload::AppendTokens, wire::CreateAppendTokens(fbb, r.write_to, view, tokens).Union());
     case RequestKind::generate: {
       const auto& s = r.sampling;
       const auto sampling = wire::CreateSampling(fbb, s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty,
@@ -63,6 +65,11 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
   const wire::Envelope* env = wire::GetEnvelope(frame.data());
   if (const auto* c = env->payload_as_CreateBlock()) return Command{CreateBlockCmd{c->name() ? c->name()->str() : ""}};
   if (const auto* f = env->payload_as_FreeBlock()) return Command{FreeBlockCmd{f->block()}};
+  if (const auto* a = env->payload_as_AppendTokens()) {
+    if (a->view() && a->view()->size() > 0)
+      return make_error(Errc::invalid_argument, "AppendTokens takes no view: its tokens run under the view of the next writer");
+    return Command{Request::append(a->block(), to_vec(a->tokens()))};
+  }
   Request r;
   const flatbuffers::String* text = nullptr;
   if (const auto* f = env->payload_as_Forward()) {

@@ -35,6 +35,7 @@ struct Engine::Active {
   std::unique_ptr<IncrementalDecoder> detok;
   std::string text;              // generated text, for stop strings
   bool done = false;
+  bool started = false;          // forward/generate: took over the block's uncached log tokens
 };
 
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, CpuDevice& device, EngineOptions opts) {
@@ -87,6 +88,11 @@ Result<RequestId> Engine::submit(Request r) {
       if (r.tokens.empty()) return bad("forward with no tokens");
       a->target = r.write_to;
       break;
+    case RequestKind::append:
+      if (r.tokens.empty()) return bad("append with no tokens");
+      if (!r.view.empty()) return bad("append takes no view: its tokens run under the view of the next writer");
+      a->target = r.write_to;
+      break;
     case RequestKind::generate: {
       Block* w = *blocks_->get(r.write_to);
       if (r.tokens.empty() && w->last_logits.empty())
@@ -111,20 +117,23 @@ Result<RequestId> Engine::submit(Request r) {
   }
   for (BlockId b : named) blocks_->hold(b);
   a->req = std::move(r);
+  writers_[a->target].push_back(a.get());
   active_.push_back(std::move(a));
   return active_.back()->id;
 }
 
 bool Engine::runnable(const Active& a) const {
-  for (const auto& other : active_) {
-    if (other->done) continue;
-    if (other->target == a.target) return other.get() == &a;  // the oldest writer of the block
-  }
-  return true;
+  const auto it = writers_.find(a.target);  // the oldest unfinished writer of the block runs
+  return it == writers_.end() || it->second.empty() || it->second.front() == &a;
 }
 
 void Engine::finish(Active& a, FinishReason why, std::vector<Event>& events, std::string error) {
   a.done = true;
+  if (auto it = writers_.find(a.target); it != writers_.end()) {
+    auto& q = it->second;
+    q.erase(std::find(q.begin(), q.end(), &a));
+    if (q.empty()) writers_.erase(it);
+  }
   for (BlockId b : a.req.view) blocks_->unhold(b);
   if (a.req.kind != RequestKind::probe) blocks_->unhold(a.req.write_to);
   else (void)blocks_->free(a.target);
@@ -151,6 +160,31 @@ Result<std::vector<Event>> Engine::step() {
   };
   std::vector<Planned> plan;
   int budget = opts_.token_budget;
+  // 0. appends at the head of their block's writers go into the log now (no compute), and a
+  //    forward or generate that starts writing a block takes over its uncached log tokens.
+  for (bool more = true; more;) {
+    more = false;
+    for (auto& [block, queue] : writers_) {
+      Active* a = queue.front();
+      if (a->req.kind != RequestKind::append) continue;
+      Block* w = *blocks_->get(block);
+      w->tokens.insert(w->tokens.end(), a->req.tokens.begin(), a->req.tokens.end());
+      finish(*a, FinishReason::completed, events);  // may erase the queue: restart the walk
+      more = true;
+      break;
+    }
+  }
+  for (auto& [block, queue] : writers_) {
+    Active* a = queue.front();
+    if (a->started || (a->req.kind != RequestKind::forward && a->req.kind != RequestKind::generate)) continue;
+    a->started = true;
+    Block* w = *blocks_->get(block);
+    const auto cached = static_cast<size_t>(w->n_cached());
+    if (w->tokens.size() > cached && a->fed == 0 && !a->decoding) {
+      a->req.tokens.insert(a->req.tokens.begin(), w->tokens.begin() + static_cast<long>(cached), w->tokens.end());
+      w->tokens.resize(cached);  // they come back into the log as the request runs them
+    }
+  }
   // 1. decode: one token per generate that has one pending (drains included)
   for (auto& a : active_)
     if (!a->done && a->req.kind == RequestKind::generate && a->decoding && a->pending >= 0 && budget > 0 && runnable(*a)) {
@@ -160,7 +194,8 @@ Result<std::vector<Event>> Engine::step() {
   // 2. probes, 3. prefill chunks, oldest first
   for (RequestKind kind : {RequestKind::probe, RequestKind::forward}) {
     for (auto& a : active_) {
-      if (a->done || budget == 0 || !runnable(*a)) continue;
+      if (budget == 0) break;
+      if (a->done || !runnable(*a)) continue;
       const bool prefill = a->req.kind == RequestKind::forward || (a->req.kind == RequestKind::generate && !a->decoding);
       if (kind == RequestKind::probe ? a->req.kind != RequestKind::probe : !prefill) continue;
       const size_t left = a->req.tokens.size() - a->fed;
@@ -258,6 +293,7 @@ Result<std::vector<Event>> Engine::step() {
     w->last_logits.clear();
     if (lg) w->last_logits.assign(lg, lg + V);
     switch (a.req.kind) {
+      case RequestKind::append: break;  // never planned: applied before the batch is built
       case RequestKind::forward:
         if (a.fed == a.req.tokens.size()) finish(a, FinishReason::completed, events);
         break;
@@ -484,7 +520,7 @@ Status Engine::restore(std::span<const BlockId> ids) {
 }
 
 void Engine::forget_finished() {
-  for (auto it = active_.begin(); it != active_.end();) it = (*it)->done ? active_.erase(it) : it + 1;
+  active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& a) { return a->done; }), active_.end());
 }
 
 }  // namespace chorus

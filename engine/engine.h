@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <utility>
 #include <memory>
 #include <span>
@@ -42,7 +43,7 @@ struct StopCondition {
   bool at_end_of_generation = true;    // stop at the model's end-of-turn tokens
 };
 
-enum class RequestKind { forward, generate, probe };
+enum class RequestKind { forward, generate, probe, append };
 
 struct Request {
   RequestKind kind = RequestKind::forward;
@@ -50,7 +51,7 @@ struct Request {
   BlockId write_to = -1;               // forward/generate: the block written
   std::vector<TokenId> tokens;         // forward: tokens appended; generate: prefill appended first
                                        // (at least one unless the block has tokens to start from);
-                                       // probe: the question
+                                       // probe: the question; append: tokens for the log only
   SamplingParams sampling;             // generate
   StopCondition stop;                  // generate
   std::vector<std::vector<TokenId>> candidates;  // probe: answers; each a set of token ids
@@ -68,6 +69,15 @@ struct Request {
     r.kind = RequestKind::generate;
     r.sampling = std::move(sampling);
     r.stop = std::move(stop);
+    return r;
+  }
+  // Appends to a block's log without computing anything (bulk ingestion): the tokens take their
+  // turn among the block's writers like any write, and their KV is computed by the next forward
+  // or generate that writes the block, under that request's view. Until then readers do not
+  // see them (views see what is cached).
+  static Request append(BlockId write_to, std::vector<TokenId> tokens) {
+    Request r = forward(write_to, std::move(tokens));
+    r.kind = RequestKind::append;
     return r;
   }
   static Request probe(std::vector<BlockId> view, std::vector<TokenId> question,
@@ -146,6 +156,7 @@ class Engine {
   std::unique_ptr<BlockStore> blocks_;
   std::unique_ptr<ModelRunner> runner_;
   std::deque<std::unique_ptr<Active>> active_;  // submission order
+  std::map<BlockId, std::deque<Active*>> writers_;  // unfinished writers of each block, FIFO
   RequestId next_id_ = 1;
   int64_t steps_ = 0;
   std::vector<float> logits_;
