@@ -1,12 +1,18 @@
 // `chorus bench --views`: what cache blocks and views cost and save, on the engine.
 //   1. decode with a view of 4 blocks vs the same tokens in one block
 //   2. 8 generations over one shared 1k-token prompt block vs 8 private copies of the prompt
-//   3. probe latency with a 4k-token prefill queued and 4 generates running
+//   3. per-step overhead of the batcher actor against the bare engine (8 decodes)
+//   4. probe latency with a 4k-token prefill queued and 4 generates running
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include <caf/all.hpp>
+
+#include "actors/atoms.h"
+#include "actors/batcher.h"
+#include "actors/codec.h"
 #include "apps/chorus/commands.h"
 #include "engine/engine.h"
 #include "engine/model.h"
@@ -105,7 +111,63 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nl
     out[shared ? "shared_prompt" : "private_prompts"] = {{"tok_s", tokens / best}, {"pages", pages}};
   }
 
-  // 3. Probe latency: 4k-token prefill queued, 4 generates running.
+  // 3. Actor overhead: the same decode workload on the bare engine and through the batcher actor.
+  {
+    const auto prompt_toks = filler(m.tokenizer, 256);
+    double bare = 1e30, actors = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      auto e = Engine::create(m, device, {.n_pages = 256, .token_budget = 256});
+      if (!report("bench", e)) return 1;
+      const BlockId p = (*e)->blocks().create();
+      (void)(*e)->submit(Request::forward(p, prompt_toks));
+      drain(**e);
+      for (int i = 0; i < 8; ++i) (void)(*e)->submit(generate((*e)->blocks().create(), {p}, 198, 64));
+      const int64_t s0 = (*e)->steps();
+      const auto [n, secs] = drain(**e);
+      bare = std::min(bare, secs / static_cast<double>((*e)->steps() - s0));
+      (void)n;
+    }
+    for (int r = 0; r < reps; ++r) {
+      auto e = Engine::create(m, device, {.n_pages = 256, .token_budget = 256});
+      if (!report("bench", e)) return 1;
+      std::shared_ptr<Engine> engine = std::move(*e);
+      caf::actor_system_config cfg;
+      cfg.set("scheduler.max-threads", 2);
+      caf::actor_system sys{cfg};
+      caf::actor batcher = spawn_batcher(sys, engine);
+      caf::scoped_actor self{sys};
+      auto call = [&](const Frame& f) {
+        Reply out;
+        self->request(batcher, caf::infinite, frame_atom::value, f)
+            .receive([&](const std::vector<uint8_t>& rep) { out = *decode_reply(rep); }, [](caf::error&) {});
+        return out;
+      };
+      auto wait_finished = [&](int n) {
+        for (int done = 0; done < n;)
+          self->receive([&](event_atom, const std::vector<uint8_t>& f) { done += decode_reply(f)->kind == "RequestFinished"; });
+      };
+      const auto p = static_cast<BlockId>(call(encode_create_block(1, "prompt")).id);
+      call(encode_request(2, Request::forward(p, prompt_toks)));
+      wait_finished(1);
+      std::vector<BlockId> outs;
+      for (int i = 0; i < 8; ++i) outs.push_back(static_cast<BlockId>(call(encode_create_block(3, "out")).id));
+      const int64_t s0 = engine->steps();
+      const auto t0 = Clock::now();
+      for (int i = 0; i < 8; ++i) call(encode_request(4, generate(outs[static_cast<size_t>(i)], {p}, 198, 64)));
+      wait_finished(8);
+      const double secs = since(t0);
+      self->send(batcher, stop_atom::value);
+      self->wait_for(batcher);
+      actors = std::min(actors, secs / static_cast<double>(engine->steps() - s0));
+    }
+    std::printf("  step time, 8 decodes: bare engine %.3f ms, through the batcher actor %.3f ms (%+.1f %%)\n",
+                bare * 1e3, actors * 1e3, (actors / bare - 1) * 100);
+    out["step_ms_bare"] = bare * 1e3;
+    out["step_ms_actors"] = actors * 1e3;
+    out["actor_overhead"] = actors / bare - 1;
+  }
+
+  // 4. Probe latency: 4k-token prefill queued, 4 generates running.
   {
     auto e = Engine::create(m, device, {.n_pages = 1024, .token_budget = 256});
     if (!report("bench", e)) return 1;
