@@ -20,6 +20,21 @@ struct Subscriber {
 
 void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
   std::map<RequestId, Subscriber> subs;
+  struct Program {
+    std::string name;
+    std::vector<BlockId> blocks;
+    int state = 0;  // 0 active, 1 paused
+  };
+  std::map<uint64_t, Program> programs;
+  auto status = [&](uint64_t rid, uint64_t id, const Program& p) {
+    int64_t pages = 0, tokens = 0;
+    for (BlockId b : p.blocks)
+      if (auto blk = engine->blocks().get(b)) {
+        for (const Extent& e : (*blk)->extents) pages += static_cast<int64_t>(e.kv.pages.size());
+        tokens += static_cast<int64_t>((*blk)->tokens.size());
+      }
+    return encode_program_status(rid, id, p.state, static_cast<uint32_t>(pages), static_cast<uint64_t>(tokens));
+  };
   bool running = true;
   bool got = false;
   auto on_frame = [&](frame_atom, const std::vector<uint8_t>& bytes) -> std::vector<uint8_t> {
@@ -34,6 +49,32 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
     if (auto* f = std::get_if<FreeBlockCmd>(&*cmd)) {
       if (Status s = engine->blocks().free(f->block); !s.ok()) return encode_error_envelope(rid, s.error());
       return encode_block_info(rid, f->block, "", 0, 0);
+    }
+    if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) {
+      auto bad = [&](Errc code, const std::string& m) { return encode_error_envelope(rid, make_error(code, m)); };
+      if (pc->op == ProgramCmd::Op::register_program) {
+        for (BlockId b : pc->blocks)
+          if (!engine->blocks().is_live(b)) return bad(Errc::not_found, "program " + std::to_string(pc->program) + ": block " + std::to_string(b) + " does not exist");
+        programs[pc->program] = Program{pc->name, pc->blocks, 0};
+        return status(rid, pc->program, programs[pc->program]);
+      }
+      auto it = programs.find(pc->program);
+      if (it == programs.end()) return bad(Errc::not_found, "program " + std::to_string(pc->program) + " is not registered");
+      Program& p = it->second;
+      Status s = Status::success();
+      if (pc->op == ProgramCmd::Op::pause) s = engine->pause(p.blocks, pc->mode);
+      if (pc->op == ProgramCmd::Op::restore) s = engine->restore(p.blocks);
+      if (pc->op == ProgramCmd::Op::terminate)
+        for (BlockId b : p.blocks)
+          if (s.ok()) s = engine->blocks().free(b);
+      if (!s.ok()) return encode_error_envelope(rid, s.error());
+      p.state = pc->op == ProgramCmd::Op::pause ? 1 : 0;
+      if (pc->op == ProgramCmd::Op::terminate) {
+        Frame f = encode_program_status(rid, pc->program, 2, 0, 0);
+        programs.erase(it);
+        return f;
+      }
+      return status(rid, pc->program, p);
     }
     auto id = engine->submit(std::get<Request>(*cmd));
     if (!id) return encode_error_envelope(rid, id.error());

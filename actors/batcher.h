@@ -3,7 +3,11 @@
 //
 // Protocol (in-process CAF messages; frames are schemas/envelope.fbs):
 //   request (frame_atom, frame)  -> reply frame: BlockInfo (CreateBlock, FreeBlock),
-//                                    Submitted (Forward, Generate, Probe) or Error
+//                                    Submitted (Forward, Generate, Probe, AppendTokens),
+//                                    ProgramStatus (RegisterProgram, PauseProgram, RestoreProgram,
+//                                    TerminateProgram) or Error
+// The batcher also plays the memory actor's part for now: it owns the blocks (the engine's block
+// store), serializes every write (one writer per block, FIFO) and pauses/restores programs.
 //   then, to the sender of a Submitted request: (event_atom, frame) with TokenEvent (text is
 //   whole UTF-8 characters), ProbeResult, and last RequestFinished
 //   (stop_atom) ends the actor once the work it has accepted is done; an exit message ends it

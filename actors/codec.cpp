@@ -25,6 +25,36 @@ Frame encode_create_block(uint64_t request_id, const std::string& name) {
   return finish(fbb, request_id, wire::Payload::CreateBlock, wire::CreateCreateBlock(fbb, n).Union());
 }
 
+Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
+  flatbuffers::FlatBufferBuilder fbb;
+  switch (c.op) {
+    case ProgramCmd::Op::register_program: {
+      const auto name = fbb.CreateString(c.name);
+      const auto blocks = fbb.CreateVector(c.blocks);
+      return finish(fbb, request_id, wire::Payload::RegisterProgram,
+                    wire::CreateRegisterProgram(fbb, c.program, name, blocks).Union());
+    }
+    case ProgramCmd::Op::pause:
+      return finish(fbb, request_id, wire::Payload::PauseProgram,
+                    wire::CreatePauseProgram(fbb, c.program, c.mode == PauseMode::offload ? wire::PauseMode::offload
+                                                                                          : wire::PauseMode::drop)
+                        .Union());
+    case ProgramCmd::Op::restore:
+      return finish(fbb, request_id, wire::Payload::RestoreProgram, wire::CreateRestoreProgram(fbb, c.program).Union());
+    case ProgramCmd::Op::terminate:
+      return finish(fbb, request_id, wire::Payload::TerminateProgram, wire::CreateTerminateProgram(fbb, c.program).Union());
+  }
+  return {};
+}
+
+Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(fbb, request_id, wire::Payload::ProgramStatus,
+                wire::CreateProgramStatus(fbb, program, static_cast<wire::ProgramState>(state), wire::Phase::reasoning,
+                                          resident_pages, tokens)
+                    .Union());
+}
+
 Frame encode_free_block(uint64_t request_id, BlockId block) {
   flatbuffers::FlatBufferBuilder fbb;
   return finish(fbb, request_id, wire::Payload::FreeBlock, wire::CreateFreeBlock(fbb, block).Union());
@@ -65,6 +95,33 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
   const wire::Envelope* env = wire::GetEnvelope(frame.data());
   if (const auto* c = env->payload_as_CreateBlock()) return Command{CreateBlockCmd{c->name() ? c->name()->str() : ""}};
   if (const auto* f = env->payload_as_FreeBlock()) return Command{FreeBlockCmd{f->block()}};
+  if (const auto* p = env->payload_as_RegisterProgram()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::register_program;
+    c.program = p->program();
+    c.name = p->name() ? p->name()->str() : "";
+    c.blocks = to_vec(p->blocks());
+    return Command{std::move(c)};
+  }
+  if (const auto* p = env->payload_as_PauseProgram()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::pause;
+    c.program = p->program();
+    c.mode = p->mode() == wire::PauseMode::offload ? PauseMode::offload : PauseMode::drop;
+    return Command{std::move(c)};
+  }
+  if (const auto* p = env->payload_as_RestoreProgram()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::restore;
+    c.program = p->program();
+    return Command{std::move(c)};
+  }
+  if (const auto* p = env->payload_as_TerminateProgram()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::terminate;
+    c.program = p->program();
+    return Command{std::move(c)};
+  }
   if (const auto* a = env->payload_as_AppendTokens()) {
     if (a->view() && a->view()->size() > 0)
       return make_error(Errc::invalid_argument, "AppendTokens takes no view: its tokens run under the view of the next writer");
@@ -160,6 +217,10 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
     r.id = f->request();
     r.reason = static_cast<FinishReason>(f->reason());
     r.text = f->error() ? f->error()->str() : "";
+  } else if (const auto* ps = env->payload_as_ProgramStatus()) {
+    r.id = static_cast<int64_t>(ps->program());
+    r.state = static_cast<int>(ps->state());
+    r.pages = ps->resident_pages();
   } else if (const auto* e = env->payload_as_Error()) {
     r.text = e->message() ? e->message()->str() : "";
   }

@@ -28,7 +28,15 @@ struct CreateBlockCmd {
 struct FreeBlockCmd {
   BlockId block;
 };
-using Command = std::variant<CreateBlockCmd, FreeBlockCmd, Request>;
+struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram
+  enum class Op { register_program, pause, restore, terminate } op = Op::register_program;
+  uint64_t program = 0;
+  std::string name;
+  std::vector<BlockId> blocks;  // register
+  PauseMode mode = PauseMode::drop;
+};
+using Command = std::variant<CreateBlockCmd, FreeBlockCmd, Request, ProgramCmd>;
+Frame encode_program(uint64_t request_id, const ProgramCmd& cmd);
 
 // Verifies the frame (decode_envelope) and extracts the command; text fields are tokenized with
 // `tokenizer` (control tokens recognised). Errors name what is wrong (a frame that is not a
@@ -39,16 +47,21 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
 // Batcher side: replies and events.
 Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& name, int64_t tokens, int64_t cached);
 Frame encode_submitted(uint64_t request_id, RequestId request);
+// state: 0 active, 1 paused, 2 terminated (schemas/programs.fbs ProgramState)
+Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens);
 Frame encode_event(uint64_t request_id, const Event& e, const std::string& text);
 
 // Client side: what came back.
 struct Reply {
-  std::string kind;       // "BlockInfo", "Submitted", "Error", "TokenEvent", "ProbeResult", "RequestFinished"
+  std::string kind;       // "BlockInfo", "Submitted", "Error", "TokenEvent", "ProbeResult", "RequestFinished",
+                          // "ProgramStatus"
   int64_t id = -1;        // block id (BlockInfo) or request id (others)
   TokenId token = -1;     // TokenEvent
   std::string text;       // TokenEvent text, Error message
   std::vector<float> probabilities;  // ProbeResult
   FinishReason reason = FinishReason::completed;  // RequestFinished
+  int state = 0;                                  // ProgramStatus
+  int64_t pages = 0;                              // ProgramStatus: resident pages
 };
 Result<Reply> decode_reply(std::span<const uint8_t> frame);
 
