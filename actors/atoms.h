@@ -11,5 +11,9 @@ using event_atom = caf::atom_constant<caf::atom("event")>;          // an event 
 using stop_atom = caf::atom_constant<caf::atom("stop")>;            // end an actor's work
 using paragraph_atom = caf::atom_constant<caf::atom("paragraph")>;  // a thinker finished a paragraph
 using done_atom = caf::atom_constant<caf::atom("done")>;            // a role has nothing more to do
+using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;  // (subscribe_atom, block): tell me when it grows
+using grown_atom = caf::atom_constant<caf::atom("grown")>;          // (grown_atom, block, cached tokens)
+using text_atom = caf::atom_constant<caf::atom("text")>;            // (text_atom, string): text for a source or sink
+using fired_atom = caf::atom_constant<caf::atom("fired")>;          // (fired_atom, candidate, probability): a probe fired
 
 }  // namespace chorus

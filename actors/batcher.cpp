@@ -84,6 +84,13 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
     return encode_submitted(rid, *id);
   };
   bool stopping = false;  // stop_atom: finish what was accepted, then end
+  std::map<BlockId, std::vector<caf::actor>> watchers;  // block -> who wants to know it grew
+  std::map<BlockId, int64_t> seen;                       // cached length last reported
+  auto on_subscribe = [&](subscribe_atom, BlockId b) {
+    got = true;
+    watchers[b].push_back(caf::actor_cast<caf::actor>(self->current_sender()));
+    if (auto blk = engine->blocks().get(b)) seen[b] = (*blk)->n_cached();
+  };
   auto on_stop = [&](stop_atom) {
     got = true;
     stopping = true;
@@ -94,10 +101,10 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
   };
   while (running) {
     if (stopping && engine->idle()) break;
-    if (engine->idle() && !stopping) self->receive(on_frame, on_stop, on_exit);  // sleep until there is work
+    if (engine->idle() && !stopping) self->receive(on_frame, on_subscribe, on_stop, on_exit);  // sleep until there is work
     do {  // then take everything already queued, without waiting
       got = false;
-      self->receive(on_frame, on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
+      self->receive(on_frame, on_subscribe, on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
     } while (got && running);
     if (!running || engine->idle()) continue;
     auto events = engine->step();
@@ -121,6 +128,14 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
       }
       self->send(it->second.who, event_atom::value, encode_event(it->second.correlation, e, text));
       if (e.type == Event::Type::finished) subs.erase(it);
+    }
+    for (auto& [b, who] : watchers) {  // blocks that grew in this step
+      auto blk = engine->blocks().get(b);
+      if (!blk) continue;
+      const int64_t n = (*blk)->n_cached();
+      if (n == seen[b]) continue;
+      seen[b] = n;
+      for (const caf::actor& w : who) self->send(w, grown_atom::value, b, n);
     }
   }
 }

@@ -110,7 +110,115 @@ caf::behavior writer(caf::stateful_actor<WriterState>* self, caf::actor batcher,
   };
 }
 
+struct ProbeState {
+  int64_t last = 0;     // watched block's cached length at the last question
+  bool asking = false;
+  bool again = false;   // a trigger came while asking: ask once more afterwards
+};
+
+caf::behavior probe(caf::stateful_actor<ProbeState>* self, caf::actor batcher, ProbeConfig cfg) {
+  auto ask = std::make_shared<std::function<void()>>();
+  *ask = [=] {
+    if (self->state.asking) {
+      self->state.again = true;
+      return;
+    }
+    self->state.asking = true;
+    submit(self, batcher, Request::probe(cfg.view, cfg.question, cfg.candidates), [=](const std::string&) {
+      self->state.asking = false;
+    });
+  };
+  if (cfg.watch >= 0) self->send(batcher, subscribe_atom::value, cfg.watch);
+  return {
+      [=](grown_atom, BlockId, int64_t n) {
+        if (n - self->state.last < cfg.every_new_tokens) return;
+        self->state.last = n;
+        (*ask)();
+      },
+      [=](paragraph_atom, const std::string&) { (*ask)(); },
+      [=](text_atom, const std::string&) { (*ask)(); },
+      [=](event_atom, const std::vector<uint8_t>& frame) {
+        auto r = decode_reply(frame);
+        if (!r) return;
+        if (r->kind == "ProbeResult" && static_cast<size_t>(cfg.watch_candidate) < r->probabilities.size()) {
+          const float p = r->probabilities[static_cast<size_t>(cfg.watch_candidate)];
+          if (cfg.on_answer) cfg.on_answer(p);
+          if (p >= cfg.threshold)
+            for (const auto& s : cfg.subscribers) self->send(s, fired_atom::value, cfg.watch_candidate, p);
+        }
+        if (r->kind == "RequestFinished") {
+          self->state.asking = false;
+          if (self->state.again) {
+            self->state.again = false;
+            (*ask)();
+          }
+        }
+      },
+      [=](stop_atom) { self->quit(); },
+  };
+}
+
+caf::behavior source(caf::event_based_actor* self, caf::actor batcher, SourceConfig cfg) {
+  return {
+      [=](text_atom, const std::string& text) {
+        const auto toks = cfg.tokenizer->encode(text, {.parse_special = true});
+        if (!toks.empty()) submit(self, batcher, Request::forward(cfg.write_to, toks, cfg.view), [](const std::string&) {});
+      },
+      [](event_atom, const std::vector<uint8_t>&) {},  // the forwards' completions
+      [=](stop_atom) { self->quit(); },
+  };
+}
+
+caf::behavior sink(caf::event_based_actor* self, SinkConfig cfg) {
+  return {
+      [=](text_atom, const std::string& text) {
+        if (cfg.callback) {
+          cfg.callback(text);
+        } else {
+          std::fwrite(text.data(), 1, text.size(), cfg.stream);
+          std::fflush(cfg.stream);
+        }
+      },
+      [=](stop_atom) { self->quit(); },
+  };
+}
+
+void file_tail(caf::blocking_actor* self, std::string path, caf::actor target, bool from_start, int poll_ms) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f != nullptr && !from_start) std::fseek(f, 0, SEEK_END);
+  std::string partial;
+  for (bool running = true; running;) {
+    self->receive([&](stop_atom) { running = false; }, [&](caf::exit_msg&) { running = false; },
+                  caf::after(std::chrono::milliseconds(poll_ms)) >> [] {});
+    if (f == nullptr) f = std::fopen(path.c_str(), "rb");  // not there yet: keep trying
+    if (f == nullptr || !running) continue;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) partial.append(buf, n);
+    std::clearerr(f);  // at EOF: keep polling for what is appended next
+    for (size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
+      self->send(target, text_atom::value, partial.substr(0, nl + 1));
+      partial.erase(0, nl + 1);
+    }
+  }
+  if (f != nullptr) std::fclose(f);
+}
+
 }  // namespace
+
+caf::actor spawn_file_tail(caf::actor_system& sys, const std::string& path, caf::actor target, bool from_start,
+                           int poll_ms) {
+  return sys.spawn<caf::detached>(file_tail, path, std::move(target), from_start, poll_ms);
+}
+
+caf::actor spawn_probe(caf::actor_system& sys, caf::actor batcher, ProbeConfig cfg) {
+  return sys.spawn(probe, std::move(batcher), std::move(cfg));
+}
+
+caf::actor spawn_source(caf::actor_system& sys, caf::actor batcher, SourceConfig cfg) {
+  return sys.spawn(source, std::move(batcher), std::move(cfg));
+}
+
+caf::actor spawn_sink(caf::actor_system& sys, SinkConfig cfg) { return sys.spawn(sink, std::move(cfg)); }
 
 caf::actor spawn_thinker(caf::actor_system& sys, caf::actor batcher, ThinkerConfig cfg) {
   return sys.spawn(thinker, std::move(batcher), std::move(cfg));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <caf/actor.hpp>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,7 +37,47 @@ struct WriterConfig {
   caf::actor notify;                       // gets (done_atom) when the thinker is done and all pieces are written
 };
 
+// probe — asks a question over a view whenever its trigger fires, and tells its subscribers
+//         (fired_atom, candidate index, probability) when a candidate's probability reaches
+//         the threshold. Triggers: every `every_new_tokens` new cached tokens of a watched block,
+//         and any (paragraph_atom, text) or (text_atom, text) message it receives.
+struct ProbeConfig {
+  std::vector<BlockId> view;
+  std::vector<TokenId> question;
+  std::vector<std::vector<TokenId>> candidates;
+  int watch_candidate = 0;                 // which candidate's probability is compared
+  float threshold = 0.5f;
+  BlockId watch = -1;                      // block whose growth triggers the probe (-1: none)
+  int64_t every_new_tokens = 64;
+  std::vector<caf::actor> subscribers;
+  std::function<void(float)> on_answer;    // every answer, fired or not (optional)
+};
+
+// source — appends external text to a block as it arrives: each (text_atom, text) message is
+//          tokenized and run into the block under the view (a Forward), in arrival order.
+//          A file that is being appended to can feed it: see spawn_file_tail().
+struct SourceConfig {
+  std::vector<BlockId> view;
+  BlockId write_to = -1;
+  const Tokenizer* tokenizer = nullptr;    // REQUIRES: outlives the actor
+};
+
+// sink — writes each (text_atom, text) it receives to a stream (stdout by default) or a callback.
+struct SinkConfig {
+  std::FILE* stream = stdout;
+  std::function<void(const std::string&)> callback;  // used instead of the stream when set
+};
+
 caf::actor spawn_thinker(caf::actor_system& sys, caf::actor batcher, ThinkerConfig cfg);
+caf::actor spawn_probe(caf::actor_system& sys, caf::actor batcher, ProbeConfig cfg);
+caf::actor spawn_source(caf::actor_system& sys, caf::actor batcher, SourceConfig cfg);
+caf::actor spawn_sink(caf::actor_system& sys, SinkConfig cfg);
+
+// Follows a file as it is appended to (like tail -f, from its current end or from the start):
+// every complete line is sent to `target` as (text_atom, line + "\n"). A detached actor that
+// polls every `poll_ms`; ends on stop_atom or an exit message.
+caf::actor spawn_file_tail(caf::actor_system& sys, const std::string& path, caf::actor target, bool from_start = true,
+                           int poll_ms = 20);
 caf::actor spawn_writer(caf::actor_system& sys, caf::actor batcher, WriterConfig cfg);
 
 }  // namespace chorus

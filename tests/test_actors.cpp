@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "actors/atoms.h"
 #include "actors/batcher.h"
@@ -225,6 +226,75 @@ TEST_F(ActorsFixture, ProgramsPauseAndRestoreThroughTheBatcher) {
   EXPECT_EQ(program(ProgramCmd::Op::terminate, 2).state, 2);
   EXPECT_EQ(call(self, encode_request(0, Request::probe({a}, {1}, {{1}}))).kind, "Error");
   EXPECT_EQ(program(ProgramCmd::Op::pause, 99).kind, "Error");
+}
+
+// A file being appended to feeds a source, which runs each line into a log block; a probe
+// watching the block asks its question every 8 new tokens; a sink collects text.
+TEST(ActorsRoles, FileTailSourceProbeAndSink) {
+  auto m = Model::load(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  ASSERT_TRUE(m.ok());
+  auto d = CpuDevice::create();
+  ASSERT_TRUE(d.ok());
+  auto e = Engine::create(**m, **d, {.n_pages = 64, .token_budget = 64});
+  ASSERT_TRUE(e.ok());
+  std::shared_ptr<Engine> engine = std::move(*e);
+  const BlockId log = engine->blocks().create("logs");
+  const std::string path = ::testing::TempDir() + "chorus_tail_test.log";
+  std::remove(path.c_str());
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  std::vector<std::string> lines;
+  {
+    caf::actor_system sys{cfg};
+    caf::actor batcher = spawn_batcher(sys, engine);
+    caf::scoped_actor self{sys};
+    std::mutex mu;
+    caf::actor sink = spawn_sink(sys, {nullptr, [&](const std::string& t) {
+                                         std::lock_guard<std::mutex> l(mu);
+                                         lines.push_back(t);
+                                       }});
+    caf::actor source = spawn_source(sys, batcher, {{}, log, &(*m)->tokenizer});
+    ProbeConfig pc;
+    pc.view = {log};
+    pc.question = {10, 11, 12};
+    pc.candidates = {{1}, {2}};
+    pc.threshold = 0.0f;  // report every answer: this test is about the mechanics
+    pc.watch = log;
+    pc.every_new_tokens = 8;
+    pc.subscribers = {caf::actor_cast<caf::actor>(self)};
+    caf::actor probe = spawn_probe(sys, batcher, pc);
+    // The tail feeds both the source (into the block) and the sink (a copy of the text).
+    caf::actor fanout = sys.spawn([source, sink](caf::event_based_actor*) -> caf::behavior {
+      return {[=](text_atom, const std::string& t) {
+        caf::anon_send(source, text_atom::value, t);
+        caf::anon_send(sink, text_atom::value, t);
+      }};
+    });
+    caf::actor tail = spawn_file_tail(sys, path, fanout);
+    for (int i = 0; i < 6; ++i) {  // the file grows while everything runs
+      std::FILE* f = std::fopen(path.c_str(), "ab");
+      std::fprintf(f, "line %d: disk usage at %d%%\n", i, 50 + 8 * i);
+      std::fclose(f);
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    }
+    int fired = 0;
+    for (bool more = true; more;)
+      self->receive([&](fired_atom, int, float p) {
+        ++fired;
+        EXPECT_GE(p, 0.0f);
+        EXPECT_LE(p, 1.0f);
+      }, caf::after(std::chrono::milliseconds(500)) >> [&] { more = false; });
+    EXPECT_GE(fired, 3) << "the probe should answer as the log grows";
+    for (const caf::actor& a : {tail, probe, source, sink}) self->send(a, stop_atom::value);
+    self->send_exit(fanout, caf::exit_reason::user_shutdown);
+    self->send(batcher, stop_atom::value);
+    self->wait_for(batcher);
+  }
+  EXPECT_EQ(lines.size(), 6u);
+  std::string all;
+  for (const auto& l : lines) all += l;
+  EXPECT_EQ((*m)->tokenizer.decode((*engine->blocks().get(log))->tokens), all) << "the block holds exactly the file's lines";
+  std::remove(path.c_str());
 }
 
 // 8 writers append to one block through the batcher, 10^5 appends of random sizes in total: the
