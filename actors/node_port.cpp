@@ -18,8 +18,9 @@ void send_to(zmq::socket_t& s, const std::string& identity, const std::vector<ui
   s.send(zmq::buffer(frame), zmq::send_flags::dontwait);
 }
 
-void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, caf::actor batcher,
-               size_t max_frame_bytes) {
+void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, std::shared_ptr<zmq::socket_t> pub,
+               caf::actor batcher, size_t max_frame_bytes) {
+  std::map<int64_t, int32_t> request_block;  // request id -> block it writes (for topics)
   std::map<int64_t, std::string> clients;  // request id -> client identity
   bool running = true;
   auto on_event = [&](event_atom, const std::vector<uint8_t>& frame) {
@@ -28,6 +29,14 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, c
     auto it = clients.find(r->id);
     if (it == clients.end()) return;
     send_to(*sock, it->second, frame);
+    if (pub) {
+      const auto b = request_block.find(r->id);
+      const std::string topic = b != request_block.end() && b->second >= 0 ? "block:" + std::to_string(b->second)
+                                                                            : "request:" + std::to_string(r->id);
+      pub->send(zmq::buffer(topic), zmq::send_flags::sndmore);
+      pub->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+    }
+    if (r->kind == "RequestFinished") request_block.erase(r->id);
     if (r->kind == "RequestFinished") clients.erase(it);
   };
   auto on_stop = [&](stop_atom) { running = false; };
@@ -73,17 +82,23 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, c
                    [&](caf::error& e) {
                      reply = encode_error_envelope(0, make_error(Errc::internal, "batcher: " + caf::to_string(e)));
                    });
-      if (auto r = decode_reply(reply); r && r->kind == "Submitted") clients[r->id] = id;
+      if (auto r = decode_reply(reply); r && r->kind == "Submitted") {
+        clients[r->id] = id;
+        uint64_t ignored = 0;
+        if (auto cmd = decode_command(bytes, &ignored); cmd)
+          if (const auto* req = std::get_if<Request>(&*cmd)) request_block[r->id] = req->write_to;
+      }
       send_to(*sock, id, reply);
     }
   }
   sock->close();
+  if (pub) pub->close();
 }
 
 }  // namespace
 
-Result<std::string> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
-                                    const NodePortOptions& opts, caf::actor* out) {
+Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
+                                          const NodePortOptions& opts, caf::actor* out) {
   auto sock = std::make_shared<zmq::socket_t>(context, zmq::socket_type::router);
   sock->set(zmq::sockopt::linger, 0);
   sock->set(zmq::sockopt::router_mandatory, 0);
@@ -92,9 +107,21 @@ Result<std::string> spawn_node_port(caf::actor_system& sys, caf::actor batcher, 
   } catch (const zmq::error_t& e) {
     return make_error(Errc::io, "cannot bind the node port to " + opts.endpoint + ": " + e.what());
   }
-  std::string bound = sock->get(zmq::sockopt::last_endpoint);
-  *out = sys.spawn<caf::detached>(port_main, std::move(sock), std::move(batcher), opts.max_frame_bytes);
-  return bound;
+  NodePortEndpoints eps;
+  eps.requests = sock->get(zmq::sockopt::last_endpoint);
+  std::shared_ptr<zmq::socket_t> pub;
+  if (!opts.events_endpoint.empty()) {
+    pub = std::make_shared<zmq::socket_t>(context, zmq::socket_type::pub);
+    pub->set(zmq::sockopt::linger, 0);
+    try {
+      pub->bind(opts.events_endpoint);
+    } catch (const zmq::error_t& e) {
+      return make_error(Errc::io, "cannot bind the events socket to " + opts.events_endpoint + ": " + e.what());
+    }
+    eps.events = pub->get(zmq::sockopt::last_endpoint);
+  }
+  *out = sys.spawn<caf::detached>(port_main, std::move(sock), std::move(pub), std::move(batcher), opts.max_frame_bytes);
+  return eps;
 }
 
 }  // namespace chorus

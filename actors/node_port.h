@@ -6,7 +6,9 @@
 // frame is checked (size, identifier, FlatBuffers verifier, version) before anything reads it; a
 // bad frame gets an Error frame back and a log line, and the node keeps serving. A command's
 // reply frame comes back to the client, then its events (TokenEvent, ProbeResult,
-// RequestFinished) as further frames.
+// RequestFinished) as further frames. The same event frames are also published on a PUB socket
+// as two-part messages [topic, frame] with topic "block:<id>" (or "request:<id>" for events
+// without a block), so other processes can follow a block being written.
 #pragma once
 
 #include <caf/fwd.hpp>
@@ -22,13 +24,18 @@ namespace chorus {
 
 struct NodePortOptions {
   std::string endpoint = "tcp://127.0.0.1:5555";  // "tcp://127.0.0.1:*" picks a free port
+  std::string events_endpoint = "tcp://127.0.0.1:*";  // the PUB socket; empty: none
   size_t max_frame_bytes = 64u << 20;             // larger frames are refused with an error
 };
 
-// Binds the socket and spawns the port's actor (a detached actor that owns the socket) into
-// *out; returns the bound endpoint (port resolved). `context` must outlive the actor.
-// Errors: Errc::io naming the endpoint.
-Result<std::string> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
-                                    const NodePortOptions& opts, caf::actor* out);
+struct NodePortEndpoints {
+  std::string requests;  // ROUTER, ports resolved
+  std::string events;    // PUB ("" if none)
+};
+
+// Binds the sockets and spawns the port's actor (a detached actor that owns them) into *out.
+// `context` must outlive the actor. Errors: Errc::io naming the endpoint.
+Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
+                                          const NodePortOptions& opts, caf::actor* out);
 
 }  // namespace chorus

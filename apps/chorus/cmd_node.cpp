@@ -43,6 +43,7 @@ int run_node(const NodeArgs& args) {
     NodePortOptions po;
     po.endpoint = args.endpoint;
     po.max_frame_bytes = args.max_frame_bytes;
+    po.events_endpoint = args.events_endpoint;
     auto bound = spawn_node_port(sys, batcher, zctx, po, &port);
     if (!report("node", bound)) {
       caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
@@ -50,8 +51,9 @@ int run_node(const NodeArgs& args) {
     }
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
-    std::printf("chorus node: %s, %s, listening on %s\n", (*model)->config.name.c_str(), (*device)->describe().c_str(),
-                bound->c_str());
+    std::printf("chorus node: %s, %s, events on %s, listening on %s\n", (*model)->config.name.c_str(),
+                (*device)->describe().c_str(), bound->events.empty() ? "(none)" : bound->events.c_str(),
+                bound->requests.c_str());
     std::fflush(stdout);
     while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     caf::anon_send_exit(port, caf::exit_reason::user_shutdown);

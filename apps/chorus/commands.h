@@ -65,6 +65,7 @@ int run_bench(const BenchArgs& args);
 struct NodeArgs {
   std::string model;
   std::string endpoint = "tcp://127.0.0.1:5555";
+  std::string events_endpoint = "tcp://127.0.0.1:*";  // PUB socket for event frames; "" none
   int64_t pages = 2048;           // KV pages of 16 positions
   int budget = 256;               // tokens per engine step
   int threads = 0;

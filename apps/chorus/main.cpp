@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
   node_cmd->add_option("--model,-m", node.model, "GGUF file")->capture_default_str();
   node_cmd->add_option("--endpoint", node.endpoint, "ZeroMQ endpoint to bind; tcp://127.0.0.1:* picks a free port")
       ->capture_default_str();
+  node_cmd->add_option("--events-endpoint", node.events_endpoint,
+                       "ZeroMQ PUB endpoint for event frames (topics block:<id>); empty for none")
+      ->capture_default_str();
   node_cmd->add_option("--pages", node.pages, "KV cache pages of 16 positions")->capture_default_str();
   node_cmd->add_option("--budget", node.budget, "Tokens per engine step")->capture_default_str();
   node_cmd->add_option("-t,--threads", node.threads, "Compute threads; 0 one per core")->capture_default_str();

@@ -28,16 +28,29 @@ def check(cond, what):
 try:
     line = node.stdout.readline()
     endpoint = line.rsplit(" ", 1)[-1].strip()
+    events_endpoint = line.split("events on ", 1)[1].split(",", 1)[0].strip()
     check(endpoint.startswith("tcp://127.0.0.1:"), "node announces its endpoint: " + line.strip())
     c = ChorusClient(endpoint, timeout_ms=30000)
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.RCVTIMEO, 30000)
+    sub.connect(events_endpoint)
 
     prompt = c.create_block("prompt")
     done = c.wait(c.forward(prompt, tokens=[5, 6, 7, 8, 9]))
     check(done["reason"] == "completed", "forward completes")
     out = c.create_block("out")
+    sub.setsockopt_string(zmq.SUBSCRIBE, "block:%d" % out)
+    time.sleep(0.3)  # let the subscription reach the publisher
     events = list(c.events(c.generate(out, view=[prompt], prefill=[3], max_tokens=5)))
     tokens = [e for e in events if e["kind"] == "TokenEvent"]
     check(len(tokens) == 5 and events[-1]["reason"] == "max_tokens", "generate streams 5 tokens, then finishes")
+    published = []
+    while not published or published[-1]["kind"] != "RequestFinished":
+        topic, frame = sub.recv_multipart()
+        published.append(decode(frame))
+    check(topic == b"block:%d" % out and len([e for e in published if e["kind"] == "TokenEvent"]) == 5,
+          "a subscriber of the block sees the same 5 token events on the PUB socket")
     result = [e for e in c.events(c.probe([prompt, out], "?", [[1], [2, 3]])) if e["kind"] == "ProbeResult"]
     check(len(result) == 1 and len(result[0]["probabilities"]) == 2, "probe answers one probability per candidate")
 
@@ -68,6 +81,7 @@ try:
         check("does not exist" in str(e), "forward into a missing block is refused: " + str(e))
     check(c.create_block("after the bad frames") >= 0, "the node keeps serving")
     c.close()
+    sub.close()
 finally:
     node.terminate()
     try:
