@@ -95,7 +95,59 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, s
   if (pub) pub->close();
 }
 
+void sub_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, caf::actor target) {
+  for (bool running = true; running;) {
+    self->receive([&](stop_atom) { running = false; }, [&](caf::exit_msg&) { running = false; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    zmq::pollitem_t item{sock->handle(), 0, ZMQ_POLLIN, 0};
+    if (!running || zmq::poll(&item, 1, std::chrono::milliseconds(20)) <= 0) continue;
+    for (zmq::message_t part; sock->recv(part, zmq::recv_flags::dontwait);) {
+      if (part.more()) continue;  // the topic: the text is the last part
+      self->send(target, text_atom::value, std::string(part.data<char>(), part.size()));
+    }
+  }
+  sock->close();
+}
+
+void pub_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, std::string topic) {
+  for (bool running = true; running;)
+    self->receive(
+        [&](text_atom, const std::string& text) {
+          sock->send(zmq::buffer(topic), zmq::send_flags::sndmore);
+          sock->send(zmq::buffer(text), zmq::send_flags::dontwait);
+        },
+        [&](stop_atom) { running = false; }, [&](caf::exit_msg&) { running = false; });
+  sock->close();
+}
+
 }  // namespace
+
+Result<caf::actor> spawn_zmq_sub_source(caf::actor_system& sys, zmq::context_t& context, const std::string& endpoint,
+                                        const std::string& topic, caf::actor target) {
+  auto sock = std::make_shared<zmq::socket_t>(context, zmq::socket_type::sub);
+  sock->set(zmq::sockopt::linger, 0);
+  try {
+    sock->connect(endpoint);
+    sock->set(zmq::sockopt::subscribe, topic);
+  } catch (const zmq::error_t& e) {
+    return make_error(Errc::io, "cannot subscribe to " + endpoint + ": " + e.what());
+  }
+  return sys.spawn<caf::detached>(sub_main, std::move(sock), std::move(target));
+}
+
+Result<std::string> spawn_zmq_pub_sink(caf::actor_system& sys, zmq::context_t& context, const std::string& endpoint,
+                                       const std::string& topic, caf::actor* out) {
+  auto sock = std::make_shared<zmq::socket_t>(context, zmq::socket_type::pub);
+  sock->set(zmq::sockopt::linger, 0);
+  try {
+    sock->bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    return make_error(Errc::io, "cannot bind " + endpoint + ": " + e.what());
+  }
+  std::string bound = sock->get(zmq::sockopt::last_endpoint);
+  *out = sys.spawn<caf::detached>(pub_main, std::move(sock), topic);
+  return bound;
+}
 
 Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
                                           const NodePortOptions& opts, caf::actor* out) {

@@ -38,4 +38,15 @@ struct NodePortEndpoints {
 Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
                                           const NodePortOptions& opts, caf::actor* out);
 
+// ZeroMQ variants of the source and sink roles (actors/roles.h), each a detached actor that owns
+// its socket:
+//  - a SUB source: connects to `endpoint`, subscribes to `topic`, and sends the text of each
+//    message's last part to `target` as (text_atom, text) — point it at a source role;
+//  - a PUB sink: binds `endpoint` and publishes each (text_atom, text) it receives as
+//    [topic, text]. Returns the bound endpoint.
+Result<caf::actor> spawn_zmq_sub_source(caf::actor_system& sys, zmq::context_t& context, const std::string& endpoint,
+                                        const std::string& topic, caf::actor target);
+Result<std::string> spawn_zmq_pub_sink(caf::actor_system& sys, zmq::context_t& context, const std::string& endpoint,
+                                       const std::string& topic, caf::actor* out);
+
 }  // namespace chorus

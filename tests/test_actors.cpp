@@ -9,10 +9,12 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <zmq.hpp>
 
 #include "actors/atoms.h"
 #include "actors/batcher.h"
 #include "actors/codec.h"
+#include "actors/node_port.h"
 #include "actors/roles.h"
 #include "actors/wire.h"
 #include "engine/engine.h"
@@ -295,6 +297,34 @@ TEST(ActorsRoles, FileTailSourceProbeAndSink) {
   for (const auto& l : lines) all += l;
   EXPECT_EQ((*m)->tokenizer.decode((*engine->blocks().get(log))->tokens), all) << "the block holds exactly the file's lines";
   std::remove(path.c_str());
+}
+
+// The ZeroMQ sink publishes what it is given; the ZeroMQ source subscribed to it hands the text on.
+TEST(ActorsRoles, ZeroMqPubSinkFeedsSubSource) {
+  zmq::context_t zctx(1);
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  {
+    caf::actor_system sys{cfg};
+    caf::scoped_actor self{sys};
+    caf::actor pub;
+    auto bound = spawn_zmq_pub_sink(sys, zctx, "tcp://127.0.0.1:*", "logs", &pub);
+    ASSERT_TRUE(bound.ok()) << bound.error().to_string();
+    auto sub = spawn_zmq_sub_source(sys, zctx, *bound, "logs", caf::actor_cast<caf::actor>(self));
+    ASSERT_TRUE(sub.ok());
+    std::vector<std::string> got;
+    // PUB/SUB drops messages until the subscription is in place: send until one arrives.
+    for (int i = 0; i < 200 && got.empty(); ++i) {
+      self->send(pub, text_atom::value, std::string("hello ") + std::to_string(i));
+      self->receive([&](text_atom, const std::string& t) { got.push_back(t); },
+                    caf::after(std::chrono::milliseconds(20)) >> [] {});
+    }
+    ASSERT_FALSE(got.empty()) << "nothing came through PUB -> SUB";
+    EXPECT_EQ(got[0].rfind("hello ", 0), 0u);
+    self->send(pub, stop_atom::value);
+    self->send(*sub, stop_atom::value);
+    self->wait_for(pub, *sub);
+  }
 }
 
 // 8 writers append to one block through the batcher, 10^5 appends of random sizes in total: the
