@@ -406,5 +406,88 @@ TEST(ActorsStress, EightWritersOneBlockHundredThousandAppends) {
   }
 }
 
+
+// Deterministic: CAF's test coordinator runs every actor on this thread, one message at a time,
+// so the order of messages between thinker, writer and a scripted batcher is fixed and checked.
+// The fake batcher answers each Generate with Submitted and then streams a scripted set of token
+// events; the thinker's script holds two paragraphs.
+TEST(ActorsDeterministic, ThinkerAnnouncesParagraphsAndWriterWritesOnePiecePerParagraph) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.policy", caf::atom("testing"));
+  caf::actor_system sys{cfg};
+  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+
+  const BlockId kThinking = 1, kWriting = 2;
+  std::vector<std::string> log;  // what the fake batcher saw and what the sink got, in order
+  auto fake_batcher = sys.spawn([&log, kThinking](caf::event_based_actor* self) -> caf::behavior {
+    auto next_request = std::make_shared<RequestId>(100);
+    auto pieces = std::make_shared<int>(0);
+    return {
+        [=, &log](frame_atom, const std::vector<uint8_t>& frame) -> std::vector<uint8_t> {
+          uint64_t rid = 0;
+          auto cmd = decode_command(frame, &rid);
+          if (!cmd || !std::holds_alternative<Request>(*cmd)) return encode_error_envelope(rid, make_error(Errc::invalid_argument, "not a request"));
+          const Request& r = std::get<Request>(*cmd);
+          const RequestId id = (*next_request)++;
+          auto requester = caf::actor_cast<caf::actor>(self->current_sender());
+          auto token = [&](const std::string& text) {
+            Event e;
+            e.type = Event::Type::token;
+            e.request = id;
+            e.block = r.write_to;
+            e.token = 7;
+            self->send(requester, event_atom::value, encode_event(0, e, text));
+          };
+          if (r.write_to == kThinking) {
+            log.push_back("batcher: thinker generate");
+            for (const char* t : {"First", " idea.", "\n\n", "Second", " idea.", "\n\n", "tail"}) token(t);
+          } else {
+            log.push_back("batcher: writer generate");
+            token("piece " + std::to_string(++*pieces));
+          }
+          Event fin;
+          fin.type = Event::Type::finished;
+          fin.request = id;
+          fin.block = r.write_to;
+          self->send(requester, event_atom::value, encode_event(0, fin, ""));
+          return encode_submitted(rid, id);
+        },
+    };
+  });
+  bool writer_done = false;
+  auto notify = sys.spawn([&writer_done, &log](caf::event_based_actor*) -> caf::behavior {
+    return {[&](done_atom) {
+      log.push_back("notify: writer done");
+      writer_done = true;
+    }};
+  });
+  WriterConfig wc;
+  wc.view = {kThinking, kWriting};
+  wc.write_to = kWriting;
+  wc.prefill = {1};
+  wc.sink = [&log](const std::string& s) { log.push_back("sink: " + s); };
+  wc.notify = notify;
+  auto writer = spawn_writer(sys, fake_batcher, wc);
+  ThinkerConfig tc;
+  tc.view = {kThinking};
+  tc.write_to = kThinking;
+  tc.prefill = {1};
+  tc.subscribers = {writer};
+  tc.on_text = [](const std::string&) {};
+  spawn_thinker(sys, fake_batcher, tc);
+
+  sched.run();
+  EXPECT_TRUE(writer_done);
+  // Three pieces: two paragraphs ended by the separator, and the unterminated tail at the end.
+  // The writer runs one request at a time, and writes each piece before it starts the next.
+  const std::vector<std::string> expected = {
+      "batcher: thinker generate", "batcher: writer generate", "sink: piece 1", "batcher: writer generate",
+      "sink: piece 2",             "batcher: writer generate", "sink: piece 3", "notify: writer done"};
+  EXPECT_EQ(log, expected);
+  caf::anon_send_exit(fake_batcher, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(notify, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
 }  // namespace
 }  // namespace chorus
