@@ -14,6 +14,7 @@ using done_atom = caf::atom_constant<caf::atom("done")>;            // a role ha
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;  // (subscribe_atom, block): tell me when it grows
 using grown_atom = caf::atom_constant<caf::atom("grown")>;          // (grown_atom, block, cached tokens)
 using text_atom = caf::atom_constant<caf::atom("text")>;            // (text_atom, string): text for a source or sink
+using step_atom = caf::atom_constant<caf::atom("step")>;            // a cooperative batcher: run one step
 using fired_atom = caf::atom_constant<caf::atom("fired")>;          // (fired_atom, candidate, probability): a probe fired
 
 }  // namespace chorus

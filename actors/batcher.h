@@ -28,5 +28,10 @@ class Engine;
 caf::actor spawn_batcher(caf::actor_system& sys, std::unique_ptr<Engine> engine);
 // The same, keeping shared ownership (the caller may read the engine once the actor is gone).
 caf::actor spawn_batcher(caf::actor_system& sys, std::shared_ptr<Engine> engine);
+// The same protocol on the CAF scheduler instead of a thread of its own: one engine step per
+// message it sends itself, commands that arrived meanwhile applied first. Steps then share the
+// scheduler's threads with other actors; its use is deterministic tests (CAF's test
+// coordinator) and embedding where a thread per batcher is not wanted.
+caf::actor spawn_batcher_cooperative(caf::actor_system& sys, std::shared_ptr<Engine> engine);
 
 }  // namespace chorus

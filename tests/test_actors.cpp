@@ -489,5 +489,97 @@ TEST(ActorsDeterministic, ThinkerAnnouncesParagraphsAndWriterWritesOnePiecePerPa
   sched.run();
 }
 
+// The real batcher logic, deterministically: the cooperative batcher on CAF's test coordinator,
+// with the tiny random-weight model. Two clients write one block (chunked: writes longer than
+// the step's token budget), then one generates over it.
+TEST(ActorsDeterministic, BatcherOrderIsCreateWritesInGrantOrderThenGenerateThenFinished) {
+  auto m = Model::load(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  auto d = CpuDevice::create();
+  ASSERT_TRUE(d.ok());
+  auto e = Engine::create(**m, **d, {.n_pages = 256, .token_budget = 7});
+  ASSERT_TRUE(e.ok()) << e.error().to_string();
+  std::shared_ptr<Engine> engine = std::move(*e);
+
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.policy", caf::atom("testing"));
+  caf::actor_system sys{cfg};
+  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  caf::actor batcher = spawn_batcher_cooperative(sys, engine);
+
+  std::vector<std::string> log;  // "<client>: <reply kind>[ <request>]" in arrival order
+  auto describe = [](const std::vector<uint8_t>& f) {
+    auto r = decode_reply(f);
+    if (!r) return std::string("undecodable");
+    if (r->kind == "Error") return "Error " + r->text;
+    if (r->kind == "BlockInfo") return std::string("BlockInfo");
+    return r->kind + " " + std::to_string(r->id);
+  };
+  // A client sends each (frame_atom, frame) it is given to the batcher and logs what comes back.
+  auto client = [&](const std::string& name) {
+    return sys.spawn([&, name](caf::event_based_actor* self) -> caf::behavior {
+      return {
+          [=, &log](frame_atom, const std::vector<uint8_t>& frame) {
+            self->request(batcher, caf::infinite, frame_atom::value, frame).then([=, &log](const std::vector<uint8_t>& reply) {
+              log.push_back(name + ": " + describe(reply));
+            });
+          },
+          [=, &log](event_atom, const std::vector<uint8_t>& frame) {
+            auto r = decode_reply(frame);
+            if (r && r->kind == "RequestFinished") log.push_back(name + ": " + describe(frame));
+            if (r && r->kind == "TokenEvent") log.push_back(name + ": TokenEvent");
+          },
+      };
+    });
+  };
+  caf::actor a = client("a"), b = client("b");
+  caf::anon_send(a, frame_atom::value, encode_create_block(1, "log"));
+  sched.run();
+  ASSERT_EQ(log, std::vector<std::string>{"a: BlockInfo"});
+  const BlockId blk = 0;
+  ASSERT_TRUE(engine->blocks().is_live(blk));
+
+  auto tokens = [](int first, int n) {
+    std::vector<TokenId> t;
+    for (int i = 0; i < n; ++i) t.push_back(first + i);
+    return t;
+  };
+  // Three writes queued before any step runs, from two clients: 11, 9 and 13 tokens with a
+  // budget of 7 per step, so a writer that did not hold the block to the end would interleave.
+  caf::anon_send(a, frame_atom::value, encode_request(2, Request::forward(blk, tokens(10, 11), {blk})));
+  caf::anon_send(b, frame_atom::value, encode_request(3, Request::forward(blk, tokens(30, 9), {blk})));
+  caf::anon_send(a, frame_atom::value, encode_request(4, Request::forward(blk, tokens(50, 13), {blk})));
+  StopCondition stop;
+  stop.max_tokens = 3;
+  caf::anon_send(b, frame_atom::value, encode_request(5, Request::generate(blk, {blk}, {70}, {}, stop)));
+  sched.run();
+
+  // The coordinator runs a (both its frames go to the batcher), then b (both of its), then the
+  // batcher: it accepts a's 11, a's 13, b's 9 and b's generate (its request ids 1-4) before the
+  // step it queued after the first. Each write holds the block to its end (2, 2 and 2 steps of
+  // at most 7 tokens), in grant order, and the generate's tokens come last. Each client sees its
+  // replies and events in the order they were sent.
+  const std::vector<std::string> expected_log = {
+      "a: BlockInfo",        "a: Submitted 1",      "a: Submitted 2",     "a: RequestFinished 1",
+      "a: RequestFinished 2", "b: Submitted 3",      "b: Submitted 4",     "b: RequestFinished 3",
+      "b: TokenEvent",       "b: TokenEvent",       "b: TokenEvent",      "b: RequestFinished 4"};
+  EXPECT_EQ(log, expected_log);
+
+  // The block's log is the concatenation of whole writes in grant order, then the generate's
+  // prefill and its 3 tokens.
+  std::vector<TokenId> expected;
+  for (const auto& w : {tokens(10, 11), tokens(50, 13), tokens(30, 9)}) expected.insert(expected.end(), w.begin(), w.end());
+  expected.push_back(70);
+  auto got = engine->blocks().get(blk);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ((*got)->tokens.size(), expected.size() + 3);
+  EXPECT_EQ(std::vector<TokenId>((*got)->tokens.begin(), (*got)->tokens.begin() + expected.size()), expected);
+  EXPECT_EQ((*got)->n_cached(), static_cast<int64_t>((*got)->tokens.size()));
+
+  caf::anon_send(batcher, stop_atom::value);
+  for (const caf::actor& x : {a, b}) caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
 }  // namespace
 }  // namespace chorus
