@@ -36,10 +36,7 @@ class BatcherCore {
       const BlockId id = engine_->blocks().create(c->name);
       return encode_block_info(rid, id, c->name, 0, 0);
     }
-    if (auto* f = std::get_if<FreeBlockCmd>(&*cmd)) {
-      if (Status s = engine_->blocks().free(f->block); !s.ok()) return encode_error_envelope(rid, s.error());
-      return encode_block_info(rid, f->block, "", 0, 0);
-    }
+    if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) return on_block_op(rid, *op);
     if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
     auto id = engine_->submit(std::get<Request>(*cmd));
     if (!id) return encode_error_envelope(rid, id.error());
@@ -101,6 +98,33 @@ class BatcherCore {
         tokens += static_cast<int64_t>((*blk)->tokens.size());
       }
     return encode_program_status(rid, id, p.state, static_cast<uint32_t>(pages), static_cast<uint64_t>(tokens));
+  }
+
+  Frame info(uint64_t rid, BlockId id) {
+    auto blk = engine_->blocks().get(id);
+    if (!blk) return encode_error_envelope(rid, blk.error());
+    return encode_block_info(rid, id, (*blk)->name, static_cast<int64_t>((*blk)->tokens.size()), (*blk)->n_cached());
+  }
+
+  // Free answers with the freed id; clear with the emptied block; merge and fork with the new one.
+  Frame on_block_op(uint64_t rid, const BlockOpCmd& op) {
+    BlockStore& store = engine_->blocks();
+    using Op = BlockOpCmd::Op;
+    for (BlockId b : {op.block, op.second}) {
+      if (b == op.second && op.op != Op::merge) continue;
+      auto blk = store.get(b);
+      if (blk && (*blk)->paused)
+        return encode_error_envelope(rid, make_error(Errc::invalid_argument, "block " + std::to_string(b) +
+                                                                                 " is paused: restore its program first"));
+    }
+    if (op.op == Op::free || op.op == Op::clear) {
+      Status s = op.op == Op::free ? store.free(op.block) : store.clear(op.block);
+      if (!s.ok()) return encode_error_envelope(rid, s.error());
+      return op.op == Op::free ? encode_block_info(rid, op.block, "", 0, 0) : info(rid, op.block);
+    }
+    auto made = op.op == Op::merge ? store.merge(op.block, op.second, op.name) : store.fork(op.block, op.tokens, op.name);
+    if (!made) return encode_error_envelope(rid, made.error());
+    return info(rid, *made);
   }
 
   Frame on_program(uint64_t rid, const ProgramCmd& pc) {

@@ -2,7 +2,8 @@
 // actor), so every forward pass batches the work of all actors that talk to it.
 //
 // Protocol (in-process CAF messages; frames are schemas/envelope.fbs):
-//   request (frame_atom, frame)  -> reply frame: BlockInfo (CreateBlock, FreeBlock),
+//   request (frame_atom, frame)  -> reply frame: BlockInfo (CreateBlock, FreeBlock, ClearBlock,
+//                                    MergeBlocks and ForkBlock: the new block),
 //                                    Submitted (Forward, Generate, Probe, AppendTokens),
 //                                    ProgramStatus (RegisterProgram, PauseProgram, RestoreProgram,
 //                                    TerminateProgram) or Error

@@ -60,6 +60,23 @@ Frame encode_free_block(uint64_t request_id, BlockId block) {
   return finish(fbb, request_id, wire::Payload::FreeBlock, wire::CreateFreeBlock(fbb, block).Union());
 }
 
+Frame encode_clear_block(uint64_t request_id, BlockId block) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(fbb, request_id, wire::Payload::ClearBlock, wire::CreateClearBlock(fbb, block).Union());
+}
+
+Frame encode_merge_blocks(uint64_t request_id, BlockId a, BlockId b, const std::string& name) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto n = fbb.CreateString(name);
+  return finish(fbb, request_id, wire::Payload::MergeBlocks, wire::CreateMergeBlocks(fbb, a, b, n).Union());
+}
+
+Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto n = fbb.CreateString(name);
+  return finish(fbb, request_id, wire::Payload::ForkBlock, wire::CreateForkBlock(fbb, block, tokens, n).Union());
+}
+
 Frame encode_request(uint64_t request_id, const Request& r) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto view = fbb.CreateVector(r.view);
@@ -94,7 +111,13 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
   *request_id = summary->request_id;
   const wire::Envelope* env = wire::GetEnvelope(frame.data());
   if (const auto* c = env->payload_as_CreateBlock()) return Command{CreateBlockCmd{c->name() ? c->name()->str() : ""}};
-  if (const auto* f = env->payload_as_FreeBlock()) return Command{FreeBlockCmd{f->block()}};
+  using Op = BlockOpCmd::Op;
+  if (const auto* f = env->payload_as_FreeBlock()) return Command{BlockOpCmd{Op::free, f->block()}};
+  if (const auto* c = env->payload_as_ClearBlock()) return Command{BlockOpCmd{Op::clear, c->block()}};
+  if (const auto* m = env->payload_as_MergeBlocks())
+    return Command{BlockOpCmd{Op::merge, m->a(), m->b(), 0, m->name() ? m->name()->str() : ""}};
+  if (const auto* f = env->payload_as_ForkBlock())
+    return Command{BlockOpCmd{Op::fork, f->block(), -1, f->tokens(), f->name() ? f->name()->str() : ""}};
   if (const auto* p = env->payload_as_RegisterProgram()) {
     ProgramCmd c;
     c.op = ProgramCmd::Op::register_program;

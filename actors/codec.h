@@ -19,14 +19,21 @@ using Frame = std::vector<uint8_t>;
 // Client side.
 Frame encode_create_block(uint64_t request_id, const std::string& name);
 Frame encode_free_block(uint64_t request_id, BlockId block);
+Frame encode_clear_block(uint64_t request_id, BlockId block);
+Frame encode_merge_blocks(uint64_t request_id, BlockId a, BlockId b, const std::string& name);
+Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name);
 Frame encode_request(uint64_t request_id, const Request& r);  // Forward, Generate or Probe
 
 // What a frame asks the batcher to do.
 struct CreateBlockCmd {
   std::string name;
 };
-struct FreeBlockCmd {
-  BlockId block;
+struct BlockOpCmd {  // FreeBlock, ClearBlock, MergeBlocks, ForkBlock
+  enum class Op { free, clear, merge, fork } op = Op::free;
+  BlockId block = -1;   // free, clear, fork: the block; merge: the first block
+  BlockId second = -1;  // merge: the second block
+  int64_t tokens = 0;   // fork: how many leading tokens
+  std::string name;     // merge, fork: the new block's name
 };
 struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram
   enum class Op { register_program, pause, restore, terminate } op = Op::register_program;
@@ -35,7 +42,7 @@ struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, Terminate
   std::vector<BlockId> blocks;  // register
   PauseMode mode = PauseMode::drop;
 };
-using Command = std::variant<CreateBlockCmd, FreeBlockCmd, Request, ProgramCmd>;
+using Command = std::variant<CreateBlockCmd, BlockOpCmd, Request, ProgramCmd>;
 Frame encode_program(uint64_t request_id, const ProgramCmd& cmd);
 
 // Verifies the frame (decode_envelope) and extracts the command; text fields are tokenized with

@@ -581,5 +581,94 @@ TEST(ActorsDeterministic, BatcherOrderIsCreateWritesInGrantOrderThenGenerateThen
   sched.run();
 }
 
+// Block operations through the batcher: merge and fork answer with the new block, clear empties
+// one, and each bad operation gets an Error naming the block.
+TEST(ActorsDeterministic, BatcherMergesForksClearsAndFreesBlocks) {
+  auto m = Model::load(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  auto d = CpuDevice::create();
+  ASSERT_TRUE(d.ok());
+  auto e = Engine::create(**m, **d, {.n_pages = 256, .token_budget = 64});
+  ASSERT_TRUE(e.ok()) << e.error().to_string();
+  std::shared_ptr<Engine> engine = std::move(*e);
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.policy", caf::atom("testing"));
+  caf::actor_system sys{cfg};
+  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  caf::actor batcher = spawn_batcher_cooperative(sys, engine);
+
+  std::vector<Reply> replies;
+  auto client = sys.spawn([&](caf::event_based_actor* self) -> caf::behavior {
+    return {[=, &replies](frame_atom, const std::vector<uint8_t>& frame) {
+      self->request(batcher, caf::infinite, frame_atom::value, frame).then([=, &replies](const std::vector<uint8_t>& r) {
+        auto rep = decode_reply(r);
+        replies.push_back(rep ? *rep : Reply{"undecodable"});
+      });
+    },
+            [](event_atom, const std::vector<uint8_t>&) {}};
+  });
+  auto call = [&](const Frame& f) {
+    replies.clear();
+    caf::anon_send(client, frame_atom::value, f);
+    sched.run();
+    EXPECT_EQ(replies.size(), 1u);
+    return replies.empty() ? Reply{"none"} : replies[0];
+  };
+  const BlockId a = call(encode_create_block(1, "a")).id, b = call(encode_create_block(2, "b")).id;
+  std::vector<TokenId> ta = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, tb = {20, 21, 22, 23, 24};
+  EXPECT_EQ(call(encode_request(3, Request::forward(a, ta, {a}))).kind, "Submitted");
+  EXPECT_EQ(call(encode_request(4, Request::forward(b, tb, {b}))).kind, "Submitted");
+
+  const Reply merged = call(encode_merge_blocks(5, a, b, "ab"));
+  ASSERT_EQ(merged.kind, "BlockInfo") << merged.text;
+  auto mb = engine->blocks().get(merged.id);
+  ASSERT_TRUE(mb.ok());
+  std::vector<TokenId> tab = ta;
+  tab.insert(tab.end(), tb.begin(), tb.end());
+  EXPECT_EQ((*mb)->tokens, tab);
+  EXPECT_EQ((*mb)->n_cached(), 15);
+  EXPECT_EQ((*mb)->name, "ab");
+
+  const Reply forked = call(encode_fork_block(6, merged.id, 12, "head"));
+  ASSERT_EQ(forked.kind, "BlockInfo") << forked.text;
+  EXPECT_EQ((*engine->blocks().get(forked.id))->tokens, std::vector<TokenId>(tab.begin(), tab.begin() + 12));
+
+  const Reply cleared = call(encode_clear_block(7, a));
+  ASSERT_EQ(cleared.kind, "BlockInfo") << cleared.text;
+  EXPECT_EQ(cleared.id, a);
+  EXPECT_TRUE((*engine->blocks().get(a))->tokens.empty());
+  EXPECT_EQ((*engine->blocks().get(merged.id))->tokens, tab) << "the merged block keeps its shared pages";
+
+  EXPECT_EQ(call(encode_free_block(8, b)).kind, "BlockInfo");
+  const Reply bad_merge = call(encode_merge_blocks(9, a, b, "gone"));
+  EXPECT_EQ(bad_merge.kind, "Error");
+  EXPECT_NE(bad_merge.text.find(std::to_string(b)), std::string::npos) << bad_merge.text;
+  const Reply bad_fork = call(encode_fork_block(10, merged.id, 99, ""));
+  EXPECT_EQ(bad_fork.kind, "Error");
+  EXPECT_NE(bad_fork.text.find("99 tokens"), std::string::npos) << bad_fork.text;
+  const Reply bad_clear = call(encode_clear_block(11, 4242));
+  EXPECT_EQ(bad_clear.kind, "Error");
+  EXPECT_NE(bad_clear.text.find("4242"), std::string::npos) << bad_clear.text;
+
+  // A paused block takes no block operation until its program is restored. (Blocks that share
+  // pages, like the merged and forked ones, cannot be paused: a block of its own is.)
+  const BlockId c = call(encode_create_block(15, "c")).id;
+  EXPECT_EQ(call(encode_request(16, Request::forward(c, tb, {c}))).kind, "Submitted");
+  ProgramCmd reg;
+  reg.program = 7;
+  reg.blocks = {c};
+  ASSERT_EQ(call(encode_program(12, reg)).kind, "ProgramStatus");
+  ProgramCmd pause = reg;
+  pause.op = ProgramCmd::Op::pause;
+  ASSERT_EQ(call(encode_program(13, pause)).kind, "ProgramStatus");
+  const Reply paused_fork = call(encode_fork_block(14, c, 1, ""));
+  EXPECT_EQ(paused_fork.kind, "Error");
+  EXPECT_NE(paused_fork.text.find("paused"), std::string::npos) << paused_fork.text;
+
+  caf::anon_send(batcher, stop_atom::value);
+  caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
 }  // namespace
 }  // namespace chorus
