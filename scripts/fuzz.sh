@@ -17,6 +17,9 @@ fi
 cmake --build "$BUILD" --target "$TARGET"
 CORPUS="$ROOT/fuzz/corpus-$TARGET"
 mkdir -p "$CORPUS"
-python3 "$ROOT/fuzz/make_seeds.py" "$TARGET" "$CORPUS"
+case "$TARGET" in
+  frame_fuzz) cmake --build "$BUILD" --target frame_seeds && "$BUILD/fuzz/frame_seeds" "$CORPUS" ;;
+  *) python3 "$ROOT/fuzz/make_seeds.py" "$TARGET" "$CORPUS" ;;
+esac
 "$BUILD/fuzz/$TARGET" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -rss_limit_mb=2048 \
   -print_final_stats=1 "$CORPUS"

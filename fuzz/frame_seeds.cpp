@@ -1,0 +1,55 @@
+// Writes one valid frame of each kind the node port accepts or sends into DIR, as seeds for
+// frame_fuzz:  frame_seeds DIR
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "actors/codec.h"
+#include "actors/wire.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: frame_seeds DIR\n");
+    return 2;
+  }
+  using namespace chorus;
+  StopCondition stop;
+  stop.strings = {"\n"};
+  stop.max_tokens = 8;
+  Event token{Event::Type::token, 3, 1, 42, {}, FinishReason::completed, "", 7};
+  Event probe{Event::Type::probe_result, 4, -1, -1, {0.25f, 0.75f}, FinishReason::completed, "", 8};
+  Event done{Event::Type::finished, 3, 1, -1, {}, FinishReason::error, "it broke", 9};
+  ProgramCmd reg{ProgramCmd::Op::register_program, 5, "agent", {0, 1}, PauseMode::drop};
+  ProgramCmd pause{ProgramCmd::Op::pause, 5, "", {}, PauseMode::offload};
+  const std::vector<std::pair<std::string, Frame>> seeds = {
+      {"create", encode_create_block(1, "thoughts")},
+      {"free", encode_free_block(2, 3)},
+      {"clear", encode_clear_block(3, 3)},
+      {"merge", encode_merge_blocks(4, 0, 1, "ab")},
+      {"fork", encode_fork_block(5, 0, 12, "head")},
+      {"forward", encode_request(6, Request::forward(0, {1, 2, 3}, {0, 1}))},
+      {"generate", encode_request(7, Request::generate(1, {0, 1}, {5}, {}, stop))},
+      {"append", encode_request(8, Request::append(0, {9, 9, 9}))},
+      {"probe", encode_request(9, Request::probe({0}, {4, 5}, {{6}, {7, 8}}))},
+      {"register", encode_program(10, reg)},
+      {"pause", encode_program(11, pause)},
+      {"info", encode_block_info(12, 0, "log", 10, 8)},
+      {"submitted", encode_submitted(13, 3)},
+      {"status", encode_program_status(14, 5, 1, 0, 100)},
+      {"token", encode_event(15, token, "é")},
+      {"probe_result", encode_event(16, probe, "")},
+      {"finished", encode_event(17, done, "")},
+      {"error", encode_error_envelope(18, make_error(Errc::not_found, "block 9 does not exist"))},
+      {"hello", encode_hello_envelope(19, "node-a")},
+  };
+  for (const auto& [name, frame] : seeds) {
+    const std::string path = std::string(argv[1]) + "/seed-" + name;
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr || std::fwrite(frame.data(), 1, frame.size(), f) != frame.size()) {
+      std::fprintf(stderr, "frame_seeds: cannot write %s\n", path.c_str());
+      return 1;
+    }
+    std::fclose(f);
+  }
+  return 0;
+}
