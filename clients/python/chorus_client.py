@@ -13,8 +13,9 @@ import itertools
 
 import flatbuffers
 import zmq
-from chorus.wire import (BlockInfo, Candidate, CreateBlock, Envelope, Error, Forward, Generate, Payload,
-                         Probe, ProbeResult, RequestFinished, Sampling, Stop, Submitted, TokenEvent)
+from chorus.wire import (BlockInfo, Candidate, ClearBlock, CreateBlock, Envelope, Error, ForkBlock, Forward,
+                         FreeBlock, Generate, MergeBlocks, Payload, Probe, ProbeResult, RequestFinished, Sampling,
+                         Stop, Submitted, TokenEvent)
 
 FINISH_REASONS = ["completed", "max_tokens", "stop_token", "stop_string", "end_of_generation", "context_full",
                   "error"]
@@ -59,7 +60,8 @@ def decode(frame):
     if kind == Payload.Payload.BlockInfo:
         x = BlockInfo.BlockInfo()
         x.Init(table.Bytes, table.Pos)
-        return {"kind": "BlockInfo", "block": x.Block()}
+        return {"kind": "BlockInfo", "block": x.Block(), "name": (x.Name() or b"").decode(), "tokens": x.Tokens(),
+                "cached": x.Cached()}
     if kind == Payload.Payload.Submitted:
         x = Submitted.Submitted()
         x.Init(table.Bytes, table.Pos)
@@ -117,6 +119,44 @@ class ChorusClient:
             CreateBlock.AddName(b, n)
             return CreateBlock.End(b)
         return self._command(Payload.Payload.CreateBlock, build)["block"]
+
+    def free_block(self, block):
+        """Frees a block (refused while a request holds it)."""
+        def build(b):
+            FreeBlock.Start(b)
+            FreeBlock.AddBlock(b, block)
+            return FreeBlock.End(b)
+        self._command(Payload.Payload.FreeBlock, build)
+
+    def clear_block(self, block):
+        """Drops a block's tokens and KV; the block stays. Returns its BlockInfo."""
+        def build(b):
+            ClearBlock.Start(b)
+            ClearBlock.AddBlock(b, block)
+            return ClearBlock.End(b)
+        return self._command(Payload.Payload.ClearBlock, build)
+
+    def merge_blocks(self, a, b_, name=""):
+        """A new block equivalent to [a, b_], sharing their KV pages. Returns its BlockInfo."""
+        def build(b):
+            n = b.CreateString(name)
+            MergeBlocks.Start(b)
+            MergeBlocks.AddA(b, a)
+            MergeBlocks.AddB(b, b_)
+            MergeBlocks.AddName(b, n)
+            return MergeBlocks.End(b)
+        return self._command(Payload.Payload.MergeBlocks, build)
+
+    def fork_block(self, block, tokens, name=""):
+        """A new block holding the first `tokens` tokens of `block` (copy-on-write). Returns its BlockInfo."""
+        def build(b):
+            n = b.CreateString(name)
+            ForkBlock.Start(b)
+            ForkBlock.AddBlock(b, block)
+            ForkBlock.AddTokens(b, tokens)
+            ForkBlock.AddName(b, n)
+            return ForkBlock.End(b)
+        return self._command(Payload.Payload.ForkBlock, build)
 
     def forward(self, block, tokens=(), text="", view=()):
         def build(b):

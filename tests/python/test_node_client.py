@@ -54,6 +54,19 @@ try:
     result = [e for e in c.events(c.probe([prompt, out], "?", [[1], [2, 3]])) if e["kind"] == "ProbeResult"]
     check(len(result) == 1 and len(result[0]["probabilities"]) == 2, "probe answers one probability per candidate")
 
+    merged = c.merge_blocks(prompt, out, "both")
+    check(merged["tokens"] == 11 and merged["cached"] == 11 and merged["name"] == "both",
+          "merge answers with a new block of 5 + 6 tokens: %r" % merged)
+    head = c.fork_block(merged["block"], 7, "head")
+    check(head["tokens"] == 7 and head["block"] not in (prompt, out, merged["block"]), "fork answers with 7 tokens")
+    check(c.clear_block(out)["tokens"] == 0, "clear empties the block")
+    try:
+        c.fork_block(merged["block"], 99)
+        check(False, "a fork longer than the block is refused")
+    except ChorusError as e:
+        check("99 tokens" in str(e), "a fork longer than the block is refused: " + str(e))
+    c.free_block(head["block"])
+
     good = envelope(Payload.Payload.CreateBlock, lambda b: (CreateBlock.Start(b), CreateBlock.End(b))[1], 9)
     for name, frame in [("garbage", b"\x01\x02\x03\x04\x05\x06\x07\x08\x09"),
                         ("truncated", good[:len(good) // 2]),
