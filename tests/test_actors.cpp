@@ -489,23 +489,46 @@ TEST(ActorsDeterministic, ThinkerAnnouncesParagraphsAndWriterWritesOnePiecePerPa
   sched.run();
 }
 
+// The cooperative batcher over the tiny random-weight model, on CAF's test coordinator: every
+// actor runs on this thread, one message at a time, when the test calls sched->run().
+struct DeterministicBatcher : ::testing::Test {
+  void start(int token_budget) {
+    auto m = Model::load(test::goldens_dir() + "/tiny_llama_f32.gguf");
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    model = std::move(*m);
+    auto d = CpuDevice::create();
+    ASSERT_TRUE(d.ok());
+    device = std::move(*d);
+    auto e = Engine::create(*model, *device, {.n_pages = 256, .token_budget = token_budget});
+    ASSERT_TRUE(e.ok()) << e.error().to_string();
+    engine = std::move(*e);
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    sys = std::make_unique<caf::actor_system>(cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+    batcher = spawn_batcher_cooperative(*sys, engine);
+  }
+  void TearDown() override {
+    if (!sys) return;
+    caf::anon_send(batcher, stop_atom::value);
+    sched->run();
+    batcher = nullptr;
+    sys.reset();
+  }
+
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CpuDevice> device;
+  std::shared_ptr<Engine> engine;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  caf::actor batcher;
+};
+
 // The real batcher logic, deterministically: the cooperative batcher on CAF's test coordinator,
 // with the tiny random-weight model. Two clients write one block (chunked: writes longer than
 // the step's token budget), then one generates over it.
-TEST(ActorsDeterministic, BatcherOrderIsCreateWritesInGrantOrderThenGenerateThenFinished) {
-  auto m = Model::load(test::goldens_dir() + "/tiny_llama_f32.gguf");
-  ASSERT_TRUE(m.ok()) << m.error().to_string();
-  auto d = CpuDevice::create();
-  ASSERT_TRUE(d.ok());
-  auto e = Engine::create(**m, **d, {.n_pages = 256, .token_budget = 7});
-  ASSERT_TRUE(e.ok()) << e.error().to_string();
-  std::shared_ptr<Engine> engine = std::move(*e);
-
-  caf::actor_system_config cfg;
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  caf::actor_system sys{cfg};
-  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  caf::actor batcher = spawn_batcher_cooperative(sys, engine);
+TEST_F(DeterministicBatcher, OrderIsCreateWritesInGrantOrderThenGenerateThenFinished) {
+  start(7);
 
   std::vector<std::string> log;  // "<client>: <reply kind>[ <request>]" in arrival order
   auto describe = [](const std::vector<uint8_t>& f) {
@@ -517,7 +540,7 @@ TEST(ActorsDeterministic, BatcherOrderIsCreateWritesInGrantOrderThenGenerateThen
   };
   // A client sends each (frame_atom, frame) it is given to the batcher and logs what comes back.
   auto client = [&](const std::string& name) {
-    return sys.spawn([&, name](caf::event_based_actor* self) -> caf::behavior {
+    return sys->spawn([&, name](caf::event_based_actor* self) -> caf::behavior {
       return {
           [=, &log](frame_atom, const std::vector<uint8_t>& frame) {
             self->request(batcher, caf::infinite, frame_atom::value, frame).then([=, &log](const std::vector<uint8_t>& reply) {
@@ -534,7 +557,7 @@ TEST(ActorsDeterministic, BatcherOrderIsCreateWritesInGrantOrderThenGenerateThen
   };
   caf::actor a = client("a"), b = client("b");
   caf::anon_send(a, frame_atom::value, encode_create_block(1, "log"));
-  sched.run();
+  sched->run();
   ASSERT_EQ(log, std::vector<std::string>{"a: BlockInfo"});
   const BlockId blk = 0;
   ASSERT_TRUE(engine->blocks().is_live(blk));
@@ -552,7 +575,7 @@ TEST(ActorsDeterministic, BatcherOrderIsCreateWritesInGrantOrderThenGenerateThen
   StopCondition stop;
   stop.max_tokens = 3;
   caf::anon_send(b, frame_atom::value, encode_request(5, Request::generate(blk, {blk}, {70}, {}, stop)));
-  sched.run();
+  sched->run();
 
   // The coordinator runs a (both its frames go to the batcher), then b (both of its), then the
   // batcher: it accepts a's 11, a's 13, b's 9 and b's generate (its request ids 1-4) before the
@@ -576,29 +599,17 @@ TEST(ActorsDeterministic, BatcherOrderIsCreateWritesInGrantOrderThenGenerateThen
   EXPECT_EQ(std::vector<TokenId>((*got)->tokens.begin(), (*got)->tokens.begin() + expected.size()), expected);
   EXPECT_EQ((*got)->n_cached(), static_cast<int64_t>((*got)->tokens.size()));
 
-  caf::anon_send(batcher, stop_atom::value);
   for (const caf::actor& x : {a, b}) caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
-  sched.run();
+  sched->run();
 }
 
 // Block operations through the batcher: merge and fork answer with the new block, clear empties
 // one, and each bad operation gets an Error naming the block.
-TEST(ActorsDeterministic, BatcherMergesForksClearsAndFreesBlocks) {
-  auto m = Model::load(test::goldens_dir() + "/tiny_llama_f32.gguf");
-  ASSERT_TRUE(m.ok()) << m.error().to_string();
-  auto d = CpuDevice::create();
-  ASSERT_TRUE(d.ok());
-  auto e = Engine::create(**m, **d, {.n_pages = 256, .token_budget = 64});
-  ASSERT_TRUE(e.ok()) << e.error().to_string();
-  std::shared_ptr<Engine> engine = std::move(*e);
-  caf::actor_system_config cfg;
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  caf::actor_system sys{cfg};
-  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  caf::actor batcher = spawn_batcher_cooperative(sys, engine);
+TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
+  start(64);
 
   std::vector<Reply> replies;
-  auto client = sys.spawn([&](caf::event_based_actor* self) -> caf::behavior {
+  auto client = sys->spawn([&](caf::event_based_actor* self) -> caf::behavior {
     return {[=, &replies](frame_atom, const std::vector<uint8_t>& frame) {
       self->request(batcher, caf::infinite, frame_atom::value, frame).then([=, &replies](const std::vector<uint8_t>& r) {
         auto rep = decode_reply(r);
@@ -610,7 +621,7 @@ TEST(ActorsDeterministic, BatcherMergesForksClearsAndFreesBlocks) {
   auto call = [&](const Frame& f) {
     replies.clear();
     caf::anon_send(client, frame_atom::value, f);
-    sched.run();
+    sched->run();
     EXPECT_EQ(replies.size(), 1u);
     return replies.empty() ? Reply{"none"} : replies[0];
   };
@@ -665,9 +676,8 @@ TEST(ActorsDeterministic, BatcherMergesForksClearsAndFreesBlocks) {
   EXPECT_EQ(paused_fork.kind, "Error");
   EXPECT_NE(paused_fork.text.find("paused"), std::string::npos) << paused_fork.text;
 
-  caf::anon_send(batcher, stop_atom::value);
   caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
-  sched.run();
+  sched->run();
 }
 
 }  // namespace

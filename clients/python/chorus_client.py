@@ -120,21 +120,20 @@ class ChorusClient:
             return CreateBlock.End(b)
         return self._command(Payload.Payload.CreateBlock, build)["block"]
 
+    def _on_block(self, table, payload, block):
+        def build(b):
+            table.Start(b)
+            table.AddBlock(b, block)
+            return table.End(b)
+        return self._command(payload, build)
+
     def free_block(self, block):
         """Frees a block (refused while a request holds it)."""
-        def build(b):
-            FreeBlock.Start(b)
-            FreeBlock.AddBlock(b, block)
-            return FreeBlock.End(b)
-        self._command(Payload.Payload.FreeBlock, build)
+        self._on_block(FreeBlock, Payload.Payload.FreeBlock, block)
 
     def clear_block(self, block):
         """Drops a block's tokens and KV; the block stays. Returns its BlockInfo."""
-        def build(b):
-            ClearBlock.Start(b)
-            ClearBlock.AddBlock(b, block)
-            return ClearBlock.End(b)
-        return self._command(Payload.Payload.ClearBlock, build)
+        return self._on_block(ClearBlock, Payload.Payload.ClearBlock, block)
 
     def merge_blocks(self, a, b_, name=""):
         """A new block equivalent to [a, b_], sharing their KV pages. Returns its BlockInfo."""
