@@ -19,6 +19,7 @@
 #include "actors/wire.h"
 #include "engine/engine.h"
 #include "gpu/cpu_device.h"
+#include "tests/model_fixture.h"
 #include "tests/test_util.h"
 
 namespace chorus {
@@ -26,12 +27,7 @@ namespace {
 
 struct ActorsFixture : ::testing::Test {
   void start(const std::string& model_path) {
-    auto m = Model::load(model_path);
-    ASSERT_TRUE(m.ok()) << m.error().to_string();
-    model = std::move(*m);
-    auto d = CpuDevice::create();
-    ASSERT_TRUE(d.ok());
-    device = std::move(*d);
+    ASSERT_NO_FATAL_FAILURE(test::load_model(model_path, &model, &device));
     auto e = Engine::create(*model, *device, {.n_pages = 512, .token_budget = 64});
     ASSERT_TRUE(e.ok());
     cfg.set("scheduler.max-threads", 2);
@@ -493,12 +489,7 @@ TEST(ActorsDeterministic, ThinkerAnnouncesParagraphsAndWriterWritesOnePiecePerPa
 // actor runs on this thread, one message at a time, when the test calls sched->run().
 struct DeterministicBatcher : ::testing::Test {
   void start(int token_budget) {
-    auto m = Model::load(test::goldens_dir() + "/tiny_llama_f32.gguf");
-    ASSERT_TRUE(m.ok()) << m.error().to_string();
-    model = std::move(*m);
-    auto d = CpuDevice::create();
-    ASSERT_TRUE(d.ok());
-    device = std::move(*d);
+    ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/tiny_llama_f32.gguf", &model, &device));
     auto e = Engine::create(*model, *device, {.n_pages = 256, .token_budget = token_budget});
     ASSERT_TRUE(e.ok()) << e.error().to_string();
     engine = std::move(*e);

@@ -11,6 +11,7 @@
 #include "engine/sampler.h"
 #include "gpu/cpu_device.h"
 #include "tests/gguf_builder.h"
+#include "tests/model_fixture.h"
 #include "tests/test_util.h"
 
 namespace chorus {
@@ -165,12 +166,7 @@ class EngineBadInput : public ::testing::Test {
       if (const char* r = std::getenv("CHORUS_REQUIRE_MODEL"); r && std::string(r) == "1") FAIL() << "default model missing";
       GTEST_SKIP() << "default model not found (run scripts/setup.sh)";
     }
-    auto m = Model::load(default_model_path());
-    ASSERT_TRUE(m.ok()) << m.error().to_string();
-    model_ = std::move(*m);
-    auto d = CpuDevice::create();
-    ASSERT_TRUE(d.ok());
-    device_ = std::move(*d);
+    ASSERT_NO_FATAL_FAILURE(test::load_model(default_model_path(), &model_, &device_));
   }
   std::unique_ptr<Model> model_;
   std::unique_ptr<CpuDevice> device_;

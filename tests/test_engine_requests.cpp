@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "gpu/cpu_device.h"
+#include "tests/model_fixture.h"
 #include "tests/test_util.h"
 
 namespace chorus {
@@ -16,12 +17,7 @@ namespace {
 class EngineRequests : public ::testing::Test {
  protected:
   void load(const std::string& path, EngineOptions o = {}) {
-    auto m = Model::load(path);
-    ASSERT_TRUE(m.ok()) << m.error().to_string();
-    model_ = std::move(*m);
-    auto d = CpuDevice::create();
-    ASSERT_TRUE(d.ok());
-    device_ = std::move(*d);
+    ASSERT_NO_FATAL_FAILURE(test::load_model(path, &model_, &device_));
     auto e = Engine::create(*model_, *device_, o);
     ASSERT_TRUE(e.ok()) << e.error().to_string();
     engine_ = std::move(*e);

@@ -6,6 +6,7 @@
 
 #include "engine/engine.h"
 #include "gpu/cpu_device.h"
+#include "tests/model_fixture.h"
 #include "tests/test_util.h"
 
 namespace chorus {
@@ -14,12 +15,7 @@ namespace {
 class PauseRestore : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto m = Model::load(test::goldens_dir() + "/tiny_llama_f32.gguf");
-    ASSERT_TRUE(m.ok());
-    model_ = std::move(*m);
-    auto d = CpuDevice::create();
-    ASSERT_TRUE(d.ok());
-    device_ = std::move(*d);
+    ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/tiny_llama_f32.gguf", &model_, &device_));
     auto e = Engine::create(*model_, *device_, {.n_pages = 256, .token_budget = 32});
     ASSERT_TRUE(e.ok());
     engine_ = std::move(*e);

@@ -14,6 +14,7 @@
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "gpu/cpu_device.h"
+#include "tests/model_fixture.h"
 #include "tests/test_util.h"
 
 namespace chorus {
@@ -24,12 +25,7 @@ class Views : public ::testing::Test {
   void SetUp() override { load(test::goldens_dir() + "/tiny_llama_f32.gguf", false); }
 
   void load(const std::string& path, bool f32_activations) {
-    auto m = Model::load(path);
-    ASSERT_TRUE(m.ok()) << m.error().to_string();
-    model_ = std::move(*m);
-    auto d = CpuDevice::create();
-    ASSERT_TRUE(d.ok());
-    device_ = std::move(*d);
+    ASSERT_NO_FATAL_FAILURE(test::load_model(path, &model_, &device_));
     auto kv = KvCache::create(model_->config, 64);
     ASSERT_TRUE(kv.ok());
     kv_ = std::make_unique<KvCache>(std::move(*kv));
