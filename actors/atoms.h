@@ -15,6 +15,7 @@ using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;  // (subscrib
 using grown_atom = caf::atom_constant<caf::atom("grown")>;          // (grown_atom, block, cached tokens)
 using text_atom = caf::atom_constant<caf::atom("text")>;            // (text_atom, string): text for a source or sink
 using step_atom = caf::atom_constant<caf::atom("step")>;            // a cooperative batcher: run one step
+using tick_atom = caf::atom_constant<caf::atom("tick")>;            // a role's own timer
 using fired_atom = caf::atom_constant<caf::atom("fired")>;          // (fired_atom, candidate, probability): a probe fired
 
 }  // namespace chorus

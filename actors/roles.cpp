@@ -129,7 +129,13 @@ caf::behavior probe(caf::stateful_actor<ProbeState>* self, caf::actor batcher, P
     });
   };
   if (cfg.watch >= 0) self->send(batcher, subscribe_atom::value, cfg.watch);
+  const auto period = std::chrono::milliseconds(cfg.every_ms);
+  if (cfg.every_ms > 0) self->delayed_send(self, period, tick_atom::value);
   return {
+      [=](tick_atom) {
+        (*ask)();
+        self->delayed_send(self, period, tick_atom::value);
+      },
       [=](grown_atom, BlockId, int64_t n) {
         if (n - self->state.last < cfg.every_new_tokens) return;
         self->state.last = n;

@@ -40,7 +40,8 @@ struct WriterConfig {
 // probe — asks a question over a view whenever its trigger fires, and tells its subscribers
 //         (fired_atom, candidate index, probability) when a candidate's probability reaches
 //         the threshold. Triggers: every `every_new_tokens` new cached tokens of a watched block,
-//         and any (paragraph_atom, text) or (text_atom, text) message it receives.
+//         a timer (every `every_ms`), and any (paragraph_atom, text) or (text_atom, text) message
+//         it receives. A trigger while a question is out asks once more after it.
 struct ProbeConfig {
   std::vector<BlockId> view;
   std::vector<TokenId> question;
@@ -49,6 +50,7 @@ struct ProbeConfig {
   float threshold = 0.5f;
   BlockId watch = -1;                      // block whose growth triggers the probe (-1: none)
   int64_t every_new_tokens = 64;
+  int every_ms = 0;                        // also ask on a timer, this often (0: no timer)
   std::vector<caf::actor> subscribers;
   std::function<void(float)> on_answer;    // every answer, fired or not (optional)
 };

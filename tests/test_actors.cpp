@@ -533,7 +533,7 @@ TEST_F(DeterministicBatcher, OrderIsCreateWritesInGrantOrderThenGenerateThenFini
   auto client = [&](const std::string& name) {
     return sys->spawn([&, name](caf::event_based_actor* self) -> caf::behavior {
       return {
-          [=, &log](frame_atom, const std::vector<uint8_t>& frame) {
+          [=, this, &log](frame_atom, const std::vector<uint8_t>& frame) {
             self->request(batcher, caf::infinite, frame_atom::value, frame).then([=, &log](const std::vector<uint8_t>& reply) {
               log.push_back(name + ": " + describe(reply));
             });
@@ -601,10 +601,12 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
 
   std::vector<Reply> replies;
   auto client = sys->spawn([&](caf::event_based_actor* self) -> caf::behavior {
-    return {[=, &replies](frame_atom, const std::vector<uint8_t>& frame) {
+    return {[=, this, &replies](frame_atom, const std::vector<uint8_t>& frame) {
       self->request(batcher, caf::infinite, frame_atom::value, frame).then([=, &replies](const std::vector<uint8_t>& r) {
         auto rep = decode_reply(r);
-        replies.push_back(rep ? *rep : Reply{"undecodable"});
+        Reply bad;
+        bad.kind = "undecodable";
+        replies.push_back(rep ? *rep : bad);
       });
     },
             [](event_atom, const std::vector<uint8_t>&) {}};
@@ -614,7 +616,9 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
     caf::anon_send(client, frame_atom::value, f);
     sched->run();
     EXPECT_EQ(replies.size(), 1u);
-    return replies.empty() ? Reply{"none"} : replies[0];
+    Reply none;
+    none.kind = "none";
+    return replies.empty() ? none : replies[0];
   };
   const BlockId a = call(encode_create_block(1, "a")).id, b = call(encode_create_block(2, "b")).id;
   std::vector<TokenId> ta = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, tb = {20, 21, 22, 23, 24};
@@ -669,6 +673,60 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
 
   caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
   sched->run();
+}
+
+// A probe on a timer, deterministically: the test coordinator holds delayed messages until the
+// test fires them, so each tick is one question; a scripted batcher answers 0.9 and 0.2 in turn,
+// and only answers at or above the threshold fire.
+TEST(ActorsDeterministic, ProbeAsksOnEachTimerTickAndFiresAtTheThreshold) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.policy", caf::atom("testing"));
+  caf::actor_system sys{cfg};
+  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  int questions = 0;
+  auto fake_batcher = sys.spawn([&questions](caf::event_based_actor* self) -> caf::behavior {
+    return {[=, &questions](frame_atom, const std::vector<uint8_t>& frame) -> std::vector<uint8_t> {
+      uint64_t rid = 0;
+      auto cmd = decode_command(frame, &rid);
+      EXPECT_TRUE(cmd.ok() && std::get<Request>(*cmd).kind == RequestKind::probe);
+      const RequestId id = ++questions;
+      Event answer, fin;
+      answer.type = Event::Type::probe_result;
+      answer.request = fin.request = id;
+      answer.probabilities = {questions % 2 == 1 ? 0.9f : 0.2f, 0.1f};
+      fin.type = Event::Type::finished;
+      auto to = caf::actor_cast<caf::actor>(self->current_sender());
+      self->send(to, event_atom::value, encode_event(0, answer, ""));
+      self->send(to, event_atom::value, encode_event(0, fin, ""));
+      return encode_submitted(rid, id);
+    }};
+  });
+  std::vector<float> fired;
+  auto listener = sys.spawn([&fired](caf::event_based_actor*) -> caf::behavior {
+    return {[&](fired_atom, int candidate, float p) {
+      EXPECT_EQ(candidate, 0);
+      fired.push_back(p);
+    }};
+  });
+  ProbeConfig pc;
+  pc.view = {0};
+  pc.question = {5};
+  pc.candidates = {{1}, {2}};
+  pc.threshold = 0.5f;
+  pc.every_ms = 1000;
+  pc.subscribers = {listener};
+  caf::actor probe = spawn_probe(sys, fake_batcher, pc);
+  sched.run();
+  EXPECT_EQ(questions, 0) << "nothing asks before the first tick";
+  for (int tick = 1; tick <= 4; ++tick) {
+    ASSERT_TRUE(sched.trigger_timeout()) << "tick " << tick << " is armed";
+    sched.run();
+    EXPECT_EQ(questions, tick);
+  }
+  EXPECT_EQ(fired, (std::vector<float>{0.9f, 0.9f})) << "ticks 1 and 3 answered 0.9, ticks 2 and 4 0.2";
+  caf::anon_send(probe, stop_atom::value);
+  for (const caf::actor& x : {fake_batcher, listener}) caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+  sched.run();
 }
 
 }  // namespace
