@@ -37,6 +37,7 @@ class BatcherCore {
       return encode_block_info(rid, id, c->name, 0, 0);
     }
     if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) return on_block_op(rid, *op);
+    if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return snapshot(rid, v->view);
     if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
     auto id = engine_->submit(std::get<Request>(*cmd));
     if (!id) return encode_error_envelope(rid, id.error());
@@ -104,6 +105,17 @@ class BatcherCore {
     auto blk = engine_->blocks().get(id);
     if (!blk) return encode_error_envelope(rid, blk.error());
     return encode_block_info(rid, id, (*blk)->name, static_cast<int64_t>((*blk)->tokens.size()), (*blk)->n_cached());
+  }
+
+  // Each block of the view as it is now; an unknown block is an error naming it.
+  Frame snapshot(uint64_t rid, const std::vector<BlockId>& view) {
+    std::vector<BlockSummary> out;
+    for (BlockId id : view) {
+      auto blk = engine_->blocks().get(id);
+      if (!blk) return encode_error_envelope(rid, blk.error());
+      out.push_back({id, (*blk)->name, static_cast<int64_t>((*blk)->tokens.size()), (*blk)->n_cached()});
+    }
+    return encode_view_snapshot(rid, out);
   }
 
   // Free answers with the freed id; clear with the emptied block; merge and fork with the new one.

@@ -111,9 +111,10 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
   *request_id = summary->request_id;
   const wire::Envelope* env = wire::GetEnvelope(frame.data());
   if (const auto* c = env->payload_as_CreateBlock()) return Command{CreateBlockCmd{c->name() ? c->name()->str() : ""}};
+  if (const auto* v = env->payload_as_SnapshotView()) return Command{SnapshotViewCmd{to_vec(v->view())}};
   using Op = BlockOpCmd::Op;
-  if (const auto* f = env->payload_as_FreeBlock()) return Command{BlockOpCmd{Op::free, f->block()}};
-  if (const auto* c = env->payload_as_ClearBlock()) return Command{BlockOpCmd{Op::clear, c->block()}};
+  if (const auto* f = env->payload_as_FreeBlock()) return Command{BlockOpCmd{.op = Op::free, .block = f->block()}};
+  if (const auto* c = env->payload_as_ClearBlock()) return Command{BlockOpCmd{.op = Op::clear, .block = c->block()}};
   if (const auto* m = env->payload_as_MergeBlocks())
     return Command{BlockOpCmd{Op::merge, m->a(), m->b(), 0, m->name() ? m->name()->str() : ""}};
   if (const auto* f = env->payload_as_ForkBlock())
@@ -199,6 +200,21 @@ Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& n
   return finish(fbb, request_id, wire::Payload::BlockInfo, wire::CreateBlockInfo(fbb, block, n, tokens, cached).Union());
 }
 
+Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto v = fbb.CreateVector(view);
+  return finish(fbb, request_id, wire::Payload::SnapshotView, wire::CreateSnapshotView(fbb, v).Union());
+}
+
+Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<wire::BlockInfo>> infos;
+  for (const BlockSummary& b : blocks)
+    infos.push_back(wire::CreateBlockInfo(fbb, b.block, fbb.CreateString(b.name), b.tokens, b.cached));
+  const auto v = fbb.CreateVector(infos);
+  return finish(fbb, request_id, wire::Payload::ViewSnapshot, wire::CreateViewSnapshot(fbb, v).Union());
+}
+
 Frame encode_submitted(uint64_t request_id, RequestId request) {
   flatbuffers::FlatBufferBuilder fbb;
   return finish(fbb, request_id, wire::Payload::Submitted, wire::CreateSubmitted(fbb, request).Union());
@@ -227,8 +243,16 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
   const wire::Envelope* env = wire::GetEnvelope(frame.data());
   Reply r;
   r.kind = summary->payload_type;
-  if (const auto* b = env->payload_as_BlockInfo()) r.id = b->block();
-  else if (const auto* s = env->payload_as_Submitted()) r.id = s->request();
+  auto summary_of = [](const wire::BlockInfo* b) {
+    return BlockSummary{b->block(), b->name() ? b->name()->str() : "", b->tokens(), b->cached()};
+  };
+  if (const auto* b = env->payload_as_BlockInfo()) {
+    r.id = b->block();
+    r.blocks = {summary_of(b)};
+  } else if (const auto* v = env->payload_as_ViewSnapshot()) {
+    if (v->blocks())
+      for (const auto* b : *v->blocks()) r.blocks.push_back(summary_of(b));
+  } else if (const auto* s = env->payload_as_Submitted()) r.id = s->request();
   else if (const auto* t = env->payload_as_TokenEvent()) {
     r.id = t->request();
     r.token = t->token();

@@ -22,6 +22,7 @@ Frame encode_free_block(uint64_t request_id, BlockId block);
 Frame encode_clear_block(uint64_t request_id, BlockId block);
 Frame encode_merge_blocks(uint64_t request_id, BlockId a, BlockId b, const std::string& name);
 Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name);
+Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view);
 Frame encode_request(uint64_t request_id, const Request& r);  // Forward, Generate or Probe
 
 // What a frame asks the batcher to do.
@@ -33,7 +34,7 @@ struct BlockOpCmd {  // FreeBlock, ClearBlock, MergeBlocks, ForkBlock
   BlockId block = -1;   // free, clear, fork: the block; merge: the first block
   BlockId second = -1;  // merge: the second block
   int64_t tokens = 0;   // fork: how many leading tokens
-  std::string name;     // merge, fork: the new block's name
+  std::string name = {};  // merge, fork: the new block's name
 };
 struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram
   enum class Op { register_program, pause, restore, terminate } op = Op::register_program;
@@ -42,7 +43,10 @@ struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, Terminate
   std::vector<BlockId> blocks;  // register
   PauseMode mode = PauseMode::drop;
 };
-using Command = std::variant<CreateBlockCmd, BlockOpCmd, Request, ProgramCmd>;
+struct SnapshotViewCmd {
+  std::vector<BlockId> view;
+};
+using Command = std::variant<CreateBlockCmd, BlockOpCmd, Request, ProgramCmd, SnapshotViewCmd>;
 Frame encode_program(uint64_t request_id, const ProgramCmd& cmd);
 
 // Verifies the frame (decode_envelope) and extracts the command; text fields are tokenized with
@@ -57,6 +61,14 @@ Frame encode_submitted(uint64_t request_id, RequestId request);
 // state: 0 active, 1 paused, 2 terminated (schemas/programs.fbs ProgramState)
 Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens);
 Frame encode_event(uint64_t request_id, const Event& e, const std::string& text);
+struct BlockSummary {  // a BlockInfo
+  BlockId block = -1;
+  std::string name;
+  int64_t tokens = 0;  // in the block's log
+  int64_t cached = 0;  // of which have KV (what readers see)
+  bool operator==(const BlockSummary&) const = default;
+};
+Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks);
 
 // Client side: what came back.
 struct Reply {
@@ -69,6 +81,7 @@ struct Reply {
   FinishReason reason = FinishReason::completed;  // RequestFinished
   int state = 0;                                  // ProgramStatus
   int64_t pages = 0;                              // ProgramStatus: resident pages
+  std::vector<BlockSummary> blocks;               // BlockInfo (one), ViewSnapshot (one per block)
 };
 Result<Reply> decode_reply(std::span<const uint8_t> frame);
 

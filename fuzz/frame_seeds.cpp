@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
       {"pause", encode_program(11, pause)},
       {"info", encode_block_info(12, 0, "log", 10, 8)},
       {"submitted", encode_submitted(13, 3)},
+      {"snapshot", encode_snapshot_view(20, {0, 1, 2})},
+      {"view", encode_view_snapshot(21, {{0, "prompt", 10, 10}, {1, "out", 4, 3}})},
       {"status", encode_program_status(14, 5, 1, 0, 100)},
       {"token", encode_event(15, token, "é")},
       {"probe_result", encode_event(16, probe, "")},

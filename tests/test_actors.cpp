@@ -645,6 +645,15 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
   EXPECT_TRUE((*engine->blocks().get(a))->tokens.empty());
   EXPECT_EQ((*engine->blocks().get(merged.id))->tokens, tab) << "the merged block keeps its shared pages";
 
+  // A view snapshot: each block, in the view's order, as it is now.
+  const auto ab = static_cast<BlockId>(merged.id), head = static_cast<BlockId>(forked.id);
+  const Reply snap = call(encode_snapshot_view(17, {ab, a, head}));
+  ASSERT_EQ(snap.kind, "ViewSnapshot") << snap.text;
+  EXPECT_EQ(snap.blocks, (std::vector<BlockSummary>{{ab, "ab", 15, 15}, {a, "a", 0, 0}, {head, "head", 12, 12}}));
+  const Reply bad_snap = call(encode_snapshot_view(18, {a, 777}));
+  EXPECT_EQ(bad_snap.kind, "Error");
+  EXPECT_NE(bad_snap.text.find("777"), std::string::npos) << bad_snap.text;
+
   EXPECT_EQ(call(encode_free_block(8, b)).kind, "BlockInfo");
   const Reply bad_merge = call(encode_merge_blocks(9, a, b, "gone"));
   EXPECT_EQ(bad_merge.kind, "Error");

@@ -15,7 +15,7 @@ import flatbuffers
 import zmq
 from chorus.wire import (BlockInfo, Candidate, ClearBlock, CreateBlock, Envelope, Error, ForkBlock, Forward,
                          FreeBlock, Generate, MergeBlocks, Payload, Probe, ProbeResult, RequestFinished, Sampling,
-                         Stop, Submitted, TokenEvent)
+                         SnapshotView, Stop, Submitted, TokenEvent, ViewSnapshot)
 
 FINISH_REASONS = ["completed", "max_tokens", "stop_token", "stop_string", "end_of_generation", "context_full",
                   "error"]
@@ -49,6 +49,10 @@ def envelope(payload_type, build_payload, request_id=0):
     return bytes(b.Output())
 
 
+def _block_info(x):
+    return {"block": x.Block(), "name": (x.Name() or b"").decode(), "tokens": x.Tokens(), "cached": x.Cached()}
+
+
 def decode(frame):
     """One frame from the node as a dict: {"kind": ..., ...}."""
     env = Envelope.Envelope.GetRootAs(frame, 0)
@@ -60,8 +64,11 @@ def decode(frame):
     if kind == Payload.Payload.BlockInfo:
         x = BlockInfo.BlockInfo()
         x.Init(table.Bytes, table.Pos)
-        return {"kind": "BlockInfo", "block": x.Block(), "name": (x.Name() or b"").decode(), "tokens": x.Tokens(),
-                "cached": x.Cached()}
+        return dict(kind="BlockInfo", **_block_info(x))
+    if kind == Payload.Payload.ViewSnapshot:
+        x = ViewSnapshot.ViewSnapshot()
+        x.Init(table.Bytes, table.Pos)
+        return {"kind": "ViewSnapshot", "blocks": [_block_info(x.Blocks(i)) for i in range(x.BlocksLength())]}
     if kind == Payload.Payload.Submitted:
         x = Submitted.Submitted()
         x.Init(table.Bytes, table.Pos)
@@ -156,6 +163,16 @@ class ChorusClient:
             ForkBlock.AddName(b, n)
             return ForkBlock.End(b)
         return self._command(Payload.Payload.ForkBlock, build)
+
+    def snapshot_view(self, view):
+        """Each block of `view`, in order, as it is now: [{"block", "name", "tokens", "cached"}, ...]
+        (a reader of the view sees the cached tokens)."""
+        def build(b):
+            v = _ints(b, list(view))
+            SnapshotView.Start(b)
+            SnapshotView.AddView(b, v)
+            return SnapshotView.End(b)
+        return self._command(Payload.Payload.SnapshotView, build)["blocks"]
 
     def forward(self, block, tokens=(), text="", view=()):
         def build(b):

@@ -59,6 +59,9 @@ try:
           "merge answers with a new block of 5 + 6 tokens: %r" % merged)
     head = c.fork_block(merged["block"], 7, "head")
     check(head["tokens"] == 7 and head["block"] not in (prompt, out, merged["block"]), "fork answers with 7 tokens")
+    snap = c.snapshot_view([prompt, out])
+    check([(x["block"], x["name"], x["tokens"], x["cached"]) for x in snap] == [(prompt, "prompt", 5, 5), (out, "out", 6, 6)],
+          "a view snapshot lists each block in order with its lengths: %r" % snap)
     check(c.clear_block(out)["tokens"] == 0, "clear empties the block")
     try:
         c.fork_block(merged["block"], 99)
