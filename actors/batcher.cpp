@@ -33,7 +33,17 @@ class BatcherCore {
     auto cmd = decode_command(bytes, &rid, &engine_->model().tokenizer);
     if (!cmd) return encode_error_envelope(rid, cmd.error());
     if (auto* c = std::get_if<CreateBlockCmd>(&*cmd)) {
+      Program* owner = nullptr;
+      if (c->program != 0) {  // the block joins a program: it is paused and restored with it
+        auto it = programs_.find(c->program);
+        const std::string name = "program " + std::to_string(c->program);
+        if (it == programs_.end()) return encode_error_envelope(rid, make_error(Errc::not_found, name + " is not registered"));
+        if (it->second.state != 0)
+          return encode_error_envelope(rid, make_error(Errc::invalid_argument, name + " is paused: restore it before adding blocks"));
+        owner = &it->second;
+      }
       const BlockId id = engine_->blocks().create(c->name);
+      if (owner) owner->blocks.push_back(id);
       return encode_block_info(rid, id, c->name, 0, 0);
     }
     if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) return on_block_op(rid, *op);

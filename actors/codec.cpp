@@ -19,10 +19,10 @@ std::vector<T> to_vec(const flatbuffers::Vector<T>* v) {
 
 }  // namespace
 
-Frame encode_create_block(uint64_t request_id, const std::string& name) {
+Frame encode_create_block(uint64_t request_id, const std::string& name, uint64_t program) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto n = fbb.CreateString(name);
-  return finish(fbb, request_id, wire::Payload::CreateBlock, wire::CreateCreateBlock(fbb, n).Union());
+  return finish(fbb, request_id, wire::Payload::CreateBlock, wire::CreateCreateBlock(fbb, n, program).Union());
 }
 
 Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
@@ -110,7 +110,8 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
   if (!summary) return summary.error();
   *request_id = summary->request_id;
   const wire::Envelope* env = wire::GetEnvelope(frame.data());
-  if (const auto* c = env->payload_as_CreateBlock()) return Command{CreateBlockCmd{c->name() ? c->name()->str() : ""}};
+  if (const auto* c = env->payload_as_CreateBlock())
+    return Command{CreateBlockCmd{c->name() ? c->name()->str() : "", c->program()}};
   if (const auto* v = env->payload_as_SnapshotView()) return Command{SnapshotViewCmd{to_vec(v->view())}};
   using Op = BlockOpCmd::Op;
   if (const auto* f = env->payload_as_FreeBlock()) return Command{BlockOpCmd{.op = Op::free, .block = f->block()}};

@@ -17,7 +17,7 @@ namespace chorus {
 using Frame = std::vector<uint8_t>;
 
 // Client side.
-Frame encode_create_block(uint64_t request_id, const std::string& name);
+Frame encode_create_block(uint64_t request_id, const std::string& name, uint64_t program = 0);
 Frame encode_free_block(uint64_t request_id, BlockId block);
 Frame encode_clear_block(uint64_t request_id, BlockId block);
 Frame encode_merge_blocks(uint64_t request_id, BlockId a, BlockId b, const std::string& name);
@@ -28,6 +28,7 @@ Frame encode_request(uint64_t request_id, const Request& r);  // Forward, Genera
 // What a frame asks the batcher to do.
 struct CreateBlockCmd {
   std::string name;
+  uint64_t program = 0;  // a registered program the block joins (0: none)
 };
 struct BlockOpCmd {  // FreeBlock, ClearBlock, MergeBlocks, ForkBlock
   enum class Op { free, clear, merge, fork } op = Op::free;

@@ -680,6 +680,25 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
   EXPECT_EQ(paused_fork.kind, "Error");
   EXPECT_NE(paused_fork.text.find("paused"), std::string::npos) << paused_fork.text;
 
+  // A block created for a program joins it: paused and restored with it. Not into a paused
+  // program, nor an unknown one.
+  const Reply into_paused = call(encode_create_block(19, "d", 7));
+  EXPECT_EQ(into_paused.kind, "Error");
+  EXPECT_NE(into_paused.text.find("program 7 is paused"), std::string::npos) << into_paused.text;
+  const Reply into_unknown = call(encode_create_block(20, "d", 99));
+  EXPECT_EQ(into_unknown.kind, "Error");
+  EXPECT_NE(into_unknown.text.find("program 99 is not registered"), std::string::npos) << into_unknown.text;
+  ProgramCmd restore = reg;
+  restore.op = ProgramCmd::Op::restore;
+  ASSERT_EQ(call(encode_program(21, restore)).kind, "ProgramStatus");
+  const auto d = static_cast<BlockId>(call(encode_create_block(22, "d", 7)).id);
+  EXPECT_EQ(call(encode_request(23, Request::forward(d, ta, {c, d}))).kind, "Submitted");
+  const Reply status = call(encode_program(24, pause));
+  ASSERT_EQ(status.kind, "ProgramStatus") << status.text;
+  EXPECT_EQ(status.pages, 0) << "both blocks' pages are released";
+  EXPECT_TRUE((*engine->blocks().get(d))->paused);
+  EXPECT_EQ((*engine->blocks().get(d))->tokens, ta) << "pausing keeps every token";
+
   caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
   sched->run();
 }

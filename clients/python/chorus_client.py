@@ -119,11 +119,13 @@ class ChorusClient:
                 raise ChorusError(reply["message"])
             return reply
 
-    def create_block(self, name=""):
+    def create_block(self, name="", program=0):
+        """A new empty block; with `program`, it joins that registered program (paused and restored with it)."""
         def build(b):
             n = b.CreateString(name)
             CreateBlock.Start(b)
             CreateBlock.AddName(b, n)
+            CreateBlock.AddProgram(b, program)
             return CreateBlock.End(b)
         return self._command(Payload.Payload.CreateBlock, build)["block"]
 
