@@ -1,7 +1,11 @@
 #include "actors/roles.h"
 
 #include <caf/all.hpp>
+#include <cerrno>
+#include <cstring>
 #include <deque>
+#include <poll.h>
+#include <unistd.h>
 
 #include "actors/atoms.h"
 #include "actors/codec.h"
@@ -209,7 +213,42 @@ void file_tail(caf::blocking_actor* self, std::string path, caf::actor target, b
   if (f != nullptr) std::fclose(f);
 }
 
+void fd_lines(caf::blocking_actor* self, int fd, caf::actor target, caf::actor notify, int poll_ms) {
+  std::string partial;
+  auto flush_lines = [&] {
+    for (size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
+      self->send(target, text_atom::value, partial.substr(0, nl + 1));
+      partial.erase(0, nl + 1);
+    }
+  };
+  for (bool running = true; running;) {
+    self->receive([&](stop_atom) { running = false; }, [&](caf::exit_msg&) { running = false; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    if (!running) break;
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, poll_ms);
+    if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
+    char buf[4096];
+    const ssize_t n = ready < 0 ? -1 : ::read(fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n > 0) {
+      partial.append(buf, static_cast<size_t>(n));
+      flush_lines();
+      continue;
+    }
+    // End of input (or an error reading it): the last line even without a newline, then done.
+    if (n < 0) std::fprintf(stderr, "chorus: reading fd %d: %s\n", fd, std::strerror(errno));
+    if (!partial.empty()) self->send(target, text_atom::value, partial);
+    running = false;
+  }
+  if (notify) self->send(notify, done_atom::value);
+}
+
 }  // namespace
+
+caf::actor spawn_fd_lines(caf::actor_system& sys, int fd, caf::actor target, caf::actor notify, int poll_ms) {
+  return sys.spawn<caf::detached>(fd_lines, fd, std::move(target), std::move(notify), poll_ms);
+}
 
 caf::actor spawn_file_tail(caf::actor_system& sys, const std::string& path, caf::actor target, bool from_start,
                            int poll_ms) {

@@ -57,7 +57,8 @@ struct ProbeConfig {
 
 // source — appends external text to a block as it arrives: each (text_atom, text) message is
 //          tokenized and run into the block under the view (a Forward), in arrival order.
-//          A file that is being appended to can feed it: see spawn_file_tail().
+//          A file that is being appended to can feed it (spawn_file_tail()), so can stdin or a
+//          pipe (spawn_fd_lines()) or a ZeroMQ SUB socket (spawn_zmq_sub_source()).
 struct SourceConfig {
   std::vector<BlockId> view;
   BlockId write_to = -1;
@@ -80,6 +81,11 @@ caf::actor spawn_sink(caf::actor_system& sys, SinkConfig cfg);
 // polls every `poll_ms`; ends on stop_atom or an exit message.
 caf::actor spawn_file_tail(caf::actor_system& sys, const std::string& path, caf::actor target, bool from_start = true,
                            int poll_ms = 20);
+// Reads lines from a file descriptor (stdin: 0, a pipe, a socket) as they arrive: each complete
+// line goes to `target` as (text_atom, line + "\n"); at end of input the last partial line (if
+// any) goes too, then `notify` (if set) gets (done_atom) and the actor ends. stop_atom or an exit
+// message ends it earlier (also with done_atom). A detached actor; the fd is not closed.
+caf::actor spawn_fd_lines(caf::actor_system& sys, int fd, caf::actor target, caf::actor notify = {}, int poll_ms = 20);
 caf::actor spawn_writer(caf::actor_system& sys, caf::actor batcher, WriterConfig cfg);
 
 }  // namespace chorus

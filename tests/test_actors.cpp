@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <unistd.h>
 #include <zmq.hpp>
 
 #include "actors/atoms.h"
@@ -755,6 +756,36 @@ TEST(ActorsDeterministic, ProbeAsksOnEachTimerTickAndFiresAtTheThreshold) {
   caf::anon_send(probe, stop_atom::value);
   for (const caf::actor& x : {fake_batcher, listener}) caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
   sched.run();
+}
+
+// Lines from a pipe (as from stdin): each complete line as it arrives, the last partial line at
+// end of input, then done.
+TEST(ActorsRoles, FdLinesReadsAPipeLineByLineUntilItCloses) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto me = caf::actor_cast<caf::actor>(self);
+  caf::actor reader = spawn_fd_lines(sys, fds[0], me, me);
+  auto next_text = [&] {
+    std::string got = "(nothing)";
+    self->receive([&](text_atom, const std::string& t) { got = t; },
+                  caf::after(std::chrono::seconds(30)) >> [] { ADD_FAILURE() << "no line within 30 s"; });
+    return got;
+  };
+  auto put = [&](const std::string& s) { ASSERT_EQ(::write(fds[1], s.data(), s.size()), static_cast<ssize_t>(s.size())); };
+  put("first\nsecond\nthi");
+  EXPECT_EQ(next_text(), "first\n");
+  EXPECT_EQ(next_text(), "second\n");
+  put("rd");
+  ::close(fds[1]);
+  EXPECT_EQ(next_text(), "third");
+  bool done = false;
+  self->receive([&](done_atom) { done = true; }, caf::after(std::chrono::seconds(30)) >> [] {});
+  EXPECT_TRUE(done);
+  ::close(fds[0]);
+  (void)reader;
 }
 
 }  // namespace
