@@ -111,19 +111,26 @@ class BatcherCore {
     return encode_program_status(rid, id, p.state, static_cast<uint32_t>(pages), static_cast<uint64_t>(tokens));
   }
 
-  Frame info(uint64_t rid, BlockId id) {
+  // A block as a reader sees it now: its tokens, and how many of them are cached.
+  Result<BlockSummary> summarize(BlockId id) {
     auto blk = engine_->blocks().get(id);
-    if (!blk) return encode_error_envelope(rid, blk.error());
-    return encode_block_info(rid, id, (*blk)->name, static_cast<int64_t>((*blk)->tokens.size()), (*blk)->n_cached());
+    if (!blk) return blk.error();
+    return BlockSummary{id, (*blk)->name, static_cast<int64_t>((*blk)->tokens.size()), (*blk)->n_cached()};
+  }
+
+  Frame info(uint64_t rid, BlockId id) {
+    auto b = summarize(id);
+    if (!b) return encode_error_envelope(rid, b.error());
+    return encode_block_info(rid, b->block, b->name, b->tokens, b->cached);
   }
 
   // Each block of the view as it is now; an unknown block is an error naming it.
   Frame snapshot(uint64_t rid, const std::vector<BlockId>& view) {
     std::vector<BlockSummary> out;
     for (BlockId id : view) {
-      auto blk = engine_->blocks().get(id);
-      if (!blk) return encode_error_envelope(rid, blk.error());
-      out.push_back({id, (*blk)->name, static_cast<int64_t>((*blk)->tokens.size()), (*blk)->n_cached()});
+      auto b = summarize(id);
+      if (!b) return encode_error_envelope(rid, b.error());
+      out.push_back(std::move(*b));
     }
     return encode_view_snapshot(rid, out);
   }
@@ -132,8 +139,9 @@ class BatcherCore {
   Frame on_block_op(uint64_t rid, const BlockOpCmd& op) {
     BlockStore& store = engine_->blocks();
     using Op = BlockOpCmd::Op;
-    for (BlockId b : {op.block, op.second}) {
-      if (b == op.second && op.op != Op::merge) continue;
+    std::vector<BlockId> touched = {op.block};
+    if (op.op == Op::merge) touched.push_back(op.second);
+    for (BlockId b : touched) {
       auto blk = store.get(b);
       if (blk && (*blk)->paused)
         return encode_error_envelope(rid, make_error(Errc::invalid_argument, "block " + std::to_string(b) +

@@ -4,6 +4,7 @@
 // Protocol (in-process CAF messages; frames are schemas/envelope.fbs):
 //   request (frame_atom, frame)  -> reply frame: BlockInfo (CreateBlock, FreeBlock, ClearBlock,
 //                                    MergeBlocks and ForkBlock: the new block),
+//                                    ViewSnapshot (SnapshotView),
 //                                    Submitted (Forward, Generate, Probe, AppendTokens),
 //                                    ProgramStatus (RegisterProgram, PauseProgram, RestoreProgram,
 //                                    TerminateProgram) or Error

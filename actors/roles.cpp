@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include "actors/atoms.h"
@@ -193,6 +194,14 @@ caf::behavior sink(caf::event_based_actor* self, SinkConfig cfg) {
   };
 }
 
+// Sends each complete line of `partial` to `target` as (text_atom, line + "\n") and keeps the rest.
+void send_lines(caf::blocking_actor* self, const caf::actor& target, std::string& partial) {
+  size_t start = 0;
+  for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1)
+    self->send(target, text_atom::value, partial.substr(start, nl + 1 - start));
+  partial.erase(0, start);
+}
+
 void file_tail(caf::blocking_actor* self, std::string path, caf::actor target, bool from_start, int poll_ms) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f != nullptr && !from_start) std::fseek(f, 0, SEEK_END);
@@ -205,22 +214,13 @@ void file_tail(caf::blocking_actor* self, std::string path, caf::actor target, b
     char buf[4096];
     for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) partial.append(buf, n);
     std::clearerr(f);  // at EOF: keep polling for what is appended next
-    for (size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
-      self->send(target, text_atom::value, partial.substr(0, nl + 1));
-      partial.erase(0, nl + 1);
-    }
+    send_lines(self, target, partial);
   }
   if (f != nullptr) std::fclose(f);
 }
 
 void fd_lines(caf::blocking_actor* self, int fd, caf::actor target, caf::actor notify, int poll_ms) {
   std::string partial;
-  auto flush_lines = [&] {
-    for (size_t nl; (nl = partial.find('\n')) != std::string::npos;) {
-      self->send(target, text_atom::value, partial.substr(0, nl + 1));
-      partial.erase(0, nl + 1);
-    }
-  };
   for (bool running = true; running;) {
     self->receive([&](stop_atom) { running = false; }, [&](caf::exit_msg&) { running = false; },
                   caf::after(std::chrono::seconds(0)) >> [] {});
@@ -233,11 +233,11 @@ void fd_lines(caf::blocking_actor* self, int fd, caf::actor target, caf::actor n
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n > 0) {
       partial.append(buf, static_cast<size_t>(n));
-      flush_lines();
+      send_lines(self, target, partial);
       continue;
     }
     // End of input (or an error reading it): the last line even without a newline, then done.
-    if (n < 0) std::fprintf(stderr, "chorus: reading fd %d: %s\n", fd, std::strerror(errno));
+    if (n < 0) spdlog::error("reading fd {}: {}", fd, std::strerror(errno));
     if (!partial.empty()) self->send(target, text_atom::value, partial);
     running = false;
   }
