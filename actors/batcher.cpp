@@ -150,6 +150,8 @@ class BatcherCore {
     if (op.op == Op::free || op.op == Op::clear) {
       Status s = op.op == Op::free ? store.free(op.block) : store.clear(op.block);
       if (!s.ok()) return encode_error_envelope(rid, s.error());
+      if (op.op == Op::free)  // a freed block leaves its program
+        for (auto& [id, p] : programs_) std::erase(p.blocks, op.block);
       return op.op == Op::free ? encode_block_info(rid, op.block, "", 0, 0) : info(rid, op.block);
     }
     auto made = op.op == Op::merge ? store.merge(op.block, op.second, op.name) : store.fork(op.block, op.tokens, op.name);

@@ -700,6 +700,12 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
   EXPECT_TRUE((*engine->blocks().get(d))->paused);
   EXPECT_EQ((*engine->blocks().get(d))->tokens, ta) << "pausing keeps every token";
 
+  // A freed block leaves its program: the program pauses without it.
+  ASSERT_EQ(call(encode_program(25, restore)).kind, "ProgramStatus");
+  EXPECT_EQ(call(encode_free_block(26, d)).kind, "BlockInfo");
+  const Reply without_d = call(encode_program(27, pause));
+  EXPECT_EQ(without_d.kind, "ProgramStatus") << without_d.text;
+
   caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
   sched->run();
 }
