@@ -21,13 +21,14 @@ Usage:
 """
 import argparse
 import base64
-import hashlib
 import json
 import os
 import sys
 import time
 
 import numpy as np
+
+from golden_common import sha256_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -84,14 +85,6 @@ PROMPTS = [
     ("plain_german", False,
      "Die Sonne ging langsam hinter den Bergen unter, und die Kinder", False),
 ]
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def generate(llm, prompt_ids, n_steps):

@@ -21,13 +21,14 @@ Usage:
   make_tiny_goldens.py [--out tests/goldens/tiny_models.json]
 """
 import argparse
-import hashlib
 import json
 import os
 import sys
 import time
 
 import numpy as np
+
+from golden_common import sha256_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -41,11 +42,6 @@ N_THREADS = 2
 N_CTX = 256
 N_BATCH = 256
 GGML_TYPE_F32 = 0
-
-
-def sha256_file(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def f32(x):

@@ -19,13 +19,14 @@ Usage:
   make_tokenizer_goldens.py [MODEL] [--out DIR] [--corpus PATH] [--pre a,b,c]
 """
 import argparse
-import hashlib
 import json
 import os
 import struct
 import sys
 import tempfile
 import time
+
+from golden_common import sha256_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -42,14 +43,6 @@ PRE_ALIASES = {
 
 PRE_KEY = "tokenizer.ggml.pre"
 TAG = "@@golden "  # prefix of the worker's protocol lines on stdout
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load_corpus(path):
