@@ -17,5 +17,10 @@ using text_atom = caf::atom_constant<caf::atom("text")>;            // (text_ato
 using step_atom = caf::atom_constant<caf::atom("step")>;            // a cooperative batcher: run one step
 using tick_atom = caf::atom_constant<caf::atom("tick")>;            // a role's own timer
 using fired_atom = caf::atom_constant<caf::atom("fired")>;          // (fired_atom, candidate, probability): a probe fired
+// A program (actors/program.h): its roles and its controller.
+using signal_atom = caf::atom_constant<caf::atom("signal")>;        // (signal_atom, event, text): a named event fired
+using start_atom = caf::atom_constant<caf::atom("start")>;          // a role may begin (its blocks are ready)
+using tokens_atom = caf::atom_constant<caf::atom("tokens")>;        // (tokens_atom, n): a role generated n tokens
+using fail_atom = caf::atom_constant<caf::atom("fail")>;            // (fail_atom, actor, what): a role cannot go on
 
 }  // namespace chorus

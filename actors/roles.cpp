@@ -10,21 +10,10 @@
 
 #include "actors/atoms.h"
 #include "actors/codec.h"
+#include "actors/submit.h"
 
 namespace chorus {
 namespace {
-
-// Submits `r` to the batcher; on refusal calls `failed` with the reason.
-template <class Self, class Fail>
-void submit(Self* self, const caf::actor& batcher, const Request& r, Fail failed) {
-  self->request(batcher, caf::infinite, frame_atom::value, encode_request(0, r))
-      .then(
-          [=](const std::vector<uint8_t>& reply) {
-            auto rep = decode_reply(reply);
-            if (!rep || rep->kind != "Submitted") failed(rep ? rep->text : rep.error().message);
-          },
-          [=](caf::error& e) { failed(caf::to_string(e)); });
-}
 
 struct ThinkerState {
   std::string pending;  // text since the last announced piece

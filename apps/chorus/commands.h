@@ -73,6 +73,19 @@ struct NodeArgs {
 };
 int run_node(const NodeArgs& args);
 
+struct RunArgs {
+  std::string file;               // the topology
+  std::vector<std::string> set;   // KEY=VALUE: parameters and key paths
+  std::string input;              // the parameter "input"
+  bool input_given = false;
+  std::string model;              // overrides the topology's model
+  int threads = 0;                // overrides engine.threads
+  bool events = false;            // print every event to stderr as it fires
+  bool quiet = false;             // no report line at the end
+};
+int run_check(const RunArgs& args);  // validates without loading a model
+int run_run(const RunArgs& args);
+
 // Prints "chorus CMD: <error>" to stderr when `r` holds an error; returns whether it holds a value.
 template <class R>
 bool report(const char* cmd, const R& r) {

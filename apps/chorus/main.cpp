@@ -86,10 +86,27 @@ int main(int argc, char** argv) {
   node_cmd->add_option("-t,--threads", node.threads, "Compute threads; 0 one per core")->capture_default_str();
   node_cmd->add_option("--max-frame-bytes", node.max_frame_bytes, "Larger frames are refused")->capture_default_str();
 
+  chorus::app::RunArgs run;
+  auto* run_cmd = app.add_subcommand("run", "Run a topology file (topologies/README.md) as one program until it ends");
+  run_cmd->add_option("file", run.file, "Topology file (YAML)")->required();
+  run_cmd->add_option("--set", run.set, "KEY=VALUE: a parameter, or a key path such as budget.tokens=64 (repeatable)");
+  auto* input_opt = run_cmd->add_option("--input,-i", run.input, "The parameter \"input\" (the user's question, say)");
+  run_cmd->add_option("--model,-m", run.model, "GGUF file (default: the topology's model, else the default model)");
+  run_cmd->add_option("-t,--threads", run.threads, "Compute threads (default: the topology's engine.threads; 0 one per core)");
+  run_cmd->add_flag("--events", run.events, "Print every event to stderr as it fires");
+  run_cmd->add_flag("-q,--quiet", run.quiet, "No report line at the end");
+  chorus::app::RunArgs check;
+  auto* check_cmd = app.add_subcommand("check", "Validate a topology file without loading a model");
+  check_cmd->add_option("file", check.file, "Topology file (YAML)")->required();
+  check_cmd->add_option("--set", check.set, "KEY=VALUE, as for run");
+
   CLI11_PARSE(app, argc, argv);
+  run.input_given = input_opt->count() > 0;
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (*info_cmd) return chorus::app::run_info(info);
+  if (*run_cmd) return chorus::app::run_run(run);
+  if (*check_cmd) return chorus::app::run_check(check);
   if (*gen_cmd) return chorus::app::run_generate(gen);
   if (*node_cmd) return chorus::app::run_node(node);
   if (*bench_cmd) return chorus::app::run_bench(bench);

@@ -1,0 +1,68 @@
+// A running topology: one program on the actor runtime. Program::start creates the engine and
+// its batcher, the topology's blocks (registered as one program with the batcher), runs each
+// block's initial text into it, then spawns the role actors and a controller that routes named
+// events between them and ends the program — on a `finish` event, when every thinker, writer and
+// source is done, or when the time or token budget is spent.
+//
+// The format is in topologies/README.md; actors/topology.h reads it.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "actors/topology.h"
+#include "base/status.h"
+
+namespace chorus {
+
+class Model;
+class CpuDevice;
+
+struct ProgramEvent {
+  std::string name;
+  std::string text;      // what the event carries: a piece of text, a probability, lines
+  double seconds = 0;    // since the program started
+};
+
+// Called from actor threads: make them thread-safe.
+struct ProgramHooks {
+  std::function<void(const std::string& sink, const std::string& text)> sink;  // sinks with `to: callback`
+  std::function<void(const ProgramEvent&)> event;                              // every event, as it fires
+};
+
+struct ProgramReport {
+  std::string ended_by;   // "finish event X", "all roles done", "time budget", "token budget", "stopped", "error"
+  std::string error;      // when ended by an error: which actor, what
+  double seconds = 0;
+  int64_t generated_tokens = 0;
+  std::map<std::string, int64_t> events;        // event -> times it fired
+  std::map<std::string, int64_t> block_tokens;  // block -> tokens in it at the end
+  bool ok() const { return ended_by != "error"; }
+};
+
+class Program {
+ public:
+  // `model` and `device` must outlive the program. Errors: the model cannot run the topology
+  // (a chat block on a model without a ChatML template...), a block's initial text is refused,
+  // a file sink or ZeroMQ endpoint cannot be opened — each naming the block or actor.
+  static Result<std::unique_ptr<Program>> start(caf::actor_system& sys, const topology::Topology& t, const Model& model,
+                                                CpuDevice& device, ProgramHooks hooks = {});
+  ~Program();  // stops the program if it still runs
+
+  // Text for a source with `from: api` (the embedded case); close() ends its input.
+  Status feed(const std::string& source, const std::string& text);
+  Status close(const std::string& source);
+
+  ProgramReport wait();  // until the program ends; then every actor of it is gone
+  void stop();           // ends it now (ended_by "stopped" unless it had ended already)
+
+ private:
+  struct Impl;
+  explicit Program(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chorus

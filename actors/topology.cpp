@@ -1,0 +1,766 @@
+#include "actors/topology.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <yaml-cpp/yaml.h>
+
+namespace chorus::topology {
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::thinker: return "thinker";
+    case Kind::writer: return "writer";
+    case Kind::probe: return "probe";
+    case Kind::source: return "source";
+    case Kind::sink: return "sink";
+  }
+  return "?";
+}
+
+const Block* Topology::block(const std::string& n) const {
+  for (const Block& b : blocks)
+    if (b.name == n) return &b;
+  return nullptr;
+}
+
+const Actor* Topology::actor(const std::string& n) const {
+  for (const Actor& a : actors)
+    if (a.name == n) return &a;
+  return nullptr;
+}
+
+std::map<std::string, std::vector<std::string>> Topology::emitters() const {
+  std::map<std::string, std::vector<std::string>> out;
+  auto add = [&](const std::string& ev, const std::string& who) {
+    auto& v = out[ev];
+    if (std::find(v.begin(), v.end(), who) == v.end()) v.push_back(who);
+  };
+  for (const Actor& a : actors) {
+    if (a.kind == Kind::sink) continue;
+    add(a.name + ".done", a.name);
+    for (const Emit& e : a.emits) add(e.event, a.name);
+    if (a.kind == Kind::probe) add(a.fires, a.name);
+    if (a.kind == Kind::source && !a.emit_event.empty()) add(a.emit_event, a.name);
+  }
+  return out;
+}
+
+namespace {
+
+struct LoadError {
+  Error error;
+};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out.empty() ? "none" : out;
+}
+
+// Where the first byte that is not UTF-8 is, as "line:column" (1-based), or "" when all is.
+std::string first_bad_utf8(const std::string& s) {
+  int line = 1, col = 1;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = n != 0 && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (ok && n == 2) ok = c >= 0xC2;  // no overlong forms
+    if (ok && n == 3) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong, surrogates
+    }
+    if (ok && n == 4) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90) && c <= 0xF4;
+    }
+    if (!ok) return std::to_string(line) + ":" + std::to_string(col);
+    if (c == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+    i += n;
+  }
+  return "";
+}
+
+class Reader {
+ public:
+  Reader(std::string file, std::set<std::string> overridden) : file_(std::move(file)), set_(std::move(overridden)) {}
+
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& path, const std::string& what,
+                         Errc code = Errc::bad_format) const {
+    throw LoadError{make_error(code, where(at, path) + ": " + path + ": " + what)};
+  }
+
+  std::string where(const YAML::Node& at, const std::string& path) const {
+    for (const auto& s : set_)
+      if (path == s || path.rfind(s + ".", 0) == 0 || path.rfind(s + "[", 0) == 0) return file_ + ": --set " + s;
+    const YAML::Mark m = at.Mark();
+    if (m.is_null()) return file_;
+    return file_ + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+  }
+
+  void map(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsMap()) fail(n, path, "expected a mapping (key: value lines), found " + shape(n));
+  }
+
+  // Every key of `n` must be one of `known`.
+  void keys(const YAML::Node& n, const std::string& path, const std::vector<std::string>& known) const {
+    map(n, path);
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      if (!it->first.IsScalar()) fail(it->first, path, "a key must be a plain name");
+      const std::string k = it->first.Scalar();
+      if (std::find(known.begin(), known.end(), k) == known.end())
+        fail(it->first, path + "." + k, "unknown key (valid here: " + join(known) + ")");
+    }
+  }
+
+  std::string str(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) fail(n, path, "expected a string, found " + shape(n));
+    return n.Scalar();
+  }
+
+  std::string name(const YAML::Node& n, const std::string& path) const {
+    const std::string s = str(n, path);
+    const bool ok = !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+    });
+    if (!ok) fail(n, path, "\"" + clip(s) + "\" is not a name (letters, digits, _ - and ., at most 64)");
+    return s;
+  }
+
+  int64_t integer(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) const {
+    const std::string s = str(n, path);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(s, &used, 10);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != s.size()) fail(n, path, "expected an integer, found \"" + clip(s) + "\"");
+    if (v < lo || v > hi)
+      fail(n, path, std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return v;
+  }
+
+  double number(const YAML::Node& n, const std::string& path, double lo, double hi) const {
+    const std::string s = str(n, path);
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != s.size() || !std::isfinite(v)) fail(n, path, "expected a number, found \"" + clip(s) + "\"");
+    if (v < lo || v > hi) fail(n, path, s + " is out of range [" + fmt(lo) + ", " + fmt(hi) + "]");
+    return v;
+  }
+
+  bool boolean(const YAML::Node& n, const std::string& path) const {
+    const std::string s = str(n, path);
+    if (s == "true" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "no" || s == "off") return false;
+    fail(n, path, "expected true or false, found \"" + clip(s) + "\"");
+  }
+
+  // A string or a list of strings.
+  std::vector<std::string> strings(const YAML::Node& n, const std::string& path, size_t max = 256) const {
+    if (n.IsScalar()) return {n.Scalar()};
+    if (!n.IsSequence()) fail(n, path, "expected a string or a list of strings, found " + shape(n));
+    if (n.size() > max) fail(n, path, "more than " + std::to_string(max) + " entries");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n.size(); ++i) out.push_back(str(n[i], path + "[" + std::to_string(i) + "]"));
+    return out;
+  }
+
+  std::vector<std::string> names(const YAML::Node& n, const std::string& path, size_t max = 256) const {
+    if (n.IsScalar()) return {name(n, path)};
+    if (!n.IsSequence()) fail(n, path, "expected a name or a list of names, found " + shape(n));
+    if (n.size() > max) fail(n, path, "more than " + std::to_string(max) + " entries");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n.size(); ++i) out.push_back(name(n[i], path + "[" + std::to_string(i) + "]"));
+    return out;
+  }
+
+  static std::string shape(const YAML::Node& n) {
+    if (n.IsMap()) return "a mapping";
+    if (n.IsSequence()) return "a list";
+    if (n.IsNull()) return "nothing";
+    return "\"" + clip(n.Scalar()) + "\"";
+  }
+
+  static std::string clip(const std::string& s) { return s.size() <= 40 ? s : s.substr(0, 37) + "..."; }
+  static std::string fmt(double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  }
+
+ private:
+  std::string file_;
+  std::set<std::string> set_;
+};
+
+// Replaces every {{name}} in `s` by its parameter; unknown names are errors.
+std::string substitute(const Reader& r, const YAML::Node& at, const std::string& path, const std::string& s,
+                       const std::map<std::string, std::string>& params, const std::set<std::string>& unset,
+                       bool require, bool event) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t open = s.find("{{", i);
+    if (open == std::string::npos) break;
+    const size_t close = s.find("}}", open + 2);
+    if (close == std::string::npos) r.fail(at, path, "\"{{\" without a closing \"}}\"");
+    std::string key = s.substr(open + 2, close - open - 2);
+    key.erase(0, key.find_first_not_of(' '));
+    key.erase(key.find_last_not_of(' ') + 1);
+    if (key == "event") {
+      if (!event) r.fail(at, path, "{{event}} is only for a prefill or a probe's question (the text of the event that starts the run)");
+      out += s.substr(i, close + 2 - i);
+      i = close + 2;
+      continue;
+    }
+    auto it = params.find(key);
+    if (it == params.end()) {
+      std::vector<std::string> known;
+      for (const auto& [k, v] : params) known.push_back(k);
+      r.fail(at, path, "unknown parameter \"" + Reader::clip(key) + "\" (params: " + join(known) + ")", Errc::not_found);
+    }
+    if (unset.count(key) && require)
+      r.fail(at, path, "parameter \"" + key + "\" has no value: give one with --set " + key + "=..." +
+                           (key == "input" ? " or --input" : ""));
+    out += s.substr(i, open - i) + it->second;
+    i = close + 2;
+  }
+  return out + s.substr(i);
+}
+
+// A key path "a.b.c" into `root`; the leaf is created when missing, the rest must exist.
+void apply_set(YAML::Node root, const std::string& key, const std::string& value) {
+  std::vector<std::string> parts;
+  for (size_t i = 0;;) {
+    const size_t dot = key.find('.', i);
+    parts.push_back(key.substr(i, dot - i));
+    if (dot == std::string::npos) break;
+    i = dot + 1;
+  }
+  YAML::Node cur;
+  cur.reset(root);
+  std::string path;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    path += (i ? "." : "") + parts[i];
+    if (!cur.IsMap() || !cur[parts[i]]) throw LoadError{make_error(Errc::not_found, "--set " + key + ": no " + path + " in the file")};
+    YAML::Node next = cur[parts[i]];
+    cur.reset(next);
+  }
+  if (!cur.IsMap()) throw LoadError{make_error(Errc::invalid_argument, "--set " + key + ": " + path + " is not a mapping")};
+  cur[parts.back()] = value;
+}
+
+SamplingParams read_sampling(const Reader& r, const YAML::Node& n, const std::string& path) {
+  SamplingParams s;
+  s.temperature = 0.0f;  // a topology is greedy unless it says otherwise: reproducible runs
+  if (!n) return s;
+  r.keys(n, path, {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed"});
+  if (auto v = n["temperature"]) s.temperature = static_cast<float>(r.number(v, path + ".temperature", 0, 10));
+  if (auto v = n["top_k"]) s.top_k = static_cast<int>(r.integer(v, path + ".top_k", 0, 1 << 20));
+  if (auto v = n["top_p"]) s.top_p = static_cast<float>(r.number(v, path + ".top_p", 0, 1));
+  if (auto v = n["min_p"]) s.min_p = static_cast<float>(r.number(v, path + ".min_p", 0, 1));
+  if (auto v = n["repeat_penalty"]) s.repeat_penalty = static_cast<float>(r.number(v, path + ".repeat_penalty", 0.01, 100));
+  if (auto v = n["repeat_last_n"]) s.repeat_last_n = static_cast<int>(r.integer(v, path + ".repeat_last_n", 0, 1 << 20));
+  if (auto v = n["seed"]) s.seed = static_cast<uint64_t>(r.integer(v, path + ".seed", 0, INT64_MAX));
+  return s;
+}
+
+struct Loader {
+  const Reader& r;
+  const LoadOptions& opts;
+  Topology t;
+  std::map<std::string, std::string> params;
+  std::set<std::string> unset;  // declared without a value
+
+  // `event`: whether {{event}} (the text of the event that started the run) may appear; it is
+  // kept for the run time to fill in.
+  std::string text(const YAML::Node& n, const std::string& path, bool event = false) {
+    return substitute(r, n, path, r.str(n, path), params, unset, opts.require_params, event);
+  }
+
+  void read(const YAML::Node& root) {
+    r.keys(root, "(top level)", {"name", "description", "model", "engine", "params", "budget", "finish", "blocks", "actors"});
+    if (auto n = root["name"]) t.name = r.name(n, "name");
+    if (auto n = root["description"]) t.description = r.str(n, "description");
+    if (auto n = root["model"]) {
+      t.model = r.str(n, "model");
+      if (t.model == "default") t.model.clear();
+    }
+    if (auto e = root["engine"]) {
+      r.keys(e, "engine", {"threads", "pages", "token_budget", "max_view_tokens"});
+      if (auto v = e["threads"]) t.engine.threads = static_cast<int>(r.integer(v, "engine.threads", 0, 1024));
+      if (auto v = e["pages"]) t.engine.pages = r.integer(v, "engine.pages", 16, int64_t{1} << 24);
+      if (auto v = e["token_budget"]) t.engine.token_budget = static_cast<int>(r.integer(v, "engine.token_budget", 1, 1 << 16));
+      if (auto v = e["max_view_tokens"]) t.engine.max_view_tokens = r.integer(v, "engine.max_view_tokens", 16, int64_t{1} << 22);
+    }
+    read_params(root["params"]);
+    if (auto b = root["budget"]) {
+      r.keys(b, "budget", {"seconds", "tokens"});
+      if (auto v = b["seconds"]) t.budget_seconds = r.number(v, "budget.seconds", 0, 1e7);
+      if (auto v = b["tokens"]) t.budget_tokens = r.integer(v, "budget.tokens", 0, int64_t{1} << 40);
+    }
+    const YAML::Node blocks = root["blocks"];
+    if (!blocks) r.fail(root, "blocks", "missing: a topology needs at least one block");
+    r.map(blocks, "blocks");
+    if (blocks.size() == 0 || blocks.size() > 1024) r.fail(blocks, "blocks", "expected 1 to 1024 blocks");
+    for (auto it = blocks.begin(); it != blocks.end(); ++it) read_block_name(it->first);
+    for (auto it = blocks.begin(); it != blocks.end(); ++it) read_block(it->first.Scalar(), it->second);
+    const YAML::Node actors = root["actors"];
+    if (!actors) r.fail(root, "actors", "missing: a topology needs at least one actor");
+    r.map(actors, "actors");
+    if (actors.size() == 0 || actors.size() > 256) r.fail(actors, "actors", "expected 1 to 256 actors");
+    for (auto it = actors.begin(); it != actors.end(); ++it) {
+      Actor a;
+      a.name = r.name(it->first, "actors");
+      if (t.actor(a.name)) r.fail(it->first, "actors." + a.name, "declared twice");
+      if (t.block(a.name)) r.fail(it->first, "actors." + a.name, "an actor and a block cannot share a name");
+      a.line = it->first.Mark().line + 1;
+      t.actors.push_back(std::move(a));
+    }
+    size_t i = 0;
+    for (auto it = actors.begin(); it != actors.end(); ++it, ++i) read_actor(t.actors[i], it->second, "actors." + t.actors[i].name);
+    if (auto f = root["finish"]) t.finish = r.names(f, "finish");
+    resolve(root);
+  }
+
+  void read_params(const YAML::Node& n) {
+    if (n) {
+      r.map(n, "params");
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        const std::string k = r.name(it->first, "params");
+      if (k == "event") r.fail(it->first, "params.event", "\"event\" is reserved: {{event}} is the text of the event that starts a run");
+        if (it->second.IsNull()) {
+          unset.insert(k);
+          params[k] = "";
+        } else {
+          params[k] = r.str(it->second, "params." + k);
+        }
+      }
+    }
+    for (const auto& [k, v] : opts.set) {
+      if (k.find('.') != std::string::npos) continue;  // a key path, applied to the tree already
+      if (!params.count(k)) {
+        std::vector<std::string> known;
+        for (const auto& [p, pv] : params) known.push_back(p);
+        throw LoadError{make_error(Errc::not_found, t.file + ": --set " + k + ": no such parameter (params: " + join(known) +
+                                                        "; a key path has dots, e.g. budget.tokens)")};
+      }
+      params[k] = v;
+      unset.erase(k);
+    }
+    t.params = params;
+  }
+
+  void read_block_name(const YAML::Node& key) {
+    Block b;
+    b.name = r.name(key, "blocks");
+    if (t.block(b.name)) r.fail(key, "blocks." + b.name, "declared twice");
+    t.blocks.push_back(std::move(b));
+  }
+
+  Block& block_named(const std::string& n) {
+    for (Block& b : t.blocks)
+      if (b.name == n) return b;
+    throw LoadError{make_error(Errc::internal, "block " + n)};
+  }
+
+  void read_block(const std::string& bname, const YAML::Node& n) {
+    const std::string path = "blocks." + bname;
+    Block& b = block_named(bname);
+    if (n.IsNull()) {  // `notes:` alone: an empty block
+      b.view = {bname};
+      return;
+    }
+    r.keys(n, path, {"text", "chat", "view", "writers"});
+    if (auto v = n["text"]) b.text = text(v, path + ".text");
+    if (auto v = n["chat"]) {
+      b.chat = r.str(v, path + ".chat");
+      if (b.chat != "system" && b.chat != "user" && b.chat != "assistant")
+        r.fail(v, path + ".chat", "unknown chat role \"" + Reader::clip(b.chat) + "\" (roles: system, user, assistant)");
+    }
+    if (auto v = n["view"]) {
+      b.view = block_list(v, path + ".view");
+      if (b.view.empty() || b.view.back() != bname)
+        r.fail(v, path + ".view", "the view a block's text is read under ends with the block itself (\"" + bname + "\")");
+    } else {  // every block declared before it, then itself
+      for (const Block& o : t.blocks) {
+        b.view.push_back(o.name);
+        if (o.name == bname) break;
+      }
+    }
+    if (auto v = n["writers"]) b.writers = r.names(v, path + ".writers");
+  }
+
+  std::vector<std::string> block_list(const YAML::Node& n, const std::string& path) {
+    std::vector<std::string> out = r.names(n, path, 1024);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const YAML::Node at = n.IsSequence() ? n[i] : n;
+      const std::string p = n.IsSequence() ? path + "[" + std::to_string(i) + "]" : path;
+      check_block(at, p, out[i]);
+      for (size_t j = 0; j < i; ++j)
+        if (out[j] == out[i]) r.fail(at, p, "block \"" + out[i] + "\" is already in this view");
+    }
+    return out;
+  }
+
+  void check_block(const YAML::Node& at, const std::string& path, const std::string& n) {
+    if (t.block(n)) return;
+    std::vector<std::string> known;
+    for (const Block& b : t.blocks) known.push_back(b.name);
+    r.fail(at, path, "unknown block \"" + n + "\" (blocks: " + join(known) + ")", Errc::not_found);
+  }
+
+  void read_actor(Actor& a, const YAML::Node& n, const std::string& path) {
+    r.map(n, path);
+    const YAML::Node kind = n["kind"];
+    if (!kind) r.fail(n, path + ".kind", "missing (thinker, writer, probe, source or sink)");
+    const std::string k = r.str(kind, path + ".kind");
+    const std::vector<std::string> kinds = {"thinker", "writer", "probe", "source", "sink"};
+    const auto at = std::find(kinds.begin(), kinds.end(), k);
+    if (at == kinds.end()) r.fail(kind, path + ".kind", "unknown role kind \"" + Reader::clip(k) + "\" (kinds: " + join(kinds) + ")");
+    a.kind = static_cast<Kind>(at - kinds.begin());
+    switch (a.kind) {
+      case Kind::thinker:
+      case Kind::writer: read_generator(a, n, path); break;
+      case Kind::probe: read_probe(a, n, path); break;
+      case Kind::source: read_source(a, n, path); break;
+      case Kind::sink: read_sink(a, n, path); break;
+    }
+  }
+
+  YAML::Node required(const YAML::Node& n, const std::string& path, const std::string& key, const std::string& what) {
+    const YAML::Node v = n[key];
+    if (!v) r.fail(n, path + "." + key, "missing: " + what);
+    return v;
+  }
+
+  void read_view_and_writes(Actor& a, const YAML::Node& n, const std::string& path, bool writes) {
+    a.view = block_list(required(n, path, "view", "the blocks it attends to, in order"), path + ".view");
+    if (!writes) return;
+    const YAML::Node w = required(n, path, "writes", "the block it writes");
+    a.writes = r.name(w, path + ".writes");
+    check_block(w, path + ".writes", a.writes);
+    if (std::find(a.view.begin(), a.view.end(), a.writes) == a.view.end())
+      r.fail(w, path + ".writes", "block \"" + a.writes + "\" must be in the actor's view (it reads what it writes)");
+  }
+
+  void read_triggers(Actor& a, const YAML::Node& n, const std::string& path) {
+    if (auto v = n["on"]) a.on = r.names(v, path + ".on");
+    if (auto v = n["after"]) a.after = r.names(v, path + ".after");
+    if (n["on"] && n["after"]) r.fail(n["after"], path + ".after", "give `on` (a run per event) or `after` (one run), not both");
+  }
+
+  void read_generator(Actor& a, const YAML::Node& n, const std::string& path) {
+    const bool thinker = a.kind == Kind::thinker;
+    r.keys(n, path, {"kind", "view", "writes", "prefill", "max_tokens", "stop", "sampling", "emit", "to", "on", "after"});
+    read_view_and_writes(a, n, path, true);
+    if (auto v = n["prefill"]) a.prefill = text(v, path + ".prefill", true);
+    a.max_tokens = thinker ? 256 : 48;
+    if (auto v = n["max_tokens"]) a.max_tokens = static_cast<int>(r.integer(v, path + ".max_tokens", 1, 1 << 20));
+    if (!thinker) a.stop = {"\n"};
+    if (auto v = n["stop"]) {
+      a.stop = r.strings(v, path + ".stop", 16);
+      for (size_t i = 0; i < a.stop.size(); ++i)
+        if (a.stop[i].empty()) r.fail(v, path + ".stop", "an empty stop string would stop at once");
+    }
+    a.sampling = read_sampling(r, n["sampling"], path + ".sampling");
+    if (auto v = n["emit"]) {
+      if (!v.IsSequence()) r.fail(v, path + ".emit", "expected a list of {at: TEXT, event: NAME}, found " + Reader::shape(v));
+      for (size_t i = 0; i < v.size(); ++i) {
+        const std::string p = path + ".emit[" + std::to_string(i) + "]";
+        r.keys(v[i], p, {"at", "event"});
+        Emit e;
+        e.at = r.str(required(v[i], p, "at", "the text that ends a piece (e.g. \"\\n\\n\")"), p + ".at");
+        if (e.at.empty()) r.fail(v[i], p + ".at", "must not be empty");
+        e.event = r.name(required(v[i], p, "event", "the event's name"), p + ".event");
+        a.emits.push_back(e);
+      }
+    }
+    if (auto v = n["to"]) a.to = r.names(v, path + ".to");
+    read_triggers(a, n, path);
+    if (!thinker && a.on.empty() && a.after.empty())
+      r.fail(n, path, "a writer needs a trigger: `on: [event, ...]` (a piece per event) or `after: [...]` (one piece)");
+  }
+
+  void read_probe(Actor& a, const YAML::Node& n, const std::string& path) {
+    r.keys(n, path, {"kind", "view", "question", "candidates", "fire_on", "threshold", "fires", "edge", "watch",
+                     "every_new_tokens", "every_ms", "on"});
+    read_view_and_writes(a, n, path, false);
+    const YAML::Node q = required(n, path, "question", "the text asked after the view (e.g. \"Is anything wrong? Answer:\")");
+    a.question = text(q, path + ".question", true);
+    if (a.question.empty()) r.fail(q, path + ".question", "must not be empty");
+    const YAML::Node c = required(n, path, "candidates", "the answers whose probabilities are compared (e.g. [\" Yes\", \" No\"])");
+    a.candidates = r.strings(c, path + ".candidates", 64);
+    if (a.candidates.size() < 1) r.fail(c, path + ".candidates", "needs at least one candidate");
+    for (size_t i = 0; i < a.candidates.size(); ++i)
+      if (a.candidates[i].empty()) r.fail(c, path + ".candidates", "candidate " + std::to_string(i) + " is empty");
+    a.fire_on = {0};
+    if (auto v = n["fire_on"]) {
+      const auto fs = r.strings(v, path + ".fire_on", 64);
+      a.fire_on.clear();
+      for (size_t i = 0; i < fs.size(); ++i) {
+        const auto it = std::find(a.candidates.begin(), a.candidates.end(), fs[i]);
+        if (it == a.candidates.end()) {
+          std::vector<std::string> quoted;
+          for (const auto& s : a.candidates) quoted.push_back("\"" + s + "\"");
+          r.fail(v.IsSequence() ? v[i] : v, v.IsSequence() ? path + ".fire_on[" + std::to_string(i) + "]" : path + ".fire_on",
+                 "\"" + Reader::clip(fs[i]) + "\" is not a candidate (candidates: " + join(quoted) + ")");
+        }
+        a.fire_on.push_back(static_cast<int>(it - a.candidates.begin()));
+      }
+      if (a.fire_on.empty()) r.fail(v, path + ".fire_on", "needs at least one candidate");
+    }
+    if (auto v = n["threshold"]) a.threshold = static_cast<float>(r.number(v, path + ".threshold", 0, 1));
+    a.fires = a.name + ".fired";
+    if (auto v = n["fires"]) a.fires = r.name(v, path + ".fires");
+    if (auto v = n["edge"]) a.edge = r.boolean(v, path + ".edge");
+    if (auto v = n["watch"]) {
+      a.watch = r.name(v, path + ".watch");
+      check_block(v, path + ".watch", a.watch);
+      a.every_new_tokens = 64;
+    }
+    if (auto v = n["every_new_tokens"]) {
+      if (a.watch.empty()) r.fail(v, path + ".every_new_tokens", "needs `watch: BLOCK` (the block whose new tokens are counted)");
+      a.every_new_tokens = r.integer(v, path + ".every_new_tokens", 1, int64_t{1} << 40);
+    }
+    if (auto v = n["every_ms"]) a.every_ms = static_cast<int>(r.integer(v, path + ".every_ms", 1, 86400000));
+    read_triggers(a, n, path);
+    if (a.watch.empty() && a.every_ms == 0 && a.on.empty())
+      r.fail(n, path, "a probe needs a trigger: `watch: BLOCK` (every_new_tokens), `every_ms: N` or `on: [event, ...]`");
+  }
+
+  void read_source(Actor& a, const YAML::Node& n, const std::string& path) {
+    r.keys(n, path, {"kind", "view", "writes", "from", "every_lines", "emit", "max_lines", "keep_lines", "on", "delay_ms"});
+    const YAML::Node w = required(n, path, "writes", "the block the text goes into");
+    a.writes = r.name(w, path + ".writes");
+    check_block(w, path + ".writes", a.writes);
+    if (auto v = n["view"]) {
+      a.view = block_list(v, path + ".view");
+      if (a.view.empty() || a.view.back() != a.writes) r.fail(v, path + ".view", "a source's view ends with the block it writes");
+    } else {
+      a.view = {a.writes};
+    }
+    const YAML::Node from = required(n, path, "from", "stdin, api, {file: PATH}, {zmq: ENDPOINT} or {text: TEXT}");
+    const std::string fp = path + ".from";
+    if (from.IsScalar()) {
+      const std::string s = from.Scalar();
+      if (s == "stdin") a.from = SourceKind::stdin_lines;
+      else if (s == "api") a.from = SourceKind::api;
+      else r.fail(from, fp, "unknown source \"" + Reader::clip(s) + "\" (stdin, api, {file: PATH}, {zmq: ENDPOINT}, {text: TEXT})");
+    } else {
+      r.keys(from, fp, {"file", "follow", "zmq", "topic", "text"});
+      const int given = (from["file"] ? 1 : 0) + (from["zmq"] ? 1 : 0) + (from["text"] ? 1 : 0);
+      if (given != 1) r.fail(from, fp, "give exactly one of file, zmq, text");
+      if (auto v = from["file"]) {
+        a.from = SourceKind::file;
+        a.path = text(v, fp + ".file");
+        if (a.path.empty()) r.fail(v, fp + ".file", "must not be empty");
+        if (auto f = from["follow"]) a.follow = r.boolean(f, fp + ".follow");
+      } else if (auto v = from["zmq"]) {
+        a.from = SourceKind::zmq;
+        a.endpoint = text(v, fp + ".zmq");
+        if (a.endpoint.find("://") == std::string::npos) r.fail(v, fp + ".zmq", "expected an endpoint such as tcp://127.0.0.1:5556");
+        if (auto tp = from["topic"]) a.topic = r.str(tp, fp + ".topic");
+      } else {
+        a.from = SourceKind::text;
+        a.text = text(from["text"], fp + ".text");
+      }
+      if (a.from != SourceKind::file && from["follow"]) r.fail(from["follow"], fp + ".follow", "only for a file");
+      if (a.from != SourceKind::zmq && from["topic"]) r.fail(from["topic"], fp + ".topic", "only for zmq");
+    }
+    if (auto v = n["every_lines"]) a.every_lines = static_cast<int>(r.integer(v, path + ".every_lines", 1, 1 << 20));
+    if (auto v = n["emit"]) a.emit_event = r.name(v, path + ".emit");
+    if ((a.every_lines > 0) != !a.emit_event.empty())
+      r.fail(n, path, "`every_lines: N` and `emit: EVENT` go together (the event fires every N lines)");
+    if (auto v = n["max_lines"]) a.max_lines = r.integer(v, path + ".max_lines", 1, int64_t{1} << 40);
+    if (auto v = n["keep_lines"]) {
+      a.keep_lines = r.integer(v, path + ".keep_lines", 1, int64_t{1} << 30);
+      if (a.keep_lines < 2 * a.every_lines)
+        r.fail(v, path + ".keep_lines", "must be at least twice every_lines (" + std::to_string(a.every_lines) +
+                                            "): the last every_lines lines are kept when the window is cleared");
+    }
+    read_triggers(a, n, path);
+    if (auto v = n["delay_ms"]) a.delay_ms = static_cast<int>(r.integer(v, path + ".delay_ms", 0, 86400000));
+    if (a.from != SourceKind::text && (!a.on.empty() || !a.after.empty() || n["delay_ms"]))
+      r.fail(n, path, "`on`, `after` and `delay_ms` are for a source of text ({text: ...})");
+  }
+
+  void read_sink(Actor& a, const YAML::Node& n, const std::string& path) {
+    r.keys(n, path, {"kind", "to", "prefix", "on"});
+    const YAML::Node to = required(n, path, "to", "stdout, stderr, callback, {file: PATH} or {zmq: ENDPOINT}");
+    const std::string tp = path + ".to";
+    if (to.IsScalar()) {
+      const std::string s = to.Scalar();
+      if (s == "stdout") a.sink = SinkKind::stdout_stream;
+      else if (s == "stderr") a.sink = SinkKind::stderr_stream;
+      else if (s == "callback") a.sink = SinkKind::callback;
+      else r.fail(to, tp, "unknown sink \"" + Reader::clip(s) + "\" (stdout, stderr, callback, {file: PATH}, {zmq: ENDPOINT})");
+    } else {
+      r.keys(to, tp, {"file", "zmq", "topic"});
+      if ((to["file"] ? 1 : 0) + (to["zmq"] ? 1 : 0) != 1) r.fail(to, tp, "give exactly one of file, zmq");
+      if (auto v = to["file"]) {
+        a.sink = SinkKind::file;
+        a.path = text(v, tp + ".file");
+        if (a.path.empty()) r.fail(v, tp + ".file", "must not be empty");
+      } else {
+        a.sink = SinkKind::zmq;
+        a.endpoint = text(to["zmq"], tp + ".zmq");
+        if (a.endpoint.find("://") == std::string::npos) r.fail(to["zmq"], tp + ".zmq", "expected an endpoint such as tcp://127.0.0.1:5557");
+        if (auto t2 = to["topic"]) a.topic = r.str(t2, tp + ".topic");
+      }
+    }
+    if (auto v = n["prefix"]) a.prefix = r.str(v, path + ".prefix");
+    if (auto v = n["on"]) a.on = r.names(v, path + ".on");
+  }
+
+  // Names across the file: events someone emits, sinks that exist, one writer per block.
+  void resolve(const YAML::Node& root) {
+    const auto emitters = t.emitters();
+    std::vector<std::string> events;
+    for (const auto& [e, who] : emitters) events.push_back(e);
+    const YAML::Node actors = root["actors"];
+    auto check_event = [&](const YAML::Node& at, const std::string& path, const std::string& e) {
+      if (!emitters.count(e))
+        r.fail(at, path, "no actor emits event \"" + e + "\" (events: " + join(events) + ")", Errc::not_found);
+    };
+    auto list_at = [](const YAML::Node& n, size_t i) { return n.IsSequence() ? n[i] : n; };
+    auto list_path = [](const YAML::Node& n, const std::string& p, size_t i) {
+      return n.IsSequence() ? p + "[" + std::to_string(i) + "]" : p;
+    };
+    std::map<std::string, std::vector<std::string>> writers_of;  // block -> actors writing it
+    size_t k = 0;
+    for (auto it = actors.begin(); it != actors.end(); ++it, ++k) {
+      const Actor& a = t.actors[k];
+      const std::string path = "actors." + a.name;
+      for (const char* key : {"on", "after"}) {
+        const YAML::Node n = it->second[key];
+        const auto& list = std::string(key) == "on" ? a.on : a.after;
+        for (size_t i = 0; i < list.size(); ++i) {
+          check_event(list_at(n, i), list_path(n, path + "." + key, i), list[i]);
+          const auto& who = emitters.at(list[i]);
+          if (a.kind != Kind::sink && who.size() == 1 && who[0] == a.name)
+            r.fail(list_at(n, i), list_path(n, path + "." + key, i), "an actor cannot be triggered by its own event \"" + list[i] + "\"");
+        }
+      }
+      const YAML::Node to = it->second["to"];
+      for (size_t i = 0; a.kind != Kind::sink && i < a.to.size(); ++i) {
+        const Actor* s = t.actor(a.to[i]);
+        if (s && s->kind == Kind::sink) continue;
+        std::vector<std::string> sinks;
+        for (const Actor& o : t.actors)
+          if (o.kind == Kind::sink) sinks.push_back(o.name);
+        r.fail(list_at(to, i), list_path(to, path + ".to", i),
+               (s ? "\"" + a.to[i] + "\" is a " + kind_name(s->kind) + ", not a sink" : "unknown sink \"" + a.to[i] + "\"") +
+                   " (sinks: " + join(sinks) + ")",
+               s ? Errc::bad_format : Errc::not_found);
+      }
+      if (!a.writes.empty()) writers_of[a.writes].push_back(a.name);
+    }
+    for (const auto& [b, who] : writers_of) {
+      if (who.size() < 2) continue;
+      const Block& blk = *t.block(b);
+      for (const auto& w : who)
+        if (std::find(blk.writers.begin(), blk.writers.end(), w) == blk.writers.end()) {
+          const YAML::Node at = actors[w]["writes"];
+          r.fail(at, "actors." + w + ".writes",
+                 "block \"" + b + "\" is written by " + join(who) + ": declare them in blocks." + b +
+                     ".writers to let them share it (each write then goes in whole, in arrival order)");
+        }
+    }
+    for (const Block& b : t.blocks) {
+      for (size_t i = 0; i < b.writers.size(); ++i) {
+        const Actor* a = t.actor(b.writers[i]);
+        if (a && a->writes == b.name) continue;
+        const YAML::Node n = root["blocks"][b.name]["writers"];
+        r.fail(list_at(n, i), list_path(n, "blocks." + b.name + ".writers", i),
+               a ? "actor \"" + a->name + "\" does not write this block" : "unknown actor \"" + b.writers[i] + "\"",
+               a ? Errc::bad_format : Errc::not_found);
+      }
+    }
+    const YAML::Node fin = root["finish"];
+    for (size_t i = 0; i < t.finish.size(); ++i) check_event(list_at(fin, i), list_path(fin, "finish", i), t.finish[i]);
+    for (const Actor& a : t.actors)
+      for (const Emit& e : a.emits)
+        if (e.event.size() > 5 && e.event.compare(e.event.size() - 5, 5, ".done") == 0 && e.event != a.name + ".done") {
+          // "x.done" belongs to actor x; emitting it from another would end x's listeners early
+          r.fail(actors[a.name]["emit"], "actors." + a.name + ".emit", "event \"" + e.event + "\" is reserved for actor \"" +
+                                                                          e.event.substr(0, e.event.size() - 5) + "\"");
+        }
+  }
+};
+
+Result<Topology> load(const std::string& bytes, const std::string& file, const LoadOptions& opts) {
+  if (bytes.size() > kMaxFileBytes)
+    return make_error(Errc::out_of_range, file + ": " + std::to_string(bytes.size()) + " bytes: a topology may have at most " +
+                                              std::to_string(kMaxFileBytes) + " bytes");
+  if (const std::string at = first_bad_utf8(bytes); !at.empty())
+    return make_error(Errc::bad_format, file + ":" + at + ": not UTF-8 text (a topology file is UTF-8)");
+  std::set<std::string> overridden;
+  for (const auto& [k, v] : opts.set)
+    if (k.find('.') != std::string::npos) overridden.insert(k);
+  Reader reader(file, overridden);
+  try {
+    YAML::Node root = YAML::Load(bytes);
+    if (!root.IsDefined() || root.IsNull()) return make_error(Errc::bad_format, file + ": empty: a topology needs blocks and actors");
+    if (!root.IsMap()) reader.fail(root, "(top level)", "expected a mapping (name:, blocks:, actors:, ...), found " + Reader::shape(root));
+    for (const auto& [k, v] : opts.set)
+      if (k.find('.') != std::string::npos) apply_set(root, k, v);
+    Loader l{reader, opts, {}, {}, {}};
+    l.t.file = file;
+    l.read(root);
+    if (l.t.name.empty()) {
+      std::string stem = file.substr(file.find_last_of('/') + 1);
+      stem = stem.substr(0, stem.find('.'));
+      l.t.name = stem.empty() ? "topology" : stem;
+    }
+    return std::move(l.t);
+  } catch (const LoadError& e) {
+    return e.error;
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp's guard against deep nesting reports "bad file"; say what it means.
+    const std::string what = e.msg == "bad file" ? "nested too deeply (yaml-cpp stops at 500 levels)" : e.msg;
+    if (e.mark.is_null()) return make_error(Errc::bad_format, file + ": " + what);
+    return make_error(Errc::bad_format,
+                      file + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) + ": " + what);
+  }
+}
+
+}  // namespace
+
+Result<Topology> load_string(const std::string& text, const std::string& file_name, const LoadOptions& opts) {
+  return load(text, file_name, opts);
+}
+
+Result<Topology> load_file(const std::string& path, const LoadOptions& opts) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(Errc::io, path + ": cannot open: " + std::strerror(errno));
+  std::string bytes;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    bytes.append(buf, static_cast<size_t>(in.gcount()));
+    if (bytes.size() > kMaxFileBytes) break;  // load() names the limit
+  }
+  return load(bytes, path, opts);
+}
+
+}  // namespace chorus::topology
