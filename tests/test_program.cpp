@@ -1,0 +1,263 @@
+// The shipped topologies, run end to end with the default model and small budgets. The tests
+// assert structure — events fired, blocks written, sinks fed, the order of things in time — not
+// the model's wording.
+#include <gtest/gtest.h>
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <unistd.h>
+#include <zmq.hpp>
+
+#include "actors/program.h"
+#include "engine/model.h"
+#include "gpu/cpu_device.h"
+#include "tests/model_fixture.h"
+#include "tests/test_util.h"
+
+namespace chorus {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Seen {
+  std::string name;  // event name, or "sink:<sink>"
+  std::string text;
+  double at = 0;     // seconds since the run started (one clock for events and sinks)
+};
+
+struct Outcome {
+  std::vector<Seen> seen;
+  ProgramReport report;
+
+  std::vector<Seen> named(const std::string& n) const {
+    std::vector<Seen> out;
+    for (const auto& s : seen)
+      if (s.name == n) out.push_back(s);
+    return out;
+  }
+  double first(const std::string& n) const {
+    for (const auto& s : seen)
+      if (s.name == n) return s.at;
+    return -1;
+  }
+};
+
+class ProgramTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+    (void)gguf;
+    ASSERT_NO_FATAL_FAILURE(test::load_model(default_model_path(), &model_, &device_));
+  }
+
+  // Runs topologies/<file> with `sets`; `during` (if any) runs on this thread while it does.
+  Outcome run_topology(const std::string& file, std::vector<std::pair<std::string, std::string>> sets,
+          const std::function<void(Program&)>& during = {}) {
+    Outcome out;
+    topology::LoadOptions lo;
+    lo.set = std::move(sets);
+    auto t = topology::load_file(std::string(CHORUS_TOPOLOGIES_DIR) + "/" + file, lo);
+    EXPECT_TRUE(t.ok()) << t.error().message;
+    if (!t) return out;
+    std::mutex m;
+    const auto t0 = Clock::now();
+    auto note = [&](std::string name, std::string text) {
+      std::lock_guard<std::mutex> l(m);
+      out.seen.push_back({std::move(name), std::move(text), std::chrono::duration<double>(Clock::now() - t0).count()});
+    };
+    ProgramHooks hooks;
+    hooks.event = [&](const ProgramEvent& e) { note(e.name, e.text); };
+    hooks.sink = [&](const std::string& sink, const std::string& text) { note("sink:" + sink, text); };
+    caf::actor_system_config cfg;
+    cfg.set("scheduler.max-threads", 2);
+    caf::actor_system sys{cfg};
+    auto p = Program::start(sys, *t, *model_, *device_, hooks);
+    EXPECT_TRUE(p.ok()) << p.error().message;
+    if (!p) return out;
+    if (during) during(**p);
+    out.report = (*p)->wait();
+    EXPECT_TRUE(out.report.ok()) << out.report.error;
+    return out;
+  }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<CpuDevice> device_;
+};
+
+TEST_F(ProgramTest, ThinkerWriterInterleaves) {
+  Outcome r = run_topology("thinker_writer.yaml", {{"actors.thinker.max_tokens", "64"},
+                                      {"actors.notes_out.to", "callback"},
+                                      {"actors.thoughts_out.to", "callback"}});
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  EXPECT_GE(r.named("paragraph").size(), 1u);
+  const auto notes = r.named("sink:notes_out");
+  ASSERT_GE(notes.size(), 1u);
+  EXPECT_FALSE(notes[0].text.empty());
+  EXPECT_FALSE(r.named("sink:thoughts_out").empty());
+  EXPECT_GT(r.report.block_tokens.at("thoughts"), 0);
+  EXPECT_GT(r.report.block_tokens.at("notes"), 0);
+  // The writer's first line comes while the thinker is still generating.
+  ASSERT_GE(r.first("thinker.done"), 0);
+  EXPECT_LT(notes[0].at, r.first("thinker.done"));
+  EXPECT_GE(r.first("writer.done"), r.first("thinker.done"));
+}
+
+TEST_F(ProgramTest, ParallelSolversShareAndAnswer) {
+  Outcome r = run_topology("parallel_solvers.yaml", {{"actors.worker1.max_tokens", "24"},
+                                        {"actors.worker2.max_tokens", "24"},
+                                        {"actors.worker3.max_tokens", "24"},
+                                        {"actors.final.max_tokens", "16"},
+                                        {"actors.out.to", "callback"}});
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  for (const char* w : {"w1", "w2", "w3", "answer"}) EXPECT_GT(r.report.block_tokens.at(w), 0) << w;
+  for (const char* n : {"note1", "note2", "note3"}) EXPECT_GE(r.named(n).size(), 1u) << n;
+  // The workers ran at the same time: each finished after all three had started writing notes
+  // (their steps were batched together), and the answer came after the last one.
+  const double last_done = std::max({r.first("worker1.done"), r.first("worker2.done"), r.first("worker3.done")});
+  const auto answer = r.named("sink:out");
+  ASSERT_FALSE(answer.empty());
+  const Seen& final_piece = answer.back();
+  EXPECT_GT(final_piece.at, last_done);
+  EXPECT_LE(r.report.generated_tokens, 3 * 24 + 16);
+}
+
+TEST_F(ProgramTest, ClarificationArrivesMidReasoning) {
+  Outcome r = run_topology("clarification.yaml", {{"actors.thinker.max_tokens", "80"}, {"actors.out.to", "callback"}});
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  const double in = r.first("user_more.done");
+  ASSERT_GE(in, 0);
+  EXPECT_LT(in, r.first("thinker.done")) << "the second part must arrive while the thinker reasons";
+  int lines_after = 0;
+  for (const auto& s : r.named("line")) lines_after += s.at > in;
+  EXPECT_GE(lines_after, 1) << "the thinker must go on after the second part is in";
+  // The prompt block holds both parts: the first turn and the appended second one.
+  EXPECT_GT(r.report.block_tokens.at("prompt"), 20);
+  EXPECT_FALSE(r.named("sink:out").empty());
+}
+
+// 5 incidents in 500 lines from the shipped generator: the probe must catch at least 4, each
+// within a bounded number of lines; printed: detection rate, delays, false alarms.
+TEST_F(ProgramTest, LogMonitorCatchesIncidents) {
+  char dir[] = "/tmp/chorus-logmon-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string log = std::string(dir) + "/app.log";
+  const std::string cmd = "python3 " + std::string(CHORUS_TOPOLOGIES_DIR) + "/loggen.py " + log +
+                          " --lines 500 --incidents 5 --rate 0 --seed 7";
+  std::FILE* gen = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(gen, nullptr);
+  std::vector<std::pair<int, std::string>> truth;  // line number, text
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, gen)) {
+    auto j = nlohmann::json::parse(buf);
+    truth.emplace_back(j["line"].get<int>(), j["text"].get<std::string>());
+  }
+  ASSERT_EQ(::pclose(gen), 0);
+  ASSERT_EQ(truth.size(), 5u);
+
+  Outcome r = run_topology("log_monitor.yaml", {{"log", log}, {"actors.tail.max_lines", "500"}, {"actors.alerts_out.to", "callback"}});
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  // Line n of the log is in the block (and asked about) from the n-th new_line event on.
+  std::vector<double> line_at;
+  for (const auto& s : r.named("new_line")) line_at.push_back(s.at);
+  ASSERT_EQ(line_at.size(), 500u);
+  int caught = 0, false_alarms = 0;
+  std::vector<double> delay_lines, delay_ms;
+  std::vector<bool> matched(truth.size());
+  for (const auto& s : r.named("incident")) {
+    size_t k = 0;
+    while (k < truth.size() && s.text.find(truth[k].second) == std::string::npos) ++k;
+    if (k == truth.size()) {
+      ++false_alarms;
+      continue;
+    }
+    if (matched[k]) continue;
+    matched[k] = true;
+    ++caught;
+    const int line = truth[k].first;
+    int in = 0;  // lines in when it fired
+    while (in < static_cast<int>(line_at.size()) && line_at[static_cast<size_t>(in)] <= s.at) ++in;
+    delay_lines.push_back(in - line);
+    delay_ms.push_back(1000 * (s.at - line_at[static_cast<size_t>(line - 1)]));
+  }
+  std::string dl, dm;
+  for (double d : delay_lines) dl += " " + std::to_string(static_cast<int>(d));
+  for (double d : delay_ms) dm += " " + std::to_string(static_cast<int>(d));
+  std::printf("log_monitor: caught %d of 5 incidents in 500 lines (%.1f s), false alarms %d; delay in lines:%s; in ms:%s\n",
+              caught, r.report.seconds, false_alarms, dl.c_str(), dm.c_str());
+  EXPECT_GE(caught, 4);
+  EXPECT_LE(false_alarms, 5);
+  for (double d : delay_lines) EXPECT_LE(d, 64) << "a probe must keep up with the log";
+  EXPECT_GE(r.named("sink:alerts_out").size(), 4u) << "a writer's alert per incident (and the incident lines)";
+  std::remove(log.c_str());
+  ::rmdir(dir);
+}
+
+// A pipeline of processes around the agent: readings in on one ZeroMQ socket, status lines out
+// on another.
+TEST_F(ProgramTest, ZmqBridgeAnswersEachReading) {
+  const std::string base = "ipc:///tmp/chorus-bridge-" + std::to_string(::getpid());
+  zmq::context_t ctx(1);
+  zmq::socket_t pub(ctx, zmq::socket_type::pub);
+  pub.set(zmq::sockopt::linger, 0);
+  pub.bind(base + "-in");
+  std::vector<std::string> got;
+  Outcome r = run_topology("zmq_bridge.yaml", {{"in", base + "-in"}, {"out", base + "-out"}, {"budget.seconds", "60"}},
+              [&](Program& p) {
+                zmq::socket_t sub(ctx, zmq::socket_type::sub);
+                sub.set(zmq::sockopt::linger, 0);
+                sub.set(zmq::sockopt::rcvtimeo, 200);
+                sub.set(zmq::sockopt::subscribe, "status");
+                sub.connect(base + "-out");
+                // Publish until answers come back (a SUB socket misses what is sent before it joins).
+                for (int i = 0; i < 100 && got.size() < 2; ++i) {
+                  const std::string reading = "battery=" + std::to_string(90 - i) + "% obstacle=" + (i % 3 ? "no" : "yes");
+                  pub.send(zmq::buffer(std::string("sensor")), zmq::send_flags::sndmore);
+                  pub.send(zmq::buffer(reading), zmq::send_flags::none);
+                  zmq::message_t topic, text;
+                  if (sub.recv(topic) && topic.more() && sub.recv(text)) got.push_back(text.to_string());
+                }
+                p.stop();
+              });
+  EXPECT_EQ(r.report.ended_by, "stopped");
+  ASSERT_GE(got.size(), 2u);
+  for (const auto& g : got) EXPECT_FALSE(g.empty());
+  EXPECT_GE(r.named("reading").size(), got.size());
+}
+
+// Outcome-time errors name the block or actor, and nothing is left running.
+TEST(ProgramErrors, RefusedBlocksAndSinksAreNamed) {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CpuDevice> device;
+  ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/tiny_llama_f32.gguf", &model, &device));
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  const std::string base = R"(engine: {max_view_tokens: 16}
+blocks:
+  a:
+    text: "TEXT"
+actors:
+  s:
+    kind: sink
+    to: {file: "/nonexistent/dir/out.txt"}
+)";
+  auto load = [](const std::string& text) { return topology::load_string(text, "e.yaml"); };
+  auto t = load(std::string(base).replace(base.find("TEXT"), 4, std::string(200, 'x')));
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  auto p = Program::start(sys, *t, *model, *device);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().message.find("e.yaml: block a: "), std::string::npos) << p.error().message;
+  t = load(std::string(base).replace(base.find("TEXT"), 4, "hi"));
+  ASSERT_TRUE(t.ok());
+  p = Program::start(sys, *t, *model, *device);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().message, "e.yaml: actors.s: cannot open /nonexistent/dir/out.txt: No such file or directory");
+}
+
+}  // namespace
+}  // namespace chorus
