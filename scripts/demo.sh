@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Set-up (scripts/setup.sh), then the main job: ask the default model a question, with the
-# answer streamed as it is generated.
+# Set-up (scripts/setup.sh), then the main job: the AsyncLLM paper's thinker-writer agent on a
+# question — a thinker reasons while a writer, seeing the thinker's block live, writes a short
+# line after each line of reasoning (topologies/thinker_writer.yaml).
 #   scripts/demo.sh ["your question"]
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$ROOT/scripts/setup.sh"
 BUILD_DIR=${CHORUS_BUILD_DIR:-$ROOT/build}
-QUESTION=${1:-"What is the capital of France?"}
+QUESTION=${1:-"Why is the sky blue?"}
 echo
-# SmolLM2's template inserts its own system prompt; the 135M model at 4 bits answers better
-# with a plain one (llama.cpp gives the same answers: chorus matches it token for token).
-echo "== chorus generate --chat --system \"You are a helpful assistant.\" \"$QUESTION\""
-"$BUILD_DIR/chorus" generate --chat --system "You are a helpful assistant." -n 128 -v "$QUESTION"
+echo "== chorus run topologies/thinker_writer.yaml --input \"$QUESTION\""
+"$BUILD_DIR/chorus" run "$ROOT/topologies/thinker_writer.yaml" --input "$QUESTION"

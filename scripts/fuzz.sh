@@ -19,7 +19,10 @@ CORPUS="$ROOT/fuzz/corpus-$TARGET"
 mkdir -p "$CORPUS"
 case "$TARGET" in
   frame_fuzz) cmake --build "$BUILD" --target frame_seeds && "$BUILD/fuzz/frame_seeds" "$CORPUS" ;;
+  topology_fuzz) cp "$ROOT"/topologies/*.yaml "$CORPUS"/ ;;
   *) python3 "$ROOT/fuzz/make_seeds.py" "$TARGET" "$CORPUS" ;;
 esac
+DICT=()
+[ -f "$ROOT/fuzz/${TARGET%_fuzz}.dict" ] && DICT=(-dict="$ROOT/fuzz/${TARGET%_fuzz}.dict")
 "$BUILD/fuzz/$TARGET" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -rss_limit_mb=2048 \
-  -print_final_stats=1 "$CORPUS"
+  -print_final_stats=1 "${DICT[@]}" "$CORPUS"
