@@ -259,5 +259,61 @@ actors:
   EXPECT_EQ(p.error().message, "e.yaml: actors.s: cannot open /nonexistent/dir/out.txt: No such file or directory");
 }
 
+// How a program ends, on the tiny model: a token budget, a finish event, a time budget.
+TEST(ProgramEnds, ByTokenBudgetFinishEventAndTime) {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CpuDevice> device;
+  ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/tiny_llama_f32.gguf", &model, &device));
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  auto run = [&](const std::string& text) {
+    auto t = topology::load_string(text, "e.yaml");
+    EXPECT_TRUE(t.ok()) << t.error().message;
+    auto p = Program::start(sys, *t, *model, *device);
+    EXPECT_TRUE(p.ok()) << p.error().message;
+    return (*p)->wait();
+  };
+  const std::string base = R"(blocks:
+  a: {text: "hello world"}
+  b:
+  c:
+actors:
+  long:
+    kind: thinker
+    view: [a, b]
+    writes: b
+    prefill: " the"
+    max_tokens: 400
+    stop: []
+  short:
+    kind: thinker
+    view: [a, c]
+    writes: c
+    prefill: " a"
+    max_tokens: 3
+)";
+  ProgramReport r = run(base + "budget: {tokens: 20}\n");
+  EXPECT_EQ(r.ended_by, "token budget");
+  EXPECT_GE(r.generated_tokens, 20);
+  EXPECT_LT(r.generated_tokens, 400);
+  r = run(base + "finish: [short.done]\n");
+  EXPECT_EQ(r.ended_by, "finish event short.done");
+  EXPECT_LE(r.block_tokens.at("c"), 1 + 3);
+  EXPECT_LT(r.block_tokens.at("b"), 1 + 400) << "the long thinker was cut short";
+  r = run(R"(budget: {seconds: 0.3}
+blocks:
+  log:
+actors:
+  tail:
+    kind: source
+    from: {file: /nonexistent/never.log}
+    writes: log
+)");
+  EXPECT_EQ(r.ended_by, "time budget");
+  EXPECT_GE(r.seconds, 0.3);
+  EXPECT_LT(r.seconds, 5.0);
+}
+
 }  // namespace
 }  // namespace chorus
