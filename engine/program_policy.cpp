@@ -1,0 +1,109 @@
+#include "engine/program_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace chorus {
+
+ProgramPolicy::ProgramPolicy(ProgramPolicyOptions opts) : opts_(opts) {
+  opts_.low_watermark = std::min(opts_.low_watermark, opts_.high_watermark);
+}
+
+bool ProgramPolicy::due(double now) {
+  if (now - last_check_ < opts_.check_period_s) return false;
+  last_check_ = now;
+  return true;
+}
+
+double ProgramPolicy::decay(double acting_s) const {
+  return std::exp2(-std::max(0.0, acting_s) / opts_.decay_tau_s);
+}
+
+double ProgramPolicy::pause_key(const ProgramSnapshot& p, double now) const {
+  const double c = static_cast<double>(p.pages);
+  return p.phase == ProgramPhase::acting ? c * decay(now - p.phase_since) : c;
+}
+
+double ProgramPolicy::restore_key(const ProgramSnapshot& p, double now) const {
+  return static_cast<double>(p.pages) * std::exp2(-std::max(0.0, now - p.paused_since) / opts_.aging_s);
+}
+
+PauseMode ProgramPolicy::pause_mode(int64_t pages, int64_t host_free_pages) const {
+  const double c = static_cast<double>(pages);
+  const double drop = opts_.recompute_linear * c + opts_.recompute_quadratic * c * c;
+  const double offload = 2 * opts_.offload_per_page * c;
+  return pages <= host_free_pages && offload < drop ? PauseMode::offload : PauseMode::drop;
+}
+
+PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot> programs) const {
+  PolicyDecision d;
+  const double cap = static_cast<double>(opts_.capacity_pages);
+  int64_t resident = 0, host_used = 0;
+  std::vector<const ProgramSnapshot*> active, waiting;
+  for (const ProgramSnapshot& p : programs) {
+    if (p.state == ProgramState::active) {
+      resident += p.pages;
+      active.push_back(&p);
+    } else if (p.state == ProgramState::paused) {
+      if (p.offloaded) host_used += p.pages;
+      waiting.push_back(&p);
+    }
+  }
+
+  // Over the high watermark: pause, acting before reasoning, smallest weighted size first.
+  const double high = opts_.high_watermark * cap;
+  if (static_cast<double>(resident) > high) {
+    std::stable_sort(active.begin(), active.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
+      const bool aa = a->phase == ProgramPhase::acting, ba = b->phase == ProgramPhase::acting;
+      if (aa != ba) return aa;
+      const double ka = pause_key(*a, now), kb = pause_key(*b, now);
+      return ka != kb ? ka < kb : a->id < b->id;
+    });
+    std::vector<const ProgramSnapshot*> victims;
+    int64_t left = resident;
+    for (const ProgramSnapshot* p : active) {
+      if (static_cast<double>(left) <= high) break;
+      victims.push_back(p);
+      left -= p->pages;
+    }
+    // Victims that are not needed to get below the watermark stay, the largest first (the greedy
+    // can overshoot: freeing 1 then 10 pages when 10 alone would do).
+    std::vector<const ProgramSnapshot*> by_size = victims;
+    std::stable_sort(by_size.begin(), by_size.end(), [](auto* a, auto* b) { return a->pages > b->pages; });
+    for (const ProgramSnapshot* p : by_size)
+      if (static_cast<double>(left + p->pages) <= high) {
+        left += p->pages;
+        std::erase(victims, p);
+      }
+    for (const ProgramSnapshot* p : victims) {
+      const PauseMode m = pause_mode(p->pages, opts_.host_capacity_pages - host_used);
+      if (m == PauseMode::offload) host_used += p->pages;
+      d.pause.emplace_back(p->id, m);
+    }
+    resident = left;
+  }
+
+  // The restore queue: ready to reason first, then the smallest aged size.
+  std::stable_sort(waiting.begin(), waiting.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
+    const bool ar = a->phase == ProgramPhase::reasoning, br = b->phase == ProgramPhase::reasoning;
+    if (ar != br) return ar;
+    const double ka = restore_key(*a, now), kb = restore_key(*b, now);
+    return ka != kb ? ka < kb : a->id < b->id;
+  });
+  const double low = opts_.low_watermark * cap;
+  size_t next = 0;
+  if (d.pause.empty() && static_cast<double>(resident) < low) {
+    for (; next < waiting.size(); ++next) {
+      const ProgramSnapshot* p = waiting[next];
+      const bool alone = resident == 0 && d.restore.empty();
+      if (static_cast<double>(resident + p->pages) > low && !alone) break;  // in order: no skipping
+      d.restore.push_back(p->id);
+      resident += p->pages;
+    }
+  }
+  for (size_t i = next; i < waiting.size() && static_cast<int>(i - next) < opts_.prewarm_depth; ++i)
+    if (!waiting[i]->tools_warm) d.prewarm.push_back(waiting[i]->id);
+  return d;
+}
+
+}  // namespace chorus

@@ -1,0 +1,207 @@
+// The program-aware scheduling policy, fed with numbers and a clock: no model, no actors.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/program_policy.h"
+
+namespace chorus {
+namespace {
+
+ProgramSnapshot active(uint64_t id, int64_t pages, ProgramPhase phase = ProgramPhase::reasoning, double since = 0) {
+  ProgramSnapshot p;
+  p.id = id;
+  p.pages = pages;
+  p.phase = phase;
+  p.phase_since = since;
+  return p;
+}
+
+ProgramSnapshot paused(uint64_t id, int64_t pages, double since, ProgramPhase phase = ProgramPhase::reasoning) {
+  ProgramSnapshot p = active(id, pages, phase);
+  p.state = ProgramState::paused;
+  p.paused_since = since;
+  return p;
+}
+
+ProgramPolicyOptions opts(int64_t capacity = 100) {
+  ProgramPolicyOptions o;
+  o.capacity_pages = capacity;
+  o.high_watermark = 0.9;
+  o.low_watermark = 0.7;
+  return o;
+}
+
+std::vector<uint64_t> ids(const std::vector<std::pair<uint64_t, PauseMode>>& v) {
+  std::vector<uint64_t> out;
+  for (const auto& [id, m] : v) out.push_back(id);
+  return out;
+}
+
+TEST(ProgramPolicy, NothingMovesBetweenTheWatermarks) {
+  ProgramPolicy pol(opts());
+  std::vector<ProgramSnapshot> ps = {active(1, 40), active(2, 40), paused(3, 5, 0)};  // 80: between 70 and 90
+  EXPECT_TRUE(pol.decide(10, ps).restore.empty());
+  EXPECT_TRUE(pol.decide(10, ps).pause.empty());
+}
+
+TEST(ProgramPolicy, PausesActingBeforeReasoningShortestFirstUntilBelowHigh) {
+  ProgramPolicy pol(opts());
+  // 110 resident, high = 90: 20 pages must go. The acting ones go first, smallest first: 8 (102
+  // left), then 15 (87): enough. The reasoning programs stay, small as the 10 is.
+  std::vector<ProgramSnapshot> ps = {active(1, 30), active(2, 10), active(3, 25, ProgramPhase::acting, 10),
+                                     active(4, 15, ProgramPhase::acting, 10), active(5, 8, ProgramPhase::acting, 10),
+                                     active(6, 22)};
+  const auto d = pol.decide(10, ps);  // all acting for 0 s: weights 1
+  EXPECT_EQ(ids(d.pause), (std::vector<uint64_t>{5, 4}));
+  EXPECT_TRUE(d.restore.empty());
+}
+
+TEST(ProgramPolicy, LongToolCallsDecayAnActingProgramsWeight) {
+  ProgramPolicy pol(opts());
+  // Acting 30 pages for 10 s (f = 2^-5: weight ~0.94) versus acting 10 pages just now (weight 10).
+  std::vector<ProgramSnapshot> ps = {active(1, 60), active(2, 10, ProgramPhase::acting, 10),
+                                     active(3, 30, ProgramPhase::acting, 0)};
+  EXPECT_NEAR(pol.pause_key(ps[2], 10), 30.0 / 32, 1e-12);
+  const auto d = pol.decide(10, ps);
+  ASSERT_FALSE(d.pause.empty());
+  EXPECT_EQ(d.pause.front().first, 3u) << "the program whose tool has run long goes first, though larger";
+  EXPECT_EQ(ids(d.pause), (std::vector<uint64_t>{3}));  // 100 - 30 = 70 <= 90: enough
+}
+
+TEST(ProgramPolicy, VictimsThatAreNotNeededStay) {
+  ProgramPolicy pol(opts());
+  // 103 resident, 13 to go: shortest first takes 1 (102 left), then 12 (90): both are needed.
+  std::vector<ProgramSnapshot> ps = {active(1, 12), active(2, 1), active(3, 90)};
+  EXPECT_EQ(ids(pol.decide(0, ps).pause), (std::vector<uint64_t>{2, 1}));
+  // 102 resident, 12 to go: shortest first again takes 1, then 12 — but 12 alone is enough, so
+  // the 1-page program stays (sum c^2: 144 instead of 145).
+  std::vector<ProgramSnapshot> ps2 = {active(1, 12), active(2, 1), active(3, 89)};
+  EXPECT_EQ(ids(pol.decide(0, ps2).pause), (std::vector<uint64_t>{1}));
+}
+
+// The paper's theorem, checked where it holds: among victims that all have to go (no overshoot
+// choice), shortest-first gives the least sum of c^2; and on random instances the chosen set is
+// always enough, and never costs more than plain shortest-first.
+TEST(ProgramPolicy, VictimsAreEnoughAndNoWorseThanShortestFirst) {
+  std::mt19937 rng(7);
+  ProgramPolicy pol(opts(1000));
+  int optimal = 0, greedy_optimal = 0, considered = 0;
+  const int trials = 300;
+  for (int t = 0; t < trials; ++t) {
+    std::vector<ProgramSnapshot> ps;
+    const int n = 2 + static_cast<int>(rng() % 9);
+    int64_t total = 0;
+    for (int i = 0; i < n; ++i) {
+      ps.push_back(active(static_cast<uint64_t>(i + 1), 1 + static_cast<int64_t>(rng() % 300)));
+      total += ps.back().pages;
+    }
+    if (total <= 900) continue;
+    const int64_t need = total - 900;
+    ++considered;
+    const auto d = pol.decide(0, ps);
+    int64_t freed = 0;
+    double cost = 0;
+    for (auto id : ids(d.pause)) {
+      freed += ps[id - 1].pages;
+      cost += static_cast<double>(ps[id - 1].pages * ps[id - 1].pages);
+    }
+    EXPECT_GE(freed, need);
+    // Plain shortest-first, and the best subset by brute force.
+    std::vector<int64_t> sizes;
+    for (const auto& p : ps) sizes.push_back(p.pages);
+    std::sort(sizes.begin(), sizes.end());
+    double greedy = 0;
+    for (int64_t f = 0, i = 0; f < need; ++i) {
+      f += sizes[static_cast<size_t>(i)];
+      greedy += static_cast<double>(sizes[static_cast<size_t>(i)] * sizes[static_cast<size_t>(i)]);
+    }
+    EXPECT_LE(cost, greedy);
+    double best = 1e300;
+    for (uint32_t mask = 1; mask < (1u << n); ++mask) {
+      int64_t f = 0;
+      double c = 0;
+      for (int i = 0; i < n; ++i)
+        if (mask & (1u << i)) {
+          f += ps[static_cast<size_t>(i)].pages;
+          c += static_cast<double>(ps[static_cast<size_t>(i)].pages * ps[static_cast<size_t>(i)].pages);
+        }
+      if (f >= need) best = std::min(best, c);
+    }
+    optimal += cost == best;
+    greedy_optimal += greedy == best;
+  }
+  std::printf("least sum(c^2): chorus's victims in %d of %d instances, plain shortest-first in %d\n", optimal, considered,
+              greedy_optimal);
+  EXPECT_GE(optimal, greedy_optimal);
+}
+
+TEST(ProgramPolicy, RestoresReadyProgramsFirstThenShortestInOrder) {
+  ProgramPolicy pol(opts());
+  std::vector<ProgramSnapshot> ps = {active(1, 20), paused(2, 30, 0, ProgramPhase::acting), paused(3, 25, 0),
+                                     paused(4, 10, 0), paused(5, 40, 0)};
+  // 20 resident, low = 70: room for 50. Queue: 4 (10), 3 (25), 5 (40), then acting 2.
+  const auto d = pol.decide(0, ps);
+  EXPECT_TRUE(d.pause.empty());
+  EXPECT_EQ(d.restore, (std::vector<uint64_t>{4, 3}));  // 5 would go over; nothing behind it skips ahead
+  ProgramPolicyOptions o = opts();
+  o.prewarm_depth = 2;
+  EXPECT_EQ(ProgramPolicy(o).decide(0, ps).prewarm, (std::vector<uint64_t>{5, 2}));
+  ps[4].tools_warm = true;
+  EXPECT_EQ(ProgramPolicy(o).decide(0, ps).prewarm, (std::vector<uint64_t>{2}));
+}
+
+TEST(ProgramPolicy, AgingLetsALargeProgramThrough) {
+  ProgramPolicy pol(opts());  // aging 30 s
+  // At t=100 program 2 has waited 100 s (key 40 * 2^(-100/30) ~ 4.0); program 3 just came (10).
+  auto d = pol.decide(100, std::vector<ProgramSnapshot>{active(1, 20), paused(2, 40, 0), paused(3, 10, 100)});
+  EXPECT_EQ(d.restore, (std::vector<uint64_t>{2, 3}));
+  // Had both just come, the small one would go first.
+  d = pol.decide(0.5, std::vector<ProgramSnapshot>{active(1, 20), paused(2, 40, 0), paused(3, 10, 0)});
+  EXPECT_EQ(d.restore, (std::vector<uint64_t>{3, 2}));
+}
+
+TEST(ProgramPolicy, AProgramLargerThanTheBudgetRunsAlone) {
+  ProgramPolicy pol(opts());
+  std::vector<ProgramSnapshot> ps = {paused(1, 95, 0), paused(2, 5, 0)};
+  // The small one first; the big one cannot fit beside it and does not skip it...
+  EXPECT_EQ(pol.decide(0, ps).restore, (std::vector<uint64_t>{2}));
+  // ...but alone, with nothing resident, it runs.
+  EXPECT_EQ(pol.decide(0, std::vector<ProgramSnapshot>{paused(1, 95, 0)}).restore, (std::vector<uint64_t>{1}));
+}
+
+TEST(ProgramPolicy, PauseModeByCost) {
+  ProgramPolicyOptions o = opts();
+  o.host_capacity_pages = 50;
+  ProgramPolicy pol(o);
+  EXPECT_EQ(pol.pause_mode(40, 50), PauseMode::offload);   // copying beats a re-prefill
+  EXPECT_EQ(pol.pause_mode(40, 30), PauseMode::drop);      // no room in host memory
+  o.offload_per_page = 100;                                 // a slow link: recompute is cheaper
+  EXPECT_EQ(ProgramPolicy(o).pause_mode(4, 50), PauseMode::drop);
+  // Offload room is shared within one decision.
+  std::vector<ProgramSnapshot> ps = {active(1, 40, ProgramPhase::acting), active(2, 40, ProgramPhase::acting),
+                                     active(3, 40), active(4, 40)};
+  const auto d = pol.decide(0, ps);  // 160 resident: two must go; host memory holds one
+  ASSERT_EQ(d.pause.size(), 2u);
+  EXPECT_EQ(d.pause[0].second, PauseMode::offload);
+  EXPECT_EQ(d.pause[1].second, PauseMode::drop);
+}
+
+TEST(ProgramPolicy, ChecksArePeriodic) {
+  ProgramPolicy pol(opts());  // every 5 s
+  EXPECT_TRUE(pol.due(0));
+  EXPECT_FALSE(pol.due(4.9));
+  EXPECT_TRUE(pol.due(5.0));
+  EXPECT_FALSE(pol.due(9.0));
+}
+
+TEST(ProgramPolicy, DecayHalvesEveryTau) {
+  ProgramPolicy pol(opts());  // tau 2 s
+  EXPECT_DOUBLE_EQ(pol.decay(0), 1.0);
+  EXPECT_DOUBLE_EQ(pol.decay(2), 0.5);
+  EXPECT_DOUBLE_EQ(pol.decay(6), 0.125);
+  EXPECT_DOUBLE_EQ(pol.decay(-1), 1.0);  // a clock that stepped back does not inflate a weight
+}
+
+}  // namespace
+}  // namespace chorus
