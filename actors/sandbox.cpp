@@ -1,0 +1,310 @@
+#include "actors/sandbox.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace chorus {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Where pids cgroups can be made, or "" (none: no process cap, kills by process group only).
+const std::string& cgroup_root() {
+  static const std::string root = [] {
+    for (const char* c : {"/sys/fs/cgroup/pids", "/sys/fs/cgroup"}) {
+      const std::string probe = std::string(c) + "/chorus-probe-" + std::to_string(::getpid());
+      if (std::string(c) == "/sys/fs/cgroup" && !fs::exists("/sys/fs/cgroup/cgroup.controllers")) continue;
+      if (::mkdir(probe.c_str(), 0755) != 0) continue;
+      const bool has_max = fs::exists(probe + "/pids.max");
+      ::rmdir(probe.c_str());
+      if (has_max) return std::string(c);
+    }
+    return std::string();
+  }();
+  return root;
+}
+
+// The absolute path of `name` in PATH ("" if not found); a name with a slash is taken as is.
+std::string find_in_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (size_t i = 0; i <= p.size();) {
+    const size_t colon = std::min(p.find(':', i), p.size());
+    const std::string cand = (colon > i ? p.substr(i, colon - i) : ".") + "/" + name;
+    if (::access(cand.c_str(), X_OK) == 0) return cand;
+    i = colon + 1;
+  }
+  return "";
+}
+
+const std::string& bwrap_path() {
+  static const std::string p = [] {
+    if (const char* e = std::getenv("CHORUS_SANDBOX"); e && std::string(e) == "plain") return std::string();
+    const std::string b = find_in_path("bwrap");
+    if (b.empty()) return b;
+    // It must work here (user namespaces may be off): one trial run.
+    const std::string cmd = b + " --ro-bind / / --dev /dev --proc /proc --unshare-all --die-with-parent true 2>/dev/null";
+    return std::system(cmd.c_str()) == 0 ? b : std::string();
+  }();
+  return p;
+}
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  return static_cast<bool>(f.flush());
+}
+
+// Kills every process in the cgroup until it is empty.
+void kill_cgroup_members(const std::string& cg) {
+  if (cg.empty()) return;
+  for (int round = 0; round < 200; ++round) {
+    std::ifstream procs(cg + "/cgroup.procs");
+    bool any = false;
+    for (pid_t pid; procs >> pid;) {
+      any = true;
+      ::kill(pid, SIGKILL);
+    }
+    if (!any) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// ... and removes it.
+void kill_cgroup(const std::string& cg) {
+  if (cg.empty()) return;
+  kill_cgroup_members(cg);
+  ::rmdir(cg.c_str());
+}
+
+}  // namespace
+
+std::string ToolResult::describe() const {
+  char buf[96];
+  if (timed_out) {
+    std::snprintf(buf, sizeof buf, "timed out after %.1f s (killed)", seconds);
+    return buf;
+  }
+  if (output_truncated) return "output went past the limit (killed)";
+  if (signal != 0) return std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) + ")";
+  return "exited with status " + std::to_string(exit_code);
+}
+
+std::string Sandbox::isolation() {
+  std::string s = bwrap_path().empty() ? "no bubblewrap (commands run in the working directory)" : "bubblewrap";
+  s += cgroup_root().empty() ? " + no pids cgroup" : " + pids cgroup";
+  return s + " + rlimits";
+}
+
+Result<Sandbox> Sandbox::create(const std::string& base_dir, const std::string& name) {
+  const bool plain = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  }) && name != "." && name != "..";
+  if (!plain) return make_error(Errc::invalid_argument, "sandbox name \"" + name + "\": letters, digits, - _ . only");
+  std::error_code ec;
+  fs::create_directories(base_dir, ec);
+  const std::string dir = fs::absolute(base_dir + "/" + name, ec).string();
+  fs::remove_all(dir, ec);  // a fresh directory: nothing from an earlier program of that name
+  if (!fs::create_directory(dir, ec))
+    return make_error(Errc::io, "sandbox " + dir + ": cannot create: " + (ec ? ec.message() : "exists"));
+  ::chmod(dir.c_str(), 0700);
+  Sandbox s;
+  s.dir_ = dir;
+  s.name_ = name;
+  return s;
+}
+
+Sandbox::Sandbox(Sandbox&& o) noexcept : dir_(std::move(o.dir_)), name_(std::move(o.name_)), runs_(o.runs_) { o.dir_.clear(); }
+
+Sandbox& Sandbox::operator=(Sandbox&& o) noexcept {
+  if (this != &o) {
+    (void)destroy();
+    dir_ = std::move(o.dir_);
+    name_ = std::move(o.name_);
+    runs_ = o.runs_;
+    o.dir_.clear();
+  }
+  return *this;
+}
+
+Sandbox::~Sandbox() { (void)destroy(); }
+
+Status Sandbox::destroy() {
+  if (dir_.empty()) return Status::success();
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+  const std::string dir = dir_;
+  dir_.clear();
+  if (ec) return make_error(Errc::io, "sandbox " + dir + ": cannot remove: " + ec.message());
+  return Status::success();
+}
+
+Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const SandboxLimits& limits, const std::string& input) {
+  if (dir_.empty()) return make_error(Errc::invalid_argument, "sandbox " + name_ + " is destroyed");
+  if (argv.empty()) return make_error(Errc::invalid_argument, "sandbox " + name_ + ": empty command");
+  // Everything the child needs is prepared here: between fork and exec only async-signal-safe calls.
+  const std::string exe = find_in_path(argv[0]);  // the same path inside: the root is bound as is
+  if (exe.empty() || ::access(exe.c_str(), X_OK) != 0) {
+    ToolResult r;
+    r.exit_code = 127;
+    r.output = argv[0] + ": command not found\n";
+    return r;
+  }
+  std::vector<std::string> args;
+  const std::string& bwrap = bwrap_path();
+  if (!bwrap.empty())
+    args = {bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", dir_, dir_,
+            "--chdir", dir_, "--unshare-all", "--die-with-parent", "--new-session", "--"};
+  args.push_back(exe);
+  args.insert(args.end(), argv.begin() + 1, argv.end());
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::string cg;
+  if (!cgroup_root().empty()) {
+    cg = cgroup_root() + "/chorus-" + std::to_string(::getpid()) + "-" + name_ + "-" + std::to_string(++runs_);
+    if (::mkdir(cg.c_str(), 0755) != 0 || !write_file(cg + "/pids.max", std::to_string(limits.max_processes))) {
+      ::rmdir(cg.c_str());
+      cg.clear();
+    }
+  }
+  const std::string procs = cg.empty() ? "" : cg + "/cgroup.procs";
+
+  int out[2], in[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return make_error(Errc::io, std::string("sandbox: pipe: ") + std::strerror(errno));
+  if (::pipe2(in, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return make_error(Errc::io, std::string("sandbox: pipe: ") + std::strerror(errno));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    for (int fd : {out[0], out[1], in[0], in[1]}) ::close(fd);
+    kill_cgroup(cg);
+    return make_error(Errc::io, std::string("sandbox: fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {  // the child
+    ::setsid();
+    if (!procs.empty()) {
+      const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        char num[24];
+        int n = std::snprintf(num, sizeof num, "%d", static_cast<int>(::getpid()));
+        (void)!::write(fd, num, static_cast<size_t>(n));
+        ::close(fd);
+      }
+    }
+    auto lim = [](int what, rlim_t v) {
+      rlimit r{v, v};
+      ::setrlimit(what, &r);
+    };
+    lim(RLIMIT_AS, static_cast<rlim_t>(limits.memory_bytes));
+    lim(RLIMIT_CPU, static_cast<rlim_t>(limits.cpu_seconds));
+    lim(RLIMIT_FSIZE, static_cast<rlim_t>(limits.max_file_bytes));
+    lim(RLIMIT_NOFILE, 256);
+    lim(RLIMIT_CORE, 0);
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    if (::chdir(dir_.c_str()) != 0) ::_exit(126);
+    ::execv(cargs[0], cargs.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(in[0]);
+  ToolResult r;
+  size_t fed = 0;
+  int in_fd = in[1];
+  if (input.empty()) {
+    ::close(in_fd);
+    in_fd = -1;
+  } else {
+    ::fcntl(in_fd, F_SETFL, O_NONBLOCK);
+  }
+  bool reading = true, killed = false;
+  int status = 0;
+  bool exited = false;
+  auto exited_at = t0;
+  const auto deadline = t0 + std::chrono::duration<double>(limits.timeout_s);
+  auto kill_all = [&] {
+    ::kill(-pid, SIGKILL);
+    ::kill(pid, SIGKILL);
+    killed = true;
+  };
+  while (reading || !exited) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline && !killed) {
+      r.timed_out = true;
+      kill_all();
+    }
+    if (!exited && ::waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      exited_at = now;
+    }
+    // It has exited but something it started still holds the output open: a short grace to
+    // drain, then that is killed too (a tool's run ends with its command).
+    if (exited && reading && !killed && now - exited_at > std::chrono::milliseconds(200)) {
+      kill_all();
+      kill_cgroup_members(cg);
+    }
+    if (!reading) {
+      if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    pollfd fds[2] = {{out[0], POLLIN, 0}, {in_fd, POLLOUT, 0}};
+    const int left_ms = static_cast<int>(std::clamp<int64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count(), 1, 50));
+    if (::poll(fds, in_fd >= 0 ? 2 : 1, killed ? 10 : left_ms) < 0 && errno != EINTR) break;
+    if (in_fd >= 0 && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      const ssize_t n = ::write(in_fd, input.data() + fed, input.size() - fed);
+      if (n > 0) fed += static_cast<size_t>(n);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) fed = input.size();  // it does not read: stop feeding
+      if (fed == input.size()) {
+        ::close(in_fd);
+        in_fd = -1;
+      }
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      char buf[8192];
+      const ssize_t n = ::read(out[0], buf, sizeof buf);
+      if (n > 0) {
+        const size_t room = limits.max_output_bytes - std::min(limits.max_output_bytes, r.output.size());
+        r.output.append(buf, std::min(room, static_cast<size_t>(n)));
+        if (static_cast<size_t>(n) > room && !killed) {
+          r.output_truncated = true;
+          kill_all();
+        }
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        reading = false;  // every writer is gone (or the pipe broke)
+      }
+    }
+    if (killed && exited) reading = false;  // do not wait on pipes held by what is being killed
+  }
+  if (in_fd >= 0) ::close(in_fd);
+  ::close(out[0]);
+  if (!exited) ::waitpid(pid, &status, 0);
+  ::kill(-pid, SIGKILL);  // whatever of its process group is left
+  kill_cgroup(cg);        // and whatever detached from it
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  if (r.timed_out || r.output_truncated) r.signal = 0;  // we killed it: the reason is said above
+  return r;
+}
+
+}  // namespace chorus
