@@ -39,10 +39,12 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
   PolicyDecision d;
   const double cap = static_cast<double>(opts_.capacity_pages);
   int64_t resident = 0, host_used = 0;
+  double weighted = 0;
   std::vector<const ProgramSnapshot*> active, waiting;
   for (const ProgramSnapshot& p : programs) {
     if (p.state == ProgramState::active) {
       resident += p.pages;
+      weighted += pause_key(p, now);
       active.push_back(&p);
     } else if (p.state == ProgramState::paused) {
       if (p.offloaded) host_used += p.pages;
@@ -50,40 +52,7 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
     }
   }
 
-  // Over the high watermark: pause, acting before reasoning, smallest weighted size first.
-  const double high = opts_.high_watermark * cap;
-  if (static_cast<double>(resident) > high) {
-    std::stable_sort(active.begin(), active.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
-      const bool aa = a->phase == ProgramPhase::acting, ba = b->phase == ProgramPhase::acting;
-      if (aa != ba) return aa;
-      const double ka = pause_key(*a, now), kb = pause_key(*b, now);
-      return ka != kb ? ka < kb : a->id < b->id;
-    });
-    std::vector<const ProgramSnapshot*> victims;
-    int64_t left = resident;
-    for (const ProgramSnapshot* p : active) {
-      if (static_cast<double>(left) <= high) break;
-      victims.push_back(p);
-      left -= p->pages;
-    }
-    // Victims that are not needed to get below the watermark stay, the largest first (the greedy
-    // can overshoot: freeing 1 then 10 pages when 10 alone would do).
-    std::vector<const ProgramSnapshot*> by_size = victims;
-    std::stable_sort(by_size.begin(), by_size.end(), [](auto* a, auto* b) { return a->pages > b->pages; });
-    for (const ProgramSnapshot* p : by_size)
-      if (static_cast<double>(left + p->pages) <= high) {
-        left += p->pages;
-        std::erase(victims, p);
-      }
-    for (const ProgramSnapshot* p : victims) {
-      const PauseMode m = pause_mode(p->pages, opts_.host_capacity_pages - host_used);
-      if (m == PauseMode::offload) host_used += p->pages;
-      d.pause.emplace_back(p->id, m);
-    }
-    resident = left;
-  }
-
-  // The restore queue: ready to reason first, then the smallest aged size.
+  // Restore: one queue, ready to reason first, then the smallest aged size; in order.
   std::stable_sort(waiting.begin(), waiting.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
     const bool ar = a->phase == ProgramPhase::reasoning, br = b->phase == ProgramPhase::reasoning;
     if (ar != br) return ar;
@@ -92,17 +61,52 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
   });
   const double low = opts_.low_watermark * cap;
   size_t next = 0;
-  if (d.pause.empty() && static_cast<double>(resident) < low) {
+  if (weighted < low) {
     for (; next < waiting.size(); ++next) {
       const ProgramSnapshot* p = waiting[next];
       const bool alone = resident == 0 && d.restore.empty();
-      if (static_cast<double>(resident + p->pages) > low && !alone) break;  // in order: no skipping
+      if (weighted + static_cast<double>(p->pages) > low && !alone) break;  // in order: no skipping
       d.restore.push_back(p->id);
       resident += p->pages;
+      weighted += static_cast<double>(p->pages);  // restored to run: weight 1
     }
   }
   for (size_t i = next; i < waiting.size() && static_cast<int>(i - next) < opts_.prewarm_depth; ++i)
     if (!waiting[i]->tools_warm) d.prewarm.push_back(waiting[i]->id);
+
+  // Over the high watermark: pause, acting before reasoning, smallest weighted size first.
+  const double high = opts_.high_watermark * cap;
+  if (static_cast<double>(resident) <= high) return d;
+  std::vector<const ProgramSnapshot*> candidates;
+  for (const ProgramSnapshot* p : active)
+    if (!p->pinned) candidates.push_back(p);
+  std::stable_sort(candidates.begin(), candidates.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
+    const bool aa = a->phase == ProgramPhase::acting, ba = b->phase == ProgramPhase::acting;
+    if (aa != ba) return aa;
+    const double ka = pause_key(*a, now), kb = pause_key(*b, now);
+    return ka != kb ? ka < kb : a->id < b->id;
+  });
+  std::vector<const ProgramSnapshot*> victims;
+  int64_t left = resident;
+  for (const ProgramSnapshot* p : candidates) {
+    if (static_cast<double>(left) <= high) break;
+    victims.push_back(p);
+    left -= p->pages;
+  }
+  // Victims that are not needed to get below the watermark stay, the largest first (the greedy
+  // can overshoot: freeing 1 then 10 pages when 10 alone would do).
+  std::vector<const ProgramSnapshot*> by_size = victims;
+  std::stable_sort(by_size.begin(), by_size.end(), [](auto* a, auto* b) { return a->pages > b->pages; });
+  for (const ProgramSnapshot* p : by_size)
+    if (static_cast<double>(left + p->pages) <= high) {
+      left += p->pages;
+      std::erase(victims, p);
+    }
+  for (const ProgramSnapshot* p : victims) {
+    const PauseMode m = pause_mode(p->pages, opts_.host_capacity_pages - host_used);
+    if (m == PauseMode::offload) host_used += p->pages;
+    d.pause.emplace_back(p->id, m);
+  }
   return d;
 }
 

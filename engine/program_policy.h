@@ -5,18 +5,21 @@
 //
 // The rules:
 //  - Memory is counted in KV pages, exactly (a program's resident pages, shared blocks once).
-//  - Pause when the resident pages exceed the high watermark, until they are at or below it.
-//    Victims: acting programs before reasoning ones; within each, the smallest weighted size
-//    first, where an acting program's pages are weighted by f(t) = 2^(-t/tau) of the time t it has
-//    been acting (a long tool call makes even a large program cheap to keep out), a reasoning
-//    program's by 1. Shortest-first minimises the recompute cost sum(c^2) (the paper's theorem);
-//    a last pass drops victims that are not needed to get below the watermark, largest first.
-//  - Restore when the resident pages are below the low watermark (hysteresis: nothing moves
-//    between the two), from one queue ordered by S_restore: programs ready to reason first, then
-//    the smallest aged size c * 2^(-wait/aging) (a large program's key shrinks while it waits, so
-//    it cannot starve). In order, while the next fits under the low watermark; the queue does not
-//    skip a program that does not fit (no starvation by smaller ones), except that a program
-//    larger than the whole budget is restored when nothing else is resident.
+//    The *weighted* use counts an acting program's pages times f(t) = 2^(-t/tau), t the time it
+//    has been acting: a program whose tool has run long is less likely to need its cache soon.
+//  - Restore while the weighted use is below the low watermark, from one queue ordered by
+//    S_restore: programs ready to reason first, then the smallest aged size c * 2^(-wait/aging)
+//    (a large program's key shrinks while it waits, so it cannot starve). In order, while the
+//    next fits under the low watermark (weighted); the queue does not skip a program that does
+//    not fit (no starvation by smaller ones), except that a program larger than the whole budget
+//    is restored when nothing else is resident.
+//  - Then, while the resident pages (restored ones included) exceed the high watermark, pause:
+//    acting programs before reasoning ones; within each, the smallest weighted size first (a
+//    long tool call makes even a large program cheap to keep out). Shortest-first minimises the
+//    recompute cost sum(c^2) (the paper's theorem); a last pass drops victims that are not needed
+//    to get below the watermark, largest first. Pinned programs (a request in flight) and the
+//    ones just restored are never victims. So a ready program can take the place of programs
+//    idling in long tool calls, and between the watermarks nothing moves (hysteresis).
 //  - Pause mode per program by cost: dropping costs a re-prefill, a*c + b*c^2; offloading costs
 //    copying out and back, 2*g*c, and needs room in host memory.
 //  - Prewarm the tools of the first `prewarm_depth` programs of the restore queue.
@@ -60,6 +63,7 @@ struct ProgramSnapshot {
   double paused_since = 0;         // paused: when
   bool offloaded = false;          // paused: its pages sit in host memory
   bool tools_warm = false;         // its tool environment is ready
+  bool pinned = false;             // active and not to be paused now (a request in flight)
 };
 
 struct PolicyDecision {
@@ -81,7 +85,7 @@ class ProgramPolicy {
 
   double decay(double acting_s) const;  // f(t)
   // The key victims are chosen by (smaller first), and the restore queue's key (smaller first).
-  double pause_key(const ProgramSnapshot& p, double now) const;
+  double pause_key(const ProgramSnapshot& p, double now) const;  // also its weighted size
   double restore_key(const ProgramSnapshot& p, double now) const;
   PauseMode pause_mode(int64_t pages, int64_t host_free_pages) const;
 

@@ -170,6 +170,28 @@ TEST(ProgramPolicy, AProgramLargerThanTheBudgetRunsAlone) {
   EXPECT_EQ(pol.decide(0, std::vector<ProgramSnapshot>{paused(1, 95, 0)}).restore, (std::vector<uint64_t>{1}));
 }
 
+// ThunderAgent's point: a program ready to reason takes the place of one idling in a long tool
+// call, while a program whose tool call just began keeps its cache.
+TEST(ProgramPolicy, AReadyProgramReplacesOneInALongToolCall) {
+  ProgramPolicy pol(opts());  // tau 2 s, low 70, high 90
+  // 60 pages acting for 20 s (weight 60/1024), 30 reasoning: weighted ~30, resident 90.
+  std::vector<ProgramSnapshot> ps = {active(1, 60, ProgramPhase::acting, 0), active(2, 30), paused(3, 35, 15)};
+  auto d = pol.decide(20, ps);
+  EXPECT_EQ(d.restore, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(ids(d.pause), (std::vector<uint64_t>{1}));  // 125 resident -> 65
+  // Had the tool call just begun (weight 60), nothing would fit: the ready program waits.
+  ps[0].phase_since = 20;
+  d = pol.decide(20, ps);
+  EXPECT_TRUE(d.restore.empty());
+  EXPECT_TRUE(d.pause.empty());
+  // A pinned program (a request in flight) is never a victim, and neither is one just restored.
+  ps = {active(1, 60, ProgramPhase::acting, 0), active(2, 50), paused(3, 10, 0)};
+  ps[0].pinned = true;
+  d = pol.decide(20, ps);  // weighted ~50 < 70: 3 comes back; 120 resident > 90: only 2 can go
+  EXPECT_EQ(d.restore, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(ids(d.pause), (std::vector<uint64_t>{2}));
+}
+
 TEST(ProgramPolicy, PauseModeByCost) {
   ProgramPolicyOptions o = opts();
   o.host_capacity_pages = 50;

@@ -1,0 +1,64 @@
+// The HTTP gateway: an OpenAI-compatible API in front of a batcher, with programs.
+//
+//   POST /v1/chat/completions   chat completions, streamed (SSE) or not, with usage counts; a
+//                               `program_id` (top level, or in `extra_body`) makes the request
+//                               part of a program: its conversation stays in the program's
+//                               block between requests, and a request that repeats the
+//                               history only runs what is new
+//   GET  /v1/models             the one model served
+//   POST /programs/release      {"program_id": ...}: the program ends, its blocks are freed
+//   GET  /programs              each program: tokens, pages, state, phase, idle time
+//   GET  /metrics               Prometheus text: resident pages, paused programs, recomputed and
+//                               reused tokens, KV hit rate, requests per minute
+//
+// Between requests a program is *acting* (its client is running tools); with a request in flight
+// it is *reasoning*. Every check period and at each request boundary the program policy
+// (engine/program_policy.h) decides which programs to pause and restore; a request for a paused
+// program waits until it is restored. Idle programs expire after a lease.
+//
+// Bad requests get OpenAI-style JSON errors: 400 (malformed JSON, bad fields, with `param`), 404
+// (unknown model or program), 409 (a program already has a request in flight), 413 (body too
+// large), 503 (the program could not be restored in time).
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "engine/program_policy.h"
+
+namespace chorus {
+
+class Model;
+
+struct GatewayOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                     // 0: any free port (see Gateway::port())
+  std::string model_name;              // as /v1/models lists it ("" : the model's own name)
+  size_t max_body_bytes = 1 << 20;
+  int default_max_tokens = 256;
+  int max_tokens_limit = 4096;
+  double lease_s = 600;                // an idle program is released after this long
+  double restore_wait_s = 60;          // a request for a paused program waits this long at most
+  int threads = 8;                     // HTTP worker threads
+  ProgramPolicyOptions policy;         // capacity_pages: the engine's KV pages
+};
+
+class Gateway {
+ public:
+  // Binds and starts serving on its own threads. Errors: the address cannot be bound.
+  static Result<std::unique_ptr<Gateway>> start(caf::actor_system& sys, caf::actor batcher, const Model& model,
+                                                GatewayOptions opts);
+  ~Gateway();  // stop()
+
+  int port() const;
+  void stop();  // stops serving, releases every program
+
+ private:
+  struct Impl;
+  explicit Gateway(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chorus
