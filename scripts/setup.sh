@@ -72,16 +72,16 @@ PY
   log "default model installed: $dest"
 }
 
-# Python packages for the client tests (pyzmq, flatbuffers) in a venv of their own, so the
-# system Python stays untouched.
+# Python packages for the client tests (pyzmq, flatbuffers, the official openai client) in a
+# venv of their own, so the system Python stays untouched.
 python_env() {
   local venv="$CHORUS_HOME/venv-tests"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import zmq, flatbuffers" 2>/dev/null; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import zmq, flatbuffers, openai" 2>/dev/null; then
     log "test Python environment present: $venv"; return
   fi
-  log "creating the test Python environment $venv (pyzmq, flatbuffers)"
-  python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pyzmq==26.2.0 flatbuffers==2.0.7
+  log "creating the test Python environment $venv (pyzmq, flatbuffers, openai)"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pyzmq==26.2.0 flatbuffers==2.0.7 openai==1.57.0
 }
 
 build() {

@@ -90,6 +90,32 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], rel * std::max(std::fabs(want[i]), 1e-3f)) << i;
 }
 
+// A restore that does not fit changes nothing: the blocks stay paused, their tokens whole, and
+// the same restore succeeds, exactly, once there is room.
+TEST_F(PauseRestore, ARestoreWithoutRoomIsRefusedWhole) {
+  const auto ids = sequential_program();
+  const auto before = probe(ids);
+  const auto tokens = logs(ids);
+  ASSERT_TRUE(engine_->pause(ids, PauseMode::drop).ok());
+  // Fill the cache with another block until fewer pages are free than the program needs.
+  const BlockId filler = engine_->blocks().create("filler");
+  const int64_t keep_free = 2;
+  ASSERT_TRUE(engine_->submit(Request::forward(filler, toks(static_cast<int>((engine_->blocks().kv().n_free() - keep_free) * 16))))
+                  .ok());
+  run();
+  ASSERT_EQ(engine_->blocks().kv().n_free(), keep_free);
+  const Status s = engine_->restore(ids);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Errc::out_of_memory);
+  EXPECT_NE(s.error().message.find("nothing was restored"), std::string::npos) << s.error().message;
+  EXPECT_EQ(engine_->blocks().kv().n_free(), keep_free);
+  for (BlockId id : ids) EXPECT_TRUE((*engine_->blocks().get(id))->paused);
+  EXPECT_EQ(logs(ids), tokens);
+  ASSERT_TRUE(engine_->blocks().free(filler).ok());
+  ASSERT_TRUE(engine_->restore(ids).ok());
+  expect_close(probe(ids), before, 1e-4f);
+}
+
 TEST_F(PauseRestore, DropAndRebuildASequentialProgram) {
   const auto ids = sequential_program();
   const auto before = probe(ids);

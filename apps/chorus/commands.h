@@ -86,6 +86,21 @@ struct RunArgs {
 int run_check(const RunArgs& args);  // validates without loading a model
 int run_run(const RunArgs& args);
 
+struct ServeArgs {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8000;                // 0: any free port (printed)
+  std::string model_name;         // as /v1/models lists it ("": the model's name)
+  int64_t pages = 2048;           // KV pages of 16 positions, shared by all programs
+  int64_t host_pages = 8192;      // pages host memory may hold for offloaded programs
+  int budget = 256;               // tokens per engine step
+  int ctx = 4096;                 // longest conversation (tokens)
+  double lease_s = 600;           // idle programs are released after this long
+  double check_period_s = 5;      // the scheduling policy's period
+  int threads = 0;
+};
+int run_serve(const ServeArgs& args);
+
 // Prints "chorus CMD: <error>" to stderr when `r` holds an error; returns whether it holds a value.
 template <class R>
 bool report(const char* cmd, const R& r) {

@@ -100,12 +100,28 @@ int main(int argc, char** argv) {
   check_cmd->add_option("file", check.file, "Topology file (YAML)")->required();
   check_cmd->add_option("--set", check.set, "KEY=VALUE, as for run");
 
+  chorus::app::ServeArgs serve;
+  serve.model = chorus::default_model_path();
+  auto* serve_cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP API with program-aware scheduling (docs/serve.md)");
+  serve_cmd->add_option("--model,-m", serve.model, "GGUF file")->capture_default_str();
+  serve_cmd->add_option("--host", serve.host, "Address to listen on")->capture_default_str();
+  serve_cmd->add_option("--port,-p", serve.port, "Port; 0 picks a free one")->capture_default_str();
+  serve_cmd->add_option("--model-name", serve.model_name, "The model's id in /v1/models (default: its name)");
+  serve_cmd->add_option("--pages", serve.pages, "KV cache pages of 16 positions, shared by all programs")->capture_default_str();
+  serve_cmd->add_option("--host-pages", serve.host_pages, "Pages host memory may hold for offloaded programs")->capture_default_str();
+  serve_cmd->add_option("--budget", serve.budget, "Tokens per engine step")->capture_default_str();
+  serve_cmd->add_option("--ctx", serve.ctx, "Longest conversation in tokens; also the max_tokens limit")->capture_default_str();
+  serve_cmd->add_option("--lease", serve.lease_s, "Seconds after which an idle program is released")->capture_default_str();
+  serve_cmd->add_option("--check-period", serve.check_period_s, "Seconds between scheduling checks")->capture_default_str();
+  serve_cmd->add_option("-t,--threads", serve.threads, "Compute threads; 0 one per core")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   run.input_given = input_opt->count() > 0;
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (*info_cmd) return chorus::app::run_info(info);
   if (*run_cmd) return chorus::app::run_run(run);
+  if (*serve_cmd) return chorus::app::run_serve(serve);
   if (*check_cmd) return chorus::app::run_check(check);
   if (*gen_cmd) return chorus::app::run_generate(gen);
   if (*node_cmd) return chorus::app::run_node(node);

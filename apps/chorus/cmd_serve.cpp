@@ -1,0 +1,70 @@
+// `chorus serve`: the OpenAI-compatible HTTP gateway (actors/gateway.h) in front of the engine's
+// batcher, with program-aware scheduling. Runs until SIGINT or SIGTERM.
+#include <atomic>
+#include <caf/all.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "actors/batcher.h"
+#include "actors/gateway.h"
+#include "apps/chorus/commands.h"
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "gpu/cpu_device.h"
+
+namespace chorus::app {
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+}  // namespace
+
+int run_serve(const ServeArgs& args) {
+  auto model = Model::load(args.model);
+  if (!report("serve", model)) return 1;
+  CpuDeviceOptions dev;
+  dev.n_threads = args.threads;
+  auto device = CpuDevice::create(dev);
+  if (!report("serve", device)) return 1;
+  EngineOptions eo;
+  eo.n_pages = args.pages;
+  eo.token_budget = args.budget;
+  eo.max_view_tokens = args.ctx;
+  auto engine = Engine::create(**model, **device, eo);
+  if (!report("serve", engine)) return 1;
+
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  caf::actor batcher = spawn_batcher(sys, std::move(*engine));
+  GatewayOptions go;
+  go.host = args.host;
+  go.port = args.port;
+  go.model_name = args.model_name;
+  if (go.model_name.empty()) {  // the file's name: SmolLM2-135M-Instruct.Q4_1
+    go.model_name = args.model.substr(args.model.find_last_of('/') + 1);
+    if (go.model_name.size() > 5 && go.model_name.substr(go.model_name.size() - 5) == ".gguf") go.model_name.resize(go.model_name.size() - 5);
+  }
+  go.lease_s = args.lease_s;
+  go.max_tokens_limit = args.ctx;
+  go.policy.capacity_pages = args.pages;
+  go.policy.check_period_s = args.check_period_s;
+  go.policy.host_capacity_pages = args.host_pages;
+  auto gw = Gateway::start(sys, batcher, **model, go);
+  if (!report("serve", gw)) {
+    caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+    return 1;
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::printf("chorus serve: %s on http://%s:%d/v1 (%lld KV pages, %s)\n", (*model)->config.name.c_str(),
+              args.host.c_str(), (*gw)->port(), static_cast<long long>(args.pages), (*device)->describe().c_str());
+  std::fflush(stdout);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  (*gw)->stop();
+  caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+  return 0;
+}
+
+}  // namespace chorus::app

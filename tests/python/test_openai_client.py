@@ -1,0 +1,190 @@
+"""The official `openai` Python client against `chorus serve`: non-streaming and streaming
+completions, usage counts, a multi-turn program that reuses its block, two programs at once,
+/programs, /metrics, releasing, and the errors a client gets for bad requests.
+
+  python tests/python/test_openai_client.py build/chorus MODEL.gguf
+"""
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+CHORUS, MODEL = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def http(method, url, body=None, raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+server = subprocess.Popen([CHORUS, "serve", "--model", MODEL, "--port", "0", "--pages", "512", "--check-period", "0.5"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+try:
+    line = server.stdout.readline()
+    m = re.search(r"http://([0-9.]+):(\d+)/v1", line)
+    if not m:
+        print(line + server.stdout.read())
+        sys.exit("chorus serve did not start")
+    base = "http://%s:%s" % (m.group(1), m.group(2))
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none")
+
+    models = client.models.list()
+    model = models.data[0].id
+    check(len(models.data) == 1 and model, "GET /v1/models lists the model (%s)" % model)
+
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Name a color."}],
+                                       max_tokens=12, temperature=0)
+    check(r.object == "chat.completion" and r.choices[0].message.role == "assistant", "a completion comes back")
+    check(isinstance(r.choices[0].message.content, str) and len(r.choices[0].message.content) > 0, "with content")
+    check(r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 0 and
+          r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, "usage counts add up")
+    check(r.choices[0].finish_reason in ("stop", "length"), "finish_reason " + str(r.choices[0].finish_reason))
+
+    pieces = []
+    usage = None
+    for chunk in client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Count to five."}],
+                                                max_tokens=16, temperature=0, stream=True,
+                                                stream_options={"include_usage": True}):
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+        if chunk.usage:
+            usage = chunk.usage
+    check(len(pieces) > 1, "streaming sends the text in pieces (%d)" % len(pieces))
+    check(usage is not None and usage.completion_tokens > 0, "the last stream chunk carries usage")
+    same = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Count to five."}],
+                                          max_tokens=16, temperature=0)
+    check("".join(pieces) == same.choices[0].message.content, "streamed text = the same request not streamed")
+
+    # A multi-turn program: the second request repeats the history and reuses the block.
+    history = [{"role": "user", "content": "What is the capital of France?"}]
+    a1 = client.chat.completions.create(model=model, messages=history, max_tokens=24, temperature=0,
+                                        extra_body={"program_id": "conv-1"})
+    history += [{"role": "assistant", "content": a1.choices[0].message.content},
+                {"role": "user", "content": "And of Italy?"}]
+    a2 = client.chat.completions.create(model=model, messages=history, max_tokens=24, temperature=0,
+                                        extra_body={"program_id": "conv-1"})
+    cached = a2.usage.prompt_tokens_details.cached_tokens
+    check(cached == a1.usage.prompt_tokens + a1.usage.completion_tokens,
+          "turn 2 reuses turn 1 from the program's block (%d cached tokens, %d prompt)" % (cached, a2.usage.prompt_tokens))
+
+    # Two programs at once.
+    results = {}
+
+    def converse(pid):
+        results[pid] = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello " + pid}],
+                                                      max_tokens=16, temperature=0, extra_body={"program_id": pid})
+
+    threads = [threading.Thread(target=converse, args=(p,)) for p in ("conc-a", "conc-b")]
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(all(results[p].choices[0].message.content is not None for p in ("conc-a", "conc-b")),
+          "two programs served at once (%.2f s)" % (time.time() - t0))
+
+    status, body = http("GET", base + "/programs")
+    ids = [p["program_id"] for p in json.loads(body)["data"]]
+    check(status == 200 and {"conv-1", "conc-a", "conc-b"} <= set(ids), "GET /programs lists them: %s" % ids)
+    status, body = http("GET", base + "/metrics")
+    check(status == 200 and "chorus_kv_hit_rate" in body and "chorus_paused_programs" in body, "GET /metrics")
+    status, body = http("POST", base + "/programs/release", {"program_id": "conv-1"})
+    check(status == 200 and json.loads(body)["released"], "POST /programs/release")
+    status, body = http("POST", base + "/programs/release", {"program_id": "conv-1"})
+    check(status == 404 and json.loads(body)["error"]["code"] == "program_not_found", "releasing it again: 404")
+
+    # Errors a client gets.
+    try:
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+        check(False, "unknown model rejected")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404 and "does not exist" in str(e), "unknown model: 404")
+    try:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}], max_tokens=-5)
+        check(False, "negative max_tokens rejected")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and e.body.get("param") == "max_tokens", "negative max_tokens: 400, param max_tokens")
+    status, body = http("POST", base + "/v1/chat/completions", raw=b"{not json")
+    check(status == 400 and "not valid JSON" in json.loads(body)["error"]["message"], "malformed JSON: 400")
+    status, body = http("POST", base + "/v1/chat/completions", {"model": model, "messages": []})
+    check(status == 400 and json.loads(body)["error"]["param"] == "messages", "empty messages: 400")
+    status, body = http("POST", base + "/v1/chat/completions", raw=b"{" + b" " * (2 << 20) + b"}")
+    check(status == 413 and "too large" in json.loads(body)["error"]["message"], "oversized body: 413")
+    status, body = http("GET", base + "/v1/nothing")
+    check(status == 404 and "error" in json.loads(body), "unknown route: 404 with a JSON error")
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "still there?"}], max_tokens=4)
+    check(r.choices[0].message.content is not None, "the server keeps serving")
+finally:
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        failures.append("chorus serve did not stop on SIGTERM")
+
+# Memory pressure: 16 KV pages for six programs of 3 to 5 pages each. Programs idle between their
+# turns (acting) are paused to make room, and restored — exactly — when their next turn comes.
+server = subprocess.Popen([CHORUS, "serve", "--model", MODEL, "--port", "0", "--pages", "16", "--check-period", "0.2",
+                           "--host-pages", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+try:
+    m = re.search(r"http://([0-9.]+):(\d+)/v1", server.stdout.readline())
+    base = "http://%s:%s" % (m.group(1), m.group(2))
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none")
+    model = client.models.list().data[0].id
+    convs = {}
+    for i in range(6):
+        pid = "press-%d" % i
+        convs[pid] = [{"role": "user", "content": "Say a number."}]
+        r = client.chat.completions.create(model=model, messages=convs[pid], max_tokens=12, temperature=0,
+                                           extra_body={"program_id": pid})
+        convs[pid] += [{"role": "assistant", "content": r.choices[0].message.content}, {"role": "user", "content": "Another."}]
+        convs[pid + "/t1"] = r.usage.prompt_tokens + r.usage.completion_tokens
+        check(r.choices[0].finish_reason in ("stop", "length") and r.choices[0].message.content is not None,
+              "pressure: program %d, turn 1" % i)
+    time.sleep(0.5)
+    status, body = http("GET", base + "/metrics")
+    pauses = float(re.search(r"^chorus_pauses_total (\S+)", body, re.M).group(1))
+    check(pauses >= 1, "pressure: programs were paused (%d)" % pauses)
+    for i in range(6):
+        pid = "press-%d" % i
+        r = client.chat.completions.create(model=model, messages=convs[pid], max_tokens=12, temperature=0,
+                                           extra_body={"program_id": pid})
+        check(r.usage.prompt_tokens_details.cached_tokens == convs[pid + "/t1"],
+              "pressure: program %d, turn 2 finds turn 1 in its block (%d of %d)" %
+              (i, r.usage.prompt_tokens_details.cached_tokens, convs[pid + "/t1"]))
+        # The same history run from scratch (no program) gives the same greedy answer: what was
+        # paused and restored is the conversation, exactly.
+        fresh = client.chat.completions.create(model=model, messages=convs[pid], max_tokens=12, temperature=0)
+        check(fresh.choices[0].message.content == r.choices[0].message.content,
+              "pressure: program %d, turn 2 = the same history from scratch (%r)" % (i, r.choices[0].message.content))
+    status, body = http("GET", base + "/metrics")
+    restores = float(re.search(r"^chorus_restores_total (\S+)", body, re.M).group(1))
+    check(restores >= 1, "pressure: programs were restored (%d)" % restores)
+finally:
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        failures.append("chorus serve did not stop on SIGTERM")
+
+print("%d failures" % len(failures))
+sys.exit(1 if failures else 0)
