@@ -165,5 +165,32 @@ TEST_F(SandboxTest, DestroyRemovesEverything) {
   EXPECT_FALSE(Sandbox::create(base_.string(), "../escape").ok());
 }
 
+// 1000 programs, each with its own sandbox that runs a tool (leaving a file and a background
+// process behind) and is then destroyed: no directory, process or cgroup is left.
+TEST(SandboxLifecycle, AThousandProgramsLeaveNothing) {
+  const fs::path base = fs::temp_directory_path() / ("chorus-sandbox-1000-" + std::to_string(::getpid()));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) {
+    auto box = Sandbox::create(base.string(), "program-" + std::to_string(i));
+    ASSERT_TRUE(box.ok()) << box.error().to_string();
+    auto r = box->run({"sh", "-c", "echo data > out.txt; sh -c 'sleep 60; true' chorus-thousand-marker >/dev/null 2>&1 &"});
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->exit_code, 0) << r->output;
+    ASSERT_TRUE(box->destroy().ok());
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("1000 sandboxes created, run and destroyed in %.1f s (%s)\n", s, Sandbox::isolation().c_str());
+  EXPECT_TRUE(fs::is_empty(base)) << "directories left in " << base;
+  EXPECT_EQ(processes_with("chorus-thousand-marker"), 0);
+  int cgroups = 0;
+  for (const char* root : {"/sys/fs/cgroup/pids", "/sys/fs/cgroup"}) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root, ec))
+      cgroups += e.path().filename().string().rfind("chorus-" + std::to_string(::getpid()) + "-", 0) == 0;
+  }
+  EXPECT_EQ(cgroups, 0) << "cgroups left";
+  fs::remove_all(base);
+}
+
 }  // namespace
 }  // namespace chorus
