@@ -8,7 +8,10 @@
 #include <deque>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 #include <zmq.hpp>
 
 #include "actors/atoms.h"
@@ -16,6 +19,7 @@
 #include "actors/codec.h"
 #include "actors/node_port.h"
 #include "actors/roles.h"
+#include "actors/sandbox.h"
 #include "actors/submit.h"
 #include "engine/engine.h"
 #include "engine/model.h"
@@ -25,6 +29,7 @@ namespace {
 
 using topology::Kind;
 using Clock = std::chrono::steady_clock;
+using tool_atom = caf::atom_constant<caf::atom("toolcall")>;  // (tool_atom, tool, arguments json) -> result text
 
 // What the controller and Program::wait() share: the report, and whether it is final.
 struct Outcome {
@@ -150,7 +155,35 @@ struct GeneratorConfig {
   Request request;      // the generate each run submits
   std::vector<topology::Emit> emits;
   std::vector<caf::actor> sinks;
+  caf::actor tools;                 // the program's tool actor (when it may call tools)
+  int max_tool_calls = 0;
+  const Tokenizer* tokenizer = nullptr;
 };
+
+// A tool call at the end of `text`: <tool_call>{"name": ..., "arguments": {...}}</tool_call>.
+// Returns false when the text does not end with one; `name` empty when the call is malformed
+// (then `error` says why).
+bool parse_tool_call(const std::string& text, std::string* name, std::string* args, std::string* error) {
+  static const std::string open = "<tool_call>", close = "</tool_call>";
+  if (!ends_with(text, close)) return false;
+  const size_t at = text.rfind(open);
+  if (at == std::string::npos) return false;
+  const std::string body = text.substr(at + open.size(), text.size() - close.size() - at - open.size());
+  name->clear();
+  try {
+    const auto j = nlohmann::json::parse(body);
+    if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) {
+      *error = "a tool call is {\"name\": \"...\", \"arguments\": {...}}";
+      return true;
+    }
+    *name = j["name"];
+    const auto& a = j.contains("arguments") ? j["arguments"] : j.contains("parameters") ? j["parameters"] : nlohmann::json::object();
+    *args = a.is_string() ? a.get<std::string>() : a.dump();
+  } catch (const nlohmann::json::exception& e) {
+    *error = std::string("the tool call is not JSON: ") + e.what();
+  }
+  return true;
+}
 
 struct GeneratorState {
   caf::actor ctl;
@@ -159,7 +192,10 @@ struct GeneratorState {
   int runs = 0;
   bool busy = false;
   bool done = false;
-  std::string piece;                 // this run's text
+  std::string piece;                 // this run's text (tool calls and results included)
+  std::string request_text;          // the text of the request in flight (a run may take several)
+  int tool_calls = 0;                // in this run
+  int generated = 0;                 // tokens in this run
   std::vector<std::string> pending;  // per emit: text since its last event
 };
 
@@ -183,6 +219,9 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
     req.tokens = c->prefill.tokens(st.queued.front());
     st.queued.pop_front();
     st.piece.clear();
+    st.request_text.clear();
+    st.tool_calls = 0;
+    st.generated = 0;
     submit(self, batcher, req, [=](const std::string& why) {
       self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
     });
@@ -205,8 +244,12 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
         if (!r) return;
         auto& st = self->state;
         if (r->kind == "TokenEvent") {
-          if (r->token >= 0) self->send(st.ctl, tokens_atom::value, int64_t{1});
+          if (r->token >= 0) {
+            self->send(st.ctl, tokens_atom::value, int64_t{1});
+            ++st.generated;
+          }
           st.piece += r->text;
+          st.request_text += r->text;
           if (c->stream)
             for (const auto& s : c->sinks) self->send(s, text_atom::value, r->text);
           for (size_t i = 0; i < c->emits.size(); ++i) {
@@ -220,6 +263,37 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
         } else if (r->kind == "RequestFinished") {
           if (r->reason == FinishReason::error) {
             self->send(st.ctl, fail_atom::value, c->name, "generation failed: " + r->text);
+            return;
+          }
+          std::string tool, args, error;
+          if (c->tools && r->reason == FinishReason::stop_string && st.tool_calls < c->max_tool_calls &&
+              st.generated < c->request.stop.max_tokens && parse_tool_call(st.request_text, &tool, &args, &error)) {
+            // The program acts: the tool runs in its sandbox; its result goes into the block, and
+            // the same run goes on from there.
+            ++st.tool_calls;
+            self->send(st.ctl, signal_atom::value, c->name + ".tool_call", st.request_text.substr(st.request_text.rfind("<tool_call>")));
+            auto go_on = [=](const std::string& result) {
+              auto& s2 = self->state;
+              self->send(s2.ctl, signal_atom::value, c->name + ".tool_result", result);
+              const std::string response = "\n<tool_response>\n" + result + "\n</tool_response>\n";
+              s2.piece += response;
+              if (c->stream)
+                for (const auto& sk : c->sinks) self->send(sk, text_atom::value, response);
+              Request next = c->request;
+              next.tokens = c->tokenizer->encode(response, {.parse_special = true});
+              next.stop.max_tokens = std::max(1, c->request.stop.max_tokens - s2.generated);
+              s2.request_text.clear();
+              submit(self, batcher, next, [=](const std::string& why) {
+                self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
+              });
+            };
+            if (tool.empty()) {
+              go_on("error: " + error);
+            } else {
+              self->request(c->tools, caf::infinite, tool_atom::value, tool, args)
+                  .then([=](const std::string& result) { go_on(result); },
+                        [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); });
+            }
             return;
           }
           for (size_t i = 0; i < c->emits.size(); ++i) {  // what is left is the run's last piece
@@ -535,6 +609,35 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
   };
 }
 
+// The program's tools: one sandbox (actors/sandbox.h), created with the program and removed with
+// it; calls run one at a time. A detached actor: a run blocks until the tool ends.
+void tool_main(caf::blocking_actor* self, std::string base, std::string name, std::vector<topology::Tool> tools) {
+  auto box = Sandbox::create(base, name);
+  if (!box) spdlog::error("program {}: no sandbox for its tools: {}", name, box.error().message);
+  for (bool running = true; running;)
+    self->receive(
+        [&](tool_atom, const std::string& tool, const std::string& args) -> std::string {
+          const topology::Tool* t = nullptr;
+          std::string known;
+          for (const auto& x : tools) {
+            if (x.name == tool) t = &x;
+            known += (known.empty() ? "" : ", ") + x.name;
+          }
+          if (!t) return "error: unknown tool \"" + tool + "\" (tools: " + known + ")";
+          if (!box) return "error: no sandbox: " + box.error().message;
+          SandboxLimits lim;
+          lim.timeout_s = t->timeout_s;
+          lim.max_output_bytes = t->max_output_bytes;
+          auto r = box->run(t->command, lim, args);
+          if (!r) return "error: " + r.error().message;
+          std::string out = r->output;
+          while (!out.empty() && out.back() == '\n') out.pop_back();
+          if (!r->ok()) out += (out.empty() ? "" : "\n") + std::string("[") + r->describe() + "]";
+          return out;
+        },
+        [&](caf::exit_msg&) { running = false; });
+}
+
 // Reads a whole file (no following) and sends it line by line, then done_atom.
 void read_file_lines(caf::blocking_actor* self, std::string path, caf::actor target, std::string who, caf::actor ctl) {
   std::ifstream in(path, std::ios::binary);
@@ -784,6 +887,14 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
     for (const auto& s : a.to) v.push_back(by_name.at(s));
     return v;
   };
+  caf::actor tools;
+  if (!t.tools.empty()) {  // the program's sandbox, created with it and removed with it
+    const char* env = std::getenv("CHORUS_SANDBOX_DIR");
+    static std::atomic<int> n{0};
+    tools = sys.spawn<caf::detached>(tool_main, std::string(env ? env : "/tmp/chorus-sandboxes"),
+                                     t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools);
+    im.actors.push_back(tools);
+  }
   std::vector<std::function<Status(const caf::actor& ctl)>> feeders;  // started once the controller exists
   for (const auto& a : t.actors) {
     caf::actor h;
@@ -801,6 +912,11 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
         gc.request = Request::generate(im.blocks.at(a.writes), ids(a.view), gc.prefill.fixed, a.sampling, stop);
         gc.emits = a.emits;
         gc.sinks = sinks_of(a);
+        if (!a.tools.empty()) {
+          gc.tools = tools;
+          gc.max_tool_calls = a.max_tool_calls;
+        }
+        gc.tokenizer = &tok;
         h = sys.spawn(generator, im.batcher, std::move(gc));
         break;
       }

@@ -36,6 +36,12 @@ const Actor* Topology::actor(const std::string& n) const {
   return nullptr;
 }
 
+const Tool* Topology::tool(const std::string& n) const {
+  for (const Tool& t : tools)
+    if (t.name == n) return &t;
+  return nullptr;
+}
+
 std::map<std::string, std::vector<std::string>> Topology::emitters() const {
   std::map<std::string, std::vector<std::string>> out;
   auto add = [&](const std::string& ev, const std::string& who) {
@@ -46,6 +52,10 @@ std::map<std::string, std::vector<std::string>> Topology::emitters() const {
     if (a.kind == Kind::sink) continue;
     add(a.name + ".done", a.name);
     for (const Emit& e : a.emits) add(e.event, a.name);
+    if (!a.tools.empty()) {
+      add(a.name + ".tool_call", a.name);
+      add(a.name + ".tool_result", a.name);
+    }
     if (a.kind == Kind::probe) add(a.fires, a.name);
     if (a.kind == Kind::source && !a.emit_event.empty()) add(a.emit_event, a.name);
   }
@@ -299,7 +309,8 @@ struct Loader {
   }
 
   void read(const YAML::Node& root) {
-    r.keys(root, "(top level)", {"name", "description", "model", "engine", "params", "budget", "finish", "blocks", "actors"});
+    r.keys(root, "(top level)", {"name", "description", "model", "engine", "params", "budget", "finish", "blocks", "tools",
+                                     "actors"});
     if (auto n = root["name"]) t.name = r.name(n, "name");
     if (auto n = root["description"]) t.description = r.str(n, "description");
     if (auto n = root["model"]) {
@@ -325,6 +336,7 @@ struct Loader {
     if (blocks.size() == 0 || blocks.size() > 1024) r.fail(blocks, "blocks", "expected 1 to 1024 blocks");
     for (auto it = blocks.begin(); it != blocks.end(); ++it) read_block_name(it->first);
     for (auto it = blocks.begin(); it != blocks.end(); ++it) read_block(it->first.Scalar(), it->second);
+    if (auto tools = root["tools"]) read_tools(tools);
     const YAML::Node actors = root["actors"];
     if (!actors) r.fail(root, "actors", "missing: a topology needs at least one actor");
     r.map(actors, "actors");
@@ -369,6 +381,31 @@ struct Loader {
       unset.erase(k);
     }
     t.params = params;
+  }
+
+  void read_tools(const YAML::Node& n) {
+    r.map(n, "tools");
+    if (n.size() > 64) r.fail(n, "tools", "at most 64 tools");
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      Tool tool;
+      tool.name = r.name(it->first, "tools");
+      const std::string path = "tools." + tool.name;
+      if (t.tool(tool.name)) r.fail(it->first, path, "declared twice");
+      r.keys(it->second, path, {"command", "description", "timeout_s", "max_output_bytes"});
+      const YAML::Node c = required(it->second, path, "command", "what to run: a shell command, or a list (argv)");
+      if (c.IsScalar()) {
+        tool.command = {"sh", "-c", text(c, path + ".command")};
+        if (tool.command[2].empty()) r.fail(c, path + ".command", "must not be empty");
+      } else {
+        tool.command = r.strings(c, path + ".command", 256);
+        if (tool.command.empty() || tool.command[0].empty()) r.fail(c, path + ".command", "needs a program to run");
+      }
+      if (auto v = it->second["description"]) tool.description = r.str(v, path + ".description");
+      if (auto v = it->second["timeout_s"]) tool.timeout_s = r.number(v, path + ".timeout_s", 0.01, 86400);
+      if (auto v = it->second["max_output_bytes"])
+        tool.max_output_bytes = static_cast<size_t>(r.integer(v, path + ".max_output_bytes", 1, 16 << 20));
+      t.tools.push_back(std::move(tool));
+    }
   }
 
   void read_block_name(const YAML::Node& key) {
@@ -472,7 +509,8 @@ struct Loader {
 
   void read_generator(Actor& a, const YAML::Node& n, const std::string& path) {
     const bool thinker = a.kind == Kind::thinker;
-    r.keys(n, path, {"kind", "view", "writes", "prefill", "max_tokens", "stop", "sampling", "emit", "to", "on", "after"});
+    r.keys(n, path, {"kind", "view", "writes", "prefill", "max_tokens", "stop", "sampling", "emit", "to", "on", "after",
+                     "tools", "max_tool_calls"});
     read_view_and_writes(a, n, path, true);
     if (auto v = n["prefill"]) a.prefill = text(v, path + ".prefill", true);
     a.max_tokens = thinker ? 256 : 48;
@@ -497,6 +535,21 @@ struct Loader {
       }
     }
     if (auto v = n["to"]) a.to = r.names(v, path + ".to");
+    if (auto v = n["tools"]) {
+      a.tools = r.names(v, path + ".tools", 64);
+      for (size_t i = 0; i < a.tools.size(); ++i) {
+        if (t.tool(a.tools[i])) continue;
+        std::vector<std::string> known;
+        for (const Tool& x : t.tools) known.push_back(x.name);
+        r.fail(v.IsSequence() ? v[i] : v, v.IsSequence() ? path + ".tools[" + std::to_string(i) + "]" : path + ".tools",
+               "unknown tool \"" + a.tools[i] + "\" (tools: " + join(known) + ")", Errc::not_found);
+      }
+      a.stop.push_back("</tool_call>");  // a call ends the run; the result goes in, and it goes on
+    }
+    if (auto v = n["max_tool_calls"]) {
+      if (a.tools.empty()) r.fail(v, path + ".max_tool_calls", "needs `tools: [...]`");
+      a.max_tool_calls = static_cast<int>(r.integer(v, path + ".max_tool_calls", 0, 1000));
+    }
     read_triggers(a, n, path);
     if (!thinker && a.on.empty() && a.after.empty())
       r.fail(n, path, "a writer needs a trigger: `on: [event, ...]` (a piece per event) or `after: [...]` (one piece)");

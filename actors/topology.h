@@ -25,6 +25,16 @@ struct Block {
 enum class Kind { thinker, writer, probe, source, sink };
 const char* kind_name(Kind k);
 
+// A tool: a command run in the program's sandbox (actors/sandbox.h), with the call's arguments
+// (JSON) on its stdin; what it prints is the result.
+struct Tool {
+  std::string name;
+  std::vector<std::string> command;  // argv; a string in the file runs as sh -c STRING
+  std::string description;
+  double timeout_s = 30;
+  size_t max_output_bytes = 16 << 10;
+};
+
 struct Emit {
   std::string at;     // when the generated text passes this string...
   std::string event;  // ...this event fires, carrying the text since the last one
@@ -49,6 +59,8 @@ struct Actor {
   SamplingParams sampling;
   std::vector<Emit> emits;
   std::vector<std::string> to;  // sinks: a thinker streams its text, a writer sends each piece
+  std::vector<std::string> tools;  // tools it may call: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+  int max_tool_calls = 4;          // per run
 
   // Triggers: start on each of `on` (thinker, writer, probe; the text of a source of kind text),
   // or once when every one of `after` has fired. A thinker with neither starts at once.
@@ -100,6 +112,7 @@ struct Topology {
   Engine engine;
   std::map<std::string, std::string> params;
   std::vector<Block> blocks;
+  std::vector<Tool> tools;
   std::vector<Actor> actors;
   std::vector<std::string> finish;  // any of these events ends the program
   double budget_seconds = 300;      // the program ends after this long (0: no limit)
@@ -107,8 +120,10 @@ struct Topology {
 
   const Block* block(const std::string& name) const;
   const Actor* actor(const std::string& name) const;
+  const Tool* tool(const std::string& name) const;
   // Who emits each event: "<actor>.done" for every role but sinks, each thinker/writer `emit`,
-  // each probe's `fires`, each source's `emit`.
+  // "<actor>.tool_call" and "<actor>.tool_result" for one with tools, each probe's `fires`, each
+  // source's `emit`.
   std::map<std::string, std::vector<std::string>> emitters() const;
 };
 

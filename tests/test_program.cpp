@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -229,7 +230,30 @@ TEST_F(ProgramTest, ZmqBridgeAnswersEachReading) {
   EXPECT_GE(r.named("reading").size(), got.size());
 }
 
-// Outcome-time errors name the block or actor, and nothing is left running.
+// A thinker calls a tool: the call is parsed, the tool runs in the program's sandbox, its result
+// goes into the block and the thinker goes on with it; the sandbox is gone with the program.
+TEST_F(ProgramTest, ToolAgentCallsATool) {
+  char dir[] = "/tmp/chorus-tools-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ::setenv("CHORUS_SANDBOX_DIR", dir, 1);
+  Outcome r = run_topology("tool_agent.yaml", {{"a", "1234"}, {"b", "4321"}, {"actors.out.to", "callback"}});
+  ::unsetenv("CHORUS_SANDBOX_DIR");
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  const auto calls = r.named("solver.tool_call");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_NE(calls[0].text.find("\"name\": \"add\""), std::string::npos) << calls[0].text;
+  const auto results = r.named("solver.tool_result");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].text, "5555") << "the tool's own answer, not the model's";
+  std::string out;
+  for (const auto& s : r.named("sink:out")) out += s.text;
+  EXPECT_NE(out.find("<tool_response>\n5555\n</tool_response>"), std::string::npos) << out;
+  EXPECT_GT(r.first("solver.done"), results[0].at) << "the thinker went on after the result";
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the program's sandbox is removed with it";
+  std::filesystem::remove_all(dir);
+}
+
+// Run-time errors name the block or actor, and nothing is left running.
 TEST(ProgramErrors, RefusedBlocksAndSinksAreNamed) {
   std::unique_ptr<Model> model;
   std::unique_ptr<CpuDevice> device;

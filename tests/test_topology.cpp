@@ -108,10 +108,10 @@ TEST(Topology, ABlockWrittenByTwoRolesNeedsThemDeclared) {
 TEST(Topology, UnknownKeysListTheValidOnes) {
   const auto e = error_of(replace(kBase, "    prefill:", "    prefil: x\n    prefill:"));
   EXPECT_EQ(e, "t.yaml:17:5: actors.thinker.prefil: unknown key (valid here: kind, view, writes, prefill, max_tokens, "
-               "stop, sampling, emit, to, on, after)");
+               "stop, sampling, emit, to, on, after, tools, max_tool_calls)");
   const auto top = error_of(std::string(kBase) + "budgett: {seconds: 1}\n");
   EXPECT_EQ(top, "t.yaml:29:1: (top level).budgett: unknown key (valid here: name, description, model, engine, params, "
-                 "budget, finish, blocks, actors)");
+                 "budget, finish, blocks, tools, actors)");
 }
 
 TEST(Topology, WrongTypesAndRangesSayWhatWasExpected) {
@@ -204,6 +204,21 @@ actors:
                               "every_lines lines are kept when the window is cleared");
   EXPECT_EQ(error_of(replace(source, "{file: /tmp/x.log}", "{file: /tmp/x.log, zmq: \"tcp://a:1\"}")),
             "t.yaml:6:11: actors.s.from: give exactly one of file, zmq, text");
+}
+
+TEST(Topology, ToolsAreDeclaredAndNamed) {
+  const std::string with_tools = replace(kBase, "actors:\n", "tools:\n  add:\n    command: [python3, add.py]\n  clock: {command: date}\nactors:\n");
+  auto t = load_string(replace(with_tools, "    writes: thoughts\n", "    writes: thoughts\n    tools: [add, clock]\n"), "t.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ASSERT_EQ(t->tools.size(), 2u);
+  EXPECT_EQ(t->tools[0].command, (std::vector<std::string>{"python3", "add.py"}));
+  EXPECT_EQ(t->tools[1].command, (std::vector<std::string>{"sh", "-c", "date"}));
+  EXPECT_EQ(t->actors[0].stop, std::vector<std::string>{"</tool_call>"});  // a call ends a run
+  EXPECT_EQ(t->emitters().count("thinker.tool_result"), 1u);
+  EXPECT_EQ(error_of(replace(with_tools, "    writes: thoughts\n", "    writes: thoughts\n    tools: [ad]\n")),
+            "t.yaml:21:13: actors.thinker.tools[0]: unknown tool \"ad\" (tools: add, clock)");
+  EXPECT_EQ(error_of(replace(with_tools, "command: date", "command: \"\"")),
+            "t.yaml:15:20: tools.clock.command: must not be empty");
 }
 
 TEST(Topology, SyntaxErrorsHaveLineAndColumn) {
