@@ -32,6 +32,10 @@ namespace chorus {
 
 class Model;
 
+// How programs share the KV pages: the program-aware policy (engine/program_policy.h), or one
+// of the baselines the benchmark compares it with.
+enum class SchedulingMode { program, lru, ttl };
+
 struct GatewayOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                     // 0: any free port (see Gateway::port())
@@ -43,6 +47,8 @@ struct GatewayOptions {
   double restore_wait_s = 60;          // a request for a paused program waits this long at most
   int threads = 8;                     // HTTP worker threads
   ProgramPolicyOptions policy;         // capacity_pages: the engine's KV pages
+  SchedulingMode mode = SchedulingMode::program;
+  double ttl_s = 2.0;                  // SchedulingMode::ttl: how long an idle program stays pinned
 };
 
 class Gateway {

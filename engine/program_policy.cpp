@@ -64,6 +64,9 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
   if (weighted < low) {
     for (; next < waiting.size(); ++next) {
       const ProgramSnapshot* p = waiting[next];
+      // Only a program ready to reason comes back: an acting one has nothing to run, and with its
+      // decayed weight it would be the first victim of the next check (a pause/restore ping-pong).
+      if (p->phase != ProgramPhase::reasoning) break;
       const bool alone = resident == 0 && d.restore.empty();
       if (weighted + static_cast<double>(p->pages) > low && !alone) break;  // in order: no skipping
       d.restore.push_back(p->id);

@@ -7,8 +7,9 @@
 //  - Memory is counted in KV pages, exactly (a program's resident pages, shared blocks once).
 //    The *weighted* use counts an acting program's pages times f(t) = 2^(-t/tau), t the time it
 //    has been acting: a program whose tool has run long is less likely to need its cache soon.
-//  - Restore while the weighted use is below the low watermark, from one queue ordered by
-//    S_restore: programs ready to reason first, then the smallest aged size c * 2^(-wait/aging)
+//  - Restore programs ready to reason (an acting program has nothing to run: restoring it ahead
+//    of its next request only makes it the next victim) while the weighted use is below the low
+//    watermark, from one queue ordered by S_restore: the smallest aged size c * 2^(-wait/aging)
 //    (a large program's key shrinks while it waits, so it cannot starve). In order, while the
 //    next fits under the low watermark (weighted); the queue does not skip a program that does
 //    not fit (no starvation by smaller ones), except that a program larger than the whole budget

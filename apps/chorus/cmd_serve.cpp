@@ -51,6 +51,8 @@ int run_serve(const ServeArgs& args) {
   go.policy.capacity_pages = args.pages;
   go.policy.check_period_s = args.check_period_s;
   go.policy.host_capacity_pages = args.host_pages;
+  go.mode = args.policy == "lru" ? SchedulingMode::lru : args.policy == "ttl" ? SchedulingMode::ttl : SchedulingMode::program;
+  go.ttl_s = args.ttl_s;
   auto gw = Gateway::start(sys, batcher, **model, go);
   if (!report("serve", gw)) {
     caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
@@ -58,8 +60,9 @@ int run_serve(const ServeArgs& args) {
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  std::printf("chorus serve: %s on http://%s:%d/v1 (%lld KV pages, %s)\n", (*model)->config.name.c_str(),
-              args.host.c_str(), (*gw)->port(), static_cast<long long>(args.pages), (*device)->describe().c_str());
+  std::printf("chorus serve: %s on http://%s:%d/v1 (%lld KV pages, policy %s, %s)\n", go.model_name.c_str(),
+              args.host.c_str(), (*gw)->port(), static_cast<long long>(args.pages), args.policy.c_str(),
+              (*device)->describe().c_str());
   std::fflush(stdout);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   (*gw)->stop();

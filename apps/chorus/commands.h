@@ -97,9 +97,22 @@ struct ServeArgs {
   int ctx = 4096;                 // longest conversation (tokens)
   double lease_s = 600;           // idle programs are released after this long
   double check_period_s = 5;      // the scheduling policy's period
+  std::string policy = "program"; // program, lru, ttl
+  double ttl_s = 2;               // --policy ttl: seconds an idle program stays pinned
   int threads = 0;
 };
 int run_serve(const ServeArgs& args);
+
+struct SimulateArgs {
+  std::vector<int> concurrency = {8, 16, 32, 64, 128, 256};
+  int steps = 8;
+  int64_t pages = 2048;
+  double duration_s = 600;        // simulated seconds per point
+  double tool_scale_s = 1.0;
+  uint64_t seed = 1;
+  std::string json;
+};
+int run_simulate(const SimulateArgs& args);
 
 // Prints "chorus CMD: <error>" to stderr when `r` holds an error; returns whether it holds a value.
 template <class R>

@@ -113,7 +113,21 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--ctx", serve.ctx, "Longest conversation in tokens; also the max_tokens limit")->capture_default_str();
   serve_cmd->add_option("--lease", serve.lease_s, "Seconds after which an idle program is released")->capture_default_str();
   serve_cmd->add_option("--check-period", serve.check_period_s, "Seconds between scheduling checks")->capture_default_str();
+  serve_cmd->add_option("--policy", serve.policy, "program (pause idle programs, ThunderAgent), lru or ttl (baselines)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"program", "lru", "ttl"}));
+  serve_cmd->add_option("--ttl", serve.ttl_s, "With --policy ttl: seconds an idle program stays pinned")->capture_default_str();
   serve_cmd->add_option("-t,--threads", serve.threads, "Compute threads; 0 one per core")->capture_default_str();
+
+  chorus::app::SimulateArgs sim;
+  auto* sim_cmd = app.add_subcommand("simulate", "Simulate agent programs sharing KV pages: program-aware vs LRU vs TTL");
+  sim_cmd->add_option("--concurrency", sim.concurrency, "Programs alive at once (a sweep)")->delimiter(',')->capture_default_str();
+  sim_cmd->add_option("--steps", sim.steps, "Reason/act steps per program")->capture_default_str();
+  sim_cmd->add_option("--pages", sim.pages, "KV pages of 16 tokens")->capture_default_str();
+  sim_cmd->add_option("--duration", sim.duration_s, "Simulated seconds per point")->capture_default_str();
+  sim_cmd->add_option("--tool-scale", sim.tool_scale_s, "Scale of the Pareto tool time (seconds)")->capture_default_str();
+  sim_cmd->add_option("--seed", sim.seed, "Random seed")->capture_default_str();
+  sim_cmd->add_option("--json", sim.json, "Also write the results as JSON to this file");
 
   CLI11_PARSE(app, argc, argv);
   run.input_given = input_opt->count() > 0;
@@ -122,6 +136,7 @@ int main(int argc, char** argv) {
   if (*info_cmd) return chorus::app::run_info(info);
   if (*run_cmd) return chorus::app::run_run(run);
   if (*serve_cmd) return chorus::app::run_serve(serve);
+  if (*sim_cmd) return chorus::app::run_simulate(sim);
   if (*check_cmd) return chorus::app::run_check(check);
   if (*gen_cmd) return chorus::app::run_generate(gen);
   if (*node_cmd) return chorus::app::run_node(node);
