@@ -253,14 +253,25 @@ TEST_F(ProgramTest, ToolAgentCallsATool) {
   std::filesystem::remove_all(dir);
 }
 
+// Programs on the tiny random-weight model: their wording means nothing, their structure does.
+class TinyProgram : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/tiny_llama_f32.gguf", &model_, &device_));
+    cfg_.set("scheduler.max-threads", 2);
+    sys_ = std::make_unique<caf::actor_system>(cfg_);
+  }
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<CpuDevice> device_;
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+};
+
 // Run-time errors name the block or actor, and nothing is left running.
-TEST(ProgramErrors, RefusedBlocksAndSinksAreNamed) {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<CpuDevice> device;
-  ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/tiny_llama_f32.gguf", &model, &device));
-  caf::actor_system_config cfg;
-  cfg.set("scheduler.max-threads", 2);
-  caf::actor_system sys{cfg};
+TEST_F(TinyProgram, RefusedBlocksAndSinksAreNamed) {
+  Model* model = model_.get();
+  CpuDevice* device = device_.get();
+  caf::actor_system& sys = *sys_;
   const std::string base = R"(engine: {max_view_tokens: 16}
 blocks:
   a:
@@ -284,13 +295,10 @@ actors:
 }
 
 // How a program ends, on the tiny model: a token budget, a finish event, a time budget.
-TEST(ProgramEnds, ByTokenBudgetFinishEventAndTime) {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<CpuDevice> device;
-  ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/tiny_llama_f32.gguf", &model, &device));
-  caf::actor_system_config cfg;
-  cfg.set("scheduler.max-threads", 2);
-  caf::actor_system sys{cfg};
+TEST_F(TinyProgram, EndsByTokenBudgetFinishEventAndTime) {
+  Model* model = model_.get();
+  CpuDevice* device = device_.get();
+  caf::actor_system& sys = *sys_;
   auto run = [&](const std::string& text) {
     auto t = topology::load_string(text, "e.yaml");
     EXPECT_TRUE(t.ok()) << t.error().message;

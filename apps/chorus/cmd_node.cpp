@@ -11,6 +11,7 @@
 #include "actors/batcher.h"
 #include "actors/node_port.h"
 #include "apps/chorus/commands.h"
+#include "apps/chorus/served.h"
 #include "engine/engine.h"
 #include "gpu/cpu_device.h"
 
@@ -21,24 +22,17 @@ void on_signal(int) { g_stop = true; }
 }  // namespace
 
 int run_node(const NodeArgs& args) {
-  auto model = Model::load(args.model);
-  if (!report("node", model)) return 1;
-  CpuDeviceOptions dev_opts;
-  dev_opts.n_threads = args.threads;
-  auto device = CpuDevice::create(dev_opts);
-  if (!report("node", device)) return 1;
-  EngineOptions eo;
-  eo.n_pages = args.pages;
-  eo.token_budget = args.budget;
-  auto engine = Engine::create(**model, **device, eo);
-  if (!report("node", engine)) return 1;
+  auto served = load_served("node", args.model, args.threads, args.pages, args.budget);
+  if (!served) return 1;
+  const auto& model = served->model;
+  const auto& device = served->device;
 
   zmq::context_t zctx(1);  // declared before the actor system: destroyed after it
   {
     caf::actor_system_config cfg;
     cfg.set("scheduler.max-threads", 2);
     caf::actor_system sys{cfg};
-    caf::actor batcher = spawn_batcher(sys, std::move(*engine));
+    caf::actor batcher = spawn_batcher(sys, std::move(served->engine));
     caf::actor port;
     NodePortOptions po;
     po.endpoint = args.endpoint;
@@ -51,8 +45,8 @@ int run_node(const NodeArgs& args) {
     }
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
-    std::printf("chorus node: %s, %s, events on %s, listening on %s\n", (*model)->config.name.c_str(),
-                (*device)->describe().c_str(), bound->events.empty() ? "(none)" : bound->events.c_str(),
+    std::printf("chorus node: %s, %s, events on %s, listening on %s\n", model->config.name.c_str(),
+                device->describe().c_str(), bound->events.empty() ? "(none)" : bound->events.c_str(),
                 bound->requests.c_str());
     std::fflush(stdout);
     while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -10,6 +10,7 @@
 #include "actors/batcher.h"
 #include "actors/gateway.h"
 #include "apps/chorus/commands.h"
+#include "apps/chorus/served.h"
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "gpu/cpu_device.h"
@@ -21,23 +22,15 @@ void on_signal(int) { g_stop = true; }
 }  // namespace
 
 int run_serve(const ServeArgs& args) {
-  auto model = Model::load(args.model);
-  if (!report("serve", model)) return 1;
-  CpuDeviceOptions dev;
-  dev.n_threads = args.threads;
-  auto device = CpuDevice::create(dev);
-  if (!report("serve", device)) return 1;
-  EngineOptions eo;
-  eo.n_pages = args.pages;
-  eo.token_budget = args.budget;
-  eo.max_view_tokens = args.ctx;
-  auto engine = Engine::create(**model, **device, eo);
-  if (!report("serve", engine)) return 1;
+  auto served = load_served("serve", args.model, args.threads, args.pages, args.budget, args.ctx);
+  if (!served) return 1;
+  const auto& model = served->model;
+  const auto& device = served->device;
 
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
-  caf::actor batcher = spawn_batcher(sys, std::move(*engine));
+  caf::actor batcher = spawn_batcher(sys, std::move(served->engine));
   GatewayOptions go;
   go.host = args.host;
   go.port = args.port;
@@ -53,7 +46,7 @@ int run_serve(const ServeArgs& args) {
   go.policy.host_capacity_pages = args.host_pages;
   go.mode = args.policy == "lru" ? SchedulingMode::lru : args.policy == "ttl" ? SchedulingMode::ttl : SchedulingMode::program;
   go.ttl_s = args.ttl_s;
-  auto gw = Gateway::start(sys, batcher, **model, go);
+  auto gw = Gateway::start(sys, batcher, *model, go);
   if (!report("serve", gw)) {
     caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
     return 1;
@@ -62,7 +55,7 @@ int run_serve(const ServeArgs& args) {
   std::signal(SIGTERM, on_signal);
   std::printf("chorus serve: %s on http://%s:%d/v1 (%lld KV pages, policy %s, %s)\n", go.model_name.c_str(),
               args.host.c_str(), (*gw)->port(), static_cast<long long>(args.pages), args.policy.c_str(),
-              (*device)->describe().c_str());
+              device->describe().c_str());
   std::fflush(stdout);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   (*gw)->stop();

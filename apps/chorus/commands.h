@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,12 @@ struct SimulateArgs {
   std::string json;
 };
 int run_simulate(const SimulateArgs& args);
+
+// What a serving command (node, serve) loads: the model, a CPU device, an engine over them.
+struct Served;
+// Loads them or prints "chorus CMD: <error>" and returns nullptr.
+std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, int threads, int64_t pages, int budget,
+                                    int64_t max_view_tokens = 0);
 
 // Prints "chorus CMD: <error>" to stderr when `r` holds an error; returns whether it holds a value.
 template <class R>

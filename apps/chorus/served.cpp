@@ -1,0 +1,28 @@
+#include "apps/chorus/served.h"
+
+#include "apps/chorus/commands.h"
+
+namespace chorus::app {
+
+std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_path, int threads, int64_t pages,
+                                    int budget, int64_t max_view_tokens) {
+  auto s = std::make_unique<Served>();
+  auto model = Model::load(model_path);
+  if (!report(cmd, model)) return nullptr;
+  s->model = std::move(*model);
+  CpuDeviceOptions dev;
+  dev.n_threads = threads;
+  auto device = CpuDevice::create(dev);
+  if (!report(cmd, device)) return nullptr;
+  s->device = std::move(*device);
+  EngineOptions eo;
+  eo.n_pages = pages;
+  eo.token_budget = budget;
+  if (max_view_tokens > 0) eo.max_view_tokens = max_view_tokens;
+  auto engine = Engine::create(*s->model, *s->device, eo);
+  if (!report(cmd, engine)) return nullptr;
+  s->engine = std::move(*engine);
+  return s;
+}
+
+}  // namespace chorus::app

@@ -1,0 +1,18 @@
+// The model, device and engine a serving command (node, serve) runs (apps/chorus/commands.h).
+#pragma once
+
+#include <memory>
+
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "gpu/cpu_device.h"
+
+namespace chorus::app {
+
+struct Served {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CpuDevice> device;
+  std::unique_ptr<Engine> engine;  // moved into the batcher
+};
+
+}  // namespace chorus::app
