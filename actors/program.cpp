@@ -20,698 +20,15 @@
 #include "actors/node_port.h"
 #include "actors/roles.h"
 #include "actors/sandbox.h"
+#include "actors/program_roles.h"
 #include "actors/submit.h"
 #include "engine/engine.h"
 #include "engine/model.h"
 
 namespace chorus {
-namespace {
 
+using namespace program_roles;
 using topology::Kind;
-using Clock = std::chrono::steady_clock;
-using tool_atom = caf::atom_constant<caf::atom("toolcall")>;  // (tool_atom, tool, arguments json) -> result text
-
-// What the controller and Program::wait() share: the report, and whether it is final.
-struct Outcome {
-  std::mutex m;
-  std::condition_variable cv;
-  bool ended = false;
-  ProgramReport report;
-  Clock::time_point t0 = Clock::now();
-  double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-};
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// "x.done" -> "x" (the actor that emits it), else "".
-std::string done_of(const std::string& event) { return ends_with(event, ".done") ? event.substr(0, event.size() - 5) : ""; }
-
-// ---- controller: routes events, counts tokens, ends the program --------------------------------
-
-struct ControllerConfig {
-  std::map<std::string, std::vector<caf::actor>> subscribers;  // event -> who hears it
-  std::set<std::string> finish;
-  std::set<std::string> pending;  // thinkers, writers and sources not done yet
-  double budget_seconds = 0;
-  int64_t budget_tokens = 0;
-  std::shared_ptr<Outcome> outcome;
-  std::function<void(const ProgramEvent&)> hook;
-};
-
-struct ControllerState {
-  int64_t tokens = 0;
-  bool ended = false;
-};
-
-caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerConfig cfg) {
-  auto cfgp = std::make_shared<ControllerConfig>(std::move(cfg));
-  auto end = [self, cfgp](const std::string& why, const std::string& error) {
-    if (self->state.ended) return;
-    self->state.ended = true;
-    Outcome& o = *cfgp->outcome;
-    std::lock_guard<std::mutex> l(o.m);
-    o.report.ended_by = why;
-    o.report.error = error;
-    o.report.seconds = o.now();
-    o.report.generated_tokens = self->state.tokens;
-    o.ended = true;
-    o.cv.notify_all();
-  };
-  if (cfgp->budget_seconds > 0)
-    self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(cfgp->budget_seconds * 1e6)), tick_atom::value);
-  return {
-      [=](signal_atom, const std::string& ev, const std::string& text) {
-        if (self->state.ended) return;
-        {
-          std::lock_guard<std::mutex> l(cfgp->outcome->m);
-          ++cfgp->outcome->report.events[ev];
-        }
-        if (cfgp->hook) cfgp->hook(ProgramEvent{ev, text, cfgp->outcome->now()});
-        if (auto it = cfgp->subscribers.find(ev); it != cfgp->subscribers.end())
-          for (const caf::actor& who : it->second) self->send(who, signal_atom::value, ev, text);
-        if (const std::string who = done_of(ev); !who.empty()) cfgp->pending.erase(who);
-        if (cfgp->finish.count(ev)) end("finish event " + ev, "");
-        else if (cfgp->pending.empty() && !done_of(ev).empty()) end("all roles done", "");
-      },
-      [=](tokens_atom, int64_t n) {
-        self->state.tokens += n;
-        if (cfgp->budget_tokens > 0 && self->state.tokens >= cfgp->budget_tokens) end("token budget", "");
-      },
-      [=](tick_atom) { end("time budget", ""); },
-      [=](fail_atom, const std::string& who, const std::string& what) { end("error", who + ": " + what); },
-      [=](stop_atom) { end("stopped", ""); },
-  };
-}
-
-// Triggers shared by the roles: `on` events (each starts one run), `after` events (all of them
-// start one run), and the actors whose `.done` ends the `on` events for good.
-struct Triggers {
-  std::set<std::string> on, after, upstream;
-};
-
-struct TriggerState {
-  std::set<std::string> after_left, upstream_left;
-  bool after_fired = false;
-  void init(const Triggers& t) {
-    after_left = t.after;
-    upstream_left = t.upstream;
-  }
-  // How many runs `ev` starts (0 or 1); also notes upstream actors that are done.
-  int on_signal(const Triggers& t, const std::string& ev) {
-    int runs = t.on.count(ev) ? 1 : 0;
-    if (after_left.erase(ev) && after_left.empty() && !after_fired) {
-      after_fired = true;
-      ++runs;
-    }
-    if (const std::string who = done_of(ev); !who.empty()) upstream_left.erase(who);
-    return runs;
-  }
-};
-
-// ---- thinker and writer: generate into a block, announce pieces, feed sinks ---------------------
-
-// The text of `tmpl` with each {{event}} replaced by `event` (the text of the event that started
-// the run), tokenized; the tokens of `fixed` when there is no {{event}} in it.
-struct RunText {
-  std::string tmpl;
-  std::vector<TokenId> fixed;
-  const Tokenizer* tokenizer = nullptr;
-  bool dynamic() const { return tmpl.find("{{event}}") != std::string::npos; }
-  std::vector<TokenId> tokens(const std::string& event) const {
-    if (!dynamic()) return fixed;
-    std::string s = tmpl;
-    for (size_t at; (at = s.find("{{event}}")) != std::string::npos;) s.replace(at, 9, event);
-    return tokenizer->encode(s, {.parse_special = true});
-  }
-};
-
-struct GeneratorConfig {
-  std::string name;
-  RunText prefill;
-  bool stream = false;  // thinker: text goes to the sinks as it is generated; writer: whole pieces
-  Triggers triggers;
-  Request request;      // the generate each run submits
-  std::vector<topology::Emit> emits;
-  std::vector<caf::actor> sinks;
-  caf::actor tools;                 // the program's tool actor (when it may call tools)
-  int max_tool_calls = 0;
-  const Tokenizer* tokenizer = nullptr;
-};
-
-// A tool call at the end of `text`: <tool_call>{"name": ..., "arguments": {...}}</tool_call>.
-// Returns false when the text does not end with one; `name` empty when the call is malformed
-// (then `error` says why).
-bool parse_tool_call(const std::string& text, std::string* name, std::string* args, std::string* error) {
-  static const std::string open = "<tool_call>", close = "</tool_call>";
-  if (!ends_with(text, close)) return false;
-  const size_t at = text.rfind(open);
-  if (at == std::string::npos) return false;
-  const std::string body = text.substr(at + open.size(), text.size() - close.size() - at - open.size());
-  name->clear();
-  try {
-    const auto j = nlohmann::json::parse(body);
-    if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) {
-      *error = "a tool call is {\"name\": \"...\", \"arguments\": {...}}";
-      return true;
-    }
-    *name = j["name"];
-    const auto& a = j.contains("arguments") ? j["arguments"] : j.contains("parameters") ? j["parameters"] : nlohmann::json::object();
-    *args = a.is_string() ? a.get<std::string>() : a.dump();
-  } catch (const nlohmann::json::exception& e) {
-    *error = std::string("the tool call is not JSON: ") + e.what();
-  }
-  return true;
-}
-
-struct GeneratorState {
-  caf::actor ctl;
-  TriggerState trig;
-  std::deque<std::string> queued;    // runs to do: the text of the event that started each
-  int runs = 0;
-  bool busy = false;
-  bool done = false;
-  std::string piece;                 // this run's text (tool calls and results included)
-  std::string request_text;          // the text of the request in flight (a run may take several)
-  int tool_calls = 0;                // in this run
-  int generated = 0;                 // tokens in this run
-  std::vector<std::string> pending;  // per emit: text since its last event
-};
-
-caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor batcher, GeneratorConfig cfg) {
-  auto c = std::make_shared<GeneratorConfig>(std::move(cfg));
-  self->state.trig.init(c->triggers);
-  self->state.pending.resize(c->emits.size());
-  auto once = c->triggers.on.empty();
-  auto maybe_done = [=] {
-    auto& st = self->state;
-    if (st.done || st.busy || !st.queued.empty()) return;
-    if (once ? st.runs == 0 : !st.trig.upstream_left.empty()) return;
-    st.done = true;
-    self->send(st.ctl, signal_atom::value, c->name + ".done", std::string());
-  };
-  auto run = [=] {
-    auto& st = self->state;
-    if (st.busy || st.queued.empty() || st.done) return;
-    st.busy = true;
-    Request req = c->request;
-    req.tokens = c->prefill.tokens(st.queued.front());
-    st.queued.pop_front();
-    st.piece.clear();
-    st.request_text.clear();
-    st.tool_calls = 0;
-    st.generated = 0;
-    submit(self, batcher, req, [=](const std::string& why) {
-      self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
-    });
-  };
-  return {
-      [=](start_atom, const caf::actor& ctl) {
-        self->state.ctl = ctl;
-        if (c->triggers.on.empty() && c->triggers.after.empty()) {
-          self->state.queued.emplace_back();
-          run();
-        }
-      },
-      [=](signal_atom, const std::string& ev, const std::string& text) {
-        for (int n = self->state.trig.on_signal(c->triggers, ev); n > 0; --n) self->state.queued.push_back(text);
-        run();
-        maybe_done();
-      },
-      [=](event_atom, const std::vector<uint8_t>& frame) {
-        auto r = decode_reply(frame);
-        if (!r) return;
-        auto& st = self->state;
-        if (r->kind == "TokenEvent") {
-          if (r->token >= 0) {
-            self->send(st.ctl, tokens_atom::value, int64_t{1});
-            ++st.generated;
-          }
-          st.piece += r->text;
-          st.request_text += r->text;
-          if (c->stream)
-            for (const auto& s : c->sinks) self->send(s, text_atom::value, r->text);
-          for (size_t i = 0; i < c->emits.size(); ++i) {
-            std::string& p = st.pending[i];
-            p += r->text;
-            const auto at = p.find(c->emits[i].at, 1);  // a piece has something before its end
-            if (at == std::string::npos) continue;
-            self->send(st.ctl, signal_atom::value, c->emits[i].event, p.substr(0, at + c->emits[i].at.size()));
-            p.erase(0, at + c->emits[i].at.size());
-          }
-        } else if (r->kind == "RequestFinished") {
-          if (r->reason == FinishReason::error) {
-            self->send(st.ctl, fail_atom::value, c->name, "generation failed: " + r->text);
-            return;
-          }
-          std::string tool, args, error;
-          if (c->tools && r->reason == FinishReason::stop_string && st.tool_calls < c->max_tool_calls &&
-              st.generated < c->request.stop.max_tokens && parse_tool_call(st.request_text, &tool, &args, &error)) {
-            // The program acts: the tool runs in its sandbox; its result goes into the block, and
-            // the same run goes on from there.
-            ++st.tool_calls;
-            self->send(st.ctl, signal_atom::value, c->name + ".tool_call", st.request_text.substr(st.request_text.rfind("<tool_call>")));
-            auto go_on = [=](const std::string& result) {
-              auto& s2 = self->state;
-              self->send(s2.ctl, signal_atom::value, c->name + ".tool_result", result);
-              const std::string response = "\n<tool_response>\n" + result + "\n</tool_response>\n";
-              s2.piece += response;
-              if (c->stream)
-                for (const auto& sk : c->sinks) self->send(sk, text_atom::value, response);
-              Request next = c->request;
-              next.tokens = c->tokenizer->encode(response, {.parse_special = true});
-              next.stop.max_tokens = std::max(1, c->request.stop.max_tokens - s2.generated);
-              s2.request_text.clear();
-              submit(self, batcher, next, [=](const std::string& why) {
-                self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
-              });
-            };
-            if (tool.empty()) {
-              go_on("error: " + error);
-            } else {
-              self->request(c->tools, caf::infinite, tool_atom::value, tool, args)
-                  .then([=](const std::string& result) { go_on(result); },
-                        [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); });
-            }
-            return;
-          }
-          for (size_t i = 0; i < c->emits.size(); ++i) {  // what is left is the run's last piece
-            if (st.pending[i].find_first_not_of(" \t\r\n") != std::string::npos)
-              self->send(st.ctl, signal_atom::value, c->emits[i].event, st.pending[i]);
-            st.pending[i].clear();
-          }
-          if (!c->stream) {
-            std::string line = st.piece;
-            for (const auto& s : c->request.stop.strings)
-              if (ends_with(line, s)) line.erase(line.size() - s.size());
-            while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-            while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) line.erase(0, 1);
-            if (!line.empty())
-              for (const auto& s : c->sinks) self->send(s, text_atom::value, line + "\n");
-          } else if (!st.piece.empty() && st.piece.back() != '\n') {
-            for (const auto& s : c->sinks) self->send(s, text_atom::value, std::string("\n"));
-          }
-          st.busy = false;
-          ++st.runs;
-          run();
-          maybe_done();
-        }
-      },
-  };
-}
-
-// ---- probe: ask a question over a view on triggers; fire an event past a threshold -------------
-
-struct ProbeRoleConfig {
-  std::string name;
-  Triggers triggers;
-  Request request;
-  RunText question;
-  std::vector<int> fire_on;
-  float threshold = 0.5f;
-  bool edge = true;
-  std::string fires;
-  BlockId watch = -1;
-  int64_t every_new_tokens = 0;
-  int every_ms = 0;
-};
-
-struct ProbeRoleState {
-  caf::actor ctl;
-  TriggerState trig;
-  int64_t last = 0;
-  std::map<int64_t, std::string> out;  // questions out: request id -> the text asked about
-  int submitting = 0;                  // sent, not yet accepted
-  std::deque<std::string> waiting;     // triggers past the limit on questions out; timer and growth
-                                       // triggers (no text) wait as one
-  bool above = false;
-  bool done = false;
-};
-
-// Up to this many questions of one probe run at once (batched into the same steps); answers are
-// judged in the order they come.
-constexpr int kProbeQuestionsOut = 8;
-
-caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor batcher, ProbeRoleConfig cfg) {
-  auto c = std::make_shared<ProbeRoleConfig>(std::move(cfg));
-  self->state.trig.init(c->triggers);
-  auto ask = [=](const std::string& text) {
-    auto& st = self->state;
-    if (static_cast<int>(st.out.size()) + st.submitting >= kProbeQuestionsOut) {
-      if (!text.empty() || st.waiting.empty() || !st.waiting.back().empty()) st.waiting.push_back(text);
-      return;
-    }
-    ++st.submitting;
-    Request req = c->request;
-    if (c->question.dynamic()) req.tokens = c->question.tokens(text);
-    self->request(batcher, caf::infinite, frame_atom::value, encode_request(0, req))
-        .then(
-            [=](const std::vector<uint8_t>& reply) {
-              --self->state.submitting;
-              auto rep = decode_reply(reply);
-              if (rep && rep->kind == "Submitted") self->state.out[rep->id] = text;
-              else self->send(self->state.ctl, fail_atom::value, c->name, "probe refused: " + (rep ? rep->text : rep.error().message));
-            },
-            [=](caf::error& e) { self->send(self->state.ctl, fail_atom::value, c->name, "probe refused: " + caf::to_string(e)); });
-  };
-  // Only a probe driven by events alone ends: when everyone emitting them is done.
-  auto maybe_done = [=] {
-    auto& st = self->state;
-    if (st.done || !st.out.empty() || st.submitting > 0 || !st.waiting.empty() || c->watch >= 0 || c->every_ms > 0 ||
-        !st.trig.upstream_left.empty())
-      return;
-    st.done = true;
-    self->send(st.ctl, signal_atom::value, c->name + ".done", std::string());
-  };
-  const auto period = std::chrono::milliseconds(c->every_ms);
-  return {
-      [=](start_atom, const caf::actor& ctl) {
-        self->state.ctl = ctl;
-        if (c->watch >= 0) self->send(batcher, subscribe_atom::value, c->watch);
-        if (c->every_ms > 0) self->delayed_send(self, period, tick_atom::value);
-      },
-      [=](tick_atom) {
-        ask("");
-        self->delayed_send(self, period, tick_atom::value);
-      },
-      [=](grown_atom, BlockId, int64_t n) {
-        if (n - self->state.last < c->every_new_tokens) return;
-        self->state.last = n;
-        ask("");
-      },
-      [=](signal_atom, const std::string& ev, const std::string& text) {
-        if (self->state.trig.on_signal(c->triggers, ev) > 0) ask(text);
-        maybe_done();
-      },
-      [=](event_atom, const std::vector<uint8_t>& frame) {
-        auto r = decode_reply(frame);
-        if (!r) return;
-        auto& st = self->state;
-        auto it = st.out.find(r->id);
-        if (it == st.out.end()) return;
-        if (r->kind == "ProbeResult") {
-          float p = 0;
-          for (int i : c->fire_on)
-            if (static_cast<size_t>(i) < r->probabilities.size()) p += r->probabilities[static_cast<size_t>(i)];
-          const bool above = p >= c->threshold;
-          if (above && (!c->edge || !st.above)) {  // carries what was asked about, else the probability
-            char buf[32];
-            std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(p));
-            self->send(st.ctl, signal_atom::value, c->fires, it->second.empty() ? std::string(buf) : it->second);
-          }
-          st.above = above;
-        } else if (r->kind == "RequestFinished") {
-          if (r->reason == FinishReason::error) self->send(st.ctl, fail_atom::value, c->name, "probe failed: " + r->text);
-          st.out.erase(it);
-          while (!st.waiting.empty() && static_cast<int>(st.out.size()) + st.submitting < kProbeQuestionsOut) {
-            std::string next = std::move(st.waiting.front());
-            st.waiting.pop_front();
-            ask(next);
-          }
-          maybe_done();
-        }
-      },
-  };
-}
-
-// ---- source: text from outside into a block, in order ------------------------------------------
-
-struct SourceRoleConfig {
-  std::string name;
-  Triggers triggers;     // a source of text: when to send it
-  bool text_once = false;
-  std::string text;
-  int delay_ms = 0;
-  BlockId write_to = -1;
-  std::vector<BlockId> view;
-  int every_lines = 0;
-  std::string emit_event;
-  int64_t max_lines = 0;
-  int64_t keep_lines = 0;  // > 0: the block holds a window of the last lines, not the whole stream
-  bool records = false;    // each message is a record (ZeroMQ, api): it ends with a newline
-  const Tokenizer* tokenizer = nullptr;
-};
-
-struct SourceRoleState {
-  struct Forward {
-    int64_t lines;
-    std::string text;
-    bool carry;  // lines run again after a clear: not new
-  };
-  caf::actor ctl;
-  TriggerState trig;
-  bool sent = false;                // text_once: the text was scheduled
-  bool input_ended = false;
-  bool done = false;
-  int64_t lines_in = 0;             // accepted
-  int64_t lines_done = 0;           // new lines cached in the block
-  int64_t next_emit = 0;
-  std::deque<Forward> in_flight;    // forwards not finished, in order
-  std::deque<std::string> recent;   // the last lines that are in (for events and carries)
-  std::deque<std::string> backlog;  // text that waits for the block to be cleared
-  bool rotating = false;            // a clear is due or under way
-  int64_t lines_in_block = 0;       // since the last clear, carry included
-  int64_t carry_lines = 0;
-};
-
-int64_t count_lines(const std::string& s) { return static_cast<int64_t>(std::count(s.begin(), s.end(), '\n')); }
-
-caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor batcher, SourceRoleConfig cfg) {
-  auto c = std::make_shared<SourceRoleConfig>(std::move(cfg));
-  self->state.trig.init(c->triggers);
-  self->state.next_emit = c->every_lines;
-  const size_t keep_recent = static_cast<size_t>(std::max(c->every_lines, 1));
-  auto fail = [=](const std::string& what) { self->send(self->state.ctl, fail_atom::value, c->name, what); };
-  auto maybe_done = [=] {
-    auto& st = self->state;
-    if (st.done || !st.input_ended || !st.in_flight.empty() || st.rotating || !st.backlog.empty()) return;
-    st.done = true;
-    self->send(st.ctl, signal_atom::value, c->name + ".done", std::string());
-  };
-  auto forward = [=](const std::string& text, bool carry) {
-    const auto toks = c->tokenizer->encode(text, {.parse_special = true});
-    if (toks.empty()) return;
-    auto& st = self->state;
-    st.in_flight.push_back({carry ? 0 : count_lines(text), text, carry});
-    st.lines_in_block += count_lines(text);
-    submit(self, batcher, Request::forward(c->write_to, toks, c->view), [=](const std::string& why) { fail("forward refused: " + why); });
-  };
-  // A window source clears its block when the next text would overflow it, then runs the last
-  // few lines again (a reader triggered by them still sees them) before going on.
-  auto fits = [=](const std::string& more) {
-    return c->keep_lines == 0 || self->state.lines_in_block + count_lines(more) <= c->keep_lines;
-  };
-  auto try_clear = std::make_shared<std::function<void()>>();
-  // One forward at a time: what arrived meanwhile goes in as one (fewer, fuller steps).
-  auto drain = [=] {
-    auto& st = self->state;
-    if (st.rotating || !st.in_flight.empty()) return maybe_done();
-    std::string merged;
-    while (!st.backlog.empty() && count_lines(merged) < 256) {
-      const std::string& t = st.backlog.front();
-      if (!fits(merged + t)) {
-        if (!merged.empty()) break;
-        if (st.lines_in_block > st.carry_lines) {
-          st.rotating = true;
-          (*try_clear)();
-          return;
-        }  // else a text longer than the window: it goes in whole
-      }
-      merged += t;
-      st.backlog.pop_front();
-    }
-    if (!merged.empty()) forward(merged, false);
-    maybe_done();
-  };
-  *try_clear = [=] {
-    if (!self->state.rotating || !self->state.in_flight.empty()) return;  // again when the forwards are in
-    self->request(batcher, caf::infinite, frame_atom::value, encode_clear_block(0, c->write_to))
-        .then(
-            [=](const std::vector<uint8_t>& reply) {
-              auto r = decode_reply(reply);
-              auto& st = self->state;
-              if (!r || r->kind != "BlockInfo") {  // a reader holds the block: try again shortly
-                self->delayed_send(self, std::chrono::milliseconds(5), tick_atom::value);
-                return;
-              }
-              st.rotating = false;
-              st.lines_in_block = 0;
-              std::string carry;
-              for (const auto& l : st.recent) carry += l;
-              st.carry_lines = count_lines(carry);
-              forward(carry, true);
-              drain();
-            },
-            [=](caf::error& e) { fail("clear refused: " + caf::to_string(e)); });
-  };
-  auto send_text = [=] {
-    if (self->state.sent) return;
-    self->state.sent = true;
-    self->delayed_send(self, std::chrono::milliseconds(c->delay_ms), text_atom::value, c->text);
-  };
-  return {
-      [=](start_atom, const caf::actor& ctl) {
-        self->state.ctl = ctl;
-        if (c->text_once && c->triggers.on.empty() && c->triggers.after.empty()) send_text();
-      },
-      [=](signal_atom, const std::string& ev, const std::string&) {
-        if (c->text_once && self->state.trig.on_signal(c->triggers, ev) > 0) send_text();
-      },
-      [=](tick_atom) { (*try_clear)(); },
-      [=](text_atom, std::string text) {
-        auto& st = self->state;
-        if (st.input_ended && !c->text_once) return;  // past max_lines
-        if (c->records && !text.empty() && text.back() != '\n') text += '\n';
-        if (c->text_once) st.input_ended = true;
-        if (c->max_lines > 0) {  // whole lines up to the limit
-          size_t cut = 0;
-          int64_t n = 0;
-          while (st.lines_in + n < c->max_lines && (cut = text.find('\n', cut)) != std::string::npos) {
-            ++cut;
-            ++n;
-          }
-          if (st.lines_in + n >= c->max_lines) {
-            text.resize(cut);
-            st.input_ended = true;
-          }
-        }
-        st.lines_in += count_lines(text);
-        st.backlog.push_back(std::move(text));
-        drain();
-      },
-      [=](done_atom) {
-        self->state.input_ended = true;
-        maybe_done();
-      },
-      [=](event_atom, const std::vector<uint8_t>& frame) {
-        auto r = decode_reply(frame);
-        if (!r || r->kind != "RequestFinished") return;
-        auto& st = self->state;
-        if (r->reason == FinishReason::error) return fail("forward failed: " + r->text);
-        if (st.in_flight.empty()) return;
-        SourceRoleState::Forward f = std::move(st.in_flight.front());
-        st.in_flight.pop_front();
-        if (!f.carry) {  // each new line: into the recent lines, and an event every every_lines
-          for (size_t at = 0, nl; (nl = f.text.find('\n', at)) != std::string::npos; at = nl + 1) {
-            st.recent.push_back(f.text.substr(at, nl + 1 - at));
-            if (st.recent.size() > keep_recent) st.recent.pop_front();
-            if (++st.lines_done < st.next_emit || c->every_lines == 0) continue;
-            std::string lines_text;
-            for (const auto& l : st.recent) lines_text += l;
-            self->send(st.ctl, signal_atom::value, c->emit_event, lines_text);
-            st.next_emit += c->every_lines;
-          }
-        }
-        if (st.rotating) (*try_clear)();
-        drain();
-      },
-  };
-}
-
-// The program's tools: one sandbox (actors/sandbox.h), created with the program and removed with
-// it; calls run one at a time. A detached actor: a run blocks until the tool ends.
-void tool_main(caf::blocking_actor* self, std::string base, std::string name, std::vector<topology::Tool> tools) {
-  auto box = Sandbox::create(base, name);
-  if (!box) spdlog::error("program {}: no sandbox for its tools: {}", name, box.error().message);
-  for (bool running = true; running;)
-    self->receive(
-        [&](tool_atom, const std::string& tool, const std::string& args) -> std::string {
-          const topology::Tool* t = nullptr;
-          std::string known;
-          for (const auto& x : tools) {
-            if (x.name == tool) t = &x;
-            known += (known.empty() ? "" : ", ") + x.name;
-          }
-          if (!t) return "error: unknown tool \"" + tool + "\" (tools: " + known + ")";
-          if (!box) return "error: no sandbox: " + box.error().message;
-          SandboxLimits lim;
-          lim.timeout_s = t->timeout_s;
-          lim.max_output_bytes = t->max_output_bytes;
-          auto r = box->run(t->command, lim, args);
-          if (!r) return "error: " + r.error().message;
-          std::string out = r->output;
-          while (!out.empty() && out.back() == '\n') out.pop_back();
-          if (!r->ok()) out += (out.empty() ? "" : "\n") + std::string("[") + r->describe() + "]";
-          return out;
-        },
-        [&](caf::exit_msg&) { running = false; });
-}
-
-// Reads a whole file (no following) and sends it line by line, then done_atom.
-void read_file_lines(caf::blocking_actor* self, std::string path, caf::actor target, std::string who, caf::actor ctl) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    self->send(ctl, fail_atom::value, who, "cannot open " + path + ": " + std::strerror(errno));
-    return;
-  }
-  std::string line;
-  while (std::getline(in, line)) self->send(target, text_atom::value, in.eof() ? line : line + "\n");
-  self->send(target, done_atom::value);
-}
-
-// ---- sink: text somewhere, a prefix at each line start -----------------------------------------
-
-struct SinkRoleConfig {
-  std::string name;
-  topology::SinkKind kind = topology::SinkKind::stdout_stream;
-  std::string prefix;
-  std::shared_ptr<std::FILE> file;  // a file sink's file
-  caf::actor zmq;                   // a ZeroMQ PUB sink's socket actor
-  caf::actor console;               // stdout/stderr sinks write through the stream's one console actor
-  std::function<void(const std::string&, const std::string&)> callback;
-};
-
-struct SinkRoleState {
-  bool at_line_start = true;
-  caf::strong_actor_ptr last;  // who wrote the current line
-};
-
-caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig cfg) {
-  auto c = std::make_shared<SinkRoleConfig>(std::move(cfg));
-  auto out = [=](const std::string& s) {
-    using topology::SinkKind;
-    if (c->kind == SinkKind::zmq || c->console) {
-      self->send(c->console ? c->console : c->zmq, text_atom::value, s);
-      return;
-    }
-    std::FILE* f = c->kind == SinkKind::stdout_stream ? stdout : c->kind == SinkKind::stderr_stream ? stderr : c->file.get();
-    std::fwrite(s.data(), 1, s.size(), f);
-    std::fflush(f);
-  };
-  // Text with the prefix at each line start; a new producer starts on a new line.
-  auto write = [=](const std::string& text, const caf::strong_actor_ptr& from) {
-    auto& st = self->state;
-    if (text.empty()) return;
-    if (c->callback) {
-      c->callback(c->name, text);
-      return;
-    }
-    std::string s;
-    if (!st.at_line_start && from != st.last) {
-      s += "\n";
-      st.at_line_start = true;
-    }
-    for (char ch : text) {
-      if (st.at_line_start && ch != '\n') s += c->prefix;
-      st.at_line_start = ch == '\n';
-      s += ch;
-    }
-    st.last = from;
-    out(s);
-  };
-  return {
-      [=](text_atom, const std::string& text) { write(text, self->current_sender()); },
-      [=](stop_atom) { self->quit(); },  // after what was queued before it
-      [=](signal_atom, const std::string& ev, const std::string& text) {
-        std::string t = text;
-        while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-        write("[" + ev + "] " + t + "\n", nullptr);
-      },
-  };
-}
-
-}  // namespace
 
 // ---- Program ------------------------------------------------------------------------------------
 
@@ -865,12 +182,12 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
         SinkRoleConfig cc;
         cc.name = a.sink == topology::SinkKind::stdout_stream ? "stdout" : "stderr";
         cc.kind = a.sink;
-        console = sys.spawn(sink_role, std::move(cc));
+        console = spawn_sink(sys, std::move(cc));
         im.outlets.push_back(console);
       }
       sc.console = console;
     }
-    by_name[a.name] = sys.spawn(sink_role, std::move(sc));
+    by_name[a.name] = spawn_sink(sys, std::move(sc));
     im.sinks.push_back(by_name[a.name]);
   }
   const auto emitters = t.emitters();
@@ -891,7 +208,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
   if (!t.tools.empty()) {  // the program's sandbox, created with it and removed with it
     const char* env = std::getenv("CHORUS_SANDBOX_DIR");
     static std::atomic<int> n{0};
-    tools = sys.spawn<caf::detached>(tool_main, std::string(env ? env : "/tmp/chorus-sandboxes"),
+    tools = spawn_tools(sys, std::string(env ? env : "/tmp/chorus-sandboxes"),
                                      t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools);
     im.actors.push_back(tools);
   }
@@ -917,7 +234,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
           gc.max_tool_calls = a.max_tool_calls;
         }
         gc.tokenizer = &tok;
-        h = sys.spawn(generator, im.batcher, std::move(gc));
+        h = spawn_generator(sys, im.batcher, std::move(gc));
         break;
       }
       case Kind::probe: {
@@ -935,7 +252,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
         pc.watch = a.watch.empty() ? -1 : im.blocks.at(a.watch);
         pc.every_new_tokens = a.every_new_tokens;
         pc.every_ms = a.every_ms;
-        h = sys.spawn(probe_role, im.batcher, std::move(pc));
+        h = spawn_probe(sys, im.batcher, std::move(pc));
         break;
       }
       case Kind::source: {
@@ -953,7 +270,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
         sc.keep_lines = a.keep_lines;
         sc.records = a.from == topology::SourceKind::zmq || a.from == topology::SourceKind::api;
         sc.tokenizer = &tok;
-        h = sys.spawn(source_role, im.batcher, std::move(sc));
+        h = spawn_source(sys, im.batcher, std::move(sc));
         const topology::Actor* ap = &a;
         switch (a.from) {
           case topology::SourceKind::api: im.api_sources[a.name] = h; break;
@@ -966,7 +283,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
           case topology::SourceKind::file:
             feeders.push_back([&, h, ap](const caf::actor& ctl) {
               if (ap->follow) im.actors.push_back(spawn_file_tail(sys, ap->path, h, true));
-              else im.actors.push_back(sys.spawn<caf::detached>(read_file_lines, ap->path, h, ap->name, ctl));
+              else im.actors.push_back(spawn_file_reader(sys, ap->path, h, ap->name, ctl));
               return Status::success();
             });
             break;
@@ -1005,7 +322,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
   cc.outcome = im.outcome;
   cc.hook = hooks.event;
   im.outcome->t0 = Clock::now();
-  im.ctl = sys.spawn(controller, std::move(cc));
+  im.ctl = spawn_controller(sys, std::move(cc));
   for (auto& f : feeders)
     if (Status s = f(im.ctl); !s.ok()) return s.error();
   for (const auto& a : t.actors)

@@ -1,0 +1,133 @@
+// The roles of a program run from a topology (actors/program.h): the controller that routes
+// named events and ends the program, thinker/writer (a generator), probe, source, sink, and the
+// program's tool actor. Internal to actors/: program.cpp wires them from a Topology.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <caf/actor.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/program.h"
+#include "actors/topology.h"
+#include "engine/engine.h"
+
+namespace chorus::program_roles {
+
+using Clock = std::chrono::steady_clock;
+
+// What the controller and Program::wait() share: the report, and whether it is final.
+struct Outcome {
+  std::mutex m;
+  std::condition_variable cv;
+  bool ended = false;
+  ProgramReport report;
+  Clock::time_point t0 = Clock::now();
+  double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+};
+
+struct ControllerConfig {
+  std::map<std::string, std::vector<caf::actor>> subscribers;  // event -> who hears it
+  std::set<std::string> finish;
+  std::set<std::string> pending;  // thinkers, writers and sources not done yet
+  double budget_seconds = 0;
+  int64_t budget_tokens = 0;
+  std::shared_ptr<Outcome> outcome;
+  std::function<void(const ProgramEvent&)> hook;
+};
+
+// Triggers shared by the roles: `on` events (each starts one run), `after` events (all of them
+// start one run), and the actors whose `.done` ends the `on` events for good.
+struct Triggers {
+  std::set<std::string> on, after, upstream;
+};
+
+// The text of `tmpl` with each {{event}} replaced by `event` (the text of the event that started
+// the run), tokenized; the tokens of `fixed` when there is no {{event}} in it.
+struct RunText {
+  std::string tmpl;
+  std::vector<TokenId> fixed;
+  const Tokenizer* tokenizer = nullptr;
+  bool dynamic() const { return tmpl.find("{{event}}") != std::string::npos; }
+  std::vector<TokenId> tokens(const std::string& event) const {
+    if (!dynamic()) return fixed;
+    std::string s = tmpl;
+    for (size_t at; (at = s.find("{{event}}")) != std::string::npos;) s.replace(at, 9, event);
+    return tokenizer->encode(s, {.parse_special = true});
+  }
+};
+
+struct GeneratorConfig {
+  std::string name;
+  RunText prefill;
+  bool stream = false;  // thinker: text goes to the sinks as it is generated; writer: whole pieces
+  Triggers triggers;
+  Request request;      // the generate each run submits
+  std::vector<topology::Emit> emits;
+  std::vector<caf::actor> sinks;
+  caf::actor tools;                 // the program's tool actor (when it may call tools)
+  int max_tool_calls = 0;
+  const Tokenizer* tokenizer = nullptr;
+};
+
+struct ProbeRoleConfig {
+  std::string name;
+  Triggers triggers;
+  Request request;
+  RunText question;
+  std::vector<int> fire_on;
+  float threshold = 0.5f;
+  bool edge = true;
+  std::string fires;
+  BlockId watch = -1;
+  int64_t every_new_tokens = 0;
+  int every_ms = 0;
+};
+
+struct SourceRoleConfig {
+  std::string name;
+  Triggers triggers;     // a source of text: when to send it
+  bool text_once = false;
+  std::string text;
+  int delay_ms = 0;
+  BlockId write_to = -1;
+  std::vector<BlockId> view;
+  int every_lines = 0;
+  std::string emit_event;
+  int64_t max_lines = 0;
+  int64_t keep_lines = 0;  // > 0: the block holds a window of the last lines, not the whole stream
+  bool records = false;    // each message is a record (ZeroMQ, api): it ends with a newline
+  const Tokenizer* tokenizer = nullptr;
+};
+
+struct SinkRoleConfig {
+  std::string name;
+  topology::SinkKind kind = topology::SinkKind::stdout_stream;
+  std::string prefix;
+  std::shared_ptr<std::FILE> file;  // a file sink's file
+  caf::actor zmq;                   // a ZeroMQ PUB sink's socket actor
+  caf::actor console;               // stdout/stderr sinks write through the stream's one console actor
+  std::function<void(const std::string&, const std::string&)> callback;
+};
+
+caf::actor spawn_controller(caf::actor_system& sys, ControllerConfig cfg);
+caf::actor spawn_generator(caf::actor_system& sys, caf::actor batcher, GeneratorConfig cfg);
+caf::actor spawn_probe(caf::actor_system& sys, caf::actor batcher, ProbeRoleConfig cfg);
+caf::actor spawn_source(caf::actor_system& sys, caf::actor batcher, SourceRoleConfig cfg);
+caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg);
+// The program's tools, in one sandbox under `base` named `name` (removed when the actor ends);
+// answers (tool_atom, tool, arguments) with the result text. A detached actor.
+caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name, std::vector<topology::Tool> tools);
+// Reads a whole file (not followed) into `target` line by line, then done_atom; `ctl` hears of
+// a file that cannot be opened.
+caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who, caf::actor ctl);
+
+}  // namespace chorus::program_roles
