@@ -113,7 +113,6 @@ struct Gateway::Impl {
     return out;
   }
 
-  static int64_t pages_of(int64_t tokens) { return (tokens + KvCache::page_size() - 1) / KvCache::page_size(); }
 
   // ---- programs ----------------------------------------------------------------------------------
 
@@ -174,7 +173,7 @@ struct Gateway::Impl {
         if (s.moving) continue;
         ProgramSnapshot p;
         p.id = s.program;
-        p.pages = pages_of(std::max(s.tokens, s.busy ? s.need_tokens : 0));  // room for the request in flight
+        p.pages = KvCache::pages_for(std::max(s.tokens, s.busy ? s.need_tokens : 0));  // room for the request in flight
         p.state = s.paused ? ProgramState::paused : ProgramState::active;
         p.phase = s.busy ? ProgramPhase::reasoning : ProgramPhase::acting;
         p.phase_since = s.phase_since;
@@ -380,23 +379,57 @@ struct Gateway::Impl {
     return r;
   }
 
-  // Takes the session for a request: creates it, marks it busy, waits for it to be restored.
-  std::string acquire(const ChatRequest& req) {
+  // What a request runs on its program's block, decided once: the rendered prompt, and the
+  // tokens to run — only what is new when the block already holds the conversation so far.
+  struct Plan {
+    BlockId block = -1;
+    std::string prompt;
+    std::vector<TokenId> toks;
+    int64_t have_tokens = 0;  // in the block, reused
+    bool restart = false;     // the history changed: the block starts again
+  };
+
+  Plan plan(const ChatRequest& req, BlockId block, const std::string& have_text, int64_t have_tokens) const {
+    Plan p;
+    p.block = block;
     const ChatTemplate chat = model->chat ? *model->chat : ChatTemplate::chatml();
-    const int64_t need = static_cast<int64_t>(model->tokenizer.encode(chat.apply(req.messages, true), {.parse_special = true}).size()) +
-                         req.max_tokens;
+    p.prompt = chat.apply(req.messages, true);
+    std::string_view delta = p.prompt;
+    if (!have_text.empty() && p.prompt.compare(0, have_text.size(), have_text) == 0) {
+      delta.remove_prefix(have_text.size());  // the conversation so far is in the block already
+      p.have_tokens = have_tokens;
+    } else {
+      p.restart = have_tokens > 0;
+    }
+    p.toks = model->tokenizer.encode(std::string(delta), {.parse_special = true});
+    return p;
+  }
+
+  // Takes the session for a request: creates it, marks it busy, plans the request (counting the
+  // room it needs), waits for the program to be restored.
+  std::pair<std::string, Plan> acquire(const ChatRequest& req) {
     auto id = open_session(req.program_id);
     if (!id) throw HttpError{500, error_body("cannot create the program: " + id.error().message, "server_error")};
+    BlockId block;
+    std::string have_text;
+    int64_t have_tokens;
     {
       std::lock_guard<std::mutex> l(m);
       Session& s = sessions.at(*id);
       if (s.busy)
         throw HttpError{409, error_body("program `" + *id + "` already has a request in flight", "invalid_request_error",
                                         "program_id", "program_busy")};
-      s.busy = true;
-      s.need_tokens = need;
+      s.busy = true;  // from here on its text and tokens are this request's to change
       s.phase_since = now();
       ++s.requests;
+      block = s.block;
+      have_text = s.text;
+      have_tokens = s.tokens;
+    }
+    Plan p = plan(req, block, have_text, have_tokens);
+    {
+      std::lock_guard<std::mutex> l(m);
+      sessions.at(*id).need_tokens = p.have_tokens + static_cast<int64_t>(p.toks.size()) + req.max_tokens;
     }
     schedule();  // a request boundary
     std::unique_lock<std::mutex> l(m);
@@ -409,7 +442,7 @@ struct Gateway::Impl {
       throw HttpError{503, error_body("program `" + *id + "` could not be restored in time (memory is full)", "server_error",
                                       "", "program_paused")};
     }
-    return *id;
+    return {*id, std::move(p)};
   }
 
   // Runs the request on its session; calls `on_text` with each piece of text as it comes.
@@ -421,39 +454,25 @@ struct Gateway::Impl {
     std::string error;
   };
 
-  Outcome generate(const std::string& id, const ChatRequest& req, const std::function<bool(const std::string&)>& on_text) {
+  Outcome generate(const std::string& id, const ChatRequest& req, const Plan& plan,
+                   const std::function<bool(const std::string&)>& on_text) {
     Outcome out;
-    std::string prompt;
-    BlockId block;
-    int64_t have_tokens;
-    std::string have_text;
-    {
-      std::lock_guard<std::mutex> l(m);
-      const Session& s = sessions.at(id);
-      block = s.block;
-      have_text = s.text;
-      have_tokens = s.tokens;
-    }
-    const ChatTemplate chat = model->chat ? *model->chat : ChatTemplate::chatml();
-    prompt = chat.apply(req.messages, true);
-    std::string delta = prompt;
-    if (!have_text.empty() && prompt.compare(0, have_text.size(), have_text) == 0) {
-      delta = prompt.substr(have_text.size());  // the conversation so far is in the block already
-      out.cached_tokens = have_tokens;
-      reused_tokens += have_tokens;
-    } else if (have_tokens > 0) {  // the history changed: start the block again
-      if (auto r = call(encode_clear_block(0, block)); !r) {
+    int64_t have_tokens = plan.have_tokens;
+    if (plan.restart) {  // the history changed: start the block again
+      if (auto r = call(encode_clear_block(0, plan.block)); !r) {
         out.error = "cannot clear the program's block: " + r.error().message;
         return out;
       }
-      recomputed_tokens += have_tokens;
-      have_tokens = 0;
+      std::lock_guard<std::mutex> l(m);
+      recomputed_tokens += sessions.at(id).tokens;
     }
-    const auto toks = model->tokenizer.encode(delta, {.parse_special = true});
+    out.cached_tokens = have_tokens;
+    reused_tokens += have_tokens;
+    const std::vector<TokenId>& toks = plan.toks;
     StopCondition stop;
     stop.max_tokens = req.max_tokens;
     stop.strings = req.stop;
-    Request gen = Request::generate(block, {block}, toks, req.sampling, stop);
+    Request gen = Request::generate(plan.block, {plan.block}, toks, req.sampling, stop);
     caf::scoped_actor self{*sys};
     std::string raw;
     bool finished = false, eog = false, client_gone = false;
@@ -515,17 +534,14 @@ struct Gateway::Impl {
       emit(held);
       out.content += held;
     }
-    // Cut the content at a stop string (the engine stops after it; OpenAI leaves it out).
-    for (const auto& s : req.stop)
-      if (const auto at = out.content.find(s); at != std::string::npos) out.content.resize(at);
     out.prompt_tokens = have_tokens + static_cast<int64_t>(toks.size());
     prompt_tokens += static_cast<int64_t>(toks.size());
     completion_tokens += out.completion_tokens;
     std::lock_guard<std::mutex> l(m);
     Session& s = sessions.at(id);
-    s.text = out.error.empty() ? prompt + raw + (eog ? "<|im_end|>" : "") : "";
+    // After an error the block's text is not known: empty text makes the next request start it again.
+    s.text = out.error.empty() ? plan.prompt + raw + (eog ? "<|im_end|>" : "") : "";
     s.tokens = have_tokens + static_cast<int64_t>(toks.size()) + out.completion_tokens;
-    if (!out.error.empty()) s.tokens = -1;  // unknown: the next request starts the block again
     return out;
   }
 
@@ -537,7 +553,6 @@ struct Gateway::Impl {
       auto it = sessions.find(id);
       if (it == sessions.end()) return;
       Session& s = it->second;
-      if (s.tokens < 0) s.tokens = 1;  // something is in the block: a mismatch will clear it
       s.busy = false;
       s.phase_since = s.last_used = now();
       ephemeral = s.ephemeral;
@@ -571,13 +586,13 @@ struct Gateway::Impl {
 
   void on_chat(const httplib::Request& hreq, httplib::Response& res) {
     const ChatRequest req = parse_chat(hreq.body);
-    const std::string id = acquire(req);
+    auto [id, plan] = acquire(req);
     const std::string rid = "chatcmpl-" + std::to_string(requests.load() + 1) + "-" + std::to_string(Clock::now().time_since_epoch().count() % 1000000);
     const bool ephemeral = req.program_id.empty();
     if (!req.stream) {
       Outcome o;
       try {
-        o = generate(id, req, [](const std::string&) { return true; });
+        o = generate(id, req, plan, [](const std::string&) { return true; });
       } catch (...) {
         finish(id);
         throw;
@@ -589,7 +604,8 @@ struct Gateway::Impl {
     }
     // Streaming: the generation runs in the content provider (this worker thread).
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, id, req, rid, ephemeral](size_t, httplib::DataSink& sink) {
+    res.set_chunked_content_provider("text/event-stream", [this, id = id, req, plan = std::move(plan), rid, ephemeral](
+                                                              size_t, httplib::DataSink& sink) {
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       auto chunk = [&](const json& delta, const json& finish_reason) {
         json c = {{"id", rid},
@@ -605,7 +621,7 @@ struct Gateway::Impl {
         return sink.write(line.data(), line.size());
       };
       bool ok = send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-      Outcome o = generate(id, req, [&](const std::string& text) { return ok = ok && send(chunk({{"content", text}}, nullptr)); });
+      Outcome o = generate(id, req, plan, [&](const std::string& text) { return ok = ok && send(chunk({{"content", text}}, nullptr)); });
       finish(id);
       if (!o.error.empty()) {
         send(json::parse(error_body("generation failed: " + o.error, "server_error")));
@@ -632,8 +648,8 @@ struct Gateway::Impl {
     for (const auto& [id, s] : sessions) {
       if (s.ephemeral) continue;
       list.push_back({{"program_id", id},
-                      {"tokens", std::max<int64_t>(s.tokens, 0)},
-                      {"pages", pages_of(std::max<int64_t>(s.tokens, 0))},
+                      {"tokens", s.tokens},
+                      {"pages", KvCache::pages_for(s.tokens)},
                       {"state", s.paused ? (s.offloaded ? "paused (offloaded)" : "paused") : "active"},
                       {"phase", s.busy ? "reasoning" : "acting"},
                       {"idle_s", s.busy ? 0.0 : t - s.last_used},
@@ -649,7 +665,7 @@ struct Gateway::Impl {
       if (s.paused) ++paused;
       else {
         ++active;
-        resident += pages_of(std::max<int64_t>(s.tokens, 0));
+        resident += KvCache::pages_for(s.tokens);
       }
     }
     const double reused = static_cast<double>(reused_tokens.load());

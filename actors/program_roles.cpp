@@ -419,8 +419,8 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
   };
   // A window source clears its block when the next text would overflow it, then runs the last
   // few lines again (a reader triggered by them still sees them) before going on.
-  auto fits = [=](const std::string& more) {
-    return c->keep_lines == 0 || self->state.lines_in_block + count_lines(more) <= c->keep_lines;
+  auto fits = [=](int64_t more_lines) {
+    return c->keep_lines == 0 || self->state.lines_in_block + more_lines <= c->keep_lines;
   };
   auto try_clear = std::make_shared<std::function<void()>>();
   // One forward at a time: what arrived meanwhile goes in as one (fewer, fuller steps).
@@ -428,9 +428,11 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
     auto& st = self->state;
     if (st.rotating || !st.in_flight.empty()) return maybe_done();
     std::string merged;
-    while (!st.backlog.empty() && count_lines(merged) < 256) {
+    int64_t merged_lines = 0;
+    while (!st.backlog.empty() && merged_lines < 256) {
       const std::string& t = st.backlog.front();
-      if (!fits(merged + t)) {
+      const int64_t n = count_lines(t);
+      if (!fits(merged_lines + n)) {
         if (!merged.empty()) break;
         if (st.lines_in_block > st.carry_lines) {
           st.rotating = true;
@@ -439,6 +441,7 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
         }  // else a text longer than the window: it goes in whole
       }
       merged += t;
+      merged_lines += n;
       st.backlog.pop_front();
     }
     if (!merged.empty()) forward(merged, false);

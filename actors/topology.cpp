@@ -187,21 +187,28 @@ class Reader {
 
   // A string or a list of strings.
   std::vector<std::string> strings(const YAML::Node& n, const std::string& path, size_t max = 256) const {
-    if (n.IsScalar()) return {n.Scalar()};
-    if (!n.IsSequence()) fail(n, path, "expected a string or a list of strings, found " + shape(n));
-    if (n.size() > max) fail(n, path, "more than " + std::to_string(max) + " entries");
-    std::vector<std::string> out;
-    for (size_t i = 0; i < n.size(); ++i) out.push_back(str(n[i], path + "[" + std::to_string(i) + "]"));
-    return out;
+    return list(n, path, max, "a string or a list of strings", &Reader::str);
   }
 
   std::vector<std::string> names(const YAML::Node& n, const std::string& path, size_t max = 256) const {
-    if (n.IsScalar()) return {name(n, path)};
-    if (!n.IsSequence()) fail(n, path, "expected a name or a list of names, found " + shape(n));
-    if (n.size() > max) fail(n, path, "more than " + std::to_string(max) + " entries");
+    return list(n, path, max, "a name or a list of names", &Reader::name);
+  }
+
+  // One value, or a list of them, each read by `one`.
+  std::vector<std::string> list(const YAML::Node& n, const std::string& path, size_t max, const char* what,
+                                std::string (Reader::*one)(const YAML::Node&, const std::string&) const) const {
+    if (!n.IsScalar() && !n.IsSequence()) fail(n, path, std::string("expected ") + what + ", found " + shape(n));
+    if (n.IsSequence() && n.size() > max) fail(n, path, "more than " + std::to_string(max) + " entries");
     std::vector<std::string> out;
-    for (size_t i = 0; i < n.size(); ++i) out.push_back(name(n[i], path + "[" + std::to_string(i) + "]"));
+    for (size_t i = 0; i < (n.IsScalar() ? 1 : n.size()); ++i) out.push_back((this->*one)(item(n, i), item_path(n, path, i)));
     return out;
+  }
+
+  // Entry i of a value that is a list, or the value itself when it is one scalar (strings(),
+  // names() accept both), and its key path.
+  static YAML::Node item(const YAML::Node& n, size_t i) { return n.IsSequence() ? n[i] : n; }
+  static std::string item_path(const YAML::Node& n, const std::string& path, size_t i) {
+    return n.IsSequence() ? path + "[" + std::to_string(i) + "]" : path;
   }
 
   static std::string shape(const YAML::Node& n) {
@@ -451,8 +458,8 @@ struct Loader {
   std::vector<std::string> block_list(const YAML::Node& n, const std::string& path) {
     std::vector<std::string> out = r.names(n, path, 1024);
     for (size_t i = 0; i < out.size(); ++i) {
-      const YAML::Node at = n.IsSequence() ? n[i] : n;
-      const std::string p = n.IsSequence() ? path + "[" + std::to_string(i) + "]" : path;
+      const YAML::Node at = Reader::item(n, i);
+      const std::string p = Reader::item_path(n, path, i);
       check_block(at, p, out[i]);
       for (size_t j = 0; j < i; ++j)
         if (out[j] == out[i]) r.fail(at, p, "block \"" + out[i] + "\" is already in this view");
@@ -541,7 +548,7 @@ struct Loader {
         if (t.tool(a.tools[i])) continue;
         std::vector<std::string> known;
         for (const Tool& x : t.tools) known.push_back(x.name);
-        r.fail(v.IsSequence() ? v[i] : v, v.IsSequence() ? path + ".tools[" + std::to_string(i) + "]" : path + ".tools",
+        r.fail(Reader::item(v, i), Reader::item_path(v, path + ".tools", i),
                "unknown tool \"" + a.tools[i] + "\" (tools: " + join(known) + ")", Errc::not_found);
       }
       a.stop.push_back("</tool_call>");  // a call ends the run; the result goes in, and it goes on
@@ -576,7 +583,7 @@ struct Loader {
         if (it == a.candidates.end()) {
           std::vector<std::string> quoted;
           for (const auto& s : a.candidates) quoted.push_back("\"" + s + "\"");
-          r.fail(v.IsSequence() ? v[i] : v, v.IsSequence() ? path + ".fire_on[" + std::to_string(i) + "]" : path + ".fire_on",
+          r.fail(Reader::item(v, i), Reader::item_path(v, path + ".fire_on", i),
                  "\"" + Reader::clip(fs[i]) + "\" is not a candidate (candidates: " + join(quoted) + ")");
         }
         a.fire_on.push_back(static_cast<int>(it - a.candidates.begin()));
@@ -696,10 +703,6 @@ struct Loader {
       if (!emitters.count(e))
         r.fail(at, path, "no actor emits event \"" + e + "\" (events: " + join(events) + ")", Errc::not_found);
     };
-    auto list_at = [](const YAML::Node& n, size_t i) { return n.IsSequence() ? n[i] : n; };
-    auto list_path = [](const YAML::Node& n, const std::string& p, size_t i) {
-      return n.IsSequence() ? p + "[" + std::to_string(i) + "]" : p;
-    };
     std::map<std::string, std::vector<std::string>> writers_of;  // block -> actors writing it
     size_t k = 0;
     for (auto it = actors.begin(); it != actors.end(); ++it, ++k) {
@@ -709,10 +712,10 @@ struct Loader {
         const YAML::Node n = it->second[key];
         const auto& list = std::string(key) == "on" ? a.on : a.after;
         for (size_t i = 0; i < list.size(); ++i) {
-          check_event(list_at(n, i), list_path(n, path + "." + key, i), list[i]);
+          check_event(Reader::item(n, i), Reader::item_path(n, path + "." + key, i), list[i]);
           const auto& who = emitters.at(list[i]);
           if (a.kind != Kind::sink && who.size() == 1 && who[0] == a.name)
-            r.fail(list_at(n, i), list_path(n, path + "." + key, i), "an actor cannot be triggered by its own event \"" + list[i] + "\"");
+            r.fail(Reader::item(n, i), Reader::item_path(n, path + "." + key, i), "an actor cannot be triggered by its own event \"" + list[i] + "\"");
         }
       }
       const YAML::Node to = it->second["to"];
@@ -722,7 +725,7 @@ struct Loader {
         std::vector<std::string> sinks;
         for (const Actor& o : t.actors)
           if (o.kind == Kind::sink) sinks.push_back(o.name);
-        r.fail(list_at(to, i), list_path(to, path + ".to", i),
+        r.fail(Reader::item(to, i), Reader::item_path(to, path + ".to", i),
                (s ? "\"" + a.to[i] + "\" is a " + kind_name(s->kind) + ", not a sink" : "unknown sink \"" + a.to[i] + "\"") +
                    " (sinks: " + join(sinks) + ")",
                s ? Errc::bad_format : Errc::not_found);
@@ -745,13 +748,13 @@ struct Loader {
         const Actor* a = t.actor(b.writers[i]);
         if (a && a->writes == b.name) continue;
         const YAML::Node n = root["blocks"][b.name]["writers"];
-        r.fail(list_at(n, i), list_path(n, "blocks." + b.name + ".writers", i),
+        r.fail(Reader::item(n, i), Reader::item_path(n, "blocks." + b.name + ".writers", i),
                a ? "actor \"" + a->name + "\" does not write this block" : "unknown actor \"" + b.writers[i] + "\"",
                a ? Errc::bad_format : Errc::not_found);
       }
     }
     const YAML::Node fin = root["finish"];
-    for (size_t i = 0; i < t.finish.size(); ++i) check_event(list_at(fin, i), list_path(fin, "finish", i), t.finish[i]);
+    for (size_t i = 0; i < t.finish.size(); ++i) check_event(Reader::item(fin, i), Reader::item_path(fin, "finish", i), t.finish[i]);
     for (const Actor& a : t.actors)
       for (const Emit& e : a.emits)
         if (e.event.size() > 5 && e.event.compare(e.event.size() - 5, 5, ".done") == 0 && e.event != a.name + ".done") {

@@ -444,9 +444,9 @@ Status Engine::restore(std::span<const BlockId> ids) {
   const int64_t ps = KvCache::page_size();
   const int kvd = model_.config.kv_dim();
   // Room for all of them first: a restore that ran out of pages halfway would leave blocks
-  // neither paused nor whole. (A block's positions start a fresh page: one page per 16, rounded up.)
+  // neither paused nor whole.
   int64_t need = 0;
-  for (BlockId id : ids) need += ((*blocks_->get(id))->paused_cached + ps - 1) / ps;
+  for (BlockId id : ids) need += KvCache::pages_for((*blocks_->get(id))->paused_cached);
   if (need > kv_.n_free())
     return make_error(Errc::out_of_memory, "KV cache full: restoring needs " + std::to_string(need) + " pages, " +
                                                std::to_string(kv_.n_free()) + " of " + std::to_string(kv_.n_pages()) +

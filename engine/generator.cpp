@@ -18,8 +18,7 @@ Result<std::unique_ptr<Generator>> Generator::create(const Model& m, CpuDevice& 
                                                      const GenerateOptions& o) {
   if (n_seqs < 1) return make_error(Errc::invalid_argument, "need at least one sequence");
   if (o.n_ctx < 1) return make_error(Errc::invalid_argument, "context must hold at least one position");
-  const int ps = KvCache::page_size();
-  const int64_t pages = static_cast<int64_t>(n_seqs) * ((o.n_ctx + ps - 1) / ps);
+  const int64_t pages = static_cast<int64_t>(n_seqs) * KvCache::pages_for(o.n_ctx);
   auto kv = KvCache::create(m.config, pages);
   if (!kv) return kv.error();
   return std::unique_ptr<Generator>(new Generator(m, d, n_seqs, o, std::move(*kv)));

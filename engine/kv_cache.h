@@ -34,6 +34,8 @@ class KvCache {
   static Result<KvCache> create(const ModelConfig& config, int64_t n_pages);
 
   static constexpr int page_size() { return kKvPageSize; }
+  // Pages that `tokens` positions take (a sequence starts a fresh page).
+  static constexpr int64_t pages_for(int64_t tokens) { return (tokens + kKvPageSize - 1) / kKvPageSize; }
   int64_t n_pages() const { return n_pages_; }
   int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
   size_t bytes() const { return bytes_; }

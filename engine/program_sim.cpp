@@ -1,5 +1,7 @@
 #include "engine/program_sim.h"
 
+#include "engine/kv_cache.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -19,8 +21,7 @@ const char* sim_policy_name(SimPolicy p) {
 
 namespace {
 
-constexpr int64_t kPage = 16;
-int64_t pages_of(int64_t tokens) { return (tokens + kPage - 1) / kPage; }
+constexpr auto pages_of = KvCache::pages_for;
 
 struct Prog {
   uint64_t id = 0;

@@ -35,15 +35,30 @@ def http(method, url, body=None, raw=None):
         return e.code, e.read().decode()
 
 
-server = subprocess.Popen([CHORUS, "serve", "--model", MODEL, "--port", "0", "--pages", "512", "--check-period", "0.5"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-try:
+def start_server(*options):
+    """`chorus serve` on a free port; returns the process and its base URL."""
+    server = subprocess.Popen([CHORUS, "serve", "--model", MODEL, "--port", "0"] + list(options),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = server.stdout.readline()
     m = re.search(r"http://([0-9.]+):(\d+)/v1", line)
     if not m:
         print(line + server.stdout.read())
+        server.kill()
         sys.exit("chorus serve did not start")
-    base = "http://%s:%s" % (m.group(1), m.group(2))
+    return server, "http://%s:%s" % (m.group(1), m.group(2))
+
+
+def stop_server(server):
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        failures.append("chorus serve did not stop on SIGTERM")
+
+
+server, base = start_server("--pages", "512", "--check-period", "0.5")
+try:
     client = openai.OpenAI(base_url=base + "/v1", api_key="none")
 
     models = client.models.list()
@@ -133,20 +148,12 @@ try:
     r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "still there?"}], max_tokens=4)
     check(r.choices[0].message.content is not None, "the server keeps serving")
 finally:
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        failures.append("chorus serve did not stop on SIGTERM")
+    stop_server(server)
 
 # Memory pressure: 16 KV pages for six programs of 3 to 5 pages each. Programs idle between their
 # turns (acting) are paused to make room, and restored — exactly — when their next turn comes.
-server = subprocess.Popen([CHORUS, "serve", "--model", MODEL, "--port", "0", "--pages", "16", "--check-period", "0.2",
-                           "--host-pages", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+server, base = start_server("--pages", "16", "--check-period", "0.2", "--host-pages", "0")
 try:
-    m = re.search(r"http://([0-9.]+):(\d+)/v1", server.stdout.readline())
-    base = "http://%s:%s" % (m.group(1), m.group(2))
     client = openai.OpenAI(base_url=base + "/v1", api_key="none")
     model = client.models.list().data[0].id
     convs = {}
@@ -179,12 +186,7 @@ try:
     restores = float(re.search(r"^chorus_restores_total (\S+)", body, re.M).group(1))
     check(restores >= 1, "pressure: programs were restored (%d)" % restores)
 finally:
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        failures.append("chorus serve did not stop on SIGTERM")
+    stop_server(server)
 
 print("%d failures" % len(failures))
 sys.exit(1 if failures else 0)
