@@ -7,7 +7,7 @@
 namespace chorus {
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> archs = {"llama", "qwen2"};
+  static const std::vector<std::string> archs = {"llama", "qwen2", "qwen3"};
   return archs;
 }
 
@@ -67,6 +67,14 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
     if (!v) return v.error();
     c.head_dim = *v;
   }
+  if (g.find(p + "attention.value_length")) {
+    auto v = get_int_key(g, p + "attention.value_length");
+    if (!v) return v.error();
+    if (*v != c.head_dim)
+      return make_error(Errc::unsupported, g.name() + ": attention.value_length " + std::to_string(*v) +
+                                               " differs from key_length " + std::to_string(c.head_dim) +
+                                               " (chorus needs equal key and value head sizes)");
+  }
   if (c.head_dim % 2 != 0 || c.head_dim > 512)
     return make_error(Errc::unsupported, g.name() + ": head dimension " + std::to_string(c.head_dim) +
                                              " is not supported (even, at most 512)");
@@ -106,6 +114,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
   if (emb == nullptr) return make_error(Errc::not_found, g.name() + ": tensor 'token_embd.weight' is missing");
   c.n_vocab = static_cast<int>(emb->ne[1]);
   c.tied_output = g.find_tensor("output.weight") == nullptr;
+  c.qk_norm = c.arch == "qwen3";
   return c;
 }
 

@@ -33,6 +33,7 @@ struct ModelConfig {
   int n_rot = 0;             // rotated dimensions per head (usually head_dim)
   RopeLayout rope_layout = RopeLayout::rope_normal;
   bool tied_output = false;  // output projection is the token embedding
+  bool qk_norm = false;      // per-head RMSNorm of q and k before RoPE (qwen3)
 
   int kv_dim() const { return n_head_kv * head_dim; }  // floats of K (or V) per token per layer
   int q_dim() const { return n_head * head_dim; }
@@ -45,7 +46,7 @@ struct ModelConfig {
   float rope_theta_scale() const;
 };
 
-// Architectures chorus can run: "llama" (also SmolLM, Llama 2/3) and "qwen2".
+// Architectures chorus can run: "llama" (also SmolLM, Llama 2/3), "qwen2" and "qwen3" (dense).
 const std::vector<std::string>& supported_architectures();
 
 }  // namespace chorus

@@ -192,6 +192,10 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
       if (L.bq) K.add(q, L.bq, QD);
       if (L.bk) K.add(k, L.bk, KVD);
       if (L.bv) K.add(v, L.bv, KVD);
+      if (L.q_norm)
+        for (int h = 0; h < c_.n_head; ++h) K.rmsnorm(q + h * HD, L.q_norm, q + h * HD, HD, c_.norm_eps);
+      if (L.k_norm)
+        for (int h = 0; h < c_.n_head_kv; ++h) K.rmsnorm(k + h * HD, L.k_norm, k + h * HD, HD, c_.norm_eps);
       if (any_view) {  // each segment gets its own rotation of the query
         const auto& ts = segs[static_cast<size_t>(t)];
         for (size_t sg = 0; sg < ts.size(); ++sg) {

@@ -75,6 +75,8 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
     CHORUS_TRY(vec(p + "attn_q.bias", c.q_dim(), false, &l.bq));
     CHORUS_TRY(vec(p + "attn_k.bias", c.kv_dim(), false, &l.bk));
     CHORUS_TRY(vec(p + "attn_v.bias", c.kv_dim(), false, &l.bv));
+    CHORUS_TRY(vec(p + "attn_q_norm.weight", c.head_dim, c.qk_norm, &l.q_norm));
+    CHORUS_TRY(vec(p + "attn_k_norm.weight", c.head_dim, c.qk_norm, &l.k_norm));
     CHORUS_TRY(vec(p + "ffn_norm.weight", c.n_embd, true, &l.ffn_norm));
     CHORUS_TRY(matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd, &l.w_gate));
     CHORUS_TRY(matrix(p + "ffn_up.weight", c.n_ff, c.n_embd, &l.w_up));

@@ -32,6 +32,8 @@ struct LayerWeights {
   const float* bq = nullptr;         // [q_dim] or nullptr (qwen2 has q/k/v biases)
   const float* bk = nullptr;         // [kv_dim] or nullptr
   const float* bv = nullptr;         // [kv_dim] or nullptr
+  const float* q_norm = nullptr;     // [head_dim], qwen3: RMSNorm of each query head
+  const float* k_norm = nullptr;     // [head_dim], qwen3: RMSNorm of each key head
   const float* ffn_norm = nullptr;   // [n_embd]
   WeightMatrix w_gate;               // [n_ff, n_embd]
   WeightMatrix w_up;                 // [n_ff, n_embd]

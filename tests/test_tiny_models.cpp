@@ -4,6 +4,7 @@
 //   tiny_llama      llama, GQA 4/2, untied output, Q8_0 matrices
 //   tiny_qwen2      qwen2, q/k/v biases, NeoX rope, tied output, Q4_0 matrices
 //   tiny_llama_f32  llama with f32 matrices (the dequantize-and-dot kernel path)
+//   tiny_qwen3      qwen3, per-head q/k RMSNorm, head_dim 64 != n_embd / n_head, tied output
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,7 +75,7 @@ TEST_P(TinyModels, LogitsAndGreedyMatchLlamaCpp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, TinyModels,
-                         ::testing::Values("tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf"),
+                         ::testing::Values("tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf", "tiny_qwen3.gguf"),
                          [](const auto& info) {
                            std::string n = info.param.substr(0, info.param.find('.'));
                            return n;

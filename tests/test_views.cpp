@@ -96,6 +96,12 @@ TEST_F(Views, DefaultModelViewEqualsContiguousEncodingInEveryOrder) {
   check_every_order({{1, 18, 5}});
 }
 
+// qwen3: q/k RMSNorm per head before the rotation, head_dim 64 (q_dim 256 != n_embd 128).
+TEST_F(Views, Qwen3ViewEqualsContiguousEncodingInEveryOrder) {
+  load(test::goldens_dir() + "/tiny_qwen3.gguf", /*f32_activations=*/true);
+  check_every_order({{5, 20, 7}, {1, 0, 33}});
+}
+
 void Views::check_every_order(const std::vector<std::vector<int>>& length_sets) {
   for (const std::vector<int>& lengths : length_sets) {
     std::vector<std::vector<TokenId>> toks;

@@ -8,6 +8,9 @@ byte-identical files):
   tiny_qwen2.gguf      "qwen2", q/k/v biases, tied output, matrices Q4_0,
                        token_embd Q8_0
   tiny_llama_f32.gguf  the same float weights as tiny_llama.gguf, all F32
+  tiny_qwen3.gguf      "qwen3": per-head q/k RMSNorm, head_dim 64 set by
+                       attention.key_length (q_dim 256 != n_embd), tied
+                       output, matrices + token_embd Q8_0
 
 Shapes: 2 layers, n_embd 128, 4 heads, 2 KV heads (GQA, head_dim 32),
 n_ff 256, context 512. Norm weights are F32 (1 + N(0, 0.05)); matrices are
@@ -69,6 +72,13 @@ MODELS = {
                         gguf.LlamaFileType.MOSTLY_Q4_0),
     "tiny_llama_f32.gguf": ("llama", QT.F32, QT.F32, False, False, 10000.0, 1e-5, 1234,
                             gguf.LlamaFileType.ALL_F32),
+    "tiny_qwen3.gguf": ("qwen3", QT.Q8_0, QT.Q8_0, True, False, 1000000.0, 1e-6, 9012,
+                        gguf.LlamaFileType.MOSTLY_Q8_0),
+}
+# Per-file extras: an explicit head size (attention.key_length/value_length)
+# and per-head q/k norms.
+EXTRAS = {
+    "tiny_qwen3.gguf": {"head_dim": 64, "qk_norm": True},
 }
 
 
@@ -123,6 +133,9 @@ def add_bias(w, name, n, rng):
 
 def write_model(path, spec, tokens, types):
     arch, mtype, etype, tied, biases, rope_base, eps, seed, ftype = spec
+    extras = EXTRAS.get(os.path.basename(path), {})
+    head_dim = extras.get("head_dim", HEAD_DIM)
+    qk_norm = extras.get("qk_norm", False)
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, arch)
@@ -134,7 +147,10 @@ def write_model(path, spec, tokens, types):
     w.add_feed_forward_length(N_FF)
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(N_HEAD_KV)
-    w.add_rope_dimension_count(HEAD_DIM)
+    if head_dim != HEAD_DIM:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(eps)
     w.add_vocab_size(n_vocab)
@@ -152,18 +168,22 @@ def write_model(path, spec, tokens, types):
     # this order from one generator, so the F32 and Q8_0 llama files share
     # the same underlying float weights.
     add_matrix(w, "token_embd.weight", [N_EMBD, n_vocab], etype, rng)
-    kv = N_HEAD_KV * HEAD_DIM
+    kv = N_HEAD_KV * head_dim
+    qd = N_HEAD * head_dim
     for i in range(N_LAYER):
         p = "blk.%d." % i
         add_norm(w, p + "attn_norm.weight", N_EMBD, rng)
-        add_matrix(w, p + "attn_q.weight", [N_EMBD, N_EMBD], mtype, rng)
+        add_matrix(w, p + "attn_q.weight", [N_EMBD, qd], mtype, rng)
         add_matrix(w, p + "attn_k.weight", [N_EMBD, kv], mtype, rng)
         add_matrix(w, p + "attn_v.weight", [N_EMBD, kv], mtype, rng)
         if biases:
-            add_bias(w, p + "attn_q.bias", N_EMBD, rng)
+            add_bias(w, p + "attn_q.bias", qd, rng)
             add_bias(w, p + "attn_k.bias", kv, rng)
             add_bias(w, p + "attn_v.bias", kv, rng)
-        add_matrix(w, p + "attn_output.weight", [N_EMBD, N_EMBD], mtype, rng)
+        if qk_norm:
+            add_norm(w, p + "attn_q_norm.weight", head_dim, rng)
+            add_norm(w, p + "attn_k_norm.weight", head_dim, rng)
+        add_matrix(w, p + "attn_output.weight", [qd, N_EMBD], mtype, rng)
         add_norm(w, p + "ffn_norm.weight", N_EMBD, rng)
         add_matrix(w, p + "ffn_gate.weight", [N_EMBD, N_FF], mtype, rng)
         add_matrix(w, p + "ffn_up.weight", [N_EMBD, N_FF], mtype, rng)
