@@ -80,6 +80,12 @@ Result<BlockId> BlockStore::fork(BlockId a, int64_t n, std::string name) {
     return make_error(Errc::out_of_range, "cannot fork " + std::to_string(n) + " tokens of block " +
                                               std::to_string(a) + ", which has " +
                                               std::to_string((*src)->n_cached()) + " cached");
+  for (const Extent& e : (*src)->extents)
+    if (e.kv.linear && e.first < n && n < e.first + e.kv.n_tokens)
+      return make_error(Errc::unsupported,
+                        "cannot fork block " + std::to_string(a) + " at token " + std::to_string(n) +
+                            ": the cut falls inside a run of a hybrid model, whose linear layers keep one state per "
+                            "run, not per token (fork at the end of a run, or write the prefix to a new block)");
   const BlockId f = create(std::move(name));
   Block& out = blocks_[static_cast<size_t>(f)];
   const Block& in = blocks_[static_cast<size_t>(a)];

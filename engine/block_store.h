@@ -47,6 +47,7 @@ struct Block {
   bool paused = false;
   int64_t paused_cached = 0;
   std::vector<float> offloaded;
+  std::shared_ptr<LinearState> offloaded_linear;  // hybrid models, offload mode
 
   int64_t n_cached() const { return extents.empty() ? 0 : extents.back().first + extents.back().kv.n_tokens; }
 };

@@ -49,7 +49,7 @@ Engine::~Engine() = default;
 
 Engine::Engine(const Model& m, CpuDevice& d, EngineOptions o, KvCache kv)
     : model_(m), device_(d), opts_(o), kv_(std::move(kv)) {
-  blocks_ = std::make_unique<BlockStore>(kv_, m.config.n_layer);
+  blocks_ = std::make_unique<BlockStore>(kv_, m.config.n_kv_layer);
   runner_ = std::make_unique<ModelRunner>(m.config, m.weights, d, opts_.token_budget);
 }
 
@@ -403,8 +403,8 @@ Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
     SequenceKv& kv = b.extents.back().kv;
     if (mode == PauseMode::offload) {
       const int64_t n = kv.n_tokens;
-      b.offloaded.assign(static_cast<size_t>(model_.config.n_layer) * 2 * static_cast<size_t>(n) * kvd, 0.0f);
-      for (int l = 0; l < model_.config.n_layer; ++l)
+      b.offloaded.assign(static_cast<size_t>(model_.config.n_kv_layer) * 2 * static_cast<size_t>(n) * kvd, 0.0f);
+      for (int l = 0; l < model_.config.n_kv_layer; ++l)
         for (int64_t p = 0; p < n; ++p) {
           const int32_t page = kv.pages[static_cast<size_t>(p / ps)];
           float* dk = b.offloaded.data() + ((static_cast<size_t>(l) * 2) * n + p) * kvd;
@@ -413,6 +413,7 @@ Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
           for (int i = 0; i < kvd; ++i) dk[i] = kp[static_cast<size_t>(i) * ps + p % ps];
           std::copy_n(kv_.v(l, page) + (p % ps) * kvd, kvd, dv);
         }
+      b.offloaded_linear = kv.linear;  // hybrid models: the linear layers' state stays in host memory
     }
     kv_.release(kv);
   }
@@ -461,7 +462,7 @@ Status Engine::restore(std::span<const BlockId> ids) {
     SequenceKv& kv = b.extents.back().kv;
     const int64_t n = b.paused_cached;
     if (Status s = kv_.reserve(kv, n); !s.ok()) return s;
-    for (int l = 0; l < model_.config.n_layer; ++l)
+    for (int l = 0; l < model_.config.n_kv_layer; ++l)
       for (int64_t p = 0; p < n; ++p) {
         const int32_t page = kv.pages[static_cast<size_t>(p / ps)];
         const float* sk = b.offloaded.data() + ((static_cast<size_t>(l) * 2) * n + p) * kvd;
@@ -471,6 +472,7 @@ Status Engine::restore(std::span<const BlockId> ids) {
         std::copy_n(sv, kvd, kv_.v(l, page) + (p % ps) * kvd);
       }
     kv.n_tokens = n;
+    kv.linear = std::move(b.offloaded_linear);
     b.offloaded.clear();
     b.offloaded.shrink_to_fit();
     b.paused = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <new>
 
+#include "engine/linear_state.h"
 #include "engine/model_config.h"
 
 namespace chorus {
@@ -13,7 +14,7 @@ Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages) {
   KvCache kv;
   kv.n_pages_ = n_pages;
   kv.kv_dim_ = c.kv_dim();
-  const double floats = static_cast<double>(c.n_layer) * 2 * static_cast<double>(n_pages) * page_size * c.kv_dim();
+  const double floats = static_cast<double>(c.n_kv_layer) * 2 * static_cast<double>(n_pages) * page_size * c.kv_dim();
   const double bytes = floats * sizeof(float);
   if (bytes > 1e15)
     return make_error(Errc::out_of_memory, "KV cache of " + std::to_string(static_cast<int64_t>(n_pages)) +
@@ -52,6 +53,7 @@ void KvCache::release(SequenceKv& seq) {
     if (--refs_[static_cast<size_t>(p)] == 0) free_.push_back(p);
   seq.pages.clear();
   seq.n_tokens = 0;
+  seq.linear.reset();
 }
 
 void KvCache::share_prefix(const SequenceKv& from, int64_t n, SequenceKv* to) {
@@ -62,6 +64,7 @@ void KvCache::share_prefix(const SequenceKv& from, int64_t n, SequenceKv* to) {
     to->pages.push_back(p);
   }
   to->n_tokens = n;
+  if (n == from.n_tokens) to->linear = from.linear;
 }
 
 Status KvCache::copy_on_write(SequenceKv& seq, int64_t pos, int n_layer) {

@@ -22,10 +22,15 @@
 namespace chorus {
 
 struct ModelConfig;
+struct LinearState;
 
 struct SequenceKv {
   std::vector<int32_t> pages;  // page ids, in position order
   int64_t n_tokens = 0;        // positions written so far
+  // Hybrid models: the Gated DeltaNet layers' per-block state (engine/linear_state.h), created
+  // by the first forward that writes the sequence. Shared (read-only) by sequences that share
+  // all of its tokens; a writer takes a private copy first.
+  std::shared_ptr<LinearState> linear;
 };
 
 class KvCache {
@@ -43,17 +48,20 @@ class KvCache {
   // Grows `seq` to hold `n_tokens` positions. Errors: Errc::out_of_memory when the pool runs
   // out (the sequence keeps the pages it had).
   Status reserve(SequenceKv& seq, int64_t n_tokens);
-  // Drops the sequence's hold on all its pages; a page whose count reaches 0 returns to the pool.
+  // Drops the sequence's hold on all its pages (a page whose count reaches 0 returns to the
+  // pool) and its linear-layer state.
   void release(SequenceKv& seq);
-  // Makes `to` a view of the first n positions of `from`, sharing its pages (counts go up).
-  // REQUIRES: to is empty; n <= from.n_tokens.
+  // Makes `to` a view of the first n positions of `from`, sharing its pages (counts go up) and,
+  // when n covers all of `from`, its linear-layer state.
+  // REQUIRES: to is empty; n <= from.n_tokens; a sequence with linear state is shared whole.
   void share_prefix(const SequenceKv& from, int64_t n, SequenceKv* to);
   // Before writing position `pos` of `seq`: if the page holding it is shared, replaces it in
   // `seq` by a private copy (all layers). Errors: Errc::out_of_memory when no page is free.
   Status copy_on_write(SequenceKv& seq, int64_t pos, int n_layer);
   int32_t refs(int32_t page) const { return refs_[static_cast<size_t>(page)]; }
 
-  // One layer's keys in one page, [kv_dim][16], and values, [16][kv_dim].
+  // One KV layer's keys in one page, [kv_dim][16], and values, [16][kv_dim]. `layer` is the
+  // KV slot (ModelConfig::kv_layer): hybrid models keep no KV for their linear layers.
   float* k(int layer, int32_t page) { return data_.get() + offset(layer, page, 0); }
   float* v(int layer, int32_t page) { return data_.get() + offset(layer, page, 1); }
 
@@ -66,7 +74,7 @@ class KvCache {
   int64_t n_pages_ = 0;
   int kv_dim_ = 0;
   size_t bytes_ = 0;
-  std::unique_ptr<float[]> data_;  // [n_layer][K, V][n_pages][16 * kv_dim]
+  std::unique_ptr<float[]> data_;  // [n_kv_layer][K, V][n_pages][16 * kv_dim]
   std::vector<int32_t> free_;      // free page ids (a stack)
   std::vector<int32_t> refs_;      // [n_pages] holders of each page
 };

@@ -7,7 +7,7 @@
 namespace chorus {
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> archs = {"llama", "qwen2", "qwen3"};
+  static const std::vector<std::string> archs = {"llama", "qwen2", "qwen3", "qwen35"};
   return archs;
 }
 
@@ -20,6 +20,75 @@ Result<int> get_int_key(const GgufFile& g, const std::string& key) {
     return make_error(Errc::bad_format, g.name() + ": metadata '" + key + "' = " + std::to_string(*v) +
                                             " is out of range");
   return static_cast<int>(*v);
+}
+
+Status read_hybrid(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  c.attn_output_gate = true;
+  GdnConfig& d = c.gdn;
+  auto key = [&](const char* k, int* out) -> Status {
+    auto v = get_int_key(g, p + k);
+    if (!v) return v.error();
+    *out = *v;
+    return Status::success();
+  };
+  int inner = 0;
+  for (auto [k, out] : {std::pair{"ssm.conv_kernel", &d.conv_kernel}, {"ssm.state_size", &d.head_dim},
+                        {"ssm.group_count", &d.n_k_heads}, {"ssm.time_step_rank", &d.n_v_heads},
+                        {"ssm.inner_size", &inner}})
+    if (Status s = key(k, out); !s.ok()) return s;
+  d.tiled_heads = true;  // qwen35 converters reorder the v-heads so that h reads k-head h % Hk
+  auto bad = [&](const std::string& what) { return make_error(Errc::bad_format, g.name() + ": " + what); };
+  if (d.n_v_heads % d.n_k_heads != 0)
+    return bad(p + "ssm.time_step_rank " + std::to_string(d.n_v_heads) + " (value heads) is not a multiple of " + p +
+               "ssm.group_count " + std::to_string(d.n_k_heads) + " (key heads)");
+  if (inner != d.n_v_heads * d.head_dim)
+    return bad(p + "ssm.inner_size " + std::to_string(inner) + " is not value heads x state size = " +
+               std::to_string(d.n_v_heads * d.head_dim));
+  if (d.conv_kernel < 2 || d.conv_kernel > 16)
+    return make_error(Errc::unsupported, g.name() + ": " + p + "ssm.conv_kernel " + std::to_string(d.conv_kernel) +
+                                             " is not supported (2..16)");
+  // Which layers are recurrent: an explicit per-layer list (newer converters), else every layer
+  // but each full_attention_interval-th.
+  if (g.find(p + "attention.recurrent_layers")) {
+    const GgufValue* v = g.find(p + "attention.recurrent_layers");
+    const auto* arr = std::get_if<GgufArray>(&v->v);
+    if (arr == nullptr || arr->count != static_cast<uint64_t>(c.n_layer) || arr->elem_type == GgufValueType::string ||
+        arr->elem_type == GgufValueType::array)
+      return bad(p + "attention.recurrent_layers must be an array of " + std::to_string(c.n_layer) + " numbers");
+    for (int l = 0; l < c.n_layer; ++l)
+      c.linear_layer[static_cast<size_t>(l)] = arr->elem_type == GgufValueType::boolean
+                                                   ? arr->data[l] != 0
+                                                   : arr->int_at(static_cast<uint64_t>(l)) != 0;
+  } else {
+    int interval = 4;
+    if (g.find(p + "full_attention_interval")) {
+      if (Status s = key("full_attention_interval", &interval); !s.ok()) return s;
+    }
+    for (int l = 0; l < c.n_layer; ++l) c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+  }
+  // Interleaved multi-section RoPE (IMROPE): with text positions (the same position in the
+  // t, h and w streams, 0 in the fourth) it is NeoX RoPE over n_rot dims, provided no rotated
+  // pair falls in the fourth stream. Anything else needs image positions chorus does not have.
+  if (g.find(p + "rope.dimension_sections")) {
+    const GgufValue* v = g.find(p + "rope.dimension_sections");
+    const auto* arr = std::get_if<GgufArray>(&v->v);
+    if (arr == nullptr || arr->count != 4 || arr->elem_type == GgufValueType::string ||
+        arr->elem_type == GgufValueType::array)
+      return bad(p + "rope.dimension_sections must be an array of 4 integers");
+    int64_t sec[4], total = 0;
+    for (int i = 0; i < 4; ++i) total += sec[i] = arr->int_at(static_cast<uint64_t>(i));
+    if (total <= 0) return bad(p + "rope.dimension_sections are all zero");
+    for (int pair = 0; pair < c.n_rot / 2; ++pair) {
+      const int64_t s = pair % total;
+      const bool text = (s % 3 == 0 && s < 3 * sec[0]) || (s % 3 == 1 && s < 3 * sec[1]) || (s % 3 == 2 && s < 3 * sec[2]);
+      if (!text)
+        return make_error(Errc::unsupported, g.name() + ": " + p + "rope.dimension_sections [" + std::to_string(sec[0]) +
+                                                 ", " + std::to_string(sec[1]) + ", " + std::to_string(sec[2]) + ", " +
+                                                 std::to_string(sec[3]) + "] rotate pair " + std::to_string(pair) +
+                                                 " by the fourth position stream; chorus runs text positions only");
+    }
+  }
+  return Status::success();
 }
 
 }  // namespace
@@ -114,7 +183,15 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
   if (emb == nullptr) return make_error(Errc::not_found, g.name() + ": tensor 'token_embd.weight' is missing");
   c.n_vocab = static_cast<int>(emb->ne[1]);
   c.tied_output = g.find_tensor("output.weight") == nullptr;
-  c.qk_norm = c.arch == "qwen3";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen35";
+  c.linear_layer.assign(static_cast<size_t>(c.n_layer), false);
+  if (c.arch == "qwen35") {
+    if (Status s = read_hybrid(g, p, c); !s.ok()) return s.error();
+  }
+  c.kv_layer.assign(static_cast<size_t>(c.n_layer), -1);
+  c.n_kv_layer = 0;
+  for (int l = 0; l < c.n_layer; ++l)
+    if (!c.is_linear(l)) c.kv_layer[static_cast<size_t>(l)] = c.n_kv_layer++;
   return c;
 }
 

@@ -16,6 +16,22 @@ enum class RopeLayout {
   rope_neox,    // rotate (i, i + n_rot/2): qwen2, qwen3, ...
 };
 
+// Gated DeltaNet (linear attention) shapes of a hybrid model's recurrent layers (qwen35).
+struct GdnConfig {
+  int conv_kernel = 0;   // K: causal convolution width (ssm.conv_kernel)
+  int head_dim = 0;      // dk = dv (ssm.state_size)
+  int n_k_heads = 0;     // Hk (ssm.group_count)
+  int n_v_heads = 0;     // Hv (ssm.time_step_rank), a multiple of Hk
+  bool tiled_heads = true;  // v-head h reads k-head h % Hk (qwen35 GGUFs); else h / (Hv / Hk)
+
+  int key_dim() const { return n_k_heads * head_dim; }
+  int value_dim() const { return n_v_heads * head_dim; }
+  int conv_dim() const { return 2 * key_dim() + value_dim(); }  // channels of [q | k | v]
+  int k_head_of(int v_head) const {
+    return tiled_heads ? v_head % n_k_heads : v_head / (n_v_heads / n_k_heads);
+  }
+};
+
 struct ModelConfig {
   std::string arch;          // general.architecture, e.g. "llama"
   std::string name;          // general.name
@@ -33,7 +49,18 @@ struct ModelConfig {
   int n_rot = 0;             // rotated dimensions per head (usually head_dim)
   RopeLayout rope_layout = RopeLayout::rope_normal;
   bool tied_output = false;  // output projection is the token embedding
-  bool qk_norm = false;      // per-head RMSNorm of q and k before RoPE (qwen3)
+  bool qk_norm = false;      // per-head RMSNorm of q and k before RoPE (qwen3, qwen35)
+  bool attn_output_gate = false;  // attn_q also yields a per-head gate: out *= sigmoid(gate) (qwen35)
+
+  // Hybrid models: which layers are Gated DeltaNet layers (no KV cache; a recurrent state per
+  // block instead) and, for the others, their slot in the KV cache.
+  std::vector<bool> linear_layer;  // [n_layer]; all false for attention-only models
+  std::vector<int> kv_layer;       // [n_layer]: KV-cache slot, -1 for a linear layer
+  int n_kv_layer = 0;              // layers with a KV cache
+  GdnConfig gdn;                   // shapes of the linear layers, when there are any
+
+  bool hybrid() const { return n_kv_layer < n_layer; }
+  bool is_linear(int layer) const { return linear_layer[static_cast<size_t>(layer)]; }
 
   int kv_dim() const { return n_head_kv * head_dim; }  // floats of K (or V) per token per layer
   int q_dim() const { return n_head * head_dim; }
@@ -46,7 +73,8 @@ struct ModelConfig {
   float rope_theta_scale() const;
 };
 
-// Architectures chorus can run: "llama" (also SmolLM, Llama 2/3), "qwen2" and "qwen3" (dense).
+// Architectures chorus can run: "llama" (also SmolLM, Llama 2/3), "qwen2", "qwen3" (dense) and
+// "qwen35" (Qwen3.5 dense hybrid: Gated DeltaNet layers and gated attention layers).
 const std::vector<std::string>& supported_architectures();
 
 }  // namespace chorus

@@ -26,7 +26,18 @@ ModelRunner::ModelRunner(const ModelConfig& config, const Weights& weights, CpuD
   gate_.resize(T * c_.n_ff);
   up_.resize(T * c_.n_ff);
   rope_cs_.resize(static_cast<size_t>(c_.n_rot));
-  xq_.resize(T * static_cast<size_t>(std::max({c_.n_embd, c_.q_dim(), c_.n_ff}) / kQ8Block));
+  xq_.resize(T * static_cast<size_t>(std::max({c_.n_embd, c_.q_dim(), c_.n_ff, c_.gdn.value_dim()}) / kQ8Block));
+  if (c_.attn_output_gate) qg_.resize(T * 2 * c_.q_dim());
+  if (c_.hybrid()) {
+    const GdnConfig& d = c_.gdn;
+    l_qkv_.resize(T * d.conv_dim());
+    l_z_.resize(T * d.value_dim());
+    l_beta_.resize(T * d.n_v_heads);
+    l_alpha_.resize(T * d.n_v_heads);
+    l_gb_.resize(T * d.n_v_heads * 2);
+    l_o_.resize(T * d.value_dim());
+    for (int i = 0; i < dev_.n_threads(); ++i) gdn_ops_.push_back(std::make_unique<GdnBlockOps>(d, c_.norm_eps));
+  }
 }
 
 // Runs fn(t) for each token: inline for a single token (cheaper than waking the pool for a
@@ -71,6 +82,19 @@ void ModelRunner::gemm(std::initializer_list<Product> products, const float* x, 
   });
 }
 
+// x += W_down (silu(h W_gate) * h W_up), h = rmsnorm(x).
+void ModelRunner::feed_forward(const LayerWeights& L, int64_t T) {
+  const CpuKernels& K = dev_.kernels();
+  const int E = c_.n_embd, FF = c_.n_ff;
+  per_token(T, [&](int64_t t) { K.rmsnorm(x_.data() + t * E, L.ffn_norm, h_.data() + t * E, E, c_.norm_eps); });
+  quantize(h_.data(), T, E, xq_.data());
+  gemm({{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, h_.data(), xq_.data(), T);
+  per_token(T, [&](int64_t t) { K.swiglu(gate_.data() + t * FF, up_.data() + t * FF, gate_.data() + t * FF, FF); });
+  quantize(gate_.data(), T, FF, xq_.data());
+  gemm({{&L.w_down, h_.data()}}, gate_.data(), xq_.data(), T);
+  for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
+}
+
 Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, KvCache& kv,
                             float* logits_out, std::span<const View> views) {
   const int64_t T = static_cast<int64_t>(batch.size());
@@ -94,6 +118,10 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
     for (int32_t b : v)
       if (b < 0 || static_cast<size_t>(b) >= seqs.size())
         return make_error(Errc::invalid_argument, "a view names sequence " + std::to_string(b) + ", out of range");
+
+  std::vector<LinearGroup> groups;
+  if (c_.hybrid())
+    if (Status st = plan_linear(batch, seqs, views, &groups); !st.ok()) return st;
 
   // Segments of each token: (block, positions attended, rotation of the query). Lengths of
   // context blocks are taken now, before this step writes anything (the same-step rule).
@@ -150,7 +178,7 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
     q_seg_.resize(static_cast<size_t>(T) * max_segs * c_.q_dim());
   }
   const CpuKernels& K = dev_.kernels();
-  const int E = c_.n_embd, QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim, FF = c_.n_ff;
+  const int E = c_.n_embd, QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim;
   const int group = c_.n_head / c_.n_head_kv;
   const bool neox = c_.rope_layout == RopeLayout::rope_neox;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
@@ -181,10 +209,27 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
 
   for (int l = 0; l < c_.n_layer; ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
-    // Attention block.
     per_token(T, [&](int64_t t) { K.rmsnorm(x_.data() + t * E, L.attn_norm, h_.data() + t * E, E, c_.norm_eps); });
+    if (c_.is_linear(l)) {
+      linear_layer(l, T, seqs, groups);
+      for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
+      feed_forward(L, T);
+      continue;
+    }
+    const int kv_slot = c_.kv_layer[static_cast<size_t>(l)];
+    // Attention block.
     quantize(h_.data(), T, E, xq_.data());
-    gemm({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), xq_.data(), T);
+    if (c_.attn_output_gate) {
+      // attn_q yields each head's query then its gate: split them (gate kept in qg_).
+      gemm({{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), xq_.data(), T);
+      for (int64_t t = 0; t < T; ++t)
+        for (int h = 0; h < c_.n_head; ++h) {
+          const float* src = qg_.data() + (t * 2 * c_.n_head + 2 * h) * HD;
+          std::copy(src, src + HD, q_.data() + t * QD + h * HD);
+        }
+    } else {
+      gemm({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), xq_.data(), T);
+    }
     for (int64_t t = 0; t < T; ++t) {
       float* q = q_.data() + t * QD;
       float* k = k_.data() + t * KVD;
@@ -210,17 +255,17 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
       for (int h = 0; h < c_.n_head_kv; ++h) K.rope(k + h * HD, c_.n_rot, rope_cs_.data(), neox);
       const SequenceKv& s = *seqs[static_cast<size_t>(batch[t].seq)];
       const int32_t page = s.pages[static_cast<size_t>(batch[t].pos / ps)];
-      const int slot = batch[t].pos % ps;
-      float* kpage = kv.k(l, page);  // dimension-major
-      for (int i = 0; i < KVD; ++i) kpage[static_cast<size_t>(i) * ps + slot] = k[i];
-      std::copy(v, v + KVD, kv.v(l, page) + static_cast<size_t>(slot) * KVD);
+      const int pos_slot = batch[t].pos % ps;
+      float* kpage = kv.k(kv_slot, page);  // dimension-major
+      for (int i = 0; i < KVD; ++i) kpage[static_cast<size_t>(i) * ps + pos_slot] = k[i];
+      std::copy(v, v + KVD, kv.v(kv_slot, page) + static_cast<size_t>(pos_slot) * KVD);
     }
     for (size_t s = 0; s < seqs.size(); ++s) {
       kp[s].clear();
       vp[s].clear();
       for (int32_t p : seqs[s]->pages) {
-        kp[s].push_back(kv.k(l, p));
-        vp[s].push_back(kv.v(l, p));
+        kp[s].push_back(kv.k(kv_slot, p));
+        vp[s].push_back(kv.v(kv_slot, p));
       }
     }
     dev_.pool().run(T * c_.n_head_kv * calls_per_kv_head, [&](int64_t i, int thread) {
@@ -241,25 +286,27 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
                       scratch_.data() + static_cast<size_t>(thread) * scratch_stride, T == 1};
       K.attention(a);
     });
+    if (c_.attn_output_gate)  // out *= sigmoid(gate), per head
+      per_token(T, [&](int64_t t) {
+        for (int h = 0; h < c_.n_head; ++h) {
+          const float* g = qg_.data() + (t * 2 * c_.n_head + 2 * h + 1) * HD;
+          float* o = att_.data() + t * QD + h * HD;
+          for (int i = 0; i < HD; ++i) o[i] /= 1.0f + std::exp(-g[i]);
+        }
+      });
     quantize(att_.data(), T, QD, xq_.data());
     gemm({{&L.wo, h_.data()}}, att_.data(), xq_.data(), T);
     for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
-
-    // Feed-forward block.
-    per_token(T, [&](int64_t t) { K.rmsnorm(x_.data() + t * E, L.ffn_norm, h_.data() + t * E, E, c_.norm_eps); });
-    quantize(h_.data(), T, E, xq_.data());
-    gemm({{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, h_.data(), xq_.data(), T);
-    per_token(T, [&](int64_t t) {
-      K.swiglu(gate_.data() + t * FF, up_.data() + t * FF, gate_.data() + t * FF, FF);
-    });
-    quantize(gate_.data(), T, FF, xq_.data());
-    gemm({{&L.w_down, h_.data()}}, gate_.data(), xq_.data(), T);
-    for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
+    feed_forward(L, T);
   }
 
   for (const BatchToken& b : batch) {
     SequenceKv& s = *seqs[static_cast<size_t>(b.seq)];
     s.n_tokens = std::max<int64_t>(s.n_tokens, b.pos + 1);
+  }
+  for (LinearGroup& g : groups) {  // the cached view states now hold the new tokens too
+    g.key.back().second += static_cast<int64_t>(g.tokens.size());
+    seqs[static_cast<size_t>(g.seq)]->linear->run_key = std::move(g.key);
   }
 
   // Logits for the tokens that want them.

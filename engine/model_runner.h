@@ -6,16 +6,22 @@
 //             cache -> attention (causal within the sequence) -> x += out W_o
 //             h = rmsnorm(x) -> x += (silu(h W_gate) * h W_up) W_down
 // then logits = rmsnorm(x) W_out for the tokens that ask for them.
+//
+// Hybrid models (qwen35) replace the attention block of most layers by a Gated DeltaNet layer
+// (engine/model_runner_linear.cpp): a recurrent state per sequence instead of a KV cache, built
+// for a view from the blocks' summaries (engine/linear_state.h).
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
 #include "engine/kv_cache.h"
+#include "engine/linear_state.h"
 #include "engine/model_config.h"
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
@@ -75,6 +81,22 @@ class ModelRunner {
   };
   void gemm(std::initializer_list<Product> products, const float* x, const BlockQ8* xq, int64_t n_tokens);
   void quantize(const float* x, int64_t n_tokens, int64_t n_cols, BlockQ8* out);
+  void feed_forward(const LayerWeights& L, int64_t n_tokens);
+  // Hybrid models: the tokens one sequence writes in a step and the blocks its view puts
+  // before it (as forward()'s seqs indices, with their lengths at the start of the step).
+  struct LinearGroup {
+    int32_t seq = 0;
+    std::vector<int64_t> tokens;  // batch indices, in position order
+    std::vector<std::pair<int32_t, int64_t>> prefix;
+    int64_t start = 0;            // the sequence's length at the start of the step
+    bool recompose = false;       // its cached view state does not match this view
+    std::vector<std::pair<uint64_t, int64_t>> key;  // the view's key (LinearState::run_key)
+  };
+  Status plan_linear(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
+                     std::span<const View> views, std::vector<LinearGroup>* groups);
+  // One Gated DeltaNet layer over the batch: h_ (normed input) -> h_ (the layer's output).
+  void linear_layer(int layer, int64_t n_tokens, std::span<SequenceKv* const> seqs,
+                    std::vector<LinearGroup>& groups);
   template <class Fn>
   void per_token(int64_t n_tokens, const Fn& fn);
 
@@ -90,6 +112,10 @@ class ModelRunner {
   std::vector<BlockQ8> xq_;
   std::vector<GemmChunk> chunks_;  // reused by gemm()
   std::vector<float> scratch_;  // attention scores, [n_threads, longest sequence]
+  std::vector<float> qg_;       // [max_tokens, 2 q_dim] query and gate (attention with an output gate)
+  // Linear layers: [max_tokens, width] projections, factors and outputs.
+  std::vector<float> l_qkv_, l_z_, l_beta_, l_alpha_, l_gb_, l_o_;
+  std::vector<std::unique_ptr<GdnBlockOps>> gdn_ops_;  // one per thread
 };
 
 }  // namespace chorus

@@ -68,16 +68,34 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     const std::string p = "blk." + std::to_string(i) + ".";
     CHORUS_TRY(vec(p + "attn_norm.weight", c.n_embd, true, &l.attn_norm));
-    CHORUS_TRY(matrix(p + "attn_q.weight", c.q_dim(), c.n_embd, &l.wq));
-    CHORUS_TRY(matrix(p + "attn_k.weight", c.kv_dim(), c.n_embd, &l.wk));
-    CHORUS_TRY(matrix(p + "attn_v.weight", c.kv_dim(), c.n_embd, &l.wv));
-    CHORUS_TRY(matrix(p + "attn_output.weight", c.n_embd, c.q_dim(), &l.wo));
-    CHORUS_TRY(vec(p + "attn_q.bias", c.q_dim(), false, &l.bq));
-    CHORUS_TRY(vec(p + "attn_k.bias", c.kv_dim(), false, &l.bk));
-    CHORUS_TRY(vec(p + "attn_v.bias", c.kv_dim(), false, &l.bv));
-    CHORUS_TRY(vec(p + "attn_q_norm.weight", c.head_dim, c.qk_norm, &l.q_norm));
-    CHORUS_TRY(vec(p + "attn_k_norm.weight", c.head_dim, c.qk_norm, &l.k_norm));
-    CHORUS_TRY(vec(p + "ffn_norm.weight", c.n_embd, true, &l.ffn_norm));
+    if (c.is_linear(i)) {
+      const GdnConfig& d = c.gdn;
+      const int64_t K = d.conv_kernel;
+      CHORUS_TRY(matrix(p + "attn_qkv.weight", d.conv_dim(), c.n_embd, &l.w_qkv));
+      CHORUS_TRY(matrix(p + "attn_gate.weight", d.value_dim(), c.n_embd, &l.w_z));
+      CHORUS_TRY(matrix(p + "ssm_beta.weight", d.n_v_heads, c.n_embd, &l.w_beta));
+      CHORUS_TRY(matrix(p + "ssm_alpha.weight", d.n_v_heads, c.n_embd, &l.w_alpha));
+      CHORUS_TRY(vec(p + "ssm_conv1d.weight", d.conv_dim() * K, true, &l.conv));
+      if (const GgufTensor* t = g.find_tensor(p + "ssm_conv1d.weight"); t->ne[0] != K)
+        return make_error(Errc::bad_format, g.name() + ": tensor '" + p + "ssm_conv1d.weight' has shape " +
+                                                t->shape_string() + ", expected " + shape_str(K, d.conv_dim()));
+      CHORUS_TRY(vec(p + "ssm_a", d.n_v_heads, true, &l.ssm_a));
+      CHORUS_TRY(vec(p + "ssm_dt.bias", d.n_v_heads, true, &l.dt_bias));
+      CHORUS_TRY(vec(p + "ssm_norm.weight", d.head_dim, true, &l.ssm_norm));
+      CHORUS_TRY(matrix(p + "ssm_out.weight", c.n_embd, d.value_dim(), &l.w_ssm_out));
+    } else {
+      CHORUS_TRY(matrix(p + "attn_q.weight", c.attn_output_gate ? 2 * c.q_dim() : c.q_dim(), c.n_embd, &l.wq));
+      CHORUS_TRY(matrix(p + "attn_k.weight", c.kv_dim(), c.n_embd, &l.wk));
+      CHORUS_TRY(matrix(p + "attn_v.weight", c.kv_dim(), c.n_embd, &l.wv));
+      CHORUS_TRY(matrix(p + "attn_output.weight", c.n_embd, c.q_dim(), &l.wo));
+      CHORUS_TRY(vec(p + "attn_q.bias", c.q_dim(), false, &l.bq));
+      CHORUS_TRY(vec(p + "attn_k.bias", c.kv_dim(), false, &l.bk));
+      CHORUS_TRY(vec(p + "attn_v.bias", c.kv_dim(), false, &l.bv));
+      CHORUS_TRY(vec(p + "attn_q_norm.weight", c.head_dim, c.qk_norm, &l.q_norm));
+      CHORUS_TRY(vec(p + "attn_k_norm.weight", c.head_dim, c.qk_norm, &l.k_norm));
+    }
+    CHORUS_TRY(vec(p + (c.arch == "qwen35" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.n_embd, true,
+                   &l.ffn_norm));
     CHORUS_TRY(matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd, &l.w_gate));
     CHORUS_TRY(matrix(p + "ffn_up.weight", c.n_ff, c.n_embd, &l.w_up));
     CHORUS_TRY(matrix(p + "ffn_down.weight", c.n_embd, c.n_ff, &l.w_down));

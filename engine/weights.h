@@ -25,7 +25,8 @@ struct WeightMatrix {
 
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [n_embd]
-  WeightMatrix wq;                   // [q_dim, n_embd]
+  WeightMatrix wq;                   // [q_dim, n_embd]; [2 q_dim, n_embd] with an output gate,
+                                     // each head's query then its gate
   WeightMatrix wk;                   // [kv_dim, n_embd]
   WeightMatrix wv;                   // [kv_dim, n_embd]
   WeightMatrix wo;                   // [n_embd, q_dim]
@@ -34,7 +35,17 @@ struct LayerWeights {
   const float* bv = nullptr;         // [kv_dim] or nullptr
   const float* q_norm = nullptr;     // [head_dim], qwen3: RMSNorm of each query head
   const float* k_norm = nullptr;     // [head_dim], qwen3: RMSNorm of each key head
-  const float* ffn_norm = nullptr;   // [n_embd]
+  // Gated DeltaNet layers (hybrid models) instead of the attention weights above:
+  WeightMatrix w_qkv;                // [conv_dim, n_embd]: [q (Hk x dk) | k (Hk x dk) | v (Hv x dv)]
+  WeightMatrix w_z;                  // [value_dim, n_embd]: output gate (attn_gate)
+  WeightMatrix w_beta;               // [Hv, n_embd]: write strength, sigmoid
+  WeightMatrix w_alpha;              // [Hv, n_embd]: decay input
+  const float* conv = nullptr;       // [conv_dim][K] causal convolution taps (F32 in the file)
+  const float* ssm_a = nullptr;      // [Hv] = -exp(A_log): g = ssm_a * softplus(alpha + dt_bias)
+  const float* dt_bias = nullptr;    // [Hv]
+  const float* ssm_norm = nullptr;   // [dv] RMSNorm of each head's output, shared by heads
+  WeightMatrix w_ssm_out;            // [n_embd, value_dim]
+  const float* ffn_norm = nullptr;   // [n_embd] (qwen35: post_attention_norm)
   WeightMatrix w_gate;               // [n_ff, n_embd]
   WeightMatrix w_up;                 // [n_ff, n_embd]
   WeightMatrix w_down;               // [n_embd, n_ff]

@@ -53,8 +53,69 @@ TEST(ModelConfig, UnsupportedArchitectureIsNamed) {
   auto c = config_of(llama_header("mamba"));
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().code, Errc::unsupported);
-  EXPECT_NE(c.error().message.find("architecture 'mamba' is not supported (supported: llama, qwen2)"),
+  EXPECT_NE(c.error().message.find("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, qwen35)"),
             std::string::npos) << c.error().message;
+}
+
+// A qwen35 header (2 layers) with some keys changed: `set` overrides the defaults by key suffix.
+test::GgufBuilder qwen35_header(std::map<std::string, uint32_t> set = {}) {
+  test::GgufBuilder b = llama_header("qwen35");
+  const std::map<std::string, uint32_t> defaults = {
+      {"attention.key_length", 32}, {"attention.value_length", 32}, {"rope.dimension_count", 8},
+      {"ssm.conv_kernel", 4},       {"ssm.state_size", 16},         {"ssm.group_count", 2},
+      {"ssm.time_step_rank", 4},    {"ssm.inner_size", 64}};
+  for (const auto& [k, v] : defaults) b.kv_u32("qwen35." + k, set.count(k) ? set[k] : v);
+  for (const auto& [k, v] : set)
+    if (!defaults.count(k)) b.kv_u32("qwen35." + k, v);
+  return b;
+}
+
+TEST(ModelConfig, ReadsHybridLayersAndShapes) {
+  auto b = qwen35_header({{"full_attention_interval", 2}});
+  b.kv_i32s("qwen35.rope.dimension_sections", {2, 1, 1, 0});
+  auto c = config_of(b);
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_TRUE(c->hybrid());
+  EXPECT_TRUE(c->is_linear(0));
+  EXPECT_FALSE(c->is_linear(1));
+  EXPECT_EQ(c->n_kv_layer, 1);
+  EXPECT_EQ(c->kv_layer[1], 0);
+  EXPECT_EQ(c->kv_layer[0], -1);
+  EXPECT_EQ(c->gdn.conv_dim(), 2 * 2 * 16 + 4 * 16);
+  EXPECT_EQ(c->gdn.k_head_of(3), 1);  // tiled: value head h reads key head h % Hk
+  EXPECT_TRUE(c->attn_output_gate);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->rope_layout, RopeLayout::rope_neox);
+  // An explicit per-layer list (newer converters) decides over the interval.
+  auto d = qwen35_header();
+  d.kv_i32s("qwen35.attention.recurrent_layers", {0, 1});
+  c = config_of(d);
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_FALSE(c->is_linear(0));
+  EXPECT_TRUE(c->is_linear(1));
+}
+
+TEST(ModelConfig, BadHybridHyperParametersAreNamed) {
+  auto expect = [](test::GgufBuilder b, Errc code, const std::string& what) {
+    auto c = config_of(b);
+    ASSERT_FALSE(c.ok()) << what;
+    EXPECT_EQ(c.error().code, code) << c.error().message;
+    EXPECT_NE(c.error().message.find(what), std::string::npos) << c.error().message;
+  };
+  expect(qwen35_header({{"ssm.time_step_rank", 3}}), Errc::bad_format, "qwen35.ssm.time_step_rank 3 (value heads) is not a multiple of");
+  expect(qwen35_header({{"ssm.inner_size", 60}}), Errc::bad_format, "qwen35.ssm.inner_size 60 is not value heads x state size = 64");
+  expect(qwen35_header({{"ssm.conv_kernel", 1}}), Errc::unsupported, "qwen35.ssm.conv_kernel 1 is not supported");
+  auto b = qwen35_header();
+  b.kv_i32s("qwen35.rope.dimension_sections", {1, 1, 0, 2});
+  expect(b, Errc::unsupported, "by the fourth position stream");
+  b = qwen35_header();
+  b.kv_i32s("qwen35.rope.dimension_sections", {1, 1});
+  expect(b, Errc::bad_format, "rope.dimension_sections must be an array of 4 integers");
+  b = qwen35_header();
+  b.kv_i32s("qwen35.attention.recurrent_layers", {1});
+  expect(b, Errc::bad_format, "recurrent_layers must be an array of 2 numbers");
+  expect(qwen35_header({{"attention.value_length", 16}}), Errc::unsupported, "value_length 16 differs from key_length 32");
+  expect(qwen35_header({{"full_attention_interval", 0}}), Errc::bad_format, "full_attention_interval");
 }
 
 TEST(ModelConfig, BadHyperParametersAreNamed) {

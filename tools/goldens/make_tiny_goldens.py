@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Record llama.cpp logits for the tiny random-weight models.
 
-For each of tiny_llama.gguf, tiny_qwen2.gguf, tiny_llama_f32.gguf, tiny_qwen3.gguf
-(written by
+For each of tiny_llama.gguf, tiny_qwen2.gguf, tiny_llama_f32.gguf, tiny_qwen3.gguf,
+tiny_qwen35.gguf (written by
 make_tiny_models.py, in the same directory as --out):
 
   cases:  3 token-id sequences (lengths 1, 7, 40; ids uniform in [0, n_vocab),
@@ -35,7 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_OUT = os.path.join(REPO, "tests", "goldens", "tiny_models.json")
 
-MODELS = ["tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf", "tiny_qwen3.gguf"]
+MODELS = ["tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf", "tiny_qwen3.gguf",
+          "tiny_qwen35.gguf"]
 LENGTHS = [1, 7, 40]
 SEED = 20240601
 N_GREEDY = 16

@@ -11,6 +11,12 @@ byte-identical files):
   tiny_qwen3.gguf      "qwen3": per-head q/k RMSNorm, head_dim 64 set by
                        attention.key_length (q_dim 256 != n_embd), tied
                        output, matrices + token_embd Q8_0
+  tiny_qwen35.gguf     "qwen35" hybrid: 4 layers, full attention every 2nd
+                       (layers 1, 3: gated attention, q/k norm, head 32,
+                       partial RoPE over 8 dims with IMROPE sections
+                       [2, 1, 1, 0]), Gated DeltaNet in layers 0, 2 (2 key
+                       heads, 4 value heads, head 16, conv kernel 4),
+                       untied output, matrices + token_embd Q8_0
 
 Shapes: 2 layers, n_embd 128, 4 heads, 2 KV heads (GQA, head_dim 32),
 n_ff 256, context 512. Norm weights are F32 (1 + N(0, 0.05)); matrices are
@@ -131,6 +137,17 @@ def add_bias(w, name, n, rng):
     w.add_tensor(name, rng.normal(0.0, BIAS_STD, size=n).astype(np.float32))
 
 
+def add_tokenizer(w, tokens, types):
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([int(t) for t in types])
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(tokens.index("<|im_start|>"))
+    w.add_eos_token_id(tokens.index("<|endoftext|>"))
+    w.add_add_bos_token(False)
+
+
 def write_model(path, spec, tokens, types):
     arch, mtype, etype, tied, biases, rope_base, eps, seed, ftype = spec
     extras = EXTRAS.get(os.path.basename(path), {})
@@ -155,14 +172,7 @@ def write_model(path, spec, tokens, types):
     w.add_layer_norm_rms_eps(eps)
     w.add_vocab_size(n_vocab)
 
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types([int(t) for t in types])
-    w.add_token_merges(MERGES)
-    w.add_bos_token_id(tokens.index("<|im_start|>"))
-    w.add_eos_token_id(tokens.index("<|endoftext|>"))
-    w.add_add_bos_token(False)
+    add_tokenizer(w, tokens, types)
 
     # Tensor order as llama.cpp's converters write it. Weights are drawn in
     # this order from one generator, so the F32 and Q8_0 llama files share
@@ -198,6 +208,79 @@ def write_model(path, spec, tokens, types):
     w.close()
 
 
+# The hybrid model (qwen35): shapes and the layer pattern.
+HYBRID = dict(n_layer=4, interval=2, n_head=4, n_head_kv=2, head_dim=32, n_rot=8,
+              sections=[2, 1, 1, 0], conv_kernel=4, n_k_heads=2, n_v_heads=4, state=16,
+              rope_base=10000.0, eps=1e-6, seed=3535)
+
+
+def write_hybrid_model(path, tokens, types):
+    h = HYBRID
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(h["seed"])
+    w = gguf.GGUFWriter(path, "qwen35")
+    w.add_name(os.path.splitext(os.path.basename(path))[0])
+    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0))
+    w.add_context_length(N_CTX)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(h["n_layer"])
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(h["n_head"])
+    w.add_head_count_kv(h["n_head_kv"])
+    w.add_key_length(h["head_dim"])
+    w.add_value_length(h["head_dim"])
+    w.add_rope_dimension_count(h["n_rot"])
+    w.add_rope_dimension_sections(h["sections"])
+    w.add_rope_freq_base(h["rope_base"])
+    w.add_layer_norm_rms_eps(h["eps"])
+    key_dim = h["n_k_heads"] * h["state"]
+    value_dim = h["n_v_heads"] * h["state"]
+    conv_dim = 2 * key_dim + value_dim
+    w.add_ssm_conv_kernel(h["conv_kernel"])
+    w.add_ssm_inner_size(value_dim)
+    w.add_ssm_state_size(h["state"])
+    w.add_ssm_time_step_rank(h["n_v_heads"])
+    w.add_ssm_group_count(h["n_k_heads"])
+    w.add_full_attention_interval(h["interval"])
+    w.add_vocab_size(n_vocab)
+    add_tokenizer(w, tokens, types)
+
+    qt = QT.Q8_0
+    add_matrix(w, "token_embd.weight", [N_EMBD, n_vocab], qt, rng)
+    for i in range(h["n_layer"]):
+        p = "blk.%d." % i
+        add_norm(w, p + "attn_norm.weight", N_EMBD, rng)
+        if (i + 1) % h["interval"] != 0:  # Gated DeltaNet
+            add_matrix(w, p + "attn_qkv.weight", [N_EMBD, conv_dim], qt, rng)
+            add_matrix(w, p + "attn_gate.weight", [N_EMBD, value_dim], qt, rng)
+            add_matrix(w, p + "ssm_beta.weight", [N_EMBD, h["n_v_heads"]], qt, rng, std=0.2)
+            add_matrix(w, p + "ssm_alpha.weight", [N_EMBD, h["n_v_heads"]], qt, rng, std=0.2)
+            w.add_tensor(p + "ssm_conv1d.weight",
+                         rng.normal(0.0, 0.5, size=(conv_dim, h["conv_kernel"])).astype(np.float32))
+            w.add_tensor(p + "ssm_dt.bias", rng.normal(0.0, 0.5, size=h["n_v_heads"]).astype(np.float32))
+            w.add_tensor(p + "ssm_a", (-np.exp(rng.normal(0.0, 0.5, size=h["n_v_heads"]))).astype(np.float32))
+            add_norm(w, p + "ssm_norm.weight", h["state"], rng)
+            add_matrix(w, p + "ssm_out.weight", [value_dim, N_EMBD], qt, rng)
+        else:  # gated attention
+            hd = h["head_dim"]
+            add_matrix(w, p + "attn_q.weight", [N_EMBD, 2 * h["n_head"] * hd], qt, rng)
+            add_matrix(w, p + "attn_k.weight", [N_EMBD, h["n_head_kv"] * hd], qt, rng)
+            add_matrix(w, p + "attn_v.weight", [N_EMBD, h["n_head_kv"] * hd], qt, rng)
+            add_norm(w, p + "attn_q_norm.weight", hd, rng)
+            add_norm(w, p + "attn_k_norm.weight", hd, rng)
+            add_matrix(w, p + "attn_output.weight", [h["n_head"] * hd, N_EMBD], qt, rng)
+        add_norm(w, p + "post_attention_norm.weight", N_EMBD, rng)
+        add_matrix(w, p + "ffn_gate.weight", [N_EMBD, N_FF], qt, rng)
+        add_matrix(w, p + "ffn_up.weight", [N_EMBD, N_FF], qt, rng)
+        add_matrix(w, p + "ffn_down.weight", [N_FF, N_EMBD], qt, rng)
+    add_norm(w, "output_norm.weight", N_EMBD, rng)
+    add_matrix(w, "output.weight", [N_EMBD, n_vocab], qt, rng)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def check_with_llama_cpp(path, n_vocab):
     import llama_cpp
     t0 = time.perf_counter()
@@ -227,9 +310,12 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     tokens, types = build_vocab()
     print("vocab: %d tokens (%d merges, %d specials)" % (len(tokens), len(MERGES), len(SPECIALS)))
-    for name, spec in MODELS.items():
+    for name, spec in list(MODELS.items()) + [("tiny_qwen35.gguf", None)]:
         path = os.path.join(args.out, name)
-        write_model(path, spec, tokens, types)
+        if spec is None:
+            write_hybrid_model(path, tokens, types)
+        else:
+            write_model(path, spec, tokens, types)
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
         print("%s: %d bytes, sha256 %s" % (name, os.path.getsize(path), digest))
