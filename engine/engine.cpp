@@ -352,7 +352,7 @@ Result<std::vector<Event>> Engine::step() {
 }
 
 void Engine::record_run(BlockId block, int64_t start, int64_t count, const std::vector<BlockId>& view) {
-  WriteRun run{next_run_++, block, start, count, {}, false, 0};
+  WriteRun run{next_run_++, block, start, count, {}, false, 0, steps_};
   for (size_t i = 0; i < view.size(); ++i) {
     if (view[i] == block) {
       run.target_in_view = true;
@@ -361,15 +361,16 @@ void Engine::record_run(BlockId block, int64_t start, int64_t count, const std::
     }
     run.view.emplace_back(view[i], (*blocks_->get(view[i]))->n_cached());
   }
-  // Consecutive tokens of one block under an unchanged view extend the previous run.
-  for (auto it = runs_.rbegin(); it != runs_.rend(); ++it) {
-    if (it->block != block) continue;
-    if (it->start + it->count == start && it->view == run.view && it->target_in_view == run.target_in_view &&
-        it->target_index == run.target_index) {
-      it->count += count;
+  // Consecutive tokens of one block under an unchanged view extend the previous run, when
+  // nothing was written in between: then no other run read the block at a length between the
+  // two, and replaying the longer run in bigger pieces changes nothing anyone saw.
+  if (!runs_.empty()) {
+    WriteRun& last = runs_.back();
+    if (last.block == block && last.start + last.count == start && last.view == run.view &&
+        last.target_in_view == run.target_in_view && last.target_index == run.target_index) {
+      last.count += count;
       return;
     }
-    break;
   }
   runs_.push_back(std::move(run));
 }
@@ -421,7 +422,6 @@ Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
 }
 
 Status Engine::restore(std::span<const BlockId> ids) {
-  std::vector<BlockId> drop;
   for (BlockId id : ids) {
     auto b = blocks_->get(id);
     if (!b) return b.error();
@@ -453,9 +453,11 @@ Status Engine::restore(std::span<const BlockId> ids) {
                                                std::to_string(kv_.n_free()) + " of " + std::to_string(kv_.n_pages()) +
                                                " are free; nothing was restored");
   // Offloaded blocks: copy back.
+  std::vector<BlockId> dropped;
   for (BlockId id : ids) {
     Block& b = **blocks_->get(id);
     if (b.offloaded.empty()) {
+      dropped.push_back(id);
       if (!b.extents.empty()) b.extents.back().kv.n_tokens = 0;
       continue;
     }
@@ -477,55 +479,85 @@ Status Engine::restore(std::span<const BlockId> ids) {
     b.offloaded.shrink_to_fit();
     b.paused = false;
   }
-  // Dropped blocks: run their runs again, in their first order, under their recorded views.
+  // Dropped blocks: run their runs again, in their first order, under their recorded views;
+  // runs of one step together in one forward (readers of a block written in the same step saw
+  // it as the step found it: the same-step rule reproduces that, and a hybrid model's linear
+  // layers cannot read a block at an earlier length than it has).
   for (BlockId id : ids) (*blocks_->get(id))->paused = false;
+  std::vector<const WriteRun*> todo;
   for (const WriteRun& r : runs_) {
-    if (!restoring(r.block)) continue;
-    Block& w = **blocks_->get(r.block);
-    if (r.start >= w.paused_cached) continue;  // written after... nothing to rebuild
-    if (w.n_cached() != r.start) continue;     // offloaded: already back
-    const int64_t count = std::min(r.count, w.paused_cached - r.start);
-    for (int64_t done = 0; done < count;) {
-      const int64_t k = std::min<int64_t>(count - done, opts_.token_budget);
-      auto e = blocks_->prepare_write(r.block, k);
-      if (!e) return e.error();
-      // Context blocks cut to the lengths they had: a private list of their extents.
-      std::deque<SequenceKv> cut;  // stable addresses
-      std::vector<SequenceKv*> seqs;
-      View v;
-      auto add_block = [&](BlockId b, int64_t len) {
-        for (Extent& x : (*blocks_->get(b))->extents) {
-          if (x.first >= len) break;
-          SequenceKv c = x.kv;
-          c.n_tokens = std::min(x.kv.n_tokens, len - x.first);
-          cut.push_back(std::move(c));
-          v.push_back(static_cast<int32_t>(seqs.size()));
-          seqs.push_back(&cut.back());
-        }
-      };
-      for (size_t i = 0; i <= r.view.size(); ++i) {
-        if (r.target_in_view && i == r.target_index) {
-          v.push_back(-2);  // placeholder for the write block
-        }
-        if (i < r.view.size()) add_block(r.view[i].first, r.view[i].second);
-      }
-      const int32_t write_seq = static_cast<int32_t>(seqs.size());
-      seqs.push_back(&e.value()->kv);
-      if (r.target_in_view) std::replace(v.begin(), v.end(), -2, write_seq);
-      else v.push_back(write_seq);
-      std::vector<BatchToken> batch;
-      const int64_t base = e.value()->kv.n_tokens;
-      const bool last = done + k == count && r.start + count == w.paused_cached;
-      for (int64_t i = 0; i < k; ++i)
-        batch.push_back({w.tokens[static_cast<size_t>(r.start + done + i)], static_cast<int32_t>(base + i), write_seq,
-                         last && i + 1 == k, 0});
-      const std::vector<View> views = {v};
-      logits_.resize(static_cast<size_t>(model_.config.n_vocab));
-      if (Status s = runner_->forward(batch, seqs, kv_, logits_.data(), views); !s.ok()) return s;
-      if (last) w.last_logits = logits_;
-      done += k;
-    }
+    if (std::find(dropped.begin(), dropped.end(), r.block) == dropped.end()) continue;  // offloaded: back
+    if (r.start >= (*blocks_->get(r.block))->paused_cached) continue;  // written after the pause
+    todo.push_back(&r);
   }
+  for (size_t i = 0; i < todo.size();) {
+    size_t j = i + 1;
+    while (j < todo.size() && todo[j]->step == todo[i]->step) ++j;
+    auto count_of = [&](const WriteRun* r) {
+      return std::min(r->count, (*blocks_->get(r->block))->paused_cached - r->start);
+    };
+    if (j == i + 1) {  // one run: in pieces of the token budget
+      const int64_t count = count_of(todo[i]);
+      for (int64_t done = 0; done < count;) {
+        const int64_t k = std::min<int64_t>(count - done, opts_.token_budget);
+        if (Status s = replay({{todo[i], done, k}}); !s.ok()) return s;
+        done += k;
+      }
+    } else {
+      std::vector<std::tuple<const WriteRun*, int64_t, int64_t>> pieces;
+      for (size_t k = i; k < j; ++k) pieces.emplace_back(todo[k], 0, count_of(todo[k]));
+      if (Status s = replay(pieces); !s.ok()) return s;
+    }
+    i = j;
+  }
+  return Status::success();
+}
+
+Status Engine::replay(const std::vector<std::tuple<const WriteRun*, int64_t, int64_t>>& pieces) {
+  std::deque<SequenceKv> cut;  // context blocks cut to the lengths they had (stable addresses)
+  std::vector<SequenceKv*> seqs;
+  std::vector<View> views;
+  std::vector<BatchToken> batch;
+  std::vector<std::pair<Block*, size_t>> last_logits;  // blocks whose last token is in this forward
+  for (const auto& [r, done, k] : pieces) {
+    Block& w = **blocks_->get(r->block);
+    auto e = blocks_->prepare_write(r->block, k);
+    if (!e) return e.error();
+    View v;
+    auto add_block = [&](BlockId b, int64_t len) {
+      for (Extent& x : (*blocks_->get(b))->extents) {
+        if (x.first >= len) break;
+        SequenceKv c = x.kv;
+        c.n_tokens = std::min(x.kv.n_tokens, len - x.first);
+        // The linear-layer state is read, not owned: an alias that does not count as a holder
+        // (a holder would make the block's own writer copy it).
+        c.linear = std::shared_ptr<LinearState>(std::shared_ptr<LinearState>(), x.kv.linear.get());
+        cut.push_back(std::move(c));
+        v.push_back(static_cast<int32_t>(seqs.size()));
+        seqs.push_back(&cut.back());
+      }
+    };
+    for (size_t i = 0; i <= r->view.size(); ++i) {
+      if (r->target_in_view && i == r->target_index) v.push_back(-2);  // placeholder for the write block
+      if (i < r->view.size()) add_block(r->view[i].first, r->view[i].second);
+    }
+    const auto write_seq = static_cast<int32_t>(seqs.size());
+    seqs.push_back(&e.value()->kv);
+    if (r->target_in_view) std::replace(v.begin(), v.end(), -2, write_seq);
+    else v.push_back(write_seq);
+    const int64_t base = e.value()->kv.n_tokens;
+    const bool last = r->start + done + k == w.paused_cached;
+    for (int64_t i = 0; i < k; ++i)
+      batch.push_back({w.tokens[static_cast<size_t>(r->start + done + i)], static_cast<int32_t>(base + i), write_seq,
+                       last && i + 1 == k, static_cast<int32_t>(views.size())});
+    if (last) last_logits.emplace_back(&w, last_logits.size());
+    views.push_back(std::move(v));
+  }
+  logits_.resize(static_cast<size_t>(model_.config.n_vocab) * std::max<size_t>(1, last_logits.size()));
+  if (Status s = runner_->forward(batch, seqs, kv_, logits_.data(), views); !s.ok()) return s;
+  const auto V = static_cast<size_t>(model_.config.n_vocab);
+  for (const auto& [b, i] : last_logits)
+    b->last_logits.assign(logits_.begin() + static_cast<long>(i * V), logits_.begin() + static_cast<long>((i + 1) * V));
   return Status::success();
 }
 

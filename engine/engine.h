@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/status.h"
@@ -169,10 +170,14 @@ class Engine {
     std::vector<std::pair<BlockId, int64_t>> view;  // blocks and the lengths they had then
     bool target_in_view;  // where the written block sat: at its place in the view, or last
     size_t target_index;  // its index in the view when it was in it
+    int64_t step;         // the step that wrote its first tokens
   };
   std::vector<WriteRun> runs_;
   int64_t next_run_ = 0;
   void record_run(BlockId block, int64_t start, int64_t count, const std::vector<BlockId>& view);
+  // Runs tokens of dropped blocks again: `pieces` are (run, first token, count) written
+  // together in one forward, as they were in one step.
+  Status replay(const std::vector<std::tuple<const WriteRun*, int64_t, int64_t>>& pieces);
 };
 
 }  // namespace chorus

@@ -114,6 +114,84 @@ void GdnBlockOps::apply_block(const float* conv_w, const LinearLayerState& b, in
   else shift_tail(tail, b.head_x.data(), n_b);
 }
 
+namespace {
+
+// y <- A_t y and c += B_t y for one token's map S -> S A_t + B_t (A_t = alpha (I - beta k k^T),
+// B_t = beta v k^T): O(dk).
+void token_map_on_query(const float* k, const float* v, float g, float beta, float* y, float* c, int dk) {
+  float ky = 0;
+  for (int i = 0; i < dk; ++i) ky += k[i] * y[i];
+  const float alpha = std::exp(g);
+  for (int i = 0; i < dk; ++i) {
+    c[i] += beta * ky * v[i];
+    y[i] = alpha * (y[i] - beta * ky * k[i]);
+  }
+}
+
+}  // namespace
+
+void GdnBlockOps::suffix_query(const float* conv_w,
+                               std::span<const std::pair<const LinearLayerState*, int64_t>> suffix, const float* tail,
+                               const float* q, float* y, float* c) {
+  const int dk = d_.head_dim, Hv = d_.n_v_heads, kd = d_.key_dim(), vd = d_.value_dim(), C = d_.conv_dim();
+  const int64_t keep = d_.conv_kernel - 1;
+  const size_t state = static_cast<size_t>(dk) * dk;
+  // Forward over the suffix: each block's head tokens convolved with the tail before it.
+  run_tail_.assign(tail, tail + static_cast<size_t>(keep) * C);
+  heads_.resize(suffix.size() * static_cast<size_t>(keep) * (kd + vd));
+  for (size_t i = 0; i < suffix.size(); ++i) {
+    const auto& [b, n_b] = suffix[i];
+    const int n_head = static_cast<int>(std::min<int64_t>(n_b, keep));
+    float* k = heads_.data() + i * static_cast<size_t>(keep) * (kd + vd);
+    factors(conv_w, run_tail_.data(), b->head_x.data(), n_head, nullptr, k, k + static_cast<size_t>(keep) * kd);
+    if (n_b >= keep) std::copy(b->tail_x.begin(), b->tail_x.end(), run_tail_.begin());
+    else shift_tail(run_tail_.data(), b->head_x.data(), n_b);
+  }
+  // Backward: the query through each map, last block first, tokens last first.
+  for (int h = 0; h < Hv; ++h) {
+    float* yh = y + static_cast<size_t>(h) * dk;
+    float* ch = c + static_cast<size_t>(h) * dk;
+    std::copy_n(q + static_cast<size_t>(d_.k_head_of(h)) * dk, dk, yh);
+    std::fill_n(ch, dk, 0.0f);
+    const size_t kh = static_cast<size_t>(d_.k_head_of(h)) * dk;
+    for (size_t i = suffix.size(); i-- > 0;) {
+      const auto& [b, n_b] = suffix[i];
+      if (b->n_body > 0) {
+        if (b->dense) {
+          const float* A = b->A.data() + h * state;
+          const float* B = b->B.data() + h * state;
+          tmp_.resize(static_cast<size_t>(dk));
+          for (int r = 0; r < dk; ++r) {
+            float ay = 0, by = 0;
+            for (int j = 0; j < dk; ++j) {
+              ay += A[static_cast<size_t>(r) * dk + j] * yh[j];
+              by += B[static_cast<size_t>(r) * dk + j] * yh[j];
+            }
+            tmp_[static_cast<size_t>(r)] = ay;
+            ch[r] += by;
+          }
+          std::copy_n(tmp_.data(), dk, yh);
+        } else {
+          for (int64_t t = b->n_body; t-- > 0;) {
+            const float* gb = b->body_gb.data() + (static_cast<size_t>(t) * Hv + h) * 2;
+            token_map_on_query(b->body_k.data() + static_cast<size_t>(t) * kd + kh,
+                               b->body_v.data() + static_cast<size_t>(t) * vd + static_cast<size_t>(h) * dk, gb[0],
+                               gb[1], yh, ch, dk);
+          }
+        }
+      }
+      const int n_head = static_cast<int>(std::min<int64_t>(n_b, keep));
+      const float* k = heads_.data() + i * static_cast<size_t>(keep) * (kd + vd);
+      const float* v = k + static_cast<size_t>(keep) * kd;
+      for (int t = n_head; t-- > 0;) {
+        const float* gb = b->head_gb.data() + (static_cast<size_t>(t) * Hv + h) * 2;
+        token_map_on_query(k + static_cast<size_t>(t) * kd + kh, v + static_cast<size_t>(t) * vd + static_cast<size_t>(h) * dk,
+                           gb[0], gb[1], yh, ch, dk);
+      }
+    }
+  }
+}
+
 void GdnBlockOps::append(LinearLayerState& b, int64_t n_before, const float* x, const float* k, const float* v,
                          const float* gb, int n) {
   const int Hv = d_.n_v_heads, kd = d_.key_dim(), vd = d_.value_dim(), C = d_.conv_dim();
@@ -142,7 +220,7 @@ void GdnBlockOps::append(LinearLayerState& b, int64_t n_before, const float* x, 
   fold_dense(b, bk, bv, bgb, m);
 }
 
-// Folds m body tokens into the dense (A, B) of every head, in the chunk-parallel form.
+// Folds m body tokens into the dense (A, B) of every head.
 void GdnBlockOps::fold_dense(LinearLayerState& b, const float* k, const float* v, const float* gb, int64_t m) {
   const int dk = d_.head_dim, Hv = d_.n_v_heads, kd = d_.key_dim(), vd = d_.value_dim();
   const size_t state = static_cast<size_t>(dk) * dk;
@@ -151,7 +229,6 @@ void GdnBlockOps::fold_dense(LinearLayerState& b, const float* k, const float* v
   vh_.resize(M * dk);
   g_.resize(M);
   beta_.resize(M);
-  scratch_.resize(gdn::chunk_scratch(static_cast<int>(m), dk));
   for (int h = 0; h < Hv; ++h) {
     const int kh = d_.k_head_of(h);
     for (size_t s = 0; s < M; ++s) {
@@ -160,12 +237,10 @@ void GdnBlockOps::fold_dense(LinearLayerState& b, const float* k, const float* v
       g_[s] = gb[(s * Hv + h) * 2];
       beta_[s] = gb[(s * Hv + h) * 2 + 1];
     }
-    if (m == 1)
-      gdn::summary_append<float>(b.A.data() + h * state, b.B.data() + h * state, kh_.data(), vh_.data(), g_[0],
-                                 beta_[0], dk, dk);
-    else
-      gdn::summary_append_chunk<float>(b.A.data() + h * state, b.B.data() + h * state, kh_.data(), vh_.data(),
-                                       g_.data(), beta_.data(), static_cast<int>(m), dk, dk, scratch_.data());
+    // Token by token, like the recurrence: the same bits however the tokens arrive.
+    for (size_t t = 0; t < M; ++t)
+      gdn::summary_append<float>(b.A.data() + h * state, b.B.data() + h * state, kh_.data() + t * dk,
+                                 vh_.data() + t * dk, g_[t], beta_[t], dk, dk);
   }
   b.n_body += m;
 }

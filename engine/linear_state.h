@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,7 @@ struct LinearLayerState {
 
 struct LinearState {
   uint64_t id = 0;             // unique for the life of the process: a key never matches a new state
+  int64_t n_tokens = 0;        // tokens it summarises (a view must read the block at this length)
   std::vector<LinearLayerState> layers;  // [n_layer]; attention layers stay empty
   // The view run_S/run_tail were composed for: (id, n_tokens) of each block before this one,
   // then this block's own (id, n_tokens).
@@ -75,6 +77,15 @@ class GdnBlockOps {
   // updated.
   void apply_block(const float* conv_w, const LinearLayerState& b, int64_t n_b, float* S, float* tail, bool* zero);
 
+  // For a view that continues after the block being written (blocks `suffix`, with lengths, in
+  // view order): the state a query needs is S' = S * M_suffix, where S is the writer's running
+  // state and M_suffix the suffix's affine map (its first tokens convolved with `tail`, the
+  // writer's last K-1 inputs). Since S' q = S (A q) + B q, this returns per value head
+  // y = A q and c = B q without forming S' (O(dk^2) per dense block, O(dk) per token):
+  // the output is S y + c. q: [Hk][dk] (scaled); y, c: [Hv][dk].
+  void suffix_query(const float* conv_w, std::span<const std::pair<const LinearLayerState*, int64_t>> suffix,
+                    const float* tail, const float* q, float* y, float* c);
+
   // Appends n tokens at block positions [n_before, n_before + n) to the block's layer state:
   // their raw inputs x [n][conv_dim], factors k, v and gb [n][Hv][2].
   void append(LinearLayerState& b, int64_t n_before, const float* x, const float* k, const float* v,
@@ -84,11 +95,6 @@ class GdnBlockOps {
   void shift_tail(float* tail, const float* x, int64_t n) const;
 
   // Per-thread buffers for the caller (ModelRunner's linear layers).
-  struct Work {
-    std::vector<float> x, gb, q, k, v, hq, hk, hv, hg, hb, ho, scratch;
-  };
-  Work& work() { return work_; }
-
   // Body length from which a block's body is kept dense.
   int dense_from() const { return d_.head_dim; }
 
@@ -97,8 +103,7 @@ class GdnBlockOps {
   void fold_dense(LinearLayerState& b, const float* k, const float* v, const float* gb, int64_t m);
   GdnConfig d_;
   float eps_;
-  std::vector<float> conv_, tmp_, scratch_, kh_, vh_, g_, beta_;
-  Work work_;
+  std::vector<float> conv_, tmp_, scratch_, kh_, vh_, g_, beta_, run_tail_, heads_;
 };
 
 }  // namespace chorus

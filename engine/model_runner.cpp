@@ -306,7 +306,9 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
   }
   for (LinearGroup& g : groups) {  // the cached view states now hold the new tokens too
     g.key.back().second += static_cast<int64_t>(g.tokens.size());
-    seqs[static_cast<size_t>(g.seq)]->linear->run_key = std::move(g.key);
+    LinearState& st = *seqs[static_cast<size_t>(g.seq)]->linear;
+    st.n_tokens = g.key.back().second;
+    st.run_key = std::move(g.key);
   }
 
   // Logits for the tokens that want them.

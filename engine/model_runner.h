@@ -88,9 +88,13 @@ class ModelRunner {
     int32_t seq = 0;
     std::vector<int64_t> tokens;  // batch indices, in position order
     std::vector<std::pair<int32_t, int64_t>> prefix;
+    std::vector<std::pair<int32_t, int64_t>> suffix;  // blocks the view puts after it
     int64_t start = 0;            // the sequence's length at the start of the step
     bool recompose = false;       // its cached view state does not match this view
     std::vector<std::pair<uint64_t, int64_t>> key;  // the view's key (LinearState::run_key)
+    // Per layer: the tokens' raw inputs, (g, beta), factors, and with a suffix the queries
+    // through it (y, c: the output is S y + c).
+    std::vector<float> x, gb, q, k, v, y, c;
   };
   Status plan_linear(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
                      std::span<const View> views, std::vector<LinearGroup>* groups);

@@ -4,8 +4,8 @@
 //   2. per written sequence, the state of its view: the cached one when the view is unchanged,
 //      else composed from the blocks' summaries (GdnBlockOps::apply_block), for all sequences
 //      before any of them writes (the same-step rule: context blocks as the step found them);
-//   3. per written sequence, its tokens through the recurrence from that state (one step, or
-//      the chunk-parallel form for a prefill chunk), then appended to its block's summary;
+//   3. per written sequence, its tokens through the recurrence from that state, token by token,
+//      then appended to its block's summary;
 //   4. out = W_out (RMSNorm(o_h) * silu(z_h)) for every head h.
 #include <algorithm>
 #include <cmath>
@@ -66,15 +66,20 @@ Status ModelRunner::plan_linear(std::span<const BatchToken> batch, std::span<Seq
         }
         const SequenceKv& s = *seqs[static_cast<size_t>(blk)];
         if (s.n_tokens == 0) continue;
-        if (own_seen)
-          return make_error(Errc::unsupported, "a view that puts a non-empty block after the block being written "
-                                               "is not supported for hybrid models yet (sequence " +
-                                                   std::to_string(blk) + " follows " + std::to_string(g.seq) + ")");
         if (!s.linear)
           return make_error(Errc::invalid_argument, "sequence " + std::to_string(blk) + " has " +
                                                         std::to_string(s.n_tokens) + " tokens but no linear-layer state");
-        g.prefix.emplace_back(blk, s.n_tokens);
-        g.key.emplace_back(s.linear->id, s.n_tokens);
+        if (s.linear->n_tokens != s.n_tokens)
+          return make_error(Errc::unsupported, "a view reads sequence " + std::to_string(blk) + " at " +
+                                                   std::to_string(s.n_tokens) + " tokens, but its linear-layer state "
+                                                   "holds " + std::to_string(s.linear->n_tokens) +
+                                                   " (a hybrid model's block is read at its full length only)");
+        if (own_seen) {
+          g.suffix.emplace_back(blk, s.n_tokens);
+        } else {
+          g.prefix.emplace_back(blk, s.n_tokens);
+          g.key.emplace_back(s.linear->id, s.n_tokens);
+        }
       }
     }
     const LinearState& own = *seqs[static_cast<size_t>(g.seq)]->linear;
@@ -103,77 +108,79 @@ void ModelRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> se
       l_gb_[static_cast<size_t>(t * Hv + h) * 2 + 1] = 1.0f / (1.0f + std::exp(-l_beta_[static_cast<size_t>(t * Hv + h)]));
     }
 
-  // 2. Each written sequence's view state (reads other blocks' summaries; writes only its own
-  // cached state).
+  // 2. Each written sequence's view state, its tokens' factors and, when its view goes on after
+  // it, their queries through the rest of the view. Reads other blocks' summaries as the step
+  // found them; writes only the sequence's own cached state.
   const auto G = static_cast<int64_t>(groups.size());
   dev_.pool().run(G, [&](int64_t i, int thread) {
-    const LinearGroup& g = groups[static_cast<size_t>(i)];
-    LinearLayerState& own = seqs[static_cast<size_t>(g.seq)]->linear->layers[static_cast<size_t>(l)];
-    if (!g.recompose) return;
-    own.run_S.assign(state * Hv, 0.0f);
-    own.run_tail.assign(static_cast<size_t>(keep) * C, 0.0f);
-    bool zero = true;
-    GdnBlockOps& ops = *gdn_ops_[static_cast<size_t>(thread)];
-    for (const auto& [blk, n] : g.prefix)
-      ops.apply_block(L.conv, seqs[static_cast<size_t>(blk)]->linear->layers[static_cast<size_t>(l)], n,
-                      own.run_S.data(), own.run_tail.data(), &zero);
-    ops.apply_block(L.conv, own, g.start, own.run_S.data(), own.run_tail.data(), &zero);
-  });
-
-  // 3. The new tokens of each sequence, in order, from its view state.
-  dev_.pool().run(G, [&](int64_t i, int thread) {
-    const LinearGroup& g = groups[static_cast<size_t>(i)];
+    LinearGroup& g = groups[static_cast<size_t>(i)];
     LinearLayerState& own = seqs[static_cast<size_t>(g.seq)]->linear->layers[static_cast<size_t>(l)];
     GdnBlockOps& ops = *gdn_ops_[static_cast<size_t>(thread)];
-    GdnBlockOps::Work& w = ops.work();
-    const int n = static_cast<int>(g.tokens.size());
-    const auto N = static_cast<size_t>(n);
-    w.x.resize(N * C);
-    w.gb.resize(N * Hv * 2);
+    if (g.recompose) {
+      own.run_S.assign(state * Hv, 0.0f);
+      own.run_tail.assign(static_cast<size_t>(keep) * C, 0.0f);
+      bool zero = true;
+      for (const auto& [blk, n] : g.prefix)
+        ops.apply_block(L.conv, seqs[static_cast<size_t>(blk)]->linear->layers[static_cast<size_t>(l)], n,
+                        own.run_S.data(), own.run_tail.data(), &zero);
+      ops.apply_block(L.conv, own, g.start, own.run_S.data(), own.run_tail.data(), &zero);
+    }
+    const auto N = g.tokens.size();
+    g.x.resize(N * C);
+    g.gb.resize(N * Hv * 2);
     for (size_t s = 0; s < N; ++s) {
       const auto t = static_cast<size_t>(g.tokens[s]);
-      std::copy_n(l_qkv_.data() + t * C, C, w.x.data() + s * C);
-      std::copy_n(l_gb_.data() + t * Hv * 2, Hv * 2, w.gb.data() + s * Hv * 2);
+      std::copy_n(l_qkv_.data() + t * C, C, g.x.data() + s * C);
+      std::copy_n(l_gb_.data() + t * Hv * 2, Hv * 2, g.gb.data() + s * Hv * 2);
     }
-    w.q.resize(N * kd);
-    w.k.resize(N * kd);
-    w.v.resize(N * vd);
-    ops.factors(L.conv, own.run_tail.data(), w.x.data(), n, w.q.data(), w.k.data(), w.v.data());
+    g.q.resize(N * kd);
+    g.k.resize(N * kd);
+    g.v.resize(N * vd);
+    ops.factors(L.conv, own.run_tail.data(), g.x.data(), static_cast<int>(N), g.q.data(), g.k.data(), g.v.data());
+    if (g.suffix.empty()) return;
+    std::vector<std::pair<const LinearLayerState*, int64_t>> suffix;
+    for (const auto& [blk, n] : g.suffix)
+      suffix.emplace_back(&seqs[static_cast<size_t>(blk)]->linear->layers[static_cast<size_t>(l)], n);
+    g.y.resize(N * vd);
+    g.c.resize(N * vd);
+    std::vector<float> tail(own.run_tail);
+    for (size_t s = 0; s < N; ++s) {
+      ops.shift_tail(tail.data(), g.x.data() + s * C, 1);  // the writer's last inputs, token s included
+      ops.suffix_query(L.conv, suffix, tail.data(), g.q.data() + s * kd, g.y.data() + s * vd, g.c.data() + s * vd);
+    }
+  });
+
+  // 3. The new tokens of each sequence, in order, from its view state; then into its block's
+  // summary.
+  dev_.pool().run(G, [&](int64_t i, int thread) {
+    LinearGroup& g = groups[static_cast<size_t>(i)];
+    LinearLayerState& own = seqs[static_cast<size_t>(g.seq)]->linear->layers[static_cast<size_t>(l)];
+    GdnBlockOps& ops = *gdn_ops_[static_cast<size_t>(thread)];
+    const int n = static_cast<int>(g.tokens.size());
+    const auto N = static_cast<size_t>(n);
+    const bool suffix = !g.suffix.empty();
     for (int h = 0; h < Hv; ++h) {
       float* S = own.run_S.data() + h * state;
-      const int kh = d.k_head_of(h);
-      if (n == 1) {
-        gdn::step<float>(S, w.q.data() + kh * dk, w.k.data() + kh * dk, w.v.data() + h * dk, w.gb[h * 2],
-                         w.gb[h * 2 + 1], l_o_.data() + static_cast<size_t>(g.tokens[0]) * vd + h * dk, dk, dk);
-        continue;
-      }
-      // Chunk-parallel form over the head's tokens (gathered contiguous).
-      w.hq.resize(N * dk);
-      w.hk.resize(N * dk);
-      w.hv.resize(N * dk);
-      w.hg.resize(N);
-      w.hb.resize(N);
-      w.ho.resize(N * dk);
-      for (size_t s = 0; s < N; ++s) {
-        std::copy_n(w.q.data() + s * kd + kh * dk, dk, w.hq.data() + s * dk);
-        std::copy_n(w.k.data() + s * kd + kh * dk, dk, w.hk.data() + s * dk);
-        std::copy_n(w.v.data() + s * vd + h * dk, dk, w.hv.data() + s * dk);
-        w.hg[s] = w.gb[(s * Hv + h) * 2];
-        w.hb[s] = w.gb[(s * Hv + h) * 2 + 1];
-      }
-      constexpr int kChunk = 64;
-      w.scratch.resize(gdn::chunk_scratch(kChunk, dk));
-      for (int s0 = 0; s0 < n; s0 += kChunk) {
-        const int m = std::min(kChunk, n - s0);
-        const auto o = static_cast<size_t>(s0) * dk;
-        gdn::chunk<float>(S, w.hq.data() + o, w.hk.data() + o, w.hv.data() + o, w.hg.data() + s0, w.hb.data() + s0, m,
-                          w.ho.data() + o, dk, dk, w.scratch.data());
-      }
+      const size_t kh = static_cast<size_t>(d.k_head_of(h)) * dk, vh = static_cast<size_t>(h) * dk;
+      // The query each token's output reads the state with: its own, or its query through the
+      // rest of the view (then + c).
+      auto query = [&](size_t s) { return suffix ? g.y.data() + s * vd + vh : g.q.data() + s * kd + kh; };
+      auto out = [&](size_t s) { return l_o_.data() + static_cast<size_t>(g.tokens[s]) * vd + vh; };
+      // Token by token: the recurrence gives the same bits however a block's tokens were cut
+      // into steps (a dropped block rebuilt in other chunks equals the original exactly); on
+      // the CPU it costs what the chunk-parallel form (gdn::chunk, for the GPU) costs.
       for (size_t s = 0; s < N; ++s)
-        std::copy_n(w.ho.data() + s * dk, dk, l_o_.data() + static_cast<size_t>(g.tokens[s]) * vd + h * dk);
+        gdn::step<float>(S, query(s), g.k.data() + s * kd + kh, g.v.data() + s * vd + vh, g.gb[(s * Hv + h) * 2],
+                         g.gb[(s * Hv + h) * 2 + 1], out(s), dk, dk);
+      if (suffix)
+        for (size_t s = 0; s < N; ++s) {
+          const float* c = g.c.data() + s * vd + vh;
+          float* o = out(s);
+          for (int j = 0; j < dk; ++j) o[j] += c[j];
+        }
     }
-    ops.append(own, g.start, w.x.data(), w.k.data(), w.v.data(), w.gb.data(), n);
-    ops.shift_tail(own.run_tail.data(), w.x.data(), n);
+    ops.append(own, g.start, g.x.data(), g.k.data(), g.v.data(), g.gb.data(), n);
+    ops.shift_tail(own.run_tail.data(), g.x.data(), n);
   });
 
   // 4. Gated norm per head, then the output projection into h_.

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/linear_state.h"
 #include "kernels/cpu/gdn.h"
 
 namespace chorus {
@@ -211,6 +212,129 @@ TEST(Gdn, ConvolutionWithCarriedInputsEqualsUncut) {
     gdn::conv_causal(prev.data(), x.data() + static_cast<size_t>(cut) * C, n - cut, w.data(), C, K, true,
                      got.data() + static_cast<size_t>(cut) * C);
     EXPECT_EQ(got, whole) << "cut at " << cut;
+  }
+}
+
+}  // namespace
+}  // namespace chorus
+
+// ---------------------------------------------------------------------------------------------
+// Block states of a linear layer (engine/linear_state.h), float: composing blocks explicitly
+// equals running their tokens contiguously, and the query-side evaluation through the blocks
+// after a writer (S y + c) equals forming that state explicitly.
+namespace chorus {
+namespace {
+
+struct BlockFixture {
+  GdnConfig d{4, 8, 2, 4, true};  // K 4, dk = dv 8, Hk 2, Hv 4
+  std::mt19937 rng{31};
+  std::vector<float> conv_w;
+  BlockFixture() {
+    std::normal_distribution<float> nd(0.0f, 0.5f);
+    conv_w.resize(static_cast<size_t>(d.conv_dim()) * d.conv_kernel);
+    for (auto& w : conv_w) w = nd(rng);
+  }
+  // n random raw inputs and (g, beta).
+  void tokens(int n, std::vector<float>* x, std::vector<float>* gb) {
+    std::normal_distribution<float> nd;
+    std::uniform_real_distribution<float> ug(-0.8f, -0.01f), ub(0.1f, 0.9f);
+    x->resize(static_cast<size_t>(n) * d.conv_dim());
+    gb->resize(static_cast<size_t>(n) * d.n_v_heads * 2);
+    for (auto& e : *x) e = nd(rng);
+    for (size_t i = 0; i < gb->size(); i += 2) {
+      (*gb)[i] = ug(rng);
+      (*gb)[i + 1] = ub(rng);
+    }
+  }
+};
+
+// Writes a block of raw inputs after `tail` (its factors computed with that tail, as a writer
+// would) into a fresh layer state.
+LinearLayerState write_block(GdnBlockOps& ops, const BlockFixture& f, const std::vector<float>& tail,
+                             const std::vector<float>& x, const std::vector<float>& gb) {
+  const int n = static_cast<int>(gb.size() / (2 * f.d.n_v_heads));
+  std::vector<float> q(static_cast<size_t>(n) * f.d.key_dim()), k(q.size()), v(static_cast<size_t>(n) * f.d.value_dim());
+  LinearLayerState b;
+  if (n == 0) return b;
+  ops.factors(f.conv_w.data(), tail.data(), x.data(), n, q.data(), k.data(), v.data());
+  ops.append(b, 0, x.data(), k.data(), v.data(), gb.data(), n);
+  return b;
+}
+
+TEST(GdnBlocks, QueryThroughTheBlocksAfterTheWriterEqualsTheExplicitState) {
+  BlockFixture f;
+  GdnBlockOps ops(f.d, 1e-6f);
+  const int dk = f.d.head_dim, Hv = f.d.n_v_heads, C = f.d.conv_dim(), keep = f.d.conv_kernel - 1;
+  const size_t state = static_cast<size_t>(dk) * dk;
+  // Suffix block shapes: short (1, 2 tokens: no body), compact body, dense body (>= dk).
+  for (const std::vector<int>& lengths : std::vector<std::vector<int>>{{1}, {2, 5}, {13}, {30, 1, 9}}) {
+    std::vector<LinearLayerState> blocks;
+    std::vector<float> zeros(static_cast<size_t>(keep) * C, 0.0f), x, gb;
+    for (int n : lengths) {
+      f.tokens(n, &x, &gb);
+      blocks.push_back(write_block(ops, f, zeros, x, gb));
+    }
+    std::vector<std::pair<const LinearLayerState*, int64_t>> suffix;
+    for (size_t i = 0; i < blocks.size(); ++i) suffix.emplace_back(&blocks[i], lengths[i]);
+    // A writer's state and tail, and a query.
+    std::normal_distribution<float> nd;
+    std::vector<float> S(state * Hv), tail(static_cast<size_t>(keep) * C), q(static_cast<size_t>(f.d.key_dim()));
+    for (auto& e : S) e = nd(f.rng);
+    for (auto& e : tail) e = nd(f.rng);
+    for (auto& e : q) e = nd(f.rng);
+    // Explicit: S' = S then every suffix block, then o = S' q.
+    std::vector<float> S2(S), tail2(tail);
+    bool zero = false;
+    for (const auto& [b, n] : suffix) ops.apply_block(f.conv_w.data(), *b, n, S2.data(), tail2.data(), &zero);
+    std::vector<float> y(static_cast<size_t>(Hv) * dk), c(y.size());
+    ops.suffix_query(f.conv_w.data(), suffix, tail.data(), q.data(), y.data(), c.data());
+    float max_o = 0, max_d = 0;
+    for (int h = 0; h < Hv; ++h)
+      for (int r = 0; r < dk; ++r) {
+        float want = 0, got = c[static_cast<size_t>(h) * dk + r];
+        for (int j = 0; j < dk; ++j) {
+          want += S2[h * state + static_cast<size_t>(r) * dk + j] * q[static_cast<size_t>(f.d.k_head_of(h)) * dk + j];
+          got += S[h * state + static_cast<size_t>(r) * dk + j] * y[static_cast<size_t>(h) * dk + j];
+        }
+        max_o = std::max(max_o, std::fabs(want));
+        max_d = std::max(max_d, std::fabs(got - want));
+      }
+    EXPECT_LE(max_d, 1e-5f * max_o) << "suffix of " << lengths.size() << " blocks, first " << lengths[0];
+  }
+}
+
+// Blocks composed (each written after the ones before it) give the state of one contiguous run,
+// whatever the split: heads convolved across boundaries, compact and dense bodies.
+TEST(GdnBlocks, ComposedBlocksEqualOneContiguousRun) {
+  BlockFixture f;
+  GdnBlockOps ops(f.d, 1e-6f);
+  const int dk = f.d.head_dim, Hv = f.d.n_v_heads, C = f.d.conv_dim(), keep = f.d.conv_kernel - 1;
+  const size_t state = static_cast<size_t>(dk) * dk;
+  std::vector<float> x, gb;
+  f.tokens(40, &x, &gb);
+  auto run = [&](const std::vector<int>& cuts) {
+    std::vector<float> S(state * Hv, 0.0f), tail(static_cast<size_t>(keep) * C, 0.0f);
+    bool zero = true;
+    int at = 0;
+    for (int n : cuts) {
+      const std::vector<float> bx(x.begin() + static_cast<long>(at) * C, x.begin() + static_cast<long>(at + n) * C);
+      const std::vector<float> bgb(gb.begin() + static_cast<long>(at) * Hv * 2,
+                                   gb.begin() + static_cast<long>(at + n) * Hv * 2);
+      const LinearLayerState b = write_block(ops, f, tail, bx, bgb);
+      ops.apply_block(f.conv_w.data(), b, n, S.data(), tail.data(), &zero);
+      at += n;
+    }
+    return S;
+  };
+  const auto whole = run({40});
+  for (const std::vector<int>& cuts : std::vector<std::vector<int>>{{1, 39}, {2, 1, 37}, {20, 20}, {3, 3, 3, 31}}) {
+    const auto got = run(cuts);
+    float mx = 0, md = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      mx = std::max(mx, std::fabs(whole[i]));
+      md = std::max(md, std::fabs(got[i] - whole[i]));
+    }
+    EXPECT_LE(md, 1e-5f * mx) << "first cut " << cuts[0];
   }
 }
 

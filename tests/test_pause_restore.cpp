@@ -12,10 +12,12 @@
 namespace chorus {
 namespace {
 
-class PauseRestore : public ::testing::Test {
+// Run on an attention-only model and on a hybrid one (qwen35: the linear layers' block states
+// are dropped and rebuilt, or kept in host memory, with the KV pages).
+class PauseRestore : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/tiny_llama_f32.gguf", &model_, &device_));
+    ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/" + GetParam(), &model_, &device_));
     auto e = Engine::create(*model_, *device_, {.n_pages = 256, .token_budget = 32});
     ASSERT_TRUE(e.ok());
     engine_ = std::move(*e);
@@ -92,7 +94,7 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 
 // A restore that does not fit changes nothing: the blocks stay paused, their tokens whole, and
 // the same restore succeeds, exactly, once there is room.
-TEST_F(PauseRestore, ARestoreWithoutRoomIsRefusedWhole) {
+TEST_P(PauseRestore, ARestoreWithoutRoomIsRefusedWhole) {
   const auto ids = sequential_program();
   const auto before = probe(ids);
   const auto tokens = logs(ids);
@@ -116,7 +118,7 @@ TEST_F(PauseRestore, ARestoreWithoutRoomIsRefusedWhole) {
   expect_close(probe(ids), before, 1e-4f);
 }
 
-TEST_F(PauseRestore, DropAndRebuildASequentialProgram) {
+TEST_P(PauseRestore, DropAndRebuildASequentialProgram) {
   const auto ids = sequential_program();
   const auto before = probe(ids);
   const auto tokens = logs(ids);
@@ -130,7 +132,7 @@ TEST_F(PauseRestore, DropAndRebuildASequentialProgram) {
   expect_close(probe(ids), before, 1e-4f);
 }
 
-TEST_F(PauseRestore, OffloadIsExactEvenForAConcurrentlyWrittenProgram) {
+TEST_P(PauseRestore, OffloadIsExactEvenForAConcurrentlyWrittenProgram) {
   const auto ids = hogwild_program();
   const auto before = probe(ids);
   const auto tokens = logs(ids);
@@ -140,7 +142,7 @@ TEST_F(PauseRestore, OffloadIsExactEvenForAConcurrentlyWrittenProgram) {
   EXPECT_EQ(probe(ids), before) << "offload must be bit-exact";
 }
 
-TEST_F(PauseRestore, DropRebuildsAConcurrentlyWrittenProgramFromItsRecordedViews) {
+TEST_P(PauseRestore, DropRebuildsAConcurrentlyWrittenProgramFromItsRecordedViews) {
   const auto ids = hogwild_program();
   const auto before = probe(ids);
   ASSERT_TRUE(engine_->pause(ids, PauseMode::drop).ok());
@@ -148,7 +150,7 @@ TEST_F(PauseRestore, DropRebuildsAConcurrentlyWrittenProgramFromItsRecordedViews
   expect_close(probe(ids), before, 1e-4f);
 }
 
-TEST_F(PauseRestore, RefusalsChangeNothing) {
+TEST_P(PauseRestore, RefusalsChangeNothing) {
   const auto ids = sequential_program();
   // A request still using a block.
   ASSERT_TRUE(engine_->submit(Request::forward(ids[2], toks(40))).ok());
@@ -176,6 +178,9 @@ TEST_F(PauseRestore, RefusalsChangeNothing) {
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.error().code, Errc::unsupported);
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, PauseRestore, ::testing::Values("tiny_llama_f32.gguf", "tiny_qwen35.gguf"),
+                         [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
 
 }  // namespace
 }  // namespace chorus

@@ -189,24 +189,6 @@ TEST_F(Views, HybridViewStateFollowsAGrowingContextBlock) {
   for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_LE(max_diff_rel(runs[1][i], runs[0][i]), 1e-5f) << "step " << i;
 }
 
-// A block after the write block in a view needs the writer's state mid-view: not supported
-// for hybrid models yet, and said so.
-TEST_F(Views, HybridBlockAfterTheWriteBlockIsAClearError) {
-  load(test::goldens_dir() + "/tiny_qwen35.gguf", /*f32_activations=*/true);
-  std::vector<SequenceKv> blocks(2);
-  write(blocks, 0, random_tokens(4), {}, -1, 128);
-  ASSERT_TRUE(kv_->reserve(blocks[1], 1).ok());
-  std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1]};
-  std::vector<float> logits(static_cast<size_t>(model_->config.n_vocab));
-  const std::vector<View> views = {{1, 0}};
-  BatchToken t{1, 0, 1, true, 0};
-  const Status st = runner_->forward({&t, 1}, ptrs, *kv_, logits.data(), views);
-  ASSERT_FALSE(st.ok());
-  EXPECT_EQ(st.error().code, Errc::unsupported);
-  EXPECT_NE(st.error().message.find("after the block being written"), std::string::npos) << st.error().message;
-  release(blocks);
-}
-
 TEST_F(Views, WriteBlockInsideOrOutsideTheViewIsTheSame) {
   const auto a = random_tokens(9), c = random_tokens(6);
   std::vector<SequenceKv> b1(2), b2(2);

@@ -5,6 +5,7 @@
 #include "actors/runtime_check.h"
 #include "apps/chorus/commands.h"
 #include "engine/gguf.h"
+#include "engine/model_config.h"
 #include "engine/tokenizer.h"
 #include "gpu/cpu_features.h"
 #include "gpu/cuda_info.h"
@@ -47,6 +48,18 @@ int run_info(const InfoArgs& args) {
   std::printf("ffn         %s\n", meta_or(g, p + "feed_forward_length").c_str());
   std::printf("rope base   %s\n", meta_or(g, p + "rope.freq_base").c_str());
   std::printf("norm eps    %s\n", meta_or(g, p + "attention.layer_norm_rms_epsilon").c_str());
+  if (auto c = ModelConfig::from_gguf(g); c && c->hybrid()) {
+    std::string lin, att;
+    for (int l = 0; l < c->n_layer; ++l) {
+      std::string& list = c->is_linear(l) ? lin : att;
+      list += (list.empty() ? "" : ", ") + std::to_string(l);
+    }
+    const GdnConfig& d = c->gdn;
+    std::printf("linear      layers %s: Gated DeltaNet, %d key / %d value heads of %d, conv %d\n", lin.c_str(),
+                d.n_k_heads, d.n_v_heads, d.head_dim, d.conv_kernel);
+    std::printf("attention   layers %s: head %d, rope over %d dims%s\n", att.c_str(), c->head_dim, c->n_rot,
+                c->attn_output_gate ? ", output gate" : "");
+  }
 
   std::map<std::string, std::pair<int, uint64_t>> hist;  // type -> (tensors, bytes)
   uint64_t n_params = 0, n_bytes = 0;
