@@ -120,6 +120,7 @@ class Engine {
   ~Engine();
 
   BlockStore& blocks() { return *blocks_; }
+  ModelRunner& runner() { return *runner_; }
   const Model& model() const { return model_; }
 
   // Validates and queues a request. Errors (nothing is queued): a view or write block that does

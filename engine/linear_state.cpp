@@ -34,12 +34,12 @@ size_t LinearState::bytes() const {
   return n * sizeof(float);
 }
 
-GdnBlockOps::GdnBlockOps(const GdnConfig& d, float eps) : d_(d), eps_(eps) {}
+GdnBlockOps::GdnBlockOps(const GdnConfig& d, float eps, const CpuKernels& kernels) : d_(d), eps_(eps), K_(kernels) {}
 
 void GdnBlockOps::factors(const float* conv_w, const float* prev, const float* x, int n, float* q, float* k, float* v) {
   const int C = d_.conv_dim(), K = d_.conv_kernel, dk = d_.head_dim, kd = d_.key_dim(), vd = d_.value_dim();
   conv_.resize(static_cast<size_t>(n) * C);
-  gdn::conv_causal(prev, x, n, conv_w, C, K, /*silu=*/true, conv_.data());
+  K_.gdn_conv(prev, x, n, conv_w, C, K, conv_.data());
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   for (int t = 0; t < n; ++t) {
     const float* u = conv_.data() + static_cast<size_t>(t) * C;
@@ -69,10 +69,11 @@ void GdnBlockOps::shift_tail(float* tail, const float* x, int64_t n) const {
   std::copy(x, x + static_cast<size_t>(n) * C, tail + static_cast<size_t>(keep - n) * C);
 }
 
-void GdnBlockOps::apply_block(const float* conv_w, const LinearLayerState& b, int64_t n_b, float* S, float* tail,
-                              bool* zero) {
+void GdnBlockOps::apply_block(const float* conv_w, const LinearLayerState& b, int64_t n_b, float* S, const float* tail,
+                              bool* zero, int h0, int h1) {
   if (n_b == 0) return;
   const int dk = d_.head_dim, Hv = d_.n_v_heads, kd = d_.key_dim(), vd = d_.value_dim();
+  if (h1 < 0) h1 = Hv;
   const size_t state = static_cast<size_t>(dk) * dk;  // dv == dk
   const int64_t keep = d_.conv_kernel - 1;
   const int n_head = static_cast<int>(std::min<int64_t>(n_b, keep));
@@ -82,39 +83,37 @@ void GdnBlockOps::apply_block(const float* conv_w, const LinearLayerState& b, in
   float* v = k + static_cast<size_t>(n_head) * kd;
   factors(conv_w, tail, b.head_x.data(), n_head, nullptr, k, v);
   for (int t = 0; t < n_head; ++t)
-    for (int h = 0; h < Hv; ++h) {
+    for (int h = h0; h < h1; ++h) {
       const float* gb = b.head_gb.data() + (static_cast<size_t>(t) * Hv + h) * 2;
-      gdn::step<float>(S + h * state, nullptr, k + static_cast<size_t>(t) * kd + d_.k_head_of(h) * dk,
-                       v + static_cast<size_t>(t) * vd + h * dk, gb[0], gb[1], nullptr, dk, dk);
+      K_.gdn_step(S + h * state, nullptr, k + static_cast<size_t>(t) * kd + d_.k_head_of(h) * dk,
+                  v + static_cast<size_t>(t) * vd + h * dk, gb[0], gb[1], nullptr, dk, dk);
     }
   if (n_head > 0) *zero = false;
   // Body: its map, dense or token by token.
   if (b.n_body > 0) {
     if (b.dense) {
       if (*zero) {
-        std::copy(b.B.begin(), b.B.end(), S);
+        std::copy(b.B.begin() + static_cast<long>(h0 * state), b.B.begin() + static_cast<long>(h1 * state),
+                  S + h0 * state);
       } else {
         scratch_.resize(state);
-        for (int h = 0; h < Hv; ++h)
-          gdn::summary_apply<float>(S + h * state, b.A.data() + h * state, b.B.data() + h * state, dk, dk,
-                                    scratch_.data());
+        for (int h = h0; h < h1; ++h) {  // S <- S A + B
+          std::copy_n(b.B.data() + h * state, state, scratch_.data());
+          K_.gdn_mul_right(S + h * state, b.A.data() + h * state, scratch_.data(), dk, dk, true);
+          std::copy_n(scratch_.data(), state, S + h * state);
+        }
       }
     } else {
       for (int64_t t = 0; t < b.n_body; ++t)
-        for (int h = 0; h < Hv; ++h) {
+        for (int h = h0; h < h1; ++h) {
           const float* gb = b.body_gb.data() + (static_cast<size_t>(t) * Hv + h) * 2;
-          gdn::step<float>(S + h * state, nullptr, b.body_k.data() + static_cast<size_t>(t) * kd + d_.k_head_of(h) * dk,
-                           b.body_v.data() + static_cast<size_t>(t) * vd + h * dk, gb[0], gb[1], nullptr, dk, dk);
+          K_.gdn_step(S + h * state, nullptr, b.body_k.data() + static_cast<size_t>(t) * kd + d_.k_head_of(h) * dk,
+                      b.body_v.data() + static_cast<size_t>(t) * vd + h * dk, gb[0], gb[1], nullptr, dk, dk);
         }
     }
     *zero = false;
   }
-  // The view's tail: this block's last inputs (with the earlier tail when the block is short).
-  if (n_b >= keep) std::copy(b.tail_x.begin(), b.tail_x.end(), tail);
-  else shift_tail(tail, b.head_x.data(), n_b);
 }
-
-namespace {
 
 // y <- A_t y and c += B_t y for one token's map S -> S A_t + B_t (A_t = alpha (I - beta k k^T),
 // B_t = beta v k^T): O(dk).
@@ -128,11 +127,14 @@ void token_map_on_query(const float* k, const float* v, float g, float beta, flo
   }
 }
 
-}  // namespace
+void GdnBlockOps::advance_tail(const LinearLayerState& b, int64_t n_b, float* tail) const {
+  if (n_b >= d_.conv_kernel - 1) std::copy(b.tail_x.begin(), b.tail_x.end(), tail);
+  else shift_tail(tail, b.head_x.data(), n_b);
+}
 
-void GdnBlockOps::suffix_query(const float* conv_w,
-                               std::span<const std::pair<const LinearLayerState*, int64_t>> suffix, const float* tail,
-                               const float* q, float* y, float* c) {
+void GdnBlockOps::query_through(const float* conv_w,
+                                std::span<const std::pair<const LinearLayerState*, int64_t>> suffix, const float* tail,
+                                float* y, float* c) {
   const int dk = d_.head_dim, Hv = d_.n_v_heads, kd = d_.key_dim(), vd = d_.value_dim(), C = d_.conv_dim();
   const int64_t keep = d_.conv_kernel - 1;
   const size_t state = static_cast<size_t>(dk) * dk;
@@ -144,33 +146,19 @@ void GdnBlockOps::suffix_query(const float* conv_w,
     const int n_head = static_cast<int>(std::min<int64_t>(n_b, keep));
     float* k = heads_.data() + i * static_cast<size_t>(keep) * (kd + vd);
     factors(conv_w, run_tail_.data(), b->head_x.data(), n_head, nullptr, k, k + static_cast<size_t>(keep) * kd);
-    if (n_b >= keep) std::copy(b->tail_x.begin(), b->tail_x.end(), run_tail_.begin());
-    else shift_tail(run_tail_.data(), b->head_x.data(), n_b);
+    advance_tail(*b, n_b, run_tail_.data());
   }
   // Backward: the query through each map, last block first, tokens last first.
   for (int h = 0; h < Hv; ++h) {
     float* yh = y + static_cast<size_t>(h) * dk;
     float* ch = c + static_cast<size_t>(h) * dk;
-    std::copy_n(q + static_cast<size_t>(d_.k_head_of(h)) * dk, dk, yh);
-    std::fill_n(ch, dk, 0.0f);
     const size_t kh = static_cast<size_t>(d_.k_head_of(h)) * dk;
     for (size_t i = suffix.size(); i-- > 0;) {
       const auto& [b, n_b] = suffix[i];
       if (b->n_body > 0) {
         if (b->dense) {
-          const float* A = b->A.data() + h * state;
-          const float* B = b->B.data() + h * state;
           tmp_.resize(static_cast<size_t>(dk));
-          for (int r = 0; r < dk; ++r) {
-            float ay = 0, by = 0;
-            for (int j = 0; j < dk; ++j) {
-              ay += A[static_cast<size_t>(r) * dk + j] * yh[j];
-              by += B[static_cast<size_t>(r) * dk + j] * yh[j];
-            }
-            tmp_[static_cast<size_t>(r)] = ay;
-            ch[r] += by;
-          }
-          std::copy_n(tmp_.data(), dk, yh);
+          K_.gdn_query_dense(b->A.data() + h * state, b->B.data() + h * state, yh, ch, tmp_.data(), dk);
         } else {
           for (int64_t t = b->n_body; t-- > 0;) {
             const float* gb = b->body_gb.data() + (static_cast<size_t>(t) * Hv + h) * 2;
@@ -238,9 +226,12 @@ void GdnBlockOps::fold_dense(LinearLayerState& b, const float* k, const float* v
       beta_[s] = gb[(s * Hv + h) * 2 + 1];
     }
     // Token by token, like the recurrence: the same bits however the tokens arrive.
-    for (size_t t = 0; t < M; ++t)
-      gdn::summary_append<float>(b.A.data() + h * state, b.B.data() + h * state, kh_.data() + t * dk,
-                                 vh_.data() + t * dk, g_[t], beta_[t], dk, dk);
+    // (A, B) <- (A A_t, B A_t + B_t): A is a state whose token has no value.
+    for (size_t t = 0; t < M; ++t) {
+      K_.gdn_step(b.A.data() + h * state, nullptr, kh_.data() + t * dk, nullptr, g_[t], beta_[t], nullptr, dk, dk);
+      K_.gdn_step(b.B.data() + h * state, nullptr, kh_.data() + t * dk, vh_.data() + t * dk, g_[t], beta_[t], nullptr,
+                  dk, dk);
+    }
   }
   b.n_body += m;
 }

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "engine/model_config.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace chorus {
 
@@ -47,6 +48,8 @@ struct LinearLayerState {
   std::vector<float> B;        // dense: [Hv][dv][dk]
   std::vector<float> run_S;    // [Hv][dv][dk] state of the cached view (write blocks only)
   std::vector<float> run_tail; // [K-1][conv_dim] last raw inputs of the cached view
+  // Chain reads: the state and tail of the view's unchanging first blocks (LinearState::base_key).
+  std::vector<float> base_S, base_tail;
 };
 
 struct LinearState {
@@ -56,35 +59,44 @@ struct LinearState {
   // The view run_S/run_tail were composed for: (id, n_tokens) of each block before this one,
   // then this block's own (id, n_tokens).
   std::vector<std::pair<uint64_t, int64_t>> run_key;
+  std::vector<std::pair<uint64_t, int64_t>> base_key;  // the blocks base_S was composed from
 
   static std::shared_ptr<LinearState> create(const ModelConfig& c);
   std::shared_ptr<LinearState> clone() const;  // a private copy (new id), for copy-on-write
   size_t bytes() const;
 };
 
-// Helpers for one linear layer. `conv_w` is the layer's [conv_dim][K] taps, `eps` the norm eps.
+// y <- A_t y and c += B_t y for one token's map (see GdnBlockOps::query_through). O(dk).
+void token_map_on_query(const float* k, const float* v, float g, float beta, float* y, float* c, int dk);
+
+// Helpers for one linear layer. `conv_w` is the layer's [K][conv_dim] taps (LayerWeights::conv),
+// `eps` the norm eps.
 class GdnBlockOps {
  public:
-  GdnBlockOps(const GdnConfig& d, float eps);
+  GdnBlockOps(const GdnConfig& d, float eps, const CpuKernels& kernels);
 
   // Turns n raw inputs into the recurrence's inputs: convolution with the K-1 inputs before
   // them (prev, [K-1][conv_dim]), SiLU, split, L2-normalised k (and q, scaled by 1/sqrt(dk)).
   // q may be nullptr. q, k: [n][Hk][dk]; v: [n][Hv][dv].
   void factors(const float* conv_w, const float* prev, const float* x, int n, float* q, float* k, float* v);
 
-  // Runs block `b`'s layer state (holding n_b tokens) into a view's running (S, tail). `zero`
-  // says S is still all zero (lets a dense body be copied instead of multiplied) and is
-  // updated.
-  void apply_block(const float* conv_w, const LinearLayerState& b, int64_t n_b, float* S, float* tail, bool* zero);
+  // Runs block `b`'s layer state (holding n_b tokens) into a view's state S, value heads
+  // [h0, h1) (h1 < 0: all), its first tokens convolved with `tail`, the tail before it (then
+  // advance_tail). `zero` says S is still all zero (lets a dense body be copied instead of
+  // multiplied) and is updated.
+  void apply_block(const float* conv_w, const LinearLayerState& b, int64_t n_b, float* S, const float* tail,
+                   bool* zero, int h0 = 0, int h1 = -1);
 
-  // For a view that continues after the block being written (blocks `suffix`, with lengths, in
-  // view order): the state a query needs is S' = S * M_suffix, where S is the writer's running
-  // state and M_suffix the suffix's affine map (its first tokens convolved with `tail`, the
-  // writer's last K-1 inputs). Since S' q = S (A q) + B q, this returns per value head
-  // y = A q and c = B q without forming S' (O(dk^2) per dense block, O(dk) per token):
-  // the output is S y + c. q: [Hk][dk] (scaled); y, c: [Hv][dk].
-  void suffix_query(const float* conv_w, std::span<const std::pair<const LinearLayerState*, int64_t>> suffix,
-                    const float* tail, const float* q, float* y, float* c);
+  // Reading a state S' = S * M_1 * ... * M_m (blocks after S, each map's first tokens convolved
+  // with the tail before it, `tail` for the first) with a query q: since (S A + B) q = S (A q) + B q,
+  // carrying the query backwards through the blocks gives S' q = S y + c without forming S'
+  // (O(dk^2) per dense block and head, O(dk) per token of a compact one). y, c: [Hv][dk], in and
+  // out: start with y = each value head's query, c = 0.
+  void query_through(const float* conv_w, std::span<const std::pair<const LinearLayerState*, int64_t>> blocks,
+                     const float* tail, float* y, float* c);
+
+  // The tail after block b (holding n_b tokens) follows `tail`.
+  void advance_tail(const LinearLayerState& b, int64_t n_b, float* tail) const;
 
   // Appends n tokens at block positions [n_before, n_before + n) to the block's layer state:
   // their raw inputs x [n][conv_dim], factors k, v and gb [n][Hv][2].
@@ -103,6 +115,7 @@ class GdnBlockOps {
   void fold_dense(LinearLayerState& b, const float* k, const float* v, const float* gb, int64_t m);
   GdnConfig d_;
   float eps_;
+  const CpuKernels& K_;
   std::vector<float> conv_, tmp_, scratch_, kh_, vh_, g_, beta_, run_tail_, heads_;
 };
 

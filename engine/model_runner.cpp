@@ -36,7 +36,7 @@ ModelRunner::ModelRunner(const ModelConfig& config, const Weights& weights, CpuD
     l_alpha_.resize(T * d.n_v_heads);
     l_gb_.resize(T * d.n_v_heads * 2);
     l_o_.resize(T * d.value_dim());
-    for (int i = 0; i < dev_.n_threads(); ++i) gdn_ops_.push_back(std::make_unique<GdnBlockOps>(d, c_.norm_eps));
+    for (int i = 0; i < dev_.n_threads(); ++i) gdn_ops_.push_back(std::make_unique<GdnBlockOps>(d, c_.norm_eps, dev_.kernels()));
   }
 }
 
@@ -308,7 +308,12 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
     g.key.back().second += static_cast<int64_t>(g.tokens.size());
     LinearState& st = *seqs[static_cast<size_t>(g.seq)]->linear;
     st.n_tokens = g.key.back().second;
-    st.run_key = std::move(g.key);
+    if (g.mode == LinearGroup::Mode::chain) {  // no full state was kept; the base is
+      st.base_key.assign(g.key.begin(), g.key.begin() + static_cast<long>(g.n_base));
+      st.run_key.clear();
+    } else {
+      st.run_key = std::move(g.key);
+    }
   }
 
   // Logits for the tokens that want them.

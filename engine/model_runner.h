@@ -58,6 +58,20 @@ class ModelRunner {
 
   int max_tokens() const { return max_tokens_; }
 
+  // Hybrid models, wall time: composing view states from block summaries (and how many times a
+  // sequence's state was composed, per layer), and the tokens' convolution with the reads of a
+  // view through queries (blocks after the writer, or the whole view in chain mode).
+  struct LinearStats {
+    double compose_seconds = 0;
+    int64_t compositions = 0;
+    double factor_seconds = 0;
+  };
+  const LinearStats& linear_stats() const { return linear_stats_; }
+  // Whether a one-token step whose view changed reads the view through its query (default)
+  // instead of composing the view's state; off for tests and measurements of the other path.
+  void set_chain_reads(bool on) { chain_reads_ = on; }
+  void reset_linear_stats() { linear_stats_ = {}; }
+
   // Runs the batch. REQUIRES: batch.size() <= max_tokens(); each sequence's pages cover
   // every position in the batch; a sequence's tokens appear in increasing position order and
   // its earlier positions are already in the cache. Writes K/V of every token and raises each
@@ -90,8 +104,15 @@ class ModelRunner {
     std::vector<std::pair<int32_t, int64_t>> prefix;
     std::vector<std::pair<int32_t, int64_t>> suffix;  // blocks the view puts after it
     int64_t start = 0;            // the sequence's length at the start of the step
-    bool recompose = false;       // its cached view state does not match this view
+    // How its view state is had: the cached one (the view is unchanged), composed afresh from
+    // the blocks' summaries (then cached), or not at all: one token's output read through the
+    // view's blocks with its query (a block before it is written in this step too, so the view
+    // changes every step; no O(dk^3) work).
+    enum class Mode { cached, recompose, chain } mode = Mode::cached;
     std::vector<std::pair<uint64_t, int64_t>> key;  // the view's key (LinearState::run_key)
+    size_t n_base = 0;            // chain: prefix blocks before the first one written this step
+    bool compose = false;         // needs prefix[0, n_compose) composed this step
+    size_t n_compose = 0;
     // Per layer: the tokens' raw inputs, (g, beta), factors, and with a suffix the queries
     // through it (y, c: the output is S y + c).
     std::vector<float> x, gb, q, k, v, y, c;
@@ -116,10 +137,13 @@ class ModelRunner {
   std::vector<BlockQ8> xq_;
   std::vector<GemmChunk> chunks_;  // reused by gemm()
   std::vector<float> scratch_;  // attention scores, [n_threads, longest sequence]
+  LinearStats linear_stats_;
+  bool chain_reads_ = true;
   std::vector<float> qg_;       // [max_tokens, 2 q_dim] query and gate (attention with an output gate)
   // Linear layers: [max_tokens, width] projections, factors and outputs.
   std::vector<float> l_qkv_, l_z_, l_beta_, l_alpha_, l_gb_, l_o_;
   std::vector<std::unique_ptr<GdnBlockOps>> gdn_ops_;  // one per thread
+  std::vector<std::vector<float>> prefix_S_, prefix_tails_;  // composed prefixes of one step
 };
 
 }  // namespace chorus

@@ -75,10 +75,16 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
       CHORUS_TRY(matrix(p + "attn_gate.weight", d.value_dim(), c.n_embd, &l.w_z));
       CHORUS_TRY(matrix(p + "ssm_beta.weight", d.n_v_heads, c.n_embd, &l.w_beta));
       CHORUS_TRY(matrix(p + "ssm_alpha.weight", d.n_v_heads, c.n_embd, &l.w_alpha));
-      CHORUS_TRY(vec(p + "ssm_conv1d.weight", d.conv_dim() * K, true, &l.conv));
+      const float* taps = nullptr;  // [conv_dim][K] as stored
+      CHORUS_TRY(vec(p + "ssm_conv1d.weight", d.conv_dim() * K, true, &taps));
       if (const GgufTensor* t = g.find_tensor(p + "ssm_conv1d.weight"); t->ne[0] != K)
         return make_error(Errc::bad_format, g.name() + ": tensor '" + p + "ssm_conv1d.weight' has shape " +
                                                 t->shape_string() + ", expected " + shape_str(K, d.conv_dim()));
+      auto transposed = std::make_unique<float[]>(static_cast<size_t>(d.conv_dim() * K));
+      for (int64_t c = 0; c < d.conv_dim(); ++c)
+        for (int64_t j = 0; j < K; ++j) transposed[static_cast<size_t>(j * d.conv_dim() + c)] = taps[c * K + j];
+      l.conv = transposed.get();
+      w.owned_.push_back(std::move(transposed));
       CHORUS_TRY(vec(p + "ssm_a", d.n_v_heads, true, &l.ssm_a));
       CHORUS_TRY(vec(p + "ssm_dt.bias", d.n_v_heads, true, &l.dt_bias));
       CHORUS_TRY(vec(p + "ssm_norm.weight", d.head_dim, true, &l.ssm_norm));

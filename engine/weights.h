@@ -40,7 +40,8 @@ struct LayerWeights {
   WeightMatrix w_z;                  // [value_dim, n_embd]: output gate (attn_gate)
   WeightMatrix w_beta;               // [Hv, n_embd]: write strength, sigmoid
   WeightMatrix w_alpha;              // [Hv, n_embd]: decay input
-  const float* conv = nullptr;       // [conv_dim][K] causal convolution taps (F32 in the file)
+  const float* conv = nullptr;       // [K][conv_dim] causal convolution taps: the file's [conv_dim][K]
+                                     // transposed at load (owned), so a tap is contiguous over channels
   const float* ssm_a = nullptr;      // [Hv] = -exp(A_log): g = ssm_a * softplus(alpha + dt_bias)
   const float* dt_bias = nullptr;    // [Hv]
   const float* ssm_norm = nullptr;   // [dv] RMSNorm of each head's output, shared by heads

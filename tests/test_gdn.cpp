@@ -263,7 +263,7 @@ LinearLayerState write_block(GdnBlockOps& ops, const BlockFixture& f, const std:
 
 TEST(GdnBlocks, QueryThroughTheBlocksAfterTheWriterEqualsTheExplicitState) {
   BlockFixture f;
-  GdnBlockOps ops(f.d, 1e-6f);
+  GdnBlockOps ops(f.d, 1e-6f, cpu_kernels_scalar());
   const int dk = f.d.head_dim, Hv = f.d.n_v_heads, C = f.d.conv_dim(), keep = f.d.conv_kernel - 1;
   const size_t state = static_cast<size_t>(dk) * dk;
   // Suffix block shapes: short (1, 2 tokens: no body), compact body, dense body (>= dk).
@@ -285,9 +285,14 @@ TEST(GdnBlocks, QueryThroughTheBlocksAfterTheWriterEqualsTheExplicitState) {
     // Explicit: S' = S then every suffix block, then o = S' q.
     std::vector<float> S2(S), tail2(tail);
     bool zero = false;
-    for (const auto& [b, n] : suffix) ops.apply_block(f.conv_w.data(), *b, n, S2.data(), tail2.data(), &zero);
-    std::vector<float> y(static_cast<size_t>(Hv) * dk), c(y.size());
-    ops.suffix_query(f.conv_w.data(), suffix, tail.data(), q.data(), y.data(), c.data());
+    for (const auto& [b, n] : suffix) {
+      ops.apply_block(f.conv_w.data(), *b, n, S2.data(), tail2.data(), &zero);
+      ops.advance_tail(*b, n, tail2.data());
+    }
+    std::vector<float> y(static_cast<size_t>(Hv) * dk), c(y.size(), 0.0f);
+    for (int h = 0; h < Hv; ++h)
+      std::copy_n(q.data() + static_cast<size_t>(f.d.k_head_of(h)) * dk, dk, y.data() + static_cast<size_t>(h) * dk);
+    ops.query_through(f.conv_w.data(), suffix, tail.data(), y.data(), c.data());
     float max_o = 0, max_d = 0;
     for (int h = 0; h < Hv; ++h)
       for (int r = 0; r < dk; ++r) {
@@ -307,7 +312,7 @@ TEST(GdnBlocks, QueryThroughTheBlocksAfterTheWriterEqualsTheExplicitState) {
 // whatever the split: heads convolved across boundaries, compact and dense bodies.
 TEST(GdnBlocks, ComposedBlocksEqualOneContiguousRun) {
   BlockFixture f;
-  GdnBlockOps ops(f.d, 1e-6f);
+  GdnBlockOps ops(f.d, 1e-6f, cpu_kernels_scalar());
   const int dk = f.d.head_dim, Hv = f.d.n_v_heads, C = f.d.conv_dim(), keep = f.d.conv_kernel - 1;
   const size_t state = static_cast<size_t>(dk) * dk;
   std::vector<float> x, gb;
@@ -322,6 +327,7 @@ TEST(GdnBlocks, ComposedBlocksEqualOneContiguousRun) {
                                    gb.begin() + static_cast<long>(at + n) * Hv * 2);
       const LinearLayerState b = write_block(ops, f, tail, bx, bgb);
       ops.apply_block(f.conv_w.data(), b, n, S.data(), tail.data(), &zero);
+      ops.advance_tail(b, n, tail.data());
       at += n;
     }
     return S;

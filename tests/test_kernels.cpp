@@ -25,6 +25,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/fp16.h"
+#include "kernels/cpu/gdn.h"
 
 namespace chorus {
 namespace {
@@ -290,6 +291,74 @@ TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
         }
       }
     }
+  }
+}
+
+// The Gated DeltaNet ops of every table against the float64 reference (kernels/cpu/gdn.h),
+// with head sizes that are and are not multiples of the 16 lanes.
+TEST(Kernels, GatedDeltaNetOpsMatchTheFloat64ReferenceOnEveryVariant) {
+  std::mt19937 rng(41);
+  std::vector<const CpuKernels*> all = variants();
+  all.push_back(&cpu_kernels_scalar());
+  auto to_d = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  auto rel = [](const std::vector<float>& got, const std::vector<double>& want) {
+    double mx = 0, md = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      mx = std::max(mx, std::fabs(want[i]));
+      md = std::max(md, std::fabs(got[i] - want[i]));
+    }
+    return md / mx;
+  };
+  for (int dk : {16, 40, 128}) {
+    const int dv = dk;
+    auto S = random_floats(static_cast<size_t>(dv) * dk, rng), q = random_floats(static_cast<size_t>(dk), rng),
+         k = random_floats(static_cast<size_t>(dk), rng), v = random_floats(static_cast<size_t>(dv), rng);
+    auto A = random_floats(static_cast<size_t>(dk) * dk, rng, 0.1f), B = random_floats(static_cast<size_t>(dv) * dk, rng);
+    std::vector<double> Sd = to_d(S), kd = to_d(k);
+    gdn::l2_normalize(kd.data(), dk, 1e-6);
+    for (int i = 0; i < dk; ++i) k[static_cast<size_t>(i)] = static_cast<float>(kd[static_cast<size_t>(i)]);
+    kd = to_d(k);
+    std::vector<double> od(static_cast<size_t>(dv));
+    gdn::step<double>(Sd.data(), to_d(q).data(), kd.data(), to_d(v).data(), -0.3, 0.6, od.data(), dk, dv);
+    std::vector<double> Cd(static_cast<size_t>(dv) * dk), Bd = to_d(B);  // S A + B
+    {
+      std::vector<double> Ad = to_d(A), Sd0 = to_d(S), Id(static_cast<size_t>(dk) * dk), Z(Cd.size(), 0.0);
+      gdn::summary_identity<double>(Id.data(), Z.data(), dk, dv);
+      std::vector<double> unusedA(Id.size());
+      gdn::summary_compose<double>(Id.data(), Sd0.data(), Ad.data(), Bd.data(), unusedA.data(), Cd.data(), dk, dv);
+    }
+    std::vector<double> yd(static_cast<size_t>(dk)), cd(static_cast<size_t>(dk));  // y = A q, c = B q
+    for (int r = 0; r < dk; ++r)
+      for (int j = 0; j < dk; ++j) {
+        yd[static_cast<size_t>(r)] += static_cast<double>(A[static_cast<size_t>(r * dk + j)]) * q[static_cast<size_t>(j)];
+        cd[static_cast<size_t>(r)] += static_cast<double>(B[static_cast<size_t>(r * dk + j)]) * q[static_cast<size_t>(j)];
+      }
+    for (const CpuKernels* K : all) {
+      std::vector<float> S1 = S, o(static_cast<size_t>(dv));
+      K->gdn_step(S1.data(), q.data(), k.data(), v.data(), -0.3f, 0.6f, o.data(), dk, dv);
+      EXPECT_LE(rel(S1, Sd), 2e-6) << K->isa << " step state, dk " << dk;
+      EXPECT_LE(rel(o, od), 2e-5) << K->isa << " step output, dk " << dk;
+      std::vector<float> C = B;
+      K->gdn_mul_right(S.data(), A.data(), C.data(), dv, dk, true);
+      EXPECT_LE(rel(C, Cd), 2e-5) << K->isa << " S A + B, dk " << dk;
+      std::vector<float> y = q, c(static_cast<size_t>(dk), 0.0f), tmp(static_cast<size_t>(dk));
+      K->gdn_query_dense(A.data(), B.data(), y.data(), c.data(), tmp.data(), dk);
+      EXPECT_LE(rel(y, yd), 2e-5) << K->isa << " A q, dk " << dk;
+      EXPECT_LE(rel(c, cd), 2e-5) << K->isa << " B q, dk " << dk;
+    }
+  }
+  // Convolution + SiLU: taps [K][C] against the reference's [C][K].
+  const int C = 72, Kw = 4, n = 5;
+  const auto prev = random_floats(static_cast<size_t>((Kw - 1) * C), rng), x = random_floats(static_cast<size_t>(n * C), rng),
+             w = random_floats(static_cast<size_t>(Kw * C), rng);
+  std::vector<double> w_ck(static_cast<size_t>(C * Kw)), want(static_cast<size_t>(n * C));
+  for (int c = 0; c < C; ++c)
+    for (int j = 0; j < Kw; ++j) w_ck[static_cast<size_t>(c * Kw + j)] = w[static_cast<size_t>(j * C + c)];
+  gdn::conv_causal<double>(to_d(prev).data(), to_d(x).data(), n, w_ck.data(), C, Kw, true, want.data());
+  for (const CpuKernels* K : all) {
+    std::vector<float> y(static_cast<size_t>(n * C));
+    K->gdn_conv(prev.data(), x.data(), n, w.data(), C, Kw, y.data());
+    EXPECT_LE(rel(y, want), 2e-6) << K->isa << " conv";
   }
 }
 

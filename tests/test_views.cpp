@@ -166,27 +166,48 @@ void Views::check_chunked_prefill() {
   }
 }
 
-// A writer whose context block grows between its steps (another writer appends to it): the
-// cached view state must notice and recompose. Oracle: the same steps with the cache cleared
-// before every step (every state composed afresh from the blocks' summaries).
+// A writer whose context block grows between its steps (another writer appends to it). By
+// default each step reads the changed view through its query (no state composed); the oracle
+// composes every step's state afresh from the blocks' summaries (cache cleared, query reads
+// off). The two are different algorithms for the same S q.
 TEST_F(Views, HybridViewStateFollowsAGrowingContextBlock) {
   load(test::goldens_dir() + "/tiny_qwen35.gguf", /*f32_activations=*/true);
-  const auto sys = random_tokens(6), thought = random_tokens(30), answer = random_tokens(12);
+  const auto sys = random_tokens(6), thought = random_tokens(36), answer = random_tokens(12);
   std::vector<std::vector<float>> runs[2];
-  for (int cached = 0; cached < 2; ++cached) {
+  int64_t compositions[2];
+  for (int chain = 0; chain < 2; ++chain) {
+    runner_->set_chain_reads(chain == 1);
+    runner_->reset_linear_stats();
     std::vector<SequenceKv> blocks(3);  // 0 system, 1 thoughts, 2 answer
     write(blocks, 0, sys, {}, -1, 128);
+    write(blocks, 1, {thought.begin(), thought.begin() + 3}, {{0}}, 0, 128);
+    std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1], &blocks[2]};
     const std::vector<View> views = {{0}, {0, 1, 2}};
     for (size_t i = 0; i < answer.size(); ++i) {
-      // thoughts grow by 2-3 tokens, then the answer takes one token seeing them
-      const size_t t0 = i * 30 / answer.size(), t1 = (i + 1) * 30 / answer.size();
-      write(blocks, 1, {thought.begin() + static_cast<long>(t0), thought.begin() + static_cast<long>(t1)}, views, 0, 128);
-      if (!cached && blocks[2].linear) blocks[2].linear->run_key.clear();
-      runs[cached].push_back(write(blocks, 2, {answer[i]}, views, 1, 1));
+      // One step: the thoughts grow by 2-3 tokens while the answer takes one token seeing them
+      // as the step found them.
+      const size_t t0 = 3 + i * 33 / answer.size(), t1 = 3 + (i + 1) * 33 / answer.size();
+      ASSERT_TRUE(kv_->reserve(blocks[1], blocks[1].n_tokens + static_cast<int64_t>(t1 - t0)).ok());
+      ASSERT_TRUE(kv_->reserve(blocks[2], blocks[2].n_tokens + 1).ok());
+      std::vector<BatchToken> batch;
+      for (size_t t = t0; t < t1; ++t)
+        batch.push_back({thought[t], static_cast<int32_t>(blocks[1].n_tokens + static_cast<int64_t>(t - t0)), 1, false, 0});
+      batch.push_back({answer[i], static_cast<int32_t>(blocks[2].n_tokens), 2, true, 1});
+      if (!chain && blocks[2].linear) blocks[2].linear->run_key.clear();
+      std::vector<float> logits(static_cast<size_t>(model_->config.n_vocab));
+      const Status st = runner_->forward(batch, ptrs, *kv_, logits.data(), views);
+      ASSERT_TRUE(st.ok()) << st.error().to_string();
+      runs[chain].push_back(logits);
     }
+    compositions[chain] = runner_->linear_stats().compositions;
     release(blocks);
   }
+  runner_->set_chain_reads(true);
   for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_LE(max_diff_rel(runs[1][i], runs[0][i]), 1e-5f) << "step " << i;
+  // Without query reads the answer composed its view every step (2 linear layers); with them,
+  // only the unchanging system block, once (plus the first writes of system and thoughts).
+  EXPECT_GE(compositions[0], 2 * static_cast<int64_t>(answer.size()));
+  EXPECT_EQ(compositions[1], 6);
 }
 
 TEST_F(Views, WriteBlockInsideOrOutsideTheViewIsTheSame) {

@@ -16,6 +16,7 @@
 namespace chorus::app {
 
 int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nlohmann::json& out);
+int run_bench_hybrid(const BenchArgs& args, const Model& m, CpuDevice& device, nlohmann::json& out);
 
 namespace {
 
@@ -49,8 +50,9 @@ int run_bench(const BenchArgs& args) {
   out["cpu"] = cpu_features().model_name;
   out["threads"] = (*device)->n_threads();
   std::printf("chorus bench: %s, %s\n", m.config.name.c_str(), (*device)->describe().c_str());
-  if (args.views) {
-    if (int rc = run_bench_views(args, m, **device, out); rc != 0) return rc;
+  if (args.views || args.hybrid) {
+    const int rc = args.hybrid ? run_bench_hybrid(args, m, **device, out) : run_bench_views(args, m, **device, out);
+    if (rc != 0) return rc;
     if (!args.json.empty()) {
       std::ofstream f(args.json);
       f << out.dump(2) << "\n";

@@ -60,6 +60,7 @@ struct BenchArgs {
   std::string isa;
   std::string json;               // write results here
   bool views = false;             // the cache-block benchmarks instead (views, sharing, probes)
+  bool hybrid = false;            // block views over a hybrid (Gated DeltaNet) model instead
 };
 int run_bench(const BenchArgs& args);
 

@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--views", bench.views,
                       "Cache-block benchmarks: view of 4 blocks vs contiguous, 8 generations over a shared "
                       "prompt vs private copies, probe latency under load");
+  bench_cmd->add_flag("--hybrid", bench.hybrid,
+                      "Hybrid-model benchmarks (qwen35): decode with a view of 3 blocks vs contiguous for 1 and 8 "
+                      "generates, time spent composing view states, linear-layer memory per block (--pp sets the "
+                      "context length, --tg the tokens per generate)");
 
   chorus::app::NodeArgs node;
   node.model = chorus::default_model_path();

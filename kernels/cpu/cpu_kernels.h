@@ -102,6 +102,20 @@ struct CpuKernels {
   void (*attention)(const AttentionArgs& a);
   // y += x, n values.
   void (*add)(float* y, const float* x, int64_t n);
+
+  // Gated DeltaNet (kernels/cpu/gdn.h has the reference, in any precision, and the algebra).
+  // One token on a head's state S [dv][dk]: S <- exp(g) S + beta (v - exp(g) S k) k^T, then
+  // out [dv] = S q if out != nullptr. v == nullptr means v = 0 (a summary's A: dv == dk).
+  void (*gdn_step)(float* S, const float* q, const float* k, const float* v, float g, float beta, float* out, int dk,
+                   int dv);
+  // C [m][dk] (+)= X [m][dk] A [dk][dk]: a state or summary times a summary's A.
+  void (*gdn_mul_right)(const float* X, const float* A, float* C, int m, int dk, bool accumulate);
+  // Causal depthwise convolution then SiLU: y [n][C] from x [n][C] and the K-1 inputs before it,
+  // prev [K-1][C], with taps w [K][C] (tap j multiplies the input K-1-j positions back).
+  void (*gdn_conv)(const float* prev, const float* x, int n, const float* w, int C, int K, float* y);
+  // A query through a dense summary: c [dk] += B y, then y <- A y (tmp: dk floats). With
+  // A == nullptr only c += B y (a state read with a query).
+  void (*gdn_query_dense)(const float* A, const float* B, float* y, float* c, float* tmp, int dk);
 };
 
 const CpuKernels& cpu_kernels_scalar();

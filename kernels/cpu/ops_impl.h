@@ -265,6 +265,67 @@ void quantize_q8_generic(const float* x, chorus::BlockQ8* out, int64_t n) {
   }
 }
 
+// --- Gated DeltaNet -----------------------------------------------------------------------------
+// Dot products in 16 lanes (one AVX-512 register, two AVX2 ones), so the loops vectorize
+// without reassociation flags.
+inline float dot_lanes(const float* a, const float* b, int n) {
+  float acc[16] = {};
+  int j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(a[j + l], b[j + l], acc[l]);
+  float s = reduce16(acc);
+  for (; j < n; ++j) s = std::fma(a[j], b[j], s);
+  return s;
+}
+
+void op_gdn_step(float* S, const float* q, const float* k, const float* v, float g, float beta, float* out, int dk,
+                 int dv) {
+  const float alpha = std::exp(g);
+  for (int i = 0; i < dv; ++i) {
+    float* s = S + static_cast<size_t>(i) * dk;
+    const float delta = beta * ((v ? v[i] : 0.0f) - alpha * dot_lanes(s, k, dk));
+    for (int j = 0; j < dk; ++j) s[j] = std::fma(delta, k[j], alpha * s[j]);
+    if (out) out[i] = dot_lanes(s, q, dk);
+  }
+}
+
+void op_gdn_mul_right(const float* X, const float* A, float* C, int m, int dk, bool accumulate) {
+  for (int i = 0; i < m; ++i) {
+    float* c = C + static_cast<size_t>(i) * dk;
+    if (!accumulate)
+      for (int j = 0; j < dk; ++j) c[j] = 0.0f;
+    const float* x = X + static_cast<size_t>(i) * dk;
+    for (int l = 0; l < dk; ++l) {
+      const float xl = x[l];
+      const float* a = A + static_cast<size_t>(l) * dk;
+      for (int j = 0; j < dk; ++j) c[j] = std::fma(xl, a[j], c[j]);
+    }
+  }
+}
+
+void op_gdn_conv(const float* prev, const float* x, int n, const float* w, int C, int K, float* y) {
+  for (int t = 0; t < n; ++t) {
+    float* yt = y + static_cast<size_t>(t) * C;
+    for (int c = 0; c < C; ++c) yt[c] = 0.0f;
+    for (int j = 0; j < K; ++j) {
+      const int z = t + j;  // index into prev ++ x
+      const float* in = z < K - 1 ? prev + static_cast<size_t>(z) * C : x + static_cast<size_t>(z - (K - 1)) * C;
+      const float* wj = w + static_cast<size_t>(j) * C;
+      for (int c = 0; c < C; ++c) yt[c] = std::fma(wj[c], in[c], yt[c]);
+    }
+    for (int c = 0; c < C; ++c) yt[c] = yt[c] / (1.0f + exp_approx(-yt[c]));
+  }
+}
+
+void op_gdn_query_dense(const float* A, const float* B, float* y, float* c, float* tmp, int dk) {
+  for (int r = 0; r < dk; ++r) {
+    if (A) tmp[r] = dot_lanes(A + static_cast<size_t>(r) * dk, y, dk);
+    c[r] += dot_lanes(B + static_cast<size_t>(r) * dk, y, dk);
+  }
+  if (A)
+    for (int r = 0; r < dk; ++r) y[r] = tmp[r];
+}
+
 void fill_common_ops(chorus::CpuKernels& k) {
   k.quantize_q8 = quantize_q8_generic;
   k.rmsnorm = op_rmsnorm;
@@ -274,6 +335,10 @@ void fill_common_ops(chorus::CpuKernels& k) {
   k.softmax = op_softmax;
   k.attention = op_attention;
   k.add = op_add;
+  k.gdn_step = op_gdn_step;
+  k.gdn_mul_right = op_gdn_mul_right;
+  k.gdn_query_dense = op_gdn_query_dense;
+  k.gdn_conv = op_gdn_conv;
 }
 
 }  // namespace
