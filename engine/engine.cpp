@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "engine/linear_state.h"
 #include "gpu/cpu_device.h"
 
 namespace chorus {
@@ -132,7 +133,13 @@ void Engine::finish(Active& a, FinishReason why, std::vector<Event>& events, std
   if (auto it = writers_.find(a.target); it != writers_.end()) {
     auto& q = it->second;
     q.erase(std::find(q.begin(), q.end(), &a));
-    if (q.empty()) writers_.erase(it);
+    if (q.empty()) {
+      writers_.erase(it);
+      // Hybrid models: no writer left, so the cached view state of the block goes (it is
+      // rebuilt by the next writer); its summary stays.
+      if (auto b = blocks_->get(a.target); b && !(*b)->extents.empty() && (*b)->extents.back().kv.linear)
+        (*b)->extents.back().kv.linear->drop_view_cache();
+    }
   }
   for (BlockId b : a.req.view) blocks_->unhold(b);
   if (a.req.kind != RequestKind::probe) blocks_->unhold(a.req.write_to);

@@ -34,6 +34,17 @@ size_t LinearState::bytes() const {
   return n * sizeof(float);
 }
 
+void LinearState::drop_view_cache() {
+  for (LinearLayerState& l : layers) {
+    for (auto* v : {&l.run_S, &l.run_tail, &l.base_S, &l.base_tail}) {
+      v->clear();
+      v->shrink_to_fit();
+    }
+  }
+  run_key.clear();
+  base_key.clear();
+}
+
 GdnBlockOps::GdnBlockOps(const GdnConfig& d, float eps, const CpuKernels& kernels) : d_(d), eps_(eps), K_(kernels) {}
 
 void GdnBlockOps::factors(const float* conv_w, const float* prev, const float* x, int n, float* q, float* k, float* v) {

@@ -64,6 +64,9 @@ struct LinearState {
   static std::shared_ptr<LinearState> create(const ModelConfig& c);
   std::shared_ptr<LinearState> clone() const;  // a private copy (new id), for copy-on-write
   size_t bytes() const;
+  // Frees the cached view state (run_S, base_S and their tails; the keys with them) of every
+  // layer: for a block nobody is writing. The summary stays.
+  void drop_view_cache();
 };
 
 // y <- A_t y and c += B_t y for one token's map (see GdnBlockOps::query_through). O(dk).

@@ -1,10 +1,13 @@
-// libFuzzer target for the GGUF loader: any byte string must parse or fail with an Error,
+// libFuzzer target for the GGUF loader, the model config and the weight loader: any byte string
+// must parse or fail with an Error,
 // never crash, hang or read outside the buffer (run under ASan+UBSan).
 #include <cstddef>
 #include <cstdint>
 
 #include "engine/gguf.h"
+#include "engine/model_config.h"
 #include "engine/tokenizer.h"
+#include "engine/weights.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto g = chorus::GgufFile::parse({data, size}, "fuzz.gguf");
@@ -16,5 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto tok = chorus::Tokenizer::from_gguf(*g);
   if (tok.ok()) (void)tok->encode("Hello, world! 123 <|im_start|>", {.parse_special = true});
+  // The model's hyper-parameters (hybrid layer lists, rope sections, ...) and weight shapes.
+  auto config = chorus::ModelConfig::from_gguf(*g);
+  if (config.ok()) (void)chorus::Weights::from_gguf(*g, *config);
   return 0;
 }

@@ -58,6 +58,39 @@ def seeds():
     ]
     yield "tensors.gguf", gguf(scalars, tensors, align=64)
     yield "both.gguf", gguf(vocab + scalars[:1], tensors[:2])
+    # A 2-layer qwen35 hybrid (layer 0 Gated DeltaNet, layer 1 gated attention), all F32 zeros:
+    # reaches the model config and weight loaders.
+    u32 = lambda k, v: kv("qwen35." + k, 4, struct.pack("<I", v))
+    hybrid = vocab + [
+        kv("general.architecture", 8, s(b"qwen35")),
+        u32("embedding_length", 32), u32("block_count", 2), u32("attention.head_count", 2),
+        u32("attention.head_count_kv", 1), u32("feed_forward_length", 32), u32("context_length", 64),
+        u32("attention.key_length", 16), u32("attention.value_length", 16), u32("rope.dimension_count", 8),
+        kv("qwen35.rope.dimension_sections", 9, arr(5, [struct.pack("<i", x) for x in [2, 1, 1, 0]])),
+        u32("ssm.conv_kernel", 4), u32("ssm.state_size", 16), u32("ssm.group_count", 1),
+        u32("ssm.time_step_rank", 2), u32("ssm.inner_size", 32), u32("full_attention_interval", 2),
+        kv("qwen35.attention.layer_norm_rms_epsilon", 6, struct.pack("<f", 1e-6)),
+    ]
+    def f32(name, *dims):
+        n = 1
+        for d in dims:
+            n *= d
+        return (name, 0, list(dims), b"\0" * (4 * n))
+    ts = [f32("token_embd.weight", 32, 8), f32("output_norm.weight", 32)]
+    for i in range(2):
+        p = "blk.%d." % i
+        ts += [f32(p + "attn_norm.weight", 32), f32(p + "post_attention_norm.weight", 32),
+               f32(p + "ffn_gate.weight", 32, 32), f32(p + "ffn_up.weight", 32, 32), f32(p + "ffn_down.weight", 32, 32)]
+        if i == 0:
+            ts += [f32(p + "attn_qkv.weight", 32, 64), f32(p + "attn_gate.weight", 32, 32),
+                   f32(p + "ssm_beta.weight", 32, 2), f32(p + "ssm_alpha.weight", 32, 2), f32(p + "ssm_conv1d.weight", 4, 64),
+                   f32(p + "ssm_dt.bias", 2), f32(p + "ssm_a", 2), f32(p + "ssm_norm.weight", 16),
+                   f32(p + "ssm_out.weight", 32, 32)]
+        else:
+            ts += [f32(p + "attn_q.weight", 32, 64), f32(p + "attn_k.weight", 32, 16), f32(p + "attn_v.weight", 32, 16),
+                   f32(p + "attn_q_norm.weight", 16), f32(p + "attn_k_norm.weight", 16),
+                   f32(p + "attn_output.weight", 32, 32)]
+    yield "qwen35.gguf", gguf(hybrid, ts)
 
 
 def main():
