@@ -29,27 +29,17 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as QT
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "goldens"))
+from make_tiny_models import add_qwen35_header, bytes_to_unicode  # noqa: E402
+
+COMMON = dict(n_rot=64, sections=[11, 11, 10, 0], state=128, conv_kernel=4, interval=4, n_ctx=32768,
+              rope_base=1e7, eps=1e-6, n_vocab=248320)
 SHAPES = {
-    "0.8b": dict(n_embd=1024, n_layer=24, n_head=8, n_head_kv=2, head_dim=256, n_rot=64,
-                 sections=[11, 11, 10, 0], n_k_heads=16, n_v_heads=16, state=128, conv=4,
-                 n_ff=3584, n_vocab=248320, tied=True),
-    "9b": dict(n_embd=4096, n_layer=32, n_head=16, n_head_kv=4, head_dim=256, n_rot=64,
-               sections=[11, 11, 10, 0], n_k_heads=16, n_v_heads=32, state=128, conv=4,
-               n_ff=12288, n_vocab=248320, tied=False),
+    "0.8b": dict(COMMON, n_embd=1024, n_layer=24, n_head=8, n_head_kv=2, head_dim=256, n_k_heads=16,
+                 n_v_heads=16, n_ff=3584, tied=True),
+    "9b": dict(COMMON, n_embd=4096, n_layer=32, n_head=16, n_head_kv=4, head_dim=256, n_k_heads=16,
+               n_v_heads=32, n_ff=12288, tied=False),
 }
-INTERVAL = 4
-
-
-def bytes_to_unicode():
-    bs = (list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100)))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(0x100 + n)
-            n += 1
-    return [chr(c) for c in cs]
 
 
 def q8_0(rng, rows, cols):
@@ -77,27 +67,8 @@ def main():
     w = gguf.GGUFWriter(out, "qwen35")
     w.add_name("bench-qwen35-%s (random weights)" % args.shape)
     w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0))
-    w.add_context_length(32768)
-    w.add_embedding_length(s["n_embd"])
-    w.add_block_count(s["n_layer"])
-    w.add_feed_forward_length(s["n_ff"])
-    w.add_head_count(s["n_head"])
-    w.add_head_count_kv(s["n_head_kv"])
-    w.add_key_length(s["head_dim"])
-    w.add_value_length(s["head_dim"])
-    w.add_rope_dimension_count(s["n_rot"])
-    w.add_rope_dimension_sections(s["sections"])
-    w.add_rope_freq_base(1e7)
-    w.add_layer_norm_rms_eps(1e-6)
-    key_dim, value_dim = s["n_k_heads"] * s["state"], s["n_v_heads"] * s["state"]
-    conv_dim = 2 * key_dim + value_dim
-    w.add_ssm_conv_kernel(s["conv"])
-    w.add_ssm_inner_size(value_dim)
-    w.add_ssm_state_size(s["state"])
-    w.add_ssm_time_step_rank(s["n_v_heads"])
-    w.add_ssm_group_count(s["n_k_heads"])
-    w.add_full_attention_interval(INTERVAL)
-    tokens = bytes_to_unicode() + ["<|pad%d|>" % i for i in range(s["n_vocab"] - 258)] + ["<|endoftext|>", "<|im_start|>"]
+    key_dim, value_dim, conv_dim = add_qwen35_header(w, s)
+    tokens = list(bytes_to_unicode().values()) + ["<|pad%d|>" % i for i in range(s["n_vocab"] - 258)] + ["<|endoftext|>", "<|im_start|>"]
     types = [gguf.TokenType.NORMAL] * (s["n_vocab"] - 2) + [gguf.TokenType.CONTROL] * 2
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -122,12 +93,13 @@ def main():
     for i in range(s["n_layer"]):
         p = "blk.%d." % i
         vec(p + "attn_norm.weight", E)
-        if (i + 1) % INTERVAL != 0:
+        if (i + 1) % s["interval"] != 0:
             mat(p + "attn_qkv.weight", E, conv_dim)
             mat(p + "attn_gate.weight", E, value_dim)
             mat(p + "ssm_beta.weight", E, s["n_v_heads"])
             mat(p + "ssm_alpha.weight", E, s["n_v_heads"])
-            w.add_tensor(p + "ssm_conv1d.weight", rng.normal(0, 0.5, size=(conv_dim, s["conv"])).astype(np.float32))
+            w.add_tensor(p + "ssm_conv1d.weight",
+                         rng.normal(0, 0.5, size=(conv_dim, s["conv_kernel"])).astype(np.float32))
             vec(p + "ssm_dt.bias", s["n_v_heads"], 0.0, 0.5)
             w.add_tensor(p + "ssm_a", (-np.exp(rng.normal(0, 0.5, size=s["n_v_heads"]))).astype(np.float32))
             vec(p + "ssm_norm.weight", s["state"])

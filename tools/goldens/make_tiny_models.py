@@ -214,17 +214,14 @@ HYBRID = dict(n_layer=4, interval=2, n_head=4, n_head_kv=2, head_dim=32, n_rot=8
               rope_base=10000.0, eps=1e-6, seed=3535)
 
 
-def write_hybrid_model(path, tokens, types):
-    h = HYBRID
-    n_vocab = len(tokens)
-    rng = np.random.default_rng(h["seed"])
-    w = gguf.GGUFWriter(path, "qwen35")
-    w.add_name(os.path.splitext(os.path.basename(path))[0])
-    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0))
-    w.add_context_length(N_CTX)
-    w.add_embedding_length(N_EMBD)
+def add_qwen35_header(w, h):
+    """The qwen35 hyper-parameters (h: n_embd, n_ff, n_ctx, n_layer, interval, n_head,
+    n_head_kv, head_dim, n_rot, sections, rope_base, eps, conv_kernel, n_k_heads, n_v_heads,
+    state). Returns (key_dim, value_dim, conv_dim) of the Gated DeltaNet layers."""
+    w.add_context_length(h["n_ctx"])
+    w.add_embedding_length(h["n_embd"])
     w.add_block_count(h["n_layer"])
-    w.add_feed_forward_length(N_FF)
+    w.add_feed_forward_length(h["n_ff"])
     w.add_head_count(h["n_head"])
     w.add_head_count_kv(h["n_head_kv"])
     w.add_key_length(h["head_dim"])
@@ -235,13 +232,23 @@ def write_hybrid_model(path, tokens, types):
     w.add_layer_norm_rms_eps(h["eps"])
     key_dim = h["n_k_heads"] * h["state"]
     value_dim = h["n_v_heads"] * h["state"]
-    conv_dim = 2 * key_dim + value_dim
     w.add_ssm_conv_kernel(h["conv_kernel"])
     w.add_ssm_inner_size(value_dim)
     w.add_ssm_state_size(h["state"])
     w.add_ssm_time_step_rank(h["n_v_heads"])
     w.add_ssm_group_count(h["n_k_heads"])
     w.add_full_attention_interval(h["interval"])
+    return key_dim, value_dim, 2 * key_dim + value_dim
+
+
+def write_hybrid_model(path, tokens, types):
+    h = HYBRID
+    n_vocab = len(tokens)
+    rng = np.random.default_rng(h["seed"])
+    w = gguf.GGUFWriter(path, "qwen35")
+    w.add_name(os.path.splitext(os.path.basename(path))[0])
+    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0))
+    key_dim, value_dim, conv_dim = add_qwen35_header(w, dict(h, n_embd=N_EMBD, n_ff=N_FF, n_ctx=N_CTX))
     w.add_vocab_size(n_vocab)
     add_tokenizer(w, tokens, types)
 
