@@ -51,7 +51,6 @@ void GdnBlockOps::factors(const float* conv_w, const float* prev, const float* x
   const int C = d_.conv_dim(), K = d_.conv_kernel, dk = d_.head_dim, kd = d_.key_dim(), vd = d_.value_dim();
   conv_.resize(static_cast<size_t>(n) * C);
   K_.gdn_conv(prev, x, n, conv_w, C, K, conv_.data());
-  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   for (int t = 0; t < n; ++t) {
     const float* u = conv_.data() + static_cast<size_t>(t) * C;
     float* kt = k + static_cast<size_t>(t) * kd;
@@ -60,10 +59,7 @@ void GdnBlockOps::factors(const float* conv_w, const float* prev, const float* x
     if (q) {
       float* qt = q + static_cast<size_t>(t) * kd;
       std::copy(u, u + kd, qt);
-      for (int h = 0; h < d_.n_k_heads; ++h) {
-        gdn::l2_normalize(qt + h * dk, dk, eps_);
-        for (int i = 0; i < dk; ++i) qt[h * dk + i] *= q_scale;
-      }
+      for (int h = 0; h < d_.n_k_heads; ++h) gdn::l2_normalize(qt + h * dk, dk, eps_);
     }
     std::copy(u + 2 * kd, u + 2 * kd + vd, v + static_cast<size_t>(t) * vd);
   }

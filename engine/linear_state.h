@@ -79,7 +79,8 @@ class GdnBlockOps {
   GdnBlockOps(const GdnConfig& d, float eps, const CpuKernels& kernels);
 
   // Turns n raw inputs into the recurrence's inputs: convolution with the K-1 inputs before
-  // them (prev, [K-1][conv_dim]), SiLU, split, L2-normalised k (and q, scaled by 1/sqrt(dk)).
+  // them (prev, [K-1][conv_dim]), SiLU, split, L2-normalised k (and q; the 1/sqrt(dk) scale is
+  // applied to the layer's outputs, as llama.cpp does).
   // q may be nullptr. q, k: [n][Hk][dk]; v: [n][Hv][dv].
   void factors(const float* conv_w, const float* prev, const float* x, int n, float* q, float* k, float* v);
 

@@ -1,13 +1,14 @@
 #include "engine/model_config.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "engine/gguf.h"
 
 namespace chorus {
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> archs = {"llama", "qwen2", "qwen3", "qwen35"};
+  static const std::vector<std::string> archs = {"llama", "qwen2", "qwen3", "qwen35", "qwen35moe", "qwen3next"};
   return archs;
 }
 
@@ -20,6 +21,11 @@ Result<int> get_int_key(const GgufFile& g, const std::string& key) {
     return make_error(Errc::bad_format, g.name() + ": metadata '" + key + "' = " + std::to_string(*v) +
                                             " is out of range");
   return static_cast<int>(*v);
+}
+
+bool integer_type(GgufValueType t) {
+  return t != GgufValueType::string && t != GgufValueType::array && t != GgufValueType::f32 &&
+         t != GgufValueType::f64;
 }
 
 Status read_hybrid(const GgufFile& g, const std::string& p, ModelConfig& c) {
@@ -36,8 +42,16 @@ Status read_hybrid(const GgufFile& g, const std::string& p, ModelConfig& c) {
                         {"ssm.group_count", &d.n_k_heads}, {"ssm.time_step_rank", &d.n_v_heads},
                         {"ssm.inner_size", &inner}})
     if (Status s = key(k, out); !s.ok()) return s;
-  d.tiled_heads = true;  // qwen35 converters reorder the v-heads so that h reads k-head h % Hk
+  // qwen35 converters reorder the value heads so that head h reads key head h % Hk; qwen3next
+  // files keep the original order, h reads key head h / (Hv / Hk).
+  d.tiled_heads = c.arch != "qwen3next";
   auto bad = [&](const std::string& what) { return make_error(Errc::bad_format, g.name() + ": " + what); };
+  // Bounds that keep every size product (conv_dim, Hv x dk x dk) far inside int.
+  for (auto [k, v, most] : {std::tuple{"ssm.state_size", d.head_dim, 1024}, {"ssm.group_count", d.n_k_heads, 4096},
+                            {"ssm.time_step_rank", d.n_v_heads, 4096}})
+    if (v > most)
+      return make_error(Errc::unsupported, g.name() + ": " + p + k + " " + std::to_string(v) + " is larger than " +
+                                               std::to_string(most) + ", which chorus supports");
   if (d.n_v_heads % d.n_k_heads != 0)
     return bad(p + "ssm.time_step_rank " + std::to_string(d.n_v_heads) + " (value heads) is not a multiple of " + p +
                "ssm.group_count " + std::to_string(d.n_k_heads) + " (key heads)");
@@ -52,9 +66,8 @@ Status read_hybrid(const GgufFile& g, const std::string& p, ModelConfig& c) {
   if (g.find(p + "attention.recurrent_layers")) {
     const GgufValue* v = g.find(p + "attention.recurrent_layers");
     const auto* arr = std::get_if<GgufArray>(&v->v);
-    if (arr == nullptr || arr->count != static_cast<uint64_t>(c.n_layer) || arr->elem_type == GgufValueType::string ||
-        arr->elem_type == GgufValueType::array)
-      return bad(p + "attention.recurrent_layers must be an array of " + std::to_string(c.n_layer) + " numbers");
+    if (arr == nullptr || arr->count != static_cast<uint64_t>(c.n_layer) || !integer_type(arr->elem_type))
+      return bad(p + "attention.recurrent_layers must be an array of " + std::to_string(c.n_layer) + " integers");
     for (int l = 0; l < c.n_layer; ++l)
       c.linear_layer[static_cast<size_t>(l)] = arr->elem_type == GgufValueType::boolean
                                                    ? arr->data[l] != 0
@@ -72,11 +85,14 @@ Status read_hybrid(const GgufFile& g, const std::string& p, ModelConfig& c) {
   if (g.find(p + "rope.dimension_sections")) {
     const GgufValue* v = g.find(p + "rope.dimension_sections");
     const auto* arr = std::get_if<GgufArray>(&v->v);
-    if (arr == nullptr || arr->count != 4 || arr->elem_type == GgufValueType::string ||
-        arr->elem_type == GgufValueType::array)
+    if (arr == nullptr || arr->count != 4 || !integer_type(arr->elem_type))
       return bad(p + "rope.dimension_sections must be an array of 4 integers");
     int64_t sec[4], total = 0;
-    for (int i = 0; i < 4; ++i) total += sec[i] = arr->int_at(static_cast<uint64_t>(i));
+    for (int i = 0; i < 4; ++i) {
+      sec[i] = arr->int_at(static_cast<uint64_t>(i));
+      if (sec[i] < 0 || sec[i] > 4096) return bad(p + "rope.dimension_sections has " + std::to_string(sec[i]));
+      total += sec[i];
+    }
     if (total <= 0) return bad(p + "rope.dimension_sections are all zero");
     for (int pair = 0; pair < c.n_rot / 2; ++pair) {
       const int64_t s = pair % total;
@@ -87,6 +103,38 @@ Status read_hybrid(const GgufFile& g, const std::string& p, ModelConfig& c) {
                                                  std::to_string(sec[3]) + "] rotate pair " + std::to_string(pair) +
                                                  " by the fourth position stream; chorus runs text positions only");
     }
+  }
+  return Status::success();
+}
+
+Status read_experts(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  auto key = [&](const std::string& k, bool required, int fallback, int* out) -> Status {
+    if (!required && !g.find(p + k)) {
+      *out = fallback;
+      return Status::success();
+    }
+    auto v = get_int_key(g, p + k);
+    if (!v) return v.error();
+    *out = *v;
+    return Status::success();
+  };
+  if (Status s = key("expert_count", true, 0, &c.n_expert); !s.ok()) return s;
+  if (Status s = key("expert_used_count", true, 0, &c.n_expert_used); !s.ok()) return s;
+  if (c.n_expert_used > c.n_expert || c.n_expert > 1024)
+    return make_error(Errc::bad_format, g.name() + ": " + p + "expert_used_count " + std::to_string(c.n_expert_used) +
+                                            " with expert_count " + std::to_string(c.n_expert) +
+                                            " (used <= count <= 1024)");
+  if (c.n_ff == 0 && !g.find(p + "expert_feed_forward_length"))
+    return make_error(Errc::not_found, g.name() + ": metadata '" + p + "expert_feed_forward_length' is missing");
+  if (Status s = key("expert_feed_forward_length", false, c.n_ff / std::max(1, c.n_expert_used), &c.n_ff_exp); !s.ok())
+    return s;
+  if (Status s = key("expert_shared_feed_forward_length", false, c.n_ff, &c.n_ff_shexp); !s.ok()) return s;
+  if (c.n_ff_shexp == 0)
+    return make_error(Errc::not_found, g.name() + ": metadata '" + p + "expert_shared_feed_forward_length' is missing");
+  if (g.find(p + "expert_weights_scale")) {
+    auto v = g.get_float(p + "expert_weights_scale");
+    if (!v) return v.error();
+    c.expert_weights_scale = static_cast<float>(*v);
   }
   return Status::success();
 }
@@ -118,9 +166,15 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
   CHORUS_INT(n_embd, "embedding_length");
   CHORUS_INT(n_layer, "block_count");
   CHORUS_INT(n_head, "attention.head_count");
-  CHORUS_INT(n_ff, "feed_forward_length");
+  const bool experts = c.arch == "qwen35moe" || c.arch == "qwen3next";
+  if (!experts || g.find(p + "feed_forward_length")) CHORUS_INT(n_ff, "feed_forward_length");
   CHORUS_INT(n_ctx_train, "context_length");
 #undef CHORUS_INT
+  for (auto [k, v, most] : {std::tuple{"attention.head_count", c.n_head, 65536}, {"block_count", c.n_layer, 65536},
+                            {"embedding_length", c.n_embd, 1 << 20}})
+    if (v > most)
+      return make_error(Errc::unsupported, g.name() + ": " + p + k + " " + std::to_string(v) + " is larger than " +
+                                               std::to_string(most) + ", which chorus supports");
   c.n_head_kv = c.n_head;
   if (g.find(p + "attention.head_count_kv")) {
     auto v = get_int_key(g, p + "attention.head_count_kv");
@@ -183,10 +237,14 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
   if (emb == nullptr) return make_error(Errc::not_found, g.name() + ": tensor 'token_embd.weight' is missing");
   c.n_vocab = static_cast<int>(emb->ne[1]);
   c.tied_output = g.find_tensor("output.weight") == nullptr;
-  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen35";
+  const bool hybrid = c.arch == "qwen35" || c.arch == "qwen35moe" || c.arch == "qwen3next";
+  c.qk_norm = c.arch == "qwen3" || hybrid;
   c.linear_layer.assign(static_cast<size_t>(c.n_layer), false);
-  if (c.arch == "qwen35") {
+  if (hybrid) {
     if (Status s = read_hybrid(g, p, c); !s.ok()) return s.error();
+  }
+  if (experts) {
+    if (Status s = read_experts(g, p, c); !s.ok()) return s.error();
   }
   c.kv_layer.assign(static_cast<size_t>(c.n_layer), -1);
   c.n_kv_layer = 0;

@@ -59,7 +59,17 @@ struct ModelConfig {
   int n_kv_layer = 0;              // layers with a KV cache
   GdnConfig gdn;                   // shapes of the linear layers, when there are any
 
+  // Mixture of experts (qwen35moe): per layer a softmax router over n_expert expert FFNs, the
+  // top n_expert_used by probability with their probabilities renormalised (times
+  // expert_weights_scale when set), plus a shared expert gated by sigmoid(w . x).
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_exp = 0;                // width of an expert FFN
+  int n_ff_shexp = 0;              // width of the shared expert FFN
+  float expert_weights_scale = 0;  // 0 or 1: none
+
   bool hybrid() const { return n_kv_layer < n_layer; }
+  bool moe() const { return n_expert > 0; }
   bool is_linear(int layer) const { return linear_layer[static_cast<size_t>(layer)]; }
 
   int kv_dim() const { return n_head_kv * head_dim; }  // floats of K (or V) per token per layer
@@ -73,8 +83,10 @@ struct ModelConfig {
   float rope_theta_scale() const;
 };
 
-// Architectures chorus can run: "llama" (also SmolLM, Llama 2/3), "qwen2", "qwen3" (dense) and
-// "qwen35" (Qwen3.5 dense hybrid: Gated DeltaNet layers and gated attention layers).
+// Architectures chorus can run: "llama" (also SmolLM, Llama 2/3), "qwen2", "qwen3" (dense),
+// "qwen35" (Qwen3.5 dense hybrid: Gated DeltaNet layers and gated attention layers) and
+// "qwen35moe" (the same with mixture-of-experts feed-forward layers) and "qwen3next"
+// (Qwen3-Next: the same as qwen35moe with another value-head order and a packed ssm_ba).
 const std::vector<std::string>& supported_architectures();
 
 }  // namespace chorus

@@ -23,10 +23,11 @@ ModelRunner::ModelRunner(const ModelConfig& config, const Weights& weights, CpuD
   k_.resize(T * c_.kv_dim());
   v_.resize(T * c_.kv_dim());
   att_.resize(T * c_.q_dim());
-  gate_.resize(T * c_.n_ff);
-  up_.resize(T * c_.n_ff);
+  const int ff = std::max({c_.n_ff, c_.n_ff_exp, c_.n_ff_shexp});
+  gate_.resize(T * ff);
+  up_.resize(T * ff);
   rope_cs_.resize(static_cast<size_t>(c_.n_rot));
-  xq_.resize(T * static_cast<size_t>(std::max({c_.n_embd, c_.q_dim(), c_.n_ff, c_.gdn.value_dim()}) / kQ8Block));
+  xq_.resize(T * static_cast<size_t>(std::max({c_.n_embd, c_.q_dim(), ff, c_.gdn.value_dim()}) / kQ8Block));
   if (c_.attn_output_gate) qg_.resize(T * 2 * c_.q_dim());
   if (c_.hybrid()) {
     const GdnConfig& d = c_.gdn;
@@ -84,6 +85,10 @@ void ModelRunner::gemm(std::initializer_list<Product> products, const float* x, 
 
 // x += W_down (silu(h W_gate) * h W_up), h = rmsnorm(x).
 void ModelRunner::feed_forward(const LayerWeights& L, int64_t T) {
+  if (c_.moe()) {
+    moe_feed_forward(L, T);
+    return;
+  }
   const CpuKernels& K = dev_.kernels();
   const int E = c_.n_embd, FF = c_.n_ff;
   per_token(T, [&](int64_t t) { K.rmsnorm(x_.data() + t * E, L.ffn_norm, h_.data() + t * E, E, c_.norm_eps); });
@@ -291,7 +296,7 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
         for (int h = 0; h < c_.n_head; ++h) {
           const float* g = qg_.data() + (t * 2 * c_.n_head + 2 * h + 1) * HD;
           float* o = att_.data() + t * QD + h * HD;
-          for (int i = 0; i < HD; ++i) o[i] /= 1.0f + std::exp(-g[i]);
+          for (int i = 0; i < HD; ++i) o[i] *= 1.0f / (1.0f + std::exp(-g[i]));  // ggml's sigmoid, then mul
         }
       });
     quantize(att_.data(), T, QD, xq_.data());

@@ -96,6 +96,7 @@ class ModelRunner {
   void gemm(std::initializer_list<Product> products, const float* x, const BlockQ8* xq, int64_t n_tokens);
   void quantize(const float* x, int64_t n_tokens, int64_t n_cols, BlockQ8* out);
   void feed_forward(const LayerWeights& L, int64_t n_tokens);
+  void moe_feed_forward(const LayerWeights& L, int64_t n_tokens);  // engine/model_runner_moe.cpp
   // Hybrid models: the tokens one sequence writes in a step and the blocks its view puts
   // before it (as forward()'s seqs indices, with their lengths at the start of the step).
   struct LinearGroup {
@@ -139,9 +140,13 @@ class ModelRunner {
   std::vector<float> scratch_;  // attention scores, [n_threads, longest sequence]
   LinearStats linear_stats_;
   bool chain_reads_ = true;
-  std::vector<float> qg_;       // [max_tokens, 2 q_dim] query and gate (attention with an output gate)
+  std::vector<float> qg_;
+  // Mixture of experts: router probabilities [T][n_expert], each token's slots (expert, weight)
+  // [T][n_expert_used], slot outputs [T][n_expert_used][n_embd], gathered rows [T][n_embd].
+  std::vector<float> moe_logits_, moe_slot_weight_, moe_slot_out_, moe_rows_;
+  std::vector<int> moe_slot_expert_;       // [max_tokens, 2 q_dim] query and gate (attention with an output gate)
   // Linear layers: [max_tokens, width] projections, factors and outputs.
-  std::vector<float> l_qkv_, l_z_, l_beta_, l_alpha_, l_gb_, l_o_;
+  std::vector<float> l_qkv_, l_z_, l_beta_, l_alpha_, l_ba_, l_gb_, l_o_;
   std::vector<std::unique_ptr<GdnBlockOps>> gdn_ops_;  // one per thread
   std::vector<std::vector<float>> prefix_S_, prefix_tails_;  // composed prefixes of one step
 };

@@ -122,8 +122,21 @@ void ModelRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> se
   const int keep = d.conv_kernel - 1;
 
   quantize(h_.data(), T, E, xq_.data());
-  gemm({{&L.w_qkv, l_qkv_.data()}, {&L.w_z, l_z_.data()}, {&L.w_beta, l_beta_.data()}, {&L.w_alpha, l_alpha_.data()}},
-       h_.data(), xq_.data(), T);
+  if (L.w_ba.data != nullptr) {  // qwen3next: [beta x r | alpha x r] per key head, unpacked
+    l_ba_.resize(static_cast<size_t>(T) * 2 * Hv);
+    gemm({{&L.w_qkv, l_qkv_.data()}, {&L.w_z, l_z_.data()}, {&L.w_ba, l_ba_.data()}}, h_.data(), xq_.data(), T);
+    const int r = Hv / d.n_k_heads;
+    for (int64_t t = 0; t < T; ++t)
+      for (int g = 0; g < d.n_k_heads; ++g)
+        for (int j = 0; j < r; ++j) {
+          const float* ba = l_ba_.data() + t * 2 * Hv + g * 2 * r;
+          l_beta_[static_cast<size_t>(t * Hv + g * r + j)] = ba[j];
+          l_alpha_[static_cast<size_t>(t * Hv + g * r + j)] = ba[r + j];
+        }
+  } else {
+    gemm({{&L.w_qkv, l_qkv_.data()}, {&L.w_z, l_z_.data()}, {&L.w_beta, l_beta_.data()}, {&L.w_alpha, l_alpha_.data()}},
+         h_.data(), xq_.data(), T);
+  }
   for (int64_t t = 0; t < T; ++t)
     for (int h = 0; h < Hv; ++h) {
       const float a = l_alpha_[static_cast<size_t>(t * Hv + h)] + L.dt_bias[h];
@@ -294,13 +307,15 @@ void ModelRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> se
     ops.shift_tail(own.run_tail.data(), g.x.data(), n);
   });
 
-  // 4. Gated norm per head, then the output projection into h_.
+  // 4. The 1/sqrt(dk) query scale, gated norm per head, then the output projection into h_.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   dev_.pool().run(T, [&](int64_t t, int) {
     for (int h = 0; h < Hv; ++h) {
       float* o = l_o_.data() + t * vd + h * dk;
+      for (int i = 0; i < dk; ++i) o[i] *= scale;
       const float* z = l_z_.data() + t * vd + h * dk;
       K.rmsnorm(o, L.ssm_norm, o, dk, c_.norm_eps);
-      for (int i = 0; i < dk; ++i) o[i] *= z[i] / (1.0f + std::exp(-z[i]));
+      K.swiglu(z, o, o, dk);  // o * silu(z), with ggml's silu
     }
   });
   quantize(l_o_.data(), T, vd, xq_.data());

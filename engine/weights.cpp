@@ -54,6 +54,30 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
     w.owned_.push_back(std::move(buf));
     return Status::success();
   };
+  // Expert matrices: one 3-d tensor [cols, rows, n_expert], cut into n_expert matrices.
+  auto experts = [&](const std::string& name, int64_t rows, int64_t cols, std::vector<WeightMatrix>* out) -> Status {
+    const GgufTensor* t = g.find_tensor(name);
+    if (t == nullptr) {
+      const std::string layer = name.substr(0, name.find("ffn_"));
+      const bool fused = g.find_tensor(layer + "ffn_gate_up_exps.weight") != nullptr;
+      return make_error(Errc::not_found, g.name() + ": tensor '" + name + "' is missing" +
+                                             (fused ? " (the file has the fused " + layer +
+                                                          "ffn_gate_up_exps.weight, which chorus does not read yet)"
+                                                    : ""));
+    }
+    if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != c.n_expert)
+      return make_error(Errc::bad_format, g.name() + ": tensor '" + name + "' has shape " + t->shape_string() +
+                                              ", expected [" + std::to_string(cols) + ", " + std::to_string(rows) + ", " +
+                                              std::to_string(c.n_expert) + "]");
+    if (!can_dequantize(t->type) || cols % 32 != 0)
+      return make_error(Errc::unsupported, g.name() + ": tensor '" + name + "' (" +
+                                               std::string(tensor_type_name(t->type)) + ", " + std::to_string(cols) +
+                                               " columns) cannot be computed with");
+    const size_t row_bytes = t->n_bytes / static_cast<size_t>(rows * c.n_expert);
+    for (int e = 0; e < c.n_expert; ++e)
+      out->push_back(WeightMatrix{t->type, rows, cols, t->data + static_cast<size_t>(e) * rows * row_bytes, row_bytes});
+    return Status::success();
+  };
 #define CHORUS_TRY(expr)             \
   do {                               \
     if (Status s = (expr); !s.ok()) return s.error(); \
@@ -63,6 +87,8 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
   CHORUS_TRY(vec("output_norm.weight", c.n_embd, true, &w.output_norm));
   if (c.tied_output) w.output = w.token_embd;
   else CHORUS_TRY(matrix("output.weight", c.n_vocab, c.n_embd, &w.output));
+  // The Qwen3.5 / Qwen3-Next family names the pre-FFN norm post_attention_norm.
+  const bool qwen35_family = c.arch == "qwen35" || c.arch == "qwen35moe" || c.arch == "qwen3next";
   w.layers.resize(static_cast<size_t>(c.n_layer));
   for (int i = 0; i < c.n_layer; ++i) {
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
@@ -73,8 +99,16 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
       const int64_t K = d.conv_kernel;
       CHORUS_TRY(matrix(p + "attn_qkv.weight", d.conv_dim(), c.n_embd, &l.w_qkv));
       CHORUS_TRY(matrix(p + "attn_gate.weight", d.value_dim(), c.n_embd, &l.w_z));
-      CHORUS_TRY(matrix(p + "ssm_beta.weight", d.n_v_heads, c.n_embd, &l.w_beta));
-      CHORUS_TRY(matrix(p + "ssm_alpha.weight", d.n_v_heads, c.n_embd, &l.w_alpha));
+      if (c.arch == "qwen3next") {
+        if (g.find_tensor(p + "ssm_in.weight") != nullptr && g.find_tensor(p + "attn_qkv.weight") == nullptr)
+          return make_error(Errc::unsupported, g.name() + ": tensor '" + p + "ssm_in.weight' is the packed [q k v z] "
+                                                   "projection of older converters; chorus reads attn_qkv and "
+                                                   "attn_gate (convert the model again with a current llama.cpp)");
+        CHORUS_TRY(matrix(p + "ssm_ba.weight", 2 * d.n_v_heads, c.n_embd, &l.w_ba));
+      } else {
+        CHORUS_TRY(matrix(p + "ssm_beta.weight", d.n_v_heads, c.n_embd, &l.w_beta));
+        CHORUS_TRY(matrix(p + "ssm_alpha.weight", d.n_v_heads, c.n_embd, &l.w_alpha));
+      }
       const float* taps = nullptr;  // [conv_dim][K] as stored
       CHORUS_TRY(vec(p + "ssm_conv1d.weight", d.conv_dim() * K, true, &taps));
       if (const GgufTensor* t = g.find_tensor(p + "ssm_conv1d.weight"); t->ne[0] != K)
@@ -100,8 +134,19 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
       CHORUS_TRY(vec(p + "attn_q_norm.weight", c.head_dim, c.qk_norm, &l.q_norm));
       CHORUS_TRY(vec(p + "attn_k_norm.weight", c.head_dim, c.qk_norm, &l.k_norm));
     }
-    CHORUS_TRY(vec(p + (c.arch == "qwen35" ? "post_attention_norm.weight" : "ffn_norm.weight"), c.n_embd, true,
+    CHORUS_TRY(vec(p + (qwen35_family ? "post_attention_norm.weight" : "ffn_norm.weight"), c.n_embd, true,
                    &l.ffn_norm));
+    if (c.moe()) {
+      CHORUS_TRY(matrix(p + "ffn_gate_inp.weight", c.n_expert, c.n_embd, &l.router));
+      CHORUS_TRY(experts(p + "ffn_gate_exps.weight", c.n_ff_exp, c.n_embd, &l.exp_gate));
+      CHORUS_TRY(experts(p + "ffn_up_exps.weight", c.n_ff_exp, c.n_embd, &l.exp_up));
+      CHORUS_TRY(experts(p + "ffn_down_exps.weight", c.n_embd, c.n_ff_exp, &l.exp_down));
+      CHORUS_TRY(vec(p + "ffn_gate_inp_shexp.weight", c.n_embd, true, &l.sh_router));
+      CHORUS_TRY(matrix(p + "ffn_gate_shexp.weight", c.n_ff_shexp, c.n_embd, &l.sh_gate));
+      CHORUS_TRY(matrix(p + "ffn_up_shexp.weight", c.n_ff_shexp, c.n_embd, &l.sh_up));
+      CHORUS_TRY(matrix(p + "ffn_down_shexp.weight", c.n_embd, c.n_ff_shexp, &l.sh_down));
+      continue;
+    }
     CHORUS_TRY(matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd, &l.w_gate));
     CHORUS_TRY(matrix(p + "ffn_up.weight", c.n_ff, c.n_embd, &l.w_up));
     CHORUS_TRY(matrix(p + "ffn_down.weight", c.n_embd, c.n_ff, &l.w_down));

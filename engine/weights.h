@@ -40,6 +40,8 @@ struct LayerWeights {
   WeightMatrix w_z;                  // [value_dim, n_embd]: output gate (attn_gate)
   WeightMatrix w_beta;               // [Hv, n_embd]: write strength, sigmoid
   WeightMatrix w_alpha;              // [Hv, n_embd]: decay input
+  WeightMatrix w_ba;                 // qwen3next instead of w_beta, w_alpha: [2 Hv, n_embd], per key
+                                     // head g: its r = Hv/Hk beta rows, then its r alpha rows
   const float* conv = nullptr;       // [K][conv_dim] causal convolution taps: the file's [conv_dim][K]
                                      // transposed at load (owned), so a tap is contiguous over channels
   const float* ssm_a = nullptr;      // [Hv] = -exp(A_log): g = ssm_a * softplus(alpha + dt_bias)
@@ -47,6 +49,11 @@ struct LayerWeights {
   const float* ssm_norm = nullptr;   // [dv] RMSNorm of each head's output, shared by heads
   WeightMatrix w_ssm_out;            // [n_embd, value_dim]
   const float* ffn_norm = nullptr;   // [n_embd] (qwen35: post_attention_norm)
+  // Mixture of experts (ModelConfig::moe()) instead of w_gate/w_up/w_down:
+  WeightMatrix router;               // [n_expert, n_embd] (ffn_gate_inp)
+  std::vector<WeightMatrix> exp_gate, exp_up, exp_down;  // per expert: [n_ff_exp, n_embd] x2, [n_embd, n_ff_exp]
+  WeightMatrix sh_gate, sh_up, sh_down;  // the shared expert: [n_ff_shexp, n_embd] x2, [n_embd, n_ff_shexp]
+  const float* sh_router = nullptr;  // [n_embd]: the shared expert's gate is sigmoid(sh_router . x)
   WeightMatrix w_gate;               // [n_ff, n_embd]
   WeightMatrix w_up;                 // [n_ff, n_embd]
   WeightMatrix w_down;               // [n_embd, n_ff]

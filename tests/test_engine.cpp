@@ -53,7 +53,7 @@ TEST(ModelConfig, UnsupportedArchitectureIsNamed) {
   auto c = config_of(llama_header("mamba"));
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().code, Errc::unsupported);
-  EXPECT_NE(c.error().message.find("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, qwen35)"),
+  EXPECT_NE(c.error().message.find("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, qwen35, qwen35moe, qwen3next)"),
             std::string::npos) << c.error().message;
 }
 
@@ -113,9 +113,39 @@ TEST(ModelConfig, BadHybridHyperParametersAreNamed) {
   expect(b, Errc::bad_format, "rope.dimension_sections must be an array of 4 integers");
   b = qwen35_header();
   b.kv_i32s("qwen35.attention.recurrent_layers", {1});
-  expect(b, Errc::bad_format, "recurrent_layers must be an array of 2 numbers");
+  expect(b, Errc::bad_format, "recurrent_layers must be an array of 2 integers");
   expect(qwen35_header({{"attention.value_length", 16}}), Errc::unsupported, "value_length 16 differs from key_length 32");
+  expect(qwen35_header({{"ssm.time_step_rank", 1u << 29}, {"ssm.inner_size", 1u << 30}}), Errc::unsupported,
+         "qwen35.ssm.time_step_rank 536870912 is larger than 4096");  // found by the fuzzer: sizes overflowed int
   expect(qwen35_header({{"full_attention_interval", 0}}), Errc::bad_format, "full_attention_interval");
+}
+
+TEST(ModelConfig, ReadsAndChecksExperts) {
+  auto moe = [](std::map<std::string, uint32_t> set) {
+    auto b = llama_header("qwen35moe");
+    std::map<std::string, uint32_t> keys = {
+        {"attention.key_length", 32}, {"attention.value_length", 32}, {"rope.dimension_count", 8},
+        {"ssm.conv_kernel", 4},       {"ssm.state_size", 16},         {"ssm.group_count", 2},
+        {"ssm.time_step_rank", 4},    {"ssm.inner_size", 64},         {"expert_count", 8},
+        {"expert_used_count", 2},     {"expert_feed_forward_length", 32}};
+    for (const auto& [k, v] : set) keys[k] = v;
+    for (const auto& [k, v] : keys)
+      if (v != 0) b.kv_u32("qwen35moe." + k, v);
+    return b;
+  };
+  auto c = config_of(moe({}));
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_TRUE(c->moe());
+  EXPECT_EQ(c->n_expert, 8);
+  EXPECT_EQ(c->n_expert_used, 2);
+  EXPECT_EQ(c->n_ff_exp, 32);
+  EXPECT_EQ(c->n_ff_shexp, 128) << "the shared expert defaults to feed_forward_length";
+  c = config_of(moe({{"expert_used_count", 9}}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("expert_used_count 9 with expert_count 8"), std::string::npos) << c.error().message;
+  c = config_of(moe({{"expert_count", 0}}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("qwen35moe.expert_count"), std::string::npos) << c.error().message;
 }
 
 TEST(ModelConfig, BadHyperParametersAreNamed) {

@@ -76,7 +76,8 @@ TEST_P(TinyModels, LogitsAndGreedyMatchLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, TinyModels,
                          ::testing::Values("tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf", "tiny_qwen3.gguf",
-                                           "tiny_qwen35.gguf"),
+                                           "tiny_qwen35.gguf", "tiny_qwen35moe.gguf",
+                                           "tiny_qwen3next_f32.gguf"),
                          [](const auto& info) {
                            std::string n = info.param.substr(0, info.param.find('.'));
                            return n;

@@ -115,6 +115,16 @@ TEST_F(Views, HybridViewEqualsContiguousEncodingInEveryOrder) {
   check_every_order({{19, 4, 6}}, /*chunk=*/3);
 }
 
+// qwen35moe: the same layers with mixture-of-experts feed-forward (routing per token is
+// unaffected by where the token's block sits in a view).
+TEST_F(Views, HybridMoeViewEqualsContiguousEncodingInEveryOrder) {
+  load(test::goldens_dir() + "/tiny_qwen35moe.gguf", /*f32_activations=*/true);
+  check_every_order({{5, 20, 7}, {2, 3, 1}});
+  // qwen3next: value head h reads key head h / 2 (not h % 2), beta/alpha packed per key head.
+  load(test::goldens_dir() + "/tiny_qwen3next_f32.gguf", /*f32_activations=*/true);
+  check_every_order({{5, 20, 7}, {2, 3, 1}}, /*chunk=*/1);
+}
+
 void Views::check_every_order(const std::vector<std::vector<int>>& length_sets, int chunk) {
   for (const std::vector<int>& lengths : length_sets) {
     std::vector<std::vector<TokenId>> toks;

@@ -102,6 +102,9 @@ struct CpuKernels {
   void (*attention)(const AttentionArgs& a);
   // y += x, n values.
   void (*add)(float* y, const float* x, int64_t n);
+  // sum a[i] b[i] in the order of ggml's f32 dot product (AVX-512 build): used where llama.cpp
+  // multiplies f32 weights (MoE router, shared-expert gate) and in the Gated DeltaNet ops.
+  float (*dot_f32)(const float* a, const float* b, int n);
 
   // Gated DeltaNet (kernels/cpu/gdn.h has the reference, in any precision, and the algebra).
   // One token on a head's state S [dv][dk]: S <- exp(g) S + beta (v - exp(g) S k) k^T, then

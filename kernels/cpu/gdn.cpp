@@ -189,9 +189,9 @@ void conv_causal(const T* prev, const T* x, int n, const T* w, int C, int K, boo
 
 template <class T>
 void l2_normalize(T* x, int n, T eps) {
-  T ss = 0;
-  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
-  const T scale = T(1) / std::max(std::sqrt(ss), eps);
+  double ss = 0;  // in double, as ggml's l2_norm
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i] * x[i]);
+  const T scale = T(1) / std::max(std::sqrt(static_cast<T>(ss)), eps);
   for (int i = 0; i < n; ++i) x[i] *= scale;
 }
 

@@ -266,15 +266,26 @@ void quantize_q8_generic(const float* x, chorus::BlockQ8* out, int64_t n) {
 }
 
 // --- Gated DeltaNet -----------------------------------------------------------------------------
-// Dot products in 16 lanes (one AVX-512 register, two AVX2 ones), so the loops vectorize
-// without reassociation flags.
-inline float dot_lanes(const float* a, const float* b, int n) {
-  float acc[16] = {};
-  int j = 0;
-  for (; j + 16 <= n; j += 16)
-    for (int l = 0; l < 16; ++l) acc[l] = std::fma(a[j + l], b[j + l], acc[l]);
-  float s = reduce16(acc);
-  for (; j < n; ++j) s = std::fma(a[j], b[j], s);
+// In the order of ggml's CPU backend (AVX-512 build), so that a hybrid model's recurrent state
+// rounds as llama.cpp's does: dot products as ggml_vec_dot_f32 (4 chains of 16 lanes over steps
+// of 64, folded (0+2)+(1+3), lanes reduced as _mm512_reduce_add_ps, the rest one fma at a
+// time); the state decayed first, then S k, then the rank-1 update with fma.
+inline float dot_ggml(const float* a, const float* b, int n) {
+  const int np = n & ~63;
+  float s = 0.0f;
+  if (np > 0) {
+    float acc[4][16] = {};
+    for (int i = 0; i < np; i += 64)
+      for (int r = 0; r < 4; ++r)
+        for (int l = 0; l < 16; ++l) acc[r][l] = std::fma(a[i + 16 * r + l], b[i + 16 * r + l], acc[r][l]);
+    for (int l = 0; l < 16; ++l) {
+      acc[0][l] += acc[2][l];
+      acc[1][l] += acc[3][l];
+    }
+    for (int l = 0; l < 16; ++l) acc[0][l] += acc[1][l];
+    s = reduce16(acc[0]);
+  }
+  for (int i = np; i < n; ++i) s = std::fma(a[i], b[i], s);
   return s;
 }
 
@@ -283,9 +294,10 @@ void op_gdn_step(float* S, const float* q, const float* k, const float* v, float
   const float alpha = std::exp(g);
   for (int i = 0; i < dv; ++i) {
     float* s = S + static_cast<size_t>(i) * dk;
-    const float delta = beta * ((v ? v[i] : 0.0f) - alpha * dot_lanes(s, k, dk));
-    for (int j = 0; j < dk; ++j) s[j] = std::fma(delta, k[j], alpha * s[j]);
-    if (out) out[i] = dot_lanes(s, q, dk);
+    for (int j = 0; j < dk; ++j) s[j] *= alpha;
+    const float delta = ((v ? v[i] : 0.0f) - dot_ggml(s, k, dk)) * beta;
+    for (int j = 0; j < dk; ++j) s[j] = std::fma(k[j], delta, s[j]);
+    if (out) out[i] = dot_ggml(s, q, dk);
   }
 }
 
@@ -319,8 +331,8 @@ void op_gdn_conv(const float* prev, const float* x, int n, const float* w, int C
 
 void op_gdn_query_dense(const float* A, const float* B, float* y, float* c, float* tmp, int dk) {
   for (int r = 0; r < dk; ++r) {
-    if (A) tmp[r] = dot_lanes(A + static_cast<size_t>(r) * dk, y, dk);
-    c[r] += dot_lanes(B + static_cast<size_t>(r) * dk, y, dk);
+    if (A) tmp[r] = dot_ggml(A + static_cast<size_t>(r) * dk, y, dk);
+    c[r] += dot_ggml(B + static_cast<size_t>(r) * dk, y, dk);
   }
   if (A)
     for (int r = 0; r < dk; ++r) y[r] = tmp[r];
@@ -335,6 +347,7 @@ void fill_common_ops(chorus::CpuKernels& k) {
   k.softmax = op_softmax;
   k.attention = op_attention;
   k.add = op_add;
+  k.dot_f32 = dot_ggml;
   k.gdn_step = op_gdn_step;
   k.gdn_mul_right = op_gdn_mul_right;
   k.gdn_query_dense = op_gdn_query_dense;

@@ -17,6 +17,14 @@ byte-identical files):
                        [2, 1, 1, 0]), Gated DeltaNet in layers 0, 2 (2 key
                        heads, 4 value heads, head 16, conv kernel 4),
                        untied output, matrices + token_embd Q8_0
+  tiny_qwen35moe.gguf  "qwen35moe": the same layers with mixture-of-experts
+                       feed-forward (4 experts of 64, top 2, F32 router, a
+                       shared expert of 96 gated by sigmoid)
+  tiny_qwen3next_f32.gguf  "qwen3next": as qwen35moe, with value head h reading
+                       key head h / 2 and beta/alpha packed per key head
+                       (ssm_ba); all matrices F32 (no int8 activations, whose
+                       rounding turns last-bit differences of the recurrence's
+                       float order into visible logit differences)
 
 Shapes: 2 layers, n_embd 128, 4 heads, 2 KV heads (GQA, head_dim 32),
 n_ff 256, context 512. Norm weights are F32 (1 + N(0, 0.05)); matrices are
@@ -241,18 +249,48 @@ def add_qwen35_header(w, h):
     return key_dim, value_dim, 2 * key_dim + value_dim
 
 
-def write_hybrid_model(path, tokens, types):
+# The mixture-of-experts variant (qwen35moe): experts, their width, the shared expert's width.
+EXPERTS = dict(n_expert=4, n_expert_used=2, n_ff_exp=64, n_ff_shexp=96, seed=3536)
+
+
+def add_experts(w, p, rng, qt):
+    """A qwen35moe feed-forward: F32 router, 3-d expert tensors, a gated shared expert."""
+    x = EXPERTS
+    w.add_tensor(p + "ffn_gate_inp.weight", rng.normal(0.0, 0.3, size=(x["n_expert"], N_EMBD)).astype(np.float32))
+    for name, shape in (("ffn_gate_exps", (x["n_expert"], x["n_ff_exp"], N_EMBD)),
+                        ("ffn_up_exps", (x["n_expert"], x["n_ff_exp"], N_EMBD)),
+                        ("ffn_down_exps", (x["n_expert"], N_EMBD, x["n_ff_exp"]))):
+        data = rng.normal(0.0, W_STD, size=shape).astype(np.float32)
+        if qt == QT.F32:
+            w.add_tensor(p + name + ".weight", data)
+        else:
+            q = gguf.quants.quantize(data, qt)
+            w.add_tensor(p + name + ".weight", q, raw_shape=q.shape, raw_dtype=qt)
+    w.add_tensor(p + "ffn_gate_inp_shexp.weight", rng.normal(0.0, 0.3, size=N_EMBD).astype(np.float32))
+    add_matrix(w, p + "ffn_gate_shexp.weight", [N_EMBD, x["n_ff_shexp"]], qt, rng)
+    add_matrix(w, p + "ffn_up_shexp.weight", [N_EMBD, x["n_ff_shexp"]], qt, rng)
+    add_matrix(w, p + "ffn_down_shexp.weight", [x["n_ff_shexp"], N_EMBD], qt, rng)
+
+
+def write_hybrid_model(path, tokens, types, arch="qwen35", qt=QT.Q8_0):
+    """qwen35 (dense), qwen35moe (experts) or qwen3next (experts; value heads in the original
+    order, key head h / r; beta and alpha packed per key head in ssm_ba). Matrices of type qt."""
     h = HYBRID
     n_vocab = len(tokens)
-    rng = np.random.default_rng(h["seed"])
-    w = gguf.GGUFWriter(path, "qwen35")
+    moe = arch != "qwen35"
+    rng = np.random.default_rng({"qwen35": h["seed"], "qwen35moe": EXPERTS["seed"], "qwen3next": 3537}[arch])
+    w = gguf.GGUFWriter(path, arch)
     w.add_name(os.path.splitext(os.path.basename(path))[0])
-    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0))
+    w.add_file_type(int(gguf.LlamaFileType.ALL_F32 if qt == QT.F32 else gguf.LlamaFileType.MOSTLY_Q8_0))
     key_dim, value_dim, conv_dim = add_qwen35_header(w, dict(h, n_embd=N_EMBD, n_ff=N_FF, n_ctx=N_CTX))
+    if moe:
+        w.add_expert_count(EXPERTS["n_expert"])
+        w.add_expert_used_count(EXPERTS["n_expert_used"])
+        w.add_expert_feed_forward_length(EXPERTS["n_ff_exp"])
+        w.add_expert_shared_feed_forward_length(EXPERTS["n_ff_shexp"])
     w.add_vocab_size(n_vocab)
     add_tokenizer(w, tokens, types)
 
-    qt = QT.Q8_0
     add_matrix(w, "token_embd.weight", [N_EMBD, n_vocab], qt, rng)
     for i in range(h["n_layer"]):
         p = "blk.%d." % i
@@ -260,8 +298,11 @@ def write_hybrid_model(path, tokens, types):
         if (i + 1) % h["interval"] != 0:  # Gated DeltaNet
             add_matrix(w, p + "attn_qkv.weight", [N_EMBD, conv_dim], qt, rng)
             add_matrix(w, p + "attn_gate.weight", [N_EMBD, value_dim], qt, rng)
-            add_matrix(w, p + "ssm_beta.weight", [N_EMBD, h["n_v_heads"]], qt, rng, std=0.2)
-            add_matrix(w, p + "ssm_alpha.weight", [N_EMBD, h["n_v_heads"]], qt, rng, std=0.2)
+            if arch == "qwen3next":
+                add_matrix(w, p + "ssm_ba.weight", [N_EMBD, 2 * h["n_v_heads"]], qt, rng, std=0.2)
+            else:
+                add_matrix(w, p + "ssm_beta.weight", [N_EMBD, h["n_v_heads"]], qt, rng, std=0.2)
+                add_matrix(w, p + "ssm_alpha.weight", [N_EMBD, h["n_v_heads"]], qt, rng, std=0.2)
             w.add_tensor(p + "ssm_conv1d.weight",
                          rng.normal(0.0, 0.5, size=(conv_dim, h["conv_kernel"])).astype(np.float32))
             w.add_tensor(p + "ssm_dt.bias", rng.normal(0.0, 0.5, size=h["n_v_heads"]).astype(np.float32))
@@ -277,9 +318,12 @@ def write_hybrid_model(path, tokens, types):
             add_norm(w, p + "attn_k_norm.weight", hd, rng)
             add_matrix(w, p + "attn_output.weight", [h["n_head"] * hd, N_EMBD], qt, rng)
         add_norm(w, p + "post_attention_norm.weight", N_EMBD, rng)
-        add_matrix(w, p + "ffn_gate.weight", [N_EMBD, N_FF], qt, rng)
-        add_matrix(w, p + "ffn_up.weight", [N_EMBD, N_FF], qt, rng)
-        add_matrix(w, p + "ffn_down.weight", [N_FF, N_EMBD], qt, rng)
+        if moe:
+            add_experts(w, p, rng, qt)
+        else:
+            add_matrix(w, p + "ffn_gate.weight", [N_EMBD, N_FF], qt, rng)
+            add_matrix(w, p + "ffn_up.weight", [N_EMBD, N_FF], qt, rng)
+            add_matrix(w, p + "ffn_down.weight", [N_FF, N_EMBD], qt, rng)
     add_norm(w, "output_norm.weight", N_EMBD, rng)
     add_matrix(w, "output.weight", [N_EMBD, n_vocab], qt, rng)
     w.write_header_to_file()
@@ -317,10 +361,12 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     tokens, types = build_vocab()
     print("vocab: %d tokens (%d merges, %d specials)" % (len(tokens), len(MERGES), len(SPECIALS)))
-    for name, spec in list(MODELS.items()) + [("tiny_qwen35.gguf", None)]:
+    hybrids = [("tiny_qwen35.gguf", None), ("tiny_qwen35moe.gguf", None), ("tiny_qwen3next_f32.gguf", None)]
+    for name, spec in list(MODELS.items()) + hybrids:
         path = os.path.join(args.out, name)
         if spec is None:
-            write_hybrid_model(path, tokens, types)
+            arch = name[len("tiny_"):-len(".gguf")].replace("_f32", "")
+            write_hybrid_model(path, tokens, types, arch=arch, qt=QT.F32 if "f32" in name else QT.Q8_0)
         else:
             write_model(path, spec, tokens, types)
         with open(path, "rb") as f:
