@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "apps/chorus/bench_common.h"
 #include "apps/chorus/commands.h"
 #include "engine/engine.h"
 #include "engine/linear_state.h"
@@ -21,21 +22,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::vector<TokenId> text_tokens(const Tokenizer& tok, size_t n) {
-  const auto para = tok.encode(
-      "A robot arm reports its joint temperatures every second; the monitor reads them, thinks about trends, "
-      "and writes a short note when something drifts. ");
-  std::vector<TokenId> ids;
-  while (ids.size() < n) ids.insert(ids.end(), para.begin(), para.end());
-  ids.resize(n);
-  return ids;
+  return repeated_tokens(tok,
+                         "A robot arm reports its joint temperatures every second; the monitor reads them, thinks "
+                         "about trends, and writes a short note when something drifts. ",
+                         n);
 }
 
-Request gen(BlockId w, std::vector<BlockId> view, int n) {
-  StopCondition stop;
-  stop.max_tokens = n;
-  stop.at_end_of_generation = false;
-  return Request::generate(w, std::move(view), {0}, SamplingParams::greedy(), stop);
-}
+Request gen(BlockId w, std::vector<BlockId> view, int n) { return greedy_generate(w, std::move(view), 0, n); }
 
 struct Decode {
   double tok_s = 0;
@@ -158,11 +151,11 @@ int run_bench_hybrid(const BenchArgs& args, const Model& m, CpuDevice& device, n
     };
     const auto [ctx_bytes, ctx_tokens] = bytes_of(view[2]);
     const auto [w_bytes, w_tokens] = bytes_of(w);
-    std::printf("  linear-layer state: context block (%lld tokens) %.1f MiB, writing block (%lld tokens) %.1f MiB\n",
+    std::printf("  linear-layer state: context block (%lld tokens) %.1f MiB, a finished generated block (%lld tokens) %.1f MiB\n",
                 static_cast<long long>(ctx_tokens), ctx_bytes / 1048576.0, static_cast<long long>(w_tokens),
                 w_bytes / 1048576.0);
     out["linear_state_bytes"] = {{"context_block", ctx_bytes}, {"context_tokens", ctx_tokens},
-                                 {"writing_block", w_bytes}, {"writing_tokens", w_tokens}};
+                                 {"generated_block", w_bytes}, {"generated_tokens", w_tokens}};
   }
   return 0;
 }

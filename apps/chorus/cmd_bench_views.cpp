@@ -13,6 +13,7 @@
 #include "actors/atoms.h"
 #include "actors/batcher.h"
 #include "actors/codec.h"
+#include "apps/chorus/bench_common.h"
 #include "apps/chorus/commands.h"
 #include "engine/engine.h"
 #include "engine/model.h"
@@ -26,20 +27,14 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::vector<TokenId> filler(const Tokenizer& tok, size_t n) {
-  const auto para = tok.encode(
-      "Engineers measure before they optimize, and they keep the measurements next to the code so that the "
-      "next person can run them again. ");
-  std::vector<TokenId> ids;
-  while (ids.size() < n) ids.insert(ids.end(), para.begin(), para.end());
-  ids.resize(n);
-  return ids;
+  return repeated_tokens(tok,
+                         "Engineers measure before they optimize, and they keep the measurements next to the code so "
+                         "that the next person can run them again. ",
+                         n);
 }
 
 Request generate(BlockId w, std::vector<BlockId> view, TokenId start, int n) {
-  StopCondition stop;
-  stop.max_tokens = n;
-  stop.at_end_of_generation = false;
-  return Request::generate(w, std::move(view), {start}, SamplingParams::greedy(), stop);
+  return greedy_generate(w, std::move(view), start, n);
 }
 
 // Runs the engine until idle; returns (generated tokens, seconds spent in steps after `from`).
