@@ -52,7 +52,7 @@ def tool_run(rng, mean_output_words):
 def run_policy(args, policy):
     server = subprocess.Popen([args.chorus, "serve", "--model", args.model, "--port", "0", "--pages", str(args.pages),
                                "--policy", policy, "--ttl", str(args.ttl), "--check-period", str(args.check_period),
-                               "--host-pages", "0", "--ctx", "8192"],
+                               "--host-pages", str(args.host_pages), "--ctx", "8192"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = server.stdout.readline()
@@ -125,6 +125,8 @@ def main():
     ap.add_argument("--reason-tokens", type=int, default=64)
     ap.add_argument("--tool-words", type=int, default=150, help="words of tool output (~200 tokens)")
     ap.add_argument("--pages", type=int, default=600, help="KV pages of 16 tokens: set below the working set")
+    ap.add_argument("--host-pages", type=int, default=0,
+                    help="host-memory pages for offloaded pauses (chorus serve --host-pages); 0: drop only")
     ap.add_argument("--ttl", type=float, default=2.0)
     ap.add_argument("--check-period", type=float, default=1.0)
     ap.add_argument("--policies", default="lru,ttl,program")
