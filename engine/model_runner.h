@@ -144,7 +144,8 @@ class ModelRunner {
   // Mixture of experts: router probabilities [T][n_expert], each token's slots (expert, weight)
   // [T][n_expert_used], slot outputs [T][n_expert_used][n_embd], gathered rows [T][n_embd].
   std::vector<float> moe_logits_, moe_slot_weight_, moe_slot_out_, moe_rows_;
-  std::vector<int> moe_slot_expert_;       // [max_tokens, 2 q_dim] query and gate (attention with an output gate)
+  std::vector<int> moe_slot_expert_;
+  std::vector<int64_t> moe_first_, moe_slots_;  // slots bucketed by expert: [first[e], first[e+1])       // [max_tokens, 2 q_dim] query and gate (attention with an output gate)
   // Linear layers: [max_tokens, width] projections, factors and outputs.
   std::vector<float> l_qkv_, l_z_, l_beta_, l_alpha_, l_ba_, l_gb_, l_o_;
   std::vector<std::unique_ptr<GdnBlockOps>> gdn_ops_;  // one per thread

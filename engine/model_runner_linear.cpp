@@ -295,13 +295,9 @@ void ModelRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> se
       // the CPU it costs what the chunk-parallel form (gdn::chunk, for the GPU) costs.
       for (size_t s = 0; s < N; ++s)
         K.gdn_step(S, query(s), g.k.data() + s * kd + kh, g.v.data() + s * vd + vh, g.gb[(s * Hv + h) * 2],
-                         g.gb[(s * Hv + h) * 2 + 1], out(s), dk, dk);
+                   g.gb[(s * Hv + h) * 2 + 1], out(s), dk, dk);
       if (suffix)
-        for (size_t s = 0; s < N; ++s) {
-          const float* c = g.c.data() + s * vd + vh;
-          float* o = out(s);
-          for (int j = 0; j < dk; ++j) o[j] += c[j];
-        }
+        for (size_t s = 0; s < N; ++s) K.add(out(s), g.c.data() + s * vd + vh, dk);
     }
     ops.append(own, g.start, g.x.data(), g.k.data(), g.v.data(), g.gb.data(), n);
     ops.shift_tail(own.run_tail.data(), g.x.data(), n);

@@ -61,14 +61,21 @@ void ModelRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
   // Experts: each over the rows that chose it; slot outputs kept apart, then summed in slot order.
   moe_slot_out_.resize(ut * NU * E);
   moe_rows_.resize(ut * E);
-  for (int e = 0; e < NE; ++e) {
-    std::vector<int64_t> slots;  // t * NU + s
+  // Slots (t * NU + s) bucketed by expert, in slot order: one pass.
+  moe_first_.assign(static_cast<size_t>(NE) + 1, 0);
+  for (int x : moe_slot_expert_) ++moe_first_[static_cast<size_t>(x) + 1];
+  for (int e = 0; e < NE; ++e) moe_first_[static_cast<size_t>(e) + 1] += moe_first_[static_cast<size_t>(e)];
+  moe_slots_.resize(moe_slot_expert_.size());
+  {
+    std::vector<int64_t> fill(moe_first_.begin(), moe_first_.end() - 1);
     for (size_t i = 0; i < moe_slot_expert_.size(); ++i)
-      if (moe_slot_expert_[i] == e) slots.push_back(static_cast<int64_t>(i));
-    if (slots.empty()) continue;
-    const auto m = static_cast<int64_t>(slots.size());
-    for (int64_t r = 0; r < m; ++r)
-      std::copy_n(h_.data() + (slots[static_cast<size_t>(r)] / NU) * E, E, moe_rows_.data() + r * E);
+      moe_slots_[static_cast<size_t>(fill[static_cast<size_t>(moe_slot_expert_[i])]++)] = static_cast<int64_t>(i);
+  }
+  for (int e = 0; e < NE; ++e) {
+    const int64_t* slots = moe_slots_.data() + moe_first_[static_cast<size_t>(e)];
+    const int64_t m = moe_first_[static_cast<size_t>(e) + 1] - moe_first_[static_cast<size_t>(e)];
+    if (m == 0) continue;
+    for (int64_t r = 0; r < m; ++r) std::copy_n(h_.data() + (slots[r] / NU) * E, E, moe_rows_.data() + r * E);
     quantize(moe_rows_.data(), m, E, xq_.data());
     gemm({{&L.exp_gate[static_cast<size_t>(e)], gate_.data()}, {&L.exp_up[static_cast<size_t>(e)], up_.data()}},
          moe_rows_.data(), xq_.data(), m);
@@ -76,7 +83,7 @@ void ModelRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
     quantize(gate_.data(), m, FE, xq_.data());
     gemm({{&L.exp_down[static_cast<size_t>(e)], moe_rows_.data()}}, gate_.data(), xq_.data(), m);
     for (int64_t r = 0; r < m; ++r) {
-      const int64_t slot = slots[static_cast<size_t>(r)];
+      const int64_t slot = slots[r];
       const float w = moe_slot_weight_[static_cast<size_t>(slot)];
       float* out = moe_slot_out_.data() + slot * E;
       const float* y = moe_rows_.data() + r * E;
