@@ -1,0 +1,22 @@
+// The CUDA device in a build without the CUDA targets: create() says so.
+#include "gpu/cuda_device.h"
+
+namespace chorus {
+
+Result<std::unique_ptr<CudaDevice>> CudaDevice::create(const CudaDeviceOptions&) {
+  return make_error(Errc::unsupported, "this chorus was built without CUDA (configure with nvcc present, CHORUS_CUDA=ON)");
+}
+CudaDevice::~CudaDevice() = default;
+Result<void*> CudaDevice::alloc(int64_t, const std::string&) { return make_error(Errc::unsupported, "no CUDA"); }
+void CudaDevice::reset_to(int64_t) {}
+Status CudaDevice::bind() const { return make_error(Errc::unsupported, "no CUDA"); }
+Status CudaDevice::upload(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
+Status CudaDevice::download(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
+Status CudaDevice::zero(void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
+Status CudaDevice::sync(const std::string&) { return make_error(Errc::unsupported, "no CUDA"); }
+std::string CudaDevice::describe() const { return "cuda (not built)"; }
+Status cuda_gemm_bf16(CudaDevice&, const void*, const void*, float*, int64_t, int64_t, int64_t) {
+  return make_error(Errc::unsupported, "no CUDA");
+}
+
+}  // namespace chorus

@@ -1,0 +1,54 @@
+// What the CUDA ops share: launch-error reporting, warp reductions, bf16 conversion. Included by
+// the .cu files only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/ops.h"
+
+namespace chorus::cuda {
+
+inline cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
+
+// "" after a good launch, else "cuda OP: <CUDA's error>".
+inline std::string launch_status(const char* op) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return {};
+  return std::string("cuda ") + op + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+}
+
+inline std::string shape_error(const char* op, const std::string& what) { return std::string("cuda ") + op + ": " + what; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float load_f(const float* p) { return *p; }
+__device__ __forceinline__ float load_f(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+
+// Sum over a block of blockDim.x threads (a multiple of 32, <= 1024); every thread gets it.
+// `shared` holds 32 floats. Ends with a barrier, so `shared` may be reused right after.
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float t = lane < n_warps ? shared[lane] : 0.0f;
+  t = warp_sum(t);
+  __syncthreads();
+  return t;
+}
+
+}  // namespace chorus::cuda

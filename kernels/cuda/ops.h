@@ -1,0 +1,136 @@
+// The CUDA ops, as host launchers over device pointers. This header stays free of CUDA headers
+// so plain C++ (gpu/, tests) can include it; streams travel as `Stream` (a cudaStream_t).
+//
+// Every launcher checks its shapes before it launches and returns "" on success, or what is
+// wrong and where ("cuda rmsnorm: n = 0 (must be 1..1048576)"); a launch error comes back the same
+// way, with the CUDA error string. Launches are asynchronous on the given stream: an error in
+// the kernel itself shows at the next synchronization (gpu/cuda_device.h checks it).
+//
+// Each op has the same semantics as its CPU counterpart in kernels/cpu/cpu_kernels.h, which is
+// its reference (tests/test_cuda_ops.cpp compares them); the layouts differ where the GPU wants
+// them to (attention pages are position-major), and say so below.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace chorus::cuda {
+
+using Stream = void*;  // a cudaStream_t; nullptr is the default stream
+
+// A bf16 value's bits (the upper half of a float's), so that host code needs no cuda_bf16.h.
+using bf16_bits = uint16_t;
+
+// y[r] = x[r] / rms(x[r]) * w for rows r < rows of n values each. One block per row; the sum of
+// squares in float per thread, then a tree (the CPU reference sums in double: within 2e-6).
+std::string rmsnorm(const float* x, const float* w, float* y, int rows, int n, float eps, Stream s);
+
+// Rotary embedding in place on x [n_tokens][n_heads][head_dim] at pos[t] (device, per token):
+// angles freq_scale * pos * theta_scale^i, the power by repeated multiplication in float as the
+// CPU's rope_cache; pairs (2i, 2i+1) or, neox, (i, i + n_rot/2); dims from n_rot on unchanged.
+std::string rope(float* x, const int32_t* pos, int n_tokens, int n_heads, int head_dim, int n_rot, float theta_scale,
+                 float freq_scale, bool neox, Stream s);
+
+// out = silu(gate) * up, n values.
+std::string swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s);
+// y += x, n values.
+std::string add(float* y, const float* x, int64_t n, Stream s);
+
+// out[t] = table row ids[t] (bf16 rows of `dim`) as float; an id outside [0, n_rows) gives a
+// row of NaN (the caller validated ids; NaN makes a bug loud instead of reading out of bounds).
+std::string embed_rows(const bf16_bits* table, int64_t n_rows, const int32_t* ids, int n_ids, int dim, float* out,
+                       Stream s);
+
+// Weight rows of a GGUF type to bf16, for weights uploaded once at load. `src` holds n_rows
+// rows of `n_cols` values in the GGUF type's blocks (row_bytes each); dst [n_rows][n_cols].
+// Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1 (ggml's block layouts; others: an error naming it).
+std::string dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_bytes, int64_t n_rows, int64_t n_cols,
+                                 bf16_bits* dst, Stream s);
+// f32 -> bf16 (round to nearest even), n values: activations before a bf16 matrix product.
+std::string to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s);
+
+// Paged attention over views, decode and prefill-in-context alike: one query token per row of
+// `tokens`, each attending its own list of segments (blocks of its view, in view order).
+//
+// KV pages: one pool per layer side; page p's keys are k_pool + p * page_stride, laid out
+// [16 positions][kv_stride] (position-major: a position's head loads coalesced), values the
+// same in v_pool. Keys are stored rotated at block-local positions 0..n-1, as on the CPU.
+//
+// Query rotation: queries come unrotated (after any q-norm); for a segment the kernel rotates
+// them by the segment's `q_pos` (the token's view position minus the segment's view offset)
+// into shared memory, so no query is copied per segment in memory and no segment is
+// materialized. One online softmax runs across all of a token's segments in one pass; the warps
+// of a block split the pages and combine their partial softmax states at the end in shared
+// memory (no second kernel, no merge pass).
+struct AttnSegment {
+  int32_t first_page;  // index into `page_ids` of this segment's first page
+  int32_t n_kv;        // positions to attend (the write block: up to and including the token's own)
+  int32_t q_pos;       // rotation of the query for this segment
+  int32_t pad = 0;
+};
+
+struct AttnToken {
+  int32_t first_seg;   // index into `segs`
+  int32_t n_segs;
+};
+
+struct AttnArgs {
+  const float* q;             // [n_tokens][n_heads][head_dim], unrotated
+  const void* k_pool;         // float or bf16, per kv_bf16
+  const void* v_pool;
+  bool kv_bf16 = false;
+  int64_t page_stride;        // elements from one page to the next (>= 16 * kv_stride)
+  int kv_stride;              // elements per position: n_kv_heads * head_dim
+  const int32_t* page_ids;    // device: pages of all segments
+  const AttnSegment* segs;    // device
+  const AttnToken* tokens;    // device, [n_tokens]
+  int n_tokens;
+  int n_heads, n_kv_heads, head_dim;  // head_dim a multiple of 32, <= 256; n_heads / n_kv_heads <= 8
+  int n_rot;                  // rotary dims (<= head_dim, even)
+  float theta_scale, freq_scale;
+  bool neox;
+  float scale;                // 1 / sqrt(head_dim)
+  float* out;                 // [n_tokens][n_heads][head_dim]
+};
+std::string attention(const AttnArgs& a, Stream s);
+
+// Writes the keys and values of n tokens into their page slots: token i's [kv_stride] key and
+// value go to position slot[i] (0..15) of page page[i], in the layout `attention` reads (keys
+// already rotated and normed by the caller). bf16 pages round to nearest even.
+std::string write_kv(void* k_pool, void* v_pool, bool kv_bf16, int64_t page_stride, int kv_stride, const int32_t* page,
+                     const int32_t* slot, const float* k, const float* v, int n, Stream s);
+
+// Gated DeltaNet, one token per sequence (decode), on each sequence's state
+// [n_v_heads][dv][dk] (f32, in place): for v-head h with key head kh,
+//   S <- e^g S;  S <- S + beta (v - S k) k^T;  out = S q
+// (the CPU's gdn_step). kh = h % n_k_heads (qwen35 files) or h / (n_v_heads / n_k_heads)
+// (qwen3next files): `kh_mod`. q, k: [n_seq][n_k_heads][dk] (already L2-normalised and, for q,
+// scaled); v, out: [n_seq][n_v_heads][dv]; g, beta: [n_seq][n_v_heads]; states: device array of
+// n_seq state pointers. dk a multiple of 32, <= 256.
+struct GdnDecodeArgs {
+  float* const* states;
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* g;
+  const float* beta;
+  float* out;
+  int n_seq, n_k_heads, n_v_heads, dk, dv;
+  bool kh_mod;
+};
+std::string gdn_decode(const GdnDecodeArgs& a, Stream s);
+
+// out[r] = the index of the largest of logits[r] (n values; the lowest index among equals; NaN
+// never wins).
+std::string argmax(const float* logits, int rows, int n, int32_t* out, Stream s);
+
+// Fills x with uniform values in [-scale, scale) from a counter hash of (seed, index): random
+// weights made on the device (benchmarks need shapes, not values) without a host round trip.
+std::string fill_uniform_bf16(bf16_bits* x, int64_t n, uint64_t seed, float scale, Stream s);
+std::string fill_uniform_f32(float* x, int64_t n, uint64_t seed, float scale, Stream s);
+
+// Copies whole pages inside one pool: page dst[i] <- page src[i], i < n (each page_floats long;
+// the lists are on the device; no page appears in both lists).
+std::string copy_pages(float* pool, int64_t page_floats, const int32_t* src, const int32_t* dst, int n, Stream s);
+
+}  // namespace chorus::cuda

@@ -1,0 +1,27 @@
+// SwiGLU: out = silu(gate) * up.
+#include "kernels/cuda/common.cuh"
+
+namespace chorus::cuda {
+namespace {
+
+__global__ void swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up, float* __restrict__ out,
+                              int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+}  // namespace
+
+std::string swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s) {
+  if (n < 0) return shape_error("swiglu", "n = " + std::to_string(n));
+  if (!gate || !up || !out) return shape_error("swiglu", "a null pointer");
+  if (n == 0) return {};
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535);
+  swiglu_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream_of(s)>>>(gate, up, out, n);
+  return launch_status("swiglu");
+}
+
+}  // namespace chorus::cuda

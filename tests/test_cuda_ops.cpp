@@ -1,0 +1,509 @@
+// Every CUDA op against its CPU reference (the scalar kernel table, or plain double arithmetic
+// where the CPU has no such op). Label: gpu. Without a device the numeric tests skip with the
+// reason; the shape checks run anyway (they return before anything touches a GPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpu/cuda_device.h"
+#include "gpu/cuda_info.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/dequant.h"
+
+#ifdef CHORUS_HAVE_CUDA
+#include "kernels/cuda/ops.h"
+#endif
+
+namespace chorus {
+namespace {
+
+#ifdef CHORUS_HAVE_CUDA
+
+using cuda::bf16_bits;
+
+bf16_bits to_bf16_bits(float x) {  // round to nearest even, as __float2bfloat16
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<bf16_bits>(u >> 16);
+}
+
+float from_bf16_bits(bf16_bits b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// One device for the whole suite (a 1 GiB pool), or the reason there is none.
+class CudaOps : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const CudaInfo info = cuda_info();
+    if (info.device_count == 0) {
+      skip_ = "no CUDA device: " + info.error;
+      return;
+    }
+    auto d = CudaDevice::create({.device = 0, .pool_bytes = int64_t{1} << 30});
+    if (!d) {
+      skip_ = d.error().to_string();
+      return;
+    }
+    dev_ = std::move(*d);
+  }
+  static void TearDownTestSuite() { dev_.reset(); }
+  void SetUp() override {
+    if (!dev_) GTEST_SKIP() << skip_;
+    mark_ = dev_->mark();
+  }
+  void TearDown() override {
+    if (dev_) dev_->reset_to(mark_);
+  }
+
+  template <class T>
+  T* put(const std::vector<T>& host) {
+    auto p = dev_->alloc(static_cast<int64_t>(host.size() * sizeof(T)), "test buffer");
+    EXPECT_TRUE(p.ok()) << p.error().to_string();
+    if (!host.empty()) {
+      EXPECT_TRUE(dev_->upload(*p, host.data(), static_cast<int64_t>(host.size() * sizeof(T))).ok());
+    }
+    return static_cast<T*>(*p);
+  }
+  template <class T>
+  T* room(size_t n) {
+    return put(std::vector<T>(n));
+  }
+  template <class T>
+  std::vector<T> get(const T* dev, size_t n) {
+    std::vector<T> host(n);
+    const Status s = dev_->download(host.data(), dev, static_cast<int64_t>(n * sizeof(T)));
+    EXPECT_TRUE(s.ok()) << s.error().to_string();
+    return host;
+  }
+  void* stream() { return dev_->stream(); }
+
+  static inline std::unique_ptr<CudaDevice> dev_;
+  static inline std::string skip_;
+  int64_t mark_ = 0;
+};
+
+// |got - want| <= rel * max|want| everywhere; prints the largest error seen (relative to the same
+// scale), so a device run shows how much room each bound leaves.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 0, worst = 0;
+  for (float w : want) scale = std::max(scale, static_cast<double>(std::fabs(w)));
+  scale = std::max(scale, 1e-30);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    worst = std::isnan(err) ? INFINITY : std::max(worst, err);
+    ASSERT_LE(err, rel * scale) << what << " at " << i << ": got " << got[i] << ", want " << want[i];
+  }
+  std::printf("  %s: largest error %.2e of max |want| (bound %.0e)\n", what.c_str(), worst / scale, rel);
+}
+
+const CpuKernels& ref() { return cpu_kernels_scalar(); }
+
+TEST_F(CudaOps, RmsNorm) {
+  const int rows = 3, n = 576;
+  const auto x = random_floats(rows * n, 1), w = random_floats(n, 2, 0.5f, 1.5f);
+  std::vector<float> want(rows * n);
+  for (int r = 0; r < rows; ++r) ref().rmsnorm(x.data() + r * n, w.data(), want.data() + r * n, n, 1e-5f);
+  float* y = room<float>(rows * n);
+  ASSERT_EQ(cuda::rmsnorm(put(x), put(w), y, rows, n, 1e-5f, stream()), "");
+  expect_close(get(y, rows * n), want, 2e-6, "rmsnorm");
+}
+
+TEST_F(CudaOps, RopeBothLayoutsAndPartialRotation) {
+  const int n_tokens = 3, n_heads = 2, head_dim = 64;
+  const std::vector<int32_t> pos = {0, 7, 1000};
+  for (const bool neox : {false, true})
+    for (const int n_rot : {64, 32}) {
+      auto x = random_floats(n_tokens * n_heads * head_dim, 3);
+      std::vector<float> want = x;
+      const float theta_scale = std::pow(10000.0f, -2.0f / static_cast<float>(n_rot));
+      std::vector<float> cs(n_rot);
+      for (int t = 0; t < n_tokens; ++t) {
+        ref().rope_cache(cs.data(), n_rot, theta_scale, 1.0f, static_cast<float>(pos[t]));
+        for (int h = 0; h < n_heads; ++h) ref().rope(want.data() + (t * n_heads + h) * head_dim, n_rot, cs.data(), neox);
+      }
+      float* dx = put(x);
+      ASSERT_EQ(cuda::rope(dx, put(pos), n_tokens, n_heads, head_dim, n_rot, theta_scale, 1.0f, neox, stream()), "");
+      expect_close(get(dx, x.size()), want, 1e-6, neox ? "rope neox" : "rope");
+    }
+}
+
+TEST_F(CudaOps, SwigluAndAdd) {
+  const int n = 1000;
+  const auto g = random_floats(n, 4, -6, 6), u = random_floats(n, 5);
+  std::vector<float> want(n);
+  ref().swiglu(g.data(), u.data(), want.data(), n);
+  float* out = room<float>(n);
+  ASSERT_EQ(cuda::swiglu(put(g), put(u), out, n, stream()), "");
+  expect_close(get(out, n), want, 1e-6, "swiglu");
+  std::vector<float> y = u;
+  ref().add(y.data(), g.data(), n);
+  float* dy = put(u);
+  ASSERT_EQ(cuda::add(dy, put(g), n, stream()), "");
+  expect_close(get(dy, n), y, 0, "add");
+}
+
+TEST_F(CudaOps, EmbedRowsAndBadIds) {
+  const int rows = 10, dim = 96;
+  std::vector<bf16_bits> table(rows * dim);
+  const auto vals = random_floats(table.size(), 6);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = to_bf16_bits(vals[i]);
+  const std::vector<int32_t> ids = {3, 0, 9, -1, 10};
+  float* out = room<float>(ids.size() * dim);
+  ASSERT_EQ(cuda::embed_rows(put(table), rows, put(ids), static_cast<int>(ids.size()), dim, out, stream()), "");
+  const auto got = get(out, ids.size() * dim);
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int i = 0; i < dim; ++i) {
+      const float g = got[t * dim + i];
+      if (ids[t] < 0 || ids[t] >= rows)
+        EXPECT_TRUE(std::isnan(g)) << "an id out of range gives NaN, token " << t;
+      else
+        ASSERT_EQ(g, from_bf16_bits(table[ids[t] * dim + i]));
+    }
+}
+
+// Random blocks of each GGUF type, converted on the device, against the CPU dequantizer rounded
+// to bf16.
+TEST_F(CudaOps, DequantizeRowsToBf16) {
+  std::mt19937 rng(7);
+  for (const TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::f16,
+                                TensorType::f32, TensorType::bf16}) {
+    const TensorTypeInfo& info = tensor_type_info(type);
+    const int64_t rows = 5, cols = 256;
+    const size_t row_bytes = tensor_row_bytes(info, cols) + 4;  // padded: the kernel must use row_bytes
+    std::vector<uint8_t> raw(rows * row_bytes);
+    for (auto& b : raw) b = static_cast<uint8_t>(rng());
+    // Keep the scales (and every f16/f32/bf16 value) finite and moderate: f16 0x3c00-ish.
+    auto moderate_f16 = [&](uint8_t* p) {
+      const uint16_t h = static_cast<uint16_t>(0x2000 + rng() % 0x2000);  // ~0.008 .. 2, positive
+      std::memcpy(p, &h, 2);
+    };
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* row = raw.data() + r * row_bytes;
+      if (type == TensorType::f32) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const float v = std::uniform_real_distribution<float>(-2, 2)(rng);
+          std::memcpy(row + 4 * c, &v, 4);
+        }
+      } else if (type == TensorType::f16) {
+        for (int64_t c = 0; c < cols; ++c) moderate_f16(row + 2 * c);
+      } else if (type == TensorType::bf16) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const bf16_bits b = to_bf16_bits(std::uniform_real_distribution<float>(-2, 2)(rng));
+          std::memcpy(row + 2 * c, &b, 2);
+        }
+      } else {
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          moderate_f16(row + b * info.block_bytes);
+          if (type == TensorType::q4_1) moderate_f16(row + b * info.block_bytes + 2);
+        }
+      }
+    }
+    std::vector<float> want(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) dequantize_row(type, raw.data() + r * row_bytes, want.data() + r * cols, cols);
+    bf16_bits* dst = room<bf16_bits>(rows * cols);
+    ASSERT_EQ(cuda::dequantize_rows_bf16(static_cast<int>(type), put(raw), static_cast<int64_t>(row_bytes), rows, cols,
+                                         dst, stream()),
+              "")
+        << info.name;
+    const auto got = get(dst, rows * cols);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(got[i], to_bf16_bits(want[i])) << info.name << " at " << i << ": want " << want[i];
+  }
+}
+
+// The view kernel against the CPU's attention over the same blocks, for llama-like (head_dim 64,
+// all dims rotated) and Qwen3.5-like (head_dim 256, 64 rotated, neox) heads, f32 and bf16 pages;
+// two query tokens, the second seeing one more position of the block being written.
+TEST_F(CudaOps, ViewAttentionMatchesTheCpu) {
+  struct Case {
+    int head_dim, n_rot;
+    bool neox, bf16;
+    int n_heads, n_kv_heads;
+  };
+  // Groups of 4, 8 (the most the kernel takes) and 1; strides padded, so a kernel that derived a
+  // position's or a page's stride from the head counts would read the wrong keys.
+  for (const Case c : {Case{64, 64, false, false, 8, 2}, Case{256, 64, true, false, 16, 2},
+                       Case{128, 128, true, true, 4, 4}}) {
+    const int n_heads = c.n_heads, n_kv_heads = c.n_kv_heads, nq = n_heads / n_kv_heads, hd = c.head_dim;
+    const int kv_stride = n_kv_heads * hd + 32;
+    const int64_t page_floats = 16 * int64_t{kv_stride} + 64;  // the page stride
+    // Three blocks of 21, 40 and 7 (+1 for the second token) positions; pages scattered in a pool.
+    const std::vector<int> block_len = {21, 40, 8};
+    std::vector<std::vector<int32_t>> pages(3);
+    int next_page = 0;
+    std::vector<int32_t> order;
+    for (int b = 0; b < 3; ++b)
+      for (int p = 0; p < (block_len[b] + 15) / 16; ++p) order.push_back(next_page++);
+    std::shuffle(order.begin(), order.end(), std::mt19937(11));
+    int k = 0;
+    for (int b = 0; b < 3; ++b)
+      for (int p = 0; p < (block_len[b] + 15) / 16; ++p) pages[b].push_back(order[k++]);
+    const int n_pages = next_page;
+    auto kpool = random_floats(n_pages * page_floats, 12), vpool = random_floats(n_pages * page_floats, 13);
+    if (c.bf16)  // values the bf16 pages hold exactly, so both sides see the same keys
+      for (auto* pool : {&kpool, &vpool})
+        for (float& x : *pool) x = from_bf16_bits(to_bf16_bits(x));
+    const auto q = random_floats(2 * n_heads * hd, 14);
+    const float theta_scale = std::pow(1e6f, -2.0f / static_cast<float>(c.n_rot)), scale = 1.0f / std::sqrt(float(hd));
+    // Token 0 is at view position 21 + 40 + 6 (attends 7 of the last block), token 1 at +1.
+    const int offsets[3] = {0, 21, 61};
+    std::vector<float> want(2 * n_heads * hd);
+    for (int t = 0; t < 2; ++t) {
+      const int view_pos = 67 + t;
+      const int n_kv[3] = {21, 40, 7 + t};
+      for (int kvh = 0; kvh < n_kv_heads; ++kvh) {
+        // CPU layout: keys dimension-major per page, values position-major.
+        std::vector<std::vector<float>> kp_cpu(n_pages, std::vector<float>(page_floats));
+        for (int p = 0; p < n_pages; ++p)
+          for (int pos = 0; pos < 16; ++pos)
+            for (int d = 0; d < kv_stride; ++d) kp_cpu[p][d * 16 + pos] = kpool[p * page_floats + pos * kv_stride + d];
+        std::vector<std::vector<float>> qrot(3, std::vector<float>(nq * hd));
+        std::vector<std::vector<const float*>> kptr(3), vptr(3);
+        std::vector<AttentionSegment> segs(3);
+        std::vector<float> cs(c.n_rot);
+        for (int b = 0; b < 3; ++b) {
+          ref().rope_cache(cs.data(), c.n_rot, theta_scale, 1.0f, static_cast<float>(view_pos - offsets[b]));
+          for (int h = 0; h < nq; ++h) {
+            std::copy_n(q.data() + (t * n_heads + kvh * nq + h) * hd, hd, qrot[b].data() + h * hd);
+            ref().rope(qrot[b].data() + h * hd, c.n_rot, cs.data(), c.neox);
+          }
+          for (int32_t p : pages[b]) {
+            kptr[b].push_back(kp_cpu[p].data());
+            vptr[b].push_back(vpool.data() + p * page_floats);
+          }
+          segs[b] = {qrot[b].data(), kptr[b].data(), vptr[b].data(), n_kv[b]};
+        }
+        std::vector<float> scratch(attention_scratch_floats(nq, n_kv[0] + n_kv[1] + n_kv[2], hd));
+        AttentionArgs a{segs.data(), 3, nq, kv_stride, int64_t{kvh} * hd, hd, scale,
+                        want.data() + (t * n_heads + kvh * nq) * hd, scratch.data(), false};
+        ref().attention(a);
+      }
+    }
+    // The device side: one page list, three segments per token.
+    std::vector<int32_t> page_ids;
+    std::vector<cuda::AttnSegment> dsegs;
+    std::vector<cuda::AttnToken> toks;
+    for (int t = 0; t < 2; ++t) {
+      toks.push_back({static_cast<int32_t>(dsegs.size()), 3});
+      for (int b = 0; b < 3; ++b) {
+        dsegs.push_back({static_cast<int32_t>(page_ids.size()), b == 2 ? 7 + t : block_len[b], 67 + t - offsets[b]});
+        page_ids.insert(page_ids.end(), pages[b].begin(), pages[b].end());
+      }
+    }
+    cuda::AttnArgs a;
+    a.q = put(q);
+    if (c.bf16) {
+      std::vector<bf16_bits> kb(kpool.size()), vb(vpool.size());
+      for (size_t i = 0; i < kb.size(); ++i) {
+        kb[i] = to_bf16_bits(kpool[i]);
+        vb[i] = to_bf16_bits(vpool[i]);
+      }
+      a.k_pool = put(kb);
+      a.v_pool = put(vb);
+    } else {
+      a.k_pool = put(kpool);
+      a.v_pool = put(vpool);
+    }
+    a.kv_bf16 = c.bf16;
+    a.page_stride = page_floats;
+    a.kv_stride = kv_stride;
+    a.page_ids = put(page_ids);
+    a.segs = put(dsegs);
+    a.tokens = put(toks);
+    a.n_tokens = 2;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv_heads;
+    a.head_dim = hd;
+    a.n_rot = c.n_rot;
+    a.theta_scale = theta_scale;
+    a.freq_scale = 1.0f;
+    a.neox = c.neox;
+    a.scale = scale;
+    a.out = room<float>(want.size());
+    ASSERT_EQ(cuda::attention(a, stream()), "");
+    expect_close(get(a.out, want.size()), want, 4e-6,
+                 "attention hd " + std::to_string(hd) + " group " + std::to_string(nq) + (c.bf16 ? " bf16" : " f32"));
+  }
+}
+
+TEST_F(CudaOps, GatedDeltaNetDecodeMatchesTheCpuStep) {
+  for (const bool kh_mod : {true, false}) {
+    const int n_seq = 2, hk = 2, hv = 4, dk = 128, dv = 96;  // dk != dv: a swap of the two shows
+    std::vector<std::vector<float>> S(n_seq);
+    for (int s = 0; s < n_seq; ++s) S[s] = random_floats(hv * dv * dk, 20 + s, -0.1f, 0.1f);
+    auto q = random_floats(n_seq * hk * dk, 30), k = random_floats(n_seq * hk * dk, 31);
+    for (auto* x : {&q, &k})  // L2-normalised rows, as the model feeds them
+      for (int r = 0; r < n_seq * hk; ++r) {
+        double n2 = 0;
+        for (int i = 0; i < dk; ++i) n2 += double((*x)[r * dk + i]) * (*x)[r * dk + i];
+        for (int i = 0; i < dk; ++i) (*x)[r * dk + i] /= static_cast<float>(std::sqrt(n2));
+      }
+    const auto v = random_floats(n_seq * hv * dv, 32), g = random_floats(n_seq * hv, 33, -2, -0.01f),
+               beta = random_floats(n_seq * hv, 34, 0.05f, 0.95f);
+    std::vector<std::vector<float>> want_S = S;
+    std::vector<float> want_out(n_seq * hv * dv);
+    for (int s = 0; s < n_seq; ++s)
+      for (int h = 0; h < hv; ++h) {
+        const int kh = kh_mod ? h % hk : h / (hv / hk);
+        ref().gdn_step(want_S[s].data() + h * dv * dk, q.data() + (s * hk + kh) * dk, k.data() + (s * hk + kh) * dk,
+                       v.data() + (s * hv + h) * dv, g[s * hv + h], beta[s * hv + h],
+                       want_out.data() + (s * hv + h) * dv, dk, dv);
+      }
+    std::vector<float*> states;
+    for (int s = 0; s < n_seq; ++s) states.push_back(put(S[s]));
+    cuda::GdnDecodeArgs a{put(states), put(q), put(k), put(v), put(g), put(beta), room<float>(want_out.size()),
+                          n_seq, hk, hv, dk, dv, kh_mod};
+    ASSERT_EQ(cuda::gdn_decode(a, stream()), "");
+    expect_close(get(a.out, want_out.size()), want_out, 2e-6, "gdn out");
+    for (int s = 0; s < n_seq; ++s) expect_close(get(states[s], S[s].size()), want_S[s], 2e-6, "gdn state");
+  }
+}
+
+TEST_F(CudaOps, ArgmaxTiesAndNaN) {
+  const int n = 5000;
+  std::vector<float> logits(3 * n, 0.0f);
+  logits[0 * n + 4000] = 3.0f;
+  logits[0 * n + 17] = 3.0f;  // a tie: the lower index wins
+  logits[1 * n + 4999] = 1.0f;
+  logits[1 * n + 2] = std::nanf("");  // NaN never wins
+  for (int i = 0; i < n; ++i) logits[2 * n + i] = -static_cast<float>(i);  // the first
+  int32_t* out = room<int32_t>(3);
+  ASSERT_EQ(cuda::argmax(put(logits), 3, n, out, stream()), "");
+  EXPECT_EQ(get(out, 3), (std::vector<int32_t>{17, 4999, 0}));
+}
+
+TEST_F(CudaOps, CopyPages) {
+  const int64_t page = 1000;
+  auto pool = random_floats(6 * page, 40);
+  float* d = put(pool);
+  ASSERT_EQ(cuda::copy_pages(d, page, put(std::vector<int32_t>{0, 4}), put(std::vector<int32_t>{5, 1}), 2, stream()), "");
+  auto want = pool;
+  std::copy_n(pool.begin(), page, want.begin() + 5 * page);
+  std::copy_n(pool.begin() + 4 * page, page, want.begin() + 1 * page);
+  EXPECT_EQ(get(d, pool.size()), want);
+}
+
+TEST_F(CudaOps, WriteKvIntoPageSlots) {
+  const int kv_stride = 256, n = 3;
+  const int64_t page_stride = 16 * kv_stride + 64;  // a gap between pages stays untouched
+  const std::vector<int32_t> page = {2, 0, 2}, slot = {15, 0, 3};
+  const auto k = random_floats(n * kv_stride, 60), v = random_floats(n * kv_stride, 61);
+  for (const bool bf16 : {false, true}) {
+    const size_t pool_elems = 3 * page_stride;
+    void *kp, *vp;
+    if (bf16) {
+      kp = put(std::vector<bf16_bits>(pool_elems, 0));
+      vp = put(std::vector<bf16_bits>(pool_elems, 0));
+    } else {
+      kp = put(std::vector<float>(pool_elems, 0.0f));
+      vp = put(std::vector<float>(pool_elems, 0.0f));
+    }
+    ASSERT_EQ(cuda::write_kv(kp, vp, bf16, page_stride, kv_stride, put(page), put(slot), put(k), put(v), n, stream()), "");
+    auto read = [&](void* pool) {
+      std::vector<float> out(pool_elems);
+      if (bf16) {
+        const auto b = get(static_cast<bf16_bits*>(pool), pool_elems);
+        for (size_t i = 0; i < pool_elems; ++i) out[i] = from_bf16_bits(b[i]);
+      } else {
+        out = get(static_cast<float*>(pool), pool_elems);
+      }
+      return out;
+    };
+    const auto gk = read(kp), gv = read(vp);
+    std::vector<float> wk(pool_elems, 0.0f), wv(pool_elems, 0.0f);
+    for (int t = 0; t < n; ++t)
+      for (int i = 0; i < kv_stride; ++i) {
+        const int64_t at = page[t] * page_stride + int64_t{slot[t]} * kv_stride + i;
+        wk[at] = bf16 ? from_bf16_bits(to_bf16_bits(k[t * kv_stride + i])) : k[t * kv_stride + i];
+        wv[at] = bf16 ? from_bf16_bits(to_bf16_bits(v[t * kv_stride + i])) : v[t * kv_stride + i];
+      }
+    EXPECT_EQ(gk, wk) << (bf16 ? "bf16" : "f32");
+    EXPECT_EQ(gv, wv) << (bf16 ? "bf16" : "f32");
+  }
+}
+
+TEST_F(CudaOps, GemmBf16) {
+  const int64_t m = 300, n = 5, k = 576;
+  auto w = random_floats(m * k, 50), x = random_floats(n * k, 51);
+  std::vector<bf16_bits> wb(w.size()), xb(x.size());
+  for (size_t i = 0; i < w.size(); ++i) wb[i] = to_bf16_bits(w[i]);
+  float* dx = put(x);
+  bf16_bits* dxb = room<bf16_bits>(x.size());
+  ASSERT_EQ(cuda::to_bf16(dx, dxb, static_cast<int64_t>(x.size()), stream()), "");
+  const auto got_xb = get(dxb, x.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got_xb[i], to_bf16_bits(x[i])) << "to_bf16 rounds to nearest even";
+  float* y = room<float>(n * m);
+  const Status s = cuda_gemm_bf16(*dev_, put(wb), dxb, y, m, n, k);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  std::vector<float> want(n * m);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < m; ++r) {
+      double acc = 0;
+      for (int64_t i = 0; i < k; ++i) acc += double(from_bf16_bits(wb[r * k + i])) * from_bf16_bits(got_xb[t * k + i]);
+      want[t * m + r] = static_cast<float>(acc);
+    }
+  expect_close(get(y, n * m), want, 1e-5, "gemm");
+}
+
+// Shape checks return before any launch, so they run without a GPU.
+TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
+  float x = 0;
+  EXPECT_EQ(cuda::rmsnorm(&x, &x, &x, 1, 0, 1e-5f, nullptr), "cuda rmsnorm: n = 0 (must be 1..1048576)");
+  EXPECT_NE(cuda::rope(&x, nullptr, 1, 1, 64, 65, 1, 1, false, nullptr).find("n_rot = 65"), std::string::npos);
+  cuda::AttnArgs a{};
+  a.head_dim = 80;
+  EXPECT_NE(cuda::attention(a, nullptr).find("head_dim 80 (must be a multiple of 32"), std::string::npos);
+  a.head_dim = 64;
+  a.n_heads = 12;
+  a.n_kv_heads = 1;
+  EXPECT_NE(cuda::attention(a, nullptr).find("12 query heads over 1 KV heads"), std::string::npos);
+  cuda::GdnDecodeArgs g{};
+  g.dk = 128;
+  g.dv = 128;
+  g.n_k_heads = 3;
+  g.n_v_heads = 4;
+  EXPECT_NE(cuda::gdn_decode(g, nullptr).find("4 value heads over 3 key heads"), std::string::npos);
+  EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q4_k), &x, 144, 1, 256, nullptr, nullptr).find("Q4_K"),
+            std::string::npos);
+  EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q8_0), &x, 34, 1, 33, nullptr, nullptr)
+                .find("multiple of 32"),
+            std::string::npos);
+  EXPECT_NE(cuda::write_kv(&x, &x, false, 100, 16, nullptr, nullptr, &x, &x, 1, nullptr).find("page_stride 100"),
+            std::string::npos);
+  EXPECT_NE(cuda::dequantize_rows_bf16(77, &x, 34, 1, 32, nullptr, nullptr).find("unknown tensor type id 77"),
+            std::string::npos);
+}
+
+#else
+
+TEST(CudaOps, NotBuilt) { GTEST_SKIP() << "this build has no CUDA targets (no nvcc at configure time)"; }
+
+#endif
+
+TEST(CudaDeviceTest, CreateSaysWhyNot) {
+  const CudaInfo info = cuda_info();
+  if (info.device_count > 0) GTEST_SKIP() << "a device exists: CudaOps covers it";
+  auto d = CudaDevice::create();
+  ASSERT_FALSE(d.ok());
+  EXPECT_FALSE(d.error().message.empty());
+}
+
+}  // namespace
+}  // namespace chorus
