@@ -46,6 +46,29 @@ struct BatchToken {
 // entries of the same batch write to them become visible on the next step.
 using View = std::vector<int32_t>;
 
+// The most blocks one view may hold (each is a segment of the attention call).
+inline constexpr int kMaxViewBlocks = 64;
+
+// One block a token attends: the block (index into forward()'s seqs), how many of its positions,
+// and the rotation of the query for it (the token's view position minus the block's offset).
+struct AttendSegment {
+  int32_t block;
+  int64_t n_kv;
+  float rotation;
+};
+
+// The checks every runner's forward() makes: batch size, token ids, sequence and view indices,
+// positions covered by their sequence's pages. Errors are Errc::invalid_argument, saying which.
+Status check_forward_args(const ModelConfig& config, int max_tokens, std::span<const BatchToken> batch,
+                          std::span<SequenceKv* const> seqs, std::span<const View> views);
+
+// The segments each token of a batch attends, in view order. Context blocks are seen as they
+// were at the start of the step; the token's own block up to and including its position.
+// REQUIRES: forward()'s argument checks hold (indices in range).
+std::vector<std::vector<AttendSegment>> plan_attention(std::span<const BatchToken> batch,
+                                                       std::span<SequenceKv* const> seqs,
+                                                       std::span<const View> views);
+
 class ModelRunner {
  public:
   // REQUIRES: config, weights and device outlive the runner. Scratch for `max_tokens` tokens

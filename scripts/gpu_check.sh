@@ -22,6 +22,13 @@ if [[ "${1:-}" == "--prepare" ]]; then
   cmake --build "$build" --target chorus_gpu_tests chorus_cuda_step_bench
   rm -rf .gpu && mkdir -p .gpu
   cp "$build/tests/chorus_gpu_tests" "$build/chorus_cuda_step_bench" .gpu/
+  # Debian libraries the binaries need beyond libc, libstdc++ and CUDA's (the GPU machine's
+  # image has those, not chorus's Debian packages): carried in .gpu/lib.
+  mkdir -p .gpu/lib
+  ldd .gpu/chorus_gpu_tests .gpu/chorus_cuda_step_bench | awk '/=> \// {print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so|/usr/local/cuda|ld-linux' |
+    while read -r lib; do cp -L "$lib" .gpu/lib/; done
+  echo "gpu_check: carried libraries: $(ls .gpu/lib | tr '\n' ' ')"
   # Registers, shared memory and spills of every kernel (the build already fails on a spill).
   for f in kernels/cuda/*.cu; do
     /usr/local/cuda/bin/nvcc -I. -O3 -std=c++17 --generate-code=arch=compute_90,code=sm_90 -Xptxas=-v \
@@ -36,7 +43,7 @@ OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
 [[ -x .gpu/chorus_gpu_tests ]] || { echo "gpu_check: .gpu/ is missing: run scripts/gpu_check.sh --prepare here and carry .gpu" >&2; exit 1; }
 # Runtime libraries: CUDA's own, and NCCL from the image's Python wheel when it is not in CUDA's.
-libs=/usr/local/cuda/lib64:/usr/local/cuda/lib
+libs=$PWD/.gpu/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib
 nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
 [[ -n "$nccl" ]] && libs="$libs:$nccl"
 for pkg in cublas cuda_runtime; do
@@ -44,6 +51,7 @@ for pkg in cublas cuda_runtime; do
   [[ -n "$d" ]] && libs="$libs:$d"
 done
 export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
+export CHORUS_GOLDENS_DIR="$PWD/tests/goldens"  # the tiny models the runner tests load
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 echo "== gpu tests"

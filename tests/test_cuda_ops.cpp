@@ -123,6 +123,9 @@ TEST_F(CudaOps, RmsNorm) {
   float* y = room<float>(rows * n);
   ASSERT_EQ(cuda::rmsnorm(put(x), put(w), y, rows, n, 1e-5f, stream()), "");
   expect_close(get(y, rows * n), want, 2e-6, "rmsnorm");
+  float* inplace = put(x);  // y = x, as the q/k norms run
+  ASSERT_EQ(cuda::rmsnorm(inplace, put(w), inplace, rows, n, 1e-5f, stream()), "");
+  expect_close(get(inplace, rows * n), want, 2e-6, "rmsnorm in place");
 }
 
 TEST_F(CudaOps, RopeBothLayoutsAndPartialRotation) {
@@ -152,6 +155,9 @@ TEST_F(CudaOps, SwigluAndAdd) {
   float* out = room<float>(n);
   ASSERT_EQ(cuda::swiglu(put(g), put(u), out, n, stream()), "");
   expect_close(get(out, n), want, 1e-6, "swiglu");
+  float* dg = put(g);  // out = gate, as the feed-forward runs
+  ASSERT_EQ(cuda::swiglu(dg, put(u), dg, n, stream()), "");
+  expect_close(get(dg, n), want, 1e-6, "swiglu in place");
   std::vector<float> y = u;
   ref().add(y.data(), g.data(), n);
   float* dy = put(u);

@@ -21,7 +21,7 @@ using Stream = void*;  // a cudaStream_t; nullptr is the default stream
 // A bf16 value's bits (the upper half of a float's), so that host code needs no cuda_bf16.h.
 using bf16_bits = uint16_t;
 
-// y[r] = x[r] / rms(x[r]) * w for rows r < rows of n values each. One block per row; the sum of
+// y[r] = x[r] / rms(x[r]) * w for rows r < rows of n values each; y may be x (in place). One block per row; the sum of
 // squares in float per thread, then a tree (the CPU reference sums in double: within 2e-6).
 std::string rmsnorm(const float* x, const float* w, float* y, int rows, int n, float eps, Stream s);
 
@@ -31,7 +31,7 @@ std::string rmsnorm(const float* x, const float* w, float* y, int rows, int n, f
 std::string rope(float* x, const int32_t* pos, int n_tokens, int n_heads, int head_dim, int n_rot, float theta_scale,
                  float freq_scale, bool neox, Stream s);
 
-// out = silu(gate) * up, n values.
+// out = silu(gate) * up, n values; out may be gate or up.
 std::string swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s);
 // y += x, n values.
 std::string add(float* y, const float* x, int64_t n, Stream s);

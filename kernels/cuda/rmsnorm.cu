@@ -4,8 +4,9 @@
 namespace chorus::cuda {
 namespace {
 
-__global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, int n,
-                               float eps) {
+// y may be x (in place): each element is read, then written, by the same thread, and the two
+// passes are separated by block_sum's barriers.
+__global__ void rmsnorm_kernel(const float* x, const float* __restrict__ w, float* y, int n, float eps) {
   __shared__ float shared[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * n;

@@ -4,8 +4,7 @@
 namespace chorus::cuda {
 namespace {
 
-__global__ void swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up, float* __restrict__ out,
-                              int64_t n) {
+__global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n) {  // out may be gate or up
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = gate[i];

@@ -1,0 +1,368 @@
+#include "engine/cuda_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "gpu/cuda_device.h"
+
+#ifdef CHORUS_HAVE_CUDA
+#include "kernels/cuda/ops.h"
+#endif
+
+namespace chorus {
+
+#ifdef CHORUS_HAVE_CUDA
+
+namespace {
+
+using cuda::bf16_bits;
+
+// A CUDA op's "" or error text as a Status, naming where in the model it ran.
+Status op(const std::string& err, const char* where) {
+  if (err.empty()) return Status::success();
+  return make_error(Errc::internal, std::string(where) + ": " + err);
+}
+
+#define CHORUS_TRY(expr)                      \
+  do {                                        \
+    if (Status st_ = (expr); !st_.ok()) return st_; \
+  } while (0)
+
+struct Mat {
+  const bf16_bits* w = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
+struct Layer {
+  const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  Mat wq, wk, wv, wo, gate, up, down;
+  void *k_pool = nullptr, *v_pool = nullptr;
+};
+
+}  // namespace
+
+struct CudaRunner::Impl {
+  const ModelConfig& c;
+  CudaDevice& dev;
+  CudaRunnerOptions opts;
+  std::vector<Layer> layers;
+  Mat embd, output;
+  const float* output_norm = nullptr;
+  int64_t page_stride = 0;
+  int64_t page_cap = 0;  // entries of the view page table
+  // Activations [max_tokens][...].
+  float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr, *gate = nullptr,
+        *up = nullptr, *logits = nullptr;
+  bf16_bits* xb = nullptr;
+  // Step tables.
+  int32_t *ids = nullptr, *pos = nullptr, *write_page = nullptr, *write_slot = nullptr, *page_ids = nullptr;
+  cuda::AttnSegment* segs = nullptr;
+  cuda::AttnToken* tokens = nullptr;
+
+  int64_t mark0 = 0;  // the pool as it was before create(): given back by the destructor
+
+  Impl(const ModelConfig& config, CudaDevice& d, const CudaRunnerOptions& o)
+      : c(config), dev(d), opts(o), mark0(d.mark()) {}
+  ~Impl() { dev.reset_to(mark0); }
+
+  template <class T>
+  Result<T*> take(int64_t n, const char* what) {
+    auto p = dev.alloc(n * static_cast<int64_t>(sizeof(T)), what);
+    if (!p) return p.error();
+    return static_cast<T*>(*p);
+  }
+
+  // Uploads a weight matrix and converts it to bf16 on the device (staging freed after).
+  Result<Mat> upload(const WeightMatrix& w, const char* name) {
+    auto dst = take<bf16_bits>(w.rows * w.cols, name);
+    if (!dst) return dst.error();
+    const int64_t mark = dev.mark();
+    const int64_t bytes = w.rows * static_cast<int64_t>(w.row_bytes);
+    auto staging = dev.alloc(bytes, std::string(name) + " (staging)");
+    if (!staging) return staging.error();
+    if (Status s = dev.upload(*staging, w.data, bytes); !s.ok()) return s.error();
+    if (Status s = op(cuda::dequantize_rows_bf16(static_cast<int>(w.type), *staging, static_cast<int64_t>(w.row_bytes),
+                                                 w.rows, w.cols, *dst, dev.stream()),
+                      name);
+        !s.ok())
+      return s.error();
+    if (Status s = dev.sync(name); !s.ok()) return s.error();
+    dev.reset_to(mark);
+    return Mat{*dst, w.rows, w.cols};
+  }
+
+  Result<const float*> upload_vec(const float* v, int64_t n, const char* name) {
+    if (!v) return static_cast<const float*>(nullptr);
+    auto dst = take<float>(n, name);
+    if (!dst) return dst.error();
+    if (Status s = dev.upload(*dst, v, n * static_cast<int64_t>(sizeof(float))); !s.ok()) return s.error();
+    return static_cast<const float*>(*dst);
+  }
+
+  Status gemm(const Mat& w, const float* in, float* out, int64_t n) {
+    CHORUS_TRY(op(cuda::to_bf16(in, xb, n * w.cols, dev.stream()), "to_bf16"));
+    return cuda_gemm_bf16(dev, w.w, xb, out, w.rows, n, w.cols);
+  }
+
+  template <class T>
+  Status put(T* dst, const std::vector<T>& v) {
+    if (v.empty()) return Status::success();
+    return dev.upload(dst, v.data(), static_cast<int64_t>(v.size() * sizeof(T)));
+  }
+};
+
+CudaRunner::CudaRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaRunner::~CudaRunner() = default;
+
+Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, const Weights& w, CudaDevice& dev,
+                                                       const CudaRunnerOptions& opts) {
+  auto unsupported = [&](const std::string& what) {
+    return make_error(Errc::unsupported, "the CUDA runner does not run " + what + " yet (" + c.arch + ")");
+  };
+  if (c.hybrid()) return unsupported("Gated DeltaNet (hybrid) layers");
+  if (c.moe()) return unsupported("mixture-of-experts layers");
+  if (c.attn_output_gate) return unsupported("attention output gates");
+  for (const LayerWeights& L : w.layers)
+    if (L.bq || L.bk || L.bv) return unsupported("q/k/v biases");
+  if (c.head_dim % 32 != 0 || c.head_dim > 256 || c.n_head / c.n_head_kv > 8)
+    return unsupported("head size " + std::to_string(c.head_dim) + " with groups of " +
+                       std::to_string(c.n_head / c.n_head_kv) + " (32..256 in steps of 32, groups up to 8)");
+  auto convertible = [](TensorType t) {
+    return t == TensorType::f32 || t == TensorType::f16 || t == TensorType::bf16 || t == TensorType::q8_0 ||
+           t == TensorType::q4_0 || t == TensorType::q4_1;
+  };
+  auto check_type = [&](const WeightMatrix& m, const std::string& name) -> Status {
+    if (convertible(m.type)) return Status::success();
+    return make_error(Errc::unsupported, "the CUDA runner cannot convert " + name + " (" +
+                                             std::string(tensor_type_name(m.type)) +
+                                             "): F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights so far");
+  };
+  if (Status s = check_type(w.token_embd, "token_embd"); !s.ok()) return s.error();
+  if (!c.tied_output)
+    if (Status s = check_type(w.output, "output"); !s.ok()) return s.error();
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    for (const auto& [m, n] : {std::pair{&L.wq, "attn_q"}, std::pair{&L.wk, "attn_k"}, std::pair{&L.wv, "attn_v"},
+                               std::pair{&L.wo, "attn_output"}, std::pair{&L.w_gate, "ffn_gate"},
+                               std::pair{&L.w_up, "ffn_up"}, std::pair{&L.w_down, "ffn_down"}})
+      if (Status s = check_type(*m, "blk." + std::to_string(l) + "." + n); !s.ok()) return s.error();
+  }
+  if (opts.max_tokens < 1 || opts.n_pages < 1)
+    return make_error(Errc::invalid_argument, "CUDA runner: max_tokens and n_pages must be positive");
+
+  auto impl = std::make_unique<Impl>(c, dev, opts);
+  Impl& m = *impl;
+  const int64_t T = opts.max_tokens, E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff;
+  auto embd = m.upload(w.token_embd, "token_embd");
+  if (!embd) return embd.error();
+  m.embd = *embd;
+  if (c.tied_output) {
+    m.output = m.embd;
+  } else {
+    auto out = m.upload(w.output, "output");
+    if (!out) return out.error();
+    m.output = *out;
+  }
+  auto on = m.upload_vec(w.output_norm, E, "output_norm");
+  if (!on) return on.error();
+  m.output_norm = *on;
+  m.page_stride = 16 * KVD;
+  const int64_t elem = opts.kv_bf16 ? 2 : 4;
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    Layer D;
+    for (auto [dst, src, n, name] : {std::tuple{&D.attn_norm, L.attn_norm, E, "attn_norm"},
+                                     std::tuple{&D.ffn_norm, L.ffn_norm, E, "ffn_norm"},
+                                     std::tuple{&D.q_norm, L.q_norm, int64_t{c.head_dim}, "q_norm"},
+                                     std::tuple{&D.k_norm, L.k_norm, int64_t{c.head_dim}, "k_norm"}}) {
+      auto r = m.upload_vec(src, n, name);
+      if (!r) return r.error();
+      *dst = *r;
+    }
+    for (auto [dst, src, name] : {std::tuple{&D.wq, &L.wq, "attn_q"}, std::tuple{&D.wk, &L.wk, "attn_k"},
+                                  std::tuple{&D.wv, &L.wv, "attn_v"}, std::tuple{&D.wo, &L.wo, "attn_output"},
+                                  std::tuple{&D.gate, &L.w_gate, "ffn_gate"}, std::tuple{&D.up, &L.w_up, "ffn_up"},
+                                  std::tuple{&D.down, &L.w_down, "ffn_down"}}) {
+      auto r = m.upload(*src, name);
+      if (!r) return r.error();
+      *dst = *r;
+    }
+    auto kp = dev.alloc(opts.n_pages * m.page_stride * elem, "KV pages");
+    if (!kp) return kp.error();
+    auto vp = dev.alloc(opts.n_pages * m.page_stride * elem, "KV pages");
+    if (!vp) return vp.error();
+    D.k_pool = *kp;
+    D.v_pool = *vp;
+    m.layers.push_back(D);
+  }
+  const int64_t widest = std::max({E, QD, FF});
+  for (auto [dst, n] : {std::pair{&m.x, T * E}, std::pair{&m.h, T * E}, std::pair{&m.q, T * QD}, std::pair{&m.k, T * KVD},
+                        std::pair{&m.v, T * KVD}, std::pair{&m.att, T * QD}, std::pair{&m.gate, T * FF},
+                        std::pair{&m.up, T * FF}, std::pair{&m.logits, T * int64_t{c.n_vocab}}}) {
+    auto r = m.take<float>(n, "activations");
+    if (!r) return r.error();
+    *dst = *r;
+  }
+  auto xb = m.take<bf16_bits>(T * widest, "activations");
+  if (!xb) return xb.error();
+  m.xb = *xb;
+  m.page_cap = 8 * opts.n_pages + T;
+  for (auto [dst, n] : {std::pair{&m.ids, T}, std::pair{&m.pos, T}, std::pair{&m.write_page, T},
+                        std::pair{&m.write_slot, T}, std::pair{&m.page_ids, m.page_cap}}) {
+    auto r = m.take<int32_t>(n, "step tables");
+    if (!r) return r.error();
+    *dst = *r;
+  }
+  auto segs = m.take<cuda::AttnSegment>(T * kMaxViewBlocks, "step tables");
+  if (!segs) return segs.error();
+  m.segs = *segs;
+  auto toks = m.take<cuda::AttnToken>(T, "step tables");
+  if (!toks) return toks.error();
+  m.tokens = *toks;
+  return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(impl)));
+}
+
+Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, float* logits_out,
+                           std::span<const View> views) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  const int T = static_cast<int>(batch.size());
+  if (T == 0) return Status::success();
+  CHORUS_TRY(check_forward_args(c, m.opts.max_tokens, batch, seqs, views));
+  for (const SequenceKv* s : seqs)
+    for (int32_t p : s->pages)
+      if (p < 0 || p >= m.opts.n_pages)
+        return make_error(Errc::invalid_argument, "page " + std::to_string(p) + " is outside the CUDA runner's " +
+                                                      std::to_string(m.opts.n_pages) + " pages");
+  CHORUS_TRY(m.dev.bind());
+
+  // Step tables: the page list of every block some token attends, once, as far as it is read;
+  // each token's segments point into them.
+  const auto plan = plan_attention(batch, seqs, views);
+  std::vector<int64_t> read_upto(seqs.size(), 0);
+  for (const auto& segs_t : plan) {
+    if (segs_t.size() > static_cast<size_t>(kMaxViewBlocks))
+      return make_error(Errc::invalid_argument, "a view of " + std::to_string(segs_t.size()) +
+                                                    " blocks exceeds the limit of " + std::to_string(kMaxViewBlocks));
+    for (const AttendSegment& sg : segs_t)
+      read_upto[static_cast<size_t>(sg.block)] = std::max(read_upto[static_cast<size_t>(sg.block)], sg.n_kv);
+  }
+  std::vector<int32_t> page_ids, first_page(seqs.size(), 0);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    first_page[i] = static_cast<int32_t>(page_ids.size());
+    const auto n = static_cast<size_t>(KvCache::pages_for(read_upto[i]));
+    page_ids.insert(page_ids.end(), seqs[i]->pages.begin(), seqs[i]->pages.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  if (static_cast<int64_t>(page_ids.size()) > m.page_cap)
+    return make_error(Errc::out_of_range, "the step's sequences list " + std::to_string(page_ids.size()) +
+                                              " pages; the CUDA runner's table holds " + std::to_string(m.page_cap));
+  std::vector<int32_t> ids(T), pos(T), wpage(T), wslot(T);
+  std::vector<cuda::AttnSegment> segs;
+  std::vector<cuda::AttnToken> toks(T);
+  for (int t = 0; t < T; ++t) {
+    const BatchToken& b = batch[static_cast<size_t>(t)];
+    ids[t] = b.token;
+    pos[t] = b.pos;
+    wpage[t] = seqs[static_cast<size_t>(b.seq)]->pages[static_cast<size_t>(b.pos / KvCache::page_size())];
+    wslot[t] = b.pos % KvCache::page_size();
+    toks[t] = {static_cast<int32_t>(segs.size()), static_cast<int32_t>(plan[static_cast<size_t>(t)].size())};
+    for (const AttendSegment& sg : plan[static_cast<size_t>(t)])
+      segs.push_back({first_page[static_cast<size_t>(sg.block)], static_cast<int32_t>(sg.n_kv),
+                      static_cast<int32_t>(sg.rotation), 0});
+  }
+  CHORUS_TRY(m.put(m.ids, ids));
+  CHORUS_TRY(m.put(m.pos, pos));
+  CHORUS_TRY(m.put(m.write_page, wpage));
+  CHORUS_TRY(m.put(m.write_slot, wslot));
+  CHORUS_TRY(m.put(m.page_ids, page_ids));
+  CHORUS_TRY(m.put(m.segs, segs));
+  CHORUS_TRY(m.put(m.tokens, toks));
+
+  void* st = m.dev.stream();
+  const int E = c.n_embd, KVD = c.kv_dim(), HD = c.head_dim, FF = c.n_ff;
+  const bool neox = c.rope_layout == RopeLayout::rope_neox;
+  const float theta_scale = c.rope_theta_scale(), freq_scale = 1.0f / c.rope_scale;
+  CHORUS_TRY(op(cuda::embed_rows(m.embd.w, m.embd.rows, m.ids, T, E, m.x, st), "token_embd"));
+  for (int l = 0; l < c.n_layer; ++l) {
+    const Layer& L = m.layers[static_cast<size_t>(l)];
+    CHORUS_TRY(op(cuda::rmsnorm(m.x, L.attn_norm, m.h, T, E, c.norm_eps, st), "attn_norm"));
+    CHORUS_TRY(m.gemm(L.wq, m.h, m.q, T));
+    CHORUS_TRY(m.gemm(L.wk, m.h, m.k, T));
+    CHORUS_TRY(m.gemm(L.wv, m.h, m.v, T));
+    if (L.q_norm) CHORUS_TRY(op(cuda::rmsnorm(m.q, L.q_norm, m.q, T * c.n_head, HD, c.norm_eps, st), "q_norm"));
+    if (L.k_norm) CHORUS_TRY(op(cuda::rmsnorm(m.k, L.k_norm, m.k, T * c.n_head_kv, HD, c.norm_eps, st), "k_norm"));
+    CHORUS_TRY(op(cuda::rope(m.k, m.pos, T, c.n_head_kv, HD, c.n_rot, theta_scale, freq_scale, neox, st), "rope"));
+    CHORUS_TRY(op(cuda::write_kv(L.k_pool, L.v_pool, m.opts.kv_bf16, m.page_stride, KVD, m.write_page, m.write_slot, m.k,
+                                 m.v, T, st),
+                  "write_kv"));
+    cuda::AttnArgs a;
+    a.q = m.q;
+    a.k_pool = L.k_pool;
+    a.v_pool = L.v_pool;
+    a.kv_bf16 = m.opts.kv_bf16;
+    a.page_stride = m.page_stride;
+    a.kv_stride = KVD;
+    a.page_ids = m.page_ids;
+    a.segs = m.segs;
+    a.tokens = m.tokens;
+    a.n_tokens = T;
+    a.n_heads = c.n_head;
+    a.n_kv_heads = c.n_head_kv;
+    a.head_dim = HD;
+    a.n_rot = c.n_rot;
+    a.theta_scale = theta_scale;
+    a.freq_scale = freq_scale;
+    a.neox = neox;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(HD));
+    a.out = m.att;
+    CHORUS_TRY(op(cuda::attention(a, st), "attention"));
+    CHORUS_TRY(m.gemm(L.wo, m.att, m.h, T));
+    CHORUS_TRY(op(cuda::add(m.x, m.h, int64_t{T} * E, st), "residual"));
+    CHORUS_TRY(op(cuda::rmsnorm(m.x, L.ffn_norm, m.h, T, E, c.norm_eps, st), "ffn_norm"));
+    CHORUS_TRY(m.gemm(L.gate, m.h, m.gate, T));
+    CHORUS_TRY(m.gemm(L.up, m.h, m.up, T));
+    CHORUS_TRY(op(cuda::swiglu(m.gate, m.up, m.gate, int64_t{T} * FF, st), "swiglu"));
+    CHORUS_TRY(m.gemm(L.down, m.gate, m.h, T));
+    CHORUS_TRY(op(cuda::add(m.x, m.h, int64_t{T} * E, st), "residual"));
+  }
+  CHORUS_TRY(op(cuda::rmsnorm(m.x, m.output_norm, m.h, T, E, c.norm_eps, st), "output_norm"));
+  CHORUS_TRY(m.gemm(m.output, m.h, m.logits, T));
+  CHORUS_TRY(m.dev.sync("forward"));
+  int64_t row = 0;
+  for (int t = 0; t < T; ++t) {
+    if (!batch[static_cast<size_t>(t)].logits) continue;
+    CHORUS_TRY(m.dev.download(logits_out + row * c.n_vocab, m.logits + int64_t{t} * c.n_vocab,
+                              int64_t{c.n_vocab} * static_cast<int64_t>(sizeof(float))));
+    ++row;
+  }
+  std::vector<int64_t> written(seqs.size(), 0);
+  for (const BatchToken& b : batch)
+    written[static_cast<size_t>(b.seq)] = std::max<int64_t>(written[static_cast<size_t>(b.seq)], b.pos + 1);
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->n_tokens = std::max(seqs[i]->n_tokens, written[i]);
+  return Status::success();
+}
+
+std::string CudaRunner::describe() const {
+  return impl_->dev.describe() + (impl_->opts.kv_bf16 ? ", bf16 KV" : ", f32 KV");
+}
+
+#else  // no CUDA targets in this build
+
+struct CudaRunner::Impl {};
+CudaRunner::CudaRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaRunner::~CudaRunner() = default;
+Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig&, const Weights&, CudaDevice&,
+                                                       const CudaRunnerOptions&) {
+  return make_error(Errc::unsupported, "this chorus was built without CUDA");
+}
+Status CudaRunner::forward(std::span<const BatchToken>, std::span<SequenceKv* const>, float*, std::span<const View>) {
+  return make_error(Errc::unsupported, "this chorus was built without CUDA");
+}
+std::string CudaRunner::describe() const { return "cuda (not built)"; }
+
+#endif
+
+}  // namespace chorus

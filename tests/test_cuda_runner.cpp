@@ -1,0 +1,232 @@
+// The CUDA runner end to end (label gpu): logits against the CPU runner on the same file, and
+// views against contiguous encoding on the GPU itself. Runs on the tiny golden models (they
+// travel with the working tree to a lent GPU machine) and on the default model where it exists
+// (SmolLM2, 98 MB, too large to carry there).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "engine/cuda_runner.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/model_paths.h"
+#include "engine/model_runner.h"
+#include "gpu/cpu_device.h"
+#include "gpu/cuda_device.h"
+#include "gpu/cuda_info.h"
+
+namespace chorus {
+namespace {
+
+// The goldens folder: $CHORUS_GOLDENS_DIR (set by scripts/gpu_check.sh, whose checkout lies
+// elsewhere on the GPU machine), else this checkout's.
+std::string goldens(const std::string& f) {
+  const char* env = std::getenv("CHORUS_GOLDENS_DIR");
+  return std::string(env && *env ? env : CHORUS_GOLDENS_DIR) + "/" + f;
+}
+
+struct Pair {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CpuDevice> cpu;
+  std::unique_ptr<CudaDevice> gpu;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<ModelRunner> cpu_runner;
+  std::unique_ptr<CudaRunner> gpu_runner;
+};
+
+constexpr int64_t kPages = 64;
+
+// Loads `path` for both runners, or says why the test cannot run.
+std::string load(const std::string& path, Pair* p, bool kv_bf16 = false) {
+  const CudaInfo info = cuda_info();
+  if (info.device_count == 0) return "no CUDA device: " + info.error;
+  auto m = Model::load(path);
+  if (!m) return "cannot load " + path + ": " + m.error().to_string();
+  p->model = std::move(*m);
+  auto cpu = CpuDevice::create();
+  auto gpu = CudaDevice::create({.device = 0, .pool_bytes = int64_t{4} << 30});
+  if (!cpu || !gpu) return "no devices";
+  p->cpu = std::move(*cpu);
+  p->gpu = std::move(*gpu);
+  auto kv = KvCache::create(p->model->config, kPages);
+  if (!kv) return kv.error().to_string();
+  p->kv = std::make_unique<KvCache>(std::move(*kv));
+  p->cpu_runner = std::make_unique<ModelRunner>(p->model->config, p->model->weights, *p->cpu, 128, true);
+  auto r = CudaRunner::create(p->model->config, p->model->weights, *p->gpu, {.max_tokens = 128, .n_pages = kPages,
+                                                                             .kv_bf16 = kv_bf16});
+  if (!r) return "";  // the caller asserts on create() itself
+  p->gpu_runner = std::move(*r);
+  return "";
+}
+
+std::vector<TokenId> random_tokens(const Model& m, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, m.config.n_vocab - 1);
+  std::vector<TokenId> v(static_cast<size_t>(n));
+  for (auto& t : v) t = d(rng);
+  return v;
+}
+
+// ||a - b|| / ||b|| and whether the largest entries agree.
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+size_t argmax(const std::vector<float>& v) { return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// The token the GPU would pick greedily is, by the CPU's logits, within `margin` (of the largest
+// |logit|) of the CPU's pick: the same token, or a near tie that bf16 rounding may flip.
+void expect_same_pick(const std::vector<float>& got, const std::vector<float>& want, double margin) {
+  double scale = 0;
+  for (float w : want) scale = std::max(scale, static_cast<double>(std::fabs(w)));
+  EXPECT_GE(want[argmax(got)], want[argmax(want)] - margin * scale)
+      << "GPU picks " << argmax(got) << ", CPU picks " << argmax(want);
+}
+
+// Writes `tokens` into blocks[w] seeing `views[view]` (-1: own block), in one forward; the
+// logits after the last token. `gpu` picks the runner.
+std::vector<float> write(Pair& p, bool gpu, std::vector<SequenceKv>& blocks, int w, const std::vector<TokenId>& tokens,
+                         const std::vector<View>& views, int view) {
+  std::vector<SequenceKv*> ptrs;
+  for (auto& b : blocks) ptrs.push_back(&b);
+  SequenceKv& s = blocks[static_cast<size_t>(w)];
+  EXPECT_TRUE(p.kv->reserve(s, s.n_tokens + static_cast<int64_t>(tokens.size())).ok());
+  std::vector<BatchToken> batch;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    batch.push_back({tokens[i], static_cast<int32_t>(s.n_tokens + static_cast<int64_t>(i)), w, i + 1 == tokens.size(), view});
+  std::vector<float> logits(static_cast<size_t>(p.model->config.n_vocab));
+  const Status st = gpu ? p.gpu_runner->forward(batch, ptrs, logits.data(), views)
+                        : p.cpu_runner->forward(batch, ptrs, *p.kv, logits.data(), views);
+  EXPECT_TRUE(st.ok()) << st.error().to_string();
+  return logits;
+}
+
+// The GPU's logits against the CPU's (f32 activations there): bf16 weights and activations on
+// the GPU round each product's inputs to 8 bits of mantissa, so the logits differ by about 1 %
+// in L2 (estimated: the first device run prints what it saw); the greedy token agrees.
+void gpu_matches_cpu(const std::string& path, bool kv_bf16) {
+  Pair p;
+  const std::string why = load(path, &p, kv_bf16);
+  if (!why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(p.gpu_runner) << "CudaRunner::create failed on " << path;
+  for (const uint32_t seed : {1u, 2u}) {
+    const auto toks = random_tokens(*p.model, 37, seed);
+    std::vector<SequenceKv> cpu_blocks(1), gpu_blocks(1);
+    const auto want = write(p, false, cpu_blocks, 0, toks, {}, -1);
+    const auto got = write(p, true, gpu_blocks, 0, toks, {}, -1);
+    const double err = rel_l2(got, want);
+    std::printf("  %s%s: logits rel L2 %.3e vs the CPU\n", path.c_str(), kv_bf16 ? " (bf16 KV)" : "", err);
+    EXPECT_LT(err, 3e-2);
+    expect_same_pick(got, want, 0.02);
+    // A decode step on top, one token.
+    const auto want2 = write(p, false, cpu_blocks, 0, {toks[3]}, {}, -1);
+    const auto got2 = write(p, true, gpu_blocks, 0, {toks[3]}, {}, -1);
+    EXPECT_LT(rel_l2(got2, want2), 3e-2);
+    p.kv->release(cpu_blocks[0]);
+    p.kv->release(gpu_blocks[0]);
+  }
+}
+
+TEST(CudaRunner, TinyLlamaMatchesTheCpu) { gpu_matches_cpu(goldens("tiny_llama_f32.gguf"), false); }
+TEST(CudaRunner, TinyLlamaQuantizedMatchesTheCpu) { gpu_matches_cpu(goldens("tiny_llama.gguf"), false); }
+TEST(CudaRunner, TinyQwen3MatchesTheCpu) { gpu_matches_cpu(goldens("tiny_qwen3.gguf"), true); }
+TEST(CudaRunner, DefaultModelMatchesTheCpu) {
+  if (!std::ifstream(default_model_path()).good()) GTEST_SKIP() << "default model not at " << default_model_path();
+  gpu_matches_cpu(default_model_path(), false);
+}
+
+// On the GPU, three blocks written one after another, each seeing the ones before through a
+// view, then a fourth reading all three, give the logits of one contiguous block of the same
+// tokens, for two orders.
+TEST(CudaRunner, ViewsEqualContiguousEncoding) {
+  Pair p;
+  const std::string why = load(goldens("tiny_llama_f32.gguf"), &p);
+  if (!why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(p.gpu_runner);
+  const std::vector<std::vector<TokenId>> parts = {random_tokens(*p.model, 21, 5), random_tokens(*p.model, 16, 6),
+                                                   random_tokens(*p.model, 7, 7), random_tokens(*p.model, 5, 8)};
+  for (const std::vector<int>& order : {std::vector<int>{0, 1, 2}, std::vector<int>{2, 0, 1}}) {
+    std::vector<SequenceKv> blocks(4);
+    std::vector<View> views;
+    View so_far;
+    for (int b : order) {
+      so_far.push_back(b);
+      views.push_back(so_far);
+      write(p, true, blocks, b, parts[static_cast<size_t>(b)], views, static_cast<int>(views.size()) - 1);
+    }
+    so_far.push_back(3);
+    views.push_back(so_far);
+    const auto got = write(p, true, blocks, 3, parts[3], views, static_cast<int>(views.size()) - 1);
+    std::vector<TokenId> all;
+    for (int b : order) all.insert(all.end(), parts[static_cast<size_t>(b)].begin(), parts[static_cast<size_t>(b)].end());
+    all.insert(all.end(), parts[3].begin(), parts[3].end());
+    std::vector<SequenceKv> one(1);
+    const auto want = write(p, true, one, 0, all, {}, -1);
+    const double err = rel_l2(got, want);
+    std::printf("  view %d%d%d vs contiguous: rel L2 %.3e\n", order[0], order[1], order[2], err);
+    EXPECT_LT(err, 5e-3);
+    expect_same_pick(got, want, 0.005);
+    for (auto& b : blocks) p.kv->release(b);
+    p.kv->release(one[0]);
+  }
+}
+
+// One step that mixes sequences, as the batcher builds them: a writer appending 3 tokens through
+// a view of a context block, and another block decoding 2 tokens on its own; the logits of each
+// one's last token against the CPU's for the same step.
+TEST(CudaRunner, MixedStepMatchesTheCpu) {
+  Pair p;
+  const std::string why = load(goldens("tiny_llama_f32.gguf"), &p);
+  if (!why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(p.gpu_runner);
+  const auto ctx = random_tokens(*p.model, 20, 11), own = random_tokens(*p.model, 9, 12);
+  const auto w_new = random_tokens(*p.model, 3, 13), o_new = random_tokens(*p.model, 2, 14);
+  const std::vector<View> views = {{0, 1}};
+  std::vector<float> got, want;
+  for (const bool gpu : {false, true}) {
+    std::vector<SequenceKv> blocks(3);  // 0 context, 1 writer, 2 another program's block
+    write(p, gpu, blocks, 0, ctx, {}, -1);
+    write(p, gpu, blocks, 2, own, {}, -1);
+    ASSERT_TRUE(p.kv->reserve(blocks[1], 3).ok());
+    ASSERT_TRUE(p.kv->reserve(blocks[2], blocks[2].n_tokens + 2).ok());
+    std::vector<BatchToken> batch;
+    for (int i = 0; i < 3; ++i) batch.push_back({w_new[i], i, 1, i == 2, 0});
+    for (int i = 0; i < 2; ++i) batch.push_back({o_new[i], static_cast<int32_t>(own.size()) + i, 2, i == 1, -1});
+    std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1], &blocks[2]};
+    std::vector<float> logits(2 * static_cast<size_t>(p.model->config.n_vocab));
+    const Status st = gpu ? p.gpu_runner->forward(batch, ptrs, logits.data(), views)
+                          : p.cpu_runner->forward(batch, ptrs, *p.kv, logits.data(), views);
+    ASSERT_TRUE(st.ok()) << st.error().to_string();
+    (gpu ? got : want) = logits;
+    for (auto& b : blocks) p.kv->release(b);
+  }
+  const size_t V = static_cast<size_t>(p.model->config.n_vocab);
+  for (size_t r = 0; r < 2; ++r) {
+    const std::vector<float> g(got.begin() + r * V, got.begin() + (r + 1) * V),
+        w(want.begin() + r * V, want.begin() + (r + 1) * V);
+    const double err = rel_l2(g, w);
+    std::printf("  mixed step, row %zu: rel L2 %.3e vs the CPU\n", r, err);
+    EXPECT_LT(err, 3e-2);
+    expect_same_pick(g, w, 0.02);
+  }
+}
+
+TEST(CudaRunner, RefusesWhatItDoesNotRunYet) {
+  Pair p;
+  const std::string why = load(goldens("tiny_qwen35.gguf"), &p);
+  if (!why.empty()) GTEST_SKIP() << why;
+  auto r = CudaRunner::create(p.model->config, p.model->weights, *p.gpu, {.max_tokens = 8, .n_pages = 8});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("Gated DeltaNet"), std::string::npos) << r.error().message;
+}
+
+}  // namespace
+}  // namespace chorus
