@@ -44,7 +44,7 @@ struct GatewayOptions {
   int default_max_tokens = 256;
   int max_tokens_limit = 4096;
   double lease_s = 600;                // an idle program is released after this long
-  double restore_wait_s = 60;          // a request for a paused program waits this long at most
+  double restore_wait_s = 300;         // a request for a paused program waits this long at most
   int threads = 8;                     // HTTP worker threads
   ProgramPolicyOptions policy;         // capacity_pages: the engine's KV pages
   SchedulingMode mode = SchedulingMode::program;

@@ -59,19 +59,37 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
     const double ka = restore_key(*a, now), kb = restore_key(*b, now);
     return ka != kb ? ka < kb : a->id < b->id;
   });
+  // Acting programs that would go to host memory, cheaper than a re-prefill, in victim order:
+  // their weight does not hold a ready program back (it displaces them).
+  double held = weighted;
+  if (opts_.offload_displaces) {
+    std::vector<const ProgramSnapshot*> movable;
+    for (const ProgramSnapshot* p : active)
+      if (p->phase == ProgramPhase::acting && !p->pinned) movable.push_back(p);
+    std::stable_sort(movable.begin(), movable.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
+      const double ka = pause_key(*a, now), kb = pause_key(*b, now);
+      return ka != kb ? ka < kb : a->id < b->id;
+    });
+    int64_t room = opts_.host_capacity_pages - host_used;
+    for (const ProgramSnapshot* p : movable)
+      if (pause_mode(p->pages, room) == PauseMode::offload) {
+        room -= p->pages;
+        held -= pause_key(*p, now);
+      }
+  }
   const double low = opts_.low_watermark * cap;
   size_t next = 0;
-  if (weighted < low) {
+  if (held < low) {
     for (; next < waiting.size(); ++next) {
       const ProgramSnapshot* p = waiting[next];
       // Only a program ready to reason comes back: an acting one has nothing to run, and with its
       // decayed weight it would be the first victim of the next check (a pause/restore ping-pong).
       if (p->phase != ProgramPhase::reasoning) break;
       const bool alone = resident == 0 && d.restore.empty();
-      if (weighted + static_cast<double>(p->pages) > low && !alone) break;  // in order: no skipping
+      if (held + static_cast<double>(p->pages) > low && !alone) break;  // in order: no skipping
       d.restore.push_back(p->id);
       resident += p->pages;
-      weighted += static_cast<double>(p->pages);  // restored to run: weight 1
+      held += static_cast<double>(p->pages);  // restored to run: weight 1
     }
   }
   for (size_t i = next; i < waiting.size() && static_cast<int>(i - next) < opts_.prewarm_depth; ++i)

@@ -13,7 +13,11 @@
 //    (a large program's key shrinks while it waits, so it cannot starve). In order, while the
 //    next fits under the low watermark (weighted); the queue does not skip a program that does
 //    not fit (no starvation by smaller ones), except that a program larger than the whole budget
-//    is restored when nothing else is resident.
+//    is restored when nothing else is resident. Acting programs that can be moved out cheaply —
+//    offloaded to host memory, where there is room and copying costs less than a re-prefill —
+//    do not count against the low watermark: a ready program displaces them (the pause rule
+//    below picks them first), so the engine runs every ready program it can hold instead of
+//    keeping the cache of programs that are not running.
 //  - Then, while the resident pages (restored ones included) exceed the high watermark, pause:
 //    acting programs before reasoning ones; within each, the smallest weighted size first (a
 //    long tool call makes even a large program cheap to keep out). Shortest-first minimises the
@@ -43,7 +47,7 @@ struct ProgramPolicyOptions {
   double high_watermark = 0.95;    // pause above high * capacity ...
   double low_watermark = 0.85;     // ... restore below low * capacity (low <= high)
   double decay_tau_s = 2.0;        // f(t) = 2^(-t / tau) for acting programs
-  double aging_s = 30.0;           // a waiting program's key halves every aging_s seconds
+  double aging_s = 10.0;           // a waiting program's key halves every aging_s seconds
   double check_period_s = 5.0;     // Delta t between periodic checks
   int prewarm_depth = 2;           // tools prepared for this many programs at the head of the queue
   // Cost model, in the same (arbitrary) unit: drop = recompute_linear * c + recompute_quadratic *
@@ -52,6 +56,7 @@ struct ProgramPolicyOptions {
   double recompute_quadratic = 1.0 / 64;
   double offload_per_page = 0.05;
   int64_t host_capacity_pages = 0; // pages host memory may hold for offloaded programs (0: none)
+  bool offload_displaces = false;  // a ready program displaces acting ones that offload cheaply
 };
 
 // What the policy is told about one program.

@@ -30,6 +30,7 @@ struct Prog {
   int64_t ctx = 0;        // tokens in its context
   int64_t cached = 0;     // of which have KV (resident only)
   int64_t lost = 0;       // tokens whose KV an eviction dropped (recomputed when it runs again)
+  int64_t off = 0;        // tokens whose KV sits in host memory (copied back when it runs again)
   int remaining = 0;      // decode tokens left in this reason phase
   int step = 0;
   bool in_step = false;   // has work in the engine step being built
@@ -98,7 +99,9 @@ class Sim {
         continue;
       }
       stuck = 0;
-      const double dt = o_.step_fixed_s + o_.step_per_token_s * static_cast<double>(tokens) + o_.step_per_pair_s * pairs;
+      const double dt = o_.step_fixed_s + o_.step_per_token_s * static_cast<double>(tokens) +
+                        o_.step_per_pair_s * pairs + copy_s_;
+      copy_s_ = 0;  // the copies of the pauses and restores since the last step hold this one up
       t += dt;
       r_.busy_s += dt;
       ++r_.engine_steps;
@@ -161,13 +164,21 @@ class Sim {
     progs_.push_back(p);
   }
 
-  void evict(Prog& p, double t) {
-    used_ -= pages_of(p.cached);
-    p.lost += p.cached;
+  void evict(Prog& p, double t, PauseMode mode = PauseMode::drop) {
+    const int64_t pages = pages_of(p.cached);
+    used_ -= pages;
+    if (mode == PauseMode::offload) {
+      p.off = p.cached;
+      host_used_ += pages;
+      copy_s_ += o_.offload_page_s * static_cast<double>(pages);
+      ++r_.offloads;
+    } else {
+      p.lost += p.cached;
+      ++r_.evictions;
+    }
     p.cached = 0;
     p.resident = false;
     p.paused_since = t;
-    ++r_.evictions;
   }
 
   void admit(Prog& p, double t) {
@@ -175,6 +186,14 @@ class Sim {
     p.admitted = t;
     r_.recomputed_tokens += p.lost;  // its dropped context is prefilled again
     p.lost = 0;
+    if (p.off > 0) {  // its offloaded context is copied back
+      const int64_t pages = pages_of(p.off);
+      host_used_ -= pages;
+      used_ += pages;
+      copy_s_ += o_.offload_page_s * static_cast<double>(pages);
+      p.cached = p.off;
+      p.off = 0;
+    }
   }
 
   int64_t free_pages() const { return o_.capacity_pages - used_; }
@@ -239,13 +258,14 @@ class Sim {
       // A reasoning program's room: its whole context and the tokens it will generate.
       s.pages = p.reasoning ? pages_of(p.ctx + p.remaining) : p.resident ? pages_of(p.cached) : pages_of(p.ctx);
       s.pinned = p.resident && p.reasoning;
+      s.offloaded = p.off > 0;
       s.tools_warm = true;
       snaps.push_back(s);
     }
     const PolicyDecision d = policy_.decide(t, snaps);
     for (const auto& [id, mode] : d.pause)
       for (Prog& p : progs_)
-        if (p.id == id) evict(p, t);
+        if (p.id == id) evict(p, t, mode);
     for (uint64_t id : d.restore)
       for (Prog& p : progs_)
         if (p.id == id) admit(p, t);
@@ -269,6 +289,8 @@ class Sim {
   std::vector<Prog> progs_;
   uint64_t next_id_ = 1;
   int64_t used_ = 0;
+  int64_t host_used_ = 0;  // pages offloaded (the policy keeps it under program.host_capacity_pages)
+  double copy_s_ = 0;      // engine time owed to offload copies
   std::vector<double> latencies_;
   SimResult r_;
 };

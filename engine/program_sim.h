@@ -37,6 +37,9 @@ struct SimOptions {
   double step_per_token_s = 0.0002;
   double step_per_pair_s = 2e-9;
   double ttl_s = 2.0;              // SimPolicy::ttl
+  // Host memory for the program policy's offloaded pauses (program.host_capacity_pages, 0: every
+  // pause drops) and the engine time to copy one page out or back in.
+  double offload_page_s = 0.0001;
   double duration_s = 600;         // simulated time
   uint64_t seed = 1;
   ProgramPolicyOptions program;    // the program policy's options (capacity_pages is taken from above)
@@ -50,7 +53,8 @@ struct SimResult {
   double hit_rate = 0;             // 1 - recomputed / context
   int64_t engine_steps = 0;
   double busy_s = 0;               // simulated time the engine computed
-  int64_t evictions = 0;
+  int64_t evictions = 0;           // pauses that dropped a program's KV
+  int64_t offloads = 0;            // pauses that copied it to host memory
   double p50_reason_s = 0, p99_reason_s = 0;  // a reason phase, from its start (tool done) to its last token
 };
 

@@ -153,7 +153,9 @@ TEST(ProgramPolicy, RestoresReadyProgramsFirstThenShortestInOrder) {
 }
 
 TEST(ProgramPolicy, AgingLetsALargeProgramThrough) {
-  ProgramPolicy pol(opts());  // aging 30 s
+  ProgramPolicyOptions o = opts();
+  o.aging_s = 30;
+  ProgramPolicy pol(o);
   // At t=100 program 2 has waited 100 s (key 40 * 2^(-100/30) ~ 4.0); program 3 just came (10).
   auto d = pol.decide(100, std::vector<ProgramSnapshot>{active(1, 20), paused(2, 40, 0), paused(3, 10, 100)});
   EXPECT_EQ(d.restore, (std::vector<uint64_t>{2, 3}));
@@ -191,6 +193,42 @@ TEST(ProgramPolicy, AReadyProgramReplacesOneInALongToolCall) {
   d = pol.decide(20, ps);  // weighted ~50 < 70: 3 comes back; 120 resident > 90: only 2 can go
   EXPECT_EQ(d.restore, (std::vector<uint64_t>{3}));
   EXPECT_EQ(ids(d.pause), (std::vector<uint64_t>{2}));
+}
+
+// With host memory, moving an acting program out is a copy, not a re-prefill: a ready program
+// displaces it however recently its tool call began, so the engine runs what is ready. Without
+// host room (or with the rule off) the ready program waits, as above.
+TEST(ProgramPolicy, AReadyProgramDisplacesActingOnesThatOffloadCheaply) {
+  ProgramPolicyOptions o = opts();  // low 70, high 90
+  o.host_capacity_pages = 100;
+  o.offload_displaces = true;
+  std::vector<ProgramSnapshot> ps = {active(1, 40, ProgramPhase::acting, 20), active(2, 20, ProgramPhase::acting, 20),
+                                     active(3, 25), paused(4, 35, 15)};
+  auto d = ProgramPolicy(o).decide(20, ps);  // weighted 85 >= 70, but 60 of it can be offloaded
+  EXPECT_EQ(d.restore, (std::vector<uint64_t>{4}));
+  // 120 resident: 30 must go; the smaller acting program first (20), then 40 (60 left) — the 20
+  // alone is not enough, and the 40 alone is: the 20 stays.
+  ASSERT_EQ(ids(d.pause), (std::vector<uint64_t>{1}));
+  EXPECT_EQ(d.pause[0].second, PauseMode::offload);
+  // Host memory that holds only the 20-page program: 65 held, 35 more would pass 70: it waits.
+  o.host_capacity_pages = 20;
+  d = ProgramPolicy(o).decide(20, ps);
+  EXPECT_TRUE(d.restore.empty());
+  EXPECT_TRUE(d.pause.empty());
+  // Host memory already holding other paused programs counts too.
+  o.host_capacity_pages = 100;
+  ps.push_back(paused(5, 90, 0, ProgramPhase::acting));
+  ps.back().offloaded = true;
+  d = ProgramPolicy(o).decide(20, ps);
+  EXPECT_TRUE(d.restore.empty());
+  ps.pop_back();
+  // A pinned acting program (a request about to start) is not movable.
+  ps[0].pinned = true;
+  EXPECT_TRUE(ProgramPolicy(o).decide(20, ps).restore.empty());
+  ps[0].pinned = false;
+  // The rule off: the paper's admission by weighted use alone.
+  o.offload_displaces = false;
+  EXPECT_TRUE(ProgramPolicy(o).decide(20, ps).restore.empty());
 }
 
 // An acting program is not restored ahead of its next request: with its decayed weight it would
@@ -264,6 +302,23 @@ TEST(ProgramSim, ProgramAwareHoldsPastCapacityWhereLruFalls) {
   EXPECT_GT(prog.steps_per_min, ttl.steps_per_min);
   EXPECT_LT(prog.recomputed_tokens, lru.recomputed_tokens);
   EXPECT_LT(prog.p99_reason_s, lru.p99_reason_s);
+}
+
+// With host memory in the model, the program policy's pauses become copies: nothing is
+// recomputed while host memory holds every paused program, and throughput does not fall.
+TEST(ProgramSim, HostMemoryTurnsPausesIntoCopies) {
+  SimOptions o;
+  o.concurrency = 128;
+  o.duration_s = 300;
+  const SimResult dropping = simulate(o);
+  o.program.host_capacity_pages = 100000;
+  const SimResult copying = simulate(o);
+  std::printf("128 programs: %.1f steps/min dropping, %.1f offloading\n", dropping.steps_per_min, copying.steps_per_min);
+  EXPECT_GT(dropping.recomputed_tokens, 0);
+  EXPECT_EQ(copying.recomputed_tokens, 0);
+  EXPECT_EQ(copying.evictions, 0);
+  EXPECT_GT(copying.offloads, 0);
+  EXPECT_GT(copying.steps_per_min, dropping.steps_per_min);
 }
 
 }  // namespace

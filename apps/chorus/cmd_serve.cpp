@@ -43,6 +43,9 @@ int run_serve(const ServeArgs& args) {
   go.max_tokens_limit = args.ctx;
   go.policy.capacity_pages = args.pages;
   go.policy.check_period_s = args.check_period_s;
+  go.policy.aging_s = args.aging_s;
+  go.restore_wait_s = args.restore_wait_s;
+  go.policy.offload_displaces = args.displace;
   go.policy.host_capacity_pages = args.host_pages;
   go.mode = args.policy == "lru" ? SchedulingMode::lru : args.policy == "ttl" ? SchedulingMode::ttl : SchedulingMode::program;
   go.ttl_s = args.ttl_s;

@@ -27,12 +27,15 @@ int run_simulate(const SimulateArgs& args) {
       o.duration_s = args.duration_s;
       o.tool_scale_s = args.tool_scale_s;
       o.seed = args.seed;
+      o.program.host_capacity_pages = args.host_pages;
+      o.program.offload_displaces = args.displace;
+      o.program.aging_s = args.aging_s;
       const SimResult r = simulate(o);
       // recomp: tokens prefilled again / context tokens at the start of reason phases (can pass 100 %)
       std::printf(" | %8s %9.1f %5.0f%% %6.1f", "", r.steps_per_min, 100 * (1 - r.hit_rate), r.p99_reason_s);
       out.push_back({{"policy", sim_policy_name(p)}, {"concurrency", n}, {"steps_per_min", r.steps_per_min},
                      {"hit_rate", r.hit_rate}, {"recomputed_tokens", r.recomputed_tokens},
-                     {"evictions", r.evictions}, {"p50_reason_s", r.p50_reason_s}, {"p99_reason_s", r.p99_reason_s},
+                     {"evictions", r.evictions}, {"offloads", r.offloads}, {"p50_reason_s", r.p50_reason_s}, {"p99_reason_s", r.p99_reason_s},
                      {"busy_s", r.busy_s}});
     }
     std::printf("\n");

@@ -99,6 +99,9 @@ struct ServeArgs {
   int ctx = 4096;                 // longest conversation (tokens)
   double lease_s = 600;           // idle programs are released after this long
   double check_period_s = 5;      // the scheduling policy's period
+  double aging_s = 10;            // the restore queue's aging (a waiting program's key halves)
+  double restore_wait_s = 300;    // a request for a paused program waits this long, then 503
+  bool displace = false;          // ready programs displace acting ones that offload cheaply
   std::string policy = "program"; // program, lru, ttl
   double ttl_s = 2;               // --policy ttl: seconds an idle program stays pinned
   int threads = 0;
@@ -111,6 +114,9 @@ struct SimulateArgs {
   int64_t pages = 2048;
   double duration_s = 600;        // simulated seconds per point
   double tool_scale_s = 1.0;
+  int64_t host_pages = 0;         // host memory for the program policy's offloaded pauses
+  bool displace = false;          // program policy: ready programs displace acting ones that offload cheaply
+  double aging_s = 10;            // program policy: a waiting program's key halves every aging_s
   uint64_t seed = 1;
   std::string json;
 };

@@ -117,6 +117,13 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--ctx", serve.ctx, "Longest conversation in tokens; also the max_tokens limit")->capture_default_str();
   serve_cmd->add_option("--lease", serve.lease_s, "Seconds after which an idle program is released")->capture_default_str();
   serve_cmd->add_option("--check-period", serve.check_period_s, "Seconds between scheduling checks")->capture_default_str();
+  serve_cmd->add_option("--aging", serve.aging_s, "Seconds for a waiting program's restore key to halve")
+      ->capture_default_str();
+  serve_cmd->add_flag("--displace", serve.displace,
+                      "Program policy: a ready program displaces acting ones that offload cheaply (host room)");
+  serve_cmd->add_option("--restore-wait", serve.restore_wait_s,
+                        "Seconds a request for a paused program may wait for memory before a 503")
+      ->capture_default_str();
   serve_cmd->add_option("--policy", serve.policy, "program (pause idle programs, ThunderAgent), lru or ttl (baselines)")
       ->capture_default_str()
       ->check(CLI::IsMember({"program", "lru", "ttl"}));
@@ -130,6 +137,12 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--pages", sim.pages, "KV pages of 16 tokens")->capture_default_str();
   sim_cmd->add_option("--duration", sim.duration_s, "Simulated seconds per point")->capture_default_str();
   sim_cmd->add_option("--tool-scale", sim.tool_scale_s, "Scale of the Pareto tool time (seconds)")->capture_default_str();
+  sim_cmd->add_option("--host-pages", sim.host_pages, "Host memory (pages) for the program policy's offloaded pauses")
+      ->capture_default_str();
+  sim_cmd->add_flag("--displace", sim.displace,
+                    "Program policy: ready programs displace acting ones that offload cheaply");
+  sim_cmd->add_option("--aging", sim.aging_s, "Program policy: seconds for a waiting program's key to halve")
+      ->capture_default_str();
   sim_cmd->add_option("--seed", sim.seed, "Random seed")->capture_default_str();
   sim_cmd->add_option("--json", sim.json, "Also write the results as JSON to this file");
 
