@@ -20,11 +20,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "engine/cuda_runner.h"
+#include "engine/kv_cache.h"
+#include "engine/model_config.h"
+#include "engine/model_runner.h"
+#include "engine/weights.h"
+#include "gpu/cpu_device.h"
 #include "gpu/cuda_device.h"
 #include "kernels/cuda/ops.h"
 
@@ -311,6 +319,143 @@ double time_steps(CudaDevice& dev, F&& run, int steps, int reps) {
   return ms[ms.size() / 2];
 }
 
+// ---- SmolLM2-135M shapes through the model runners: the GPU path against the CPU path ----------
+//
+// A random-weight model of SmolLM2-135M-Instruct's shapes (Q8_0 matrices; the real file is too
+// large to carry to a lent GPU machine) runs the same decode through CudaRunner and the CPU
+// ModelRunner (every core of the machine): `batch` sequences of a 128-token prompt each, then
+// `steps` decode steps of one token per sequence.
+
+struct RandomModel {
+  ModelConfig c;
+  Weights w;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<std::vector<float>> vecs;
+
+  WeightMatrix q8(int64_t rows, int64_t cols, std::mt19937& rng) {
+    const int64_t nb = cols / 32;
+    std::vector<uint8_t> b(static_cast<size_t>(rows * nb * 34));
+    const uint16_t scale = 0x1a0c;  // f16 ~0.0016: 0.2 / 127
+    for (int64_t i = 0; i < rows * nb; ++i) {
+      std::memcpy(&b[static_cast<size_t>(i * 34)], &scale, 2);
+      for (int j = 0; j < 32; ++j) b[static_cast<size_t>(i * 34 + 2 + j)] = static_cast<uint8_t>(rng());
+    }
+    bytes.push_back(std::move(b));
+    return WeightMatrix{TensorType::q8_0, rows, cols, bytes.back().data(), static_cast<size_t>(nb * 34)};
+  }
+  const float* ones(int64_t n) {
+    vecs.emplace_back(static_cast<size_t>(n), 1.0f);
+    return vecs.back().data();
+  }
+};
+
+std::unique_ptr<RandomModel> smollm2_shaped() {
+  auto m = std::make_unique<RandomModel>();
+  ModelConfig& c = m->c;
+  c.arch = "llama";
+  c.name = "smollm2-135m-shaped";
+  c.n_vocab = 49152;
+  c.n_embd = 576;
+  c.n_layer = 30;
+  c.n_head = 9;
+  c.n_head_kv = 3;
+  c.head_dim = 64;
+  c.n_ff = 1536;
+  c.n_ctx_train = 8192;
+  c.norm_eps = 1e-5f;
+  c.rope_base = 100000.0f;
+  c.n_rot = 64;
+  c.tied_output = true;
+  c.linear_layer.assign(30, false);
+  c.kv_layer.resize(30);
+  for (int l = 0; l < 30; ++l) c.kv_layer[static_cast<size_t>(l)] = l;
+  c.n_kv_layer = 30;
+  std::mt19937 rng(3);
+  m->w.token_embd = m->q8(c.n_vocab, c.n_embd, rng);
+  m->w.output = m->w.token_embd;
+  m->w.output_norm = m->ones(c.n_embd);
+  for (int l = 0; l < c.n_layer; ++l) {
+    LayerWeights L;
+    L.attn_norm = m->ones(c.n_embd);
+    L.ffn_norm = m->ones(c.n_embd);
+    L.wq = m->q8(c.q_dim(), c.n_embd, rng);
+    L.wk = m->q8(c.kv_dim(), c.n_embd, rng);
+    L.wv = m->q8(c.kv_dim(), c.n_embd, rng);
+    L.wo = m->q8(c.n_embd, c.q_dim(), rng);
+    L.w_gate = m->q8(c.n_ff, c.n_embd, rng);
+    L.w_up = m->q8(c.n_ff, c.n_embd, rng);
+    L.w_down = m->q8(c.n_embd, c.n_ff, rng);
+    m->w.layers.push_back(L);
+  }
+  return m;
+}
+
+// Decode tokens per second of `batch` sequences through `forward` (a ModelRunner or CudaRunner
+// call), after their prompts.
+template <class Forward>
+double decode_rate(const RandomModel& m, KvCache& kv, int batch, int prompt, int steps, Forward&& forward) {
+  std::vector<SequenceKv> seqs(static_cast<size_t>(batch));
+  std::vector<SequenceKv*> ptrs;
+  for (auto& s : seqs) ptrs.push_back(&s);
+  std::vector<float> logits(static_cast<size_t>(batch) * m.c.n_vocab);
+  std::mt19937 rng(9);
+  for (int b = 0; b < batch; ++b) {
+    if (Status st = kv.reserve(seqs[static_cast<size_t>(b)], prompt + steps); !st.ok()) die(st.error().to_string());
+    std::vector<BatchToken> toks;
+    for (int i = 0; i < prompt; ++i)
+      toks.push_back({static_cast<TokenId>(rng() % static_cast<uint32_t>(m.c.n_vocab)), i, b, i + 1 == prompt, -1});
+    check(forward(toks, ptrs, logits.data()));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) {
+    std::vector<BatchToken> toks;
+    for (int b = 0; b < batch; ++b)
+      toks.push_back({static_cast<TokenId>(rng() % static_cast<uint32_t>(m.c.n_vocab)), prompt + s, b, true, -1});
+    check(forward(toks, ptrs, logits.data()));
+  }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& s : seqs) kv.release(s);
+  return batch * steps / sec;
+}
+
+// With dev == nullptr (--cpu-only), the CPU column alone.
+std::string smollm2_gpu_vs_cpu(CudaDevice* dev) {
+  const auto m = smollm2_shaped();
+  auto cpu = CpuDevice::create();
+  if (!cpu) die(cpu.error().to_string());
+  const int prompt = 128, steps = 32;
+  auto kv = KvCache::create(m->c, 512);
+  if (!kv) die(kv.error().to_string());
+  const int64_t mark = dev ? dev->mark() : 0;
+  std::string rows;
+  {
+    std::unique_ptr<CudaRunner> gpu;
+    if (dev) {
+      auto r = CudaRunner::create(m->c, m->w, *dev, {.max_tokens = prompt, .n_pages = 512});
+      if (!r) die(r.error().to_string());
+      gpu = std::move(*r);
+    }
+    ModelRunner cpu_runner(m->c, m->w, **cpu, prompt);
+    std::printf("\nSmolLM2-135M shapes (random Q8_0), prompt %d, %d decode steps: %s vs %s\n", prompt, steps,
+                gpu ? gpu->describe().c_str() : "no GPU", (*cpu)->describe().c_str());
+    std::printf("%8s | %12s %12s | %8s\n", "batch", "gpu tok/s", "cpu tok/s", "gpu/cpu");
+    for (const int batch : {1, 8}) {
+      const double g = gpu ? decode_rate(*m, *kv, batch, prompt, steps,
+                                         [&](auto& t, auto& p, float* l) { return gpu->forward(t, p, l); })
+                           : 0.0;
+      const double c = decode_rate(*m, *kv, batch, prompt, steps,
+                                   [&](auto& t, auto& p, float* l) { return cpu_runner.forward(t, p, *kv, l); });
+      std::printf("%8d | %12.1f %12.1f | %7.2fx\n", batch, g, c, g / c);
+      char row[200];
+      std::snprintf(row, sizeof row, "%s{\"batch\": %d, \"gpu_tok_s\": %.2f, \"cpu_tok_s\": %.2f}", rows.empty() ? "" : ", ",
+                    batch, g, c);
+      rows += row;
+    }
+  }
+  if (dev) dev->reset_to(mark);
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -325,8 +470,11 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[++i]);
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (a == "--cpu-only") {  // the SmolLM2-shaped CPU column alone (a machine without a GPU)
+      smollm2_gpu_vs_cpu(nullptr);
+      return 0;
     } else {
-      std::fprintf(stderr, "usage: chorus_cuda_step_bench [--steps N] [--reps N] [--json FILE]\n");
+      std::fprintf(stderr, "usage: chorus_cuda_step_bench [--steps N] [--reps N] [--json FILE] [--cpu-only]\n");
       return 2;
     }
   }
@@ -369,9 +517,10 @@ int main(int argc, char** argv) {
     rows += row;
     dev.reset_to(mark);
   }
+  const std::string smol = smollm2_gpu_vs_cpu(&dev);
   if (!json.empty()) {
     std::ofstream(json) << "{\"device\": \"" << dev.describe() << "\", \"shape\": \"qwen3.5-9b\", \"rows\": [" << rows
-                        << "]}\n";
+                        << "], \"smollm2_shaped\": [" << smol << "]}\n";
   }
   return 0;
 }
