@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <tuple>
 #include <vector>
 
@@ -66,7 +67,12 @@ struct CudaRunner::Impl {
 
   Impl(const ModelConfig& config, CudaDevice& d, const CudaRunnerOptions& o)
       : c(config), dev(d), opts(o), mark0(d.mark()) {}
-  ~Impl() { dev.reset_to(mark0); }
+  std::map<int, void*> graphs;  // padded step size -> its CUDA graph
+
+  ~Impl() {
+    for (auto& [size, g] : graphs) dev.destroy_graph(g);
+    dev.reset_to(mark0);
+  }
 
   template <class T>
   Result<T*> take(int64_t n, const char* what) {
@@ -105,6 +111,61 @@ struct CudaRunner::Impl {
   Status gemm(const Mat& w, const float* in, float* out, int64_t n) {
     CHORUS_TRY(op(cuda::to_bf16(in, xb, n * w.cols, dev.stream()), "to_bf16"));
     return cuda_gemm_bf16(dev, w.w, xb, out, w.rows, n, w.cols);
+  }
+
+  // Every launch of one step of T tokens (tables already on the device); nothing synchronizes,
+  // so it can be captured.
+  Status launch(int T) {
+    void* st = dev.stream();
+    const int E = c.n_embd, KVD = c.kv_dim(), HD = c.head_dim, FF = c.n_ff;
+    const bool neox = c.rope_layout == RopeLayout::rope_neox;
+    const float theta_scale = c.rope_theta_scale(), freq_scale = 1.0f / c.rope_scale;
+    CHORUS_TRY(op(cuda::embed_rows(embd.w, embd.rows, ids, T, E, x, st), "token_embd"));
+    for (int l = 0; l < c.n_layer; ++l) {
+      const Layer& L = layers[static_cast<size_t>(l)];
+      CHORUS_TRY(op(cuda::rmsnorm(x, L.attn_norm, h, T, E, c.norm_eps, st), "attn_norm"));
+      CHORUS_TRY(gemm(L.wq, h, q, T));
+      CHORUS_TRY(gemm(L.wk, h, k, T));
+      CHORUS_TRY(gemm(L.wv, h, v, T));
+      if (L.q_norm) CHORUS_TRY(op(cuda::rmsnorm(q, L.q_norm, q, T * c.n_head, HD, c.norm_eps, st), "q_norm"));
+      if (L.k_norm) CHORUS_TRY(op(cuda::rmsnorm(k, L.k_norm, k, T * c.n_head_kv, HD, c.norm_eps, st), "k_norm"));
+      CHORUS_TRY(op(cuda::rope(k, pos, T, c.n_head_kv, HD, c.n_rot, theta_scale, freq_scale, neox, st), "rope"));
+      CHORUS_TRY(op(cuda::write_kv(L.k_pool, L.v_pool, opts.kv_bf16, page_stride, KVD, write_page, write_slot, k,
+                                   v, T, st),
+                    "write_kv"));
+      cuda::AttnArgs a;
+      a.q = q;
+      a.k_pool = L.k_pool;
+      a.v_pool = L.v_pool;
+      a.kv_bf16 = opts.kv_bf16;
+      a.page_stride = page_stride;
+      a.kv_stride = KVD;
+      a.page_ids = page_ids;
+      a.segs = segs;
+      a.tokens = tokens;
+      a.n_tokens = T;
+      a.n_heads = c.n_head;
+      a.n_kv_heads = c.n_head_kv;
+      a.head_dim = HD;
+      a.n_rot = c.n_rot;
+      a.theta_scale = theta_scale;
+      a.freq_scale = freq_scale;
+      a.neox = neox;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(HD));
+      a.out = att;
+      CHORUS_TRY(op(cuda::attention(a, st), "attention"));
+      CHORUS_TRY(gemm(L.wo, att, h, T));
+      CHORUS_TRY(op(cuda::add(x, h, int64_t{T} * E, st), "residual"));
+      CHORUS_TRY(op(cuda::rmsnorm(x, L.ffn_norm, h, T, E, c.norm_eps, st), "ffn_norm"));
+      CHORUS_TRY(gemm(L.gate, h, gate, T));
+      CHORUS_TRY(gemm(L.up, h, up, T));
+      CHORUS_TRY(op(cuda::swiglu(gate, up, gate, int64_t{T} * FF, st), "swiglu"));
+      CHORUS_TRY(gemm(L.down, gate, h, T));
+      CHORUS_TRY(op(cuda::add(x, h, int64_t{T} * E, st), "residual"));
+    }
+    CHORUS_TRY(op(cuda::rmsnorm(x, output_norm, h, T, E, c.norm_eps, st), "output_norm"));
+    CHORUS_TRY(gemm(output, h, logits, T));
+    return Status::success();
   }
 
   template <class T>
@@ -190,9 +251,10 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
       if (!r) return r.error();
       *dst = *r;
     }
-    auto kp = dev.alloc(opts.n_pages * m.page_stride * elem, "KV pages");
+    // n_pages, and one spare that the padding tokens of a graphed step write and read.
+    auto kp = dev.alloc((opts.n_pages + 1) * m.page_stride * elem, "KV pages");
     if (!kp) return kp.error();
-    auto vp = dev.alloc(opts.n_pages * m.page_stride * elem, "KV pages");
+    auto vp = dev.alloc((opts.n_pages + 1) * m.page_stride * elem, "KV pages");
     if (!vp) return vp.error();
     D.k_pool = *kp;
     D.v_pool = *vp;
@@ -209,7 +271,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   auto xb = m.take<bf16_bits>(T * widest, "activations");
   if (!xb) return xb.error();
   m.xb = *xb;
-  m.page_cap = 8 * opts.n_pages + T;
+  m.page_cap = 8 * opts.n_pages + T + 1;
   for (auto [dst, n] : {std::pair{&m.ids, T}, std::pair{&m.pos, T}, std::pair{&m.write_page, T},
                         std::pair{&m.write_slot, T}, std::pair{&m.page_ids, m.page_cap}}) {
     auto r = m.take<int32_t>(n, "step tables");
@@ -273,6 +335,26 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
       segs.push_back({first_page[static_cast<size_t>(sg.block)], static_cast<int32_t>(sg.n_kv),
                       static_cast<int32_t>(sg.rotation), 0});
   }
+  // Decode-sized steps run as CUDA graphs, one per padded size (powers of two): tokens past T
+  // write and read only the spare page, so they touch nothing real, and a graph is built only
+  // for a size not seen before. The view depth needs no key: each token's segment list is data.
+  const bool graphed = m.opts.graphs && T <= m.opts.graph_max_tokens;
+  int T_run = T;
+  if (graphed) {
+    T_run = 1;
+    while (T_run < T) T_run *= 2;
+    T_run = std::min(T_run, m.opts.max_tokens);
+    const auto spare = static_cast<int32_t>(page_ids.size());
+    page_ids.push_back(static_cast<int32_t>(m.opts.n_pages));
+    for (int t = T; t < T_run; ++t) {
+      ids.push_back(0);
+      pos.push_back(0);
+      wpage.push_back(static_cast<int32_t>(m.opts.n_pages));
+      wslot.push_back(0);
+      toks.push_back({static_cast<int32_t>(segs.size()), 1});
+      segs.push_back({spare, 1, 0, 0});
+    }
+  }
   CHORUS_TRY(m.put(m.ids, ids));
   CHORUS_TRY(m.put(m.pos, pos));
   CHORUS_TRY(m.put(m.write_page, wpage));
@@ -281,55 +363,25 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   CHORUS_TRY(m.put(m.segs, segs));
   CHORUS_TRY(m.put(m.tokens, toks));
 
-  void* st = m.dev.stream();
-  const int E = c.n_embd, KVD = c.kv_dim(), HD = c.head_dim, FF = c.n_ff;
-  const bool neox = c.rope_layout == RopeLayout::rope_neox;
-  const float theta_scale = c.rope_theta_scale(), freq_scale = 1.0f / c.rope_scale;
-  CHORUS_TRY(op(cuda::embed_rows(m.embd.w, m.embd.rows, m.ids, T, E, m.x, st), "token_embd"));
-  for (int l = 0; l < c.n_layer; ++l) {
-    const Layer& L = m.layers[static_cast<size_t>(l)];
-    CHORUS_TRY(op(cuda::rmsnorm(m.x, L.attn_norm, m.h, T, E, c.norm_eps, st), "attn_norm"));
-    CHORUS_TRY(m.gemm(L.wq, m.h, m.q, T));
-    CHORUS_TRY(m.gemm(L.wk, m.h, m.k, T));
-    CHORUS_TRY(m.gemm(L.wv, m.h, m.v, T));
-    if (L.q_norm) CHORUS_TRY(op(cuda::rmsnorm(m.q, L.q_norm, m.q, T * c.n_head, HD, c.norm_eps, st), "q_norm"));
-    if (L.k_norm) CHORUS_TRY(op(cuda::rmsnorm(m.k, L.k_norm, m.k, T * c.n_head_kv, HD, c.norm_eps, st), "k_norm"));
-    CHORUS_TRY(op(cuda::rope(m.k, m.pos, T, c.n_head_kv, HD, c.n_rot, theta_scale, freq_scale, neox, st), "rope"));
-    CHORUS_TRY(op(cuda::write_kv(L.k_pool, L.v_pool, m.opts.kv_bf16, m.page_stride, KVD, m.write_page, m.write_slot, m.k,
-                                 m.v, T, st),
-                  "write_kv"));
-    cuda::AttnArgs a;
-    a.q = m.q;
-    a.k_pool = L.k_pool;
-    a.v_pool = L.v_pool;
-    a.kv_bf16 = m.opts.kv_bf16;
-    a.page_stride = m.page_stride;
-    a.kv_stride = KVD;
-    a.page_ids = m.page_ids;
-    a.segs = m.segs;
-    a.tokens = m.tokens;
-    a.n_tokens = T;
-    a.n_heads = c.n_head;
-    a.n_kv_heads = c.n_head_kv;
-    a.head_dim = HD;
-    a.n_rot = c.n_rot;
-    a.theta_scale = theta_scale;
-    a.freq_scale = freq_scale;
-    a.neox = neox;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(HD));
-    a.out = m.att;
-    CHORUS_TRY(op(cuda::attention(a, st), "attention"));
-    CHORUS_TRY(m.gemm(L.wo, m.att, m.h, T));
-    CHORUS_TRY(op(cuda::add(m.x, m.h, int64_t{T} * E, st), "residual"));
-    CHORUS_TRY(op(cuda::rmsnorm(m.x, L.ffn_norm, m.h, T, E, c.norm_eps, st), "ffn_norm"));
-    CHORUS_TRY(m.gemm(L.gate, m.h, m.gate, T));
-    CHORUS_TRY(m.gemm(L.up, m.h, m.up, T));
-    CHORUS_TRY(op(cuda::swiglu(m.gate, m.up, m.gate, int64_t{T} * FF, st), "swiglu"));
-    CHORUS_TRY(m.gemm(L.down, m.gate, m.h, T));
-    CHORUS_TRY(op(cuda::add(m.x, m.h, int64_t{T} * E, st), "residual"));
+  // The step's launches: captured once per padded size into a CUDA graph and replayed, or run
+  // directly (prefill-sized steps, or graphs off).
+  if (graphed) {
+    auto it = m.graphs.find(T_run);
+    if (it == m.graphs.end()) {
+      CHORUS_TRY(m.dev.begin_capture());
+      const Status launched = m.launch(T_run);
+      auto graph = m.dev.end_capture();
+      if (!launched.ok()) {
+        if (graph) m.dev.destroy_graph(*graph);
+        return launched;
+      }
+      if (!graph) return graph.error();
+      it = m.graphs.emplace(T_run, *graph).first;
+    }
+    CHORUS_TRY(m.dev.launch_graph(it->second));
+  } else {
+    CHORUS_TRY(m.launch(T_run));
   }
-  CHORUS_TRY(op(cuda::rmsnorm(m.x, m.output_norm, m.h, T, E, c.norm_eps, st), "output_norm"));
-  CHORUS_TRY(m.gemm(m.output, m.h, m.logits, T));
   CHORUS_TRY(m.dev.sync("forward"));
   int64_t row = 0;
   for (int t = 0; t < T; ++t) {

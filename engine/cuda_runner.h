@@ -9,7 +9,7 @@
 // norms, residuals and attention run in f32; KV pages are f32 or bf16. Every buffer comes from
 // the device's pool at create(): forward() does not allocate on the device.
 //
-// Not yet: hybrid (Gated DeltaNet) and MoE layers, biases, output gates, CUDA graphs, sampling on
+// Not yet: hybrid (Gated DeltaNet) and MoE layers, biases, output gates, sampling on
 // the device in the step (logits come back to the host), tiled prefill attention, and the
 // KvCache operations that copy page data (copy_on_write, offload): they copy the host pages
 // only, so the engine does not hand this runner to a BlockStore yet.
@@ -33,6 +33,10 @@ struct CudaRunnerOptions {
   int max_tokens = 256;   // tokens per forward
   int64_t n_pages = 0;    // KV pages (the KvCache that does the bookkeeping must have as many)
   bool kv_bf16 = false;   // bf16 KV pages (half the memory and bandwidth)
+  // Steps of up to graph_max_tokens tokens (decode) replay CUDA graphs, one per power-of-two
+  // size, padded with tokens that touch only a spare page; larger steps launch directly.
+  bool graphs = true;
+  int graph_max_tokens = 64;
 };
 
 class CudaRunner {

@@ -136,6 +136,32 @@ Status CudaDevice::sync(const std::string& what) {
   return {};
 }
 
+Status CudaDevice::begin_capture() {
+  CHORUS_CUDA_CHECK(cudaSetDevice(device_));
+  CHORUS_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream_), cudaStreamCaptureModeThreadLocal));
+  return {};
+}
+
+Result<void*> CudaDevice::end_capture() {
+  cudaGraph_t graph = nullptr;
+  CHORUS_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream_), &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) return cuda_error("cudaGraphInstantiate", e, __FILE__, __LINE__);
+  return static_cast<void*>(exec);
+}
+
+Status CudaDevice::launch_graph(void* graph) {
+  CHORUS_CUDA_CHECK(cudaSetDevice(device_));
+  CHORUS_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream_)));
+  return {};
+}
+
+void CudaDevice::destroy_graph(void* graph) {
+  if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+}
+
 std::string CudaDevice::describe() const {
   return "cuda " + name_ + " (sm_" + std::to_string(cc_major_) + std::to_string(cc_minor_) + ", " + gib(total_bytes_) +
          "), pool " + gib(pool_bytes_);
@@ -146,7 +172,8 @@ Status cuda_gemm_bf16(CudaDevice& dev, const void* w, const void* x, float* y, i
     return make_error(Errc::invalid_argument, "cuda gemm: shapes m " + std::to_string(m) + ", n " + std::to_string(n) +
                                                   ", k " + std::to_string(k));
   if (n == 0) return {};
-  if (Status b = dev.bind(); !b.ok()) return b;
+  // Runs on the calling thread's current device, as the ops do (no cudaSetDevice here: this is
+  // called inside graph captures).
   // Row-major Y [n][m] is column-major Y^T [m][n] = W [m][k] (column-major W^T: op T) x X^T.
   const float alpha = 1.0f, beta = 0.0f;
   CHORUS_CUBLAS_CHECK(cublasGemmEx(static_cast<cublasHandle_t>(dev.cublas()), CUBLAS_OP_T, CUBLAS_OP_N,

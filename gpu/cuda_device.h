@@ -49,6 +49,14 @@ class CudaDevice {
   // Waits for the stream; an error a kernel raised comes back here, with `what` in front.
   Status sync(const std::string& what = "stream");
 
+  // CUDA graphs of the work launched on stream() between begin_capture() and end_capture():
+  // nothing in between may synchronize, allocate or copy from pageable host memory. The graph
+  // handle (a cudaGraphExec_t) is launched on stream() and destroyed with destroy_graph().
+  Status begin_capture();
+  Result<void*> end_capture();      // also ends a capture that failed, returning its error
+  Status launch_graph(void* graph);
+  void destroy_graph(void* graph);
+
   std::string describe() const;  // e.g. "cuda NVIDIA H200 (sm_90, 139.8 GiB), pool 120.0 GiB"
   int sm_count() const { return sm_count_; }
 
@@ -65,7 +73,8 @@ class CudaDevice {
 };
 
 // Y [n][m] (f32) = X [n][k] (bf16) W^T, W [m][k] (bf16, a weight's rows): cuBLAS with f32
-// accumulation, on the device's stream. Shapes are checked; errors name the call.
+// accumulation, on the device's stream, from the thread the device is bound to (bind()). Shapes
+// are checked; errors name the call.
 Status cuda_gemm_bf16(CudaDevice& dev, const void* w, const void* x, float* y, int64_t m, int64_t n, int64_t k);
 
 }  // namespace chorus

@@ -14,6 +14,10 @@ Status CudaDevice::upload(void*, const void*, int64_t) { return make_error(Errc:
 Status CudaDevice::download(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::zero(void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::sync(const std::string&) { return make_error(Errc::unsupported, "no CUDA"); }
+Status CudaDevice::begin_capture() { return make_error(Errc::unsupported, "no CUDA"); }
+Result<void*> CudaDevice::end_capture() { return make_error(Errc::unsupported, "no CUDA"); }
+Status CudaDevice::launch_graph(void*) { return make_error(Errc::unsupported, "no CUDA"); }
+void CudaDevice::destroy_graph(void*) {}
 std::string CudaDevice::describe() const { return "cuda (not built)"; }
 Status cuda_gemm_bf16(CudaDevice&, const void*, const void*, float*, int64_t, int64_t, int64_t) {
   return make_error(Errc::unsupported, "no CUDA");

@@ -428,29 +428,27 @@ std::string smollm2_gpu_vs_cpu(CudaDevice* dev) {
   if (!kv) die(kv.error().to_string());
   const int64_t mark = dev ? dev->mark() : 0;
   std::string rows;
-  {
-    std::unique_ptr<CudaRunner> gpu;
-    if (dev) {
-      auto r = CudaRunner::create(m->c, m->w, *dev, {.max_tokens = prompt, .n_pages = 512});
-      if (!r) die(r.error().to_string());
-      gpu = std::move(*r);
-    }
-    ModelRunner cpu_runner(m->c, m->w, **cpu, prompt);
-    std::printf("\nSmolLM2-135M shapes (random Q8_0), prompt %d, %d decode steps: %s vs %s\n", prompt, steps,
-                gpu ? gpu->describe().c_str() : "no GPU", (*cpu)->describe().c_str());
-    std::printf("%8s | %12s %12s | %8s\n", "batch", "gpu tok/s", "cpu tok/s", "gpu/cpu");
-    for (const int batch : {1, 8}) {
-      const double g = gpu ? decode_rate(*m, *kv, batch, prompt, steps,
-                                         [&](auto& t, auto& p, float* l) { return gpu->forward(t, p, l); })
-                           : 0.0;
-      const double c = decode_rate(*m, *kv, batch, prompt, steps,
-                                   [&](auto& t, auto& p, float* l) { return cpu_runner.forward(t, p, *kv, l); });
-      std::printf("%8d | %12.1f %12.1f | %7.2fx\n", batch, g, c, g / c);
-      char row[200];
-      std::snprintf(row, sizeof row, "%s{\"batch\": %d, \"gpu_tok_s\": %.2f, \"cpu_tok_s\": %.2f}", rows.empty() ? "" : ", ",
-                    batch, g, c);
-      rows += row;
-    }
+  ModelRunner cpu_runner(m->c, m->w, **cpu, prompt);
+  std::printf("\nSmolLM2-135M shapes (random Q8_0), prompt %d, %d decode steps, CPU: %s\n", prompt, steps,
+              (*cpu)->describe().c_str());
+  std::printf("%8s | %14s %14s %12s | %8s\n", "batch", "gpu graph t/s", "gpu direct t/s", "cpu tok/s", "gpu/cpu");
+  for (const int batch : {1, 8}) {
+    double g[2] = {0, 0};  // with graphs, without
+    if (dev)
+      for (int k = 0; k < 2; ++k) {
+        auto r = CudaRunner::create(m->c, m->w, *dev, {.max_tokens = prompt, .n_pages = 512, .graphs = k == 0});
+        if (!r) die(r.error().to_string());
+        g[k] = decode_rate(*m, *kv, batch, prompt, steps,
+                           [&](auto& t, auto& p, float* l) { return (*r)->forward(t, p, l); });
+      }
+    const double c = decode_rate(*m, *kv, batch, prompt, steps,
+                                 [&](auto& t, auto& p, float* l) { return cpu_runner.forward(t, p, *kv, l); });
+    std::printf("%8d | %14.1f %14.1f %12.1f | %7.2fx\n", batch, g[0], g[1], c, g[0] / c);
+    char row[240];
+    std::snprintf(row, sizeof row,
+                  "%s{\"batch\": %d, \"gpu_graph_tok_s\": %.2f, \"gpu_direct_tok_s\": %.2f, \"cpu_tok_s\": %.2f}",
+                  rows.empty() ? "" : ", ", batch, g[0], g[1], c);
+    rows += row;
   }
   if (dev) dev->reset_to(mark);
   return rows;
