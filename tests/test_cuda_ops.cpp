@@ -12,6 +12,7 @@
 #include "gpu/cuda_info.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/gdn.h"
 
 #ifdef CHORUS_HAVE_CUDA
 #include "kernels/cuda/ops.h"
@@ -382,6 +383,50 @@ TEST_F(CudaOps, GatedDeltaNetDecodeMatchesTheCpuStep) {
   }
 }
 
+// Gated DeltaNet's small ops against the CPU's: the causal conv with carried inputs (the CPU
+// kernel table's gdn_conv), the L2 norm (gdn::l2_normalize), the gates (the formula of
+// engine/model_runner_linear.cpp, in double), and the query scale.
+TEST_F(CudaOps, GatedDeltaNetSmallOps) {
+  const int n = 5, C = 192, K = 4;
+  const auto prev = random_floats((K - 1) * C, 70), x = random_floats(n * C, 71), w = random_floats(K * C, 72);
+  std::vector<float> want(n * C);
+  ref().gdn_conv(prev.data(), x.data(), n, w.data(), C, K, want.data());
+  float* y = room<float>(n * C);
+  ASSERT_EQ(cuda::gdn_conv(put(prev), put(x), n, put(w), C, K, y, stream()), "");
+  expect_close(get(y, n * C), want, 1e-6, "gdn_conv");
+
+  const int rows = 6, dk = 128;
+  auto q = random_floats(rows * dk, 73);
+  // An all-zero row: divided by eps, it stays zero (no NaN).
+  std::fill(q.begin() + 5 * dk, q.begin() + 6 * dk, 0.0f);
+  std::vector<float> wq = q;
+  for (int r = 0; r < rows; ++r) gdn::l2_normalize(wq.data() + r * dk, dk, 1e-6f);
+  float* dq = put(q);
+  ASSERT_EQ(cuda::l2norm_rows(dq, rows, dk, 1e-6f, stream()), "");
+  expect_close(get(dq, rows * dk), wq, 1e-6, "l2norm_rows");
+
+  const int T = 3, hv = 32;
+  const auto alpha = random_floats(T * hv, 74, -30, 30), b = random_floats(T * hv, 75, -8, 8),
+             dt_bias = random_floats(hv, 76), ssm_a = random_floats(hv, 77, -5, -0.1f);
+  std::vector<float> wg(T * hv), wb(T * hv);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < hv; ++h) {
+      const double a = double(alpha[t * hv + h]) + dt_bias[h];
+      wg[t * hv + h] = static_cast<float>(ssm_a[h] * (a > 20 ? a : std::log1p(std::exp(a))));
+      wb[t * hv + h] = static_cast<float>(1.0 / (1.0 + std::exp(-double(b[t * hv + h]))));
+    }
+  float *g = room<float>(T * hv), *beta = room<float>(T * hv);
+  ASSERT_EQ(cuda::gdn_gates(put(alpha), put(b), put(dt_bias), put(ssm_a), T, hv, g, beta, stream()), "");
+  expect_close(get(g, T * hv), wg, 1e-6, "gdn_gates g");
+  expect_close(get(beta, T * hv), wb, 1e-6, "gdn_gates beta");
+
+  auto v = random_floats(100, 78);
+  float* dv = put(v);
+  ASSERT_EQ(cuda::scale(dv, 100, 0.125f, stream()), "");
+  for (float& e : v) e *= 0.125f;
+  expect_close(get(dv, 100), v, 0, "scale");
+}
+
 TEST_F(CudaOps, ArgmaxTiesAndNaN) {
   const int n = 5000;
   std::vector<float> logits(3 * n, 0.0f);
@@ -493,6 +538,7 @@ TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
             std::string::npos);
   EXPECT_NE(cuda::write_kv(&x, &x, false, 100, 16, nullptr, nullptr, &x, &x, 1, nullptr).find("page_stride 100"),
             std::string::npos);
+  EXPECT_NE(cuda::gdn_conv(&x, &x, 1, &x, 8, 17, &x, nullptr).find("width 1..16"), std::string::npos);
   EXPECT_NE(cuda::dequantize_rows_bf16(77, &x, 34, 1, 32, nullptr, nullptr).find("unknown tensor type id 77"),
             std::string::npos);
 }

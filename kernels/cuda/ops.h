@@ -100,6 +100,23 @@ std::string attention(const AttnArgs& a, Stream s);
 std::string write_kv(void* k_pool, void* v_pool, bool kv_bf16, int64_t page_stride, int kv_stride, const int32_t* page,
                      const int32_t* slot, const float* k, const float* v, int n, Stream s);
 
+// x *= s, n values.
+std::string scale(float* x, int64_t n, float s, Stream st);
+
+// Gated DeltaNet's small per-token ops (the layer's order: conv, L2 norms, gates, the
+// recurrence, then RMSNorm(o) * silu(z) with rmsnorm and swiglu):
+//
+// Causal depthwise convolution then SiLU over one sequence's n tokens: y [n][C] from x [n][C]
+// and the K-1 inputs before them, prev [K-1][C], with taps w [K][C] (tap j multiplies the input
+// K-1-j positions back) — the CPU's gdn_conv. y must not overlap x or prev.
+std::string gdn_conv(const float* prev, const float* x, int n, const float* w, int C, int K, float* y, Stream s);
+// x <- x / max(||x||_2, eps) for each of `rows` rows of n values, in place (q and k per head).
+std::string l2norm_rows(float* x, int rows, int n, float eps, Stream s);
+// Per token t and value head h: g = ssm_a[h] * softplus(alpha + dt_bias[h]) (softplus(a) = a
+// above 20) and beta = sigmoid(b). alpha, b, g, beta: [n_tokens][n_v_heads].
+std::string gdn_gates(const float* alpha, const float* b, const float* dt_bias, const float* ssm_a, int n_tokens,
+                      int n_v_heads, float* g, float* beta, Stream s);
+
 // Gated DeltaNet, one token per sequence (decode), on each sequence's state
 // [n_v_heads][dv][dk] (f32, in place): for v-head h with key head kh,
 //   S <- e^g S;  S <- S + beta (v - S k) k^T;  out = S q
