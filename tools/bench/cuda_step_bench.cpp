@@ -7,11 +7,11 @@
 // 8 attention layers' view attention (bf16 KV pages, query rotation in the kernel) and KV
 // writes, the 24 Gated DeltaNet layers' recurrent update, every RMSNorm, residual add, SwiGLU,
 // the output projection over the 248,320-token vocabulary and greedy sampling on the device.
-// What it is not: the full model runner (issue 9 builds it on these ops). The GDN layers' causal
-// conv step, L2 norm and gate activations are not in it (per token they touch 8,192 + 64 floats
-// per layer, against the 4 x 16.8 M-weight products of the same layer), and RMSNorm(o)*silu(z)
-// is stood in for by an RMSNorm and a SwiGLU of the same sizes. So the times are a floor for
-// the runner's step, not its measurement.
+// What it is not: the full model runner (issue 9 builds it on these ops). The GDN layers' L2
+// norms, query scale and gates are in it; their causal conv step is not (per token it touches
+// 8,192 channels x 4 taps per layer, against the 4 x 16.8 M-weight products of the same layer),
+// and the conv's outputs are stood in for by fixed buffers. So the times are a floor for the
+// runner's step, not its measurement.
 //
 // Prints a table and, with --json FILE, writes the numbers.
 #include <cuda_runtime.h>
@@ -272,6 +272,10 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
       gemm(L.a, b.h, b.big1);  // q, k, v (the conv step and L2 norms would read these)
       gemm(L.b, b.h, b.big2);  // z
       gemm(L.c, b.h, b.big3);  // beta, alpha
+      check(cuda::l2norm_rows(b.gq, n * s.hk, s.dk, 1e-6f, st));
+      check(cuda::l2norm_rows(b.gk, n * s.hk, s.dk, 1e-6f, st));
+      check(cuda::scale(b.gq, int64_t{n} * s.hk * s.dk, 0.088f, st));
+      check(cuda::gdn_gates(b.big3 + int64_t{n} * s.hv, b.big3, m.qk_norm, m.qk_norm, n, s.hv, b.gg, b.gbeta, st));
       cuda::GdnDecodeArgs g{b.states[gdn_i], b.gq, b.gk, b.gv, b.gg, b.gbeta, b.gout, n, s.hk, s.hv, s.dk, s.dv, true};
       check(cuda::gdn_decode(g, st));
       check(cuda::rmsnorm(b.gout, m.qk_norm, b.gout, n * s.hv, s.dv, 1e-6f, st));
