@@ -13,11 +13,11 @@
 //    (a large program's key shrinks while it waits, so it cannot starve). In order, while the
 //    next fits under the low watermark (weighted); the queue does not skip a program that does
 //    not fit (no starvation by smaller ones), except that a program larger than the whole budget
-//    is restored when nothing else is resident. Acting programs that can be moved out cheaply —
-//    offloaded to host memory, where there is room and copying costs less than a re-prefill —
-//    do not count against the low watermark: a ready program displaces them (the pause rule
-//    below picks them first), so the engine runs every ready program it can hold instead of
-//    keeping the cache of programs that are not running.
+//    is restored when nothing else is resident. With offload_displaces (off by default: it pays
+//    only while host memory holds every displaced program, docs/scheduling.md), acting programs
+//    that can be moved out cheaply — offloaded to host memory, where there is room and copying
+//    costs less than a re-prefill — do not count against the low watermark: a ready program
+//    displaces them (the pause rule below picks them first).
 //  - Then, while the resident pages (restored ones included) exceed the high watermark, pause:
 //    acting programs before reasoning ones; within each, the smallest weighted size first (a
 //    long tool call makes even a large program cheap to keep out). Shortest-first minimises the
