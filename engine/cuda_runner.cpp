@@ -318,9 +318,10 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
     const auto n = static_cast<size_t>(KvCache::pages_for(read_upto[i]));
     page_ids.insert(page_ids.end(), seqs[i]->pages.begin(), seqs[i]->pages.begin() + static_cast<std::ptrdiff_t>(n));
   }
-  if (static_cast<int64_t>(page_ids.size()) > m.page_cap)
+  if (static_cast<int64_t>(page_ids.size()) > m.page_cap - 1)  // one entry stays for the spare page
     return make_error(Errc::out_of_range, "the step's sequences list " + std::to_string(page_ids.size()) +
-                                              " pages; the CUDA runner's table holds " + std::to_string(m.page_cap));
+                                              " pages; the CUDA runner's table holds " +
+                                              std::to_string(m.page_cap - 1));
   std::vector<int32_t> ids(T), pos(T), wpage(T), wslot(T);
   std::vector<cuda::AttnSegment> segs;
   std::vector<cuda::AttnToken> toks(T);
