@@ -108,10 +108,12 @@ struct CudaRunner::Impl {
     return static_cast<const float*>(*dst);
   }
 
-  Status gemm(const Mat& w, const float* in, float* out, int64_t n) {
-    CHORUS_TRY(op(cuda::to_bf16(in, xb, n * w.cols, dev.stream()), "to_bf16"));
-    return cuda_gemm_bf16(dev, w.w, xb, out, w.rows, n, w.cols);
+  // `in` [n][cols] to bf16 in xb: once for all the products that read it.
+  Status stage(const float* in, int64_t n, int64_t cols) {
+    return op(cuda::to_bf16(in, xb, n * cols, dev.stream()), "to_bf16");
   }
+  // out [n][w.rows] = xb [n][w.cols] W^T.
+  Status gemm(const Mat& w, float* out, int64_t n) { return cuda_gemm_bf16(dev, w.w, xb, out, w.rows, n, w.cols); }
 
   // Every launch of one step of T tokens (tables already on the device); nothing synchronizes,
   // so it can be captured.
@@ -124,9 +126,10 @@ struct CudaRunner::Impl {
     for (int l = 0; l < c.n_layer; ++l) {
       const Layer& L = layers[static_cast<size_t>(l)];
       CHORUS_TRY(op(cuda::rmsnorm(x, L.attn_norm, h, T, E, c.norm_eps, st), "attn_norm"));
-      CHORUS_TRY(gemm(L.wq, h, q, T));
-      CHORUS_TRY(gemm(L.wk, h, k, T));
-      CHORUS_TRY(gemm(L.wv, h, v, T));
+      CHORUS_TRY(stage(h, T, E));
+      CHORUS_TRY(gemm(L.wq, q, T));
+      CHORUS_TRY(gemm(L.wk, k, T));
+      CHORUS_TRY(gemm(L.wv, v, T));
       if (L.q_norm) CHORUS_TRY(op(cuda::rmsnorm(q, L.q_norm, q, T * c.n_head, HD, c.norm_eps, st), "q_norm"));
       if (L.k_norm) CHORUS_TRY(op(cuda::rmsnorm(k, L.k_norm, k, T * c.n_head_kv, HD, c.norm_eps, st), "k_norm"));
       CHORUS_TRY(op(cuda::rope(k, pos, T, c.n_head_kv, HD, c.n_rot, theta_scale, freq_scale, neox, st), "rope"));
@@ -154,24 +157,29 @@ struct CudaRunner::Impl {
       a.scale = 1.0f / std::sqrt(static_cast<float>(HD));
       a.out = att;
       CHORUS_TRY(op(cuda::attention(a, st), "attention"));
-      CHORUS_TRY(gemm(L.wo, att, h, T));
+      CHORUS_TRY(stage(att, T, L.wo.cols));
+      CHORUS_TRY(gemm(L.wo, h, T));
       CHORUS_TRY(op(cuda::add(x, h, int64_t{T} * E, st), "residual"));
       CHORUS_TRY(op(cuda::rmsnorm(x, L.ffn_norm, h, T, E, c.norm_eps, st), "ffn_norm"));
-      CHORUS_TRY(gemm(L.gate, h, gate, T));
-      CHORUS_TRY(gemm(L.up, h, up, T));
+      CHORUS_TRY(stage(h, T, E));
+      CHORUS_TRY(gemm(L.gate, gate, T));
+      CHORUS_TRY(gemm(L.up, up, T));
       CHORUS_TRY(op(cuda::swiglu(gate, up, gate, int64_t{T} * FF, st), "swiglu"));
-      CHORUS_TRY(gemm(L.down, gate, h, T));
+      CHORUS_TRY(stage(gate, T, FF));
+      CHORUS_TRY(gemm(L.down, h, T));
       CHORUS_TRY(op(cuda::add(x, h, int64_t{T} * E, st), "residual"));
     }
     CHORUS_TRY(op(cuda::rmsnorm(x, output_norm, h, T, E, c.norm_eps, st), "output_norm"));
-    CHORUS_TRY(gemm(output, h, logits, T));
+    CHORUS_TRY(stage(h, T, E));
+    CHORUS_TRY(gemm(output, logits, T));
     return Status::success();
   }
 
+  // A step table to the device in stream order (forward() keeps `v` alive until its sync).
   template <class T>
   Status put(T* dst, const std::vector<T>& v) {
     if (v.empty()) return Status::success();
-    return dev.upload(dst, v.data(), static_cast<int64_t>(v.size() * sizeof(T)));
+    return dev.upload_async(dst, v.data(), static_cast<int64_t>(v.size() * sizeof(T)));
   }
 };
 
@@ -191,12 +199,8 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   if (c.head_dim % 32 != 0 || c.head_dim > 256 || c.n_head / c.n_head_kv > 8)
     return unsupported("head size " + std::to_string(c.head_dim) + " with groups of " +
                        std::to_string(c.n_head / c.n_head_kv) + " (32..256 in steps of 32, groups up to 8)");
-  auto convertible = [](TensorType t) {
-    return t == TensorType::f32 || t == TensorType::f16 || t == TensorType::bf16 || t == TensorType::q8_0 ||
-           t == TensorType::q4_0 || t == TensorType::q4_1;
-  };
   auto check_type = [&](const WeightMatrix& m, const std::string& name) -> Status {
-    if (convertible(m.type)) return Status::success();
+    if (cuda::converts_to_bf16(static_cast<int>(m.type))) return Status::success();
     return make_error(Errc::unsupported, "the CUDA runner cannot convert " + name + " (" +
                                              std::string(tensor_type_name(m.type)) +
                                              "): F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights so far");

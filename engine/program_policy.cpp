@@ -59,6 +59,13 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
     const double ka = restore_key(*a, now), kb = restore_key(*b, now);
     return ka != kb ? ka < kb : a->id < b->id;
   });
+  // Victim order: acting before reasoning; within each, the smallest weighted size first.
+  auto victim_order = [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
+    const bool aa = a->phase == ProgramPhase::acting, ba = b->phase == ProgramPhase::acting;
+    if (aa != ba) return aa;
+    const double ka = pause_key(*a, now), kb = pause_key(*b, now);
+    return ka != kb ? ka < kb : a->id < b->id;
+  };
   // Acting programs that would go to host memory, cheaper than a re-prefill, in victim order:
   // their weight does not hold a ready program back (it displaces them).
   double held = weighted;
@@ -66,10 +73,7 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
     std::vector<const ProgramSnapshot*> movable;
     for (const ProgramSnapshot* p : active)
       if (p->phase == ProgramPhase::acting && !p->pinned) movable.push_back(p);
-    std::stable_sort(movable.begin(), movable.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
-      const double ka = pause_key(*a, now), kb = pause_key(*b, now);
-      return ka != kb ? ka < kb : a->id < b->id;
-    });
+    std::stable_sort(movable.begin(), movable.end(), victim_order);
     int64_t room = opts_.host_capacity_pages - host_used;
     for (const ProgramSnapshot* p : movable)
       if (pause_mode(p->pages, room) == PauseMode::offload) {
@@ -101,12 +105,7 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
   std::vector<const ProgramSnapshot*> candidates;
   for (const ProgramSnapshot* p : active)
     if (!p->pinned) candidates.push_back(p);
-  std::stable_sort(candidates.begin(), candidates.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
-    const bool aa = a->phase == ProgramPhase::acting, ba = b->phase == ProgramPhase::acting;
-    if (aa != ba) return aa;
-    const double ka = pause_key(*a, now), kb = pause_key(*b, now);
-    return ka != kb ? ka < kb : a->id < b->id;
-  });
+  std::stable_sort(candidates.begin(), candidates.end(), victim_order);
   std::vector<const ProgramSnapshot*> victims;
   int64_t left = resident;
   for (const ProgramSnapshot* p : candidates) {

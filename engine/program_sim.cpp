@@ -169,7 +169,6 @@ class Sim {
     used_ -= pages;
     if (mode == PauseMode::offload) {
       p.off = p.cached;
-      host_used_ += pages;
       copy_s_ += o_.offload_page_s * static_cast<double>(pages);
       ++r_.offloads;
     } else {
@@ -188,7 +187,6 @@ class Sim {
     p.lost = 0;
     if (p.off > 0) {  // its offloaded context is copied back
       const int64_t pages = pages_of(p.off);
-      host_used_ -= pages;
       used_ += pages;
       copy_s_ += o_.offload_page_s * static_cast<double>(pages);
       p.cached = p.off;
@@ -289,7 +287,6 @@ class Sim {
   std::vector<Prog> progs_;
   uint64_t next_id_ = 1;
   int64_t used_ = 0;
-  int64_t host_used_ = 0;  // pages offloaded (the policy keeps it under program.host_capacity_pages)
   double copy_s_ = 0;      // engine time owed to offload copies
   std::vector<double> latencies_;
   SimResult r_;

@@ -109,10 +109,15 @@ Status CudaDevice::bind() const {
   return {};
 }
 
-Status CudaDevice::upload(void* dst, const void* src, int64_t bytes) {
+Status CudaDevice::upload_async(void* dst, const void* src, int64_t bytes) {
   CHORUS_CUDA_CHECK(cudaSetDevice(device_));
   CHORUS_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
                                     static_cast<cudaStream_t>(stream_)));
+  return {};
+}
+
+Status CudaDevice::upload(void* dst, const void* src, int64_t bytes) {
+  if (Status s = upload_async(dst, src, bytes); !s.ok()) return s;
   return sync("upload");
 }
 

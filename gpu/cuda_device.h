@@ -44,6 +44,9 @@ class CudaDevice {
   void* cublas() const { return cublas_; }   // a cublasHandle_t bound to stream()
 
   Status upload(void* dst, const void* src, int64_t bytes);    // host -> device, then waits
+  // host -> device in stream order, without waiting: `src` must stay unchanged until the stream
+  // has passed the copy (the next sync()).
+  Status upload_async(void* dst, const void* src, int64_t bytes);
   Status download(void* dst, const void* src, int64_t bytes);  // device -> host, then waits
   Status zero(void* dst, int64_t bytes);                       // async on stream()
   // Waits for the stream; an error a kernel raised comes back here, with `what` in front.

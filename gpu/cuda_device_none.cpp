@@ -11,6 +11,7 @@ Result<void*> CudaDevice::alloc(int64_t, const std::string&) { return make_error
 void CudaDevice::reset_to(int64_t) {}
 Status CudaDevice::bind() const { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::upload(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
+Status CudaDevice::upload_async(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::download(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::zero(void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::sync(const std::string&) { return make_error(Errc::unsupported, "no CUDA"); }

@@ -12,6 +12,7 @@
 #include "gpu/cuda_info.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/fp16.h"
 #include "kernels/cpu/gdn.h"
 
 #ifdef CHORUS_HAVE_CUDA
@@ -24,20 +25,6 @@ namespace {
 #ifdef CHORUS_HAVE_CUDA
 
 using cuda::bf16_bits;
-
-bf16_bits to_bf16_bits(float x) {  // round to nearest even, as __float2bfloat16
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<bf16_bits>(u >> 16);
-}
-
-float from_bf16_bits(bf16_bits b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 rng(seed);
@@ -170,7 +157,7 @@ TEST_F(CudaOps, EmbedRowsAndBadIds) {
   const int rows = 10, dim = 96;
   std::vector<bf16_bits> table(rows * dim);
   const auto vals = random_floats(table.size(), 6);
-  for (size_t i = 0; i < table.size(); ++i) table[i] = to_bf16_bits(vals[i]);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = f32_to_bf16(vals[i]);
   const std::vector<int32_t> ids = {3, 0, 9, -1, 10};
   float* out = room<float>(ids.size() * dim);
   ASSERT_EQ(cuda::embed_rows(put(table), rows, put(ids), static_cast<int>(ids.size()), dim, out, stream()), "");
@@ -181,7 +168,7 @@ TEST_F(CudaOps, EmbedRowsAndBadIds) {
       if (ids[t] < 0 || ids[t] >= rows)
         EXPECT_TRUE(std::isnan(g)) << "an id out of range gives NaN, token " << t;
       else
-        ASSERT_EQ(g, from_bf16_bits(table[ids[t] * dim + i]));
+        ASSERT_EQ(g, bf16_to_f32(table[ids[t] * dim + i]));
     }
 }
 
@@ -212,7 +199,7 @@ TEST_F(CudaOps, DequantizeRowsToBf16) {
         for (int64_t c = 0; c < cols; ++c) moderate_f16(row + 2 * c);
       } else if (type == TensorType::bf16) {
         for (int64_t c = 0; c < cols; ++c) {
-          const bf16_bits b = to_bf16_bits(std::uniform_real_distribution<float>(-2, 2)(rng));
+          const bf16_bits b = f32_to_bf16(std::uniform_real_distribution<float>(-2, 2)(rng));
           std::memcpy(row + 2 * c, &b, 2);
         }
       } else {
@@ -231,7 +218,7 @@ TEST_F(CudaOps, DequantizeRowsToBf16) {
         << info.name;
     const auto got = get(dst, rows * cols);
     for (size_t i = 0; i < want.size(); ++i)
-      ASSERT_EQ(got[i], to_bf16_bits(want[i])) << info.name << " at " << i << ": want " << want[i];
+      ASSERT_EQ(got[i], f32_to_bf16(want[i])) << info.name << " at " << i << ": want " << want[i];
   }
 }
 
@@ -266,7 +253,7 @@ TEST_F(CudaOps, ViewAttentionMatchesTheCpu) {
     auto kpool = random_floats(n_pages * page_floats, 12), vpool = random_floats(n_pages * page_floats, 13);
     if (c.bf16)  // values the bf16 pages hold exactly, so both sides see the same keys
       for (auto* pool : {&kpool, &vpool})
-        for (float& x : *pool) x = from_bf16_bits(to_bf16_bits(x));
+        for (float& x : *pool) x = bf16_to_f32(f32_to_bf16(x));
     const auto q = random_floats(2 * n_heads * hd, 14);
     const float theta_scale = std::pow(1e6f, -2.0f / static_cast<float>(c.n_rot)), scale = 1.0f / std::sqrt(float(hd));
     // Token 0 is at view position 21 + 40 + 6 (attends 7 of the last block), token 1 at +1.
@@ -319,8 +306,8 @@ TEST_F(CudaOps, ViewAttentionMatchesTheCpu) {
     if (c.bf16) {
       std::vector<bf16_bits> kb(kpool.size()), vb(vpool.size());
       for (size_t i = 0; i < kb.size(); ++i) {
-        kb[i] = to_bf16_bits(kpool[i]);
-        vb[i] = to_bf16_bits(vpool[i]);
+        kb[i] = f32_to_bf16(kpool[i]);
+        vb[i] = f32_to_bf16(vpool[i]);
       }
       a.k_pool = put(kb);
       a.v_pool = put(vb);
@@ -471,7 +458,7 @@ TEST_F(CudaOps, WriteKvIntoPageSlots) {
       std::vector<float> out(pool_elems);
       if (bf16) {
         const auto b = get(static_cast<bf16_bits*>(pool), pool_elems);
-        for (size_t i = 0; i < pool_elems; ++i) out[i] = from_bf16_bits(b[i]);
+        for (size_t i = 0; i < pool_elems; ++i) out[i] = bf16_to_f32(b[i]);
       } else {
         out = get(static_cast<float*>(pool), pool_elems);
       }
@@ -482,8 +469,8 @@ TEST_F(CudaOps, WriteKvIntoPageSlots) {
     for (int t = 0; t < n; ++t)
       for (int i = 0; i < kv_stride; ++i) {
         const int64_t at = page[t] * page_stride + int64_t{slot[t]} * kv_stride + i;
-        wk[at] = bf16 ? from_bf16_bits(to_bf16_bits(k[t * kv_stride + i])) : k[t * kv_stride + i];
-        wv[at] = bf16 ? from_bf16_bits(to_bf16_bits(v[t * kv_stride + i])) : v[t * kv_stride + i];
+        wk[at] = bf16 ? bf16_to_f32(f32_to_bf16(k[t * kv_stride + i])) : k[t * kv_stride + i];
+        wv[at] = bf16 ? bf16_to_f32(f32_to_bf16(v[t * kv_stride + i])) : v[t * kv_stride + i];
       }
     EXPECT_EQ(gk, wk) << (bf16 ? "bf16" : "f32");
     EXPECT_EQ(gv, wv) << (bf16 ? "bf16" : "f32");
@@ -494,12 +481,12 @@ TEST_F(CudaOps, GemmBf16) {
   const int64_t m = 300, n = 5, k = 576;
   auto w = random_floats(m * k, 50), x = random_floats(n * k, 51);
   std::vector<bf16_bits> wb(w.size()), xb(x.size());
-  for (size_t i = 0; i < w.size(); ++i) wb[i] = to_bf16_bits(w[i]);
+  for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]);
   float* dx = put(x);
   bf16_bits* dxb = room<bf16_bits>(x.size());
   ASSERT_EQ(cuda::to_bf16(dx, dxb, static_cast<int64_t>(x.size()), stream()), "");
   const auto got_xb = get(dxb, x.size());
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got_xb[i], to_bf16_bits(x[i])) << "to_bf16 rounds to nearest even";
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got_xb[i], f32_to_bf16(x[i])) << "to_bf16 rounds to nearest even";
   float* y = room<float>(n * m);
   const Status s = cuda_gemm_bf16(*dev_, put(wb), dxb, y, m, n, k);
   ASSERT_TRUE(s.ok()) << s.error().to_string();
@@ -507,7 +494,7 @@ TEST_F(CudaOps, GemmBf16) {
   for (int64_t t = 0; t < n; ++t)
     for (int64_t r = 0; r < m; ++r) {
       double acc = 0;
-      for (int64_t i = 0; i < k; ++i) acc += double(from_bf16_bits(wb[r * k + i])) * from_bf16_bits(got_xb[t * k + i]);
+      for (int64_t i = 0; i < k; ++i) acc += double(bf16_to_f32(wb[r * k + i])) * bf16_to_f32(got_xb[t * k + i]);
       want[t * m + r] = static_cast<float>(acc);
     }
   expect_close(get(y, n * m), want, 1e-5, "gemm");

@@ -16,8 +16,7 @@ std::string add(float* y, const float* x, int64_t n, Stream s) {
   if (n < 0) return shape_error("add", "n = " + std::to_string(n));
   if (!y || !x) return shape_error("add", "a null pointer");
   if (n == 0) return {};
-  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535);
-  add_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream_of(s)>>>(y, x, n);
+  add_kernel<<<grid_stride_blocks(n), 256, 0, stream_of(s)>>>(y, x, n);
   return launch_status("add");
 }
 

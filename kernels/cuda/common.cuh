@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -22,6 +23,12 @@ inline std::string launch_status(const char* op) {
 }
 
 inline std::string shape_error(const char* op, const std::string& what) { return std::string("cuda ") + op + ": " + what; }
+
+// Blocks of 256 threads for a grid-stride loop over n elements (at most 65535: the loop covers
+// the rest).
+inline unsigned grid_stride_blocks(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535));
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -56,7 +56,20 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __res
     y[i] = __float2bfloat16(x[i]);
 }
 
-unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535)); }
+using DequantKernel = void (*)(const uint8_t*, int64_t, int64_t, int64_t, __nv_bfloat16*);
+
+// The kernel for a GGUF type id, or nullptr for a type without a CUDA conversion.
+DequantKernel kernel_for(int ggml_type) {
+  switch (static_cast<TensorType>(ggml_type)) {
+    case TensorType::f32: return dequant_kernel<0>;
+    case TensorType::f16: return dequant_kernel<1>;
+    case TensorType::q4_0: return dequant_kernel<2>;
+    case TensorType::q4_1: return dequant_kernel<3>;
+    case TensorType::q8_0: return dequant_kernel<8>;
+    case TensorType::bf16: return dequant_kernel<30>;
+    default: return nullptr;
+  }
+}
 
 }  // namespace
 
@@ -71,13 +84,10 @@ std::string dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_byt
   if (row_bytes < static_cast<int64_t>(tensor_row_bytes(*info, static_cast<uint64_t>(n_cols))))
     return shape_error("dequantize_rows_bf16", std::string(info->name) + ": row_bytes " + std::to_string(row_bytes) +
                                                    " is less than a row of " + std::to_string(n_cols) + " values");
-  switch (info->type) {
-    case TensorType::f32: case TensorType::f16: case TensorType::bf16:
-    case TensorType::q8_0: case TensorType::q4_0: case TensorType::q4_1: break;
-    default:
-      return shape_error("dequantize_rows_bf16", std::string("type ") + std::string(info->name) +
-                                                     " has no CUDA conversion (F32, F16, BF16, Q8_0, Q4_0, Q4_1 do)");
-  }
+  const DequantKernel kernel = kernel_for(ggml_type);
+  if (!kernel)
+    return shape_error("dequantize_rows_bf16", std::string("type ") + std::string(info->name) +
+                                                   " has no CUDA conversion (F32, F16, BF16, Q8_0, Q4_0, Q4_1 do)");
   if (!src || !dst) return shape_error("dequantize_rows_bf16", "a null pointer");
   const int64_t align = info->type == TensorType::f32 ? 4 : 2;  // the typed loads of each layout
   if (row_bytes % align != 0 || reinterpret_cast<uintptr_t>(src) % align != 0)
@@ -86,26 +96,18 @@ std::string dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_byt
                                                    std::to_string(row_bytes) + ")");
   const int64_t n = n_rows * n_cols;
   if (n == 0) return {};
-  auto* in = static_cast<const uint8_t*>(src);
-  auto* out = reinterpret_cast<__nv_bfloat16*>(dst);
-  cudaStream_t st = stream_of(s);
-  switch (info->type) {
-    case TensorType::f32: dequant_kernel<0><<<grid_for(n), 256, 0, st>>>(in, row_bytes, n_rows, n_cols, out); break;
-    case TensorType::f16: dequant_kernel<1><<<grid_for(n), 256, 0, st>>>(in, row_bytes, n_rows, n_cols, out); break;
-    case TensorType::q4_0: dequant_kernel<2><<<grid_for(n), 256, 0, st>>>(in, row_bytes, n_rows, n_cols, out); break;
-    case TensorType::q4_1: dequant_kernel<3><<<grid_for(n), 256, 0, st>>>(in, row_bytes, n_rows, n_cols, out); break;
-    case TensorType::q8_0: dequant_kernel<8><<<grid_for(n), 256, 0, st>>>(in, row_bytes, n_rows, n_cols, out); break;
-    case TensorType::bf16: dequant_kernel<30><<<grid_for(n), 256, 0, st>>>(in, row_bytes, n_rows, n_cols, out); break;
-    default: break;  // refused above
-  }
+  kernel<<<grid_stride_blocks(n), 256, 0, stream_of(s)>>>(static_cast<const uint8_t*>(src), row_bytes, n_rows, n_cols,
+                                                         reinterpret_cast<__nv_bfloat16*>(dst));
   return launch_status("dequantize_rows_bf16");
 }
+
+bool converts_to_bf16(int ggml_type) { return kernel_for(ggml_type) != nullptr; }
 
 std::string to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s) {
   if (n < 0) return shape_error("to_bf16", "n = " + std::to_string(n));
   if (!x || !y) return shape_error("to_bf16", "a null pointer");
   if (n == 0) return {};
-  to_bf16_kernel<<<grid_for(n), 256, 0, stream_of(s)>>>(x, reinterpret_cast<__nv_bfloat16*>(y), n);
+  to_bf16_kernel<<<grid_stride_blocks(n), 256, 0, stream_of(s)>>>(x, reinterpret_cast<__nv_bfloat16*>(y), n);
   return launch_status("to_bf16");
 }
 

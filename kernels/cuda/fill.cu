@@ -29,8 +29,7 @@ std::string fill(const char* op, T* x, int64_t n, uint64_t seed, float scale, St
   if (n < 0) return shape_error(op, "n = " + std::to_string(n));
   if (!x) return shape_error(op, "a null pointer");
   if (n == 0) return {};
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535));
-  fill_kernel<T><<<blocks, 256, 0, stream_of(s)>>>(x, n, seed, scale);
+  fill_kernel<T><<<grid_stride_blocks(n), 256, 0, stream_of(s)>>>(x, n, seed, scale);
   return launch_status(op);
 }
 

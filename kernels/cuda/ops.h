@@ -46,6 +46,8 @@ std::string embed_rows(const bf16_bits* table, int64_t n_rows, const int32_t* id
 // Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1 (ggml's block layouts; others: an error naming it).
 std::string dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_bytes, int64_t n_rows, int64_t n_cols,
                                  bf16_bits* dst, Stream s);
+// Whether dequantize_rows_bf16 converts this GGUF type (a host-side check, no device needed).
+bool converts_to_bf16(int ggml_type);
 // f32 -> bf16 (round to nearest even), n values: activations before a bf16 matrix product.
 std::string to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s);
 

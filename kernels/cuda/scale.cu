@@ -16,7 +16,7 @@ std::string scale(float* x, int64_t n, float s, Stream st) {
   if (n < 0) return shape_error("scale", "n = " + std::to_string(n));
   if (!x) return shape_error("scale", "a null pointer");
   if (n == 0) return {};
-  scale_kernel<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535)), 256, 0, stream_of(st)>>>(x, n, s);
+  scale_kernel<<<grid_stride_blocks(n), 256, 0, stream_of(st)>>>(x, n, s);
   return launch_status("scale");
 }
 

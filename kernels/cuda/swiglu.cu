@@ -18,8 +18,7 @@ std::string swiglu(const float* gate, const float* up, float* out, int64_t n, St
   if (n < 0) return shape_error("swiglu", "n = " + std::to_string(n));
   if (!gate || !up || !out) return shape_error("swiglu", "a null pointer");
   if (n == 0) return {};
-  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535);
-  swiglu_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream_of(s)>>>(gate, up, out, n);
+  swiglu_kernel<<<grid_stride_blocks(n), 256, 0, stream_of(s)>>>(gate, up, out, n);
   return launch_status("swiglu");
 }
 

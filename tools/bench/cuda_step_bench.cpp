@@ -228,17 +228,17 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
   const Shape& s = m.s;
   void* st = dev.stream();
   const int n = b.n;
-  auto gemm = [&](const Matrix& w, const float* x, float* y) {
-    check(cuda::to_bf16(x, b.hb, n * w.cols, st));
-    check(cuda_gemm_bf16(dev, w.w, b.hb, y, w.rows, n, w.cols));
-  };
+  // x [n][cols] to bf16 once for the products that read it; then y = x W^T.
+  auto stage = [&](const float* x, int64_t cols) { check(cuda::to_bf16(x, b.hb, n * cols, st)); };
+  auto gemm = [&](const Matrix& w, float* y) { check(cuda_gemm_bf16(dev, w.w, b.hb, y, w.rows, n, w.cols)); };
   size_t attn_i = 0, gdn_i = 0;
   for (const Layer& L : m.layers) {
     check(cuda::rmsnorm(b.x, L.norm1, b.h, n, s.hidden, 1e-6f, st));
     if (L.attention) {
-      gemm(L.a, b.h, b.big1);  // q and gate
-      gemm(L.b, b.h, b.big2);  // k
-      gemm(L.c, b.h, b.big3);  // v
+      stage(b.h, s.hidden);
+      gemm(L.a, b.big1);  // q and gate
+      gemm(L.b, b.big2);  // k
+      gemm(L.c, b.big3);  // v
       check(cuda::rmsnorm(b.big1, m.qk_norm, b.big1, n * s.n_head, s.head_dim, 1e-6f, st));
       check(cuda::rmsnorm(b.big2, m.qk_norm, b.big2, n * s.n_kv, s.head_dim, 1e-6f, st));
       check(cuda::rope(b.big2, b.pos, n, s.n_kv, s.head_dim, s.n_rot, 0.6f, 1.0f, true, st));
@@ -266,12 +266,14 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
       a.out = b.big2;
       check(cuda::attention(a, st));
       check(cuda::swiglu(b.big1, b.big2, b.big3, int64_t{n} * s.n_head * s.head_dim, st));  // the output gate
-      gemm(L.out, b.big3, b.h);
+      stage(b.big3, L.out.cols);
+      gemm(L.out, b.h);
       ++attn_i;
     } else {
-      gemm(L.a, b.h, b.big1);  // q, k, v (the conv step and L2 norms would read these)
-      gemm(L.b, b.h, b.big2);  // z
-      gemm(L.c, b.h, b.big3);  // beta, alpha
+      stage(b.h, s.hidden);
+      gemm(L.a, b.big1);  // q, k, v (the conv step and L2 norms would read these)
+      gemm(L.b, b.big2);  // z
+      gemm(L.c, b.big3);  // beta, alpha
       check(cuda::l2norm_rows(b.gq, n * s.hk, s.dk, 1e-6f, st));
       check(cuda::l2norm_rows(b.gk, n * s.hk, s.dk, 1e-6f, st));
       check(cuda::scale(b.gq, int64_t{n} * s.hk * s.dk, 0.088f, st));
@@ -280,19 +282,23 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
       check(cuda::gdn_decode(g, st));
       check(cuda::rmsnorm(b.gout, m.qk_norm, b.gout, n * s.hv, s.dv, 1e-6f, st));
       check(cuda::swiglu(b.big2, b.gout, b.big3, int64_t{n} * s.hv * s.dv, st));  // RMSNorm(o) * silu(z)
-      gemm(L.out, b.big3, b.h);
+      stage(b.big3, L.out.cols);
+      gemm(L.out, b.h);
       ++gdn_i;
     }
     check(cuda::add(b.x, b.h, int64_t{n} * s.hidden, st));
     check(cuda::rmsnorm(b.x, L.norm2, b.h, n, s.hidden, 1e-6f, st));
-    gemm(L.gate, b.h, b.big1);
-    gemm(L.up, b.h, b.big2);
+    stage(b.h, s.hidden);
+    gemm(L.gate, b.big1);
+    gemm(L.up, b.big2);
     check(cuda::swiglu(b.big1, b.big2, b.big3, int64_t{n} * s.ff, st));
-    gemm(L.down, b.big3, b.h);
+    stage(b.big3, s.ff);
+    gemm(L.down, b.h);
     check(cuda::add(b.x, b.h, int64_t{n} * s.hidden, st));
   }
   check(cuda::rmsnorm(b.x, m.out_norm, b.h, n, s.hidden, 1e-6f, st));
-  gemm(m.output, b.h, b.logits);
+  stage(b.h, s.hidden);
+  gemm(m.output, b.logits);
   check(cuda::argmax(b.logits, n, s.vocab, b.next, st));
 }
 
