@@ -91,7 +91,7 @@ std::string render_block(const topology::Block& b) {
 }  // namespace
 
 Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const topology::Topology& t, const Model& model,
-                                                CpuDevice& device, ProgramHooks hooks) {
+                                                CpuDevice& device, ProgramHooks hooks, CudaDevice* gpu) {
   auto impl = std::make_unique<Impl>();
   impl->sys = &sys;
   const Tokenizer& tok = model.tokenizer;
@@ -99,7 +99,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
   eo.n_pages = t.engine.pages;
   eo.token_budget = t.engine.token_budget;
   eo.max_view_tokens = t.engine.max_view_tokens;
-  auto engine = Engine::create(model, device, eo);
+  auto engine = Engine::create(model, device, eo, gpu);
   if (!engine) return engine.error();
   impl->engine = std::shared_ptr<Engine>(std::move(*engine));
   impl->batcher = spawn_batcher(sys, impl->engine);

@@ -20,6 +20,7 @@ namespace chorus {
 
 class Model;
 class CpuDevice;
+class CudaDevice;
 
 struct ProgramEvent {
   std::string name;
@@ -45,11 +46,13 @@ struct ProgramReport {
 
 class Program {
  public:
-  // `model` and `device` must outlive the program. Errors: the model cannot run the topology
+  // `model` and `device` (and `gpu`, when given: the engine's forward passes run there) must
+  // outlive the program. Errors: the model cannot run the topology
   // (a chat block on a model without a ChatML template...), a block's initial text is refused,
   // a file sink or ZeroMQ endpoint cannot be opened — each naming the block or actor.
   static Result<std::unique_ptr<Program>> start(caf::actor_system& sys, const topology::Topology& t, const Model& model,
-                                                CpuDevice& device, ProgramHooks hooks = {});
+                                                CpuDevice& device, ProgramHooks hooks = {},
+                                                CudaDevice* gpu = nullptr);
   ~Program();  // stops the program if it still runs
 
   // Text for a source with `from: api` (the embedded case); close() ends its input.

@@ -18,6 +18,7 @@
 // Thread-safety: none; owned by one Engine (later: by the memory actor).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,11 +43,12 @@ struct Block {
   std::vector<float> last_logits;  // next-token logits after the last cached token, if known
   bool live = false;
   std::string name;             // for messages ("prompt", "thoughts", ...)
-  // Paused (Engine::pause): no KV pages; `offloaded` holds the KV copied to host memory
-  // ([layer][K, V][position][kv_dim]) when paused in offload mode, else it is rebuilt from the log.
+  // Paused (Engine::pause): no KV pages; `offloaded` holds the KV pages copied to host memory
+  // (KvCache::save_pages: whole pages, in position order) when paused in offload mode, else
+  // it is rebuilt from the log.
   bool paused = false;
   int64_t paused_cached = 0;
-  std::vector<float> offloaded;
+  std::vector<std::byte> offloaded;
   std::shared_ptr<LinearState> offloaded_linear;  // hybrid models, offload mode
 
   int64_t n_cached() const { return extents.empty() ? 0 : extents.back().first + extents.back().kv.n_tokens; }

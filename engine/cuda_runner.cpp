@@ -62,6 +62,8 @@ struct CudaRunner::Impl {
   int32_t *ids = nullptr, *pos = nullptr, *write_page = nullptr, *write_slot = nullptr, *page_ids = nullptr;
   cuda::AttnSegment* segs = nullptr;
   cuda::AttnToken* tokens = nullptr;
+  cuda::SampleRow* samples = nullptr;  // [max_tokens] draws of one step
+  int32_t* sampled = nullptr;          // [max_tokens] their tokens
 
   int64_t mark0 = 0;  // the pool as it was before create(): given back by the destructor
 
@@ -186,8 +188,7 @@ struct CudaRunner::Impl {
 CudaRunner::CudaRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaRunner::~CudaRunner() = default;
 
-Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, const Weights& w, CudaDevice& dev,
-                                                       const CudaRunnerOptions& opts) {
+Status CudaRunner::check(const ModelConfig& c, const Weights& w) {
   auto unsupported = [&](const std::string& what) {
     return make_error(Errc::unsupported, "the CUDA runner does not run " + what + " yet (" + c.arch + ")");
   };
@@ -205,16 +206,22 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
                                              std::string(tensor_type_name(m.type)) +
                                              "): F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights so far");
   };
-  if (Status s = check_type(w.token_embd, "token_embd"); !s.ok()) return s.error();
+  if (Status s = check_type(w.token_embd, "token_embd"); !s.ok()) return s;
   if (!c.tied_output)
-    if (Status s = check_type(w.output, "output"); !s.ok()) return s.error();
+    if (Status s = check_type(w.output, "output"); !s.ok()) return s;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& L = w.layers[l];
     for (const auto& [m, n] : {std::pair{&L.wq, "attn_q"}, std::pair{&L.wk, "attn_k"}, std::pair{&L.wv, "attn_v"},
                                std::pair{&L.wo, "attn_output"}, std::pair{&L.w_gate, "ffn_gate"},
                                std::pair{&L.w_up, "ffn_up"}, std::pair{&L.w_down, "ffn_down"}})
-      if (Status s = check_type(*m, "blk." + std::to_string(l) + "." + n); !s.ok()) return s.error();
+      if (Status s = check_type(*m, "blk." + std::to_string(l) + "." + n); !s.ok()) return s;
   }
+  return Status::success();
+}
+
+Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, const Weights& w, CudaDevice& dev,
+                                                       const CudaRunnerOptions& opts) {
+  if (Status s = check(c, w); !s.ok()) return s.error();
   if (opts.max_tokens < 1 || opts.n_pages < 1)
     return make_error(Errc::invalid_argument, "CUDA runner: max_tokens and n_pages must be positive");
 
@@ -288,16 +295,49 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   auto toks = m.take<cuda::AttnToken>(T, "step tables");
   if (!toks) return toks.error();
   m.tokens = *toks;
+  auto samples = m.take<cuda::SampleRow>(T, "step tables");
+  if (!samples) return samples.error();
+  m.samples = *samples;
+  auto sampled = m.take<int32_t>(T, "step tables");
+  if (!sampled) return sampled.error();
+  m.sampled = *sampled;
   return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(impl)));
 }
 
 Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, float* logits_out,
-                           std::span<const View> views) {
+                           std::span<const View> views, std::span<const std::optional<PlannedDraw>> draws,
+                           TokenId* tokens_out) {
+  static_assert(max_device_top_k() == cuda::kMaxSampleTopK);
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   const int T = static_cast<int>(batch.size());
   if (T == 0) return Status::success();
   CHORUS_TRY(check_forward_args(c, m.opts.max_tokens, batch, seqs, views));
+  // The step's draws: sample i reads the logits of token t (its row).
+  std::vector<cuda::SampleRow> samples;
+  std::vector<int64_t> sample_row;  // logits row (batch order among logits tokens) of each sample
+  if (!draws.empty()) {
+    int64_t row = 0;
+    for (int t = 0; t < T; ++t) {
+      if (!batch[static_cast<size_t>(t)].logits) continue;
+      if (static_cast<size_t>(row) >= draws.size()) {
+        ++row;
+        continue;
+      }
+      if (const auto& d = draws[static_cast<size_t>(row)]) {
+        if (d->temperature > 0.0f && (d->top_k < 1 || d->top_k > cuda::kMaxSampleTopK))
+          return make_error(Errc::invalid_argument, "draw for logits row " + std::to_string(row) + ": top_k " +
+                                                        std::to_string(d->top_k) + " (the device sampler takes 1..256)");
+        if (!tokens_out) return make_error(Errc::invalid_argument, "draws given without tokens_out");
+        samples.push_back({d->temperature, d->top_p, d->min_p, d->top_k, d->u, t});
+        sample_row.push_back(row);
+      }
+      ++row;
+    }
+    if (static_cast<size_t>(row) != draws.size())
+      return make_error(Errc::invalid_argument, std::to_string(draws.size()) + " draws for " + std::to_string(row) +
+                                                    " logits rows");
+  }
   for (const SequenceKv* s : seqs)
     for (int32_t p : s->pages)
       if (p < 0 || p >= m.opts.n_pages)
@@ -387,14 +427,36 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   } else {
     CHORUS_TRY(m.launch(T_run));
   }
+  if (!samples.empty()) {
+    CHORUS_TRY(m.put(m.samples, samples));
+    CHORUS_TRY(op(cuda::sample_rows(m.logits, T_run, c.n_vocab, m.samples, static_cast<int>(samples.size()), m.sampled,
+                                    m.dev.stream()),
+                  "sample_rows"));
+  }
   CHORUS_TRY(m.dev.sync("forward"));
+  if (!samples.empty()) {
+    std::vector<int32_t> picked(samples.size());
+    CHORUS_TRY(m.dev.download(picked.data(), m.sampled, static_cast<int64_t>(picked.size() * sizeof(int32_t))));
+    for (size_t i = 0; i < picked.size(); ++i) {
+      if (picked[i] < 0 || picked[i] >= c.n_vocab)
+        return make_error(Errc::internal, "sample_rows returned token " + std::to_string(picked[i]));
+      tokens_out[sample_row[i]] = picked[i];
+    }
+  }
   int64_t row = 0;
+  size_t next_sample = 0;
   for (int t = 0; t < T; ++t) {
     if (!batch[static_cast<size_t>(t)].logits) continue;
-    CHORUS_TRY(m.dev.download(logits_out + row * c.n_vocab, m.logits + int64_t{t} * c.n_vocab,
-                              int64_t{c.n_vocab} * static_cast<int64_t>(sizeof(float))));
+    if (next_sample < sample_row.size() && sample_row[next_sample] == row) {
+      ++next_sample;  // sampled on the device: no logits come back
+      ++row;
+      continue;
+    }
+    CHORUS_TRY(m.dev.download_async(logits_out + row * c.n_vocab, m.logits + int64_t{t} * c.n_vocab,
+                                    int64_t{c.n_vocab} * static_cast<int64_t>(sizeof(float))));
     ++row;
   }
+  CHORUS_TRY(m.dev.sync("logits"));
   std::vector<int64_t> written(seqs.size(), 0);
   for (const BatchToken& b : batch)
     written[static_cast<size_t>(b.seq)] = std::max<int64_t>(written[static_cast<size_t>(b.seq)], b.pos + 1);
@@ -406,16 +468,89 @@ std::string CudaRunner::describe() const {
   return impl_->dev.describe() + (impl_->opts.kv_bf16 ? ", bf16 KV" : ", f32 KV");
 }
 
+int CudaRunner::max_tokens() const { return impl_->opts.max_tokens; }
+
+// One page of one pool is page_stride elements at page * page_stride; a page's bytes on the
+// host are every layer's K then V, in layer order.
+size_t CudaRunner::page_bytes() const {
+  const Impl& m = *impl_;
+  return m.layers.size() * 2 * static_cast<size_t>(m.page_stride) * (m.opts.kv_bf16 ? 2 : 4);
+}
+
+namespace {
+
+Status check_pages(std::span<const int32_t> pages, int64_t n_pages, const char* what) {
+  for (int32_t p : pages)
+    if (p < 0 || p >= n_pages)
+      return make_error(Errc::invalid_argument, std::string(what) + ": page " + std::to_string(p) + " is outside the " +
+                                                    std::to_string(n_pages) + " pages of the CUDA runner");
+  return Status::success();
+}
+
+}  // namespace
+
+Status CudaRunner::copy_page(int32_t dst, int32_t src) {
+  Impl& m = *impl_;
+  const int32_t both[] = {dst, src};
+  CHORUS_TRY(check_pages(both, m.opts.n_pages, "copy_page"));
+  const int64_t bytes = m.page_stride * (m.opts.kv_bf16 ? 2 : 4);
+  for (const Layer& L : m.layers)
+    for (void* pool : {L.k_pool, L.v_pool}) {
+      auto* base = static_cast<std::byte*>(pool);
+      CHORUS_TRY(m.dev.copy(base + dst * bytes, base + src * bytes, bytes));
+    }
+  return m.dev.sync("copy_page");
+}
+
+Status CudaRunner::save_pages(std::span<const int32_t> pages, std::byte* out) {
+  Impl& m = *impl_;
+  CHORUS_TRY(check_pages(pages, m.opts.n_pages, "save_pages"));
+  const int64_t bytes = m.page_stride * (m.opts.kv_bf16 ? 2 : 4);
+  for (int32_t p : pages)
+    for (const Layer& L : m.layers)
+      for (const void* pool : {L.k_pool, L.v_pool}) {
+        CHORUS_TRY(m.dev.download_async(out, static_cast<const std::byte*>(pool) + p * bytes, bytes));
+        out += bytes;
+      }
+  return m.dev.sync("save_pages");
+}
+
+Status CudaRunner::load_pages(std::span<const int32_t> pages, const std::byte* in) {
+  Impl& m = *impl_;
+  CHORUS_TRY(check_pages(pages, m.opts.n_pages, "load_pages"));
+  const int64_t bytes = m.page_stride * (m.opts.kv_bf16 ? 2 : 4);
+  for (int32_t p : pages)
+    for (const Layer& L : m.layers)
+      for (void* pool : {L.k_pool, L.v_pool}) {
+        CHORUS_TRY(m.dev.upload_async(static_cast<std::byte*>(pool) + p * bytes, in, bytes));
+        in += bytes;
+      }
+  return m.dev.sync("load_pages");  // `in` must outlive the copies
+}
+
 #else  // no CUDA targets in this build
 
 struct CudaRunner::Impl {};
 CudaRunner::CudaRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaRunner::~CudaRunner() = default;
+Status CudaRunner::check(const ModelConfig&, const Weights&) {
+  return make_error(Errc::unsupported, "this chorus was built without CUDA");
+}
+int CudaRunner::max_tokens() const { return 0; }
+size_t CudaRunner::page_bytes() const { return 0; }
+Status CudaRunner::copy_page(int32_t, int32_t) { return make_error(Errc::unsupported, "this chorus was built without CUDA"); }
+Status CudaRunner::save_pages(std::span<const int32_t>, std::byte*) {
+  return make_error(Errc::unsupported, "this chorus was built without CUDA");
+}
+Status CudaRunner::load_pages(std::span<const int32_t>, const std::byte*) {
+  return make_error(Errc::unsupported, "this chorus was built without CUDA");
+}
 Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig&, const Weights&, CudaDevice&,
                                                        const CudaRunnerOptions&) {
   return make_error(Errc::unsupported, "this chorus was built without CUDA");
 }
-Status CudaRunner::forward(std::span<const BatchToken>, std::span<SequenceKv* const>, float*, std::span<const View>) {
+Status CudaRunner::forward(std::span<const BatchToken>, std::span<SequenceKv* const>, float*, std::span<const View>,
+                           std::span<const std::optional<PlannedDraw>>, TokenId*) {
   return make_error(Errc::unsupported, "this chorus was built without CUDA");
 }
 std::string CudaRunner::describe() const { return "cuda (not built)"; }

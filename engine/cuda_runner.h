@@ -9,21 +9,29 @@
 // norms, residuals and attention run in f32; KV pages are f32 or bf16. Every buffer comes from
 // the device's pool at create(): forward() does not allocate on the device.
 //
-// Not yet: hybrid (Gated DeltaNet) and MoE layers, biases, output gates, sampling on
-// the device in the step (logits come back to the host), tiled prefill attention, and the
-// KvCache operations that copy page data (copy_on_write, offload): they copy the host pages
-// only, so the engine does not hand this runner to a BlockStore yet.
+// The runner is also the KvCache's page store (KvPageStore): copy-on-write and offload move
+// page data inside the device pools and to host memory, so an Engine runs on it unchanged
+// (Engine::create with a CudaDevice; `--device cuda|auto` on the command line).
+//
+// Sampling can run inside the step (forward()'s `draws`): only the token comes back, not the
+// row of logits.
+//
+// Not yet: hybrid (Gated DeltaNet) and MoE layers, biases, output gates, tiled prefill
+// attention.
 //
 // The runner's device buffers come from the device's bump pool and go back when it is
 // destroyed: destroy runners in the reverse order of their creation.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "base/status.h"
+#include "engine/kv_cache.h"
 #include "engine/model_runner.h"
+#include "engine/sampler.h"
 
 namespace chorus {
 
@@ -39,21 +47,38 @@ struct CudaRunnerOptions {
   int graph_max_tokens = 64;
 };
 
-class CudaRunner {
+class CudaRunner final : public KvPageStore {
  public:
-  // Errors: an architecture or layer kind the CUDA runner does not run yet (named), a weight
-  // type it cannot convert, the device pool too small (what asked, what is left).
+  // Whether the runner can run this model: an error (Errc::unsupported) naming the first
+  // architecture feature, layer kind or weight type it does not handle yet. Needs no device.
+  static Status check(const ModelConfig& config, const Weights& weights);
+  // Errors: those of check(), and the device pool too small (what asked, what is left).
   static Result<std::unique_ptr<CudaRunner>> create(const ModelConfig& config, const Weights& weights, CudaDevice& dev,
                                                     const CudaRunnerOptions& opts);
-  ~CudaRunner();
+  ~CudaRunner() override;
+
+  int max_tokens() const;
 
   // As ModelRunner::forward: `seqs` hold the page ids (reserved by the caller's KvCache) and
   // token counts; raises each written sequence's n_tokens. Logits of the tokens with `logits`
   // set go to `logits_out` ([n_logits, n_vocab], batch order).
+  // `draws`, when given, has one entry per logits row: a row with a draw is sampled on the
+  // device (kernels/cuda/ops.h sample_rows; Sampler::plan_draw makes the draws) and its token
+  // goes to tokens_out[row] instead of its logits to logits_out (that row is left as it was).
+  // Errors as ModelRunner's, and for draws that do not match the logits rows or ask for a
+  // top_k the device sampler does not have (1..256).
   Status forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, float* logits_out,
-                 std::span<const View> views = {});
+                 std::span<const View> views = {}, std::span<const std::optional<PlannedDraw>> draws = {},
+                 TokenId* tokens_out = nullptr);
+  static constexpr int max_device_top_k() { return 256; }
 
   std::string describe() const;
+
+  // KvPageStore: the pages of every layer's K and V pools (f32 or bf16 as configured).
+  size_t page_bytes() const override;
+  Status copy_page(int32_t dst, int32_t src) override;
+  Status save_pages(std::span<const int32_t> pages, std::byte* out) override;
+  Status load_pages(std::span<const int32_t> pages, const std::byte* in) override;
 
  private:
   struct Impl;

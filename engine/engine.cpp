@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "engine/cuda_runner.h"
 #include "engine/linear_state.h"
 #include "gpu/cpu_device.h"
 
@@ -39,19 +40,39 @@ struct Engine::Active {
   bool started = false;          // forward/generate: took over the block's uncached log tokens
 };
 
-Result<std::unique_ptr<Engine>> Engine::create(const Model& model, CpuDevice& device, EngineOptions opts) {
+Result<std::unique_ptr<Engine>> Engine::create(const Model& model, CpuDevice& device, EngineOptions opts,
+                                               CudaDevice* gpu) {
   if (opts.token_budget < 1) return make_error(Errc::invalid_argument, "token budget must be at least 1");
-  auto kv = KvCache::create(model.config, opts.n_pages);
+  if (!gpu) {
+    auto kv = KvCache::create(model.config, opts.n_pages);
+    if (!kv) return kv.error();
+    return std::unique_ptr<Engine>(new Engine(model, device, opts, std::move(*kv), nullptr));
+  }
+  CudaRunnerOptions ro;
+  ro.max_tokens = opts.token_budget;
+  ro.n_pages = opts.n_pages;
+  auto runner = CudaRunner::create(model.config, model.weights, *gpu, ro);
+  if (!runner) return runner.error();
+  auto kv = KvCache::create(model.config, opts.n_pages, runner->get());
   if (!kv) return kv.error();
-  return std::unique_ptr<Engine>(new Engine(model, device, opts, std::move(*kv)));
+  return std::unique_ptr<Engine>(new Engine(model, device, opts, std::move(*kv), std::move(*runner)));
 }
 
 Engine::~Engine() = default;
 
-Engine::Engine(const Model& m, CpuDevice& d, EngineOptions o, KvCache kv)
-    : model_(m), device_(d), opts_(o), kv_(std::move(kv)) {
+Engine::Engine(const Model& m, CpuDevice& d, EngineOptions o, KvCache kv, std::unique_ptr<CudaRunner> gpu)
+    : model_(m), device_(d), opts_(o), kv_(std::move(kv)), gpu_runner_(std::move(gpu)) {
   blocks_ = std::make_unique<BlockStore>(kv_, m.config.n_kv_layer);
-  runner_ = std::make_unique<ModelRunner>(m.config, m.weights, d, opts_.token_budget);
+  if (!gpu_runner_) runner_ = std::make_unique<ModelRunner>(m.config, m.weights, d, opts_.token_budget);
+}
+
+std::string Engine::describe() const { return gpu_runner_ ? gpu_runner_->describe() : device_.describe(); }
+
+Status Engine::forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
+                       std::span<const View> views, std::span<const std::optional<PlannedDraw>> draws,
+                       TokenId* drawn) {
+  if (gpu_runner_) return gpu_runner_->forward(batch, seqs, logits_.data(), views, draws, drawn);
+  return runner_->forward(batch, seqs, kv_, logits_.data(), views);
 }
 
 Result<RequestId> Engine::submit(Request r) {
@@ -96,7 +117,14 @@ Result<RequestId> Engine::submit(Request r) {
       break;
     case RequestKind::generate: {
       Block* w = *blocks_->get(r.write_to);
-      if (r.tokens.empty() && w->last_logits.empty())
+      // Without prefill it starts from the block's last logits, or from those a generate
+      // still writing the block leaves when it ends (its last token runs with logits).
+      const auto writing = writers_.find(r.write_to);
+      const bool generate_writing =
+          writing != writers_.end() && std::any_of(writing->second.begin(), writing->second.end(), [](const Active* x) {
+            return x->req.kind == RequestKind::generate;
+          });
+      if (r.tokens.empty() && w->last_logits.empty() && !generate_writing)
         return bad("generate into block " + std::to_string(r.write_to) +
                    " has nothing to start from: give it prefill tokens");
       if (r.stop.max_tokens < 1) return bad("generate with max_tokens < 1");
@@ -216,8 +244,13 @@ Result<std::vector<Event>> Engine::step() {
   // A generate with no prefill starts from the logits its block already has.
   for (auto& a : active_)
     if (!a->done && a->req.kind == RequestKind::generate && !a->decoding && a->req.tokens.empty() && runnable(*a)) {
-      a->decoding = true;
       Block* w = *blocks_->get(a->target);
+      if (w->last_logits.empty()) {  // the generate before it ended without logits (an error)
+        finish(*a, FinishReason::error, events,
+               "generate into block " + std::to_string(a->target) + " has nothing to start from: give it prefill tokens");
+        continue;
+      }
+      a->decoding = true;
       logits_ = w->last_logits;
       const TokenId tok = a->sampler->sample(logits_, w->tokens);
       a->pending = tok;
@@ -285,14 +318,34 @@ Result<std::vector<Event>> Engine::step() {
   for (const BatchToken& b : batch) n_logits += b.logits ? 1 : 0;
   const size_t V = static_cast<size_t>(model_.config.n_vocab);
   logits_.resize(static_cast<size_t>(std::max(n_logits, 1)) * V);
-  if (Status s = runner_->forward(batch, seqs, kv_, logits_.data(), views); !s.ok()) return s.error();
+  // On a GPU, a generate's next token is drawn on the device when its sampler allows (then only
+  // the token comes back); its block keeps no logits until its last token runs.
+  std::vector<std::optional<PlannedDraw>> draws;
+  std::vector<TokenId> drawn;
+  if (gpu_runner_ && opts_.sample_on_device) {
+    bool any = false;
+    for (const Planned& p : plan) {
+      if (!p.logits) continue;
+      std::optional<PlannedDraw> d;
+      if (p.a->req.kind == RequestKind::generate && !p.a->draining)
+        d = p.a->sampler->plan_draw(CudaRunner::max_device_top_k());
+      any |= d.has_value();
+      draws.push_back(d);
+    }
+    if (any) drawn.assign(draws.size(), -1);
+    else draws.clear();
+  }
+  if (Status s = forward(batch, seqs, views, draws, drawn.data()); !s.ok()) return s.error();
 
   // Apply: logs, sampling, probe answers, completions.
-  int row = 0;
+  size_t row = 0;
   for (const Planned& p : plan) {
     Active& a = *p.a;
     Block* w = *blocks_->get(a.target);
-    const float* lg = p.logits ? logits_.data() + static_cast<size_t>(row++) * V : nullptr;
+    const bool on_device = p.logits && !draws.empty() && draws[row].has_value();
+    const TokenId device_token = on_device ? drawn[row] : -1;
+    const float* lg = p.logits && !on_device ? logits_.data() + row * V : nullptr;
+    if (p.logits) ++row;
     if (!(a.req.kind == RequestKind::generate && a.decoding)) {  // prefill tokens enter the log now
       w->tokens.insert(w->tokens.end(), p.tokens.begin(), p.tokens.end());
       a.fed += p.tokens.size();
@@ -325,9 +378,9 @@ Result<std::vector<Event>> Engine::step() {
           finish(a, a.drain_reason, events);
           break;
         }
-        if (!lg) break;  // a prefill chunk that is not the last
+        if (!lg && !on_device) break;  // a prefill chunk that is not the last
         a.decoding = true;
-        const TokenId tok = a.sampler->sample({lg, V}, w->tokens);
+        const TokenId tok = on_device ? device_token : a.sampler->sample({lg, V}, w->tokens);
         w->tokens.push_back(tok);
         a.pending = tok;
         ++a.generated;
@@ -400,27 +453,27 @@ Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
           return make_error(Errc::unsupported, "cannot pause block " + std::to_string(id) +
                                                    ": it shares KV pages with another block (merge/fork)");
   }
-  const int64_t ps = KvCache::page_size();
-  const int kvd = model_.config.kv_dim();
-  for (BlockId id : ids) {
-    Block& b = **blocks_->get(id);
+  // Offload copies first, so that a failed copy leaves every block as it was.
+  std::vector<std::vector<std::byte>> saved(ids.size());
+  if (mode == PauseMode::offload)
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Block& b = **blocks_->get(ids[i]);
+      if (b.extents.empty()) continue;
+      const SequenceKv& kv = b.extents.back().kv;
+      const std::span<const int32_t> pages(kv.pages.data(), static_cast<size_t>(KvCache::pages_for(kv.n_tokens)));
+      saved[i].resize(pages.size() * kv_.page_bytes());
+      if (Status s = kv_.save_pages(pages, saved[i].data()); !s.ok())
+        return make_error(s.error().code, "pausing block " + std::to_string(ids[i]) + ": " + s.error().message);
+    }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Block& b = **blocks_->get(ids[i]);
     b.paused = true;
     b.paused_cached = b.n_cached();
     b.last_logits.clear();
     if (b.extents.empty()) continue;
     SequenceKv& kv = b.extents.back().kv;
     if (mode == PauseMode::offload) {
-      const int64_t n = kv.n_tokens;
-      b.offloaded.assign(static_cast<size_t>(model_.config.n_kv_layer) * 2 * static_cast<size_t>(n) * kvd, 0.0f);
-      for (int l = 0; l < model_.config.n_kv_layer; ++l)
-        for (int64_t p = 0; p < n; ++p) {
-          const int32_t page = kv.pages[static_cast<size_t>(p / ps)];
-          float* dk = b.offloaded.data() + ((static_cast<size_t>(l) * 2) * n + p) * kvd;
-          float* dv = b.offloaded.data() + ((static_cast<size_t>(l) * 2 + 1) * n + p) * kvd;
-          const float* kp = kv_.k(l, page);
-          for (int i = 0; i < kvd; ++i) dk[i] = kp[static_cast<size_t>(i) * ps + p % ps];
-          std::copy_n(kv_.v(l, page) + (p % ps) * kvd, kvd, dv);
-        }
+      b.offloaded = std::move(saved[i]);
       b.offloaded_linear = kv.linear;  // hybrid models: the linear layers' state stays in host memory
     }
     kv_.release(kv);
@@ -449,8 +502,6 @@ Status Engine::restore(std::span<const BlockId> ids) {
                                                       ", which is paused; restore both together");
     }
   }
-  const int64_t ps = KvCache::page_size();
-  const int kvd = model_.config.kv_dim();
   // Room for all of them first: a restore that ran out of pages halfway would leave blocks
   // neither paused nor whole.
   int64_t need = 0;
@@ -471,15 +522,13 @@ Status Engine::restore(std::span<const BlockId> ids) {
     SequenceKv& kv = b.extents.back().kv;
     const int64_t n = b.paused_cached;
     if (Status s = kv_.reserve(kv, n); !s.ok()) return s;
-    for (int l = 0; l < model_.config.n_kv_layer; ++l)
-      for (int64_t p = 0; p < n; ++p) {
-        const int32_t page = kv.pages[static_cast<size_t>(p / ps)];
-        const float* sk = b.offloaded.data() + ((static_cast<size_t>(l) * 2) * n + p) * kvd;
-        const float* sv = b.offloaded.data() + ((static_cast<size_t>(l) * 2 + 1) * n + p) * kvd;
-        float* kp = kv_.k(l, page);
-        for (int i = 0; i < kvd; ++i) kp[static_cast<size_t>(i) * ps + p % ps] = sk[i];
-        std::copy_n(sv, kvd, kv_.v(l, page) + (p % ps) * kvd);
-      }
+    const std::span<const int32_t> pages(kv.pages.data(), static_cast<size_t>(KvCache::pages_for(n)));
+    if (pages.size() * kv_.page_bytes() != b.offloaded.size())
+      return make_error(Errc::internal, "block " + std::to_string(id) + ": its offloaded copy holds " +
+                                            std::to_string(b.offloaded.size()) + " bytes, not " +
+                                            std::to_string(pages.size()) + " pages");
+    if (Status s = kv_.load_pages(pages, b.offloaded.data()); !s.ok())
+      return make_error(s.error().code, "restoring block " + std::to_string(id) + ": " + s.error().message);
     kv.n_tokens = n;
     kv.linear = std::move(b.offloaded_linear);
     b.offloaded.clear();
@@ -561,7 +610,7 @@ Status Engine::replay(const std::vector<std::tuple<const WriteRun*, int64_t, int
     views.push_back(std::move(v));
   }
   logits_.resize(static_cast<size_t>(model_.config.n_vocab) * std::max<size_t>(1, last_logits.size()));
-  if (Status s = runner_->forward(batch, seqs, kv_, logits_.data(), views); !s.ok()) return s;
+  if (Status s = forward(batch, seqs, views); !s.ok()) return s;
   const auto V = static_cast<size_t>(model_.config.n_vocab);
   for (const auto& [b, i] : last_logits)
     b->last_logits.assign(logits_.begin() + static_cast<long>(i * V), logits_.begin() + static_cast<long>((i + 1) * V));

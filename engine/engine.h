@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <utility>
 #include <memory>
 #include <span>
@@ -34,6 +35,8 @@
 namespace chorus {
 
 class CpuDevice;
+class CudaDevice;
+class CudaRunner;
 
 using RequestId = int64_t;
 
@@ -112,15 +115,25 @@ struct EngineOptions {
   int64_t n_pages = 1024;        // KV pages of 16 positions
   int token_budget = 256;        // tokens per step
   int64_t max_view_tokens = 8192;  // longest view a request may attend
+  // On a GPU: draw generates' tokens on the device where their sampling allows (only the token
+  // comes back); off, every row of logits comes back and the host samples.
+  bool sample_on_device = true;
 };
 
 class Engine {
  public:
-  static Result<std::unique_ptr<Engine>> create(const Model& model, CpuDevice& device, EngineOptions opts = {});
+  // With `gpu`, the forward passes run on it (CudaRunner: the KV pages live in its pool, the
+  // KvCache keeps their bookkeeping) and `device` is not used for them; errors then include
+  // the CUDA runner's (a model whose layers it does not run yet, a pool too small).
+  // REQUIRES: model, device and gpu outlive the engine.
+  static Result<std::unique_ptr<Engine>> create(const Model& model, CpuDevice& device, EngineOptions opts = {},
+                                                CudaDevice* gpu = nullptr);
   ~Engine();
 
   BlockStore& blocks() { return *blocks_; }
-  ModelRunner& runner() { return *runner_; }
+  // The CPU runner (its statistics and switches), or null when the engine runs on a GPU.
+  ModelRunner* cpu_runner() { return runner_.get(); }
+  std::string describe() const;  // where the forward passes run
   const Model& model() const { return model_; }
 
   // Validates and queues a request. Errors (nothing is queued): a view or write block that does
@@ -146,7 +159,11 @@ class Engine {
 
  private:
   struct Active;
-  Engine(const Model& m, CpuDevice& d, EngineOptions o, KvCache kv);
+  Engine(const Model& m, CpuDevice& d, EngineOptions o, KvCache kv, std::unique_ptr<CudaRunner> gpu);
+  // One forward pass on the engine's runner into logits_; on a GPU, rows with a draw are
+  // sampled there (their tokens to `drawn`).
+  Status forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, std::span<const View> views,
+                 std::span<const std::optional<PlannedDraw>> draws = {}, TokenId* drawn = nullptr);
   bool runnable(const Active& a) const;
   void forget_finished();
   void finish(Active& a, FinishReason why, std::vector<Event>& events, std::string error = {});
@@ -156,7 +173,8 @@ class Engine {
   EngineOptions opts_;
   KvCache kv_;
   std::unique_ptr<BlockStore> blocks_;
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<CudaRunner> gpu_runner_;  // set: the forward passes run on the GPU
+  std::unique_ptr<ModelRunner> runner_;     // else on the CPU
   std::deque<std::unique_ptr<Active>> active_;  // submission order
   std::map<BlockId, std::deque<Active*>> writers_;  // unfinished writers of each block, FIFO
   RequestId next_id_ = 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/cuda_runner.h"
 #include "gpu/cpu_device.h"
 
 namespace chorus {
@@ -15,22 +16,46 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Result<std::unique_ptr<Generator>> Generator::create(const Model& m, CpuDevice& d, int n_seqs,
-                                                     const GenerateOptions& o) {
+                                                     const GenerateOptions& o, CudaDevice* gpu) {
   if (n_seqs < 1) return make_error(Errc::invalid_argument, "need at least one sequence");
   if (o.n_ctx < 1) return make_error(Errc::invalid_argument, "context must hold at least one position");
   const int64_t pages = static_cast<int64_t>(n_seqs) * KvCache::pages_for(o.n_ctx);
-  auto kv = KvCache::create(m.config, pages);
+  const int max_tokens = std::max({o.prefill_chunk, n_seqs, 1});
+  if (!gpu) {
+    auto kv = KvCache::create(m.config, pages);
+    if (!kv) return kv.error();
+    return std::unique_ptr<Generator>(new Generator(m, d, n_seqs, o, std::move(*kv), nullptr));
+  }
+  CudaRunnerOptions ro;
+  ro.max_tokens = max_tokens;
+  ro.n_pages = pages;
+  auto runner = CudaRunner::create(m.config, m.weights, *gpu, ro);
+  if (!runner) return runner.error();
+  auto kv = KvCache::create(m.config, pages, runner->get());
   if (!kv) return kv.error();
-  return std::unique_ptr<Generator>(new Generator(m, d, n_seqs, o, std::move(*kv)));
+  return std::unique_ptr<Generator>(new Generator(m, d, n_seqs, o, std::move(*kv), std::move(*runner)));
 }
 
-Generator::Generator(const Model& m, CpuDevice& d, int n_seqs, const GenerateOptions& o, KvCache kv)
+Generator::Generator(const Model& m, CpuDevice& d, int n_seqs, const GenerateOptions& o, KvCache kv,
+                     std::unique_ptr<CudaRunner> gpu)
     : model_(m),
       device_(d),
       opts_(o),
       kv_(std::move(kv)),
-      runner_(m.config, m.weights, d, std::max({o.prefill_chunk, n_seqs, 1})),
-      seqs_(static_cast<size_t>(n_seqs)) {}
+      gpu_runner_(std::move(gpu)),
+      seqs_(static_cast<size_t>(n_seqs)) {
+  if (!gpu_runner_) runner_ = std::make_unique<ModelRunner>(m.config, m.weights, d, std::max({o.prefill_chunk, n_seqs, 1}));
+}
+
+Generator::~Generator() = default;
+
+int Generator::max_tokens() const { return gpu_runner_ ? gpu_runner_->max_tokens() : runner_->max_tokens(); }
+
+Status Generator::forward(const std::vector<BatchToken>& batch, const std::vector<SequenceKv*>& seqs, float* logits,
+                          std::span<const std::optional<PlannedDraw>> draws, TokenId* drawn) {
+  if (gpu_runner_) return gpu_runner_->forward(batch, seqs, logits, {}, draws, drawn);
+  return runner_->forward(batch, seqs, kv_, logits);
+}
 
 Result<GenerateStats> Generator::run(const std::vector<TokenId>& prompt, const TokenCallback& on_token) {
   GenerateStats st;
@@ -62,12 +87,12 @@ Result<GenerateStats> Generator::run(const std::vector<TokenId>& prompt, const T
   auto t0 = std::chrono::steady_clock::now();
   std::vector<BatchToken> batch;
   for (int s = 0; s < n; ++s) {
-    for (size_t start = 0; start < prompt.size(); start += static_cast<size_t>(runner_.max_tokens())) {
-      const size_t end = std::min(prompt.size(), start + static_cast<size_t>(runner_.max_tokens()));
+    for (size_t start = 0; start < prompt.size(); start += static_cast<size_t>(max_tokens())) {
+      const size_t end = std::min(prompt.size(), start + static_cast<size_t>(max_tokens()));
       batch.clear();
       for (size_t i = start; i < end; ++i)
         batch.push_back({prompt[i], static_cast<int32_t>(i), s, i + 1 == prompt.size()});
-      if (Status r = runner_.forward(batch, ptrs, kv_, logits.data() + static_cast<size_t>(s) * V); !r.ok())
+      if (Status r = forward(batch, ptrs, logits.data() + static_cast<size_t>(s) * V); !r.ok())
         return r.error();
     }
   }
@@ -75,11 +100,16 @@ Result<GenerateStats> Generator::run(const std::vector<TokenId>& prompt, const T
   st.prefill_seconds = seconds_since(t0);
   first_logits_.assign(logits.begin(), logits.begin() + V);
 
-  // Decode: one token per live sequence per step.
+  // Decode: one token per live sequence per step. On a GPU a sequence's next token is drawn
+  // there when its sampler allows (Sampler::plan_draw: the same draw sample() would make), and
+  // only the token comes back.
   t0 = std::chrono::steady_clock::now();
   std::vector<bool> live(static_cast<size_t>(n), true);
   std::vector<int> order;               // sequences in this step's batch, in batch order
   std::vector<float> step_logits(static_cast<size_t>(n) * V);
+  std::vector<TokenId> ready(static_cast<size_t>(n), -1);  // drawn on the device, else -1
+  std::vector<std::optional<PlannedDraw>> draws;
+  std::vector<TokenId> drawn;
   for (int step = 0; step < max_new; ++step) {
     batch.clear();
     order.clear();
@@ -87,7 +117,10 @@ Result<GenerateStats> Generator::run(const std::vector<TokenId>& prompt, const T
     for (int s = 0; s < n; ++s) {
       if (!live[static_cast<size_t>(s)]) continue;
       const float* row = logits.data() + static_cast<size_t>(s) * V;
-      const TokenId tok = samplers[static_cast<size_t>(s)].sample({row, static_cast<size_t>(V)}, history[static_cast<size_t>(s)]);
+      TokenId tok = ready[static_cast<size_t>(s)];
+      if (tok < 0)
+        tok = samplers[static_cast<size_t>(s)].sample({row, static_cast<size_t>(V)}, history[static_cast<size_t>(s)]);
+      ready[static_cast<size_t>(s)] = -1;
       history[static_cast<size_t>(s)].push_back(tok);
       outputs_[static_cast<size_t>(s)].push_back(tok);
       ++st.generated_tokens;
@@ -101,9 +134,24 @@ Result<GenerateStats> Generator::run(const std::vector<TokenId>& prompt, const T
       order.push_back(s);
     }
     if (batch.empty()) break;
-    if (Status r = runner_.forward(batch, ptrs, kv_, step_logits.data()); !r.ok()) return r.error();
-    for (size_t i = 0; i < order.size(); ++i)
+    draws.clear();
+    if (gpu_runner_ && opts_.sample_on_device) {
+      bool any = false;
+      for (int s : order) {
+        draws.push_back(samplers[static_cast<size_t>(s)].plan_draw(CudaRunner::max_device_top_k()));
+        any |= draws.back().has_value();
+      }
+      if (!any) draws.clear();
+      drawn.assign(order.size(), -1);
+    }
+    if (Status r = forward(batch, ptrs, step_logits.data(), draws, drawn.data()); !r.ok()) return r.error();
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (!draws.empty() && draws[i]) {
+        ready[static_cast<size_t>(order[i])] = drawn[i];
+        continue;
+      }
       std::copy_n(step_logits.data() + i * V, V, logits.data() + static_cast<size_t>(order[i]) * V);
+    }
     ++st.steps;
   }
   st.decode_seconds = seconds_since(t0);

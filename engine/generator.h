@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,8 @@
 namespace chorus {
 
 class CpuDevice;
+class CudaDevice;
+class CudaRunner;
 
 struct GenerateOptions {
   int max_new_tokens = 256;      // bounded by the context too
@@ -24,6 +28,7 @@ struct GenerateOptions {
   int prefill_chunk = 256;       // tokens per prefill forward
   bool stop_at_end_of_generation = true;
   SamplingParams sampling;       // per sequence, seeds seed, seed+1, ...
+  bool sample_on_device = true;  // on a GPU: decode tokens drawn there where the sampling allows
 };
 
 struct GenerateStats {
@@ -39,9 +44,11 @@ using TokenCallback = std::function<void(int seq, TokenId token)>;
 
 class Generator {
  public:
-  // Builds the KV cache for n_seqs sequences of n_ctx positions. Errors: out_of_memory.
+  // Builds the KV cache for n_seqs sequences of n_ctx positions. With `gpu`, the forward
+  // passes run there (CudaRunner) and its errors come back too. Errors: out_of_memory.
   static Result<std::unique_ptr<Generator>> create(const Model& model, CpuDevice& device, int n_seqs,
-                                                   const GenerateOptions& opts);
+                                                   const GenerateOptions& opts, CudaDevice* gpu = nullptr);
+  ~Generator();
 
   // Prefills `prompt` into every sequence (each its own copy), then decodes until every
   // sequence stops. Errors: Errc::out_of_range when the prompt does not fit the context.
@@ -53,13 +60,18 @@ class Generator {
   const std::vector<float>& first_logits() const { return first_logits_; }
 
  private:
-  Generator(const Model& m, CpuDevice& d, int n_seqs, const GenerateOptions& o, KvCache kv);
+  Generator(const Model& m, CpuDevice& d, int n_seqs, const GenerateOptions& o, KvCache kv,
+            std::unique_ptr<CudaRunner> gpu);
+  Status forward(const std::vector<BatchToken>& batch, const std::vector<SequenceKv*>& seqs, float* logits,
+                 std::span<const std::optional<PlannedDraw>> draws = {}, TokenId* drawn = nullptr);
+  int max_tokens() const;
 
   const Model& model_;
   CpuDevice& device_;
   GenerateOptions opts_;
   KvCache kv_;
-  ModelRunner runner_;
+  std::unique_ptr<CudaRunner> gpu_runner_;  // set: forward passes on the GPU
+  std::unique_ptr<ModelRunner> runner_;     // else on the CPU
   std::vector<SequenceKv> seqs_;
   std::vector<std::vector<TokenId>> outputs_;
   std::vector<float> first_logits_;

@@ -1,6 +1,7 @@
 #include "engine/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 
 #include "engine/linear_state.h"
@@ -8,12 +9,28 @@
 
 namespace chorus {
 
+Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages, KvPageStore* store) {
+  if (n_pages <= 0) return make_error(Errc::invalid_argument, "KV cache needs at least one page");
+  if (!store) return make_error(Errc::invalid_argument, "KV cache: no page store given");
+  KvCache kv;
+  kv.n_pages_ = n_pages;
+  kv.kv_dim_ = c.kv_dim();
+  kv.n_kv_layer_ = c.n_kv_layer;
+  kv.store_ = store;
+  kv.bytes_ = 0;
+  kv.refs_.assign(static_cast<size_t>(n_pages), 0);
+  kv.free_.reserve(static_cast<size_t>(n_pages));
+  for (int64_t p = n_pages - 1; p >= 0; --p) kv.free_.push_back(static_cast<int32_t>(p));
+  return kv;
+}
+
 Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages) {
   constexpr int page_size = kKvPageSize;
   if (n_pages <= 0) return make_error(Errc::invalid_argument, "KV cache needs at least one page");
   KvCache kv;
   kv.n_pages_ = n_pages;
   kv.kv_dim_ = c.kv_dim();
+  kv.n_kv_layer_ = c.n_kv_layer;
   const double floats = static_cast<double>(c.n_kv_layer) * 2 * static_cast<double>(n_pages) * page_size * c.kv_dim();
   const double bytes = floats * sizeof(float);
   if (bytes > 1e15)
@@ -67,6 +84,29 @@ void KvCache::share_prefix(const SequenceKv& from, int64_t n, SequenceKv* to) {
   if (n == from.n_tokens) to->linear = from.linear;
 }
 
+size_t KvCache::page_bytes() const {
+  if (store_) return store_->page_bytes();
+  return static_cast<size_t>(n_kv_layer_) * 2 * kKvPageSize * static_cast<size_t>(kv_dim_) * sizeof(float);
+}
+
+Status KvCache::save_pages(std::span<const int32_t> pages, std::byte* out) const {
+  if (store_) return store_->save_pages(pages, out);
+  const size_t bytes = static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_) * sizeof(float);
+  for (int32_t p : pages)
+    for (int l = 0; l < n_kv_layer_; ++l)
+      for (int kv = 0; kv < 2; ++kv, out += bytes) std::memcpy(out, data_.get() + offset(l, p, kv), bytes);
+  return Status::success();
+}
+
+Status KvCache::load_pages(std::span<const int32_t> pages, const std::byte* in) {
+  if (store_) return store_->load_pages(pages, in);
+  const size_t bytes = static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_) * sizeof(float);
+  for (int32_t p : pages)
+    for (int l = 0; l < n_kv_layer_; ++l)
+      for (int kv = 0; kv < 2; ++kv, in += bytes) std::memcpy(data_.get() + offset(l, p, kv), in, bytes);
+  return Status::success();
+}
+
 Status KvCache::copy_on_write(SequenceKv& seq, int64_t pos, int n_layer) {
   const auto idx = static_cast<size_t>(pos / kKvPageSize);
   if (idx >= seq.pages.size()) return Status::success();
@@ -78,6 +118,16 @@ Status KvCache::copy_on_write(SequenceKv& seq, int64_t pos, int n_layer) {
   free_.pop_back();
   refs_[static_cast<size_t>(fresh)] = 1;
   --refs_[static_cast<size_t>(old)];
+  if (store_) {
+    if (Status s = store_->copy_page(fresh, old); !s.ok()) {
+      refs_[static_cast<size_t>(fresh)] = 0;  // undone: the sequence keeps the shared page
+      ++refs_[static_cast<size_t>(old)];
+      free_.push_back(fresh);
+      return s;
+    }
+    seq.pages[idx] = fresh;
+    return Status::success();
+  }
   const size_t floats = static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_);
   for (int l = 0; l < n_layer; ++l) {
     std::copy_n(k(l, old), floats, k(l, fresh));

@@ -12,8 +12,10 @@
 // Thread-safety: not thread-safe; owned by one engine.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/status.h"
@@ -33,10 +35,26 @@ struct SequenceKv {
   std::shared_ptr<LinearState> linear;
 };
 
+// Where the page data lives when it is not in this cache's host memory (the CUDA runner's
+// device pools): KvCache keeps the bookkeeping and asks the store to move the data. Page ids
+// are KvCache's.
+class KvPageStore {
+ public:
+  virtual ~KvPageStore() = default;
+  virtual size_t page_bytes() const = 0;  // one page, every KV layer
+  virtual Status copy_page(int32_t dst, int32_t src) = 0;
+  // `pages` to / from host memory, page_bytes() each, in the order given.
+  virtual Status save_pages(std::span<const int32_t> pages, std::byte* out) = 0;
+  virtual Status load_pages(std::span<const int32_t> pages, const std::byte* in) = 0;
+};
+
 class KvCache {
  public:
   // Allocates n_pages pages. Errors: Errc::out_of_memory naming the bytes asked for.
   static Result<KvCache> create(const ModelConfig& config, int64_t n_pages);
+  // Bookkeeping only: the data lives in `store` (which must outlive the cache), and k()/v()
+  // are not to be called.
+  static Result<KvCache> create(const ModelConfig& config, int64_t n_pages, KvPageStore* store);
 
   static constexpr int page_size() { return kKvPageSize; }
   // Pages that `tokens` positions take (a sequence starts a fresh page).
@@ -60,6 +78,13 @@ class KvCache {
   Status copy_on_write(SequenceKv& seq, int64_t pos, int n_layer);
   int32_t refs(int32_t page) const { return refs_[static_cast<size_t>(page)]; }
 
+  // Page data, wherever it lives: the bytes of one page (every KV layer), and pages copied to
+  // host memory and back (offload), page_bytes() each in the order given. Errors come from
+  // the store (a device copy that failed).
+  size_t page_bytes() const;
+  Status save_pages(std::span<const int32_t> pages, std::byte* out) const;
+  Status load_pages(std::span<const int32_t> pages, const std::byte* in);
+
   // One KV layer's keys in one page, [kv_dim][16], and values, [16][kv_dim]. `layer` is the
   // KV slot (ModelConfig::kv_layer): hybrid models keep no KV for their linear layers.
   float* k(int layer, int32_t page) { return data_.get() + offset(layer, page, 0); }
@@ -73,8 +98,10 @@ class KvCache {
 
   int64_t n_pages_ = 0;
   int kv_dim_ = 0;
+  int n_kv_layer_ = 0;
+  KvPageStore* store_ = nullptr;  // the data's home when not data_
   size_t bytes_ = 0;
-  std::unique_ptr<float[]> data_;  // [n_kv_layer][K, V][n_pages][16 * kv_dim]
+  std::unique_ptr<float[]> data_;  // [n_kv_layer][K, V][n_pages][16 * kv_dim], or none (store_)
   std::vector<int32_t> free_;      // free page ids (a stack)
   std::vector<int32_t> refs_;      // [n_pages] holders of each page
 };

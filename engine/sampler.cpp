@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace chorus {
 
@@ -14,7 +15,32 @@ TokenId argmax(std::span<const float> logits) {
 
 Sampler::Sampler(SamplingParams params) : p_(std::move(params)), rng_(p_.seed) {}
 
+// The uniform draw of one sample: std::uniform_real_distribution<double>(0, total) is
+// u * total with this u (libstdc++), so drawing u first and scaling it later is the same draw.
+namespace {
+double next_uniform(std::mt19937_64& rng) {
+  return std::generate_canonical<double, std::numeric_limits<double>::digits>(rng);
+}
+}  // namespace
+
 TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> history) {
+  return sample_at(logits, history, p_.temperature > 0.0f ? next_uniform(rng_) : 0.0);
+}
+
+std::optional<PlannedDraw> Sampler::plan_draw(int max_top_k) {
+  if (!p_.forbidden.empty() || p_.repeat_penalty != 1.0f) return std::nullopt;
+  PlannedDraw d;
+  if (!(p_.temperature > 0.0f)) return d;  // greedy
+  if (p_.top_k < 1 || p_.top_k > max_top_k) return std::nullopt;
+  d.temperature = p_.temperature;
+  d.top_p = p_.top_p;
+  d.min_p = p_.min_p;
+  d.top_k = p_.top_k;
+  d.u = next_uniform(rng_);
+  return d;
+}
+
+TokenId Sampler::sample_at(std::span<const float> logits, std::span<const TokenId> history, double u) {
   const size_t n = logits.size();
   if (forbidden_mask_.size() != n) {
     forbidden_mask_.assign(n, 0);
@@ -71,8 +97,7 @@ TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> 
   std::vector<double> w(keep);
   double total = 0.0;
   for (size_t i = 0; i < keep; ++i) total += w[i] = std::exp(static_cast<double>(cand_[i].first - mx) / p_.temperature);
-  std::uniform_real_distribution<double> uni(0.0, total);
-  double r = uni(rng_);
+  double r = u * total;
   for (size_t i = 0; i < keep; ++i) {
     r -= w[i];
     if (r <= 0.0) return cand_[i].second;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -29,6 +30,16 @@ struct SamplingParams {
   }
 };
 
+// A draw made elsewhere (on a GPU, kernels/cuda/ops.h sample_rows): the filters, and the
+// uniform u in [0, 1) that picks among the tokens they keep.
+struct PlannedDraw {
+  float temperature = 0.0f;  // <= 0: greedy
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  int top_k = 1;
+  double u = 0.0;
+};
+
 class Sampler {
  public:
   explicit Sampler(SamplingParams params);
@@ -36,6 +47,14 @@ class Sampler {
   // `history` is the sequence so far (for the repetition penalty). Never returns a forbidden
   // token unless every token is forbidden (then the argmax of the unmasked logits).
   TokenId sample(std::span<const float> logits, std::span<const TokenId> history);
+  // The token sample() picks when its uniform draw is u (the generator is not touched).
+  TokenId sample_at(std::span<const float> logits, std::span<const TokenId> history, double u);
+  // When the next token depends on the logits only through the filters a device sampler has
+  // (no repetition penalty, no forbidden tokens, greedy or top_k in 1..max_top_k): the draw,
+  // taken from the generator exactly as sample() would take it, so that a device pick equals
+  // sample()'s (up to the last bit of an exponential at a boundary). Else nothing (and the
+  // generator is not touched): sample() on the logits instead.
+  std::optional<PlannedDraw> plan_draw(int max_top_k);
 
   const SamplingParams& params() const { return p_; }
 

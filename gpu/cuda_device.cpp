@@ -121,11 +121,23 @@ Status CudaDevice::upload(void* dst, const void* src, int64_t bytes) {
   return sync("upload");
 }
 
-Status CudaDevice::download(void* dst, const void* src, int64_t bytes) {
+Status CudaDevice::download_async(void* dst, const void* src, int64_t bytes) {
   CHORUS_CUDA_CHECK(cudaSetDevice(device_));
   CHORUS_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
                                     static_cast<cudaStream_t>(stream_)));
+  return {};
+}
+
+Status CudaDevice::download(void* dst, const void* src, int64_t bytes) {
+  if (Status s = download_async(dst, src, bytes); !s.ok()) return s;
   return sync("download");
+}
+
+Status CudaDevice::copy(void* dst, const void* src, int64_t bytes) {
+  CHORUS_CUDA_CHECK(cudaSetDevice(device_));
+  CHORUS_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                                    static_cast<cudaStream_t>(stream_)));
+  return {};
 }
 
 Status CudaDevice::zero(void* dst, int64_t bytes) {

@@ -48,6 +48,9 @@ class CudaDevice {
   // has passed the copy (the next sync()).
   Status upload_async(void* dst, const void* src, int64_t bytes);
   Status download(void* dst, const void* src, int64_t bytes);  // device -> host, then waits
+  // device -> host in stream order; `dst` is complete after the next sync().
+  Status download_async(void* dst, const void* src, int64_t bytes);
+  Status copy(void* dst, const void* src, int64_t bytes);       // device -> device, async on stream()
   Status zero(void* dst, int64_t bytes);                       // async on stream()
   // Waits for the stream; an error a kernel raised comes back here, with `what` in front.
   Status sync(const std::string& what = "stream");

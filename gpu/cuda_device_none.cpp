@@ -13,6 +13,8 @@ Status CudaDevice::bind() const { return make_error(Errc::unsupported, "no CUDA"
 Status CudaDevice::upload(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::upload_async(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::download(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
+Status CudaDevice::download_async(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
+Status CudaDevice::copy(void*, const void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::zero(void*, int64_t) { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::sync(const std::string&) { return make_error(Errc::unsupported, "no CUDA"); }
 Status CudaDevice::begin_capture() { return make_error(Errc::unsupported, "no CUDA"); }

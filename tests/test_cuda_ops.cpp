@@ -3,11 +3,15 @@
 // reason; the shape checks run anyway (they return before anything touches a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
+#include "engine/sampler.h"
 #include "gpu/cuda_device.h"
 #include "gpu/cuda_info.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -427,6 +431,70 @@ TEST_F(CudaOps, ArgmaxTiesAndNaN) {
   EXPECT_EQ(get(out, 3), (std::vector<int32_t>{17, 4999, 0}));
 }
 
+// Device sampling against the CPU Sampler at the same draw u: greedy rows (with ties), and
+// temperature rows over every filter, with runs of equal logits at the top-k boundary (the
+// radix select's ties) and -inf entries. Exact: the picks differ only if u lands within an
+// exponential's last bit of a boundary, which these seeds do not.
+TEST_F(CudaOps, SampleRowsMatchesTheCpuSampler) {
+  const int n = 5000;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  std::vector<float> logits;
+  std::vector<cuda::SampleRow> rows;
+  std::vector<SamplingParams> params;
+  const float temps[] = {0.0f, 0.7f, 1.0f, 1.5f};
+  const int top_ks[] = {1, 5, 40, 256};
+  const float top_ps[] = {1.0f, 0.9f, 0.5f};
+  const float min_ps[] = {0.0f, 0.05f};
+  int r = 0;
+  for (float t : temps)
+    for (int k : top_ks)
+      for (float tp : top_ps)
+        for (float mp : min_ps) {
+          std::vector<float> row(n);
+          for (float& x : row) x = nd(rng);
+          if (r % 3 == 1) {  // a run of ties around the k-th largest
+            std::vector<float> sorted = row;
+            std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+            const float at = sorted[static_cast<size_t>(std::min(k, n) - 1)];
+            for (int i = 0; i < n; i += 7) row[static_cast<size_t>(i)] = at;
+          }
+          if (r % 5 == 2)
+            for (int i = 0; i < n; i += 3) row[static_cast<size_t>(i)] = -INFINITY;
+          logits.insert(logits.end(), row.begin(), row.end());
+          SamplingParams sp;
+          sp.temperature = t;
+          sp.top_k = k;
+          sp.top_p = tp;
+          sp.min_p = mp;
+          params.push_back(sp);
+          rows.push_back({t, tp, mp, k, ud(rng), r});
+          ++r;
+        }
+  int32_t* out = room<int32_t>(rows.size());
+  ASSERT_EQ(cuda::sample_rows(put(logits), r, n, put(rows), r, out, stream()), "");
+  const auto got = get(out, rows.size());
+  int mismatches = 0;
+  for (int i = 0; i < r; ++i) {
+    Sampler cpu(params[static_cast<size_t>(i)]);
+    const std::span<const float> row(logits.data() + static_cast<size_t>(i) * n, n);
+    const TokenId want = cpu.sample_at(row, {}, rows[static_cast<size_t>(i)].u);
+    if (got[static_cast<size_t>(i)] != want) {
+      ++mismatches;
+      ADD_FAILURE() << "row " << i << " (T " << params[static_cast<size_t>(i)].temperature << ", top_k "
+                    << params[static_cast<size_t>(i)].top_k << ", top_p " << params[static_cast<size_t>(i)].top_p
+                    << ", min_p " << params[static_cast<size_t>(i)].min_p << ", u " << rows[static_cast<size_t>(i)].u
+                    << "): device " << got[static_cast<size_t>(i)] << ", CPU " << want;
+    }
+  }
+  std::printf("  sample_rows: %d of %d rows differ from the CPU sampler\n", mismatches, r);
+  // A row outside the logits gives -1.
+  std::vector<cuda::SampleRow> bad = {{0.0f, 1.0f, 0.0f, 1, 0.0, 7}};
+  ASSERT_EQ(cuda::sample_rows(put(logits), 2, n, put(bad), 1, out, stream()), "");
+  EXPECT_EQ(get(out, 1)[0], -1);
+}
+
 TEST_F(CudaOps, CopyPages) {
   const int64_t page = 1000;
   auto pool = random_floats(6 * page, 40);
@@ -528,6 +596,8 @@ TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
   EXPECT_NE(cuda::gdn_conv(&x, &x, 1, &x, 8, 17, &x, nullptr).find("width 1..16"), std::string::npos);
   EXPECT_NE(cuda::dequantize_rows_bf16(77, &x, 34, 1, 32, nullptr, nullptr).find("unknown tensor type id 77"),
             std::string::npos);
+  cuda::SampleRow sr;
+  EXPECT_NE(cuda::sample_rows(&x, 1, 0, &sr, 1, nullptr, nullptr).find("rows of 0"), std::string::npos);
 }
 
 #else

@@ -18,16 +18,12 @@
 #include "gpu/cpu_device.h"
 #include "gpu/cuda_device.h"
 #include "gpu/cuda_info.h"
+#include "tests/test_util.h"
 
 namespace chorus {
 namespace {
 
-// The goldens folder: $CHORUS_GOLDENS_DIR (set by scripts/gpu_check.sh, whose checkout lies
-// elsewhere on the GPU machine), else this checkout's.
-std::string goldens(const std::string& f) {
-  const char* env = std::getenv("CHORUS_GOLDENS_DIR");
-  return std::string(env && *env ? env : CHORUS_GOLDENS_DIR) + "/" + f;
-}
+std::string goldens(const std::string& f) { return test::goldens_dir() + "/" + f; }
 
 struct Pair {
   std::unique_ptr<Model> model;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
+#include <set>
 
 #include "engine/generator.h"
 #include "engine/kv_cache.h"
@@ -185,6 +187,77 @@ TEST(KvCache, PagesReturnToThePool) {
   EXPECT_EQ(kv->n_free(), 8);
 }
 
+// Host pages saved and loaded into other pages carry every layer's K and V exactly.
+TEST(KvCache, SavedPagesLoadIntoOtherPagesExactly) {
+  auto c = config_of(llama_header());
+  ASSERT_TRUE(c.ok());
+  auto kv = KvCache::create(*c, 6);
+  ASSERT_TRUE(kv.ok()) << kv.error().to_string();
+  const size_t floats = static_cast<size_t>(KvCache::page_size()) * static_cast<size_t>(c->kv_dim());
+  ASSERT_EQ(kv->page_bytes(), static_cast<size_t>(c->n_kv_layer) * 2 * floats * sizeof(float));
+  for (int32_t p = 0; p < 6; ++p)
+    for (int l = 0; l < c->n_kv_layer; ++l)
+      for (size_t i = 0; i < floats; ++i) {
+        kv->k(l, p)[i] = static_cast<float>(p * 1000 + l * 100) + static_cast<float>(i) * 0.5f;
+        kv->v(l, p)[i] = -static_cast<float>(p * 1000 + l * 100) - static_cast<float>(i) * 0.25f;
+      }
+  const int32_t from[] = {4, 1}, to[] = {0, 5};
+  std::vector<std::byte> saved(2 * kv->page_bytes());
+  ASSERT_TRUE(kv->save_pages(from, saved.data()).ok());
+  ASSERT_TRUE(kv->load_pages(to, saved.data()).ok());
+  for (int j = 0; j < 2; ++j)
+    for (int l = 0; l < c->n_kv_layer; ++l)
+      for (size_t i = 0; i < floats; ++i) {
+        ASSERT_EQ(kv->k(l, to[j])[i], kv->k(l, from[j])[i]) << "page " << to[j] << " layer " << l;
+        ASSERT_EQ(kv->v(l, to[j])[i], kv->v(l, from[j])[i]) << "page " << to[j] << " layer " << l;
+      }
+}
+
+// A cache whose data lives elsewhere (a GPU runner's pools) asks its store to copy a shared
+// page before a write, and a failed copy leaves the sequence, the counts and the pool unchanged.
+TEST(KvCache, PageStoreCopiesSharedPagesAndFailuresChangeNothing) {
+  struct Store final : KvPageStore {
+    std::vector<std::pair<int32_t, int32_t>> copies;
+    bool fail = false;
+    size_t page_bytes() const override { return 64; }
+    Status copy_page(int32_t dst, int32_t src) override {
+      if (fail) return make_error(Errc::internal, "device copy failed");
+      copies.emplace_back(dst, src);
+      return Status::success();
+    }
+    Status save_pages(std::span<const int32_t>, std::byte*) override { return Status::success(); }
+    Status load_pages(std::span<const int32_t>, const std::byte*) override { return Status::success(); }
+  } store;
+  auto c = config_of(llama_header());
+  ASSERT_TRUE(c.ok());
+  auto kv = KvCache::create(*c, 4, &store);
+  ASSERT_TRUE(kv.ok()) << kv.error().to_string();
+  EXPECT_EQ(kv->page_bytes(), 64u);
+  EXPECT_EQ(kv->bytes(), 0u) << "no host data";
+  SequenceKv a, b;
+  ASSERT_TRUE(kv->reserve(a, 20).ok());
+  a.n_tokens = 20;
+  kv->share_prefix(a, 20, &b);
+  ASSERT_EQ(kv->refs(a.pages[1]), 2);
+  store.fail = true;
+  const auto before = b.pages;
+  Status s = kv->copy_on_write(b, 18, c->n_kv_layer);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("device copy failed"), std::string::npos);
+  EXPECT_EQ(b.pages, before);
+  EXPECT_EQ(kv->refs(a.pages[1]), 2);
+  EXPECT_EQ(kv->n_free(), 2);
+  store.fail = false;
+  ASSERT_TRUE(kv->copy_on_write(b, 18, c->n_kv_layer).ok());
+  ASSERT_EQ(store.copies.size(), 1u);
+  EXPECT_EQ(store.copies[0].second, a.pages[1]);
+  EXPECT_EQ(store.copies[0].first, b.pages[1]);
+  EXPECT_NE(b.pages[1], a.pages[1]);
+  EXPECT_EQ(b.pages[0], a.pages[0]) << "only the page written is copied";
+  EXPECT_EQ(kv->refs(a.pages[1]), 1);
+  EXPECT_EQ(kv->n_free(), 1);
+}
+
 TEST(KvCache, AbsurdSizeIsAnErrorNamingTheBytes) {
   auto c = config_of(llama_header());
   ASSERT_TRUE(c.ok());
@@ -226,6 +299,54 @@ TEST(Sampler, SeedDeterminesTheDrawAndFiltersHold) {
     if (i % 10 != 0) p.forbidden.push_back(i);
   Sampler f(p);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(f.sample(logits, {}) % 10, 0);
+}
+
+// A planned draw is the draw sample() makes: sampling at it gives sample()'s token, and the
+// generator moves on the same way; draws are planned only for what a device sampler can do.
+TEST(Sampler, PlannedDrawsAreTheDrawsSampleMakes) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(500);
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 40;
+  p.top_p = 0.9f;
+  p.min_p = 0.02f;
+  p.seed = 77;
+  Sampler a(p), b(p);
+  std::set<TokenId> seen;
+  for (int i = 0; i < 200; ++i) {
+    for (float& x : logits) x = nd(rng);
+    const auto d = b.plan_draw(256);
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ(d->top_k, 40);
+    EXPECT_EQ(d->temperature, 0.7f);
+    EXPECT_GE(d->u, 0.0);
+    EXPECT_LT(d->u, 1.0);
+    const TokenId want = a.sample(logits, {});
+    EXPECT_EQ(b.sample_at(logits, {}, d->u), want) << "step " << i;
+    seen.insert(want);
+  }
+  EXPECT_GT(seen.size(), 20u) << "the draws vary";
+  // Greedy: a draw without u, and the generator untouched.
+  Sampler g(SamplingParams::greedy());
+  const auto dg = g.plan_draw(256);
+  ASSERT_TRUE(dg.has_value());
+  EXPECT_LE(dg->temperature, 0.0f);
+  // What a device sampler does not do: no draw, and sample() still gives the same sequence.
+  SamplingParams q = p;
+  q.repeat_penalty = 1.1f;
+  EXPECT_FALSE(Sampler(q).plan_draw(256).has_value());
+  q = p;
+  q.forbidden = {3};
+  EXPECT_FALSE(Sampler(q).plan_draw(256).has_value());
+  q = p;
+  q.top_k = 0;
+  EXPECT_FALSE(Sampler(q).plan_draw(256).has_value());
+  q.top_k = 300;
+  Sampler c(q), e(q);
+  EXPECT_FALSE(c.plan_draw(256).has_value());
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(c.sample(logits, {}), e.sample(logits, {})) << "a refused plan draws nothing";
 }
 
 TEST(Sampler, TemperatureSpreadsTheDraws) {

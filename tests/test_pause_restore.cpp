@@ -1,11 +1,16 @@
 // Pausing and restoring blocks (ThunderAgent's pause/restore, engine level): KV pages are freed
 // and rebuilt, no token is lost, and the model sees the same cache afterwards.
+// Built twice: into chorus_tests (CPU engine) and, with CHORUS_ENGINE_ON_GPU, into
+// chorus_gpu_tests, where the same tests run an engine on the CUDA runner (its pages offloaded
+// and copied by the device) and skip without a device.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "engine/engine.h"
 #include "gpu/cpu_device.h"
+#include "gpu/cuda_device.h"
+#include "gpu/cuda_info.h"
 #include "tests/model_fixture.h"
 #include "tests/test_util.h"
 
@@ -17,9 +22,16 @@ namespace {
 class PauseRestore : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+#ifdef CHORUS_ENGINE_ON_GPU
+    const CudaInfo info = cuda_info();
+    if (info.device_count == 0) GTEST_SKIP() << "no CUDA device: " << info.error;
+    auto gpu = CudaDevice::create({.device = 0, .pool_bytes = int64_t{2} << 30});
+    ASSERT_TRUE(gpu.ok()) << gpu.error().to_string();
+    gpu_ = std::move(*gpu);
+#endif
     ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/" + GetParam(), &model_, &device_));
-    auto e = Engine::create(*model_, *device_, {.n_pages = 256, .token_budget = 32});
-    ASSERT_TRUE(e.ok());
+    auto e = Engine::create(*model_, *device_, {.n_pages = 256, .token_budget = 32}, gpu_.get());
+    ASSERT_TRUE(e.ok()) << e.error().to_string();
     engine_ = std::move(*e);
   }
   std::vector<TokenId> toks(int n) {
@@ -84,6 +96,7 @@ class PauseRestore : public ::testing::TestWithParam<std::string> {
   std::vector<TokenId> question_ = {7, 8, 9};
   std::unique_ptr<Model> model_;
   std::unique_ptr<CpuDevice> device_;
+  std::unique_ptr<CudaDevice> gpu_;  // the engine's device where set (outlives the engine)
   std::unique_ptr<Engine> engine_;
 };
 
@@ -179,8 +192,14 @@ TEST_P(PauseRestore, RefusalsChangeNothing) {
   EXPECT_EQ(st.error().code, Errc::unsupported);
 }
 
+#ifdef CHORUS_ENGINE_ON_GPU
+// The CUDA runner runs attention models only (no Gated DeltaNet yet).
+INSTANTIATE_TEST_SUITE_P(Gpu, PauseRestore, ::testing::Values("tiny_llama_f32.gguf", "tiny_qwen3.gguf"),
+                         [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
+#else
 INSTANTIATE_TEST_SUITE_P(Models, PauseRestore, ::testing::Values("tiny_llama_f32.gguf", "tiny_qwen35.gguf"),
                          [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
+#endif
 
 }  // namespace
 }  // namespace chorus

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -14,7 +15,12 @@
 
 namespace chorus::test {
 
-inline std::string goldens_dir() { return CHORUS_GOLDENS_DIR; }
+// $CHORUS_GOLDENS_DIR (set by scripts/gpu_check.sh, whose checkout lies elsewhere on the GPU
+// machine), else this checkout's.
+inline std::string goldens_dir() {
+  const char* env = std::getenv("CHORUS_GOLDENS_DIR");
+  return env && *env ? env : CHORUS_GOLDENS_DIR;
+}
 
 inline std::optional<nlohmann::json> load_golden(const std::string& file) {
   std::ifstream in(goldens_dir() + "/" + file);

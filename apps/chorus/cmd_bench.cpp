@@ -1,5 +1,5 @@
-// `chorus bench`: prompt processing and decode throughput on the CPU engine, for 1..N
-// concurrent sequences. Prints a table and optionally writes JSON (the side-by-side script
+// `chorus bench`: prompt processing and decode throughput, for 1..N concurrent sequences, on
+// the CPU or the GPU --device picks. Prints a table and optionally writes JSON (the side-by-side script
 // tools/bench/bench_vs_llamacpp.py runs it next to llama.cpp).
 #include <algorithm>
 #include <chrono>
@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/chorus/commands.h"
+#include "apps/chorus/gpu_choice.h"
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "gpu/cpu_device.h"
@@ -15,7 +16,7 @@
 
 namespace chorus::app {
 
-int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nlohmann::json& out);
+int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, CudaDevice* gpu, nlohmann::json& out);
 int run_bench_hybrid(const BenchArgs& args, const Model& m, CpuDevice& device, nlohmann::json& out);
 
 namespace {
@@ -44,14 +45,22 @@ int run_bench(const BenchArgs& args) {
   const Model& m = **model;
   auto device = CpuDevice::create({.n_threads = args.threads, .isa = args.isa});
   if (!report("bench", device)) return 1;
+  auto gpu_or = open_gpu("bench", args.device, m);
+  if (!report("bench", gpu_or)) return 1;
+  CudaDevice* gpu = gpu_or->get();
+  if (gpu && args.hybrid) {
+    std::fprintf(stderr, "chorus bench: --hybrid runs on the CPU only (the CUDA runner has no Gated DeltaNet layers yet)\n");
+    return 2;
+  }
+  const std::string where = gpu ? gpu->describe() : (*device)->describe();
   nlohmann::json out;
   out["model"] = args.model;
-  out["device"] = (*device)->describe();
+  out["device"] = where;
   out["cpu"] = cpu_features().model_name;
   out["threads"] = (*device)->n_threads();
-  std::printf("chorus bench: %s, %s\n", m.config.name.c_str(), (*device)->describe().c_str());
+  std::printf("chorus bench: %s, %s\n", m.config.name.c_str(), where.c_str());
   if (args.views || args.hybrid) {
-    const int rc = args.hybrid ? run_bench_hybrid(args, m, **device, out) : run_bench_views(args, m, **device, out);
+    const int rc = args.hybrid ? run_bench_hybrid(args, m, **device, out) : run_bench_views(args, m, **device, gpu, out);
     if (rc != 0) return rc;
     if (!args.json.empty()) {
       std::ofstream f(args.json);
@@ -67,7 +76,7 @@ int run_bench(const BenchArgs& args) {
     o.prefill_chunk = args.pp;
     o.max_new_tokens = 1;
     o.sampling = SamplingParams::greedy();
-    auto gen = Generator::create(m, **device, 1, o);
+    auto gen = Generator::create(m, **device, 1, o, gpu);
     if (!report("bench", gen)) return 1;
     const auto prompt = bench_prompt(m.tokenizer, args.pp);
     double best = 1e30;
@@ -91,7 +100,7 @@ int run_bench(const BenchArgs& args) {
     o.max_new_tokens = args.tg;
     o.stop_at_end_of_generation = false;
     o.sampling = SamplingParams::greedy();
-    auto gen = Generator::create(m, **device, n, o);
+    auto gen = Generator::create(m, **device, n, o, gpu);
     if (!report("bench", gen)) return 1;
     const auto prompt = bench_prompt(m.tokenizer, 16);
     double best = 1e30;

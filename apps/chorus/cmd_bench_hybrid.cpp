@@ -40,7 +40,7 @@ struct Decode {
 
 // Runs until idle, timing only the steps; returns tokens/s and the view-state share.
 Decode drain(Engine& e, int64_t counted_block = -1) {
-  e.runner().reset_linear_stats();
+  e.cpu_runner()->reset_linear_stats();
   int64_t tokens = 0, steps = 0;
   const auto t0 = Clock::now();
   while (!e.idle()) {
@@ -50,7 +50,7 @@ Decode drain(Engine& e, int64_t counted_block = -1) {
     for (const Event& x : *ev) tokens += x.type == Event::Type::token && (counted_block < 0 || x.block != counted_block);
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  const auto& st = e.runner().linear_stats();
+  const auto& st = e.cpu_runner()->linear_stats();
   return {static_cast<double>(tokens) / secs, st.compose_seconds / secs, st.factor_seconds / secs, st.compositions,
           secs * 1e3 / static_cast<double>(steps)};
 }

@@ -51,13 +51,13 @@ std::pair<int64_t, double> drain(Engine& e) {
 
 }  // namespace
 
-int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nlohmann::json& out) {
+int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, CudaDevice* gpu, nlohmann::json& out) {
   const int reps = std::max(1, args.reps);
   // 1. View of 4 blocks vs contiguous: decode 128 tokens after 1024 context tokens.
   double best_view = 1e30, best_flat = 1e30;
   for (int r = 0; r < reps; ++r)
     for (bool views : {false, true}) {
-      auto e = Engine::create(m, device, {.n_pages = 256, .token_budget = 256});
+      auto e = Engine::create(m, device, {.n_pages = 256, .token_budget = 256}, gpu);
       if (!report("bench", e)) return 1;
       const auto ctx = filler(m.tokenizer, 1024);
       std::vector<BlockId> view;
@@ -85,7 +85,7 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nl
     double best = 1e30;
     int64_t pages = 0, tokens = 0;
     for (int r = 0; r < reps; ++r) {
-      auto e = Engine::create(m, device, {.n_pages = 1024, .token_budget = 256});
+      auto e = Engine::create(m, device, {.n_pages = 1024, .token_budget = 256}, gpu);
       if (!report("bench", e)) return 1;
       const auto prompt = filler(m.tokenizer, 1024);
       std::vector<BlockId> prompts;
@@ -111,7 +111,7 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nl
     const auto prompt_toks = filler(m.tokenizer, 256);
     double bare = 1e30, actors = 1e30;
     for (int r = 0; r < reps; ++r) {
-      auto e = Engine::create(m, device, {.n_pages = 256, .token_budget = 256});
+      auto e = Engine::create(m, device, {.n_pages = 256, .token_budget = 256}, gpu);
       if (!report("bench", e)) return 1;
       const BlockId p = (*e)->blocks().create();
       (void)(*e)->submit(Request::forward(p, prompt_toks));
@@ -123,7 +123,7 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nl
       (void)n;
     }
     for (int r = 0; r < reps; ++r) {
-      auto e = Engine::create(m, device, {.n_pages = 256, .token_budget = 256});
+      auto e = Engine::create(m, device, {.n_pages = 256, .token_budget = 256}, gpu);
       if (!report("bench", e)) return 1;
       std::shared_ptr<Engine> engine = std::move(*e);
       caf::actor_system_config cfg;
@@ -164,7 +164,7 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, nl
 
   // 4. Probe latency: 4k-token prefill queued, 4 generates running.
   {
-    auto e = Engine::create(m, device, {.n_pages = 1024, .token_budget = 256});
+    auto e = Engine::create(m, device, {.n_pages = 1024, .token_budget = 256}, gpu);
     if (!report("bench", e)) return 1;
     (void)(*e)->submit(Request::forward((*e)->blocks().create(), filler(m.tokenizer, 4096)));
     for (int i = 0; i < 4; ++i) (void)(*e)->submit(generate((*e)->blocks().create(), {}, 198, 400));

@@ -1,7 +1,9 @@
-// `chorus generate`: text generation with the CPU engine, streamed as it is produced.
+// `chorus generate`: text generation, streamed as it is produced (on the CPU, or the GPU that
+// --device picks).
 #include <cstdio>
 
 #include "apps/chorus/commands.h"
+#include "apps/chorus/gpu_choice.h"
 #include <chrono>
 #include <map>
 
@@ -16,7 +18,8 @@ namespace {
 
 // --parallel N: the prompt goes into one block once; N generates each write their own block
 // with the prompt block in their view, and every step decodes all of them together.
-int run_parallel(const GenerateArgs& args, const Model& m, CpuDevice& device, const std::vector<TokenId>& ids) {
+int run_parallel(const GenerateArgs& args, const Model& m, CpuDevice& device, CudaDevice* gpu,
+                 const std::vector<TokenId>& ids) {
   if (ids.empty()) {
     std::fprintf(stderr, "chorus generate: the prompt is empty\n");
     return 2;
@@ -25,7 +28,7 @@ int run_parallel(const GenerateArgs& args, const Model& m, CpuDevice& device, co
   EngineOptions eo;
   eo.max_view_tokens = args.n_ctx;
   eo.n_pages = (args.n_ctx / KvCache::page_size() + 2) * (args.parallel + 1);
-  auto engine = Engine::create(m, device, eo);
+  auto engine = Engine::create(m, device, eo, gpu);
   if (!report("generate", engine)) return 1;
   Engine& e = **engine;
   const auto t0 = std::chrono::steady_clock::now();
@@ -82,7 +85,7 @@ int run_parallel(const GenerateArgs& args, const Model& m, CpuDevice& device, co
   if (args.verbose) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "[%s] %d generations over one %zu-token prompt block: %lld tokens in %lld steps, %.2f s "
-                 "(%.1f tok/s aggregate); KV pages in use %lld of %lld\n", device.describe().c_str(), args.parallel,
+                 "(%.1f tok/s aggregate); KV pages in use %lld of %lld\n", e.describe().c_str(), args.parallel,
                  ids.size() - 1, static_cast<long long>(generated), static_cast<long long>(e.steps()), secs,
                  generated / std::max(secs, 1e-9), static_cast<long long>(e.blocks().kv().n_pages() - e.blocks().kv().n_free()),
                  static_cast<long long>(e.blocks().kv().n_pages()));
@@ -98,6 +101,8 @@ int run_generate(const GenerateArgs& args) {
   const Model& m = **model;
   auto device = CpuDevice::create({.n_threads = args.threads, .isa = args.isa});
   if (!report("generate", device)) return 1;
+  auto gpu = open_gpu("generate", args.device, m);
+  if (!report("generate", gpu)) return 1;
   std::string prompt = args.prompt;
   if (args.chat) {
     if (!m.chat) {
@@ -110,7 +115,7 @@ int run_generate(const GenerateArgs& args) {
     prompt = m.chat->apply(messages);
   }
   const auto ids = m.tokenizer.encode(prompt, {.add_special = true, .parse_special = !args.no_special});
-  if (args.parallel > 1) return run_parallel(args, m, **device, ids);
+  if (args.parallel > 1) return run_parallel(args, m, **device, gpu->get(), ids);
   GenerateOptions opts;
   opts.max_new_tokens = args.n_predict < 0 ? args.n_ctx : args.n_predict;
   opts.n_ctx = args.n_ctx;
@@ -120,7 +125,7 @@ int run_generate(const GenerateArgs& args) {
   opts.sampling.min_p = args.min_p;
   opts.sampling.repeat_penalty = args.repeat_penalty;
   opts.sampling.seed = args.seed;
-  auto gen = Generator::create(m, **device, 1, opts);
+  auto gen = Generator::create(m, **device, 1, opts, gpu->get());
   if (!report("generate", gen)) return 1;
   IncrementalDecoder stream(m.tokenizer, {.render_special = false});
   auto stats = (*gen)->run(ids, [&](int, TokenId tok) {
@@ -137,7 +142,8 @@ int run_generate(const GenerateArgs& args) {
   }
   if (args.verbose)
     std::fprintf(stderr, "[%s] prompt %lld tokens in %.3f s (%.1f tok/s), generated %lld tokens in %.3f s (%.1f tok/s)\n",
-                 (*device)->describe().c_str(), static_cast<long long>(stats->prompt_tokens), stats->prefill_seconds,
+                 (*gpu ? (*gpu)->describe() : (*device)->describe()).c_str(),
+                 static_cast<long long>(stats->prompt_tokens), stats->prefill_seconds,
                  stats->prompt_tokens / std::max(stats->prefill_seconds, 1e-9),
                  static_cast<long long>(stats->generated_tokens), stats->decode_seconds,
                  stats->generated_tokens / std::max(stats->decode_seconds, 1e-9));

@@ -22,7 +22,7 @@ void on_signal(int) { g_stop = true; }
 }  // namespace
 
 int run_node(const NodeArgs& args) {
-  auto served = load_served("node", args.model, args.threads, args.pages, args.budget);
+  auto served = load_served("node", args.model, args.threads, args.pages, args.budget, 0, args.device);
   if (!served) return 1;
   const auto& model = served->model;
   const auto& device = served->device;

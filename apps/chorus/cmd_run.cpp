@@ -10,6 +10,7 @@
 #include "actors/program.h"
 #include "actors/topology.h"
 #include "apps/chorus/commands.h"
+#include "apps/chorus/gpu_choice.h"
 #include "engine/model.h"
 #include "engine/model_paths.h"
 #include "gpu/cpu_device.h"
@@ -63,6 +64,8 @@ int run_run(const RunArgs& args) {
   dev.n_threads = args.threads > 0 ? args.threads : t->engine.threads;
   auto device = CpuDevice::create(dev);
   if (!report("run", device)) return 1;
+  auto gpu = open_gpu("run", args.device, **model);
+  if (!report("run", gpu)) return 1;
 
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
@@ -77,7 +80,7 @@ int run_run(const RunArgs& args) {
         if (c == '\n') c = ' ';
       std::fprintf(stderr, "  <%.2fs %s: %s>\n", e.seconds, e.name.c_str(), text.c_str());
     };
-  auto program = Program::start(sys, *t, **model, **device, hooks);
+  auto program = Program::start(sys, *t, **model, **device, hooks, gpu->get());
   if (!report("run", program)) return 1;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);

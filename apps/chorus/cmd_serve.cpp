@@ -22,7 +22,7 @@ void on_signal(int) { g_stop = true; }
 }  // namespace
 
 int run_serve(const ServeArgs& args) {
-  auto served = load_served("serve", args.model, args.threads, args.pages, args.budget, args.ctx);
+  auto served = load_served("serve", args.model, args.threads, args.pages, args.budget, args.ctx, args.device);
   if (!served) return 1;
   const auto& model = served->model;
   const auto& device = served->device;

@@ -47,6 +47,7 @@ struct GenerateArgs {
   std::string isa;             // "": best for this CPU
   bool verbose = false;        // timing line on stderr
   int parallel = 1;            // generations sharing one prompt block, batched
+  std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
 };
 int run_generate(const GenerateArgs& args);
 
@@ -61,6 +62,7 @@ struct BenchArgs {
   std::string json;               // write results here
   bool views = false;             // the cache-block benchmarks instead (views, sharing, probes)
   bool hybrid = false;            // block views over a hybrid (Gated DeltaNet) model instead
+  std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
 };
 int run_bench(const BenchArgs& args);
 
@@ -72,6 +74,7 @@ struct NodeArgs {
   int budget = 256;               // tokens per engine step
   int threads = 0;
   size_t max_frame_bytes = 64u << 20;
+  std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
 };
 int run_node(const NodeArgs& args);
 
@@ -84,6 +87,7 @@ struct RunArgs {
   int threads = 0;                // overrides engine.threads
   bool events = false;            // print every event to stderr as it fires
   bool quiet = false;             // no report line at the end
+  std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
 };
 int run_check(const RunArgs& args);  // validates without loading a model
 int run_run(const RunArgs& args);
@@ -105,6 +109,7 @@ struct ServeArgs {
   std::string policy = "program"; // program, lru, ttl
   double ttl_s = 2;               // --policy ttl: seconds an idle program stays pinned
   int threads = 0;
+  std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
 };
 int run_serve(const ServeArgs& args);
 
@@ -122,11 +127,12 @@ struct SimulateArgs {
 };
 int run_simulate(const SimulateArgs& args);
 
-// What a serving command (node, serve) loads: the model, a CPU device, an engine over them.
+// What a serving command (node, serve) loads: the model, a CPU device (and the GPU `device`
+// asks for), an engine over them.
 struct Served;
 // Loads them or prints "chorus CMD: <error>" and returns nullptr.
 std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, int threads, int64_t pages, int budget,
-                                    int64_t max_view_tokens = 0);
+                                    int64_t max_view_tokens = 0, const std::string& device = "cpu");
 
 // Prints "chorus CMD: <error>" to stderr when `r` holds an error; returns whether it holds a value.
 template <class R>

@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--repeat-penalty", gen.repeat_penalty, "Penalty for the last 64 tokens; 1 off")->capture_default_str();
   gen_cmd->add_option("--seed", gen.seed, "Random seed")->capture_default_str();
   gen_cmd->add_option("-t,--threads", gen.threads, "Compute threads; 0 one per core")->capture_default_str();
+  gen_cmd->add_option("--device", gen.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   gen_cmd->add_option("--isa", gen.isa, "Force a kernel set: scalar, avx2, avx512");
   gen_cmd->add_flag("-v,--verbose", gen.verbose, "Print timings to stderr");
   gen_cmd->add_option("--parallel", gen.parallel,
@@ -66,6 +69,9 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--seqs", bench.seqs, "Concurrent sequence counts to measure")->delimiter(',')->capture_default_str();
   bench_cmd->add_option("--reps", bench.reps, "Timed repetitions after a warm-up; the best is reported")->capture_default_str();
   bench_cmd->add_option("-t,--threads", bench.threads, "Compute threads; 0 one per core")->capture_default_str();
+  bench_cmd->add_option("--device", bench.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   bench_cmd->add_option("--isa", bench.isa, "Force a kernel set: scalar, avx2, avx512");
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
   bench_cmd->add_flag("--views", bench.views,
@@ -88,6 +94,9 @@ int main(int argc, char** argv) {
   node_cmd->add_option("--pages", node.pages, "KV cache pages of 16 positions")->capture_default_str();
   node_cmd->add_option("--budget", node.budget, "Tokens per engine step")->capture_default_str();
   node_cmd->add_option("-t,--threads", node.threads, "Compute threads; 0 one per core")->capture_default_str();
+  node_cmd->add_option("--device", node.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   node_cmd->add_option("--max-frame-bytes", node.max_frame_bytes, "Larger frames are refused")->capture_default_str();
 
   chorus::app::RunArgs run;
@@ -97,6 +106,9 @@ int main(int argc, char** argv) {
   auto* input_opt = run_cmd->add_option("--input,-i", run.input, "The parameter \"input\" (the user's question, say)");
   run_cmd->add_option("--model,-m", run.model, "GGUF file (default: the topology's model, else the default model)");
   run_cmd->add_option("-t,--threads", run.threads, "Compute threads (default: the topology's engine.threads; 0 one per core)");
+  run_cmd->add_option("--device", run.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   run_cmd->add_flag("--events", run.events, "Print every event to stderr as it fires");
   run_cmd->add_flag("-q,--quiet", run.quiet, "No report line at the end");
   chorus::app::RunArgs check;
@@ -129,6 +141,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"program", "lru", "ttl"}));
   serve_cmd->add_option("--ttl", serve.ttl_s, "With --policy ttl: seconds an idle program stays pinned")->capture_default_str();
   serve_cmd->add_option("-t,--threads", serve.threads, "Compute threads; 0 one per core")->capture_default_str();
+  serve_cmd->add_option("--device", serve.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
 
   chorus::app::SimulateArgs sim;
   auto* sim_cmd = app.add_subcommand("simulate", "Simulate agent programs sharing KV pages: program-aware vs LRU vs TTL");

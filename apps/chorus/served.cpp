@@ -1,11 +1,12 @@
 #include "apps/chorus/served.h"
 
 #include "apps/chorus/commands.h"
+#include "apps/chorus/gpu_choice.h"
 
 namespace chorus::app {
 
 std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_path, int threads, int64_t pages,
-                                    int budget, int64_t max_view_tokens) {
+                                    int budget, int64_t max_view_tokens, const std::string& device_name) {
   auto s = std::make_unique<Served>();
   auto model = Model::load(model_path);
   if (!report(cmd, model)) return nullptr;
@@ -15,11 +16,14 @@ std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_pa
   auto device = CpuDevice::create(dev);
   if (!report(cmd, device)) return nullptr;
   s->device = std::move(*device);
+  auto gpu = open_gpu(cmd, device_name, *s->model);
+  if (!report(cmd, gpu)) return nullptr;
+  s->gpu = std::move(*gpu);
   EngineOptions eo;
   eo.n_pages = pages;
   eo.token_budget = budget;
   if (max_view_tokens > 0) eo.max_view_tokens = max_view_tokens;
-  auto engine = Engine::create(*s->model, *s->device, eo);
+  auto engine = Engine::create(*s->model, *s->device, eo, s->gpu.get());
   if (!report(cmd, engine)) return nullptr;
   s->engine = std::move(*engine);
   return s;

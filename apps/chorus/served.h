@@ -6,12 +6,14 @@
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "gpu/cpu_device.h"
+#include "gpu/cuda_device.h"
 
 namespace chorus::app {
 
 struct Served {
   std::unique_ptr<Model> model;
   std::unique_ptr<CpuDevice> device;
+  std::unique_ptr<CudaDevice> gpu;  // --device cuda/auto found one (declared before the engine: outlives it)
   std::unique_ptr<Engine> engine;  // moved into the batcher
 };
 

@@ -143,6 +143,26 @@ std::string gdn_decode(const GdnDecodeArgs& a, Stream s);
 // never wins).
 std::string argmax(const float* logits, int rows, int n, int32_t* out, Stream s);
 
+// Sampling on the device, as the CPU Sampler (engine/sampler.h) without its repetition penalty
+// and forbidden tokens: temperature <= 0 is greedy (argmax, lowest id among equals); else top-k
+// (1..kMaxSampleTopK, at most n) -> top-p (>= 1 off) -> min-p (<= 0 off) -> temperature -> the
+// draw at u in [0, 1) (the CPU draws r = u * total), with the CPU's loops and precisions (the
+// float/double exponentials may differ in the last bit, which matters only when u falls on a
+// boundary). NaN logits rank lowest. The parameters are device memory, one per sample; sample
+// i reads logits row params[i].row and writes out[i] (-1 for a row outside [0, n_rows)); a
+// top_k outside 1..kMaxSampleTopK is clamped into it (callers check it: engine/sampler.h).
+inline constexpr int kMaxSampleTopK = 256;
+struct SampleRow {
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  int32_t top_k = 1;
+  double u = 0.0;
+  int32_t row = 0;
+};
+std::string sample_rows(const float* logits, int n_rows, int n, const SampleRow* params, int n_samples, int32_t* out,
+                        Stream s);
+
 // Fills x with uniform values in [-scale, scale) from a counter hash of (seed, index): random
 // weights made on the device (benchmarks need shapes, not values) without a host round trip.
 std::string fill_uniform_bf16(bf16_bits* x, int64_t n, uint64_t seed, float scale, Stream s);
