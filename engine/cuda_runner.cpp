@@ -62,6 +62,8 @@ struct CudaRunner::Impl {
   int32_t *ids = nullptr, *pos = nullptr, *write_page = nullptr, *write_slot = nullptr, *page_ids = nullptr;
   cuda::AttnSegment* segs = nullptr;
   cuda::AttnToken* tokens = nullptr;
+  cuda::AttnTile* tiles = nullptr;     // [max_tokens] prefill tiles of one step
+  int n_tiles = 0;                     // > 0: this step's attention runs tiled
   cuda::SampleRow* samples = nullptr;  // [max_tokens] draws of one step
   int32_t* sampled = nullptr;          // [max_tokens] their tokens
 
@@ -158,7 +160,8 @@ struct CudaRunner::Impl {
       a.neox = neox;
       a.scale = 1.0f / std::sqrt(static_cast<float>(HD));
       a.out = att;
-      CHORUS_TRY(op(cuda::attention(a, st), "attention"));
+      if (n_tiles > 0) CHORUS_TRY(op(cuda::attention_tiled(a, tiles, n_tiles, st), "attention"));
+      else CHORUS_TRY(op(cuda::attention(a, st), "attention"));
       CHORUS_TRY(stage(att, T, L.wo.cols));
       CHORUS_TRY(gemm(L.wo, h, T));
       CHORUS_TRY(op(cuda::add(x, h, int64_t{T} * E, st), "residual"));
@@ -295,6 +298,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   auto toks = m.take<cuda::AttnToken>(T, "step tables");
   if (!toks) return toks.error();
   m.tokens = *toks;
+  auto tiles = m.take<cuda::AttnTile>(T, "step tables");
+  if (!tiles) return tiles.error();
+  m.tiles = *tiles;
   auto samples = m.take<cuda::SampleRow>(T, "step tables");
   if (!samples) return samples.error();
   m.samples = *samples;
@@ -407,6 +413,35 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   CHORUS_TRY(m.put(m.page_ids, page_ids));
   CHORUS_TRY(m.put(m.segs, segs));
   CHORUS_TRY(m.put(m.tokens, toks));
+  // Steps too large for a graph (prefill) attend in tiles: runs of up to 32 consecutive tokens
+  // of one sequence under one view share their pages, so keys and values are read once per tile.
+  std::vector<cuda::AttnTile> tiles;
+  if (!graphed) {
+    auto same_pages = [&](int t, int u) {
+      const auto& a = plan[static_cast<size_t>(t)];
+      const auto& b = plan[static_cast<size_t>(u)];
+      if (a.size() != b.size()) return false;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (a[i].block != b[i].block) return false;
+      return true;
+    };
+    for (int t = 0; t < T; ++t) {
+      const BatchToken& b = batch[static_cast<size_t>(t)];
+      if (!tiles.empty()) {
+        cuda::AttnTile& last = tiles.back();
+        const int prev = last.first_token + last.n_tokens - 1;
+        const BatchToken& pb = batch[static_cast<size_t>(prev)];
+        if (prev == t - 1 && last.n_tokens < 32 && pb.seq == b.seq && pb.view == b.view && pb.pos + 1 == b.pos &&
+            same_pages(prev, t)) {
+          ++last.n_tokens;
+          continue;
+        }
+      }
+      tiles.push_back({t, 1});
+    }
+    CHORUS_TRY(m.put(m.tiles, tiles));
+  }
+  m.n_tiles = static_cast<int>(tiles.size());
 
   // The step's launches: captured once per padded size into a CUDA graph and replayed, or run
   // directly (prefill-sized steps, or graphs off).

@@ -16,8 +16,9 @@
 // Sampling can run inside the step (forward()'s `draws`): only the token comes back, not the
 // row of logits.
 //
-// Not yet: hybrid (Gated DeltaNet) and MoE layers, biases, output gates, tiled prefill
-// attention.
+// Steps too large for a graph (prefill) attend in tiles (kernels/cuda/ops.h attention_tiled).
+//
+// Not yet: hybrid (Gated DeltaNet) and MoE layers, biases, output gates.
 //
 // The runner's device buffers come from the device's bump pool and go back when it is
 // destroyed: destroy runners in the reverse order of their creation.

@@ -341,6 +341,84 @@ TEST_F(CudaOps, ViewAttentionMatchesTheCpu) {
   }
 }
 
+// The tiled prefill kernel against the per-token kernel (checked against the CPU above) on the
+// same tables: 70 tokens of a block written through a view [A, W, C] with W in the middle (the
+// runs of 32, 32 and 6 see A whole, W causally and C whole, each row its own rotations), and two
+// decode tokens of other sequences (tiles of one) seeing A; for three head shapes, f32 and bf16
+// pages.
+TEST_F(CudaOps, TiledAttentionEqualsPerTokenAttention) {
+  struct Case {
+    int head_dim, n_rot;
+    bool neox, bf16;
+    int n_heads, n_kv_heads;
+  };
+  for (const Case c : {Case{64, 64, false, false, 8, 2}, Case{256, 64, true, false, 16, 2},
+                       Case{128, 128, true, true, 4, 4}}) {
+    const int hd = c.head_dim, kv_stride = c.n_kv_heads * hd + 32;
+    const int64_t page_floats = 16 * int64_t{kv_stride} + 64;
+    const int len_a = 50, len_w = 70, len_c = 20;
+    std::vector<int32_t> order(static_cast<size_t>((len_a + 15) / 16 + (len_w + 15) / 16 + (len_c + 15) / 16));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::shuffle(order.begin(), order.end(), std::mt19937(21));
+    std::vector<int32_t> page_ids = order;  // A's pages, then W's, then C's
+    const int32_t first_a = 0, first_w = (len_a + 15) / 16, first_c = first_w + (len_w + 15) / 16;
+    auto kpool = random_floats(order.size() * page_floats, 22), vpool = random_floats(order.size() * page_floats, 23);
+    const int n_tok = len_w + 2;
+    const auto q = random_floats(static_cast<size_t>(n_tok) * c.n_heads * hd, 24);
+    std::vector<cuda::AttnSegment> segs;
+    std::vector<cuda::AttnToken> toks;
+    for (int p = 0; p < len_w; ++p) {
+      toks.push_back({static_cast<int32_t>(segs.size()), 3});
+      segs.push_back({first_a, len_a, len_a + p, 0});
+      segs.push_back({first_w, p + 1, p, 0});
+      segs.push_back({first_c, len_c, len_a + p - (len_a + len_w), 0});
+    }
+    for (int d = 0; d < 2; ++d) {
+      toks.push_back({static_cast<int32_t>(segs.size()), 1});
+      segs.push_back({first_a, len_a - d, 200 + d, 0});
+    }
+    std::vector<cuda::AttnTile> tiles = {{0, 32}, {32, 32}, {64, 6}, {70, 1}, {71, 1}};
+    cuda::AttnArgs a;
+    a.q = put(q);
+    if (c.bf16) {
+      std::vector<bf16_bits> kb(kpool.size()), vb(vpool.size());
+      for (size_t i = 0; i < kb.size(); ++i) {
+        kb[i] = f32_to_bf16(kpool[i]);
+        vb[i] = f32_to_bf16(vpool[i]);
+      }
+      a.k_pool = put(kb);
+      a.v_pool = put(vb);
+    } else {
+      a.k_pool = put(kpool);
+      a.v_pool = put(vpool);
+    }
+    a.kv_bf16 = c.bf16;
+    a.page_stride = page_floats;
+    a.kv_stride = kv_stride;
+    a.page_ids = put(page_ids);
+    a.segs = put(segs);
+    a.tokens = put(toks);
+    a.n_tokens = n_tok;
+    a.n_heads = c.n_heads;
+    a.n_kv_heads = c.n_kv_heads;
+    a.head_dim = hd;
+    a.n_rot = c.n_rot;
+    a.theta_scale = std::pow(1e6f, -2.0f / static_cast<float>(c.n_rot));
+    a.freq_scale = 1.0f;
+    a.neox = c.neox;
+    a.scale = 1.0f / std::sqrt(float(hd));
+    const size_t n_out = static_cast<size_t>(n_tok) * c.n_heads * hd;
+    a.out = room<float>(n_out);
+    ASSERT_EQ(cuda::attention(a, stream()), "");
+    const auto want = get(a.out, n_out);
+    a.out = room<float>(n_out);
+    ASSERT_EQ(cuda::attention_tiled(a, put(tiles), static_cast<int>(tiles.size()), stream()), "");
+    expect_close(get(a.out, n_out), want, 2e-6,
+                 "tiled attention hd " + std::to_string(hd) + " group " + std::to_string(c.n_heads / c.n_kv_heads) +
+                     (c.bf16 ? " bf16" : " f32"));
+  }
+}
+
 TEST_F(CudaOps, GatedDeltaNetDecodeMatchesTheCpuStep) {
   for (const bool kh_mod : {true, false}) {
     const int n_seq = 2, hk = 2, hv = 4, dk = 128, dv = 96;  // dk != dv: a swap of the two shows
@@ -598,6 +676,8 @@ TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
             std::string::npos);
   cuda::SampleRow sr;
   EXPECT_NE(cuda::sample_rows(&x, 1, 0, &sr, 1, nullptr, nullptr).find("rows of 0"), std::string::npos);
+  a.head_dim = 80;
+  EXPECT_NE(cuda::attention_tiled(a, nullptr, 1, nullptr).find("cuda attention_tiled: head_dim 80"), std::string::npos);
 }
 
 #else

@@ -141,8 +141,8 @@ std::string launch(const AttnArgs& a, cudaStream_t st) {
 
 }  // namespace
 
-std::string attention(const AttnArgs& a, Stream s) {
-  auto bad = [](const std::string& what) { return shape_error("attention", what); };
+std::string check_attention_args(const char* op, const AttnArgs& a) {
+  auto bad = [op](const std::string& what) { return shape_error(op, what); };
   if (a.head_dim < 32 || a.head_dim > 256 || a.head_dim % 32 != 0)
     return bad("head_dim " + std::to_string(a.head_dim) + " (must be a multiple of 32, 32..256)");
   if (a.n_kv_heads < 1 || a.n_heads < a.n_kv_heads || a.n_heads % a.n_kv_heads != 0 ||
@@ -157,6 +157,11 @@ std::string attention(const AttnArgs& a, Stream s) {
     return bad("page_stride " + std::to_string(a.page_stride) + " < 16 * kv_stride");
   if (a.n_tokens < 0 || a.n_tokens > 65535) return bad("n_tokens " + std::to_string(a.n_tokens) + " (0..65535)");
   if (!a.q || !a.k_pool || !a.v_pool || !a.page_ids || !a.segs || !a.tokens || !a.out) return bad("a null pointer");
+  return {};
+}
+
+std::string attention(const AttnArgs& a, Stream s) {
+  if (std::string err = check_attention_args("attention", a); !err.empty()) return err;
   if (a.n_tokens == 0) return {};
   return a.kv_bf16 ? launch<__nv_bfloat16>(a, stream_of(s)) : launch<float>(a, stream_of(s));
 }

@@ -24,6 +24,9 @@ inline std::string launch_status(const char* op) {
 
 inline std::string shape_error(const char* op, const std::string& what) { return std::string("cuda ") + op + ": " + what; }
 
+// The shape checks of both attention kernels (attention.cu): "" or what is wrong, as `op`.
+std::string check_attention_args(const char* op, const AttnArgs& a);
+
 // Blocks of 256 threads for a grid-stride loop over n elements (at most 65535: the loop covers
 // the rest).
 inline unsigned grid_stride_blocks(int64_t n) {

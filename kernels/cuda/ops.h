@@ -96,6 +96,18 @@ struct AttnArgs {
 };
 std::string attention(const AttnArgs& a, Stream s);
 
+// The same attention for prefill (the runner uses it for steps too large for a graph): tiles of
+// up to 32 consecutive rows of `tokens` that attend the same pages — the same number of
+// segments and, per segment, the same first_page (consecutive tokens of one sequence under one
+// view: only their n_kv and q_pos differ, and the kernel reads those per row). Keys and values
+// are staged in shared memory and used by every row of the tile. Same results as attention()
+// up to the order of floating-point sums.
+struct AttnTile {
+  int32_t first_token;  // row of `tokens`
+  int32_t n_tokens;     // 1..32
+};
+std::string attention_tiled(const AttnArgs& a, const AttnTile* tiles, int n_tiles, Stream s);
+
 // Writes the keys and values of n tokens into their page slots: token i's [kv_stride] key and
 // value go to position slot[i] (0..15) of page page[i], in the layout `attention` reads (keys
 // already rotated and normed by the caller). bf16 pages round to nearest even.
