@@ -62,6 +62,8 @@ struct CudaRunner::Impl {
   int32_t *ids = nullptr, *pos = nullptr, *write_page = nullptr, *write_slot = nullptr, *page_ids = nullptr;
   cuda::AttnSegment* segs = nullptr;
   cuda::AttnToken* tokens = nullptr;
+  int32_t* logit_rows = nullptr;       // [max_tokens] tokens whose logits a step computes
+  int n_logit_rows = -1;               // -1: every token's (graphed steps); else how many
   cuda::AttnTile* tiles = nullptr;     // [max_tokens] prefill tiles of one step
   int n_tiles = 0;                     // > 0: this step's attention runs tiled
   cuda::SampleRow* samples = nullptr;  // [max_tokens] draws of one step
@@ -175,8 +177,13 @@ struct CudaRunner::Impl {
       CHORUS_TRY(op(cuda::add(x, h, int64_t{T} * E, st), "residual"));
     }
     CHORUS_TRY(op(cuda::rmsnorm(x, output_norm, h, T, E, c.norm_eps, st), "output_norm"));
-    CHORUS_TRY(stage(h, T, E));
-    CHORUS_TRY(gemm(output, logits, T));
+    if (n_logit_rows < 0) {
+      CHORUS_TRY(stage(h, T, E));
+      CHORUS_TRY(gemm(output, logits, T));
+    } else if (n_logit_rows > 0) {  // only the rows asked for (logits row i = the i-th such token)
+      CHORUS_TRY(op(cuda::rows_to_bf16(h, logit_rows, n_logit_rows, E, xb, st), "output rows"));
+      CHORUS_TRY(gemm(output, logits, n_logit_rows));
+    }
     return Status::success();
   }
 
@@ -298,6 +305,9 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   auto toks = m.take<cuda::AttnToken>(T, "step tables");
   if (!toks) return toks.error();
   m.tokens = *toks;
+  auto logit_rows = m.take<int32_t>(T, "step tables");
+  if (!logit_rows) return logit_rows.error();
+  m.logit_rows = *logit_rows;
   auto tiles = m.take<cuda::AttnTile>(T, "step tables");
   if (!tiles) return tiles.error();
   m.tiles = *tiles;
@@ -442,6 +452,18 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
     CHORUS_TRY(m.put(m.tiles, tiles));
   }
   m.n_tiles = static_cast<int>(tiles.size());
+  // Steps outside graphs project only the tokens that want logits (a prefill chunk: its last).
+  std::vector<int32_t> logit_tokens;
+  if (!graphed) {
+    for (int t = 0; t < T; ++t)
+      if (batch[static_cast<size_t>(t)].logits) logit_tokens.push_back(t);
+    CHORUS_TRY(m.put(m.logit_rows, logit_tokens));
+  }
+  m.n_logit_rows = graphed ? -1 : static_cast<int>(logit_tokens.size());
+  // Where token t's logits are: row t (graphed), or its place among the tokens with logits.
+  auto logits_row_of = [&](int t, int64_t row) { return graphed ? static_cast<int64_t>(t) : row; };
+  for (size_t i = 0; i < samples.size(); ++i)  // samples[i].row held its token
+    samples[i].row = static_cast<int32_t>(logits_row_of(samples[i].row, sample_row[i]));
 
   // The step's launches: captured once per padded size into a CUDA graph and replayed, or run
   // directly (prefill-sized steps, or graphs off).
@@ -464,7 +486,8 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   }
   if (!samples.empty()) {
     CHORUS_TRY(m.put(m.samples, samples));
-    CHORUS_TRY(op(cuda::sample_rows(m.logits, T_run, c.n_vocab, m.samples, static_cast<int>(samples.size()), m.sampled,
+    const int n_rows = graphed ? T_run : m.n_logit_rows;
+    CHORUS_TRY(op(cuda::sample_rows(m.logits, n_rows, c.n_vocab, m.samples, static_cast<int>(samples.size()), m.sampled,
                                     m.dev.stream()),
                   "sample_rows"));
   }
@@ -487,7 +510,7 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
       ++row;
       continue;
     }
-    CHORUS_TRY(m.dev.download_async(logits_out + row * c.n_vocab, m.logits + int64_t{t} * c.n_vocab,
+    CHORUS_TRY(m.dev.download_async(logits_out + row * c.n_vocab, m.logits + logits_row_of(t, row) * c.n_vocab,
                                     int64_t{c.n_vocab} * static_cast<int64_t>(sizeof(float))));
     ++row;
   }

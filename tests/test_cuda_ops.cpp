@@ -573,6 +573,18 @@ TEST_F(CudaOps, SampleRowsMatchesTheCpuSampler) {
   EXPECT_EQ(get(out, 1)[0], -1);
 }
 
+TEST_F(CudaOps, RowsToBf16GathersTheRowsAskedFor) {
+  const int cols = 300;
+  const auto x = random_floats(5 * cols, 61);
+  const std::vector<int32_t> rows = {4, 0, 4};
+  bf16_bits* y = room<bf16_bits>(rows.size() * cols);
+  ASSERT_EQ(cuda::rows_to_bf16(put(x), put(rows), 3, cols, y, stream()), "");
+  const auto got = get(y, rows.size() * cols);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int c = 0; c < cols; ++c)
+      ASSERT_EQ(got[i * cols + c], f32_to_bf16(x[static_cast<size_t>(rows[i]) * cols + c])) << i << " " << c;
+}
+
 TEST_F(CudaOps, CopyPages) {
   const int64_t page = 1000;
   auto pool = random_floats(6 * page, 40);
@@ -678,6 +690,7 @@ TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
   EXPECT_NE(cuda::sample_rows(&x, 1, 0, &sr, 1, nullptr, nullptr).find("rows of 0"), std::string::npos);
   a.head_dim = 80;
   EXPECT_NE(cuda::attention_tiled(a, nullptr, 1, nullptr).find("cuda attention_tiled: head_dim 80"), std::string::npos);
+  EXPECT_NE(cuda::rows_to_bf16(&x, nullptr, 1, 0, nullptr, nullptr).find("1 rows of 0"), std::string::npos);
 }
 
 #else

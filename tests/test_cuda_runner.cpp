@@ -257,6 +257,41 @@ TEST(CudaRunner, GraphedStepsEqualDirectOnes) {
   direct->reset();
 }
 
+// A prefill larger than a graph (tiled attention, logits projected for the asked tokens only):
+// a 40-token context block, then 100 tokens written through the view [context, own] in one
+// step with logits after the 50th and the last, against the CPU runner.
+TEST(CudaRunner, TiledPrefillMatchesTheCpu) {
+  Pair p;
+  const std::string why = load(goldens("tiny_llama_f32.gguf"), &p);
+  if (!why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(p.gpu_runner);
+  const auto ctx = random_tokens(*p.model, 40, 31), own = random_tokens(*p.model, 100, 32);
+  const std::vector<View> views = {{0, 1}};
+  const int64_t V = p.model->config.n_vocab;
+  std::vector<float> got, want;
+  for (const bool gpu : {false, true}) {
+    std::vector<SequenceKv> blocks(2);
+    write(p, gpu, blocks, 0, ctx, {}, -1);
+    ASSERT_TRUE(p.kv->reserve(blocks[1], 100).ok());
+    std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1]};
+    std::vector<BatchToken> batch;
+    for (int i = 0; i < 100; ++i) batch.push_back({own[static_cast<size_t>(i)], i, 1, i == 49 || i == 99, 0});
+    std::vector<float> logits(2 * static_cast<size_t>(V));
+    const Status st = gpu ? p.gpu_runner->forward(batch, ptrs, logits.data(), views)
+                          : p.cpu_runner->forward(batch, ptrs, *p.kv, logits.data(), views);
+    ASSERT_TRUE(st.ok()) << st.error().to_string();
+    (gpu ? got : want) = logits;
+    for (auto& b : blocks) p.kv->release(b);
+  }
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<float> g(got.begin() + r * V, got.begin() + (r + 1) * V), w(want.begin() + r * V, want.begin() + (r + 1) * V);
+    const double err = rel_l2(g, w);
+    std::printf("  tiled prefill, logits row %d: rel L2 %.3e vs the CPU\n", r, err);
+    EXPECT_LT(err, 3e-2);
+    expect_same_pick(g, w, 0.02);
+  }
+}
+
 TEST(CudaRunner, RefusesWhatItDoesNotRunYet) {
   Pair p;
   const std::string why = load(goldens("tiny_qwen35.gguf"), &p);

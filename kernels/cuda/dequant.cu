@@ -56,6 +56,13 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __res
     y[i] = __float2bfloat16(x[i]);
 }
 
+__global__ void rows_to_bf16_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int cols,
+                                    __nv_bfloat16* __restrict__ y) {
+  const float* src = x + static_cast<int64_t>(rows[blockIdx.x]) * cols;
+  __nv_bfloat16* dst = y + static_cast<int64_t>(blockIdx.x) * cols;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) dst[i] = __float2bfloat16(src[i]);
+}
+
 using DequantKernel = void (*)(const uint8_t*, int64_t, int64_t, int64_t, __nv_bfloat16*);
 
 // The kernel for a GGUF type id, or nullptr for a type without a CUDA conversion.
@@ -109,6 +116,15 @@ std::string to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s) {
   if (n == 0) return {};
   to_bf16_kernel<<<grid_stride_blocks(n), 256, 0, stream_of(s)>>>(x, reinterpret_cast<__nv_bfloat16*>(y), n);
   return launch_status("to_bf16");
+}
+
+std::string rows_to_bf16(const float* x, const int32_t* rows, int n, int cols, bf16_bits* y, Stream s) {
+  if (n < 0 || n > 65535 || cols < 1)
+    return shape_error("rows_to_bf16", std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
+  if (!x || !rows || !y) return shape_error("rows_to_bf16", "a null pointer");
+  if (n == 0) return {};
+  rows_to_bf16_kernel<<<n, 256, 0, stream_of(s)>>>(x, rows, cols, reinterpret_cast<__nv_bfloat16*>(y));
+  return launch_status("rows_to_bf16");
 }
 
 }  // namespace chorus::cuda

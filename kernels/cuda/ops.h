@@ -50,6 +50,9 @@ std::string dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_byt
 bool converts_to_bf16(int ggml_type);
 // f32 -> bf16 (round to nearest even), n values: activations before a bf16 matrix product.
 std::string to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s);
+// y[i] = bf16(x[rows[i]]), rows of `cols` values, i < n: the rows a product needs, gathered
+// (the output projection of a prefill step needs only the tokens that want logits).
+std::string rows_to_bf16(const float* x, const int32_t* rows, int n, int cols, bf16_bits* y, Stream s);
 
 // Paged attention over views, decode and prefill-in-context alike: one query token per row of
 // `tokens`, each attending its own list of segments (blocks of its view, in view order).

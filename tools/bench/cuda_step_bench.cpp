@@ -13,6 +13,9 @@
 // and the conv's outputs are stood in for by fixed buffers. So the times are a floor for the
 // runner's step, not its measurement.
 //
+// Then a SmolLM2-135M-shaped model through the model runners, GPU against CPU: decode rates, and
+// a 4096-token prefill while 8 sequences decode (tiled prefill attention on the GPU).
+//
 // Prints a table and, with --json FILE, writes the numbers.
 #include <cuda_runtime.h>
 
@@ -428,6 +431,58 @@ double decode_rate(const RandomModel& m, KvCache& kv, int batch, int prompt, int
   return batch * steps / sec;
 }
 
+// The "prefill latency of a 4k-token prompt while 8 generates decode", through a model
+// runner: 8 sequences hold a 128-token prompt each; then a 4096-token prompt is prefilled in
+// chunks that fill a 512-token step budget beside the 8 decode tokens (the engine's chunked
+// prefill), and, for comparison, alone in 512-token chunks. Returns (prefill seconds alone,
+// prefill seconds while decoding, decode step ms while prefilling).
+struct PrefillTimes {
+  double alone_s = 0, mixed_s = 0, step_ms = 0;
+};
+template <class Forward>
+PrefillTimes prefill_while_decoding(const RandomModel& m, KvCache& kv, Forward&& forward) {
+  constexpr int kDecoders = 8, kPrompt = 128, kLong = 4096, kBudget = 512;
+  std::mt19937 rng(12);
+  auto token = [&] { return static_cast<TokenId>(rng() % static_cast<uint32_t>(m.c.n_vocab)); };
+  std::vector<float> logits(static_cast<size_t>(kDecoders + 1) * m.c.n_vocab);
+  PrefillTimes out;
+  for (const bool with_decode : {false, true}) {
+    std::vector<SequenceKv> seqs(kDecoders + 1);  // the decoders, then the long prompt
+    std::vector<SequenceKv*> ptrs;
+    for (auto& s : seqs) ptrs.push_back(&s);
+    const int steps_max = kLong / (kBudget - kDecoders) + 2;
+    if (with_decode)
+      for (int b = 0; b < kDecoders; ++b) {
+        if (Status st = kv.reserve(seqs[static_cast<size_t>(b)], kPrompt + steps_max); !st.ok()) die(st.error().to_string());
+        std::vector<BatchToken> toks;
+        for (int i = 0; i < kPrompt; ++i) toks.push_back({token(), i, b, i + 1 == kPrompt, -1});
+        check(forward(toks, ptrs, logits.data()));
+      }
+    if (Status st = kv.reserve(seqs[kDecoders], kLong); !st.ok()) die(st.error().to_string());
+    const auto t0 = std::chrono::steady_clock::now();
+    int done = 0, steps = 0;
+    while (done < kLong) {
+      std::vector<BatchToken> toks;
+      if (with_decode)
+        for (int b = 0; b < kDecoders; ++b) toks.push_back({token(), kPrompt + steps, b, true, -1});
+      const int chunk = std::min(kLong - done, kBudget - static_cast<int>(toks.size()));
+      for (int i = 0; i < chunk; ++i) toks.push_back({token(), done + i, kDecoders, done + i + 1 == kLong, -1});
+      check(forward(toks, ptrs, logits.data()));
+      done += chunk;
+      ++steps;
+    }
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (with_decode) {
+      out.mixed_s = sec;
+      out.step_ms = 1000.0 * sec / steps;
+    } else {
+      out.alone_s = sec;
+    }
+    for (auto& s : seqs) kv.release(s);
+  }
+  return out;
+}
+
 // With dev == nullptr (--cpu-only), the CPU column alone.
 std::string smollm2_gpu_vs_cpu(CudaDevice* dev) {
   const auto m = smollm2_shaped();
@@ -458,6 +513,32 @@ std::string smollm2_gpu_vs_cpu(CudaDevice* dev) {
     std::snprintf(row, sizeof row,
                   "%s{\"batch\": %d, \"gpu_graph_tok_s\": %.2f, \"gpu_direct_tok_s\": %.2f, \"cpu_tok_s\": %.2f}",
                   rows.empty() ? "" : ", ", batch, g[0], g[1], c);
+    rows += row;
+  }
+  // A 4k prompt's prefill while 8 sequences decode (512-token steps).
+  {
+    auto kv_long = KvCache::create(m->c, 640);
+    if (!kv_long) die(kv_long.error().to_string());
+    ModelRunner cpu_long(m->c, m->w, **cpu, 512);
+    PrefillTimes g;
+    if (dev) {
+      auto r = CudaRunner::create(m->c, m->w, *dev, {.max_tokens = 512, .n_pages = 640});
+      if (!r) die(r.error().to_string());
+      g = prefill_while_decoding(*m, *kv_long, [&](auto& t, auto& p, float* l) { return (*r)->forward(t, p, l); });
+    }
+    const PrefillTimes c = prefill_while_decoding(
+        *m, *kv_long, [&](auto& t, auto& p, float* l) { return cpu_long.forward(t, p, *kv_long, l); });
+    std::printf("\n4096-token prefill, 512-token steps | %10s %10s | %s\n", "gpu", "cpu", "gpu/cpu");
+    std::printf("  alone                  (s)       | %10.3f %10.3f | %7.2fx\n", g.alone_s, c.alone_s,
+                g.alone_s > 0 ? c.alone_s / g.alone_s : 0.0);
+    std::printf("  while 8 decode         (s)       | %10.3f %10.3f | %7.2fx\n", g.mixed_s, c.mixed_s,
+                g.mixed_s > 0 ? c.mixed_s / g.mixed_s : 0.0);
+    std::printf("  decode step meanwhile  (ms)      | %10.2f %10.2f |\n", g.step_ms, c.step_ms);
+    char row[320];
+    std::snprintf(row, sizeof row,
+                  ", {\"prefill_4k\": {\"gpu_alone_s\": %.4f, \"gpu_while_8_decode_s\": %.4f, \"gpu_step_ms\": %.3f, "
+                  "\"cpu_alone_s\": %.4f, \"cpu_while_8_decode_s\": %.4f, \"cpu_step_ms\": %.3f}}",
+                  g.alone_s, g.mixed_s, g.step_ms, c.alone_s, c.mixed_s, c.step_ms);
     rows += row;
   }
   if (dev) dev->reset_to(mark);
