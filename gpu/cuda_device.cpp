@@ -200,4 +200,41 @@ Status cuda_gemm_bf16(CudaDevice& dev, const void* w, const void* x, float* y, i
   return {};
 }
 
+Status cuda_affine_f32_batched(CudaDevice& dev, const float* X, const float* A, const float* Y, float* out, int64_t m,
+                               int64_t k, int64_t n, int64_t stride_x, int64_t stride_a, int64_t stride_y,
+                               int64_t stride_out, int batch) {
+  if (m < 1 || k < 1 || n < 1 || batch < 0 || m > INT32_MAX || k > INT32_MAX || n > INT32_MAX)
+    return make_error(Errc::invalid_argument, "cuda affine: shapes m " + std::to_string(m) + ", k " + std::to_string(k) +
+                                                  ", n " + std::to_string(n) + ", batch " + std::to_string(batch));
+  if (out == X || out == A)
+    return make_error(Errc::invalid_argument, "cuda affine: the output must not alias X or A");
+  if (batch == 0) return {};
+  auto st = static_cast<cudaStream_t>(dev.stream());
+  float beta = 0.0f;
+  if (Y) {  // out <- Y first (a strided copy per matrix), then out += X A
+    const size_t bytes = static_cast<size_t>(m) * static_cast<size_t>(n) * sizeof(float);
+    if (stride_out < m * n && batch > 1)
+      return make_error(Errc::invalid_argument, "cuda affine: output matrices overlap (stride " +
+                                                    std::to_string(stride_out) + " < " + std::to_string(m * n) + ")");
+    if (out != Y) {
+      if (stride_y >= m * n || batch == 1)
+        CHORUS_CUDA_CHECK(cudaMemcpy2DAsync(out, static_cast<size_t>(stride_out) * sizeof(float), Y,
+                                            static_cast<size_t>(std::max(stride_y, m * n)) * sizeof(float), bytes,
+                                            static_cast<size_t>(batch), cudaMemcpyDeviceToDevice, st));
+      else  // one addend for every matrix (or overlapping ones): a copy each
+        for (int i = 0; i < batch; ++i)
+          CHORUS_CUDA_CHECK(cudaMemcpyAsync(out + i * stride_out, Y + i * stride_y, bytes, cudaMemcpyDeviceToDevice, st));
+    }
+    beta = 1.0f;
+  }
+  // Row-major out [m][n] = X [m][k] A [k][n] is column-major out^T = A^T X^T: cuBLAS's (n, m, k)
+  // with A first.
+  const float alpha = 1.0f;
+  CHORUS_CUBLAS_CHECK(cublasSgemmStridedBatched(static_cast<cublasHandle_t>(dev.cublas()), CUBLAS_OP_N, CUBLAS_OP_N,
+                                                static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, A,
+                                                static_cast<int>(n), stride_a, X, static_cast<int>(k), stride_x, &beta,
+                                                out, static_cast<int>(n), stride_out, batch));
+  return {};
+}
+
 }  // namespace chorus

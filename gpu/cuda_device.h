@@ -83,4 +83,13 @@ class CudaDevice {
 // are checked; errors name the call.
 Status cuda_gemm_bf16(CudaDevice& dev, const void* w, const void* x, float* y, int64_t m, int64_t n, int64_t k);
 
+// out[i] = X[i] A[i] + Y[i] for i < batch (Y null: no addend), row-major f32: X [m][k], A [k][n],
+// Y and out [m][n]; matrix i of each at i * stride (a stride of 0: the same matrix for all).
+// cuBLAS, f32 products on the device's stream. out may be Y, not X or A; out's matrices must not
+// overlap. The affine algebra of Gated DeltaNet summaries (kernels/cpu/gdn.h), per head: a state
+// through a summary, S A + B; and the composition of two, A = A_L A_R (no Y), B = B_L A_R + B_R.
+Status cuda_affine_f32_batched(CudaDevice& dev, const float* X, const float* A, const float* Y, float* out, int64_t m,
+                               int64_t k, int64_t n, int64_t stride_x, int64_t stride_a, int64_t stride_y,
+                               int64_t stride_out, int batch);
+
 }  // namespace chorus

@@ -25,5 +25,9 @@ std::string CudaDevice::describe() const { return "cuda (not built)"; }
 Status cuda_gemm_bf16(CudaDevice&, const void*, const void*, float*, int64_t, int64_t, int64_t) {
   return make_error(Errc::unsupported, "no CUDA");
 }
+Status cuda_affine_f32_batched(CudaDevice&, const float*, const float*, const float*, float*, int64_t, int64_t, int64_t,
+                               int64_t, int64_t, int64_t, int64_t, int) {
+  return make_error(Errc::unsupported, "no CUDA");
+}
 
 }  // namespace chorus

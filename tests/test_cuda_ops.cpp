@@ -9,6 +9,7 @@
 #include <functional>
 #include <random>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "engine/sampler.h"
@@ -452,6 +453,114 @@ TEST_F(CudaOps, GatedDeltaNetDecodeMatchesTheCpuStep) {
   }
 }
 
+// Gated DeltaNet over runs (prefill, summaries) and the affine algebra on the device:
+//  - a state through two runs (37 tokens: more than a shared-memory chunk; and 5) equals the
+//    float64 recurrence (gdn::step) and the same tokens through gdn_decode one at a time;
+//  - the runs' summaries [A; B] equal gdn::summary_append in float64;
+//  - a state through a summary (S A + B, cuBLAS) equals the state run through the tokens;
+//  - two composed summaries equal the summary of both runs in one.
+TEST_F(CudaOps, GatedDeltaNetRunsSummariesAndComposition) {
+  for (const bool kh_mod : {true, false}) {
+    const int hk = 2, hv = 4, dk = 64, dv = 48, n1 = 37, n2 = 5, n = n1 + n2;
+    auto q = random_floats(n * hk * dk, 50), k = random_floats(n * hk * dk, 51);
+    for (auto* x : {&q, &k})
+      for (int r = 0; r < n * hk; ++r) {
+        double s2 = 0;
+        for (int i = 0; i < dk; ++i) s2 += double((*x)[r * dk + i]) * (*x)[r * dk + i];
+        for (int i = 0; i < dk; ++i) (*x)[r * dk + i] /= static_cast<float>(std::sqrt(s2));
+      }
+    const auto v = random_floats(n * hv * dv, 52), g = random_floats(n * hv, 53, -1.0f, -0.01f),
+               beta = random_floats(n * hv, 54, 0.05f, 0.95f);
+    const auto S0 = random_floats(hv * dv * dk, 55, -0.1f, 0.1f);
+    auto kh_of = [&](int h) { return kh_mod ? h % hk : h / (hv / hk); };
+    // float64 references: the state through all n tokens (outputs too), and each run's summary.
+    std::vector<double> S(S0.begin(), S0.end()), out_want(static_cast<size_t>(n) * hv * dv);
+    std::vector<double> sumA(2 * hv * dk * dk), sumB(2 * hv * dv * dk);
+    std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
+    for (int h = 0; h < hv; ++h)
+      for (int r = 0; r < 2; ++r) gdn::summary_identity(&sumA[(r * hv + h) * dk * dk], &sumB[(r * hv + h) * dv * dk], dk, dv);
+    for (int t = 0; t < n; ++t)
+      for (int h = 0; h < hv; ++h) {
+        const int r = t < n1 ? 0 : 1, kh = kh_of(h);
+        const double* kt = &kd[(t * hk + kh) * dk];
+        gdn::step(&S[h * dv * dk], &qd[(t * hk + kh) * dk], kt, &vd[(t * hv + h) * dv], double(g[t * hv + h]),
+                  double(beta[t * hv + h]), &out_want[(t * hv + h) * dv], dk, dv);
+        gdn::summary_append(&sumA[(r * hv + h) * dk * dk], &sumB[(r * hv + h) * dv * dk], kt, &vd[(t * hv + h) * dv],
+                            double(g[t * hv + h]), double(beta[t * hv + h]), dk, dv);
+      }
+    auto as_float = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+    const std::vector<int32_t> first = {0, n1, n};
+    float* dq = put(q);
+    float* dk_ = put(k);
+    float* dv_ = put(v);
+    float* dg = put(g);
+    float* db = put(beta);
+    // The state through both runs, one after the other (a run each call: one matrix).
+    float* st = put(S0);
+    float* out = room<float>(static_cast<size_t>(n) * hv * dv);
+    for (int r = 0; r < 2; ++r) {
+      cuda::GdnRunsArgs a{put(std::vector<float*>{st}), put(std::vector<int32_t>{first[r], first[r + 1]}), dq, dk_, dv_,
+                          dg, db, out, 1, hk, hv, dk, dv, 0, kh_mod};
+      ASSERT_EQ(cuda::gdn_runs(a, stream()), "");
+    }
+    const auto S_run = get(st, S0.size());
+    expect_close(S_run, as_float(S), 2e-5, "gdn_runs state");
+    expect_close(get(out, out_want.size()), as_float(out_want), 2e-5, "gdn_runs outputs");
+    // The same tokens through gdn_decode, one token per call.
+    float* st2 = put(S0);
+    float* o2 = room<float>(static_cast<size_t>(hv) * dv);
+    float* const* st2p = put(std::vector<float*>{st2});
+    for (int t = 0; t < n; ++t) {
+      cuda::GdnDecodeArgs a{st2p, dq + t * hk * dk, dk_ + t * hk * dk, dv_ + t * hv * dv, dg + t * hv, db + t * hv, o2,
+                            1, hk, hv, dk, dv, kh_mod};
+      ASSERT_EQ(cuda::gdn_decode(a, stream()), "");
+    }
+    expect_close(get(st2, S0.size()), S_run, 1e-6, "gdn_runs vs gdn_decode");
+    // Both runs' summaries at once, [A; B] per head, from the identity.
+    const int64_t per_head = int64_t{dk + dv} * dk;
+    std::vector<float> ident(static_cast<size_t>(hv * per_head), 0.0f);
+    for (int h = 0; h < hv; ++h)
+      for (int i = 0; i < dk; ++i) ident[static_cast<size_t>(h * per_head + i * dk + i)] = 1.0f;
+    float* m1 = put(ident);
+    float* m2 = put(ident);
+    cuda::GdnRunsArgs sa{put(std::vector<float*>{m1, m2}), put(first), nullptr, dk_, dv_, dg, db, nullptr, 2, hk, hv,
+                         dk, dv, dk, kh_mod};
+    ASSERT_EQ(cuda::gdn_runs(sa, stream()), "");
+    for (int r = 0; r < 2; ++r) {
+      const auto got = get(r == 0 ? m1 : m2, ident.size());
+      std::vector<float> gotA, gotB, wantA, wantB;
+      for (int h = 0; h < hv; ++h) {
+        gotA.insert(gotA.end(), got.begin() + h * per_head, got.begin() + h * per_head + dk * dk);
+        gotB.insert(gotB.end(), got.begin() + h * per_head + dk * dk, got.begin() + (h + 1) * per_head);
+        wantA.insert(wantA.end(), sumA.begin() + (r * hv + h) * dk * dk, sumA.begin() + (r * hv + h + 1) * dk * dk);
+        wantB.insert(wantB.end(), sumB.begin() + (r * hv + h) * dv * dk, sumB.begin() + (r * hv + h + 1) * dv * dk);
+      }
+      expect_close(gotA, wantA, 2e-5, "summary A, run " + std::to_string(r));
+      expect_close(gotB, wantB, 2e-5, "summary B, run " + std::to_string(r));
+    }
+    // S0 through summary 1 then summary 2 (S A + B per head) = S0 through the tokens.
+    float* s1 = room<float>(S0.size());
+    float* s2 = room<float>(S0.size());
+    float* s0 = put(S0);
+    for (auto [x, m, o] : {std::tuple{s0, m1, s1}, std::tuple{s1, m2, s2}})
+      ASSERT_TRUE(cuda_affine_f32_batched(*dev_, x, m, m + dk * dk, o, dv, dk, dk, int64_t{dv} * dk, per_head, per_head,
+                                          int64_t{dv} * dk, hv)
+                      .ok());
+    expect_close(get(s2, S0.size()), S_run, 1e-4, "state through summaries");
+    // Composition: (A1 A2, B1 A2 + B2) = the summary of all n tokens in one run.
+    float* c = room<float>(ident.size());
+    ASSERT_TRUE(cuda_affine_f32_batched(*dev_, m1, m2, nullptr, c, dk, dk, dk, per_head, per_head, 0, per_head, hv).ok());
+    ASSERT_TRUE(cuda_affine_f32_batched(*dev_, m1 + dk * dk, m2, m2 + dk * dk, c + dk * dk, dv, dk, dk, per_head,
+                                        per_head, per_head, per_head, hv)
+                    .ok());
+    float* whole = put(ident);
+    cuda::GdnRunsArgs wa{put(std::vector<float*>{whole}), put(std::vector<int32_t>{0, n}), nullptr, dk_, dv_, dg, db,
+                         nullptr, 1, hk, hv, dk, dv, dk, kh_mod};
+    ASSERT_EQ(cuda::gdn_runs(wa, stream()), "");
+    expect_close(get(c, ident.size()), get(whole, ident.size()), 1e-4, "composed summaries");
+  }
+}
+
 // Gated DeltaNet's small ops against the CPU's: the causal conv with carried inputs (the CPU
 // kernel table's gdn_conv), the L2 norm (gdn::l2_normalize), the gates (the formula of
 // engine/model_runner_linear.cpp, in double), and the query scale.
@@ -691,6 +800,13 @@ TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
   a.head_dim = 80;
   EXPECT_NE(cuda::attention_tiled(a, nullptr, 1, nullptr).find("cuda attention_tiled: head_dim 80"), std::string::npos);
   EXPECT_NE(cuda::rows_to_bf16(&x, nullptr, 1, 0, nullptr, nullptr).find("1 rows of 0"), std::string::npos);
+  cuda::GdnRunsArgs r{};
+  r.dk = 256;
+  r.dv = 128;
+  EXPECT_NE(cuda::gdn_runs(r, nullptr).find("dk 256"), std::string::npos);
+  r.dk = 128;
+  r.n_zero_rows = 64;
+  EXPECT_NE(cuda::gdn_runs(r, nullptr).find("n_zero_rows 64"), std::string::npos);
 }
 
 #else

@@ -154,6 +154,30 @@ struct GdnDecodeArgs {
 };
 std::string gdn_decode(const GdnDecodeArgs& a, Stream s);
 
+// Gated DeltaNet over runs of tokens (prefill, and block summaries): run r's tokens
+// [run_first[r], run_first[r+1]) are applied in order to its matrix mats[r], per v-head, as
+// gdn_decode applies one (same arithmetic, same order: a run equals its tokens decoded one by
+// one). Two kinds of matrix, per v-head [n_zero_rows + dv][dk]:
+//   n_zero_rows = 0:  a state S [dv][dk]; out [n_tokens][n_v_heads][dv] = S_t q_t (out may be
+//                     null: no outputs, then q may be null too);
+//   n_zero_rows = dk: a summary, A [dk][dk] then B [dv][dk] (kernels/cpu/gdn.h): A's rows take
+//                     value 0 (A <- A A_t), B's rows value v (B <- B A_t + B_t); out null.
+// q, k: [n_tokens][n_k_heads][dk]; v: [n_tokens][n_v_heads][dv]; g, beta: [n_tokens][n_v_heads];
+// key head as gdn_decode's (kh_mod). dk a multiple of 32 up to 128 (Qwen3.5 and Qwen3-Next: 128).
+struct GdnRunsArgs {
+  float* const* mats;        // [n_runs] device pointers
+  const int32_t* run_first;  // [n_runs + 1] token ranges, device
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* g;
+  const float* beta;
+  float* out;
+  int n_runs, n_k_heads, n_v_heads, dk, dv, n_zero_rows;
+  bool kh_mod;
+};
+std::string gdn_runs(const GdnRunsArgs& a, Stream s);
+
 // out[r] = the index of the largest of logits[r] (n values; the lowest index among equals; NaN
 // never wins).
 std::string argmax(const float* logits, int rows, int n, int32_t* out, Stream s);
