@@ -117,14 +117,14 @@ Result<RequestId> Engine::submit(Request r) {
       break;
     case RequestKind::generate: {
       Block* w = *blocks_->get(r.write_to);
-      // Without prefill it starts from the block's last logits, or from those a generate
-      // still writing the block leaves when it ends (its last token runs with logits).
+      // Without prefill it starts from the block's last logits, or from those a forward or
+      // generate still writing the block leaves when it ends (its last token runs with logits).
       const auto writing = writers_.find(r.write_to);
-      const bool generate_writing =
+      const bool computing_writer =
           writing != writers_.end() && std::any_of(writing->second.begin(), writing->second.end(), [](const Active* x) {
-            return x->req.kind == RequestKind::generate;
+            return x->req.kind == RequestKind::generate || x->req.kind == RequestKind::forward;
           });
-      if (r.tokens.empty() && w->last_logits.empty() && !generate_writing)
+      if (r.tokens.empty() && w->last_logits.empty() && !computing_writer)
         return bad("generate into block " + std::to_string(r.write_to) +
                    " has nothing to start from: give it prefill tokens");
       if (r.stop.max_tokens < 1) return bad("generate with max_tokens < 1");
@@ -223,7 +223,9 @@ Result<std::vector<Event>> Engine::step() {
   // 1. decode: one token per generate that has one pending (drains included)
   for (auto& a : active_)
     if (!a->done && a->req.kind == RequestKind::generate && a->decoding && a->pending >= 0 && budget > 0 && runnable(*a)) {
-      plan.push_back({a.get(), {a->pending}, !a->draining});
+      // The last token runs with logits too: they stay with the block, so that a generate with
+      // no prefill can go on from where this one stopped.
+      plan.push_back({a.get(), {a->pending}, true});
       --budget;
     }
   // 2. probes, 3. prefill chunks, oldest first

@@ -67,6 +67,6 @@ cp .gpu/resources.txt "$OUT/" 2>/dev/null || true
 echo
 echo "== summary"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/gpu_tests.log" | head -20
-grep -E "^ +(batch|[0-9]+) \||^4096-token prefill|^  (alone|while 8|decode step)" "$OUT/step_bench.log"
+grep -E "^ +(batch|[0-9]+) \||^4096-token prefill|^  (alone|while 8|decode step)|^GEMV|^ +(matrix|ffn_|gdn_qkv|output)" "$OUT/step_bench.log"
 echo "tests rc $tests_rc, bench rc $bench_rc; goal: >= 1.2x the paper's 106 / 552 / 1085 tok/s, step <= 10.5 ms with graphs at 8"
 exit $(( tests_rc != 0 || bench_rc != 0 ))

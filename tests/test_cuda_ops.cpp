@@ -694,6 +694,37 @@ TEST_F(CudaOps, RowsToBf16GathersTheRowsAskedFor) {
       ASSERT_EQ(got[i * cols + c], f32_to_bf16(x[static_cast<size_t>(rows[i]) * cols + c])) << i << " " << c;
 }
 
+// The Q8_0 GEMV against the CPU's dequantized rows times x in double, for 1..4 input rows, on
+// padded rows (the kernel must use row_bytes).
+TEST_F(CudaOps, GemvQ8_0MatchesTheDequantizedProduct) {
+  std::mt19937 rng(71);
+  const int64_t m = 77, k = 320;
+  const int64_t row_bytes = k / 32 * 34 + 6;
+  std::vector<uint8_t> raw(static_cast<size_t>(m * row_bytes));
+  for (auto& b : raw) b = static_cast<uint8_t>(rng());
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t b = 0; b < k / 32; ++b) {
+      const uint16_t h = static_cast<uint16_t>(0x2000 + rng() % 0x1000);  // moderate positive f16 scales
+      std::memcpy(&raw[static_cast<size_t>(r * row_bytes + b * 34)], &h, 2);
+    }
+  std::vector<float> W(static_cast<size_t>(m * k));
+  for (int64_t r = 0; r < m; ++r) dequantize_row(TensorType::q8_0, &raw[static_cast<size_t>(r * row_bytes)], &W[r * k], k);
+  const void* dw = put(raw);
+  for (int n = 1; n <= 4; ++n) {
+    const auto x = random_floats(static_cast<size_t>(n * k), 72 + n);
+    std::vector<float> want(static_cast<size_t>(n * m));
+    for (int v = 0; v < n; ++v)
+      for (int64_t r = 0; r < m; ++r) {
+        double acc = 0;
+        for (int64_t c = 0; c < k; ++c) acc += double(W[r * k + c]) * x[v * k + c];
+        want[v * m + r] = static_cast<float>(acc);
+      }
+    float* y = room<float>(want.size());
+    ASSERT_EQ(cuda::gemv_q8_0(dw, row_bytes, m, k, put(x), n, y, stream()), "");
+    expect_close(get(y, want.size()), want, 1e-5, "gemv_q8_0 n " + std::to_string(n));
+  }
+}
+
 TEST_F(CudaOps, CopyPages) {
   const int64_t page = 1000;
   auto pool = random_floats(6 * page, 40);
@@ -800,6 +831,8 @@ TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
   a.head_dim = 80;
   EXPECT_NE(cuda::attention_tiled(a, nullptr, 1, nullptr).find("cuda attention_tiled: head_dim 80"), std::string::npos);
   EXPECT_NE(cuda::rows_to_bf16(&x, nullptr, 1, 0, nullptr, nullptr).find("1 rows of 0"), std::string::npos);
+  EXPECT_NE(cuda::gemv_q8_0(&x, 340, 10, 320, &x, 5, &x, nullptr).find("n 5 (1..4"), std::string::npos);
+  EXPECT_NE(cuda::gemv_q8_0(&x, 100, 10, 320, &x, 1, &x, nullptr).find("row_bytes 100 < 340"), std::string::npos);
   cuda::GdnRunsArgs r{};
   r.dk = 256;
   r.dv = 128;

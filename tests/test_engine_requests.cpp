@@ -99,6 +99,32 @@ TEST_F(EngineRequests, GenerateMatchesTheSingleSequenceGenerator) {
   EXPECT_EQ((*blk)->n_cached(), static_cast<int64_t>((*blk)->tokens.size())) << "the last token's KV is written too";
 }
 
+// A generate with no prefill goes on from where the block's last writer stopped: 10 greedy
+// tokens then 14 more (submitted while the first still runs) are the 24 of one generate.
+TEST_F(EngineRequests, AGenerateWithoutPrefillContinuesTheBlock) {
+  load_tiny();
+  const auto prompt = random_tokens(20);
+  auto greedy = [](BlockId w, std::vector<TokenId> prefill, int n) {
+    StopCondition stop;
+    stop.max_tokens = n;
+    stop.at_end_of_generation = false;
+    return Request::generate(w, {}, std::move(prefill), SamplingParams::greedy(), stop);
+  };
+  const BlockId whole = engine_->blocks().create("whole"), split = engine_->blocks().create("split");
+  ASSERT_TRUE(engine_->submit(greedy(whole, prompt, 24)).ok());
+  run_until_idle();
+  ASSERT_TRUE(engine_->submit(greedy(split, prompt, 10)).ok());
+  ASSERT_TRUE(engine_->submit(greedy(split, {}, 14)).ok()) << "its writer will leave logits";
+  run_until_idle();
+  EXPECT_EQ((*engine_->blocks().get(split))->tokens, (*engine_->blocks().get(whole))->tokens);
+  // And after it has finished, from the logits it left.
+  ASSERT_TRUE(engine_->submit(greedy(split, {}, 3)).ok());
+  ASSERT_TRUE(engine_->submit(greedy(whole, {}, 3)).ok());
+  run_until_idle();
+  EXPECT_EQ((*engine_->blocks().get(split))->tokens, (*engine_->blocks().get(whole))->tokens);
+  EXPECT_EQ((*engine_->blocks().get(split))->tokens.size(), 20u + 27u);
+}
+
 TEST_F(EngineRequests, ParallelGeneratesShareOnePromptBlock) {
   load_tiny();
   const BlockId prompt = engine_->blocks().create("prompt");

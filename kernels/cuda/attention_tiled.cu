@@ -156,8 +156,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_tiled_kernel(AttnArg
 template <class T, int D>
 std::string launch_one(const AttnArgs& a, const AttnTile* tiles, int n_tiles, cudaStream_t st) {
   const size_t shared = tiled_shared_bytes(D * 32);
-  static const cudaError_t attr = cudaFuncSetAttribute(attention_tiled_kernel<T, D>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+  // Per launch (the attribute is per device; prefill steps only, never under graph capture).
+  const cudaError_t attr = cudaFuncSetAttribute(attention_tiled_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(shared));
   if (attr != cudaSuccess)
     return std::string("cuda attention_tiled: cudaFuncSetAttribute: ") + cudaGetErrorString(attr);
   const dim3 grid(a.n_heads, n_tiles);

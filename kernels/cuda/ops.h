@@ -48,6 +48,12 @@ std::string dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_byt
                                  bf16_bits* dst, Stream s);
 // Whether dequantize_rows_bf16 converts this GGUF type (a host-side check, no device needed).
 bool converts_to_bf16(int ggml_type);
+// y [n][m] = x [n][k] W^T straight from GGUF Q8_0 rows (W: m rows of row_bytes, k/32 blocks of
+// {f16 d; i8 q[32]}), for n = 1..4 input rows (decode of a few sequences): the dequantizing GEMV
+// that reads 1.06 bytes per weight instead of a bf16 copy's 2 (chorus_cuda_step_bench measures
+// it against cuBLAS on bf16). f32 accumulation; x 16-byte aligned, row_bytes even.
+std::string gemv_q8_0(const void* w, int64_t row_bytes, int64_t m, int64_t k, const float* x, int n, float* y, Stream s);
+
 // f32 -> bf16 (round to nearest even), n values: activations before a bf16 matrix product.
 std::string to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s);
 // y[i] = bf16(x[rows[i]]), rows of `cols` values, i < n: the rows a product needs, gathered
@@ -185,9 +191,9 @@ std::string argmax(const float* logits, int rows, int n, int32_t* out, Stream s)
 // Sampling on the device, as the CPU Sampler (engine/sampler.h) without its repetition penalty
 // and forbidden tokens: temperature <= 0 is greedy (argmax, lowest id among equals); else top-k
 // (1..kMaxSampleTopK, at most n) -> top-p (>= 1 off) -> min-p (<= 0 off) -> temperature -> the
-// draw at u in [0, 1) (the CPU draws r = u * total), with the CPU's loops and precisions (the
-// float/double exponentials may differ in the last bit, which matters only when u falls on a
-// boundary). NaN logits rank lowest. The parameters are device memory, one per sample; sample
+// draw at u in [0, 1) (the CPU draws r = u * total), with the CPU's loops and precisions. The
+// device's expf/exp may differ from the host's by an ulp or two, so a pick can differ where u,
+// a top-p cumulative sum or a min-p ratio falls within that of a boundary. NaN logits rank lowest. The parameters are device memory, one per sample; sample
 // i reads logits row params[i].row and writes out[i] (-1 for a row outside [0, n_rows)); a
 // top_k outside 1..kMaxSampleTopK is clamped into it (callers check it: engine/sampler.h).
 inline constexpr int kMaxSampleTopK = 256;

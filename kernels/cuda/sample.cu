@@ -178,11 +178,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   __syncthreads();
   if (tid == 0) {
     double total = 0.0;
-    for (int i = 0; i < keep; ++i) total += cw[i];
-    double r = p.u * total;
+    for (int i = 0; i < keep; ++i) total = __dadd_rn(total, cw[i]);
+    double r = __dmul_rn(p.u, total);  // rounded as written: no fused multiply-subtract
     int pick = keep - 1;
     for (int i = 0; i < keep; ++i) {
-      r -= cw[i];
+      r = __dsub_rn(r, cw[i]);
       if (r <= 0.0) {
         pick = i;
         break;

@@ -13,8 +13,9 @@
 // and the conv's outputs are stood in for by fixed buffers. So the times are a floor for the
 // runner's step, not its measurement.
 //
-// Then a SmolLM2-135M-shaped model through the model runners, GPU against CPU: decode rates, and
-// a 4096-token prefill while 8 sequences decode (tiled prefill attention on the GPU).
+// Then the dequantizing Q8_0 GEMV against cuBLAS on bf16 for the 9B shape's matrices at batch
+// 1, 2, 4; and a SmolLM2-135M-shaped model through the model runners, GPU against CPU: decode
+// rates, and a 4096-token prefill while 8 sequences decode (tiled prefill attention on the GPU).
 //
 // Prints a table and, with --json FILE, writes the numbers.
 #include <cuda_runtime.h>
@@ -332,6 +333,53 @@ double time_steps(CudaDevice& dev, F&& run, int steps, int reps) {
   return ms[ms.size() / 2];
 }
 
+// ---- The "dequantized at load, or a dequantizing GEMV for batch <= 4: measure which" ---
+//
+// For the 9B shape's matrices, batch 1, 2 and 4: cuBLAS on bf16 weights (what the runner does,
+// weights converted at load; the activations' conversion to bf16 included) against gemv_q8_0
+// reading the GGUF Q8_0 rows directly. Random bytes: the speed does not depend on the values.
+std::string gemv_vs_bf16(CudaDevice& dev, int reps) {
+  struct MatShape {
+    const char* name;
+    int64_t rows, cols;
+  };
+  const MatShape shapes[] = {{"ffn_up/gate", 12288, 4096}, {"ffn_down", 4096, 12288}, {"gdn_qkv", 8192, 4096},
+                             {"output", 248320, 4096}};
+  std::string rows;
+  std::printf("\nGEMV on GGUF Q8_0 vs cuBLAS on bf16 (us per product, median of %d runs of 20)\n", reps);
+  std::printf("%12s %5s | %10s %10s | %s\n", "matrix", "batch", "bf16 us", "q8_0 us", "bf16/q8_0");
+  void* st = dev.stream();
+  for (const MatShape& ms : shapes) {
+    const int64_t mark = dev.mark();
+    const int64_t row_bytes = ms.cols / 32 * 34;
+    auto* wq = alloc<uint8_t>(dev, ms.rows * row_bytes, "q8_0 weights");
+    check(cuda::fill_uniform_f32(reinterpret_cast<float*>(wq), ms.rows * row_bytes / 4, 21, 1.0f, st));
+    auto* wb = alloc<bf16_bits>(dev, ms.rows * ms.cols, "bf16 weights");
+    check(cuda::fill_uniform_bf16(wb, ms.rows * ms.cols, 22, 0.02f, st));
+    float* x = vec(dev, 4 * ms.cols, 23);
+    auto* xb = alloc<bf16_bits>(dev, 4 * ms.cols, "x bf16");
+    float* y = alloc<float>(dev, 4 * ms.rows, "y");
+    for (const int n : {1, 2, 4}) {
+      auto bf16 = [&] {
+        check(cuda::to_bf16(x, xb, n * ms.cols, st));
+        check(cuda_gemm_bf16(dev, wb, xb, y, ms.rows, n, ms.cols));
+      };
+      auto q8 = [&] { check(cuda::gemv_q8_0(wq, row_bytes, ms.rows, ms.cols, x, n, y, st)); };
+      bf16();
+      q8();
+      check(dev.sync("gemv warm-up"));
+      const double t_b = 1000.0 * time_steps(dev, bf16, 20, reps), t_q = 1000.0 * time_steps(dev, q8, 20, reps);
+      std::printf("%12s %5d | %10.1f %10.1f | %8.2fx\n", ms.name, n, t_b, t_q, t_b / t_q);
+      char row[200];
+      std::snprintf(row, sizeof row, "%s{\"matrix\": \"%s\", \"batch\": %d, \"bf16_us\": %.2f, \"q8_0_us\": %.2f}",
+                    rows.empty() ? "" : ", ", ms.name, n, t_b, t_q);
+      rows += row;
+    }
+    dev.reset_to(mark);
+  }
+  return rows;
+}
+
 // ---- SmolLM2-135M shapes through the model runners: the GPU path against the CPU path ----------
 //
 // A random-weight model of SmolLM2-135M-Instruct's shapes (Q8_0 matrices; the real file is too
@@ -606,10 +654,11 @@ int main(int argc, char** argv) {
     rows += row;
     dev.reset_to(mark);
   }
+  const std::string gemv = gemv_vs_bf16(dev, reps);
   const std::string smol = smollm2_gpu_vs_cpu(&dev);
   if (!json.empty()) {
     std::ofstream(json) << "{\"device\": \"" << dev.describe() << "\", \"shape\": \"qwen3.5-9b\", \"rows\": [" << rows
-                        << "], \"smollm2_shaped\": [" << smol << "]}\n";
+                        << "], \"gemv_q8_0_vs_bf16\": [" << gemv << "], \"smollm2_shaped\": [" << smol << "]}\n";
   }
   return 0;
 }
