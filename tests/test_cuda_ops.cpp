@@ -86,6 +86,45 @@ class CudaOps : public ::testing::Test {
   }
   void* stream() { return dev_->stream(); }
 
+  // Attention arguments over host tables: the K/V pools go up as f32 or, with bf16, as bf16 pages
+  // (the values must be bf16-exact for a comparison); `out` gets room for every token's heads.
+  cuda::AttnArgs attn_args(const std::vector<float>& q, const std::vector<float>& kpool, const std::vector<float>& vpool,
+                           bool bf16, int64_t page_floats, int kv_stride, const std::vector<int32_t>& page_ids,
+                           const std::vector<cuda::AttnSegment>& segs, const std::vector<cuda::AttnToken>& toks,
+                           int n_heads, int n_kv_heads, int head_dim, int n_rot, bool neox, float theta_scale) {
+    cuda::AttnArgs a;
+    a.q = put(q);
+    if (bf16) {
+      std::vector<bf16_bits> kb(kpool.size()), vb(vpool.size());
+      for (size_t i = 0; i < kb.size(); ++i) {
+        kb[i] = f32_to_bf16(kpool[i]);
+        vb[i] = f32_to_bf16(vpool[i]);
+      }
+      a.k_pool = put(kb);
+      a.v_pool = put(vb);
+    } else {
+      a.k_pool = put(kpool);
+      a.v_pool = put(vpool);
+    }
+    a.kv_bf16 = bf16;
+    a.page_stride = page_floats;
+    a.kv_stride = kv_stride;
+    a.page_ids = put(page_ids);
+    a.segs = put(segs);
+    a.tokens = put(toks);
+    a.n_tokens = static_cast<int>(toks.size());
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv_heads;
+    a.head_dim = head_dim;
+    a.n_rot = n_rot;
+    a.theta_scale = theta_scale;
+    a.freq_scale = 1.0f;
+    a.neox = neox;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    a.out = room<float>(toks.size() * static_cast<size_t>(n_heads) * head_dim);
+    return a;
+  }
+
   static inline std::unique_ptr<CudaDevice> dev_;
   static inline std::string skip_;
   int64_t mark_ = 0;
@@ -227,19 +266,22 @@ TEST_F(CudaOps, DequantizeRowsToBf16) {
   }
 }
 
+// Head shapes for the attention tests: groups of 4, 8 (the most the kernels take) and 1, llama-like
+// (64, all rotated, pairs), Qwen3.5-like (256, 64 rotated, neox) and bf16 pages.
+struct AttnCase {
+  int head_dim, n_rot;
+  bool neox, bf16;
+  int n_heads, n_kv_heads;
+};
+constexpr AttnCase kAttnCases[] = {{64, 64, false, false, 8, 2}, {256, 64, true, false, 16, 2}, {128, 128, true, true, 4, 4}};
+
 // The view kernel against the CPU's attention over the same blocks, for llama-like (head_dim 64,
 // all dims rotated) and Qwen3.5-like (head_dim 256, 64 rotated, neox) heads, f32 and bf16 pages;
 // two query tokens, the second seeing one more position of the block being written.
 TEST_F(CudaOps, ViewAttentionMatchesTheCpu) {
-  struct Case {
-    int head_dim, n_rot;
-    bool neox, bf16;
-    int n_heads, n_kv_heads;
-  };
-  // Groups of 4, 8 (the most the kernel takes) and 1; strides padded, so a kernel that derived a
-  // position's or a page's stride from the head counts would read the wrong keys.
-  for (const Case c : {Case{64, 64, false, false, 8, 2}, Case{256, 64, true, false, 16, 2},
-                       Case{128, 128, true, true, 4, 4}}) {
+  // Strides padded, so a kernel that derived a position's or a page's stride from the head counts
+  // would read the wrong keys.
+  for (const AttnCase c : kAttnCases) {
     const int n_heads = c.n_heads, n_kv_heads = c.n_kv_heads, nq = n_heads / n_kv_heads, hd = c.head_dim;
     const int kv_stride = n_kv_heads * hd + 32;
     const int64_t page_floats = 16 * int64_t{kv_stride} + 64;  // the page stride
@@ -306,36 +348,8 @@ TEST_F(CudaOps, ViewAttentionMatchesTheCpu) {
         page_ids.insert(page_ids.end(), pages[b].begin(), pages[b].end());
       }
     }
-    cuda::AttnArgs a;
-    a.q = put(q);
-    if (c.bf16) {
-      std::vector<bf16_bits> kb(kpool.size()), vb(vpool.size());
-      for (size_t i = 0; i < kb.size(); ++i) {
-        kb[i] = f32_to_bf16(kpool[i]);
-        vb[i] = f32_to_bf16(vpool[i]);
-      }
-      a.k_pool = put(kb);
-      a.v_pool = put(vb);
-    } else {
-      a.k_pool = put(kpool);
-      a.v_pool = put(vpool);
-    }
-    a.kv_bf16 = c.bf16;
-    a.page_stride = page_floats;
-    a.kv_stride = kv_stride;
-    a.page_ids = put(page_ids);
-    a.segs = put(dsegs);
-    a.tokens = put(toks);
-    a.n_tokens = 2;
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv_heads;
-    a.head_dim = hd;
-    a.n_rot = c.n_rot;
-    a.theta_scale = theta_scale;
-    a.freq_scale = 1.0f;
-    a.neox = c.neox;
-    a.scale = scale;
-    a.out = room<float>(want.size());
+    const cuda::AttnArgs a = attn_args(q, kpool, vpool, c.bf16, page_floats, kv_stride, page_ids, dsegs, toks, n_heads,
+                                       n_kv_heads, hd, c.n_rot, c.neox, theta_scale);
     ASSERT_EQ(cuda::attention(a, stream()), "");
     expect_close(get(a.out, want.size()), want, 4e-6,
                  "attention hd " + std::to_string(hd) + " group " + std::to_string(nq) + (c.bf16 ? " bf16" : " f32"));
@@ -348,13 +362,7 @@ TEST_F(CudaOps, ViewAttentionMatchesTheCpu) {
 // decode tokens of other sequences (tiles of one) seeing A; for three head shapes, f32 and bf16
 // pages.
 TEST_F(CudaOps, TiledAttentionEqualsPerTokenAttention) {
-  struct Case {
-    int head_dim, n_rot;
-    bool neox, bf16;
-    int n_heads, n_kv_heads;
-  };
-  for (const Case c : {Case{64, 64, false, false, 8, 2}, Case{256, 64, true, false, 16, 2},
-                       Case{128, 128, true, true, 4, 4}}) {
+  for (const AttnCase c : kAttnCases) {
     const int hd = c.head_dim, kv_stride = c.n_kv_heads * hd + 32;
     const int64_t page_floats = 16 * int64_t{kv_stride} + 64;
     const int len_a = 50, len_w = 70, len_c = 20;
@@ -379,37 +387,9 @@ TEST_F(CudaOps, TiledAttentionEqualsPerTokenAttention) {
       segs.push_back({first_a, len_a - d, 200 + d, 0});
     }
     std::vector<cuda::AttnTile> tiles = {{0, 32}, {32, 32}, {64, 6}, {70, 1}, {71, 1}};
-    cuda::AttnArgs a;
-    a.q = put(q);
-    if (c.bf16) {
-      std::vector<bf16_bits> kb(kpool.size()), vb(vpool.size());
-      for (size_t i = 0; i < kb.size(); ++i) {
-        kb[i] = f32_to_bf16(kpool[i]);
-        vb[i] = f32_to_bf16(vpool[i]);
-      }
-      a.k_pool = put(kb);
-      a.v_pool = put(vb);
-    } else {
-      a.k_pool = put(kpool);
-      a.v_pool = put(vpool);
-    }
-    a.kv_bf16 = c.bf16;
-    a.page_stride = page_floats;
-    a.kv_stride = kv_stride;
-    a.page_ids = put(page_ids);
-    a.segs = put(segs);
-    a.tokens = put(toks);
-    a.n_tokens = n_tok;
-    a.n_heads = c.n_heads;
-    a.n_kv_heads = c.n_kv_heads;
-    a.head_dim = hd;
-    a.n_rot = c.n_rot;
-    a.theta_scale = std::pow(1e6f, -2.0f / static_cast<float>(c.n_rot));
-    a.freq_scale = 1.0f;
-    a.neox = c.neox;
-    a.scale = 1.0f / std::sqrt(float(hd));
+    cuda::AttnArgs a = attn_args(q, kpool, vpool, c.bf16, page_floats, kv_stride, page_ids, segs, toks, c.n_heads,
+                                 c.n_kv_heads, hd, c.n_rot, c.neox, std::pow(1e6f, -2.0f / static_cast<float>(c.n_rot)));
     const size_t n_out = static_cast<size_t>(n_tok) * c.n_heads * hd;
-    a.out = room<float>(n_out);
     ASSERT_EQ(cuda::attention(a, stream()), "");
     const auto want = get(a.out, n_out);
     a.out = room<float>(n_out);
