@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/cuda_step_plan.h"
 #include "gpu/cuda_device.h"
 
 #ifdef CHORUS_HAVE_CUDA
@@ -329,188 +330,71 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   const int T = static_cast<int>(batch.size());
   if (T == 0) return Status::success();
   CHORUS_TRY(check_forward_args(c, m.opts.max_tokens, batch, seqs, views));
-  // The step's draws: sample i reads the logits of token t (its row).
-  std::vector<cuda::SampleRow> samples;
-  std::vector<int64_t> sample_row;  // logits row (batch order among logits tokens) of each sample
-  if (!draws.empty()) {
-    int64_t row = 0;
-    for (int t = 0; t < T; ++t) {
-      if (!batch[static_cast<size_t>(t)].logits) continue;
-      if (static_cast<size_t>(row) >= draws.size()) {
-        ++row;
-        continue;
-      }
-      if (const auto& d = draws[static_cast<size_t>(row)]) {
-        if (d->temperature > 0.0f && (d->top_k < 1 || d->top_k > cuda::kMaxSampleTopK))
-          return make_error(Errc::invalid_argument, "draw for logits row " + std::to_string(row) + ": top_k " +
-                                                        std::to_string(d->top_k) + " (the device sampler takes 1..256)");
-        if (!tokens_out) return make_error(Errc::invalid_argument, "draws given without tokens_out");
-        samples.push_back({d->temperature, d->top_p, d->min_p, d->top_k, d->u, t});
-        sample_row.push_back(row);
-      }
-      ++row;
-    }
-    if (static_cast<size_t>(row) != draws.size())
-      return make_error(Errc::invalid_argument, std::to_string(draws.size()) + " draws for " + std::to_string(row) +
-                                                    " logits rows");
-  }
-  for (const SequenceKv* s : seqs)
-    for (int32_t p : s->pages)
-      if (p < 0 || p >= m.opts.n_pages)
-        return make_error(Errc::invalid_argument, "page " + std::to_string(p) + " is outside the CUDA runner's " +
-                                                      std::to_string(m.opts.n_pages) + " pages");
+  const CudaStepLimits limits{m.opts.n_pages, m.page_cap, m.opts.graphs, m.opts.graph_max_tokens, m.opts.max_tokens};
+  auto planned = plan_cuda_step(batch, seqs, views, draws, tokens_out != nullptr, limits);
+  if (!planned) return planned.error();
+  const CudaStepPlan& p = *planned;
   CHORUS_TRY(m.dev.bind());
-
-  // Step tables: the page list of every block some token attends, once, as far as it is read;
-  // each token's segments point into them.
-  const auto plan = plan_attention(batch, seqs, views);
-  std::vector<int64_t> read_upto(seqs.size(), 0);
-  for (const auto& segs_t : plan) {
-    if (segs_t.size() > static_cast<size_t>(kMaxViewBlocks))
-      return make_error(Errc::invalid_argument, "a view of " + std::to_string(segs_t.size()) +
-                                                    " blocks exceeds the limit of " + std::to_string(kMaxViewBlocks));
-    for (const AttendSegment& sg : segs_t)
-      read_upto[static_cast<size_t>(sg.block)] = std::max(read_upto[static_cast<size_t>(sg.block)], sg.n_kv);
-  }
-  std::vector<int32_t> page_ids, first_page(seqs.size(), 0);
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    first_page[i] = static_cast<int32_t>(page_ids.size());
-    const auto n = static_cast<size_t>(KvCache::pages_for(read_upto[i]));
-    page_ids.insert(page_ids.end(), seqs[i]->pages.begin(), seqs[i]->pages.begin() + static_cast<std::ptrdiff_t>(n));
-  }
-  if (static_cast<int64_t>(page_ids.size()) > m.page_cap - 1)  // one entry stays for the spare page
-    return make_error(Errc::out_of_range, "the step's sequences list " + std::to_string(page_ids.size()) +
-                                              " pages; the CUDA runner's table holds " +
-                                              std::to_string(m.page_cap - 1));
-  std::vector<int32_t> ids(T), pos(T), wpage(T), wslot(T);
-  std::vector<cuda::AttnSegment> segs;
-  std::vector<cuda::AttnToken> toks(T);
-  for (int t = 0; t < T; ++t) {
-    const BatchToken& b = batch[static_cast<size_t>(t)];
-    ids[t] = b.token;
-    pos[t] = b.pos;
-    wpage[t] = seqs[static_cast<size_t>(b.seq)]->pages[static_cast<size_t>(b.pos / KvCache::page_size())];
-    wslot[t] = b.pos % KvCache::page_size();
-    toks[t] = {static_cast<int32_t>(segs.size()), static_cast<int32_t>(plan[static_cast<size_t>(t)].size())};
-    for (const AttendSegment& sg : plan[static_cast<size_t>(t)])
-      segs.push_back({first_page[static_cast<size_t>(sg.block)], static_cast<int32_t>(sg.n_kv),
-                      static_cast<int32_t>(sg.rotation), 0});
-  }
-  // Decode-sized steps run as CUDA graphs, one per padded size (powers of two): tokens past T
-  // write and read only the spare page, so they touch nothing real, and a graph is built only
-  // for a size not seen before. The view depth needs no key: each token's segment list is data.
-  const bool graphed = m.opts.graphs && T <= m.opts.graph_max_tokens;
-  int T_run = T;
-  if (graphed) {
-    T_run = 1;
-    while (T_run < T) T_run *= 2;
-    T_run = std::min(T_run, m.opts.max_tokens);
-    const auto spare = static_cast<int32_t>(page_ids.size());
-    page_ids.push_back(static_cast<int32_t>(m.opts.n_pages));
-    for (int t = T; t < T_run; ++t) {
-      ids.push_back(0);
-      pos.push_back(0);
-      wpage.push_back(static_cast<int32_t>(m.opts.n_pages));
-      wslot.push_back(0);
-      toks.push_back({static_cast<int32_t>(segs.size()), 1});
-      segs.push_back({spare, 1, 0, 0});
-    }
-  }
-  CHORUS_TRY(m.put(m.ids, ids));
-  CHORUS_TRY(m.put(m.pos, pos));
-  CHORUS_TRY(m.put(m.write_page, wpage));
-  CHORUS_TRY(m.put(m.write_slot, wslot));
-  CHORUS_TRY(m.put(m.page_ids, page_ids));
-  CHORUS_TRY(m.put(m.segs, segs));
-  CHORUS_TRY(m.put(m.tokens, toks));
-  // Steps too large for a graph (prefill) attend in tiles: runs of up to 32 consecutive tokens
-  // of one sequence under one view share their pages, so keys and values are read once per tile.
-  std::vector<cuda::AttnTile> tiles;
-  if (!graphed) {
-    auto same_pages = [&](int t, int u) {
-      const auto& a = plan[static_cast<size_t>(t)];
-      const auto& b = plan[static_cast<size_t>(u)];
-      if (a.size() != b.size()) return false;
-      for (size_t i = 0; i < a.size(); ++i)
-        if (a[i].block != b[i].block) return false;
-      return true;
-    };
-    for (int t = 0; t < T; ++t) {
-      const BatchToken& b = batch[static_cast<size_t>(t)];
-      if (!tiles.empty()) {
-        cuda::AttnTile& last = tiles.back();
-        const int prev = last.first_token + last.n_tokens - 1;
-        const BatchToken& pb = batch[static_cast<size_t>(prev)];
-        if (prev == t - 1 && last.n_tokens < 32 && pb.seq == b.seq && pb.view == b.view && pb.pos + 1 == b.pos &&
-            same_pages(prev, t)) {
-          ++last.n_tokens;
-          continue;
-        }
-      }
-      tiles.push_back({t, 1});
-    }
-    CHORUS_TRY(m.put(m.tiles, tiles));
-  }
-  m.n_tiles = static_cast<int>(tiles.size());
-  // Steps outside graphs project only the tokens that want logits (a prefill chunk: its last).
-  std::vector<int32_t> logit_tokens;
-  if (!graphed) {
-    for (int t = 0; t < T; ++t)
-      if (batch[static_cast<size_t>(t)].logits) logit_tokens.push_back(t);
-    CHORUS_TRY(m.put(m.logit_rows, logit_tokens));
-  }
-  m.n_logit_rows = graphed ? -1 : static_cast<int>(logit_tokens.size());
-  // Where token t's logits are: row t (graphed), or its place among the tokens with logits.
-  auto logits_row_of = [&](int t, int64_t row) { return graphed ? static_cast<int64_t>(t) : row; };
-  for (size_t i = 0; i < samples.size(); ++i)  // samples[i].row held its token
-    samples[i].row = static_cast<int32_t>(logits_row_of(samples[i].row, sample_row[i]));
+  // The tables go up in stream order; `p` outlives them (the sync below).
+  CHORUS_TRY(m.put(m.ids, p.ids));
+  CHORUS_TRY(m.put(m.pos, p.pos));
+  CHORUS_TRY(m.put(m.write_page, p.write_page));
+  CHORUS_TRY(m.put(m.write_slot, p.write_slot));
+  CHORUS_TRY(m.put(m.page_ids, p.page_ids));
+  CHORUS_TRY(m.put(m.segs, p.segs));
+  CHORUS_TRY(m.put(m.tokens, p.tokens));
+  CHORUS_TRY(m.put(m.tiles, p.tiles));
+  CHORUS_TRY(m.put(m.logit_rows, p.logit_tokens));
+  m.n_tiles = static_cast<int>(p.tiles.size());
+  m.n_logit_rows = p.graphed ? -1 : static_cast<int>(p.logit_tokens.size());
 
   // The step's launches: captured once per padded size into a CUDA graph and replayed, or run
-  // directly (prefill-sized steps, or graphs off).
-  if (graphed) {
-    auto it = m.graphs.find(T_run);
+  // directly (prefill-sized steps, or graphs off). What launch() reads from `m` is the same for
+  // every step of one padded size (no tiles, every row's logits).
+  if (p.graphed) {
+    auto it = m.graphs.find(p.n_run);
     if (it == m.graphs.end()) {
       CHORUS_TRY(m.dev.begin_capture());
-      const Status launched = m.launch(T_run);
+      const Status launched = m.launch(p.n_run);
       auto graph = m.dev.end_capture();
       if (!launched.ok()) {
         if (graph) m.dev.destroy_graph(*graph);
         return launched;
       }
       if (!graph) return graph.error();
-      it = m.graphs.emplace(T_run, *graph).first;
+      it = m.graphs.emplace(p.n_run, *graph).first;
     }
     CHORUS_TRY(m.dev.launch_graph(it->second));
   } else {
-    CHORUS_TRY(m.launch(T_run));
+    CHORUS_TRY(m.launch(p.n_run));
   }
-  if (!samples.empty()) {
-    CHORUS_TRY(m.put(m.samples, samples));
-    const int n_rows = graphed ? T_run : m.n_logit_rows;
-    CHORUS_TRY(op(cuda::sample_rows(m.logits, n_rows, c.n_vocab, m.samples, static_cast<int>(samples.size()), m.sampled,
-                                    m.dev.stream()),
+  if (!p.samples.empty()) {
+    CHORUS_TRY(m.put(m.samples, p.samples));
+    CHORUS_TRY(op(cuda::sample_rows(m.logits, p.n_logits_rows(), c.n_vocab, m.samples, static_cast<int>(p.samples.size()),
+                                    m.sampled, m.dev.stream()),
                   "sample_rows"));
   }
   CHORUS_TRY(m.dev.sync("forward"));
-  if (!samples.empty()) {
-    std::vector<int32_t> picked(samples.size());
+  if (!p.samples.empty()) {
+    std::vector<int32_t> picked(p.samples.size());
     CHORUS_TRY(m.dev.download(picked.data(), m.sampled, static_cast<int64_t>(picked.size() * sizeof(int32_t))));
     for (size_t i = 0; i < picked.size(); ++i) {
       if (picked[i] < 0 || picked[i] >= c.n_vocab)
         return make_error(Errc::internal, "sample_rows returned token " + std::to_string(picked[i]));
-      tokens_out[sample_row[i]] = picked[i];
+      tokens_out[p.sample_out[i]] = picked[i];
     }
   }
+  // The other logits rows come back.
   int64_t row = 0;
   size_t next_sample = 0;
   for (int t = 0; t < T; ++t) {
     if (!batch[static_cast<size_t>(t)].logits) continue;
-    if (next_sample < sample_row.size() && sample_row[next_sample] == row) {
-      ++next_sample;  // sampled on the device: no logits come back
+    if (next_sample < p.sample_out.size() && p.sample_out[next_sample] == row) {
+      ++next_sample;  // drawn on the device: no logits come back
       ++row;
       continue;
     }
-    CHORUS_TRY(m.dev.download_async(logits_out + row * c.n_vocab, m.logits + logits_row_of(t, row) * c.n_vocab,
+    CHORUS_TRY(m.dev.download_async(logits_out + row * c.n_vocab, m.logits + p.logits_row(t, row) * c.n_vocab,
                                     int64_t{c.n_vocab} * static_cast<int64_t>(sizeof(float))));
     ++row;
   }

@@ -1,0 +1,150 @@
+// The CUDA runner's host-side step planning (engine/cuda_step_plan.h), on the CPU: the tables a
+// step's kernels read — page lists and segments, prefill tiles, the rows whose logits are
+// computed, device draws — and the padding of graphed steps onto the spare page.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <vector>
+
+#include "engine/cuda_step_plan.h"
+
+namespace chorus {
+namespace {
+
+SequenceKv seq(std::vector<int32_t> pages, int64_t n_tokens) {
+  SequenceKv s;
+  s.pages = std::move(pages);
+  s.n_tokens = n_tokens;
+  return s;
+}
+
+constexpr CudaStepLimits kLimits{.n_pages = 64, .page_table = 200, .graphs = true, .graph_max_tokens = 64, .max_tokens = 128};
+
+// A 70-token prefill of block 1 through the view [ctx, own], then one decode token of block 2:
+// 71 tokens, too many for a graph.
+struct Prefill {
+  SequenceKv ctx = seq({5, 9, 2}, 40), own = seq({10, 11, 12, 13, 14}, 0), other = seq({20, 21}, 20);
+  std::vector<SequenceKv*> seqs{&ctx, &own, &other};
+  std::vector<View> views{{0, 1}};
+  std::vector<BatchToken> batch;
+  Prefill() {
+    for (int p = 0; p < 70; ++p) batch.push_back({3, p, 1, p == 69, 0});
+    batch.push_back({4, 20, 2, true, -1});
+  }
+};
+
+TEST(CudaStepPlan, PrefillAttendsInTilesAndProjectsOnlyTheAskedRows) {
+  Prefill f;
+  auto p = plan_cuda_step(f.batch, f.seqs, f.views, {}, false, kLimits);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  EXPECT_FALSE(p->graphed);
+  EXPECT_EQ(p->n_run, 71);
+  ASSERT_EQ(p->tiles.size(), 4u);
+  const int32_t want_tiles[4][2] = {{0, 32}, {32, 32}, {64, 6}, {70, 1}};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(p->tiles[i].first_token, want_tiles[i][0]) << i;
+    EXPECT_EQ(p->tiles[i].n_tokens, want_tiles[i][1]) << i;
+  }
+  EXPECT_EQ(p->logit_tokens, (std::vector<int32_t>{69, 70}));
+  EXPECT_EQ(p->n_logits_rows(), 2);
+  EXPECT_EQ(p->logits_row(70, 1), 1);
+  // Pages as far as read: the context's 3, the own block's 5 (70 positions), the other's 2.
+  EXPECT_EQ(p->page_ids, (std::vector<int32_t>{5, 9, 2, 10, 11, 12, 13, 14, 20, 21}));
+  // Token 69 sees the context (40 positions, rotated by its view position 40 + 69) and its own
+  // block up to itself (70 positions, rotated by 69).
+  const cuda::AttnToken t69 = p->tokens[69];
+  ASSERT_EQ(t69.n_segs, 2);
+  const cuda::AttnSegment a = p->segs[static_cast<size_t>(t69.first_seg)], b = p->segs[static_cast<size_t>(t69.first_seg + 1)];
+  EXPECT_EQ(a.first_page, 0);
+  EXPECT_EQ(a.n_kv, 40);
+  EXPECT_EQ(a.q_pos, 109);
+  EXPECT_EQ(b.first_page, 3);
+  EXPECT_EQ(b.n_kv, 70);
+  EXPECT_EQ(b.q_pos, 69);
+  EXPECT_EQ(p->write_page[69], 14);  // position 69: page 4 of the own block
+  EXPECT_EQ(p->write_slot[69], 5);
+  EXPECT_EQ(p->write_page[70], 21);  // the decode token, position 20 of block 2
+}
+
+TEST(CudaStepPlan, GraphedStepsArePaddedOntoTheSparePage) {
+  SequenceKv a = seq({1}, 5), b = seq({2}, 7), c = seq({3}, 2);
+  std::vector<SequenceKv*> seqs{&a, &b, &c};
+  std::vector<BatchToken> batch = {{1, 5, 0, true, -1}, {1, 7, 1, true, -1}, {1, 2, 2, true, -1}};
+  auto p = plan_cuda_step(batch, seqs, {}, {}, false, kLimits);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  EXPECT_TRUE(p->graphed);
+  EXPECT_EQ(p->n_run, 4);
+  EXPECT_TRUE(p->tiles.empty());
+  EXPECT_EQ(p->n_logits_rows(), 4) << "a graph computes every row";
+  EXPECT_EQ(p->logits_row(2, 2), 2);
+  ASSERT_EQ(p->ids.size(), 4u);
+  EXPECT_EQ(p->write_page[3], kLimits.n_pages) << "the padding token writes the spare page";
+  EXPECT_EQ(p->page_ids.back(), kLimits.n_pages);
+  const cuda::AttnSegment pad = p->segs[static_cast<size_t>(p->tokens[3].first_seg)];
+  EXPECT_EQ(pad.first_page, static_cast<int32_t>(p->page_ids.size() - 1)) << "and reads only it";
+  EXPECT_EQ(pad.n_kv, 1);
+  // Graphs off: the same step runs as it is.
+  CudaStepLimits off = kLimits;
+  off.graphs = false;
+  auto q = plan_cuda_step(batch, seqs, {}, {}, false, off);
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(q->graphed);
+  EXPECT_EQ(q->n_run, 3);
+  EXPECT_EQ(q->tiles.size(), 3u);
+}
+
+TEST(CudaStepPlan, DrawsReadTheirLogitsRows) {
+  PlannedDraw d;
+  d.temperature = 0.7f;
+  d.top_k = 40;
+  d.u = 0.25;
+  // Not graphed: the draw for the second logits row (the decode token, token 70) reads row 1.
+  Prefill f;
+  const std::vector<std::optional<PlannedDraw>> draws = {std::nullopt, d};
+  auto p = plan_cuda_step(f.batch, f.seqs, f.views, draws, true, kLimits);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  ASSERT_EQ(p->samples.size(), 1u);
+  EXPECT_EQ(p->samples[0].row, 1);
+  EXPECT_EQ(p->sample_out, (std::vector<int64_t>{1}));
+  EXPECT_EQ(p->samples[0].top_k, 40);
+  EXPECT_EQ(p->samples[0].u, 0.25);
+  // Graphed: row = the token.
+  SequenceKv a = seq({1}, 5), b = seq({2}, 7);
+  std::vector<SequenceKv*> seqs{&a, &b};
+  std::vector<BatchToken> batch = {{1, 5, 0, false, -1}, {1, 7, 1, true, -1}};
+  const std::vector<std::optional<PlannedDraw>> one = {d};
+  auto g = plan_cuda_step(batch, seqs, {}, one, true, kLimits);
+  ASSERT_TRUE(g.ok()) << g.error().to_string();
+  EXPECT_EQ(g->samples[0].row, 1);
+  EXPECT_EQ(g->sample_out, (std::vector<int64_t>{0}));
+  // Refusals.
+  auto e = plan_cuda_step(batch, seqs, {}, one, false, kLimits);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("without tokens_out"), std::string::npos);
+  PlannedDraw wide = d;
+  wide.top_k = 300;
+  e = plan_cuda_step(batch, seqs, {}, std::vector<std::optional<PlannedDraw>>{wide}, true, kLimits);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("top_k 300"), std::string::npos);
+  e = plan_cuda_step(batch, seqs, {}, std::vector<std::optional<PlannedDraw>>{d, d}, true, kLimits);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("2 draws for 1 logits rows"), std::string::npos);
+}
+
+TEST(CudaStepPlan, PagesOutsideTheRunnerOrTheTableAreErrors) {
+  SequenceKv a = seq({1, 64}, 20);
+  std::vector<SequenceKv*> seqs{&a};
+  std::vector<BatchToken> batch = {{1, 20, 0, true, -1}};
+  auto e = plan_cuda_step(batch, seqs, {}, {}, false, kLimits);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("page 64 is outside the CUDA runner's 64 pages"), std::string::npos);
+  a.pages = {1, 2};
+  CudaStepLimits small = kLimits;
+  small.page_table = 2;
+  e = plan_cuda_step(batch, seqs, {}, {}, false, small);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, Errc::out_of_range);
+}
+
+}  // namespace
+}  // namespace chorus
