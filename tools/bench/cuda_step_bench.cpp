@@ -39,10 +39,19 @@
 #include "gpu/cpu_device.h"
 #include "gpu/cuda_device.h"
 #include "kernels/cuda/ops.h"
+#include "tools/bench/cuda_bench_util.h"
+
+namespace chorus::bench {
+// cuda_bench_runners.cpp: the tables of the GEMV question and of the SmolLM2-shaped runners,
+// as JSON rows.
+std::string gemv_vs_bf16(CudaDevice& dev, int reps);
+std::string smollm2_gpu_vs_cpu(CudaDevice* dev);
+}  // namespace chorus::bench
 
 namespace {
 
 using namespace chorus;
+using namespace chorus::bench;
 using cuda::bf16_bits;
 
 struct Shape {
@@ -53,23 +62,6 @@ struct Shape {
   int vocab = 248320;
   int prompt = 1024, notes = 128, own = 32;            // the view: shared prompt, shared notes, own block
 };
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "chorus_cuda_step_bench: %s\n", what.c_str());
-  std::exit(1);
-}
-void check(const std::string& err) {
-  if (!err.empty()) die(err);
-}
-void check(const Status& s) {
-  if (!s.ok()) die(s.error().to_string());
-}
-template <class T>
-T* alloc(CudaDevice& dev, int64_t n, const char* what) {
-  auto p = dev.alloc(n * static_cast<int64_t>(sizeof(T)), what);
-  if (!p) die(p.error().to_string());
-  return static_cast<T*>(*p);
-}
 
 struct Matrix {
   bf16_bits* w = nullptr;
@@ -95,12 +87,6 @@ Matrix matrix(CudaDevice& dev, int64_t rows, int64_t cols, uint64_t seed) {
   Matrix m{alloc<bf16_bits>(dev, rows * cols, "weights"), rows, cols};
   check(cuda::fill_uniform_bf16(m.w, rows * cols, seed, 0.02f, dev.stream()));
   return m;
-}
-
-float* vec(CudaDevice& dev, int64_t n, uint64_t seed, float scale = 1.0f) {
-  float* p = alloc<float>(dev, n, "vector");
-  check(cuda::fill_uniform_f32(p, n, seed, scale, dev.stream()));
-  return p;
 }
 
 Model make_model(CudaDevice& dev, const Shape& s) {
@@ -304,293 +290,6 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
   stage(b.h, s.hidden);
   gemm(m.output, b.logits);
   check(cuda::argmax(b.logits, n, s.vocab, b.next, st));
-}
-
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-// Milliseconds per step: the median of `reps` timed runs of `steps` steps each.
-template <class F>
-double time_steps(CudaDevice& dev, F&& run, int steps, int reps) {
-  auto st = static_cast<cudaStream_t>(dev.stream());
-  cudaEvent_t a, b;
-  cuda_ok(cudaEventCreate(&a), "cudaEventCreate");
-  cuda_ok(cudaEventCreate(&b), "cudaEventCreate");
-  std::vector<double> ms;
-  for (int r = 0; r < reps; ++r) {
-    cuda_ok(cudaEventRecord(a, st), "cudaEventRecord");
-    for (int i = 0; i < steps; ++i) run();
-    cuda_ok(cudaEventRecord(b, st), "cudaEventRecord");
-    cuda_ok(cudaEventSynchronize(b), "cudaEventSynchronize");
-    float t = 0;
-    cuda_ok(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
-    ms.push_back(t / steps);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-// ---- The "dequantized at load, or a dequantizing GEMV for batch <= 4: measure which" ---
-//
-// For the 9B shape's matrices, batch 1, 2 and 4: cuBLAS on bf16 weights (what the runner does,
-// weights converted at load; the activations' conversion to bf16 included) against gemv_q8_0
-// reading the GGUF Q8_0 rows directly. Random bytes: the speed does not depend on the values.
-std::string gemv_vs_bf16(CudaDevice& dev, int reps) {
-  struct MatShape {
-    const char* name;
-    int64_t rows, cols;
-  };
-  const MatShape shapes[] = {{"ffn_up/gate", 12288, 4096}, {"ffn_down", 4096, 12288}, {"gdn_qkv", 8192, 4096},
-                             {"output", 248320, 4096}};
-  std::string rows;
-  std::printf("\nGEMV on GGUF Q8_0 vs cuBLAS on bf16 (us per product, median of %d runs of 20)\n", reps);
-  std::printf("%12s %5s | %10s %10s | %s\n", "matrix", "batch", "bf16 us", "q8_0 us", "bf16/q8_0");
-  void* st = dev.stream();
-  for (const MatShape& ms : shapes) {
-    const int64_t mark = dev.mark();
-    const int64_t row_bytes = ms.cols / 32 * 34;
-    auto* wq = alloc<uint8_t>(dev, ms.rows * row_bytes, "q8_0 weights");
-    check(cuda::fill_uniform_f32(reinterpret_cast<float*>(wq), ms.rows * row_bytes / 4, 21, 1.0f, st));
-    auto* wb = alloc<bf16_bits>(dev, ms.rows * ms.cols, "bf16 weights");
-    check(cuda::fill_uniform_bf16(wb, ms.rows * ms.cols, 22, 0.02f, st));
-    float* x = vec(dev, 4 * ms.cols, 23);
-    auto* xb = alloc<bf16_bits>(dev, 4 * ms.cols, "x bf16");
-    float* y = alloc<float>(dev, 4 * ms.rows, "y");
-    for (const int n : {1, 2, 4}) {
-      auto bf16 = [&] {
-        check(cuda::to_bf16(x, xb, n * ms.cols, st));
-        check(cuda_gemm_bf16(dev, wb, xb, y, ms.rows, n, ms.cols));
-      };
-      auto q8 = [&] { check(cuda::gemv_q8_0(wq, row_bytes, ms.rows, ms.cols, x, n, y, st)); };
-      bf16();
-      q8();
-      check(dev.sync("gemv warm-up"));
-      const double t_b = 1000.0 * time_steps(dev, bf16, 20, reps), t_q = 1000.0 * time_steps(dev, q8, 20, reps);
-      std::printf("%12s %5d | %10.1f %10.1f | %8.2fx\n", ms.name, n, t_b, t_q, t_b / t_q);
-      char row[200];
-      std::snprintf(row, sizeof row, "%s{\"matrix\": \"%s\", \"batch\": %d, \"bf16_us\": %.2f, \"q8_0_us\": %.2f}",
-                    rows.empty() ? "" : ", ", ms.name, n, t_b, t_q);
-      rows += row;
-    }
-    dev.reset_to(mark);
-  }
-  return rows;
-}
-
-// ---- SmolLM2-135M shapes through the model runners: the GPU path against the CPU path ----------
-//
-// A random-weight model of SmolLM2-135M-Instruct's shapes (Q8_0 matrices; the real file is too
-// large to carry to a lent GPU machine) runs the same decode through CudaRunner and the CPU
-// ModelRunner (every core of the machine): `batch` sequences of a 128-token prompt each, then
-// `steps` decode steps of one token per sequence.
-
-struct RandomModel {
-  ModelConfig c;
-  Weights w;
-  std::vector<std::vector<uint8_t>> bytes;
-  std::vector<std::vector<float>> vecs;
-
-  WeightMatrix q8(int64_t rows, int64_t cols, std::mt19937& rng) {
-    const int64_t nb = cols / 32;
-    std::vector<uint8_t> b(static_cast<size_t>(rows * nb * 34));
-    const uint16_t scale = 0x1a0c;  // f16 ~0.0016: 0.2 / 127
-    for (int64_t i = 0; i < rows * nb; ++i) {
-      std::memcpy(&b[static_cast<size_t>(i * 34)], &scale, 2);
-      for (int j = 0; j < 32; ++j) b[static_cast<size_t>(i * 34 + 2 + j)] = static_cast<uint8_t>(rng());
-    }
-    bytes.push_back(std::move(b));
-    return WeightMatrix{TensorType::q8_0, rows, cols, bytes.back().data(), static_cast<size_t>(nb * 34)};
-  }
-  const float* ones(int64_t n) {
-    vecs.emplace_back(static_cast<size_t>(n), 1.0f);
-    return vecs.back().data();
-  }
-};
-
-std::unique_ptr<RandomModel> smollm2_shaped() {
-  auto m = std::make_unique<RandomModel>();
-  ModelConfig& c = m->c;
-  c.arch = "llama";
-  c.name = "smollm2-135m-shaped";
-  c.n_vocab = 49152;
-  c.n_embd = 576;
-  c.n_layer = 30;
-  c.n_head = 9;
-  c.n_head_kv = 3;
-  c.head_dim = 64;
-  c.n_ff = 1536;
-  c.n_ctx_train = 8192;
-  c.norm_eps = 1e-5f;
-  c.rope_base = 100000.0f;
-  c.n_rot = 64;
-  c.tied_output = true;
-  c.linear_layer.assign(30, false);
-  c.kv_layer.resize(30);
-  for (int l = 0; l < 30; ++l) c.kv_layer[static_cast<size_t>(l)] = l;
-  c.n_kv_layer = 30;
-  std::mt19937 rng(3);
-  m->w.token_embd = m->q8(c.n_vocab, c.n_embd, rng);
-  m->w.output = m->w.token_embd;
-  m->w.output_norm = m->ones(c.n_embd);
-  for (int l = 0; l < c.n_layer; ++l) {
-    LayerWeights L;
-    L.attn_norm = m->ones(c.n_embd);
-    L.ffn_norm = m->ones(c.n_embd);
-    L.wq = m->q8(c.q_dim(), c.n_embd, rng);
-    L.wk = m->q8(c.kv_dim(), c.n_embd, rng);
-    L.wv = m->q8(c.kv_dim(), c.n_embd, rng);
-    L.wo = m->q8(c.n_embd, c.q_dim(), rng);
-    L.w_gate = m->q8(c.n_ff, c.n_embd, rng);
-    L.w_up = m->q8(c.n_ff, c.n_embd, rng);
-    L.w_down = m->q8(c.n_embd, c.n_ff, rng);
-    m->w.layers.push_back(L);
-  }
-  return m;
-}
-
-// Decode tokens per second of `batch` sequences through `forward` (a ModelRunner or CudaRunner
-// call), after their prompts.
-template <class Forward>
-double decode_rate(const RandomModel& m, KvCache& kv, int batch, int prompt, int steps, Forward&& forward) {
-  std::vector<SequenceKv> seqs(static_cast<size_t>(batch));
-  std::vector<SequenceKv*> ptrs;
-  for (auto& s : seqs) ptrs.push_back(&s);
-  std::vector<float> logits(static_cast<size_t>(batch) * m.c.n_vocab);
-  std::mt19937 rng(9);
-  for (int b = 0; b < batch; ++b) {
-    if (Status st = kv.reserve(seqs[static_cast<size_t>(b)], prompt + steps); !st.ok()) die(st.error().to_string());
-    std::vector<BatchToken> toks;
-    for (int i = 0; i < prompt; ++i)
-      toks.push_back({static_cast<TokenId>(rng() % static_cast<uint32_t>(m.c.n_vocab)), i, b, i + 1 == prompt, -1});
-    check(forward(toks, ptrs, logits.data()));
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int s = 0; s < steps; ++s) {
-    std::vector<BatchToken> toks;
-    for (int b = 0; b < batch; ++b)
-      toks.push_back({static_cast<TokenId>(rng() % static_cast<uint32_t>(m.c.n_vocab)), prompt + s, b, true, -1});
-    check(forward(toks, ptrs, logits.data()));
-  }
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (auto& s : seqs) kv.release(s);
-  return batch * steps / sec;
-}
-
-// The "prefill latency of a 4k-token prompt while 8 generates decode", through a model
-// runner: 8 sequences hold a 128-token prompt each; then a 4096-token prompt is prefilled in
-// chunks that fill a 512-token step budget beside the 8 decode tokens (the engine's chunked
-// prefill), and, for comparison, alone in 512-token chunks. Returns (prefill seconds alone,
-// prefill seconds while decoding, decode step ms while prefilling).
-struct PrefillTimes {
-  double alone_s = 0, mixed_s = 0, step_ms = 0;
-};
-template <class Forward>
-PrefillTimes prefill_while_decoding(const RandomModel& m, KvCache& kv, Forward&& forward) {
-  constexpr int kDecoders = 8, kPrompt = 128, kLong = 4096, kBudget = 512;
-  std::mt19937 rng(12);
-  auto token = [&] { return static_cast<TokenId>(rng() % static_cast<uint32_t>(m.c.n_vocab)); };
-  std::vector<float> logits(static_cast<size_t>(kDecoders + 1) * m.c.n_vocab);
-  PrefillTimes out;
-  for (const bool with_decode : {false, true}) {
-    std::vector<SequenceKv> seqs(kDecoders + 1);  // the decoders, then the long prompt
-    std::vector<SequenceKv*> ptrs;
-    for (auto& s : seqs) ptrs.push_back(&s);
-    const int steps_max = kLong / (kBudget - kDecoders) + 2;
-    if (with_decode)
-      for (int b = 0; b < kDecoders; ++b) {
-        if (Status st = kv.reserve(seqs[static_cast<size_t>(b)], kPrompt + steps_max); !st.ok()) die(st.error().to_string());
-        std::vector<BatchToken> toks;
-        for (int i = 0; i < kPrompt; ++i) toks.push_back({token(), i, b, i + 1 == kPrompt, -1});
-        check(forward(toks, ptrs, logits.data()));
-      }
-    if (Status st = kv.reserve(seqs[kDecoders], kLong); !st.ok()) die(st.error().to_string());
-    const auto t0 = std::chrono::steady_clock::now();
-    int done = 0, steps = 0;
-    while (done < kLong) {
-      std::vector<BatchToken> toks;
-      if (with_decode)
-        for (int b = 0; b < kDecoders; ++b) toks.push_back({token(), kPrompt + steps, b, true, -1});
-      const int chunk = std::min(kLong - done, kBudget - static_cast<int>(toks.size()));
-      for (int i = 0; i < chunk; ++i) toks.push_back({token(), done + i, kDecoders, done + i + 1 == kLong, -1});
-      check(forward(toks, ptrs, logits.data()));
-      done += chunk;
-      ++steps;
-    }
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (with_decode) {
-      out.mixed_s = sec;
-      out.step_ms = 1000.0 * sec / steps;
-    } else {
-      out.alone_s = sec;
-    }
-    for (auto& s : seqs) kv.release(s);
-  }
-  return out;
-}
-
-// With dev == nullptr (--cpu-only), the CPU column alone.
-std::string smollm2_gpu_vs_cpu(CudaDevice* dev) {
-  const auto m = smollm2_shaped();
-  auto cpu = CpuDevice::create();
-  if (!cpu) die(cpu.error().to_string());
-  const int prompt = 128, steps = 32;
-  auto kv = KvCache::create(m->c, 512);
-  if (!kv) die(kv.error().to_string());
-  const int64_t mark = dev ? dev->mark() : 0;
-  std::string rows;
-  ModelRunner cpu_runner(m->c, m->w, **cpu, prompt);
-  std::printf("\nSmolLM2-135M shapes (random Q8_0), prompt %d, %d decode steps, CPU: %s\n", prompt, steps,
-              (*cpu)->describe().c_str());
-  std::printf("%8s | %14s %14s %12s | %8s\n", "batch", "gpu graph t/s", "gpu direct t/s", "cpu tok/s", "gpu/cpu");
-  for (const int batch : {1, 8}) {
-    double g[2] = {0, 0};  // with graphs, without
-    if (dev)
-      for (int k = 0; k < 2; ++k) {
-        auto r = CudaRunner::create(m->c, m->w, *dev, {.max_tokens = prompt, .n_pages = 512, .graphs = k == 0});
-        if (!r) die(r.error().to_string());
-        g[k] = decode_rate(*m, *kv, batch, prompt, steps,
-                           [&](auto& t, auto& p, float* l) { return (*r)->forward(t, p, l); });
-      }
-    const double c = decode_rate(*m, *kv, batch, prompt, steps,
-                                 [&](auto& t, auto& p, float* l) { return cpu_runner.forward(t, p, *kv, l); });
-    std::printf("%8d | %14.1f %14.1f %12.1f | %7.2fx\n", batch, g[0], g[1], c, g[0] / c);
-    char row[240];
-    std::snprintf(row, sizeof row,
-                  "%s{\"batch\": %d, \"gpu_graph_tok_s\": %.2f, \"gpu_direct_tok_s\": %.2f, \"cpu_tok_s\": %.2f}",
-                  rows.empty() ? "" : ", ", batch, g[0], g[1], c);
-    rows += row;
-  }
-  // A 4k prompt's prefill while 8 sequences decode (512-token steps).
-  {
-    auto kv_long = KvCache::create(m->c, 640);
-    if (!kv_long) die(kv_long.error().to_string());
-    ModelRunner cpu_long(m->c, m->w, **cpu, 512);
-    PrefillTimes g;
-    if (dev) {
-      auto r = CudaRunner::create(m->c, m->w, *dev, {.max_tokens = 512, .n_pages = 640});
-      if (!r) die(r.error().to_string());
-      g = prefill_while_decoding(*m, *kv_long, [&](auto& t, auto& p, float* l) { return (*r)->forward(t, p, l); });
-    }
-    const PrefillTimes c = prefill_while_decoding(
-        *m, *kv_long, [&](auto& t, auto& p, float* l) { return cpu_long.forward(t, p, *kv_long, l); });
-    std::printf("\n4096-token prefill, 512-token steps | %10s %10s | %s\n", "gpu", "cpu", "gpu/cpu");
-    std::printf("  alone                  (s)       | %10.3f %10.3f | %7.2fx\n", g.alone_s, c.alone_s,
-                g.alone_s > 0 ? c.alone_s / g.alone_s : 0.0);
-    std::printf("  while 8 decode         (s)       | %10.3f %10.3f | %7.2fx\n", g.mixed_s, c.mixed_s,
-                g.mixed_s > 0 ? c.mixed_s / g.mixed_s : 0.0);
-    std::printf("  decode step meanwhile  (ms)      | %10.2f %10.2f |\n", g.step_ms, c.step_ms);
-    char row[320];
-    std::snprintf(row, sizeof row,
-                  ", {\"prefill_4k\": {\"gpu_alone_s\": %.4f, \"gpu_while_8_decode_s\": %.4f, \"gpu_step_ms\": %.3f, "
-                  "\"cpu_alone_s\": %.4f, \"cpu_while_8_decode_s\": %.4f, \"cpu_step_ms\": %.3f}}",
-                  g.alone_s, g.mixed_s, g.step_ms, c.alone_s, c.mixed_s, c.step_ms);
-    rows += row;
-  }
-  if (dev) dev->reset_to(mark);
-  return rows;
 }
 
 }  // namespace
