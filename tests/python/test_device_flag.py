@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""`--device cpu|cuda|auto` on the command line (apps/chorus/gpu_choice.h), on any machine.
+
+Without a usable GPU: `auto` runs on the CPU, says why on stderr and prints exactly what `cpu`
+prints; `cuda` fails with a message naming the reason. With one: both run. Either way a model
+the CUDA runner does not run yet (a hybrid one) is named by `cuda` and left to the CPU by `auto`,
+and an unknown device is refused.
+
+usage: test_device_flag.py CHORUS GOLDENS_DIR
+"""
+import subprocess
+import sys
+
+
+def run(chorus, model, *args):
+    cmd = [chorus, "generate", "--model", model, "-n", "8", "--temp", "0", "The river", *args]
+    # Bytes: a random tiny model's tokens need not make valid UTF-8.
+    p = subprocess.run(cmd, capture_output=True, timeout=120)
+    p.stderr = p.stderr.decode("utf-8", "replace")
+    assert p.returncode >= 0, f"{cmd} died with signal {-p.returncode}: {p.stderr}"
+    return p
+
+
+def main():
+    chorus, goldens = sys.argv[1], sys.argv[2]
+    dense, hybrid = f"{goldens}/tiny_llama_f32.gguf", f"{goldens}/tiny_qwen35.gguf"
+
+    cpu = run(chorus, dense, "--device", "cpu")
+    assert cpu.returncode == 0 and cpu.stdout.strip(), cpu.stderr
+    auto = run(chorus, dense, "--device", "auto")
+    assert auto.returncode == 0, auto.stderr
+    on_cpu = "--device auto: running on the CPU" in auto.stderr
+    if on_cpu:
+        assert auto.stdout == cpu.stdout, (auto.stdout, cpu.stdout)
+    cuda = run(chorus, dense, "--device", "cuda")
+    if on_cpu:
+        assert cuda.returncode != 0, "no GPU was found by auto, yet cuda ran"
+        assert cuda.stderr.startswith("chorus generate:"), cuda.stderr
+    else:
+        assert cuda.returncode == 0 and cuda.stdout.strip(), cuda.stderr
+
+    # A hybrid model: cuda names what the CUDA runner lacks; auto leaves it to the CPU.
+    h_cpu = run(chorus, hybrid, "--device", "cpu")
+    assert h_cpu.returncode == 0, h_cpu.stderr
+    h_cuda = run(chorus, hybrid, "--device", "cuda")
+    assert h_cuda.returncode != 0
+    assert "Gated DeltaNet" in h_cuda.stderr or "without CUDA" in h_cuda.stderr, h_cuda.stderr
+    h_auto = run(chorus, hybrid, "--device", "auto")
+    assert h_auto.returncode == 0 and "running on the CPU" in h_auto.stderr, h_auto.stderr
+    assert h_auto.stdout == h_cpu.stdout
+
+    bad = run(chorus, dense, "--device", "tpu")
+    assert bad.returncode != 0 and "cpu" in bad.stderr and "cuda" in bad.stderr, bad.stderr
+    print("device flag: ok (" + ("no usable GPU: auto ran on the CPU" if on_cpu else "ran on the GPU") + ")")
+
+
+if __name__ == "__main__":
+    main()
