@@ -44,6 +44,8 @@ int run_serve(const ServeArgs& args) {
   go.policy.capacity_pages = args.pages;
   go.policy.check_period_s = args.check_period_s;
   go.policy.aging_s = args.aging_s;
+  go.policy.high_watermark = args.high_watermark;
+  go.policy.low_watermark = args.low_watermark;
   go.restore_wait_s = args.restore_wait_s;
   go.policy.offload_displaces = args.displace;
   go.policy.host_capacity_pages = args.host_pages;

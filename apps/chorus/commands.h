@@ -108,6 +108,8 @@ struct ServeArgs {
   bool displace = false;          // ready programs displace acting ones that offload cheaply
   std::string policy = "program"; // program, lru, ttl
   double ttl_s = 2;               // --policy ttl: seconds an idle program stays pinned
+  double high_watermark = 0.95;   // program policy: pause above this share of the pages ...
+  double low_watermark = 0.85;    // ... restore below this one
   int threads = 0;
   std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
 };

@@ -140,6 +140,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"program", "lru", "ttl"}));
   serve_cmd->add_option("--ttl", serve.ttl_s, "With --policy ttl: seconds an idle program stays pinned")->capture_default_str();
+  serve_cmd->add_option("--high-watermark", serve.high_watermark,
+                        "Program policy: pause programs while the resident pages exceed this share of --pages")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 1.0));
+  serve_cmd->add_option("--low-watermark", serve.low_watermark,
+                        "Program policy: restore programs while the weighted pages stay below this share (<= high)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 1.0));
   serve_cmd->add_option("-t,--threads", serve.threads, "Compute threads; 0 one per core")->capture_default_str();
   serve_cmd->add_option("--device", serve.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
       ->capture_default_str()

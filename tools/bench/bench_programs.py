@@ -53,7 +53,8 @@ def run_policy(args, policy):
     server = subprocess.Popen([args.chorus, "serve", "--model", args.model, "--port", "0", "--pages", str(args.pages),
                                "--policy", policy, "--ttl", str(args.ttl), "--check-period", str(args.check_period),
                                "--host-pages", str(args.host_pages), "--ctx", "8192",
-                               "--aging", str(args.aging), "--restore-wait", str(args.restore_wait)]
+                               "--aging", str(args.aging), "--restore-wait", str(args.restore_wait),
+                               "--low-watermark", str(args.low_watermark)]
                               + (["--displace"] if args.displace and policy == "program" else []),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -133,6 +134,7 @@ def main():
     ap.add_argument("--aging", type=float, default=10.0, help="chorus serve --aging (program policy)")
     ap.add_argument("--restore-wait", type=float, default=300.0, help="chorus serve --restore-wait")
     ap.add_argument("--displace", action="store_true", help="chorus serve --displace (program policy)")
+    ap.add_argument("--low-watermark", type=float, default=0.85, help="chorus serve --low-watermark (program policy)")
     ap.add_argument("--check-period", type=float, default=1.0)
     ap.add_argument("--policies", default="lru,ttl,program")
     ap.add_argument("--json", default=None)
