@@ -66,7 +66,12 @@ struct CudaRunner::Impl {
   int32_t* logit_rows = nullptr;       // [max_tokens] tokens whose logits a step computes
   int n_logit_rows = -1;               // -1: every token's (graphed steps); else how many
   cuda::AttnTile* tiles = nullptr;     // [max_tokens] prefill tiles of one step
-  int n_tiles = 0;                     // > 0: this step's attention runs tiled
+  bool tiled = false;                  // this step attends in tiles (plus its single tokens)
+  int n_tiles = 0;
+  int32_t* single_rows = nullptr;      // [max_tokens] the single tokens of a tiled step ...
+  cuda::AttnToken* single_table = nullptr;  // ... and their token entries
+  float *q_single = nullptr, *att_single = nullptr;  // [max_tokens][q_dim] their queries and outputs, compacted
+  int n_single = 0;
   cuda::SampleRow* samples = nullptr;  // [max_tokens] draws of one step
   int32_t* sampled = nullptr;          // [max_tokens] their tokens
 
@@ -163,8 +168,22 @@ struct CudaRunner::Impl {
       a.neox = neox;
       a.scale = 1.0f / std::sqrt(static_cast<float>(HD));
       a.out = att;
-      if (n_tiles > 0) CHORUS_TRY(op(cuda::attention_tiled(a, tiles, n_tiles, st), "attention"));
-      else CHORUS_TRY(op(cuda::attention(a, st), "attention"));
+      if (!tiled) {
+        CHORUS_TRY(op(cuda::attention(a, st), "attention"));
+      } else {  // runs in tiles; single tokens compacted through the per-token kernel and put back
+        CHORUS_TRY(op(cuda::attention_tiled(a, tiles, n_tiles, st), "attention"));
+        if (n_single > 0) {
+          const int QD = c.q_dim();
+          CHORUS_TRY(op(cuda::gather_rows(q, single_rows, n_single, QD, q_single, st), "attention"));
+          cuda::AttnArgs one = a;
+          one.q = q_single;
+          one.tokens = single_table;
+          one.n_tokens = n_single;
+          one.out = att_single;
+          CHORUS_TRY(op(cuda::attention(one, st), "attention"));
+          CHORUS_TRY(op(cuda::scatter_rows(att_single, single_rows, n_single, QD, att, st), "attention"));
+        }
+      }
       CHORUS_TRY(stage(att, T, L.wo.cols));
       CHORUS_TRY(gemm(L.wo, h, T));
       CHORUS_TRY(op(cuda::add(x, h, int64_t{T} * E, st), "residual"));
@@ -285,7 +304,8 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   const int64_t widest = std::max({E, QD, FF});
   for (auto [dst, n] : {std::pair{&m.x, T * E}, std::pair{&m.h, T * E}, std::pair{&m.q, T * QD}, std::pair{&m.k, T * KVD},
                         std::pair{&m.v, T * KVD}, std::pair{&m.att, T * QD}, std::pair{&m.gate, T * FF},
-                        std::pair{&m.up, T * FF}, std::pair{&m.logits, T * int64_t{c.n_vocab}}}) {
+                        std::pair{&m.up, T * FF}, std::pair{&m.logits, T * int64_t{c.n_vocab}},
+                        std::pair{&m.q_single, T * QD}, std::pair{&m.att_single, T * QD}}) {
     auto r = m.take<float>(n, "activations");
     if (!r) return r.error();
     *dst = *r;
@@ -309,6 +329,12 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   auto logit_rows = m.take<int32_t>(T, "step tables");
   if (!logit_rows) return logit_rows.error();
   m.logit_rows = *logit_rows;
+  auto single_rows = m.take<int32_t>(T, "step tables");
+  if (!single_rows) return single_rows.error();
+  m.single_rows = *single_rows;
+  auto single_table = m.take<cuda::AttnToken>(T, "step tables");
+  if (!single_table) return single_table.error();
+  m.single_table = *single_table;
   auto tiles = m.take<cuda::AttnTile>(T, "step tables");
   if (!tiles) return tiles.error();
   m.tiles = *tiles;
@@ -344,8 +370,12 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   CHORUS_TRY(m.put(m.segs, p.segs));
   CHORUS_TRY(m.put(m.tokens, p.tokens));
   CHORUS_TRY(m.put(m.tiles, p.tiles));
+  CHORUS_TRY(m.put(m.single_rows, p.single_tokens));
+  CHORUS_TRY(m.put(m.single_table, p.single_table));
   CHORUS_TRY(m.put(m.logit_rows, p.logit_tokens));
+  m.tiled = !p.graphed;
   m.n_tiles = static_cast<int>(p.tiles.size());
+  m.n_single = static_cast<int>(p.single_tokens.size());
   m.n_logit_rows = p.graphed ? -1 : static_cast<int>(p.logit_tokens.size());
 
   // The step's launches: captured once per padded size into a CUDA graph and replayed, or run

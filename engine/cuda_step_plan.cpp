@@ -125,6 +125,14 @@ Result<CudaStepPlan> plan_cuda_step(std::span<const BatchToken> batch, std::span
   } else {
     // Prefill-sized steps attend in tiles and project only the tokens that want logits.
     plan_tiles(batch, plan, &p.tiles);
+    // A tile of one reads its pages once per query head with one warp of four busy: such tokens
+    // go to the per-token kernel, which serves a KV head's whole query group at once.
+    for (const cuda::AttnTile& t : p.tiles)
+      if (t.n_tokens == 1) {
+        p.single_tokens.push_back(t.first_token);
+        p.single_table.push_back(p.tokens[static_cast<size_t>(t.first_token)]);
+      }
+    std::erase_if(p.tiles, [](const cuda::AttnTile& t) { return t.n_tokens == 1; });
     for (int t = 0; t < T; ++t)
       if (batch[static_cast<size_t>(t)].logits) p.logit_tokens.push_back(t);
   }

@@ -33,7 +33,11 @@ struct CudaStepPlan {
   std::vector<int32_t> page_ids;
   std::vector<cuda::AttnSegment> segs;
   std::vector<cuda::AttnToken> tokens;  // [n_run]
-  std::vector<cuda::AttnTile> tiles;    // not graphed: runs of up to 32 tokens that share pages
+  std::vector<cuda::AttnTile> tiles;    // not graphed: runs of 2..32 tokens that share pages
+  // Not graphed: the other tokens (decodes beside a prefill), for the per-token kernel over them
+  // compacted: their rows, and their entries of `tokens` (segments shared with the full table).
+  std::vector<int32_t> single_tokens;
+  std::vector<cuda::AttnToken> single_table;
   // Not graphed: the tokens whose logits are computed (logits row i is the i-th); graphed: every
   // token's are (row t is token t).
   std::vector<int32_t> logit_tokens;

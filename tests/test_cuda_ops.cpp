@@ -705,6 +705,24 @@ TEST_F(CudaOps, GemvQ8_0MatchesTheDequantizedProduct) {
   }
 }
 
+TEST_F(CudaOps, GatherAndScatterRows) {
+  const int cols = 70;
+  const auto x = random_floats(6 * cols, 81);
+  const std::vector<int32_t> rows = {5, 1, 3};
+  float* g = room<float>(rows.size() * cols);
+  ASSERT_EQ(cuda::gather_rows(put(x), put(rows), 3, cols, g, stream()), "");
+  const auto got = get(g, rows.size() * cols);
+  std::vector<float> back(6 * cols, -1.0f);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int c = 0; c < cols; ++c) {
+      ASSERT_EQ(got[i * cols + c], x[static_cast<size_t>(rows[i]) * cols + c]);
+      back[static_cast<size_t>(rows[i]) * cols + c] = x[static_cast<size_t>(rows[i]) * cols + c];
+    }
+  float* y = put(std::vector<float>(6 * cols, -1.0f));
+  ASSERT_EQ(cuda::scatter_rows(g, put(rows), 3, cols, y, stream()), "");
+  EXPECT_EQ(get(y, 6 * cols), back);
+}
+
 TEST_F(CudaOps, CopyPages) {
   const int64_t page = 1000;
   auto pool = random_floats(6 * page, 40);

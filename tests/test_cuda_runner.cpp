@@ -259,7 +259,8 @@ TEST(CudaRunner, GraphedStepsEqualDirectOnes) {
 
 // A prefill larger than a graph (tiled attention, logits projected for the asked tokens only):
 // a 40-token context block, then 100 tokens written through the view [context, own] in one
-// step with logits after the 50th and the last, against the CPU runner.
+// step with logits after the 50th and the last, plus one decode token of the context block in
+// the same step (a single token: the per-token kernel, compacted), against the CPU runner.
 TEST(CudaRunner, TiledPrefillMatchesTheCpu) {
   Pair p;
   const std::string why = load(goldens("tiny_llama_f32.gguf"), &p);
@@ -275,15 +276,17 @@ TEST(CudaRunner, TiledPrefillMatchesTheCpu) {
     ASSERT_TRUE(p.kv->reserve(blocks[1], 100).ok());
     std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1]};
     std::vector<BatchToken> batch;
+    ASSERT_TRUE(p.kv->reserve(blocks[0], 41).ok());
     for (int i = 0; i < 100; ++i) batch.push_back({own[static_cast<size_t>(i)], i, 1, i == 49 || i == 99, 0});
-    std::vector<float> logits(2 * static_cast<size_t>(V));
+    batch.push_back({ctx[7], 40, 0, true, -1});
+    std::vector<float> logits(3 * static_cast<size_t>(V));
     const Status st = gpu ? p.gpu_runner->forward(batch, ptrs, logits.data(), views)
                           : p.cpu_runner->forward(batch, ptrs, *p.kv, logits.data(), views);
     ASSERT_TRUE(st.ok()) << st.error().to_string();
     (gpu ? got : want) = logits;
     for (auto& b : blocks) p.kv->release(b);
   }
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < 3; ++r) {
     const std::vector<float> g(got.begin() + r * V, got.begin() + (r + 1) * V), w(want.begin() + r * V, want.begin() + (r + 1) * V);
     const double err = rel_l2(g, w);
     std::printf("  tiled prefill, logits row %d: rel L2 %.3e vs the CPU\n", r, err);

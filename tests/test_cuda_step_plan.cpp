@@ -39,12 +39,17 @@ TEST(CudaStepPlan, PrefillAttendsInTilesAndProjectsOnlyTheAskedRows) {
   ASSERT_TRUE(p.ok()) << p.error().to_string();
   EXPECT_FALSE(p->graphed);
   EXPECT_EQ(p->n_run, 71);
-  ASSERT_EQ(p->tiles.size(), 4u);
-  const int32_t want_tiles[4][2] = {{0, 32}, {32, 32}, {64, 6}, {70, 1}};
-  for (size_t i = 0; i < 4; ++i) {
+  ASSERT_EQ(p->tiles.size(), 3u);
+  const int32_t want_tiles[3][2] = {{0, 32}, {32, 32}, {64, 6}};
+  for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(p->tiles[i].first_token, want_tiles[i][0]) << i;
     EXPECT_EQ(p->tiles[i].n_tokens, want_tiles[i][1]) << i;
   }
+  // The decode token goes to the per-token kernel, compacted: its row and its own entry.
+  EXPECT_EQ(p->single_tokens, (std::vector<int32_t>{70}));
+  ASSERT_EQ(p->single_table.size(), 1u);
+  EXPECT_EQ(p->single_table[0].first_seg, p->tokens[70].first_seg);
+  EXPECT_EQ(p->single_table[0].n_segs, 1);
   EXPECT_EQ(p->logit_tokens, (std::vector<int32_t>{69, 70}));
   EXPECT_EQ(p->n_logits_rows(), 2);
   EXPECT_EQ(p->logits_row(70, 1), 1);
@@ -90,7 +95,8 @@ TEST(CudaStepPlan, GraphedStepsArePaddedOntoTheSparePage) {
   ASSERT_TRUE(q.ok());
   EXPECT_FALSE(q->graphed);
   EXPECT_EQ(q->n_run, 3);
-  EXPECT_EQ(q->tiles.size(), 3u);
+  EXPECT_TRUE(q->tiles.empty());
+  EXPECT_EQ(q->single_tokens, (std::vector<int32_t>{0, 1, 2}));
 }
 
 TEST(CudaStepPlan, DrawsReadTheirLogitsRows) {

@@ -63,6 +63,14 @@ __global__ void rows_to_bf16_kernel(const float* __restrict__ x, const int32_t* 
   for (int i = threadIdx.x; i < cols; i += blockDim.x) dst[i] = __float2bfloat16(src[i]);
 }
 
+__global__ void move_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int cols,
+                                 float* __restrict__ y, bool gather) {
+  const int64_t r = rows[blockIdx.x];
+  const float* src = gather ? x + r * cols : x + static_cast<int64_t>(blockIdx.x) * cols;
+  float* dst = gather ? y + static_cast<int64_t>(blockIdx.x) * cols : y + r * cols;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) dst[i] = src[i];
+}
+
 using DequantKernel = void (*)(const uint8_t*, int64_t, int64_t, int64_t, __nv_bfloat16*);
 
 // The kernel for a GGUF type id, or nullptr for a type without a CUDA conversion.
@@ -125,6 +133,24 @@ std::string rows_to_bf16(const float* x, const int32_t* rows, int n, int cols, b
   if (n == 0) return {};
   rows_to_bf16_kernel<<<n, 256, 0, stream_of(s)>>>(x, rows, cols, reinterpret_cast<__nv_bfloat16*>(y));
   return launch_status("rows_to_bf16");
+}
+
+std::string gather_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s) {
+  if (n < 0 || n > 65535 || cols < 1)
+    return shape_error("gather_rows", std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
+  if (!x || !rows || !y) return shape_error("gather_rows", "a null pointer");
+  if (n == 0) return {};
+  move_rows_kernel<<<n, 256, 0, stream_of(s)>>>(x, rows, cols, y, true);
+  return launch_status("gather_rows");
+}
+
+std::string scatter_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s) {
+  if (n < 0 || n > 65535 || cols < 1)
+    return shape_error("scatter_rows", std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
+  if (!x || !rows || !y) return shape_error("scatter_rows", "a null pointer");
+  if (n == 0) return {};
+  move_rows_kernel<<<n, 256, 0, stream_of(s)>>>(x, rows, cols, y, false);
+  return launch_status("scatter_rows");
 }
 
 }  // namespace chorus::cuda

@@ -59,6 +59,10 @@ std::string to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s);
 // y[i] = bf16(x[rows[i]]), rows of `cols` values, i < n: the rows a product needs, gathered
 // (the output projection of a prefill step needs only the tokens that want logits).
 std::string rows_to_bf16(const float* x, const int32_t* rows, int n, int cols, bf16_bits* y, Stream s);
+// y[i] = x[rows[i]] (gather) and y[rows[i]] = x[i] (scatter), rows of `cols` floats, i < n: a
+// subset of a step's tokens compacted for a kernel and put back.
+std::string gather_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s);
+std::string scatter_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s);
 
 // Paged attention over views, decode and prefill-in-context alike: one query token per row of
 // `tokens`, each attending its own list of segments (blocks of its view, in view order).
