@@ -69,6 +69,10 @@ struct Gateway::Impl {
   // Metrics.
   std::atomic<int64_t> prompt_tokens{0}, completion_tokens{0}, reused_tokens{0}, recomputed_tokens{0};
   std::atomic<int64_t> requests{0}, pauses{0}, restores{0};
+  // Where a request's time goes (guarded by m): all of it, from arrival to its end, and the part
+  // spent waiting for its program to be restored. Their ratio says how much the scheduling costs;
+  // the first over the wall time is the mean number of requests in flight.
+  double request_seconds = 0, restore_wait_seconds = 0;
   std::deque<double> recent;  // end times of requests in the last minute (under m)
   Clock::time_point t0 = Clock::now();
 
@@ -313,12 +317,18 @@ struct Gateway::Impl {
     }
     schedule();  // a request boundary
     std::unique_lock<std::mutex> l(m);
+    const double wait_from = now();
     const bool ready = cv.wait_for(l, std::chrono::duration<double>(opts.restore_wait_s), [&] {
       auto it = sessions.find(*id);
       return stopping || it == sessions.end() || (!it->second.paused && !it->second.moving);
     });
+    restore_wait_seconds += now() - wait_from;
     if (!ready || stopping || !sessions.count(*id)) {
-      if (sessions.count(*id)) sessions.at(*id).busy = false;
+      if (sessions.count(*id)) {
+        Session& s = sessions.at(*id);
+        s.busy = false;
+        request_seconds += now() - s.phase_since;
+      }
       throw HttpError{503, error_body("program `" + *id + "` could not be restored in time (memory is full)", "server_error",
                                       "", "program_paused")};
     }
@@ -434,6 +444,7 @@ struct Gateway::Impl {
       if (it == sessions.end()) return;
       Session& s = it->second;
       s.busy = false;
+      request_seconds += now() - s.phase_since;  // phase_since: when the request arrived
       s.phase_since = s.last_used = now();
       ephemeral = s.ephemeral;
       recent.push_back(now());
@@ -570,6 +581,10 @@ struct Gateway::Impl {
     metric("chorus_requests_per_minute", "gauge", "chat completions in the last minute", static_cast<double>(recent.size()));
     metric("chorus_pauses_total", "counter", "programs paused", static_cast<double>(pauses.load()));
     metric("chorus_restores_total", "counter", "programs restored", static_cast<double>(restores.load()));
+    metric("chorus_request_seconds_total", "counter", "seconds requests took, arrival to end (summed over requests)",
+           request_seconds);
+    metric("chorus_restore_wait_seconds_total", "counter",
+           "seconds requests waited for their program to be restored (summed over requests)", restore_wait_seconds);
     return out;
   }
 

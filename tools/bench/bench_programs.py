@@ -14,7 +14,10 @@ server must evict. The same workload (same seeds) runs against `chorus serve` th
 
 Reported per policy: steps per minute, recomputed tokens, KV hit rate (the share of context
 tokens found resident when a request came), p50/p99 step latency (one reason request, waits
-included), and the ratio of steps/min to lru.
+included), the ratio of steps/min to lru, where request time went (the mean number of requests
+in flight and the share of their time spent waiting for a restore, from /metrics), and the rate
+over the middle half of the run (between the N/4-th and 3N/4-th completed step), since the
+whole-run rate of this closed workload also counts its start and its tail.
 
   PY=~/.cache/chorus/venv-tests/bin/python
   $PY tools/bench/bench_programs.py --programs 32 --steps 4 --pages 600 --json /tmp/programs.json
@@ -67,6 +70,8 @@ def run_policy(args, policy):
         model = client.models.list().data[0].id
         latencies, lock, errors = [], threading.Lock(), []
         steps = [0]
+        step_times = []   # when each step completed
+        done_times = []   # when each program completed its last step
 
         def program(i):
             rng = random.Random(1000 + i)
@@ -85,6 +90,9 @@ def run_policy(args, policy):
                 with lock:
                     latencies.append(time.time() - t0)
                     steps[0] += 1
+                    step_times.append(time.time())
+                    if k + 1 == args.steps:
+                        done_times.append(time.time())
                 messages.append({"role": "assistant", "content": r.choices[0].message.content})
                 if k + 1 < args.steps:
                     out, _ = tool_run(rng, args.tool_words)
@@ -97,6 +105,13 @@ def run_policy(args, policy):
         for t in threads:
             t.join()
         wall = time.time() - t0
+        # The middle half: steps/min between the completion of the N/4-th and the 3N/4-th step.
+        # A closed workload's whole-run rate also counts its start (everything fits) and its tail
+        # (few programs left, the scheduler's order decides who is last).
+        step_times.sort()
+        n = len(step_times)
+        middle_rate = (60.0 * (n // 2) / max(step_times[3 * n // 4] - step_times[n // 4], 1e-9)) if n >= 8 else float("nan")
+        first_done = min(done_times) if done_times else t0 + wall
         metrics = urllib.request.urlopen(base + "/metrics").read().decode()
 
         def metric(name):
@@ -110,7 +125,12 @@ def run_policy(args, policy):
                 "recomputed_tokens": recomputed, "reused_tokens": reused,
                 "kv_hit_rate": 1.0 - recomputed / reused if reused > 0 else 1.0,
                 "p50_step_s": pct(0.50), "p99_step_s": pct(0.99), "pauses": metric("chorus_pauses_total"),
-                "restores": metric("chorus_restores_total"), "errors": errors[:3], "n_errors": len(errors)}
+                "restores": metric("chorus_restores_total"), "errors": errors[:3], "n_errors": len(errors),
+                # Where request time went: mean requests in flight, and the share spent waiting for a restore.
+                "middle_steps_per_min": middle_rate, "first_done_s": first_done - t0,
+                "in_flight": metric("chorus_request_seconds_total") / wall,
+                "restore_wait_share": (metric("chorus_restore_wait_seconds_total") /
+                                       max(metric("chorus_request_seconds_total"), 1e-9))}
     finally:
         server.terminate()
         try:
@@ -148,12 +168,14 @@ def main():
         results.append(r)
         print(json.dumps(r), flush=True)
     base = next((r for r in results if r["policy"] == "lru"), results[0])
-    print("\n%-8s %10s %10s %12s %8s %9s %9s %8s" % ("policy", "steps/min", "vs lru", "recomputed", "hit", "p50 s",
-                                                       "p99 s", "errors"))
+    print("\n%-8s %10s %10s %12s %8s %9s %9s %8s %10s %10s %11s" % (
+        "policy", "steps/min", "vs lru", "recomputed", "hit", "p50 s", "p99 s", "errors", "in flight", "wait share",
+        "middle/min"))
     for r in results:
-        print("%-8s %10.1f %9.2fx %12d %7.1f%% %9.2f %9.2f %8d" % (
+        print("%-8s %10.1f %9.2fx %12d %7.1f%% %9.2f %9.2f %8d %10.2f %9.1f%% %11.1f" % (
             r["policy"], r["steps_per_min"], r["steps_per_min"] / base["steps_per_min"], r["recomputed_tokens"],
-            100 * r["kv_hit_rate"], r["p50_step_s"], r["p99_step_s"], r["n_errors"]))
+            100 * r["kv_hit_rate"], r["p50_step_s"], r["p99_step_s"], r["n_errors"], r["in_flight"],
+            100 * r["restore_wait_share"], r["middle_steps_per_min"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results}, f, indent=1)
