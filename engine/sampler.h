@@ -59,6 +59,9 @@ class Sampler {
   const SamplingParams& params() const { return p_; }
 
  private:
+  // Above this many candidates with no top-p/min-p filter, the draw sorts lazily (draw_unfiltered).
+  static constexpr size_t kSortedDrawFrom = 512;
+  TokenId draw_unfiltered(size_t keep, double u);
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, TokenId>> cand_;  // scratch, reused

@@ -2,6 +2,8 @@
 // input: unsupported architectures, prompts longer than the context, oversized requests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
@@ -347,6 +349,45 @@ TEST(Sampler, PlannedDrawsAreTheDrawsSampleMakes) {
   Sampler c(q), e(q);
   EXPECT_FALSE(c.plan_draw(256).has_value());
   for (int i = 0; i < 20; ++i) EXPECT_EQ(c.sample(logits, {}), e.sample(logits, {})) << "a refused plan draws nothing";
+}
+
+// With many candidates and no top-p/min-p filter the draw sorts lazily, a chunk at a time: the
+// tokens are those of a full sort and a walk down it (float64 weights, r = u * total).
+TEST(Sampler, LazySortedDrawsEqualAFullSort) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  for (const int top_k : {0, 1000}) {
+    for (const float sigma : {0.5f, 3.0f}) {  // a flat distribution (the walk goes deep) and a peaked one
+      std::normal_distribution<float> nd(0.0f, sigma);
+      SamplingParams p;
+      p.temperature = 0.8f;
+      p.top_k = top_k;
+      p.top_p = 1.0f;
+      p.min_p = 0.0f;
+      Sampler sampler(p);
+      std::vector<float> logits(5000);
+      for (int i = 0; i < 100; ++i) {
+        for (float& x : logits) x = nd(rng);
+        const double u = ud(rng);
+        std::vector<std::pair<float, TokenId>> c;
+        for (size_t t = 0; t < logits.size(); ++t) c.emplace_back(logits[t], static_cast<TokenId>(t));
+        std::sort(c.begin(), c.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+        if (top_k > 0) c.resize(static_cast<size_t>(top_k));
+        double total = 0;
+        for (auto& [l, t] : c) total += std::exp(static_cast<double>(l - c[0].first) / p.temperature);
+        double r = u * total;
+        TokenId want = c.back().second;
+        for (auto& [l, t] : c) {
+          r -= std::exp(static_cast<double>(l - c[0].first) / p.temperature);
+          if (r <= 0.0) {
+            want = t;
+            break;
+          }
+        }
+        ASSERT_EQ(sampler.sample_at(logits, {}, u), want) << "top_k " << top_k << ", sigma " << sigma << ", u " << u;
+      }
+    }
+  }
 }
 
 TEST(Sampler, TemperatureSpreadsTheDraws) {
