@@ -15,9 +15,15 @@ TokenId argmax(std::span<const float> logits) {
 
 Sampler::Sampler(SamplingParams params) : p_(std::move(params)), rng_(p_.seed) {}
 
+namespace {
+
+// Candidates in the sampler's order: larger logit first, lower id first among equals.
+bool by_logit(const std::pair<float, TokenId>& a, const std::pair<float, TokenId>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
 // The uniform draw of one sample: std::uniform_real_distribution<double>(0, total) is
 // u * total with this u (libstdc++), so drawing u first and scaling it later is the same draw.
-namespace {
 double next_uniform(std::mt19937_64& rng) {
   return std::generate_canonical<double, std::numeric_limits<double>::digits>(rng);
 }
@@ -46,7 +52,6 @@ std::optional<PlannedDraw> Sampler::plan_draw(int max_top_k) {
 // distribution is near the top: the order is sorted a chunk at a time as the draw walks it. The
 // same token as a full sort, but for the last bits of the total (summed in another order).
 TokenId Sampler::draw_unfiltered(size_t keep, double u) {
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   if (keep < cand_.size()) {  // the top-k set, unordered
     std::nth_element(cand_.begin(), cand_.begin() + static_cast<long>(keep) - 1, cand_.end(), by_logit);
     cand_.resize(keep);
@@ -95,7 +100,6 @@ TokenId Sampler::sample_at(std::span<const float> logits, std::span<const TokenI
       if (seen[static_cast<size_t>(id)]) logit = logit > 0 ? logit / p_.repeat_penalty : logit * p_.repeat_penalty;
   }
 
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   if (p_.temperature <= 0.0f) return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
 
   size_t keep = cand_.size();

@@ -135,22 +135,26 @@ std::string rows_to_bf16(const float* x, const int32_t* rows, int n, int cols, b
   return launch_status("rows_to_bf16");
 }
 
-std::string gather_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s) {
+namespace {
+
+std::string move_rows(const char* op, const float* x, const int32_t* rows, int n, int cols, float* y, bool gather,
+                      Stream s) {
   if (n < 0 || n > 65535 || cols < 1)
-    return shape_error("gather_rows", std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
-  if (!x || !rows || !y) return shape_error("gather_rows", "a null pointer");
+    return shape_error(op, std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
+  if (!x || !rows || !y) return shape_error(op, "a null pointer");
   if (n == 0) return {};
-  move_rows_kernel<<<n, 256, 0, stream_of(s)>>>(x, rows, cols, y, true);
-  return launch_status("gather_rows");
+  move_rows_kernel<<<n, 256, 0, stream_of(s)>>>(x, rows, cols, y, gather);
+  return launch_status(op);
+}
+
+}  // namespace
+
+std::string gather_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s) {
+  return move_rows("gather_rows", x, rows, n, cols, y, true, s);
 }
 
 std::string scatter_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s) {
-  if (n < 0 || n > 65535 || cols < 1)
-    return shape_error("scatter_rows", std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
-  if (!x || !rows || !y) return shape_error("scatter_rows", "a null pointer");
-  if (n == 0) return {};
-  move_rows_kernel<<<n, 256, 0, stream_of(s)>>>(x, rows, cols, y, false);
-  return launch_status("scatter_rows");
+  return move_rows("scatter_rows", x, rows, n, cols, y, false, s);
 }
 
 }  // namespace chorus::cuda
