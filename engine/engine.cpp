@@ -6,7 +6,6 @@
 
 #include "engine/cuda_runner.h"
 #include "engine/linear_state.h"
-#include "gpu/cpu_device.h"
 
 namespace chorus {
 
@@ -43,36 +42,22 @@ struct Engine::Active {
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, CpuDevice& device, EngineOptions opts,
                                                CudaDevice* gpu) {
   if (opts.token_budget < 1) return make_error(Errc::invalid_argument, "token budget must be at least 1");
-  if (!gpu) {
-    auto kv = KvCache::create(model.config, opts.n_pages);
-    if (!kv) return kv.error();
-    return std::unique_ptr<Engine>(new Engine(model, device, opts, std::move(*kv), nullptr));
-  }
-  CudaRunnerOptions ro;
-  ro.max_tokens = opts.token_budget;
-  ro.n_pages = opts.n_pages;
-  auto runner = CudaRunner::create(model.config, model.weights, *gpu, ro);
-  if (!runner) return runner.error();
-  auto kv = KvCache::create(model.config, opts.n_pages, runner->get());
-  if (!kv) return kv.error();
-  return std::unique_ptr<Engine>(new Engine(model, device, opts, std::move(*kv), std::move(*runner)));
+  auto pass = ForwardPass::create(model, device, opts.token_budget, opts.n_pages, gpu);
+  if (!pass) return pass.error();
+  return std::unique_ptr<Engine>(new Engine(model, opts, std::move(*pass)));
 }
 
 Engine::~Engine() = default;
 
-Engine::Engine(const Model& m, CpuDevice& d, EngineOptions o, KvCache kv, std::unique_ptr<CudaRunner> gpu)
-    : model_(m), device_(d), opts_(o), kv_(std::move(kv)), gpu_runner_(std::move(gpu)) {
+Engine::Engine(const Model& m, EngineOptions o, std::unique_ptr<ForwardPass> pass)
+    : model_(m), opts_(o), pass_(std::move(pass)), kv_(pass_->kv()) {
   blocks_ = std::make_unique<BlockStore>(kv_, m.config.n_kv_layer);
-  if (!gpu_runner_) runner_ = std::make_unique<ModelRunner>(m.config, m.weights, d, opts_.token_budget);
 }
-
-std::string Engine::describe() const { return gpu_runner_ ? gpu_runner_->describe() : device_.describe(); }
 
 Status Engine::forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
                        std::span<const View> views, std::span<const std::optional<PlannedDraw>> draws,
                        TokenId* drawn) {
-  if (gpu_runner_) return gpu_runner_->forward(batch, seqs, logits_.data(), views, draws, drawn);
-  return runner_->forward(batch, seqs, kv_, logits_.data(), views);
+  return pass_->run(batch, seqs, logits_.data(), views, draws, drawn);
 }
 
 Result<RequestId> Engine::submit(Request r) {
@@ -322,9 +307,11 @@ Result<std::vector<Event>> Engine::step() {
   logits_.resize(static_cast<size_t>(std::max(n_logits, 1)) * V);
   // On a GPU, a generate's next token is drawn on the device when its sampler allows (then only
   // the token comes back); its block keeps no logits until its last token runs.
-  std::vector<std::optional<PlannedDraw>> draws;
-  std::vector<TokenId> drawn;
-  if (gpu_runner_ && opts_.sample_on_device) {
+  std::vector<std::optional<PlannedDraw>>& draws = draws_;
+  std::vector<TokenId>& drawn = drawn_;
+  draws.clear();
+  drawn.clear();
+  if (pass_->on_gpu() && opts_.sample_on_device) {
     bool any = false;
     for (const Planned& p : plan) {
       if (!p.logits) continue;

@@ -28,6 +28,7 @@
 #include "base/status.h"
 #include "engine/block_store.h"
 #include "engine/detokenizer.h"
+#include "engine/forward_pass.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
@@ -36,7 +37,6 @@ namespace chorus {
 
 class CpuDevice;
 class CudaDevice;
-class CudaRunner;
 
 using RequestId = int64_t;
 
@@ -132,8 +132,8 @@ class Engine {
 
   BlockStore& blocks() { return *blocks_; }
   // The CPU runner (its statistics and switches), or null when the engine runs on a GPU.
-  ModelRunner* cpu_runner() { return runner_.get(); }
-  std::string describe() const;  // where the forward passes run
+  ModelRunner* cpu_runner() { return pass_->cpu_runner(); }
+  std::string describe() const { return pass_->describe(); }  // where the forward passes run
   const Model& model() const { return model_; }
 
   // Validates and queues a request. Errors (nothing is queued): a view or write block that does
@@ -159,7 +159,7 @@ class Engine {
 
  private:
   struct Active;
-  Engine(const Model& m, CpuDevice& d, EngineOptions o, KvCache kv, std::unique_ptr<CudaRunner> gpu);
+  Engine(const Model& m, EngineOptions o, std::unique_ptr<ForwardPass> pass);
   // One forward pass on the engine's runner into logits_; on a GPU, rows with a draw are
   // sampled there (their tokens to `drawn`).
   Status forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, std::span<const View> views,
@@ -169,17 +169,17 @@ class Engine {
   void finish(Active& a, FinishReason why, std::vector<Event>& events, std::string error = {});
 
   const Model& model_;
-  CpuDevice& device_;
   EngineOptions opts_;
-  KvCache kv_;
+  std::unique_ptr<ForwardPass> pass_;  // the runner (CPU or GPU) and its KV cache
+  KvCache& kv_;                        // pass_'s
   std::unique_ptr<BlockStore> blocks_;
-  std::unique_ptr<CudaRunner> gpu_runner_;  // set: the forward passes run on the GPU
-  std::unique_ptr<ModelRunner> runner_;     // else on the CPU
   std::deque<std::unique_ptr<Active>> active_;  // submission order
   std::map<BlockId, std::deque<Active*>> writers_;  // unfinished writers of each block, FIFO
   RequestId next_id_ = 1;
   int64_t steps_ = 0;
   std::vector<float> logits_;
+  std::vector<std::optional<PlannedDraw>> draws_;  // a GPU step's device draws, per logits row (reused)
+  std::vector<TokenId> drawn_;                     // their tokens
 
   // What each block's tokens were written under, for rebuilding dropped KV.
   struct WriteRun {

@@ -20,42 +20,15 @@ Result<std::unique_ptr<Generator>> Generator::create(const Model& m, CpuDevice& 
   if (n_seqs < 1) return make_error(Errc::invalid_argument, "need at least one sequence");
   if (o.n_ctx < 1) return make_error(Errc::invalid_argument, "context must hold at least one position");
   const int64_t pages = static_cast<int64_t>(n_seqs) * KvCache::pages_for(o.n_ctx);
-  const int max_tokens = std::max({o.prefill_chunk, n_seqs, 1});
-  if (!gpu) {
-    auto kv = KvCache::create(m.config, pages);
-    if (!kv) return kv.error();
-    return std::unique_ptr<Generator>(new Generator(m, d, n_seqs, o, std::move(*kv), nullptr));
-  }
-  CudaRunnerOptions ro;
-  ro.max_tokens = max_tokens;
-  ro.n_pages = pages;
-  auto runner = CudaRunner::create(m.config, m.weights, *gpu, ro);
-  if (!runner) return runner.error();
-  auto kv = KvCache::create(m.config, pages, runner->get());
-  if (!kv) return kv.error();
-  return std::unique_ptr<Generator>(new Generator(m, d, n_seqs, o, std::move(*kv), std::move(*runner)));
+  auto pass = ForwardPass::create(m, d, std::max({o.prefill_chunk, n_seqs, 1}), pages, gpu);
+  if (!pass) return pass.error();
+  return std::unique_ptr<Generator>(new Generator(m, n_seqs, o, std::move(*pass)));
 }
 
-Generator::Generator(const Model& m, CpuDevice& d, int n_seqs, const GenerateOptions& o, KvCache kv,
-                     std::unique_ptr<CudaRunner> gpu)
-    : model_(m),
-      device_(d),
-      opts_(o),
-      kv_(std::move(kv)),
-      gpu_runner_(std::move(gpu)),
-      seqs_(static_cast<size_t>(n_seqs)) {
-  if (!gpu_runner_) runner_ = std::make_unique<ModelRunner>(m.config, m.weights, d, std::max({o.prefill_chunk, n_seqs, 1}));
-}
+Generator::Generator(const Model& m, int n_seqs, const GenerateOptions& o, std::unique_ptr<ForwardPass> pass)
+    : model_(m), opts_(o), pass_(std::move(pass)), kv_(pass_->kv()), seqs_(static_cast<size_t>(n_seqs)) {}
 
 Generator::~Generator() = default;
-
-int Generator::max_tokens() const { return gpu_runner_ ? gpu_runner_->max_tokens() : runner_->max_tokens(); }
-
-Status Generator::forward(const std::vector<BatchToken>& batch, const std::vector<SequenceKv*>& seqs, float* logits,
-                          std::span<const std::optional<PlannedDraw>> draws, TokenId* drawn) {
-  if (gpu_runner_) return gpu_runner_->forward(batch, seqs, logits, {}, draws, drawn);
-  return runner_->forward(batch, seqs, kv_, logits);
-}
 
 Result<GenerateStats> Generator::run(const std::vector<TokenId>& prompt, const TokenCallback& on_token) {
   GenerateStats st;
@@ -87,12 +60,12 @@ Result<GenerateStats> Generator::run(const std::vector<TokenId>& prompt, const T
   auto t0 = std::chrono::steady_clock::now();
   std::vector<BatchToken> batch;
   for (int s = 0; s < n; ++s) {
-    for (size_t start = 0; start < prompt.size(); start += static_cast<size_t>(max_tokens())) {
-      const size_t end = std::min(prompt.size(), start + static_cast<size_t>(max_tokens()));
+    for (size_t start = 0; start < prompt.size(); start += static_cast<size_t>(pass_->max_tokens())) {
+      const size_t end = std::min(prompt.size(), start + static_cast<size_t>(pass_->max_tokens()));
       batch.clear();
       for (size_t i = start; i < end; ++i)
         batch.push_back({prompt[i], static_cast<int32_t>(i), s, i + 1 == prompt.size()});
-      if (Status r = forward(batch, ptrs, logits.data() + static_cast<size_t>(s) * V); !r.ok())
+      if (Status r = pass_->run(batch, ptrs, logits.data() + static_cast<size_t>(s) * V); !r.ok())
         return r.error();
     }
   }
@@ -135,7 +108,7 @@ Result<GenerateStats> Generator::run(const std::vector<TokenId>& prompt, const T
     }
     if (batch.empty()) break;
     draws.clear();
-    if (gpu_runner_ && opts_.sample_on_device) {
+    if (pass_->on_gpu() && opts_.sample_on_device) {
       bool any = false;
       for (int s : order) {
         draws.push_back(samplers[static_cast<size_t>(s)].plan_draw(CudaRunner::max_device_top_k()));
@@ -144,7 +117,7 @@ Result<GenerateStats> Generator::run(const std::vector<TokenId>& prompt, const T
       if (!any) draws.clear();
       drawn.assign(order.size(), -1);
     }
-    if (Status r = forward(batch, ptrs, step_logits.data(), draws, drawn.data()); !r.ok()) return r.error();
+    if (Status r = pass_->run(batch, ptrs, step_logits.data(), {}, draws, drawn.data()); !r.ok()) return r.error();
     for (size_t i = 0; i < order.size(); ++i) {
       if (!draws.empty() && draws[i]) {
         ready[static_cast<size_t>(order[i])] = drawn[i];

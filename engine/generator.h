@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/forward_pass.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
@@ -20,7 +21,6 @@ namespace chorus {
 
 class CpuDevice;
 class CudaDevice;
-class CudaRunner;
 
 struct GenerateOptions {
   int max_new_tokens = 256;      // bounded by the context too
@@ -60,18 +60,12 @@ class Generator {
   const std::vector<float>& first_logits() const { return first_logits_; }
 
  private:
-  Generator(const Model& m, CpuDevice& d, int n_seqs, const GenerateOptions& o, KvCache kv,
-            std::unique_ptr<CudaRunner> gpu);
-  Status forward(const std::vector<BatchToken>& batch, const std::vector<SequenceKv*>& seqs, float* logits,
-                 std::span<const std::optional<PlannedDraw>> draws = {}, TokenId* drawn = nullptr);
-  int max_tokens() const;
+  Generator(const Model& m, int n_seqs, const GenerateOptions& o, std::unique_ptr<ForwardPass> pass);
 
   const Model& model_;
-  CpuDevice& device_;
   GenerateOptions opts_;
-  KvCache kv_;
-  std::unique_ptr<CudaRunner> gpu_runner_;  // set: forward passes on the GPU
-  std::unique_ptr<ModelRunner> runner_;     // else on the CPU
+  std::unique_ptr<ForwardPass> pass_;  // the runner (CPU or GPU) and its KV cache
+  KvCache& kv_;                        // pass_'s
   std::vector<SequenceKv> seqs_;
   std::vector<std::vector<TokenId>> outputs_;
   std::vector<float> first_logits_;
