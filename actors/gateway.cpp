@@ -160,7 +160,9 @@ struct Gateway::Impl {
         by_program[s.program] = id;
         snaps.push_back(p);
       }
-      const PolicyDecision d = opts.mode == SchedulingMode::program ? policy.decide(t, snaps) : baseline(t, snaps);
+      const PolicyDecision d = opts.mode == SchedulingMode::program ? policy.decide(t, snaps)
+                                  : decide_baseline(opts.mode == SchedulingMode::ttl ? BaselinePolicy::ttl : BaselinePolicy::lru,
+                                                    opts.ttl_s, opts.policy.capacity_pages, t, snaps);
       for (const auto& [program, mode] : d.pause) {
         Session& s = sessions[by_program[program]];
         s.moving = true;
@@ -202,44 +204,6 @@ struct Gateway::Impl {
     for (const auto& [id, mode] : pause) carry_out(id, ProgramCmd::Op::pause, mode);
     for (const auto& id : restore) carry_out(id, ProgramCmd::Op::restore, PauseMode::drop);
     if (!pause.empty() || !restore.empty()) cv.notify_all();
-  }
-
-  // The baselines the benchmark compares with (docs/scheduling.md): request-level LRU eviction
-  // (a program's KV stays until a request needs the room, then the least recently used idle
-  // program's goes), and TTL pinning (the same, but a program stays pinned for ttl_s after its
-  // request ends, waiting for its tool). A request for an evicted program runs at once if there is
-  // room, re-prefilling it; nothing is restored ahead of a request.
-  PolicyDecision baseline(double t, const std::vector<ProgramSnapshot>& snaps) const {
-    PolicyDecision d;
-    const int64_t cap = opts.policy.capacity_pages;
-    int64_t resident = 0;
-    std::vector<const ProgramSnapshot*> idle, wanted;
-    for (const auto& p : snaps) {
-      if (p.state == ProgramState::active) {
-        resident += p.pages;
-        const bool pinned_by_ttl = opts.mode == SchedulingMode::ttl && t - p.phase_since < opts.ttl_s;
-        if (!p.pinned && !pinned_by_ttl) idle.push_back(&p);
-      } else if (p.pinned) {
-        wanted.push_back(&p);  // paused, with a request waiting
-      }
-    }
-    std::sort(idle.begin(), idle.end(), [](auto* a, auto* b) { return a->phase_since < b->phase_since; });  // LRU
-    std::sort(wanted.begin(), wanted.end(), [](auto* a, auto* b) { return a->phase_since < b->phase_since; });
-    size_t next = 0;
-    for (const ProgramSnapshot* w : wanted) {
-      while (resident + w->pages > cap && next < idle.size()) {
-        d.pause.emplace_back(idle[next]->id, PauseMode::drop);
-        resident -= idle[next++]->pages;
-      }
-      if (resident + w->pages > cap) break;  // it waits for room
-      d.restore.push_back(w->id);
-      resident += w->pages;
-    }
-    while (resident > cap && next < idle.size()) {  // requests in flight growing
-      d.pause.emplace_back(idle[next]->id, PauseMode::drop);
-      resident -= idle[next++]->pages;
-    }
-    return d;
   }
 
   void scheduler_loop() {

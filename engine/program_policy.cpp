@@ -130,4 +130,38 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
   return d;
 }
 
+PolicyDecision decide_baseline(BaselinePolicy kind, double ttl_s, int64_t cap, double t,
+                               std::span<const ProgramSnapshot> programs) {
+  PolicyDecision d;
+  int64_t resident = 0;
+  std::vector<const ProgramSnapshot*> idle, wanted;
+  for (const auto& p : programs) {
+    if (p.state == ProgramState::active) {
+      resident += p.pages;
+      const bool pinned_by_ttl = kind == BaselinePolicy::ttl && t - p.phase_since < ttl_s;
+      if (!p.pinned && !pinned_by_ttl) idle.push_back(&p);
+    } else if (p.state == ProgramState::paused && p.pinned) {
+      wanted.push_back(&p);  // paused, with a request waiting
+    }
+  }
+  auto older = [](const ProgramSnapshot* a, const ProgramSnapshot* b) { return a->phase_since < b->phase_since; };
+  std::sort(idle.begin(), idle.end(), older);  // LRU
+  std::sort(wanted.begin(), wanted.end(), older);
+  size_t next = 0;
+  for (const ProgramSnapshot* w : wanted) {
+    while (resident + w->pages > cap && next < idle.size()) {
+      d.pause.emplace_back(idle[next]->id, PauseMode::drop);
+      resident -= idle[next++]->pages;
+    }
+    if (resident + w->pages > cap) break;  // it waits for room
+    d.restore.push_back(w->id);
+    resident += w->pages;
+  }
+  while (resident > cap && next < idle.size()) {  // requests in flight growing
+    d.pause.emplace_back(idle[next]->id, PauseMode::drop);
+    resident -= idle[next++]->pages;
+  }
+  return d;
+}
+
 }  // namespace chorus

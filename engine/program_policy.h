@@ -102,4 +102,12 @@ class ProgramPolicy {
   double last_check_ = -1e300;
 };
 
+// The request-level baselines the benchmark compares with (docs/scheduling.md): a request for a
+// paused program (pinned) runs as soon as there is room, made by dropping idle programs least
+// recently used first; nothing is restored ahead of a request, nothing is offloaded. LRU: any
+// idle program may go; TTL (Continuum-like): one stays pinned for ttl_s after its request.
+enum class BaselinePolicy { lru, ttl };
+PolicyDecision decide_baseline(BaselinePolicy kind, double ttl_s, int64_t capacity_pages, double now,
+                               std::span<const ProgramSnapshot> programs);
+
 }  // namespace chorus

@@ -323,3 +323,39 @@ TEST(ProgramSim, HostMemoryTurnsPausesIntoCopies) {
 
 }  // namespace
 }  // namespace chorus
+
+namespace chorus {
+namespace {
+
+// The request-level baselines: a waiting request's program comes back as soon as dropping idle
+// programs, least recently used first, makes room; TTL spares programs idle for less than ttl_s;
+// programs with a request in flight are never dropped; with no room the request waits.
+TEST(BaselinePolicy, LruDropsTheOldestIdleProgramsAndTtlSparesRecentOnes) {
+  std::vector<ProgramSnapshot> ps = {active(1, 30, ProgramPhase::acting, 5.0), active(2, 30, ProgramPhase::acting, 1.0),
+                                     active(3, 30, ProgramPhase::reasoning, 0.0)};
+  ps[2].pinned = true;  // a request in flight
+  ProgramSnapshot want = paused(4, 30, 2.0);
+  want.pinned = true;   // a request waits for it
+  ps.push_back(want);
+  // 90 resident of 100: program 4 needs 30, so one idle program goes: 2, used longest ago.
+  auto d = decide_baseline(BaselinePolicy::lru, 2.0, 100, 6.0, ps);
+  ASSERT_EQ(d.pause.size(), 1u);
+  EXPECT_EQ(d.pause[0].first, 2u);
+  EXPECT_EQ(d.pause[0].second, PauseMode::drop);
+  EXPECT_EQ(d.restore, (std::vector<uint64_t>{4}));
+  // TTL at t = 6: program 1 (idle since 5) is pinned by its TTL, program 2 (since 1) is not.
+  d = decide_baseline(BaselinePolicy::ttl, 2.0, 100, 6.0, ps);
+  ASSERT_EQ(d.pause.size(), 1u);
+  EXPECT_EQ(d.pause[0].first, 2u);
+  // At t = 2 both are within their TTL: nothing can go, and the request waits.
+  d = decide_baseline(BaselinePolicy::ttl, 2.0, 100, 2.0, ps);
+  EXPECT_TRUE(d.pause.empty());
+  EXPECT_TRUE(d.restore.empty());
+  // A paused program nobody asked for stays paused.
+  ps.back().pinned = false;
+  d = decide_baseline(BaselinePolicy::lru, 2.0, 100, 6.0, ps);
+  EXPECT_TRUE(d.empty());
+}
+
+}  // namespace
+}  // namespace chorus
