@@ -1,23 +1,18 @@
 #include "actors/gateway.h"
 
 #include <caf/all.hpp>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
+#include <ctime>
 #include <httplib.h>
-#include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 #include <thread>
 
 #include "actors/atoms.h"
 #include "actors/codec.h"
+#include "actors/gateway_programs.h"
 #include "actors/openai_request.h"
 #include "engine/chat_template.h"
 #include "engine/engine.h"
-#include "engine/kv_cache.h"
 #include "engine/model.h"
 
 namespace chorus {
@@ -25,25 +20,6 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-// One program of the gateway: one block holding its conversation.
-struct Session {
-  std::string id;
-  uint64_t program = 0;   // the batcher's program id
-  BlockId block = -1;
-  std::string text;       // what the block holds, as text
-  int64_t tokens = 0;     // tokens in the block
-  bool ephemeral = false; // no program_id: released after its request
-  bool busy = false;      // a request in flight (or waiting to be restored)
-  bool paused = false;
-  bool offloaded = false;
-  bool moving = false;    // a pause or restore is under way
-  double phase_since = 0; // busy: when the request began; idle: when the last one ended
-  double paused_since = 0;
-  double last_used = 0;
-  int64_t requests = 0;
-  int64_t need_tokens = 0;  // busy: what the request in flight may fill (prompt + max_tokens)
-};
 
 }  // namespace
 
@@ -53,179 +29,10 @@ struct Gateway::Impl {
   const Model* model = nullptr;
   GatewayOptions opts;
   std::string model_name;
-  ProgramPolicy policy{ProgramPolicyOptions{}};
+  std::unique_ptr<GatewayPrograms> programs;
   httplib::Server svr;
-  std::thread http, sched;
+  std::thread http;
   int port = 0;
-
-  std::mutex m;
-  std::mutex sched_m;  // serializes schedule(): a decision sees the last one's outcome
-  std::condition_variable cv;
-  std::map<std::string, Session> sessions;
-  uint64_t next_program = 1;
-  uint64_t next_anon = 1;
-  bool stopping = false;
-
-  // Metrics.
-  std::atomic<int64_t> prompt_tokens{0}, completion_tokens{0}, reused_tokens{0}, recomputed_tokens{0};
-  std::atomic<int64_t> requests{0}, pauses{0}, restores{0};
-  // Where a request's time goes (guarded by m): all of it, from arrival to its end, and the part
-  // spent waiting for its program to be restored. Their ratio says how much the scheduling costs;
-  // the first over the wall time is the mean number of requests in flight.
-  double request_seconds = 0, restore_wait_seconds = 0;
-  std::deque<double> recent;  // end times of requests in the last minute (under m)
-  Clock::time_point t0 = Clock::now();
-
-  double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-  // A command to the batcher; the reply frame, decoded (an Error reply is an error).
-  Result<Reply> call(const Frame& f) {
-    caf::scoped_actor self{*sys};
-    Result<Reply> out = make_error(Errc::internal, "no reply from the batcher");
-    self->request(batcher, std::chrono::seconds(600), frame_atom::value, f)
-        .receive([&](const std::vector<uint8_t>& r) { out = decode_reply(r); },
-                 [&](caf::error& e) { out = make_error(Errc::internal, caf::to_string(e)); });
-    if (out && out->kind == "Error") return make_error(Errc::invalid_argument, out->text);
-    return out;
-  }
-
-
-  // ---- programs ----------------------------------------------------------------------------------
-
-  // The session for `id` (created, with its program and block, when new). Under no lock.
-  Result<std::string> open_session(const std::string& id) {
-    std::unique_lock<std::mutex> l(m);
-    if (!id.empty() && sessions.count(id)) return id;
-    const uint64_t program = next_program++;
-    const std::string key = id.empty() ? "anon-" + std::to_string(next_anon++) : id;
-    l.unlock();
-    ProgramCmd reg;
-    reg.program = program;
-    reg.name = key;
-    if (auto r = call(encode_program(0, reg)); !r) return r.error();
-    auto b = call(encode_create_block(0, key, program));
-    if (!b) {
-      ProgramCmd t{ProgramCmd::Op::terminate, program, "", {}, PauseMode::drop};
-      (void)call(encode_program(0, t));
-      return b.error();
-    }
-    l.lock();
-    Session s;
-    s.id = key;
-    s.program = program;
-    s.block = static_cast<BlockId>(b->id);
-    s.ephemeral = id.empty();
-    s.phase_since = s.last_used = now();
-    sessions[key] = std::move(s);
-    return key;
-  }
-
-  // Ends a program: its blocks are freed. Under no lock; the session must not be busy.
-  void release(const std::string& id) {
-    uint64_t program = 0;
-    {
-      std::lock_guard<std::mutex> l(m);
-      auto it = sessions.find(id);
-      if (it == sessions.end()) return;
-      program = it->second.program;
-      sessions.erase(it);
-    }
-    ProgramCmd t{ProgramCmd::Op::terminate, program, "", {}, PauseMode::drop};
-    if (auto r = call(encode_program(0, t)); !r) spdlog::warn("gateway: releasing program {}: {}", id, r.error().message);
-    cv.notify_all();
-  }
-
-  // Runs the policy and carries out what it decides (pauses and restores through the batcher).
-  void schedule() {
-    std::lock_guard<std::mutex> one(sched_m);  // one decision at a time, carried out before the next
-    std::vector<std::pair<std::string, PauseMode>> pause;
-    std::vector<std::string> restore;
-    {
-      std::lock_guard<std::mutex> l(m);
-      std::vector<ProgramSnapshot> snaps;
-      std::map<uint64_t, std::string> by_program;
-      const double t = now();
-      for (auto& [id, s] : sessions) {
-        if (s.moving) continue;
-        ProgramSnapshot p;
-        p.id = s.program;
-        p.pages = KvCache::pages_for(std::max(s.tokens, s.busy ? s.need_tokens : 0));  // room for the request in flight
-        p.state = s.paused ? ProgramState::paused : ProgramState::active;
-        p.phase = s.busy ? ProgramPhase::reasoning : ProgramPhase::acting;
-        p.phase_since = s.phase_since;
-        p.paused_since = s.paused_since;
-        p.offloaded = s.offloaded;
-        p.tools_warm = true;
-        p.pinned = s.busy;  // active: not to be paused; paused: a request waits for it
-        by_program[s.program] = id;
-        snaps.push_back(p);
-      }
-      const PolicyDecision d = opts.mode == SchedulingMode::program ? policy.decide(t, snaps)
-                                  : decide_baseline(opts.mode == SchedulingMode::ttl ? BaselinePolicy::ttl : BaselinePolicy::lru,
-                                                    opts.ttl_s, opts.policy.capacity_pages, t, snaps);
-      for (const auto& [program, mode] : d.pause) {
-        Session& s = sessions[by_program[program]];
-        s.moving = true;
-        pause.emplace_back(s.id, mode);
-      }
-      for (uint64_t program : d.restore) {
-        Session& s = sessions[by_program[program]];
-        s.moving = true;
-        restore.push_back(s.id);
-      }
-    }
-    auto carry_out = [&](const std::string& id, ProgramCmd::Op op, PauseMode mode) {
-      uint64_t program;
-      {
-        std::lock_guard<std::mutex> l(m);
-        program = sessions.at(id).program;
-      }
-      ProgramCmd c{op, program, "", {}, mode};
-      auto r = call(encode_program(0, c));
-      std::lock_guard<std::mutex> l(m);
-      Session& s = sessions.at(id);
-      s.moving = false;
-      if (!r) {
-        spdlog::warn("gateway: {} program {}: {}", op == ProgramCmd::Op::pause ? "pausing" : "restoring", id, r.error().message);
-        return;
-      }
-      if (op == ProgramCmd::Op::pause) {
-        s.paused = true;
-        s.offloaded = mode == PauseMode::offload;
-        s.paused_since = now();
-        ++pauses;
-      } else {
-        if (!s.offloaded) recomputed_tokens += s.tokens;  // a dropped program is prefilled again
-        s.paused = false;
-        s.offloaded = false;
-        ++restores;
-      }
-    };
-    for (const auto& [id, mode] : pause) carry_out(id, ProgramCmd::Op::pause, mode);
-    for (const auto& id : restore) carry_out(id, ProgramCmd::Op::restore, PauseMode::drop);
-    if (!pause.empty() || !restore.empty()) cv.notify_all();
-  }
-
-  void scheduler_loop() {
-    while (true) {
-      {
-        std::unique_lock<std::mutex> l(m);
-        cv.wait_for(l, std::chrono::milliseconds(250), [&] { return stopping; });
-        if (stopping) return;
-      }
-      std::vector<std::string> expired;
-      {
-        std::lock_guard<std::mutex> l(m);
-        const double t = now();
-        for (const auto& [id, s] : sessions)
-          if (!s.busy && !s.moving && t - s.last_used > opts.lease_s) expired.push_back(id);
-      }
-      for (const auto& id : expired) release(id);
-      if (policy.due(now())) schedule();
-    }
-  }
-
-  // ---- requests -----------------------------------------------------------------------------------
 
   // What a request runs on its program's block, decided once: the rendered prompt, and the
   // tokens to run — only what is new when the block already holds the conversation so far.
@@ -253,50 +60,19 @@ struct Gateway::Impl {
     return p;
   }
 
-  // Takes the session for a request: creates it, marks it busy, plans the request (counting the
-  // room it needs), waits for the program to be restored.
-  std::pair<std::string, Plan> acquire(const ChatRequest& req) {
-    auto id = open_session(req.program_id);
-    if (!id) throw HttpError{500, error_body("cannot create the program: " + id.error().message, "server_error")};
-    BlockId block;
-    std::string have_text;
-    int64_t have_tokens;
-    {
-      std::lock_guard<std::mutex> l(m);
-      Session& s = sessions.at(*id);
-      if (s.busy)
-        throw HttpError{409, error_body("program `" + *id + "` already has a request in flight", "invalid_request_error",
-                                        "program_id", "program_busy")};
-      s.busy = true;  // from here on its text and tokens are this request's to change
-      s.phase_since = now();
-      ++s.requests;
-      block = s.block;
-      have_text = s.text;
-      have_tokens = s.tokens;
+  // Takes the program for a request, plans the request (counting the room it needs), waits until
+  // it may run.
+  std::pair<GatewayPrograms::Turn, Plan> acquire(const ChatRequest& req) {
+    GatewayPrograms::Turn turn = programs->begin(req.program_id);
+    Plan p;
+    try {
+      p = plan(req, turn.block, turn.text, turn.tokens);
+    } catch (...) {
+      programs->end(turn.id);
+      throw;
     }
-    Plan p = plan(req, block, have_text, have_tokens);
-    {
-      std::lock_guard<std::mutex> l(m);
-      sessions.at(*id).need_tokens = p.have_tokens + static_cast<int64_t>(p.toks.size()) + req.max_tokens;
-    }
-    schedule();  // a request boundary
-    std::unique_lock<std::mutex> l(m);
-    const double wait_from = now();
-    const bool ready = cv.wait_for(l, std::chrono::duration<double>(opts.restore_wait_s), [&] {
-      auto it = sessions.find(*id);
-      return stopping || it == sessions.end() || (!it->second.paused && !it->second.moving);
-    });
-    restore_wait_seconds += now() - wait_from;
-    if (!ready || stopping || !sessions.count(*id)) {
-      if (sessions.count(*id)) {
-        Session& s = sessions.at(*id);
-        s.busy = false;
-        request_seconds += now() - s.phase_since;
-      }
-      throw HttpError{503, error_body("program `" + *id + "` could not be restored in time (memory is full)", "server_error",
-                                      "", "program_paused")};
-    }
-    return {*id, std::move(p)};
+    programs->wait_to_run(turn.id, p.have_tokens + static_cast<int64_t>(p.toks.size()) + req.max_tokens);
+    return {std::move(turn), std::move(p)};
   }
 
   // Runs the request on its session; calls `on_text` with each piece of text as it comes.
@@ -306,22 +82,21 @@ struct Gateway::Impl {
     std::string finish_reason;
     int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     std::string error;
+    bool unavailable = false;  // the error is the KV pool running out: 503
   };
 
-  Outcome generate(const std::string& id, const ChatRequest& req, const Plan& plan,
+  Outcome generate(const GatewayPrograms::Turn& turn, const ChatRequest& req, const Plan& plan,
                    const std::function<bool(const std::string&)>& on_text) {
     Outcome out;
     int64_t have_tokens = plan.have_tokens;
     if (plan.restart) {  // the history changed: start the block again
-      if (auto r = call(encode_clear_block(0, plan.block)); !r) {
+      if (auto r = programs->call(encode_clear_block(0, plan.block)); !r) {
         out.error = "cannot clear the program's block: " + r.error().message;
         return out;
       }
-      std::lock_guard<std::mutex> l(m);
-      recomputed_tokens += sessions.at(id).tokens;
+      programs->count(0, 0, 0, turn.tokens);
     }
     out.cached_tokens = have_tokens;
-    reused_tokens += have_tokens;
     const std::vector<TokenId>& toks = plan.toks;
     StopCondition stop;
     stop.max_tokens = req.max_tokens;
@@ -379,8 +154,13 @@ struct Gateway::Impl {
         } else if (e->kind == "RequestFinished") {
           finished = true;
           if (e->reason == FinishReason::error) out.error = e->text;
-          out.finish_reason =
-              e->reason == FinishReason::max_tokens || e->reason == FinishReason::context_full ? "length" : "stop";
+          // The pool ran out under the request (the policy counts each request's room, so this
+          // takes pages it did not foresee): an error the client can retry, not a short "length".
+          if (e->reason == FinishReason::context_full) {
+            out.error = e->text;
+            out.unavailable = true;
+          }
+          out.finish_reason = e->reason == FinishReason::max_tokens ? "length" : "stop";
         }
       });
     }
@@ -389,34 +169,11 @@ struct Gateway::Impl {
       out.content += held;
     }
     out.prompt_tokens = have_tokens + static_cast<int64_t>(toks.size());
-    prompt_tokens += static_cast<int64_t>(toks.size());
-    completion_tokens += out.completion_tokens;
-    std::lock_guard<std::mutex> l(m);
-    Session& s = sessions.at(id);
+    programs->count(static_cast<int64_t>(toks.size()), out.completion_tokens, have_tokens, 0);
     // After an error the block's text is not known: empty text makes the next request start it again.
-    s.text = out.error.empty() ? plan.prompt + raw + (eog ? "<|im_end|>" : "") : "";
-    s.tokens = have_tokens + static_cast<int64_t>(toks.size()) + out.completion_tokens;
+    programs->set_contents(turn.id, out.error.empty() ? plan.prompt + raw + (eog ? "<|im_end|>" : "") : "",
+                           have_tokens + static_cast<int64_t>(toks.size()) + out.completion_tokens);
     return out;
-  }
-
-  // The request is over: the program idles (acting) until its next one.
-  void finish(const std::string& id) {
-    bool ephemeral = false;
-    {
-      std::lock_guard<std::mutex> l(m);
-      auto it = sessions.find(id);
-      if (it == sessions.end()) return;
-      Session& s = it->second;
-      s.busy = false;
-      request_seconds += now() - s.phase_since;  // phase_since: when the request arrived
-      s.phase_since = s.last_used = now();
-      ephemeral = s.ephemeral;
-      recent.push_back(now());
-      while (!recent.empty() && recent.front() < now() - 60) recent.pop_front();
-      ++requests;
-    }
-    if (ephemeral) release(id);
-    schedule();  // a request boundary
   }
 
   json completion_json(const std::string& rid, const std::string& id, const Outcome& o, bool ephemeral) {
@@ -441,25 +198,28 @@ struct Gateway::Impl {
 
   void on_chat(const httplib::Request& hreq, httplib::Response& res) {
     const ChatRequest req = parse_chat_request(hreq.body, model_name, opts.default_max_tokens, opts.max_tokens_limit);
-    auto [id, plan] = acquire(req);
-    const std::string rid = "chatcmpl-" + std::to_string(requests.load() + 1) + "-" + std::to_string(Clock::now().time_since_epoch().count() % 1000000);
+    auto [turn, plan] = acquire(req);
+    const std::string id = turn.id;
+    const std::string rid = "chatcmpl-" + std::to_string(programs->requests_served() + 1) + "-" + std::to_string(Clock::now().time_since_epoch().count() % 1000000);
     const bool ephemeral = req.program_id.empty();
     if (!req.stream) {
       Outcome o;
       try {
-        o = generate(id, req, plan, [](const std::string&) { return true; });
+        o = generate(turn, req, plan, [](const std::string&) { return true; });
       } catch (...) {
-        finish(id);
+        programs->end(id);
         throw;
       }
-      finish(id);
+      programs->end(id);
+      if (o.unavailable)
+        throw HttpError{503, error_body("generation stopped: " + o.error, "server_error", "", "kv_cache_full")};
       if (!o.error.empty()) throw HttpError{500, error_body("generation failed: " + o.error, "server_error")};
       res.set_content(completion_json(rid, id, o, ephemeral).dump(), "application/json");
       return;
     }
     // Streaming: the generation runs in the content provider (this worker thread).
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, id = id, req, plan = std::move(plan), rid, ephemeral](
+    res.set_chunked_content_provider("text/event-stream", [this, turn = turn, req, plan = std::move(plan), rid, ephemeral](
                                                               size_t, httplib::DataSink& sink) {
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       auto chunk = [&](const json& delta, const json& finish_reason) {
@@ -468,7 +228,7 @@ struct Gateway::Impl {
                   {"created", created},
                   {"model", model_name},
                   {"choices", json::array({json{{"index", 0}, {"delta", delta}, {"finish_reason", finish_reason}}})}};
-        if (!ephemeral) c["program_id"] = id;
+        if (!ephemeral) c["program_id"] = turn.id;
         return c;
       };
       auto send = [&](const json& j) {
@@ -476,10 +236,11 @@ struct Gateway::Impl {
         return sink.write(line.data(), line.size());
       };
       bool ok = send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-      Outcome o = generate(id, req, plan, [&](const std::string& text) { return ok = ok && send(chunk({{"content", text}}, nullptr)); });
-      finish(id);
+      Outcome o = generate(turn, req, plan, [&](const std::string& text) { return ok = ok && send(chunk({{"content", text}}, nullptr)); });
+      programs->end(turn.id);
       if (!o.error.empty()) {
-        send(json::parse(error_body("generation failed: " + o.error, "server_error")));
+        send(json::parse(o.unavailable ? error_body("generation stopped: " + o.error, "server_error", "", "kv_cache_full")
+                                       : error_body("generation failed: " + o.error, "server_error")));
       } else {
         send(chunk(json::object(), o.finish_reason));
         if (req.include_usage) {
@@ -494,62 +255,6 @@ struct Gateway::Impl {
       sink.done();
       return true;
     });
-  }
-
-  json programs_json() {
-    std::lock_guard<std::mutex> l(m);
-    json list = json::array();
-    const double t = now();
-    for (const auto& [id, s] : sessions) {
-      if (s.ephemeral) continue;
-      list.push_back({{"program_id", id},
-                      {"tokens", s.tokens},
-                      {"pages", KvCache::pages_for(s.tokens)},
-                      {"state", s.paused ? (s.offloaded ? "paused (offloaded)" : "paused") : "active"},
-                      {"phase", s.busy ? "reasoning" : "acting"},
-                      {"idle_s", s.busy ? 0.0 : t - s.last_used},
-                      {"requests", s.requests}});
-    }
-    return json{{"object", "list"}, {"data", list}};
-  }
-
-  std::string metrics_text() {
-    std::lock_guard<std::mutex> l(m);
-    int64_t resident = 0, paused = 0, active = 0;
-    for (const auto& [id, s] : sessions) {
-      if (s.paused) ++paused;
-      else {
-        ++active;
-        resident += KvCache::pages_for(s.tokens);
-      }
-    }
-    const double reused = static_cast<double>(reused_tokens.load());
-    const double recomputed = static_cast<double>(recomputed_tokens.load());
-    const double hit = reused + recomputed > 0 ? reused / (reused + recomputed) : 1.0;
-    std::string out;
-    auto metric = [&](const char* name, const char* type, const char* help, double v) {
-      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
-             std::to_string(v) + "\n";
-    };
-    metric("chorus_resident_pages", "gauge", "KV pages held by active programs", static_cast<double>(resident));
-    metric("chorus_capacity_pages", "gauge", "KV pages the programs share", static_cast<double>(opts.policy.capacity_pages));
-    metric("chorus_active_programs", "gauge", "programs with their KV resident", static_cast<double>(active));
-    metric("chorus_paused_programs", "gauge", "programs paused (KV dropped or offloaded)", static_cast<double>(paused));
-    metric("chorus_reused_tokens_total", "counter", "prompt tokens found in a program's block", reused);
-    metric("chorus_recomputed_tokens_total", "counter", "tokens prefilled again (restored after a drop, or history changed)",
-           recomputed);
-    metric("chorus_kv_hit_rate", "gauge", "reused / (reused + recomputed)", hit);
-    metric("chorus_prompt_tokens_total", "counter", "prompt tokens run", static_cast<double>(prompt_tokens.load()));
-    metric("chorus_completion_tokens_total", "counter", "tokens generated", static_cast<double>(completion_tokens.load()));
-    metric("chorus_requests_total", "counter", "chat completions served", static_cast<double>(requests.load()));
-    metric("chorus_requests_per_minute", "gauge", "chat completions in the last minute", static_cast<double>(recent.size()));
-    metric("chorus_pauses_total", "counter", "programs paused", static_cast<double>(pauses.load()));
-    metric("chorus_restores_total", "counter", "programs restored", static_cast<double>(restores.load()));
-    metric("chorus_request_seconds_total", "counter", "seconds requests took, arrival to end (summed over requests)",
-           request_seconds);
-    metric("chorus_restore_wait_seconds_total", "counter",
-           "seconds requests waited for their program to be restored (summed over requests)", restore_wait_seconds);
-    return out;
   }
 
   void routes() {
@@ -572,10 +277,10 @@ struct Gateway::Impl {
               r.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
             }));
     svr.Get("/programs", guarded([this](const httplib::Request&, httplib::Response& r) {
-              r.set_content(programs_json().dump(), "application/json");
+              r.set_content(programs->list().dump(), "application/json");
             }));
     svr.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& r) {
-              r.set_content(metrics_text(), "text/plain; version=0.0.4");
+              r.set_content(programs->metrics_text(), "text/plain; version=0.0.4");
             }));
     svr.Post("/programs/release", guarded([this](const httplib::Request& q, httplib::Response& r) {
                json j;
@@ -587,17 +292,7 @@ struct Gateway::Impl {
                if (!j.is_object() || !j.contains("program_id") || !j["program_id"].is_string())
                  bad_request("`program_id` is required (a string)", "program_id");
                const std::string id = j["program_id"];
-               {
-                 std::lock_guard<std::mutex> l(m);
-                 auto it = sessions.find(id);
-                 if (it == sessions.end() || it->second.ephemeral)
-                   throw HttpError{404, error_body("no program `" + id + "`", "invalid_request_error", "program_id",
-                                                   "program_not_found")};
-                 if (it->second.busy || it->second.moving)
-                   throw HttpError{409, error_body("program `" + id + "` has a request in flight", "invalid_request_error",
-                                                   "program_id", "program_busy")};
-               }
-               release(id);
+               programs->release_by_client(id);
                r.set_content(json{{"program_id", id}, {"released", true}}.dump(), "application/json");
              }));
     svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -622,10 +317,9 @@ Result<std::unique_ptr<Gateway>> Gateway::start(caf::actor_system& sys, caf::act
                                                 GatewayOptions opts) {
   auto impl = std::make_unique<Impl>();
   impl->sys = &sys;
-  impl->batcher = std::move(batcher);
+  impl->batcher = batcher;
   impl->model = &model;
   impl->model_name = opts.model_name.empty() ? model.config.name : opts.model_name;
-  impl->policy = ProgramPolicy(opts.policy);
   impl->opts = std::move(opts);
   Impl* p = impl.get();
   p->svr.set_payload_max_length(p->opts.max_body_bytes);
@@ -640,27 +334,17 @@ Result<std::unique_ptr<Gateway>> Gateway::start(caf::actor_system& sys, caf::act
       return make_error(Errc::io, "gateway: cannot bind " + p->opts.host + ":" + std::to_string(p->opts.port));
     p->port = p->opts.port;
   }
+  p->programs = std::make_unique<GatewayPrograms>(sys, std::move(batcher), p->opts);
   p->http = std::thread([p] { p->svr.listen_after_bind(); });
-  p->sched = std::thread([p] { p->scheduler_loop(); });
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }
 
 void Gateway::stop() {
   if (!impl_ || !impl_->http.joinable()) return;
-  {
-    std::lock_guard<std::mutex> l(impl_->m);
-    impl_->stopping = true;
-  }
-  impl_->cv.notify_all();
+  impl_->programs->stop_waiting();  // requests waiting for a restore get their 503 now
   impl_->svr.stop();
-  impl_->http.join();
-  impl_->sched.join();
-  std::vector<std::string> ids;
-  {
-    std::lock_guard<std::mutex> l(impl_->m);
-    for (const auto& [id, s] : impl_->sessions) ids.push_back(id);
-  }
-  for (const auto& id : ids) impl_->release(id);
+  impl_->http.join();               // requests in flight end
+  impl_->programs->stop();          // then every program is released
 }
 
 }  // namespace chorus

@@ -13,12 +13,15 @@
 //
 // Between requests a program is *acting* (its client is running tools); with a request in flight
 // it is *reasoning*. Every check period and at each request boundary the program policy
-// (engine/program_policy.h) decides which programs to pause and restore; a request for a paused
-// program waits until it is restored. Idle programs expire after a lease.
+// (engine/program_policy.h) decides which programs to pause and restore, counting each request's
+// room (its prompt and max_tokens) before it starts: a request whose program is paused, new or
+// short of room waits until the policy lets it run, so a request never runs out of KV pages
+// half-way. Idle programs expire after a lease. The program table is actors/gateway_programs.h.
 //
 // Bad requests get OpenAI-style JSON errors: 400 (malformed JSON, bad fields, with `param`), 404
 // (unknown model or program), 409 (a program already has a request in flight), 413 (body too
-// large), 503 (the program could not be restored in time).
+// large), 503 (`program_paused`: the program could not be restored in time; `kv_cache_full`: the
+// pool ran out under a request anyway — the reply is not a short "length").
 #pragma once
 
 #include <caf/fwd.hpp>
@@ -45,7 +48,10 @@ struct GatewayOptions {
   int max_tokens_limit = 4096;
   double lease_s = 600;                // an idle program is released after this long
   double restore_wait_s = 300;         // a request for a paused program waits this long at most
-  int threads = 8;                     // HTTP worker threads
+  // HTTP worker threads: the requests handled at once. A request waiting for its program's
+  // restore holds one, and so does an idle keep-alive connection (a few seconds); requests beyond
+  // them wait in a queue the scheduler does not see — their programs look idle and get paused.
+  int threads = 128;
   ProgramPolicyOptions policy;         // capacity_pages: the engine's KV pages
   SchedulingMode mode = SchedulingMode::program;
   double ttl_s = 2.0;                  // SchedulingMode::ttl: how long an idle program stays pinned

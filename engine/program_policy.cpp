@@ -134,32 +134,38 @@ PolicyDecision decide_baseline(BaselinePolicy kind, double ttl_s, int64_t cap, d
                                std::span<const ProgramSnapshot> programs) {
   PolicyDecision d;
   int64_t resident = 0;
-  std::vector<const ProgramSnapshot*> idle, wanted;
+  std::vector<const ProgramSnapshot*> idle, queued, wanted;
   for (const auto& p : programs) {
     if (p.state == ProgramState::active) {
       resident += p.pages;
-      const bool pinned_by_ttl = kind == BaselinePolicy::ttl && t - p.phase_since < ttl_s;
-      if (!p.pinned && !pinned_by_ttl) idle.push_back(&p);
-    } else if (p.state == ProgramState::paused && p.pinned) {
+      if (p.pinned) continue;
+      if (p.phase == ProgramPhase::reasoning) queued.push_back(&p);  // a request not started yet
+      else if (kind == BaselinePolicy::lru || t - p.phase_since >= ttl_s) idle.push_back(&p);
+    } else if (p.state == ProgramState::paused && p.phase == ProgramPhase::reasoning) {
       wanted.push_back(&p);  // paused, with a request waiting
     }
   }
   auto older = [](const ProgramSnapshot* a, const ProgramSnapshot* b) { return a->phase_since < b->phase_since; };
   std::sort(idle.begin(), idle.end(), older);  // LRU
   std::sort(wanted.begin(), wanted.end(), older);
+  // When idle programs do not make room for the requests that have not started, the newest of
+  // those waits (a request-level engine preempts its newest request).
+  std::sort(queued.begin(), queued.end(), [&](auto* a, auto* b) { return older(b, a); });
+  std::vector<const ProgramSnapshot*> victims = idle;
+  victims.insert(victims.end(), queued.begin(), queued.end());
   size_t next = 0;
-  for (const ProgramSnapshot* w : wanted) {
-    while (resident + w->pages > cap && next < idle.size()) {
-      d.pause.emplace_back(idle[next]->id, PauseMode::drop);
-      resident -= idle[next++]->pages;
+  auto make_room = [&](int64_t need, size_t limit) {
+    while (resident + need > cap && next < limit) {
+      d.pause.emplace_back(victims[next]->id, PauseMode::drop);
+      resident -= victims[next++]->pages;
     }
+  };
+  make_room(0, victims.size());  // requests in flight growing, new ones
+  for (const ProgramSnapshot* w : wanted) {
+    make_room(w->pages, idle.size());  // a waiting request takes the place of idle programs only
     if (resident + w->pages > cap) break;  // it waits for room
     d.restore.push_back(w->id);
     resident += w->pages;
-  }
-  while (resident > cap && next < idle.size()) {  // requests in flight growing
-    d.pause.emplace_back(idle[next]->id, PauseMode::drop);
-    resident -= idle[next++]->pages;
   }
   return d;
 }

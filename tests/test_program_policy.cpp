@@ -334,9 +334,7 @@ TEST(BaselinePolicy, LruDropsTheOldestIdleProgramsAndTtlSparesRecentOnes) {
   std::vector<ProgramSnapshot> ps = {active(1, 30, ProgramPhase::acting, 5.0), active(2, 30, ProgramPhase::acting, 1.0),
                                      active(3, 30, ProgramPhase::reasoning, 0.0)};
   ps[2].pinned = true;  // a request in flight
-  ProgramSnapshot want = paused(4, 30, 2.0);
-  want.pinned = true;   // a request waits for it
-  ps.push_back(want);
+  ps.push_back(paused(4, 30, 2.0));  // reasoning: a request waits for it
   // 90 resident of 100: program 4 needs 30, so one idle program goes: 2, used longest ago.
   auto d = decide_baseline(BaselinePolicy::lru, 2.0, 100, 6.0, ps);
   ASSERT_EQ(d.pause.size(), 1u);
@@ -352,10 +350,41 @@ TEST(BaselinePolicy, LruDropsTheOldestIdleProgramsAndTtlSparesRecentOnes) {
   EXPECT_TRUE(d.pause.empty());
   EXPECT_TRUE(d.restore.empty());
   // A paused program nobody asked for stays paused.
-  ps.back().pinned = false;
+  ps.back().phase = ProgramPhase::acting;
   d = decide_baseline(BaselinePolicy::lru, 2.0, 100, 6.0, ps);
   EXPECT_TRUE(d.empty());
 }
+
+// Requests that have not started (reasoning, not pinned) hold their room in the count. When the
+// pool is over, idle programs go first, then the newest waiting request, never a running one; a
+// paused program's request comes back in arrival order when there is room.
+TEST(BaselinePolicy, RequestsThatHaveNotStartedWaitNewestFirst) {
+  std::vector<ProgramSnapshot> ps = {active(1, 40, ProgramPhase::reasoning, 0.0),   // running
+                                     active(2, 20, ProgramPhase::acting, 1.0),      // idle
+                                     active(3, 30, ProgramPhase::reasoning, 2.0),   // waiting to start
+                                     active(4, 30, ProgramPhase::reasoning, 3.0),   // waiting, newest
+                                     paused(5, 10, 0.5)};                           // asked for at 0
+  ps[0].pinned = true;
+  // 120 of 90: idle 2 frees 20, then the newest waiting request (4) is held back: 70 resident,
+  // and program 5 fits after that.
+  auto d = decide_baseline(BaselinePolicy::lru, 2.0, 90, 6.0, ps);
+  ASSERT_EQ(d.pause.size(), 2u);
+  EXPECT_EQ(d.pause[0].first, 2u);
+  EXPECT_EQ(d.pause[1].first, 4u);
+  EXPECT_EQ(d.restore, (std::vector<uint64_t>{5}));
+  // With 100 pages, dropping 2 is enough: 4 stays, and 5 waits (only idle programs make way
+  // for it, and none is left).
+  d = decide_baseline(BaselinePolicy::lru, 2.0, 100, 6.0, ps);
+  ASSERT_EQ(d.pause.size(), 1u);
+  EXPECT_EQ(d.pause[0].first, 2u);
+  EXPECT_TRUE(d.restore.empty());
+  // Running requests are never held back, however full the pool.
+  ps[2].pinned = ps[3].pinned = true;
+  d = decide_baseline(BaselinePolicy::ttl, 2.0, 50, 6.0, ps);
+  ASSERT_EQ(d.pause.size(), 1u);
+  EXPECT_EQ(d.pause[0].first, 2u);
+}
+
 
 }  // namespace
 }  // namespace chorus

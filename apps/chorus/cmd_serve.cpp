@@ -47,6 +47,7 @@ int run_serve(const ServeArgs& args) {
   go.policy.high_watermark = args.high_watermark;
   go.policy.low_watermark = args.low_watermark;
   go.restore_wait_s = args.restore_wait_s;
+  go.threads = args.http_threads;
   go.policy.offload_displaces = args.displace;
   go.policy.host_capacity_pages = args.host_pages;
   go.mode = args.policy == "lru" ? SchedulingMode::lru : args.policy == "ttl" ? SchedulingMode::ttl : SchedulingMode::program;

@@ -105,6 +105,7 @@ struct ServeArgs {
   double check_period_s = 5;      // the scheduling policy's period
   double aging_s = 10;            // the restore queue's aging (a waiting program's key halves)
   double restore_wait_s = 300;    // a request for a paused program waits this long, then 503
+  int http_threads = 128;         // requests served at once (each waits for its restore on one)
   bool displace = false;          // ready programs displace acting ones that offload cheaply
   std::string policy = "program"; // program, lru, ttl
   double ttl_s = 2;               // --policy ttl: seconds an idle program stays pinned

@@ -148,6 +148,10 @@ int main(int argc, char** argv) {
                         "Program policy: restore programs while the weighted pages stay below this share (<= high)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 1.0));
+  serve_cmd->add_option("--http-threads", serve.http_threads,
+                        "Requests handled at once; more wait unseen by the scheduler (keep it above the programs)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   serve_cmd->add_option("-t,--threads", serve.threads, "Compute threads; 0 one per core")->capture_default_str();
   serve_cmd->add_option("--device", serve.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
       ->capture_default_str()

@@ -116,6 +116,30 @@ try:
     check(all(results[p].choices[0].message.content is not None for p in ("conc-a", "conc-b")),
           "two programs served at once (%.2f s)" % (time.time() - t0))
 
+    # More requests at once than a small HTTP worker pool would take: each stream's first chunk
+    # (sent once the request has started) comes before any of them ends, so none sat in a queue
+    # the scheduler cannot see.
+    firsts, ends = {}, {}
+
+    def stream_long(pid):
+        s = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Count from 1 to 200."}],
+                                           max_tokens=160, temperature=0, stream=True, extra_body={"program_id": pid})
+        for _ in s:
+            firsts.setdefault(pid, time.time())
+        ends[pid] = time.time()
+
+    many = ["many-%d" % i for i in range(12)]
+    threads = [threading.Thread(target=stream_long, args=(p,)) for p in many]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(len(firsts) == len(many) and max(firsts.values()) < min(ends.values()),
+          "12 streams at once: every one started before any ended (last start %.2f s, first end %.2f s)" %
+          (max(firsts.values()) - min(firsts.values()), min(ends.values()) - min(firsts.values())))
+    for p in many:
+        http("POST", base + "/programs/release", {"program_id": p})
+
     status, body = http("GET", base + "/programs")
     ids = [p["program_id"] for p in json.loads(body)["data"]]
     check(status == 200 and {"conv-1", "conc-a", "conc-b"} <= set(ids), "GET /programs lists them: %s" % ids)
@@ -185,6 +209,28 @@ try:
     status, body = http("GET", base + "/metrics")
     restores = float(re.search(r"^chorus_restores_total (\S+)", body, re.M).group(1))
     check(restores >= 1, "pressure: programs were restored (%d)" % restores)
+
+    # Six new programs at once, each needing about 4 of the 16 pages: the ones that do not fit
+    # wait for room; none is cut short by a full pool (finish "length" means max_tokens).
+    burst = {}
+
+    def burst_one(pid):
+        try:
+            burst[pid] = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "Count from one to fifty in words."}],
+                max_tokens=24, temperature=0, extra_body={"program_id": pid})
+        except Exception as e:  # noqa: BLE001 - the check below reports it
+            burst[pid] = e
+
+    threads = [threading.Thread(target=burst_one, args=("burst-%d" % i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for pid, r in sorted(burst.items()):
+        ok = not isinstance(r, Exception) and (r.choices[0].finish_reason == "stop" or r.usage.completion_tokens == 24)
+        check(ok, "burst: %s ran whole (%s)" % (pid, r if isinstance(r, Exception) else
+                                                 "%s, %d tokens" % (r.choices[0].finish_reason, r.usage.completion_tokens)))
 finally:
     stop_server(server)
 

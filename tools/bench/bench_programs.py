@@ -14,7 +14,8 @@ server must evict. The same workload (same seeds) runs against `chorus serve` th
 
 Reported per policy: steps per minute, recomputed tokens, KV hit rate (the share of context
 tokens found resident when a request came), p50/p99 step latency (one reason request, waits
-included), the ratio of steps/min to lru, where request time went (the mean number of requests
+included), the ratio of steps/min to lru, tokens generated per minute and the replies cut short
+(finish "length" before max_tokens: none since the server counts each request's room), where request time went (the mean number of requests
 in flight and the share of their time spent waiting for a restore, from /metrics), and the rate
 over the middle half of the run (between the N/4-th and 3N/4-th completed step), since the
 whole-run rate of this closed workload also counts its start and its tail.
@@ -70,6 +71,8 @@ def run_policy(args, policy):
         model = client.models.list().data[0].id
         latencies, lock, errors = [], threading.Lock(), []
         steps = [0]
+        generated = [0]   # completion tokens
+        cut = [0]         # replies that ended "length" short of max_tokens (a full KV pool, before)
         step_times = []   # when each step completed
         done_times = []   # when each program completed its last step
 
@@ -90,6 +93,9 @@ def run_policy(args, policy):
                 with lock:
                     latencies.append(time.time() - t0)
                     steps[0] += 1
+                    generated[0] += r.usage.completion_tokens
+                    if r.choices[0].finish_reason == "length" and r.usage.completion_tokens < args.reason_tokens:
+                        cut[0] += 1
                     step_times.append(time.time())
                     if k + 1 == args.steps:
                         done_times.append(time.time())
@@ -122,6 +128,7 @@ def run_policy(args, policy):
         latencies.sort()
         pct = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")  # noqa: E731
         return {"policy": policy, "steps": steps[0], "wall_s": wall, "steps_per_min": 60.0 * steps[0] / wall,
+                "generated_tokens": generated[0], "generated_per_min": 60.0 * generated[0] / wall, "cut_short": cut[0],
                 "recomputed_tokens": recomputed, "reused_tokens": reused,
                 "kv_hit_rate": 1.0 - recomputed / reused if reused > 0 else 1.0,
                 "p50_step_s": pct(0.50), "p99_step_s": pct(0.99), "pauses": metric("chorus_pauses_total"),
@@ -168,14 +175,14 @@ def main():
         results.append(r)
         print(json.dumps(r), flush=True)
     base = next((r for r in results if r["policy"] == "lru"), results[0])
-    print("\n%-8s %10s %10s %12s %8s %9s %9s %8s %10s %10s %11s" % (
-        "policy", "steps/min", "vs lru", "recomputed", "hit", "p50 s", "p99 s", "errors", "in flight", "wait share",
-        "middle/min"))
+    print("\n%-8s %10s %10s %12s %8s %9s %9s %8s %6s %10s %10s %10s %11s" % (
+        "policy", "steps/min", "vs lru", "recomputed", "hit", "p50 s", "p99 s", "errors", "cut", "tokens/min",
+        "in flight", "wait share", "middle/min"))
     for r in results:
-        print("%-8s %10.1f %9.2fx %12d %7.1f%% %9.2f %9.2f %8d %10.2f %9.1f%% %11.1f" % (
+        print("%-8s %10.1f %9.2fx %12d %7.1f%% %9.2f %9.2f %8d %6d %10.1f %10.2f %9.1f%% %11.1f" % (
             r["policy"], r["steps_per_min"], r["steps_per_min"] / base["steps_per_min"], r["recomputed_tokens"],
-            100 * r["kv_hit_rate"], r["p50_step_s"], r["p99_step_s"], r["n_errors"], r["in_flight"],
-            100 * r["restore_wait_share"], r["middle_steps_per_min"]))
+            100 * r["kv_hit_rate"], r["p50_step_s"], r["p99_step_s"], r["n_errors"], r["cut_short"],
+            r["generated_per_min"], r["in_flight"], 100 * r["restore_wait_share"], r["middle_steps_per_min"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results}, f, indent=1)
