@@ -214,7 +214,7 @@ struct Gateway::Impl {
       if (o.unavailable)
         throw HttpError{503, error_body("generation stopped: " + o.error, "server_error", "", "kv_cache_full")};
       if (!o.error.empty()) throw HttpError{500, error_body("generation failed: " + o.error, "server_error")};
-      res.set_content(completion_json(rid, id, o, ephemeral).dump(), "application/json");
+      res.set_content(json_text(completion_json(rid, id, o, ephemeral)), "application/json");
       return;
     }
     // Streaming: the generation runs in the content provider (this worker thread).
@@ -232,7 +232,7 @@ struct Gateway::Impl {
         return c;
       };
       auto send = [&](const json& j) {
-        const std::string line = "data: " + j.dump() + "\n\n";
+        const std::string line = "data: " + json_text(j) + "\n\n";
         return sink.write(line.data(), line.size());
       };
       bool ok = send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
@@ -274,10 +274,10 @@ struct Gateway::Impl {
     svr.Post("/v1/chat/completions", guarded([this](const httplib::Request& q, httplib::Response& r) { on_chat(q, r); }));
     svr.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& r) {
               json m = {{"id", model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "chorus"}};
-              r.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+              r.set_content(json_text(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
             }));
     svr.Get("/programs", guarded([this](const httplib::Request&, httplib::Response& r) {
-              r.set_content(programs->list().dump(), "application/json");
+              r.set_content(json_text(programs->list()), "application/json");
             }));
     svr.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& r) {
               r.set_content(programs->metrics_text(), "text/plain; version=0.0.4");
@@ -293,7 +293,7 @@ struct Gateway::Impl {
                  bad_request("`program_id` is required (a string)", "program_id");
                const std::string id = j["program_id"];
                programs->release_by_client(id);
-               r.set_content(json{{"program_id", id}, {"released", true}}.dump(), "application/json");
+               r.set_content(json_text(json{{"program_id", id}, {"released", true}}), "application/json");
              }));
     svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;

@@ -13,8 +13,10 @@ std::string error_body(const std::string& message, const std::string& type, cons
   json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
   if (!param.empty()) e["param"] = param;
   if (!code.empty()) e["code"] = code;
-  return json{{"error", e}}.dump();
+  return json_text(json{{"error", e}});
 }
+
+std::string json_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 [[noreturn]] void bad_request(const std::string& message, const std::string& param) {
   throw HttpError{400, error_body(message, "invalid_request_error", param)};
@@ -49,7 +51,8 @@ ChatRequest parse_chat_request(const std::string& body, const std::string& model
       content = m["content"];
     } else if (m.contains("content") && m["content"].is_array()) {  // [{type: text, text: ...}]
       for (const json& part : m["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string())
           bad_request(where + ".content: only text parts are supported", where + ".content");
         content += part["text"].get<std::string>();
       }
@@ -99,8 +102,15 @@ ChatRequest parse_chat_request(const std::string& body, const std::string& model
     if (!j["stream"].is_boolean()) bad_request("`stream` must be a boolean", "stream");
     r.stream = j["stream"];
   }
-  if (j.contains("stream_options") && j["stream_options"].is_object())
-    r.include_usage = j["stream_options"].value("include_usage", false);
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    const json& so = j["stream_options"];
+    if (!so.is_object()) bad_request("`stream_options` must be an object", "stream_options");
+    if (so.contains("include_usage") && !so["include_usage"].is_null()) {
+      if (!so["include_usage"].is_boolean())
+        bad_request("`stream_options.include_usage` must be a boolean", "stream_options.include_usage");
+      r.include_usage = so["include_usage"];
+    }
+  }
   const json* pid = nullptr;
   if (j.contains("program_id")) pid = &j["program_id"];
   else if (j.contains("extra_body") && j["extra_body"].is_object() && j["extra_body"].contains("program_id"))

@@ -2,6 +2,7 @@
 // and OpenAI-style errors: what a client sent, read into chorus's terms.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct HttpError {
 // {"error": {"message", "type", "param", "code"}}; param and code are null when empty.
 std::string error_body(const std::string& message, const std::string& type, const std::string& param = "",
                        const std::string& code = "");
+// JSON as text for a client: bytes that are not UTF-8 (a message quoting a malformed body, a
+// file name) become U+FFFD instead of making the serializer throw.
+std::string json_text(const nlohmann::json& j);
 // Throws HttpError 400 (invalid_request_error) naming `param`.
 [[noreturn]] void bad_request(const std::string& message, const std::string& param = "");
 

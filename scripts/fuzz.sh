@@ -20,6 +20,7 @@ mkdir -p "$CORPUS"
 case "$TARGET" in
   frame_fuzz) cmake --build "$BUILD" --target frame_seeds && "$BUILD/fuzz/frame_seeds" "$CORPUS" ;;
   topology_fuzz) cp "$ROOT"/topologies/*.yaml "$CORPUS"/ ;;
+  chat_request_fuzz) cp "$ROOT"/fuzz/seeds-chat_request/*.json "$CORPUS"/ ;;
   *) python3 "$ROOT/fuzz/make_seeds.py" "$TARGET" "$CORPUS" ;;
 esac
 DICT=()
