@@ -174,9 +174,16 @@ class BatcherCore {
     Status s = Status::success();
     if (pc.op == ProgramCmd::Op::pause) s = engine_->pause(p.blocks, pc.mode);
     if (pc.op == ProgramCmd::Op::restore) s = engine_->restore(p.blocks);
-    if (pc.op == ProgramCmd::Op::terminate)
+    if (pc.op == ProgramCmd::Op::terminate) {
+      // All or nothing: a block that a pending request still holds keeps every block (the caller
+      // may try again once the request is done).
       for (BlockId b : p.blocks)
-        if (s.ok()) s = engine_->blocks().free(b);
+        if (auto blk = engine_->blocks().get(b); blk && (*blk)->holds > 0 && s.ok())
+          s = make_error(Errc::invalid_argument, name + ": block " + std::to_string(b) + " has " +
+                                                     std::to_string((*blk)->holds) + " pending request(s)");
+      for (BlockId b : p.blocks)
+        if (s.ok() && engine_->blocks().is_live(b)) s = engine_->blocks().free(b);
+    }
     if (!s.ok()) return encode_error_envelope(rid, s.error());
     p.state = pc.op == ProgramCmd::Op::pause ? 1 : 0;
     if (pc.op == ProgramCmd::Op::terminate) {

@@ -1,5 +1,6 @@
 #include "actors/program.h"
 
+#include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <spdlog/spdlog.h>
+#include <thread>
 #include <unistd.h>
 #include <zmq.hpp>
 
@@ -30,11 +32,45 @@ namespace chorus {
 using namespace program_roles;
 using topology::Kind;
 
+// ---- SharedEngine -------------------------------------------------------------------------------
+
+struct SharedEngine::Impl {
+  std::shared_ptr<Engine> engine;
+  caf::actor batcher;
+  std::atomic<uint64_t> next_program{1};
+};
+
+SharedEngine::SharedEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+SharedEngine::~SharedEngine() {
+  if (!impl_->batcher) return;
+  caf::scoped_actor self{impl_->batcher.home_system()};
+  self->send_exit(impl_->batcher, caf::exit_reason::user_shutdown);
+  self->wait_for(impl_->batcher);
+}
+
+Result<std::shared_ptr<SharedEngine>> SharedEngine::create(caf::actor_system& sys, const Model& model, CpuDevice& device,
+                                                           const EngineOptions& opts, CudaDevice* gpu) {
+  auto engine = Engine::create(model, device, opts, gpu);
+  if (!engine) return engine.error();
+  auto impl = std::make_unique<Impl>();
+  impl->engine = std::shared_ptr<Engine>(std::move(*engine));
+  impl->batcher = spawn_batcher(sys, impl->engine);
+  return std::shared_ptr<SharedEngine>(new SharedEngine(std::move(impl)));
+}
+
+const Model& SharedEngine::model() const { return impl_->engine->model(); }
+std::string SharedEngine::describe() const { return impl_->engine->describe(); }
+caf::actor SharedEngine::batcher() const { return impl_->batcher; }
+uint64_t SharedEngine::new_program_id() { return impl_->next_program++; }
+
 // ---- Program ------------------------------------------------------------------------------------
 
 struct Program::Impl {
   caf::actor_system* sys = nullptr;
-  std::shared_ptr<Engine> engine;
+  std::shared_ptr<SharedEngine> engine;  // this program's alone, or shared with others
+  bool own_engine = false;               // made for it (Program::start with a model)
+  uint64_t program_id = 0;               // in the engine's batcher
   caf::actor batcher, ctl;
   std::vector<caf::actor> actors;             // roles and feeders (the controller apart)
   std::vector<caf::actor> sinks;              // stopped after the others, once their mailboxes are written out
@@ -52,16 +88,37 @@ struct Program::Impl {
     caf::scoped_actor self{*sys};
     std::vector<caf::actor> all = actors;
     if (ctl) all.push_back(ctl);
-    if (batcher) all.push_back(batcher);
     for (const auto& a : all) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (const auto& a : all) self->wait_for(a);
     for (const auto* stage : {&sinks, &outlets}) {  // nothing a sink was given is lost
       for (const auto& a : *stage) self->send(a, stop_atom::value);
       for (const auto& a : *stage) self->wait_for(a);
     }
+    // What the blocks hold, through the batcher (other programs may be stepping the engine);
+    // then the program ends there, its blocks freed. Requests its roles left are still running:
+    // the batcher refuses to free a block they use, so wait for them (a step or a few).
+    std::map<std::string, int64_t> tokens;
+    if (batcher) {
+      auto call = [&](const Frame& f) {
+        Result<Reply> out = make_error(Errc::internal, "no reply from the batcher");
+        self->request(batcher, std::chrono::seconds(60), frame_atom::value, f)
+            .receive([&](const std::vector<uint8_t>& r) { out = decode_reply(r); },
+                     [&](caf::error& e) { out = make_error(Errc::internal, caf::to_string(e)); });
+        return out;
+      };
+      for (const auto& [name, id] : blocks)
+        if (auto r = call(encode_snapshot_view(0, {id})); r && r->kind == "ViewSnapshot" && !r->blocks.empty())
+          tokens[name] = r->blocks[0].tokens;
+      ProgramCmd end{ProgramCmd::Op::terminate, program_id, "", {}, PauseMode::drop};
+      for (int tries = 0; !own_engine && tries < 24000; ++tries) {  // up to 2 minutes
+        auto r = call(encode_program(0, end));
+        if (!r || r->kind != "Error" || r->text.find("pending request") == std::string::npos) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    engine.reset();  // this program's own engine stops here
     std::lock_guard<std::mutex> l(outcome->m);
-    for (const auto& [name, id] : blocks)
-      if (auto b = engine->blocks().get(id)) outcome->report.block_tokens[name] = static_cast<int64_t>((*b)->tokens.size());
+    for (const auto& [name, n] : tokens) outcome->report.block_tokens[name] = n;
     if (outcome->report.ended_by.empty()) {
       outcome->report.ended_by = "stopped";
       outcome->report.seconds = outcome->now();
@@ -92,17 +149,25 @@ std::string render_block(const topology::Block& b) {
 
 Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const topology::Topology& t, const Model& model,
                                                 CpuDevice& device, ProgramHooks hooks, CudaDevice* gpu) {
-  auto impl = std::make_unique<Impl>();
-  impl->sys = &sys;
-  const Tokenizer& tok = model.tokenizer;
   EngineOptions eo;
   eo.n_pages = t.engine.pages;
   eo.token_budget = t.engine.token_budget;
   eo.max_view_tokens = t.engine.max_view_tokens;
-  auto engine = Engine::create(model, device, eo, gpu);
+  auto engine = SharedEngine::create(sys, model, device, eo, gpu);
   if (!engine) return engine.error();
-  impl->engine = std::shared_ptr<Engine>(std::move(*engine));
-  impl->batcher = spawn_batcher(sys, impl->engine);
+  auto p = start(sys, t, std::move(*engine), std::move(hooks));
+  if (p) (*p)->impl_->own_engine = true;  // its end stops the engine: no need to free blocks first
+  return p;
+}
+
+Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const topology::Topology& t,
+                                                std::shared_ptr<SharedEngine> engine, ProgramHooks hooks) {
+  auto impl = std::make_unique<Impl>();
+  impl->sys = &sys;
+  const Tokenizer& tok = engine->model().tokenizer;
+  impl->batcher = engine->batcher();
+  impl->program_id = engine->new_program_id();
+  impl->engine = std::move(engine);
   Program prog(std::move(impl));  // from here on, an error tears everything down
   Impl& im = *prog.impl_;
   const std::string where = t.file + ": ";
@@ -119,11 +184,11 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
   };
   // One program for the batcher: its blocks are paused and restored together.
   ProgramCmd reg;
-  reg.program = 1;
+  reg.program = im.program_id;
   reg.name = t.name;
   if (auto r = call(encode_program(++rid, reg)); !r) return make_error(r.error().code, where + "registering the program: " + r.error().message);
   for (const auto& b : t.blocks) {
-    auto r = call(encode_create_block(++rid, b.name, 1));
+    auto r = call(encode_create_block(++rid, b.name, im.program_id));
     if (!r) return make_error(r.error().code, where + "block " + b.name + ": " + r.error().message);
     im.blocks[b.name] = static_cast<BlockId>(r->id);
   }

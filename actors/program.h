@@ -1,8 +1,9 @@
 // A running topology: one program on the actor runtime. Program::start creates the engine and
-// its batcher, the topology's blocks (registered as one program with the batcher), runs each
-// block's initial text into it, then spawns the role actors and a controller that routes named
-// events between them and ends the program — on a `finish` event, when every thinker, writer and
-// source is done, or when the time or token budget is spent.
+// its batcher (or joins a SharedEngine that other programs run on too), the topology's blocks
+// (registered as one program with the batcher), runs each block's initial text into it, then
+// spawns the role actors and a controller that routes named events between them and ends the
+// program — on a `finish` event, when every thinker, writer and source is done, or when the time
+// or token budget is spent.
 //
 // The format is in topologies/README.md; actors/topology.h reads it.
 #pragma once
@@ -15,6 +16,7 @@
 
 #include "actors/topology.h"
 #include "base/status.h"
+#include "engine/engine.h"
 
 namespace chorus {
 
@@ -44,6 +46,30 @@ struct ProgramReport {
   bool ok() const { return ended_by != "error"; }
 };
 
+// One engine and its batcher that several programs run on at once: the forward passes batch
+// their work together, over one copy of the model and one KV pool (`chorus run` with several
+// topology files or --copies). Each program registers with the batcher under an id of its own
+// and frees its blocks when it ends; the engine stays until the last holder lets go.
+class SharedEngine {
+ public:
+  // `model`, `device` (and `gpu`) must outlive it. Errors: Engine::create's.
+  static Result<std::shared_ptr<SharedEngine>> create(caf::actor_system& sys, const Model& model, CpuDevice& device,
+                                                      const EngineOptions& opts, CudaDevice* gpu = nullptr);
+  ~SharedEngine();  // stops the batcher
+  SharedEngine(const SharedEngine&) = delete;
+  SharedEngine& operator=(const SharedEngine&) = delete;
+
+  const Model& model() const;
+  std::string describe() const;  // where its forward passes run
+  caf::actor batcher() const;
+  uint64_t new_program_id();  // 1, 2, ...
+
+ private:
+  struct Impl;
+  explicit SharedEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 class Program {
  public:
   // `model` and `device` (and `gpu`, when given: the engine's forward passes run there) must
@@ -53,6 +79,10 @@ class Program {
   static Result<std::unique_ptr<Program>> start(caf::actor_system& sys, const topology::Topology& t, const Model& model,
                                                 CpuDevice& device, ProgramHooks hooks = {},
                                                 CudaDevice* gpu = nullptr);
+  // The same on an engine other programs share: the topology's `engine:` section is not used
+  // (the engine was made before). When the program ends its blocks are freed; the engine goes on.
+  static Result<std::unique_ptr<Program>> start(caf::actor_system& sys, const topology::Topology& t,
+                                                std::shared_ptr<SharedEngine> engine, ProgramHooks hooks = {});
   ~Program();  // stops the program if it still runs
 
   // Text for a source with `from: api` (the embedded case); close() ends its input.

@@ -209,7 +209,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
             p.erase(0, at + c->emits[i].at.size());
           }
         } else if (r->kind == "RequestFinished") {
-          if (r->reason == FinishReason::error) {
+          if (r->reason == FinishReason::error || r->reason == FinishReason::context_full) {  // not a short success
             self->send(st.ctl, fail_atom::value, c->name, "generation failed: " + r->text);
             return;
           }
@@ -357,7 +357,8 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
           }
           st.above = above;
         } else if (r->kind == "RequestFinished") {
-          if (r->reason == FinishReason::error) self->send(st.ctl, fail_atom::value, c->name, "probe failed: " + r->text);
+          if (r->reason == FinishReason::error || r->reason == FinishReason::context_full)
+            self->send(st.ctl, fail_atom::value, c->name, "probe failed: " + r->text);
           st.out.erase(it);
           while (!st.waiting.empty() && static_cast<int>(st.out.size()) + st.submitting < kProbeQuestionsOut) {
             std::string next = std::move(st.waiting.front());
@@ -511,7 +512,7 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
         auto r = decode_reply(frame);
         if (!r || r->kind != "RequestFinished") return;
         auto& st = self->state;
-        if (r->reason == FinishReason::error) return fail("forward failed: " + r->text);
+        if (r->reason == FinishReason::error || r->reason == FinishReason::context_full) return fail("forward failed: " + r->text);
         if (st.in_flight.empty()) return;
         SourceRoleState::Forward f = std::move(st.in_flight.front());
         st.in_flight.pop_front();

@@ -294,6 +294,68 @@ actors:
   EXPECT_EQ(p.error().message, "e.yaml: actors.s: cannot open /nonexistent/dir/out.txt: No such file or directory");
 }
 
+// One thinker writing block b after the text in a: `max_tokens` tokens, with no stop.
+topology::Topology thinker_topology(int max_tokens, const std::string& engine = "") {
+  auto t = topology::load_string(engine + R"(blocks:
+  a: {text: "hello world"}
+  b:
+actors:
+  think:
+    kind: thinker
+    view: [a, b]
+    writes: b
+    prefill: " the"
+    stop: []
+    max_tokens: )" + std::to_string(max_tokens) + "\n",
+                                 "e.yaml");
+  EXPECT_TRUE(t.ok()) << t.error().message;
+  return t.ok() ? *t : topology::Topology{};
+}
+
+// Several programs on one engine (chorus run with several files): each registers under an id of
+// its own, they run at once, and one that ends frees its blocks while the others go on. The
+// pool holds two of these programs but not a third beside them: the third runs only because
+// the first two gave their pages back.
+TEST_F(TinyProgram, ProgramsShareOneEngineAndFreeTheirBlocks) {
+  EngineOptions eo;
+  eo.n_pages = 24;  // 384 positions
+  eo.token_budget = 32;
+  auto engine = SharedEngine::create(*sys_, *model_, *device_, eo);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  const topology::Topology t1 = thinker_topology(60), t2 = thinker_topology(120), t3 = thinker_topology(250);
+  auto p1 = Program::start(*sys_, t1, *engine);
+  auto p2 = Program::start(*sys_, t2, *engine);
+  ASSERT_TRUE(p1.ok()) << p1.error().message;
+  ASSERT_TRUE(p2.ok()) << p2.error().message;
+  const ProgramReport r1 = (*p1)->wait();
+  const ProgramReport r2 = (*p2)->wait();
+  EXPECT_EQ(r1.ended_by, "all roles done") << r1.error;
+  EXPECT_EQ(r2.ended_by, "all roles done") << r2.error;
+  EXPECT_GT(r1.block_tokens.at("b"), 1);
+  EXPECT_LE(r1.block_tokens.at("b"), 1 + 60);
+  EXPECT_GT(r2.block_tokens.at("b"), 1);
+  EXPECT_LE(r2.block_tokens.at("b"), 1 + 120);
+  EXPECT_GT(r1.generated_tokens + r2.generated_tokens, 0);
+  // 1 + 250 + the context: 17 pages of 24, after 5 and 9 were given back.
+  auto p3 = Program::start(*sys_, t3, *engine);
+  ASSERT_TRUE(p3.ok()) << p3.error().message;
+  const ProgramReport r3 = (*p3)->wait();
+  EXPECT_EQ(r3.ended_by, "all roles done") << r3.error;
+  EXPECT_EQ(r3.block_tokens.at("b"), 1 + 250) << "the pool ran out: blocks of the programs before were not freed";
+}
+
+// A thinker whose block runs out of KV pages (16 pages, 256 positions, for 400 tokens) fails the program, naming itself and the cause,
+// rather than ending as if it had said all it had to say.
+TEST_F(TinyProgram, RunningOutOfKvPagesIsAnErrorNotAShortAnswer) {
+  const topology::Topology t = thinker_topology(400, "engine: {pages: 16}\n");
+  auto p = Program::start(*sys_, t, *model_, *device_);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  const ProgramReport r = (*p)->wait();
+  EXPECT_EQ(r.ended_by, "error");
+  EXPECT_NE(r.error.find("think"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("KV cache full"), std::string::npos) << r.error;
+}
+
 // How a program ends, on the tiny model: a token budget, a finish event, a time budget.
 TEST_F(TinyProgram, EndsByTokenBudgetFinishEventAndTime) {
   Model* model = model_.get();

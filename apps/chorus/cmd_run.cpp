@@ -1,5 +1,5 @@
-// `chorus check` and `chorus run`: a topology file (topologies/README.md) validated, or run as one
-// program until it ends.
+// `chorus check` and `chorus run`: a topology file (topologies/README.md) validated, or topology
+// files run, each as a program (--copies: several of each), all on one engine until they end.
 #include <atomic>
 #include <caf/all.hpp>
 #include <csignal>
@@ -12,6 +12,7 @@
 #include "apps/chorus/commands.h"
 #include "apps/chorus/gpu_choice.h"
 #include "engine/model.h"
+#include "engine/engine.h"
 #include "engine/model_paths.h"
 #include "gpu/cpu_device.h"
 
@@ -52,16 +53,37 @@ int run_check(const RunArgs& args) {
 }
 
 int run_run(const RunArgs& args) {
-  auto t = load(args.file, args.set, args.input_given ? &args.input : nullptr, true);
-  if (!t) {
-    std::fprintf(stderr, "%s\n", t.error().message.c_str());
-    return 1;
+  // Every file loads first: a mistake in the last one stops the run before anything starts.
+  std::vector<topology::Topology> topos;
+  for (const auto& file : args.files) {
+    auto t = load(file, args.set, args.input_given ? &args.input : nullptr, true);
+    if (!t) {
+      std::fprintf(stderr, "%s\n", t.error().message.c_str());
+      return 1;
+    }
+    topos.push_back(std::move(*t));
   }
-  const std::string model_path = !args.model.empty() ? args.model : !t->model.empty() ? t->model : default_model_path();
+  // One engine for all of them: its model and settings are the first file's, and the others must
+  // agree (a program written for another model or pool would not run as its file says).
+  const topology::Topology& first = topos.front();
+  for (const auto& t : topos) {
+    if (args.model.empty() && t.model != first.model) {
+      std::fprintf(stderr, "chorus run: %s names model \"%s\" but %s names \"%s\": programs on one engine share one model (or pass --model)\n",
+                   t.file.c_str(), t.model.c_str(), first.file.c_str(), first.model.c_str());
+      return 1;
+    }
+    if (t.engine.pages != first.engine.pages || t.engine.token_budget != first.engine.token_budget ||
+        t.engine.max_view_tokens != first.engine.max_view_tokens || t.engine.threads != first.engine.threads) {
+      std::fprintf(stderr, "chorus run: %s and %s have different engine: sections; programs on one engine share one (make them equal)\n",
+                   t.file.c_str(), first.file.c_str());
+      return 1;
+    }
+  }
+  const std::string model_path = !args.model.empty() ? args.model : !first.model.empty() ? first.model : default_model_path();
   auto model = Model::load(model_path);
   if (!report("run", model)) return 1;
   CpuDeviceOptions dev;
-  dev.n_threads = args.threads > 0 ? args.threads : t->engine.threads;
+  dev.n_threads = args.threads > 0 ? args.threads : first.engine.threads;
   auto device = CpuDevice::create(dev);
   if (!report("run", device)) return 1;
   auto gpu = open_gpu("run", args.device, **model);
@@ -70,40 +92,73 @@ int run_run(const RunArgs& args) {
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
+  EngineOptions eo;
+  eo.n_pages = first.engine.pages;
+  eo.token_budget = first.engine.token_budget;
+  eo.max_view_tokens = first.engine.max_view_tokens;
+  auto engine = SharedEngine::create(sys, **model, **device, eo, gpu->get());
+  if (!report("run", engine)) return 1;
+
+  // Each program, named for the report and for --events: the topology's name, and #k when a file
+  // runs more than once.
+  struct Running {
+    std::string label;
+    std::unique_ptr<Program> program;
+    ProgramReport report;
+  };
+  std::vector<Running> runs;
+  const bool several = topos.size() * static_cast<size_t>(args.copies) > 1;
   std::mutex err;
-  ProgramHooks hooks;
-  if (args.events)
-    hooks.event = [&](const ProgramEvent& e) {
-      std::lock_guard<std::mutex> l(err);
-      std::string text = e.text.size() > 60 ? e.text.substr(0, 57) + "..." : e.text;
-      for (char& c : text)
-        if (c == '\n') c = ' ';
-      std::fprintf(stderr, "  <%.2fs %s: %s>\n", e.seconds, e.name.c_str(), text.c_str());
-    };
-  auto program = Program::start(sys, *t, **model, **device, hooks, gpu->get());
-  if (!report("run", program)) return 1;
+  for (const auto& t : topos)
+    for (int k = 1; k <= args.copies; ++k) {
+      Running r;
+      r.label = t.name + (args.copies > 1 ? "#" + std::to_string(k) : "");
+      ProgramHooks hooks;
+      if (args.events)
+        hooks.event = [&err, label = several ? r.label + " " : std::string()](const ProgramEvent& e) {
+          std::lock_guard<std::mutex> l(err);
+          std::string text = e.text.size() > 60 ? e.text.substr(0, 57) + "..." : e.text;
+          for (char& c : text)
+            if (c == '\n') c = ' ';
+          std::fprintf(stderr, "  <%.2fs %s%s: %s>\n", e.seconds, label.c_str(), e.name.c_str(), text.c_str());
+        };
+      auto program = Program::start(sys, t, *engine, hooks);
+      if (!program) {  // the ones already started are stopped as `runs` goes
+        std::fprintf(stderr, "chorus run: %s: %s\n", r.label.c_str(), program.error().message.c_str());
+        for (auto& started : runs) started.program->stop();
+        return 1;
+      }
+      r.program = std::move(*program);
+      runs.push_back(std::move(r));
+    }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  std::thread watch([&] {  // Ctrl-C ends the program cleanly (its report is still printed)
-    while (!g_interrupted) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    (*program)->stop();
+  std::atomic<bool> all_done{false};
+  std::thread watch([&] {  // Ctrl-C ends the programs cleanly (their reports are still printed)
+    while (!g_interrupted && !all_done) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_interrupted)
+      for (auto& r : runs) r.program->stop();
   });
-  ProgramReport r = (*program)->wait();
-  g_interrupted = true;
+  for (auto& r : runs) r.report = r.program->wait();
+  all_done = true;
   watch.join();
-  if (!args.quiet) {
-    std::string blocks, events;
-    for (const auto& [b, n] : r.block_tokens) blocks += (blocks.empty() ? "" : ", ") + b + " " + std::to_string(n);
-    for (const auto& [e, n] : r.events) events += (events.empty() ? "" : ", ") + e + " x" + std::to_string(n);
-    std::fprintf(stderr, "\n[%s: ended by %s after %.2f s; %lld tokens generated; blocks: %s; events: %s]\n",
-                 t->name.c_str(), r.ended_by.c_str(), r.seconds, static_cast<long long>(r.generated_tokens),
-                 blocks.c_str(), events.empty() ? "none" : events.c_str());
+  int failed = 0;
+  for (const auto& run : runs) {
+    const ProgramReport& r = run.report;
+    if (!args.quiet) {
+      std::string blocks, events;
+      for (const auto& [b, n] : r.block_tokens) blocks += (blocks.empty() ? "" : ", ") + b + " " + std::to_string(n);
+      for (const auto& [e, n] : r.events) events += (events.empty() ? "" : ", ") + e + " x" + std::to_string(n);
+      std::fprintf(stderr, "%s[%s: ended by %s after %.2f s; %lld tokens generated; blocks: %s; events: %s]\n",
+                   several ? "" : "\n", run.label.c_str(), r.ended_by.c_str(), r.seconds,
+                   static_cast<long long>(r.generated_tokens), blocks.c_str(), events.empty() ? "none" : events.c_str());
+    }
+    if (!r.ok()) {
+      std::fprintf(stderr, "chorus run: %s%s\n", several ? (run.label + ": ").c_str() : "", r.error.c_str());
+      ++failed;
+    }
   }
-  if (!r.ok()) {
-    std::fprintf(stderr, "chorus run: %s\n", r.error.c_str());
-    return 1;
-  }
-  return 0;
+  return failed > 0 ? 1 : 0;
 }
 
 }  // namespace chorus::app

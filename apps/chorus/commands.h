@@ -79,7 +79,9 @@ struct NodeArgs {
 int run_node(const NodeArgs& args);
 
 struct RunArgs {
-  std::string file;               // the topology
+  std::string file;               // the topology (check)
+  std::vector<std::string> files; // the topologies (run: one program each, on one engine)
+  int copies = 1;                 // run: programs per file
   std::vector<std::string> set;   // KEY=VALUE: parameters and key paths
   std::string input;              // the parameter "input"
   bool input_given = false;

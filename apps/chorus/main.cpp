@@ -100,8 +100,11 @@ int main(int argc, char** argv) {
   node_cmd->add_option("--max-frame-bytes", node.max_frame_bytes, "Larger frames are refused")->capture_default_str();
 
   chorus::app::RunArgs run;
-  auto* run_cmd = app.add_subcommand("run", "Run a topology file (topologies/README.md) as one program until it ends");
-  run_cmd->add_option("file", run.file, "Topology file (YAML)")->required();
+  auto* run_cmd = app.add_subcommand("run", "Run topology files (topologies/README.md), each as a program, on one engine until they end");
+  run_cmd->add_option("files", run.files, "Topology file(s) (YAML); several run at once on one engine")->required();
+  run_cmd->add_option("--copies", run.copies, "Programs per file, all at once on the one engine")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   run_cmd->add_option("--set", run.set, "KEY=VALUE: a parameter, or a key path such as budget.tokens=64 (repeatable)");
   auto* input_opt = run_cmd->add_option("--input,-i", run.input, "The parameter \"input\" (the user's question, say)");
   run_cmd->add_option("--model,-m", run.model, "GGUF file (default: the topology's model, else the default model)");
