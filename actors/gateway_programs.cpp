@@ -272,12 +272,31 @@ GatewayPrograms::Turn GatewayPrograms::begin(const std::string& program_id) {
 
 void GatewayPrograms::wait_to_run(const std::string& id, int64_t need_tokens) {
   Impl& g = *impl_;
-  {
-    std::lock_guard<std::mutex> l(g.m);
-    g.sessions.at(id).need_tokens = need_tokens;
-  }
-  g.schedule();  // a request boundary, with this request's room counted
+  // The request is over before it ran: the program acts again (a one-shot one is released).
+  auto give_up = [&](std::unique_lock<std::mutex>& l, const HttpError& why) {
+    bool ephemeral = false;
+    if (auto it = g.sessions.find(id); it != g.sessions.end()) {
+      Session& s = it->second;
+      s.busy = s.started = false;
+      g.request_seconds += g.now() - s.phase_since;  // phase_since: when the request arrived
+      s.phase_since = s.last_used = g.now();
+      ephemeral = s.ephemeral;
+    }
+    l.unlock();
+    if (ephemeral) g.release(id);  // nobody can ask for it again
+    throw why;
+  };
   std::unique_lock<std::mutex> l(g.m);
+  const int64_t need_pages = KvCache::pages_for(need_tokens);
+  if (need_pages > g.opts.policy.capacity_pages)  // it would wait for ever, or run out half-way
+    give_up(l, HttpError{400, error_body("the conversation and max_tokens need " + std::to_string(need_tokens) +
+                                             " tokens (" + std::to_string(need_pages) + " KV pages); the server's pool has " +
+                                             std::to_string(g.opts.policy.capacity_pages) + " pages",
+                                         "invalid_request_error", "max_tokens", "context_length_exceeded")});
+  g.sessions.at(id).need_tokens = need_tokens;
+  l.unlock();
+  g.schedule();  // a request boundary, with this request's room counted
+  l.lock();
   const double wait_from = g.now();
   // It starts once its program is resident and the policy has not moved it out to make room
   // (the decision above counted its room): from then on it is pinned.
@@ -290,18 +309,8 @@ void GatewayPrograms::wait_to_run(const std::string& id, int64_t need_tokens) {
   });
   g.restore_wait_seconds += g.now() - wait_from;
   if (ready && !g.stopping && g.sessions.count(id)) return;
-  bool ephemeral = false;
-  if (auto it = g.sessions.find(id); it != g.sessions.end()) {
-    Session& s = it->second;
-    s.busy = s.started = false;
-    g.request_seconds += g.now() - s.phase_since;  // phase_since: when the request arrived
-    s.phase_since = s.last_used = g.now();
-    ephemeral = s.ephemeral;
-  }
-  l.unlock();
-  if (ephemeral) g.release(id);  // nobody can ask for it again
-  throw HttpError{503, error_body("program `" + id + "` could not be restored in time (memory is full)", "server_error", "",
-                                  "program_paused")};
+  give_up(l, HttpError{503, error_body("program `" + id + "` could not be restored in time (memory is full)", "server_error",
+                                       "", "program_paused")});
 }
 
 void GatewayPrograms::set_contents(const std::string& id, std::string text, int64_t tokens) {

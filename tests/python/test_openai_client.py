@@ -210,6 +210,16 @@ try:
     restores = float(re.search(r"^chorus_restores_total (\S+)", body, re.M).group(1))
     check(restores >= 1, "pressure: programs were restored (%d)" % restores)
 
+    # A request that could never fit the pool (16 pages, 256 positions) is refused up front,
+    # rather than waiting for ever or running out half-way.
+    try:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}], max_tokens=300,
+                                       extra_body={"program_id": "too-big"})
+        check(False, "a request larger than the pool refused")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and e.body.get("code") == "context_length_exceeded" and "16 pages" in str(e),
+              "a request larger than the pool: 400 context_length_exceeded (%s)" % e.body.get("message"))
+
     # Six new programs at once, each needing about 4 of the 16 pages: the ones that do not fit
     # wait for room; none is cut short by a full pool (finish "length" means max_tokens).
     burst = {}
