@@ -35,6 +35,7 @@ struct Session {
   bool paused = false;
   bool offloaded = false;
   bool moving = false;    // a pause or restore is under way
+  bool release_when_settled = false;  // released while moving: release once the move is done
   double phase_since = 0; // busy: when the request began; idle: when the last one ended
   double paused_since = 0;
   double last_used = 0;
@@ -99,6 +100,12 @@ struct GatewayPrograms::Impl {
       return b.error();
     }
     l.lock();
+    if (sessions.count(key)) {  // another request created it meanwhile: that one is the program
+      l.unlock();
+      ProgramCmd t{ProgramCmd::Op::terminate, program, "", {}, PauseMode::drop};
+      (void)call(encode_program(0, t));
+      return key;
+    }
     Session s;
     s.id = key;
     s.program = program;
@@ -109,13 +116,18 @@ struct GatewayPrograms::Impl {
     return key;
   }
 
-  // Ends a program: its blocks are freed. Under no lock; the session must not be busy.
+  // Ends a program: its blocks are freed. Under no lock; the session must not be busy. One that
+  // a decision is pausing or restoring right now is released when that is done (carry_out).
   void release(const std::string& id) {
     uint64_t program = 0;
     {
       std::lock_guard<std::mutex> l(m);
       auto it = sessions.find(id);
       if (it == sessions.end()) return;
+      if (it->second.moving) {
+        it->second.release_when_settled = true;
+        return;
+      }
       program = it->second.program;
       sessions.erase(it);
     }
@@ -177,9 +189,14 @@ struct GatewayPrograms::Impl {
       // A program whose block is still empty (new, or cleared) has no pages to move.
       Result<Reply> r = Reply{};
       if (!empty) r = call(encode_program(0, ProgramCmd{op, program, "", {}, mode}));
-      std::lock_guard<std::mutex> l(m);
-      Session& s = sessions.at(id);
+      std::unique_lock<std::mutex> l(m);
+      Session& s = sessions.at(id);  // not erased while moving (release() waits for this)
       s.moving = false;
+      if (s.release_when_settled) {
+        l.unlock();
+        release(id);
+        return;
+      }
       if (!r) {
         spdlog::warn("gateway: {} program {}: {}", op == ProgramCmd::Op::pause ? "pausing" : "restoring", id, r.error().message);
         return;

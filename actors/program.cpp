@@ -109,10 +109,16 @@ struct Program::Impl {
       for (const auto& [name, id] : blocks)
         if (auto r = call(encode_snapshot_view(0, {id})); r && r->kind == "ViewSnapshot" && !r->blocks.empty())
           tokens[name] = r->blocks[0].tokens;
+      // There is no cancel yet: requests the roles left run to their end (max_tokens at most).
       ProgramCmd end{ProgramCmd::Op::terminate, program_id, "", {}, PauseMode::drop};
-      for (int tries = 0; !own_engine && tries < 24000; ++tries) {  // up to 2 minutes
+      const auto give_up = Clock::now() + std::chrono::minutes(2);
+      while (!own_engine) {
         auto r = call(encode_program(0, end));
         if (!r || r->kind != "Error" || r->text.find("pending request") == std::string::npos) break;
+        if (Clock::now() > give_up) {
+          spdlog::warn("program {}: its blocks stay on the shared engine: {}", program_id, r->text);
+          break;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     }

@@ -38,12 +38,13 @@ PauseMode ProgramPolicy::pause_mode(int64_t pages, int64_t host_free_pages) cons
 PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot> programs) const {
   PolicyDecision d;
   const double cap = static_cast<double>(opts_.capacity_pages);
-  int64_t resident = 0, host_used = 0;
+  int64_t resident = 0, host_used = 0, running = 0;  // running: pages of pinned programs
   double weighted = 0;
   std::vector<const ProgramSnapshot*> active, waiting;
   for (const ProgramSnapshot& p : programs) {
     if (p.state == ProgramState::active) {
       resident += p.pages;
+      if (p.pinned) running += p.pages;
       weighted += pause_key(p, now);
       active.push_back(&p);
     } else if (p.state == ProgramState::paused) {
@@ -89,7 +90,9 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
       // Only a program ready to reason comes back: an acting one has nothing to run, and with its
       // decayed weight it would be the first victim of the next check (a pause/restore ping-pong).
       if (p->phase != ProgramPhase::reasoning) break;
-      const bool alone = resident == 0 && d.restore.empty();
+      // A program larger than the budget comes back when nothing is running: the programs
+      // resident then are idle (or waiting to start), and the pause step below makes way.
+      const bool alone = running == 0 && d.restore.empty();
       if (held + static_cast<double>(p->pages) > low && !alone) break;  // in order: no skipping
       d.restore.push_back(p->id);
       resident += p->pages;
@@ -162,8 +165,10 @@ PolicyDecision decide_baseline(BaselinePolicy kind, double ttl_s, int64_t cap, d
   };
   make_room(0, victims.size());  // requests in flight growing, new ones
   for (const ProgramSnapshot* w : wanted) {
+    int64_t idle_left = 0;  // what the idle programs not yet dropped hold
+    for (size_t i = next; i < idle.size(); ++i) idle_left += idle[i]->pages;
+    if (resident - idle_left + w->pages > cap) break;  // it waits for room; nothing is dropped for nothing
     make_room(w->pages, idle.size());  // a waiting request takes the place of idle programs only
-    if (resident + w->pages > cap) break;  // it waits for room
     d.restore.push_back(w->id);
     resident += w->pages;
   }

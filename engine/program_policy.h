@@ -13,7 +13,7 @@
 //    (a large program's key shrinks while it waits, so it cannot starve). In order, while the
 //    next fits under the low watermark (weighted); the queue does not skip a program that does
 //    not fit (no starvation by smaller ones), except that a program larger than the whole budget
-//    is restored when nothing else is resident. With offload_displaces (off by default: it pays
+//    is restored when no program is running (pinned): the idle ones resident make way for it. With offload_displaces (off by default: it pays
 //    only while host memory holds every displaced program, docs/scheduling.md), acting programs
 //    that can be moved out cheaply — offloaded to host memory, where there is room and copying
 //    costs less than a re-prefill — do not count against the low watermark: a ready program

@@ -171,6 +171,18 @@ TEST(ProgramPolicy, AProgramLargerThanTheBudgetRunsAlone) {
   EXPECT_EQ(pol.decide(0, ps).restore, (std::vector<uint64_t>{2}));
   // ...but alone, with nothing resident, it runs.
   EXPECT_EQ(pol.decide(0, std::vector<ProgramSnapshot>{paused(1, 95, 0)}).restore, (std::vector<uint64_t>{1}));
+  // Idle programs resident do not hold it back for ever (their pages are paused only above the
+  // high watermark, so it would wait until they expired): with nothing running, it comes back
+  // and they make way. A program in a tool call that just began weighs its full 30 pages.
+  auto d = pol.decide(1, std::vector<ProgramSnapshot>{paused(1, 80, 0), active(2, 30, ProgramPhase::acting, 1)});
+  EXPECT_EQ(d.restore, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(ids(d.pause), (std::vector<uint64_t>{2}));
+  // While a program runs (pinned), it waits.
+  std::vector<ProgramSnapshot> busy = {paused(1, 80, 0), active(2, 30)};
+  busy[1].pinned = true;
+  d = pol.decide(1, busy);
+  EXPECT_TRUE(d.restore.empty());
+  EXPECT_TRUE(d.pause.empty());
 }
 
 // ThunderAgent's point: a program ready to reason takes the place of one idling in a long tool
@@ -204,6 +216,7 @@ TEST(ProgramPolicy, AReadyProgramDisplacesActingOnesThatOffloadCheaply) {
   o.offload_displaces = true;
   std::vector<ProgramSnapshot> ps = {active(1, 40, ProgramPhase::acting, 20), active(2, 20, ProgramPhase::acting, 20),
                                      active(3, 25), paused(4, 35, 15)};
+  ps[2].pinned = true;                       // running: the ready program cannot just take its turn alone
   auto d = ProgramPolicy(o).decide(20, ps);  // weighted 85 >= 70, but 60 of it can be offloaded
   EXPECT_EQ(d.restore, (std::vector<uint64_t>{4}));
   // 120 resident: 30 must go; the smaller acting program first (20), then 40 (60 left) — the 20
@@ -378,6 +391,12 @@ TEST(BaselinePolicy, RequestsThatHaveNotStartedWaitNewestFirst) {
   ASSERT_EQ(d.pause.size(), 1u);
   EXPECT_EQ(d.pause[0].first, 2u);
   EXPECT_TRUE(d.restore.empty());
+  // Idle programs are not dropped for a waiting request that would not fit even without them.
+  std::vector<ProgramSnapshot> tight = {active(1, 70, ProgramPhase::reasoning, 0.0), active(2, 20, ProgramPhase::acting, 1.0),
+                                        paused(3, 40, 0.5)};
+  tight[0].pinned = true;
+  d = decide_baseline(BaselinePolicy::lru, 2.0, 100, 6.0, tight);
+  EXPECT_TRUE(d.empty());
   // Running requests are never held back, however full the pool.
   ps[2].pinned = ps[3].pinned = true;
   d = decide_baseline(BaselinePolicy::ttl, 2.0, 50, 6.0, ps);

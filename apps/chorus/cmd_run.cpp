@@ -96,7 +96,9 @@ int run_run(const RunArgs& args) {
   eo.n_pages = first.engine.pages;
   eo.token_budget = first.engine.token_budget;
   eo.max_view_tokens = first.engine.max_view_tokens;
-  auto engine = SharedEngine::create(sys, **model, **device, eo, gpu->get());
+  const bool shared = topos.size() > 1 || args.copies > 1;
+  Result<std::shared_ptr<SharedEngine>> engine = std::shared_ptr<SharedEngine>();
+  if (shared) engine = SharedEngine::create(sys, **model, **device, eo, gpu->get());
   if (!report("run", engine)) return 1;
 
   // Each program, named for the report and for --events: the topology's name, and #k when a file
@@ -106,9 +108,9 @@ int run_run(const RunArgs& args) {
     std::unique_ptr<Program> program;
     ProgramReport report;
   };
+  std::mutex err;  // before `runs`: their hooks may use it until they are gone
   std::vector<Running> runs;
-  const bool several = topos.size() * static_cast<size_t>(args.copies) > 1;
-  std::mutex err;
+  const bool several = shared;
   for (const auto& t : topos)
     for (int k = 1; k <= args.copies; ++k) {
       Running r;
@@ -122,7 +124,9 @@ int run_run(const RunArgs& args) {
             if (c == '\n') c = ' ';
           std::fprintf(stderr, "  <%.2fs %s%s: %s>\n", e.seconds, label.c_str(), e.name.c_str(), text.c_str());
         };
-      auto program = Program::start(sys, t, *engine, hooks);
+      // One program alone owns the engine: when it ends, the engine stops with it, without
+      // waiting for the requests its roles left running.
+      auto program = several ? Program::start(sys, t, *engine, hooks) : Program::start(sys, t, **model, **device, hooks, gpu->get());
       if (!program) {  // the ones already started are stopped as `runs` goes
         std::fprintf(stderr, "chorus run: %s: %s\n", r.label.c_str(), program.error().message.c_str());
         for (auto& started : runs) started.program->stop();
