@@ -1,7 +1,10 @@
 #include "actors/batcher.h"
 
+#include <algorithm>
 #include <caf/all.hpp>
+#include <functional>
 #include <map>
+#include <optional>
 
 #include "actors/atoms.h"
 #include "actors/codec.h"
@@ -27,8 +30,15 @@ class BatcherCore {
 
   bool idle() const { return engine_->idle(); }
 
-  // Applies one command frame from `sender`; returns the reply frame.
-  Frame on_frame(const std::vector<uint8_t>& bytes, const caf::actor& sender) {
+  // Delivers a reply later (a response promise of the actor that asked).
+  using Deliver = std::function<void(Frame)>;
+  // Makes a Deliver for the message being handled; called only when a request is held.
+  using Defer = std::function<Deliver()>;
+
+  // Applies one command frame from `sender`; returns the reply frame, or nothing when the
+  // request is held (a program registered with `hold` is paused): `defer()` then gave what
+  // answers it when the program is restored or terminated.
+  std::optional<Frame> on_frame(const std::vector<uint8_t>& bytes, const caf::actor& sender, const Defer& defer) {
     uint64_t rid = 0;
     auto cmd = decode_command(bytes, &rid, &engine_->model().tokenizer);
     if (!cmd) return encode_error_envelope(rid, cmd.error());
@@ -49,6 +59,10 @@ class BatcherCore {
     if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) return on_block_op(rid, *op);
     if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return snapshot(rid, v->view);
     if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
+    if (Program* p = holder_of(std::get<Request>(*cmd))) {
+      p->held.push_back(Held{bytes, sender, defer()});
+      return std::nullopt;
+    }
     auto id = engine_->submit(std::get<Request>(*cmd));
     if (!id) return encode_error_envelope(rid, id.error());
     subs_[*id] = Subscriber{sender, rid,
@@ -95,11 +109,28 @@ class BatcherCore {
   }
 
  private:
+  struct Held {  // a request that waits for its program's restore
+    std::vector<uint8_t> frame;
+    caf::actor sender;
+    Deliver deliver;
+  };
   struct Program {
     std::string name;
     std::vector<BlockId> blocks;
     int state = 0;  // 0 active, 1 paused
+    bool hold = false;
+    std::vector<Held> held;
   };
+
+  // The paused program with `hold` that owns a block the request names, if any.
+  Program* holder_of(const Request& r) {
+    for (auto& [id, p] : programs_) {
+      if (!p.hold || p.state != 1) continue;
+      for (BlockId b : p.blocks)
+        if (b == r.write_to || std::find(r.view.begin(), r.view.end(), b) != r.view.end()) return &p;
+    }
+    return nullptr;
+  }
 
   Frame status(uint64_t rid, uint64_t id, const Program& p) const {
     int64_t pages = 0, tokens = 0;
@@ -165,7 +196,7 @@ class BatcherCore {
     if (pc.op == ProgramCmd::Op::register_program) {
       for (BlockId b : pc.blocks)
         if (!engine_->blocks().is_live(b)) return bad(Errc::not_found, name + ": block " + std::to_string(b) + " does not exist");
-      programs_[pc.program] = Program{pc.name, pc.blocks, 0};
+      programs_[pc.program] = Program{pc.name, pc.blocks, 0, pc.hold, {}};
       return status(rid, pc.program, programs_[pc.program]);
     }
     auto it = programs_.find(pc.program);
@@ -186,12 +217,24 @@ class BatcherCore {
     }
     if (!s.ok()) return encode_error_envelope(rid, s.error());
     p.state = pc.op == ProgramCmd::Op::pause ? 1 : 0;
+    std::vector<Held> held;
+    if (pc.op != ProgramCmd::Op::pause) held.swap(p.held);
     if (pc.op == ProgramCmd::Op::terminate) {
       Frame f = encode_program_status(rid, pc.program, 2, 0, 0);
       programs_.erase(it);
+      for (Held& h : held) {  // they asked for blocks that are gone now
+        uint64_t hrid = 0;
+        (void)decode_command(h.frame, &hrid, &engine_->model().tokenizer);
+        h.deliver(encode_error_envelope(hrid, make_error(Errc::not_found, name + " was terminated while this request waited for its restore")));
+      }
       return f;
     }
-    return status(rid, pc.program, p);
+    Frame f = status(rid, pc.program, p);
+    // Restored: the held requests go in now, in the order they came (none is held again: the
+    // program is active).
+    for (Held& h : held)  // held again by another paused program it names: the same promise waits there
+      if (auto reply = on_frame(h.frame, h.sender, [&h] { return h.deliver; })) h.deliver(std::move(*reply));
+    return f;
   }
 
   std::shared_ptr<Engine> engine_;
@@ -201,14 +244,23 @@ class BatcherCore {
   std::map<BlockId, int64_t> seen_;                       // cached length last reported
 };
 
+// A Deliver for the request `self` is handling now: the reply goes out when it is called.
+template <class Self>
+BatcherCore::Deliver promise(Self* self) {
+  auto rp = self->make_response_promise();
+  return [rp](Frame f) mutable { rp.deliver(std::move(f)); };
+}
+
 void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
   BatcherCore core(std::move(engine));
   bool running = true;
   bool got = false;
   bool stopping = false;  // stop_atom: finish what was accepted, then end
-  auto on_frame = [&](frame_atom, const std::vector<uint8_t>& bytes) -> std::vector<uint8_t> {
+  auto on_frame = [&](frame_atom, const std::vector<uint8_t>& bytes) -> caf::result<std::vector<uint8_t>> {
     got = true;
-    return core.on_frame(bytes, caf::actor_cast<caf::actor>(self->current_sender()));
+    auto reply = core.on_frame(bytes, caf::actor_cast<caf::actor>(self->current_sender()), [self] { return promise(self); });
+    if (reply) return std::move(*reply);
+    return caf::delegated<std::vector<uint8_t>>{};
   };
   auto on_subscribe = [&](subscribe_atom, BlockId b) {
     got = true;
@@ -257,10 +309,12 @@ caf::behavior batcher_cooperative(caf::stateful_actor<CooperativeState>* self, s
     }
   };
   return {
-      [=](frame_atom, const std::vector<uint8_t>& bytes) -> std::vector<uint8_t> {
-        Frame reply = self->state.core->on_frame(bytes, caf::actor_cast<caf::actor>(self->current_sender()));
+      [=](frame_atom, const std::vector<uint8_t>& bytes) -> caf::result<std::vector<uint8_t>> {
+        auto reply = self->state.core->on_frame(bytes, caf::actor_cast<caf::actor>(self->current_sender()),
+                                                [self] { return promise(self); });
         kick();
-        return reply;
+        if (reply) return std::move(*reply);
+        return caf::delegated<std::vector<uint8_t>>{};
       },
       [=](subscribe_atom, BlockId b) { self->state.core->on_subscribe(b, caf::actor_cast<caf::actor>(self->current_sender())); },
       [=](stop_atom) {

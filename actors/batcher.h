@@ -9,7 +9,10 @@
 //                                    ProgramStatus (RegisterProgram, PauseProgram, RestoreProgram,
 //                                    TerminateProgram) or Error
 // The batcher also plays the memory actor's part for now: it owns the blocks (the engine's block
-// store), serializes every write (one writer per block, FIFO) and pauses/restores programs.
+// store), serializes every write (one writer per block, FIFO) and pauses/restores programs. A
+// request naming a block of a paused program is refused, unless the program was registered with
+// `hold`: then its reply (Submitted, or Error) waits until the program is restored — the request
+// goes in then, in arrival order — or terminated (an Error).
 //   then, to the sender of a Submitted request: (event_atom, frame) with TokenEvent (text is
 //   whole UTF-8 characters), ProbeResult, and last RequestFinished
 //   (subscribe_atom, block) -> after each step in which the block's cached length changed,

@@ -32,7 +32,7 @@ Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
       const auto name = fbb.CreateString(c.name);
       const auto blocks = fbb.CreateVector(c.blocks);
       return finish(fbb, request_id, wire::Payload::RegisterProgram,
-                    wire::CreateRegisterProgram(fbb, c.program, name, blocks).Union());
+                    wire::CreateRegisterProgram(fbb, c.program, name, blocks, c.hold).Union());
     }
     case ProgramCmd::Op::pause:
       return finish(fbb, request_id, wire::Payload::PauseProgram,
@@ -126,6 +126,7 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
     c.program = p->program();
     c.name = p->name() ? p->name()->str() : "";
     c.blocks = to_vec(p->blocks());
+    c.hold = p->hold();
     return Command{std::move(c)};
   }
   if (const auto* p = env->payload_as_PauseProgram()) {

@@ -43,6 +43,7 @@ struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, Terminate
   std::string name;
   std::vector<BlockId> blocks;  // register
   PauseMode mode = PauseMode::drop;
+  bool hold = false;            // register: requests wait while it is paused (schemas/programs.fbs)
 };
 struct SnapshotViewCmd {
   std::vector<BlockId> view;

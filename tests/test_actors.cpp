@@ -227,6 +227,62 @@ TEST_F(ActorsFixture, ProgramsPauseAndRestoreThroughTheBatcher) {
   EXPECT_EQ(program(ProgramCmd::Op::pause, 99).kind, "Error");
 }
 
+// A program registered with `hold`: a request naming its blocks while it is paused waits in the
+// batcher (no reply yet) and goes in when the program is restored; one still waiting when the
+// program is terminated gets an error. Its actors need not know it was paused.
+TEST_F(ActorsFixture, HeldRequestsWaitForTheirProgramsRestore) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  caf::scoped_actor self{*sys};
+  auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
+  auto program = [&](ProgramCmd::Op op, uint64_t id, std::vector<BlockId> blocks = {}, bool hold = false) {
+    ProgramCmd c;
+    c.op = op;
+    c.program = id;
+    c.blocks = std::move(blocks);
+    c.hold = hold;
+    return call(self, encode_program(0, c));
+  };
+  const BlockId p = block("prompt"), t = block("thoughts");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(p, {5, 6, 7, 8, 9}))).kind, "Submitted");
+  events_until_finished(self);
+  ASSERT_EQ(program(ProgramCmd::Op::register_program, 5, {p, t}, true).kind, "ProgramStatus");
+  ASSERT_EQ(program(ProgramCmd::Op::pause, 5).state, 1);
+  // From another actor (a role of the program, say): the generate waits.
+  StopCondition stop;
+  stop.max_tokens = 12;
+  stop.at_end_of_generation = false;
+  std::atomic<bool> replied{false};
+  std::string kind;
+  int tokens = 0;
+  std::thread role([&] {
+    caf::scoped_actor other{*sys};
+    kind = call(other, encode_request(7, Request::generate(t, {p, t}, {3}, SamplingParams::greedy(), stop))).kind;
+    replied = true;
+    if (kind != "Submitted") return;
+    for (const Reply& e : events_until_finished(other)) tokens += e.kind == "TokenEvent" && e.token >= 0;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(replied) << "the request was answered while its program was paused";
+  const Reply st = program(ProgramCmd::Op::restore, 5);
+  EXPECT_EQ(st.kind, "ProgramStatus") << st.text;
+  role.join();
+  EXPECT_EQ(kind, "Submitted");
+  EXPECT_EQ(tokens, 12);
+  // Paused again; a probe waits, and the program ends under it: an error, naming the program.
+  ASSERT_EQ(program(ProgramCmd::Op::pause, 5).state, 1);
+  std::string refused;
+  std::thread late([&] {
+    caf::scoped_actor other{*sys};
+    const Reply r = call(other, encode_request(8, Request::probe({p, t}, {1}, {{1}})));
+    refused = r.kind + ": " + r.text;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(program(ProgramCmd::Op::terminate, 5).state, 2);
+  late.join();
+  EXPECT_EQ(refused, "Error: program 5 was terminated while this request waited for its restore");
+  // Without `hold`, a paused program's blocks refuse at once (ProgramsPauseAndRestoreThroughTheBatcher).
+}
+
 // A file being appended to feeds a source, which runs each line into a log block; a probe
 // watching the block asks its question every 8 new tokens; a sink collects text.
 TEST(ActorsRoles, FileTailSourceProbeAndSink) {
