@@ -49,6 +49,17 @@ struct ActorsFixture : ::testing::Test {
                  [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
     return out;
   }
+  // A program command (register, pause, restore, terminate) and its reply.
+  Reply program_cmd(caf::scoped_actor& self, ProgramCmd::Op op, uint64_t id, std::vector<BlockId> blocks = {},
+                    PauseMode mode = PauseMode::drop, bool hold = false) {
+    ProgramCmd c;
+    c.op = op;
+    c.program = id;
+    c.blocks = std::move(blocks);
+    c.mode = mode;
+    c.hold = hold;
+    return call(self, encode_program(0, c));
+  }
   std::vector<Reply> events_until_finished(caf::scoped_actor& self) {
     std::vector<Reply> out;
     for (bool done = false; !done;) {
@@ -182,12 +193,7 @@ TEST_F(ActorsFixture, ProgramsPauseAndRestoreThroughTheBatcher) {
     return std::vector<float>{};
   };
   auto program = [&](ProgramCmd::Op op, uint64_t id, std::vector<BlockId> blocks = {}, PauseMode mode = PauseMode::drop) {
-    ProgramCmd c;
-    c.op = op;
-    c.program = id;
-    c.blocks = std::move(blocks);
-    c.mode = mode;
-    return call(self, encode_program(0, c));
+    return program_cmd(self, op, id, std::move(blocks), mode);
   };
   StopCondition stop;
   stop.max_tokens = 12;
@@ -235,12 +241,7 @@ TEST_F(ActorsFixture, HeldRequestsWaitForTheirProgramsRestore) {
   caf::scoped_actor self{*sys};
   auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
   auto program = [&](ProgramCmd::Op op, uint64_t id, std::vector<BlockId> blocks = {}, bool hold = false) {
-    ProgramCmd c;
-    c.op = op;
-    c.program = id;
-    c.blocks = std::move(blocks);
-    c.hold = hold;
-    return call(self, encode_program(0, c));
+    return program_cmd(self, op, id, std::move(blocks), PauseMode::drop, hold);
   };
   const BlockId p = block("prompt"), t = block("thoughts");
   ASSERT_EQ(call(self, encode_request(0, Request::forward(p, {5, 6, 7, 8, 9}))).kind, "Submitted");
