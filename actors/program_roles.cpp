@@ -26,8 +26,6 @@
 namespace chorus::program_roles {
 namespace {
 
-using tool_atom = caf::atom_constant<caf::atom("toolcall")>;  // (tool_atom, tool, arguments json) -> result text
-
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -533,99 +531,6 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
   };
 }
 
-// The program's tools: one sandbox (actors/sandbox.h), created with the program and removed with
-// it; calls run one at a time. A detached actor: a run blocks until the tool ends.
-void tool_main(caf::blocking_actor* self, std::string base, std::string name, std::vector<topology::Tool> tools) {
-  auto box = Sandbox::create(base, name);
-  if (!box) spdlog::error("program {}: no sandbox for its tools: {}", name, box.error().message);
-  for (bool running = true; running;)
-    self->receive(
-        [&](tool_atom, const std::string& tool, const std::string& args) -> std::string {
-          const topology::Tool* t = nullptr;
-          std::string known;
-          for (const auto& x : tools) {
-            if (x.name == tool) t = &x;
-            known += (known.empty() ? "" : ", ") + x.name;
-          }
-          if (!t) return "error: unknown tool \"" + tool + "\" (tools: " + known + ")";
-          if (!box) return "error: no sandbox: " + box.error().message;
-          SandboxLimits lim;
-          lim.timeout_s = t->timeout_s;
-          lim.max_output_bytes = t->max_output_bytes;
-          auto r = box->run(t->command, lim, args);
-          if (!r) return "error: " + r.error().message;
-          std::string out = r->output;
-          while (!out.empty() && out.back() == '\n') out.pop_back();
-          if (!r->ok()) out += (out.empty() ? "" : "\n") + std::string("[") + r->describe() + "]";
-          return out;
-        },
-        [&](caf::exit_msg&) { running = false; });
-}
-
-// Reads a whole file (no following) and sends it line by line, then done_atom.
-void read_file_lines(caf::blocking_actor* self, std::string path, caf::actor target, std::string who, caf::actor ctl) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    self->send(ctl, fail_atom::value, who, "cannot open " + path + ": " + std::strerror(errno));
-    return;
-  }
-  std::string line;
-  while (std::getline(in, line)) self->send(target, text_atom::value, in.eof() ? line : line + "\n");
-  self->send(target, done_atom::value);
-}
-
-// ---- sink: text somewhere, a prefix at each line start -----------------------------------------
-
-
-struct SinkRoleState {
-  bool at_line_start = true;
-  caf::strong_actor_ptr last;  // who wrote the current line
-};
-
-caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig cfg) {
-  auto c = std::make_shared<SinkRoleConfig>(std::move(cfg));
-  auto out = [=](const std::string& s) {
-    using topology::SinkKind;
-    if (c->kind == SinkKind::zmq || c->console) {
-      self->send(c->console ? c->console : c->zmq, text_atom::value, s);
-      return;
-    }
-    std::FILE* f = c->kind == SinkKind::stdout_stream ? stdout : c->kind == SinkKind::stderr_stream ? stderr : c->file.get();
-    std::fwrite(s.data(), 1, s.size(), f);
-    std::fflush(f);
-  };
-  // Text with the prefix at each line start; a new producer starts on a new line.
-  auto write = [=](const std::string& text, const caf::strong_actor_ptr& from) {
-    auto& st = self->state;
-    if (text.empty()) return;
-    if (c->callback) {
-      c->callback(c->name, text);
-      return;
-    }
-    std::string s;
-    if (!st.at_line_start && from != st.last) {
-      s += "\n";
-      st.at_line_start = true;
-    }
-    for (char ch : text) {
-      if (st.at_line_start && ch != '\n') s += c->prefix;
-      st.at_line_start = ch == '\n';
-      s += ch;
-    }
-    st.last = from;
-    out(s);
-  };
-  return {
-      [=](text_atom, const std::string& text) { write(text, self->current_sender()); },
-      [=](stop_atom) { self->quit(); },  // after what was queued before it
-      [=](signal_atom, const std::string& ev, const std::string& text) {
-        std::string t = text;
-        while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-        write("[" + ev + "] " + t + "\n", nullptr);
-      },
-  };
-}
-
 }  // namespace
 
 caf::actor spawn_controller(caf::actor_system& sys, ControllerConfig cfg) { return sys.spawn(controller, std::move(cfg)); }
@@ -637,13 +542,6 @@ caf::actor spawn_probe(caf::actor_system& sys, caf::actor batcher, ProbeRoleConf
 }
 caf::actor spawn_source(caf::actor_system& sys, caf::actor batcher, SourceRoleConfig cfg) {
   return sys.spawn(source_role, std::move(batcher), std::move(cfg));
-}
-caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg) { return sys.spawn(sink_role, std::move(cfg)); }
-caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name, std::vector<topology::Tool> tools) {
-  return sys.spawn<caf::detached>(tool_main, std::move(base), std::move(name), std::move(tools));
-}
-caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who, caf::actor ctl) {
-  return sys.spawn<caf::detached>(read_file_lines, std::move(path), std::move(target), std::move(who), std::move(ctl));
 }
 
 }  // namespace chorus::program_roles

@@ -5,6 +5,7 @@
 
 #include <caf/fwd.hpp>
 #include <caf/actor.hpp>
+#include <caf/atom.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -21,6 +22,9 @@
 #include "engine/engine.h"
 
 namespace chorus::program_roles {
+
+// (tool_atom, tool, arguments json) -> result text: a generator's call to its program's tool actor.
+using tool_atom = caf::atom_constant<caf::atom("toolcall")>;
 
 using Clock = std::chrono::steady_clock;
 
