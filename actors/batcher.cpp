@@ -119,6 +119,7 @@ class BatcherCore {
     std::vector<BlockId> blocks;
     int state = 0;  // 0 active, 1 paused
     bool hold = false;
+    bool acting = false;  // its last reported phase (ProgramPhase)
     std::vector<Held> held;
   };
 
@@ -133,13 +134,15 @@ class BatcherCore {
   }
 
   Frame status(uint64_t rid, uint64_t id, const Program& p) const {
-    int64_t pages = 0, tokens = 0;
+    int64_t pages = 0, tokens = 0, pending = 0;
     for (BlockId b : p.blocks)
       if (auto blk = engine_->blocks().get(b)) {
         for (const Extent& e : (*blk)->extents) pages += static_cast<int64_t>(e.kv.pages.size());
         tokens += static_cast<int64_t>((*blk)->tokens.size());
+        pending += (*blk)->holds;
       }
-    return encode_program_status(rid, id, p.state, static_cast<uint32_t>(pages), static_cast<uint64_t>(tokens));
+    return encode_program_status(rid, id, p.state, static_cast<uint32_t>(pages), static_cast<uint64_t>(tokens), p.acting,
+                                 static_cast<uint32_t>(pending), static_cast<uint32_t>(p.held.size()));
   }
 
   // A block as a reader sees it now: its tokens, and how many of them are cached.
@@ -202,6 +205,10 @@ class BatcherCore {
     auto it = programs_.find(pc.program);
     if (it == programs_.end()) return bad(Errc::not_found, name + " is not registered");
     Program& p = it->second;
+    if (pc.op == ProgramCmd::Op::phase) {  // recorded; the answer is where the program stands
+      p.acting = pc.acting;
+      return status(rid, pc.program, p);
+    }
     Status s = Status::success();
     if (pc.op == ProgramCmd::Op::pause) s = engine_->pause(p.blocks, pc.mode);
     if (pc.op == ProgramCmd::Op::restore) s = engine_->restore(p.blocks);

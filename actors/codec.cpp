@@ -43,15 +43,21 @@ Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
       return finish(fbb, request_id, wire::Payload::RestoreProgram, wire::CreateRestoreProgram(fbb, c.program).Union());
     case ProgramCmd::Op::terminate:
       return finish(fbb, request_id, wire::Payload::TerminateProgram, wire::CreateTerminateProgram(fbb, c.program).Union());
+    case ProgramCmd::Op::phase:
+      return finish(fbb, request_id, wire::Payload::ProgramPhase,
+                    wire::CreateProgramPhase(fbb, c.program, c.acting ? wire::Phase::acting : wire::Phase::reasoning, 0)
+                        .Union());
   }
   return {};
 }
 
-Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens) {
+Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens,
+                            bool acting, uint32_t pending, uint32_t held) {
   flatbuffers::FlatBufferBuilder fbb;
   return finish(fbb, request_id, wire::Payload::ProgramStatus,
-                wire::CreateProgramStatus(fbb, program, static_cast<wire::ProgramState>(state), wire::Phase::reasoning,
-                                          resident_pages, tokens)
+                wire::CreateProgramStatus(fbb, program, static_cast<wire::ProgramState>(state),
+                                          acting ? wire::Phase::acting : wire::Phase::reasoning, resident_pages, tokens,
+                                          pending, held)
                     .Union());
 }
 
@@ -146,6 +152,13 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
     ProgramCmd c;
     c.op = ProgramCmd::Op::terminate;
     c.program = p->program();
+    return Command{std::move(c)};
+  }
+  if (const auto* p = env->payload_as_ProgramPhase()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::phase;
+    c.program = p->program();
+    c.acting = p->phase() == wire::Phase::acting;
     return Command{std::move(c)};
   }
   if (const auto* a = env->payload_as_AppendTokens()) {
@@ -270,6 +283,9 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
     r.id = static_cast<int64_t>(ps->program());
     r.state = static_cast<int>(ps->state());
     r.pages = ps->resident_pages();
+    r.acting = ps->phase() == wire::Phase::acting;
+    r.pending = ps->pending();
+    r.held = ps->held();
   } else if (const auto* e = env->payload_as_Error()) {
     r.text = e->message() ? e->message()->str() : "";
   }

@@ -37,13 +37,14 @@ struct BlockOpCmd {  // FreeBlock, ClearBlock, MergeBlocks, ForkBlock
   int64_t tokens = 0;   // fork: how many leading tokens
   std::string name = {};  // merge, fork: the new block's name
 };
-struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram
-  enum class Op { register_program, pause, restore, terminate } op = Op::register_program;
+struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram, ProgramPhase
+  enum class Op { register_program, pause, restore, terminate, phase } op = Op::register_program;
   uint64_t program = 0;
   std::string name;
   std::vector<BlockId> blocks;  // register
   PauseMode mode = PauseMode::drop;
   bool hold = false;            // register: requests wait while it is paused (schemas/programs.fbs)
+  bool acting = false;          // phase: a tool runs (else reasoning)
 };
 struct SnapshotViewCmd {
   std::vector<BlockId> view;
@@ -61,7 +62,8 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
 Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& name, int64_t tokens, int64_t cached);
 Frame encode_submitted(uint64_t request_id, RequestId request);
 // state: 0 active, 1 paused, 2 terminated (schemas/programs.fbs ProgramState)
-Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens);
+Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens,
+                            bool acting = false, uint32_t pending = 0, uint32_t held = 0);
 Frame encode_event(uint64_t request_id, const Event& e, const std::string& text);
 struct BlockSummary {  // a BlockInfo
   BlockId block = -1;
@@ -83,6 +85,8 @@ struct Reply {
   FinishReason reason = FinishReason::completed;  // RequestFinished
   int state = 0;                                  // ProgramStatus
   int64_t pages = 0;                              // ProgramStatus: resident pages
+  bool acting = false;                            // ProgramStatus: its last reported phase
+  int64_t pending = 0, held = 0;                  // ProgramStatus: request holds on its blocks; requests held
   std::vector<BlockSummary> blocks;               // BlockInfo (one), ViewSnapshot (one per block)
 };
 Result<Reply> decode_reply(std::span<const uint8_t> frame);

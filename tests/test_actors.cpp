@@ -264,11 +264,38 @@ TEST_F(ActorsFixture, HeldRequestsWaitForTheirProgramsRestore) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_FALSE(replied) << "the request was answered while its program was paused";
+  // Where it stands (ProgramPhase: the phase is recorded, the status comes back): paused, one
+  // request held, nothing of it in the engine.
+  ProgramCmd phase;
+  phase.op = ProgramCmd::Op::phase;
+  phase.program = 5;
+  phase.acting = true;
+  Reply where = call(self, encode_program(0, phase));
+  EXPECT_EQ(where.kind, "ProgramStatus") << where.text;
+  EXPECT_EQ(where.state, 1);
+  EXPECT_TRUE(where.acting);
+  EXPECT_EQ(where.held, 1);
+  EXPECT_EQ(where.pending, 0);
   const Reply st = program(ProgramCmd::Op::restore, 5);
   EXPECT_EQ(st.kind, "ProgramStatus") << st.text;
   role.join();
   EXPECT_EQ(kind, "Submitted");
   EXPECT_EQ(tokens, 12);
+  phase.acting = false;
+  where = call(self, encode_program(0, phase));
+  EXPECT_EQ(where.state, 0);
+  EXPECT_FALSE(where.acting);
+  EXPECT_EQ(where.held, 0);
+  EXPECT_EQ(where.pending, 0);  // the generate finished
+  EXPECT_GT(where.pages, 0);
+  // A long generate running: the program's blocks are held (it could not be paused now).
+  StopCondition longer = stop;
+  longer.max_tokens = 2000;
+  ASSERT_EQ(call(self, encode_request(0, Request::generate(t, {p, t}, {3}, SamplingParams::greedy(), longer))).kind,
+            "Submitted");
+  where = call(self, encode_program(0, phase));
+  EXPECT_GE(where.pending, 1);
+  events_until_finished(self);
   // Paused again; a probe waits, and the program ends under it: an error, naming the program.
   ASSERT_EQ(program(ProgramCmd::Op::pause, 5).state, 1);
   std::string refused;
