@@ -14,11 +14,12 @@ server must evict. The same workload (same seeds) runs against `chorus serve` th
 
 Reported per policy: steps per minute, recomputed tokens, KV hit rate (the share of context
 tokens found resident when a request came), p50/p99 step latency (one reason request, waits
-included), the ratio of steps/min to lru, tokens generated per minute and the replies cut short
-(finish "length" before max_tokens: none since the server counts each request's room), where request time went (the mean number of requests
-in flight and the share of their time spent waiting for a restore, from /metrics), and the rate
-over the middle half of the run (between the N/4-th and 3N/4-th completed step), since the
-whole-run rate of this closed workload also counts its start and its tail.
+included), the ratio of steps/min to lru, tokens generated per minute, the replies cut short
+(finish "length" before max_tokens: none since the server counts each request's room), where
+request time went (the mean number of requests in flight and the share of their time spent
+waiting for a restore, from /metrics), and the rate over the middle half of the run (between the
+N/4-th and 3N/4-th completed step), since the whole-run rate of this closed workload also counts
+its start and its tail.
 
   PY=~/.cache/chorus/venv-tests/bin/python
   $PY tools/bench/bench_programs.py --programs 32 --steps 4 --pages 600 --json /tmp/programs.json
