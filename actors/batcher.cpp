@@ -60,7 +60,7 @@ class BatcherCore {
     if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return snapshot(rid, v->view);
     if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
     if (Program* p = holder_of(std::get<Request>(*cmd))) {
-      p->held.push_back(Held{bytes, sender, defer()});
+      p->held.push_back(Held{bytes, rid, sender, defer()});
       return std::nullopt;
     }
     auto id = engine_->submit(std::get<Request>(*cmd));
@@ -111,6 +111,7 @@ class BatcherCore {
  private:
   struct Held {  // a request that waits for its program's restore
     std::vector<uint8_t> frame;
+    uint64_t rid = 0;  // the requester's id for it
     caf::actor sender;
     Deliver deliver;
   };
@@ -229,11 +230,8 @@ class BatcherCore {
     if (pc.op == ProgramCmd::Op::terminate) {
       Frame f = encode_program_status(rid, pc.program, 2, 0, 0);
       programs_.erase(it);
-      for (Held& h : held) {  // they asked for blocks that are gone now
-        uint64_t hrid = 0;
-        (void)decode_command(h.frame, &hrid, &engine_->model().tokenizer);
-        h.deliver(encode_error_envelope(hrid, make_error(Errc::not_found, name + " was terminated while this request waited for its restore")));
-      }
+      for (Held& h : held)  // they asked for blocks that are gone now
+        h.deliver(encode_error_envelope(h.rid, make_error(Errc::not_found, name + " was terminated while this request waited for its restore")));
       return f;
     }
     Frame f = status(rid, pc.program, p);

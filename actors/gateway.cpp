@@ -83,6 +83,11 @@ struct Gateway::Impl {
     int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     std::string error;
     bool unavailable = false;  // the error is the KV pool running out: 503
+    // The error as a client gets it (error must be set).
+    HttpError failure() const {
+      return unavailable ? HttpError{503, error_body("generation stopped: " + error, "server_error", "", "kv_cache_full")}
+                         : HttpError{500, error_body("generation failed: " + error, "server_error")};
+    }
   };
 
   Outcome generate(const GatewayPrograms::Turn& turn, const ChatRequest& req, const Plan& plan,
@@ -211,9 +216,7 @@ struct Gateway::Impl {
         throw;
       }
       programs->end(id);
-      if (o.unavailable)
-        throw HttpError{503, error_body("generation stopped: " + o.error, "server_error", "", "kv_cache_full")};
-      if (!o.error.empty()) throw HttpError{500, error_body("generation failed: " + o.error, "server_error")};
+      if (!o.error.empty()) throw o.failure();
       res.set_content(json_text(completion_json(rid, id, o, ephemeral)), "application/json");
       return;
     }
@@ -239,8 +242,7 @@ struct Gateway::Impl {
       Outcome o = generate(turn, req, plan, [&](const std::string& text) { return ok = ok && send(chunk({{"content", text}}, nullptr)); });
       programs->end(turn.id);
       if (!o.error.empty()) {
-        send(json::parse(o.unavailable ? error_body("generation stopped: " + o.error, "server_error", "", "kv_cache_full")
-                                       : error_body("generation failed: " + o.error, "server_error")));
+        send(json::parse(o.failure().body));
       } else {
         send(chunk(json::object(), o.finish_reason));
         if (req.include_usage) {

@@ -13,6 +13,7 @@
 
 #include "actors/atoms.h"
 #include "actors/openai_request.h"
+#include "actors/submit.h"
 #include "engine/kv_cache.h"
 #include "engine/program_policy.h"
 
@@ -74,12 +75,7 @@ struct GatewayPrograms::Impl {
 
   Result<Reply> call(const Frame& f) {
     caf::scoped_actor self{*sys};
-    Result<Reply> out = make_error(Errc::internal, "no reply from the batcher");
-    self->request(batcher, std::chrono::seconds(600), frame_atom::value, f)
-        .receive([&](const std::vector<uint8_t>& r) { out = decode_reply(r); },
-                 [&](caf::error& e) { out = make_error(Errc::internal, caf::to_string(e)); });
-    if (out && out->kind == "Error") return make_error(Errc::invalid_argument, out->text);
-    return out;
+    return ask(self, batcher, f, std::chrono::seconds(600));
   }
 
   // The session for `id` (created, with its program and block, when new). Under no lock.

@@ -34,6 +34,14 @@ using topology::Kind;
 
 // ---- SharedEngine -------------------------------------------------------------------------------
 
+EngineOptions engine_options(const topology::Topology& t) {
+  EngineOptions eo;
+  eo.n_pages = t.engine.pages;
+  eo.token_budget = t.engine.token_budget;
+  eo.max_view_tokens = t.engine.max_view_tokens;
+  return eo;
+}
+
 struct SharedEngine::Impl {
   std::shared_ptr<Engine> engine;
   caf::actor batcher;
@@ -99,28 +107,24 @@ struct Program::Impl {
     // the batcher refuses to free a block they use, so wait for them (a step or a few).
     std::map<std::string, int64_t> tokens;
     if (batcher) {
-      auto call = [&](const Frame& f) {
-        Result<Reply> out = make_error(Errc::internal, "no reply from the batcher");
-        self->request(batcher, std::chrono::seconds(60), frame_atom::value, f)
-            .receive([&](const std::vector<uint8_t>& r) { out = decode_reply(r); },
-                     [&](caf::error& e) { out = make_error(Errc::internal, caf::to_string(e)); });
-        return out;
-      };
+      auto call = [&](const Frame& f) { return ask(self, batcher, f, std::chrono::seconds(60)); };
       for (const auto& [name, id] : blocks)
-        if (auto r = call(encode_snapshot_view(0, {id})); r && r->kind == "ViewSnapshot" && !r->blocks.empty())
-          tokens[name] = r->blocks[0].tokens;
-      // There is no cancel yet: requests the roles left run to their end (max_tokens at most).
-      ProgramCmd end{ProgramCmd::Op::terminate, program_id, "", {}, PauseMode::drop};
+        if (auto r = call(encode_snapshot_view(0, {id})); r && !r->blocks.empty()) tokens[name] = r->blocks[0].tokens;
+      // There is no cancel yet: requests the roles left run to their end (max_tokens at most),
+      // and a block they hold cannot be freed. The program's status says when none is left.
+      ProgramCmd where{ProgramCmd::Op::phase, program_id, "", {}, PauseMode::drop};
       const auto give_up = Clock::now() + std::chrono::minutes(2);
       while (!own_engine) {
-        auto r = call(encode_program(0, end));
-        if (!r || r->kind != "Error" || r->text.find("pending request") == std::string::npos) break;
+        auto st = call(encode_program(0, where));
+        if (!st || st->pending == 0) break;  // not registered (a start that failed), or free to go
         if (Clock::now() > give_up) {
-          spdlog::warn("program {}: its blocks stay on the shared engine: {}", program_id, r->text);
+          spdlog::warn("program {}: requests still hold {} of its blocks; they stay on the shared engine", program_id,
+                       st->pending);
           break;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
+      if (!own_engine) (void)call(encode_program(0, ProgramCmd{ProgramCmd::Op::terminate, program_id, "", {}, PauseMode::drop}));
     }
     engine.reset();  // this program's own engine stops here
     std::lock_guard<std::mutex> l(outcome->m);
@@ -155,11 +159,7 @@ std::string render_block(const topology::Block& b) {
 
 Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const topology::Topology& t, const Model& model,
                                                 CpuDevice& device, ProgramHooks hooks, CudaDevice* gpu) {
-  EngineOptions eo;
-  eo.n_pages = t.engine.pages;
-  eo.token_budget = t.engine.token_budget;
-  eo.max_view_tokens = t.engine.max_view_tokens;
-  auto engine = SharedEngine::create(sys, model, device, eo, gpu);
+  auto engine = SharedEngine::create(sys, model, device, engine_options(t), gpu);
   if (!engine) return engine.error();
   auto p = start(sys, t, std::move(*engine), std::move(hooks));
   if (p) (*p)->impl_->own_engine = true;  // its end stops the engine: no need to free blocks first
@@ -180,14 +180,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
 
   caf::scoped_actor self{sys};
   uint64_t rid = 0;
-  auto call = [&](const Frame& f) -> Result<Reply> {
-    Result<Reply> out = make_error(Errc::internal, "no reply");
-    self->request(im.batcher, caf::infinite, frame_atom::value, f)
-        .receive([&](const std::vector<uint8_t>& r) { out = decode_reply(r); },
-                 [&](caf::error& e) { out = make_error(Errc::internal, caf::to_string(e)); });
-    if (out && out->kind == "Error") return make_error(Errc::invalid_argument, out->text);
-    return out;
-  };
+  auto call = [&](const Frame& f) { return ask(self, im.batcher, f); };
   // One program for the batcher: its blocks are paused and restored together.
   ProgramCmd reg;
   reg.program = im.program_id;

@@ -50,6 +50,9 @@ struct ProgramReport {
 // their work together, over one copy of the model and one KV pool (`chorus run` with several
 // topology files or --copies). Each program registers with the batcher under an id of its own
 // and frees its blocks when it ends; the engine stays until the last holder lets go.
+// The engine a topology's `engine:` section asks for (threads apart: they are the device's).
+EngineOptions engine_options(const topology::Topology& t);
+
 class SharedEngine {
  public:
   // `model`, `device` (and `gpu`) must outlive it. Errors: Engine::create's.

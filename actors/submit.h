@@ -1,5 +1,6 @@
-// For role actors: submit a request to the batcher and hear only about a refusal (the events of
-// an accepted request come as (event_atom, frame) messages). Include from .cpp files only.
+// Talking to the batcher. For role actors: submit a request and hear only about a refusal (the
+// events of an accepted request come as (event_atom, frame) messages). For code that waits (a
+// scoped_actor): ask() a command and get its reply. Include from .cpp files only.
 #pragma once
 
 #include <caf/all.hpp>
@@ -20,6 +21,18 @@ void submit(Self* self, const caf::actor& batcher, const Request& r, Fail failed
             if (!rep || rep->kind != "Submitted") failed(rep ? rep->text : rep.error().message);
           },
           [=](caf::error& e) { failed(caf::to_string(e)); });
+}
+
+// Sends a command frame to the batcher and waits for the reply, decoded; an Error reply, or no
+// reply within `timeout`, is an error.
+template <class Timeout = caf::infinite_t>
+Result<Reply> ask(caf::scoped_actor& self, const caf::actor& batcher, const Frame& f, Timeout timeout = caf::infinite) {
+  Result<Reply> out = make_error(Errc::internal, "no reply from the batcher");
+  self->request(batcher, timeout, frame_atom::value, f)
+      .receive([&](const std::vector<uint8_t>& r) { out = decode_reply(r); },
+               [&](caf::error& e) { out = make_error(Errc::internal, caf::to_string(e)); });
+  if (out && out->kind == "Error") return make_error(Errc::invalid_argument, out->text);
+  return out;
 }
 
 }  // namespace chorus

@@ -72,8 +72,9 @@ int run_run(const RunArgs& args) {
                    t.file.c_str(), t.model.c_str(), first.file.c_str(), first.model.c_str());
       return 1;
     }
-    if (t.engine.pages != first.engine.pages || t.engine.token_budget != first.engine.token_budget ||
-        t.engine.max_view_tokens != first.engine.max_view_tokens || t.engine.threads != first.engine.threads) {
+    const EngineOptions a = engine_options(t), b = engine_options(first);
+    if (a.n_pages != b.n_pages || a.token_budget != b.token_budget || a.max_view_tokens != b.max_view_tokens ||
+        t.engine.threads != first.engine.threads) {
       std::fprintf(stderr, "chorus run: %s and %s have different engine: sections; programs on one engine share one (make them equal)\n",
                    t.file.c_str(), first.file.c_str());
       return 1;
@@ -92,13 +93,9 @@ int run_run(const RunArgs& args) {
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
-  EngineOptions eo;
-  eo.n_pages = first.engine.pages;
-  eo.token_budget = first.engine.token_budget;
-  eo.max_view_tokens = first.engine.max_view_tokens;
-  const bool shared = topos.size() > 1 || args.copies > 1;
+  const bool several = topos.size() > 1 || args.copies > 1;
   Result<std::shared_ptr<SharedEngine>> engine = std::shared_ptr<SharedEngine>();
-  if (shared) engine = SharedEngine::create(sys, **model, **device, eo, gpu->get());
+  if (several) engine = SharedEngine::create(sys, **model, **device, engine_options(first), gpu->get());
   if (!report("run", engine)) return 1;
 
   // Each program, named for the report and for --events: the topology's name, and #k when a file
@@ -110,7 +107,6 @@ int run_run(const RunArgs& args) {
   };
   std::mutex err;  // before `runs`: their hooks may use it until they are gone
   std::vector<Running> runs;
-  const bool several = shared;
   for (const auto& t : topos)
     for (int k = 1; k <= args.copies; ++k) {
       Running r;
