@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <caf/all.hpp>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "actors/wire.h"
 #include "engine/detokenizer.h"
 #include "engine/engine.h"
+#include "engine/kv_cache.h"
 
 namespace chorus {
 namespace {
@@ -59,16 +61,30 @@ class BatcherCore {
     if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) return on_block_op(rid, *op);
     if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return snapshot(rid, v->view);
     if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
-    if (Program* p = holder_of(std::get<Request>(*cmd))) {
-      p->held.push_back(Held{bytes, rid, sender, defer()});
+    const Request& req = std::get<Request>(*cmd);
+    if (Program* p = holder_of(req)) {
+      p->held.push_back(Held{bytes, rid, sender, defer(), need_pages(req), 0});
       return std::nullopt;
     }
-    auto id = engine_->submit(std::get<Request>(*cmd));
-    if (!id) return encode_error_envelope(rid, id.error());
-    subs_[*id] = Subscriber{sender, rid,
-                            std::make_unique<IncrementalDecoder>(engine_->model().tokenizer,
-                                                                 DecodeOptions{.render_special = false})};
-    return encode_submitted(rid, *id);
+    // A request of a program registered with `hold` starts only with room in the pool for all
+    // it may write; until then it waits, in arrival order (a scheduler makes the room).
+    if (const uint64_t program = scheduled_program(req)) {
+      // Its own program's pages stay while it runs: a request that cannot fit beside them never will.
+      const int64_t need = need_pages(req), pool = engine_->blocks().kv().n_pages();
+      int64_t own = 0;
+      for (BlockId b : programs_.at(program).blocks) own += block_pages(b);
+      if (need + own > pool)
+        return encode_error_envelope(rid, make_error(Errc::out_of_memory, "KV cache too small: the request may write " +
+                                                                              std::to_string(need) + " pages and its program holds " +
+                                                                              std::to_string(own) + "; the pool has " +
+                                                                              std::to_string(pool)));
+      if (!waiting_.empty() || need > room()) {
+        waiting_.push_back(Held{bytes, rid, sender, defer(), need, program});
+        return std::nullopt;
+      }
+      return start(req, rid, sender, need, program);
+    }
+    return start(req, rid, sender, 0, 0);
   }
 
   void on_subscribe(BlockId b, const caf::actor& who) {
@@ -81,7 +97,9 @@ class BatcherCore {
   Status step(Self* self) {
     auto events = engine_->step();
     if (!events) return events.error();
+    bool freed = false;
     for (const Event& e : *events) {
+      if (e.type == Event::Type::finished) freed |= reserved_.erase(e.request) > 0;
       auto it = subs_.find(e.request);
       if (it == subs_.end()) continue;
       std::string text;
@@ -105,15 +123,25 @@ class BatcherCore {
       seen_[b] = n;
       for (const caf::actor& w : who) self->send(w, grown_atom::value, b, n);
     }
+    if (freed) start_waiting();
     return Status::success();
   }
 
  private:
-  struct Held {  // a request that waits for its program's restore
+  struct Held {  // a request that waits: for its program's restore, or for room
     std::vector<uint8_t> frame;
     uint64_t rid = 0;  // the requester's id for it
     caf::actor sender;
     Deliver deliver;
+    int64_t need = 0;      // pages it may write
+    uint64_t program = 0;  // waiting for room: whose it is
+  };
+  // Room kept for a request of a scheduled program while it runs: what it may still write.
+  struct Reservation {
+    int64_t need = 0;
+    BlockId block = -1;          // the block it writes (-1: a probe's scratch block)
+    int64_t pages_at_start = 0;  // that block's pages when it started
+    uint64_t program = 0;
   };
   struct Program {
     std::string name;
@@ -134,16 +162,94 @@ class BatcherCore {
     return nullptr;
   }
 
+  // The first program registered with `hold` that owns a block the request names (0: none).
+  uint64_t scheduled_program(const Request& r) const {
+    for (const auto& [id, p] : programs_) {
+      if (!p.hold) continue;
+      for (BlockId b : p.blocks)
+        if (b == r.write_to || std::find(r.view.begin(), r.view.end(), b) != r.view.end()) return id;
+    }
+    return 0;
+  }
+
+  int64_t block_pages(BlockId b) const {
+    int64_t n = 0;
+    if (auto blk = engine_->blocks().get(b))
+      for (const Extent& e : (*blk)->extents) n += static_cast<int64_t>(e.kv.pages.size());
+    return n;
+  }
+
+  // The most pages a request can add: its block's growth by its tokens (and a generate's
+  // max_tokens), or a probe's scratch block.
+  int64_t need_pages(const Request& r) const {
+    if (r.kind == RequestKind::append) return 0;
+    if (r.kind == RequestKind::probe) {
+      size_t longest = 0;
+      for (const auto& c : r.candidates) longest = std::max(longest, c.size());
+      return KvCache::pages_for(static_cast<int64_t>(r.tokens.size() + longest));
+    }
+    auto blk = engine_->blocks().get(r.write_to);
+    const int64_t n = blk ? static_cast<int64_t>((*blk)->tokens.size()) : 0;
+    const int64_t add = static_cast<int64_t>(r.tokens.size()) + (r.kind == RequestKind::generate ? r.stop.max_tokens : 0);
+    return KvCache::pages_for(n + add) - KvCache::pages_for(n);
+  }
+
+  int64_t outstanding(const Reservation& x) const {
+    if (x.block < 0) return x.need;
+    return std::max<int64_t>(0, x.need - (block_pages(x.block) - x.pages_at_start));
+  }
+
+  // Free pages less what running scheduled requests may still write.
+  int64_t room() const {
+    int64_t n = engine_->blocks().kv().n_free();
+    for (const auto& [id, x] : reserved_) n -= outstanding(x);
+    return n;
+  }
+
+  Frame start(const Request& r, uint64_t rid, const caf::actor& sender, int64_t need, uint64_t program) {
+    auto id = engine_->submit(r);
+    if (!id) return encode_error_envelope(rid, id.error());
+    subs_[*id] = Subscriber{sender, rid,
+                            std::make_unique<IncrementalDecoder>(engine_->model().tokenizer,
+                                                                 DecodeOptions{.render_special = false})};
+    if (program != 0) {
+      const BlockId b = r.kind == RequestKind::probe ? -1 : r.write_to;
+      reserved_[*id] = Reservation{need, b, b < 0 ? 0 : block_pages(b), program};
+    }
+    return encode_submitted(rid, *id);
+  }
+
+  // Requests waiting for room start, in order, while it is there.
+  void start_waiting() {
+    while (!waiting_.empty() && waiting_.front().need <= room()) {
+      Held h = std::move(waiting_.front());
+      waiting_.pop_front();
+      uint64_t rid = 0;
+      auto cmd = decode_command(h.frame, &rid, &engine_->model().tokenizer);
+      if (!cmd) continue;  // it decoded when it came
+      h.deliver(start(std::get<Request>(*cmd), h.rid, h.sender, h.need, h.program));
+    }
+  }
+
   Frame status(uint64_t rid, uint64_t id, const Program& p) const {
-    int64_t pages = 0, tokens = 0, pending = 0;
+    int64_t pages = 0, tokens = 0, pending = 0, wanted = 0;
     for (BlockId b : p.blocks)
       if (auto blk = engine_->blocks().get(b)) {
-        for (const Extent& e : (*blk)->extents) pages += static_cast<int64_t>(e.kv.pages.size());
+        pages += block_pages(b);
         tokens += static_cast<int64_t>((*blk)->tokens.size());
         pending += (*blk)->holds;
       }
+    size_t held = p.held.size();
+    for (const Held& h : p.held) wanted += h.need;
+    for (const Held& h : waiting_)
+      if (h.program == id) {
+        ++held;
+        wanted += h.need;
+      }
+    for (const auto& [rq, x] : reserved_)
+      if (x.program == id) wanted += outstanding(x);
     return encode_program_status(rid, id, p.state, static_cast<uint32_t>(pages), static_cast<uint64_t>(tokens), p.acting,
-                                 static_cast<uint32_t>(pending), static_cast<uint32_t>(p.held.size()));
+                                 static_cast<uint32_t>(pending), static_cast<uint32_t>(held), static_cast<uint32_t>(wanted));
   }
 
   // A block as a reader sees it now: its tokens, and how many of them are cached.
@@ -187,6 +293,7 @@ class BatcherCore {
       if (!s.ok()) return encode_error_envelope(rid, s.error());
       if (op.op == Op::free)  // a freed block leaves its program
         for (auto& [id, p] : programs_) std::erase(p.blocks, op.block);
+      start_waiting();  // its pages are free
       return op.op == Op::free ? encode_block_info(rid, op.block, "", 0, 0) : info(rid, op.block);
     }
     auto made = op.op == Op::merge ? store.merge(op.block, op.second, op.name) : store.fork(op.block, op.tokens, op.name);
@@ -200,7 +307,7 @@ class BatcherCore {
     if (pc.op == ProgramCmd::Op::register_program) {
       for (BlockId b : pc.blocks)
         if (!engine_->blocks().is_live(b)) return bad(Errc::not_found, name + ": block " + std::to_string(b) + " does not exist");
-      programs_[pc.program] = Program{pc.name, pc.blocks, 0, pc.hold, {}};
+      programs_[pc.program] = Program{pc.name, pc.blocks, 0, pc.hold, false, {}};
       return status(rid, pc.program, programs_[pc.program]);
     }
     auto it = programs_.find(pc.program);
@@ -212,7 +319,19 @@ class BatcherCore {
     }
     Status s = Status::success();
     if (pc.op == ProgramCmd::Op::pause) s = engine_->pause(p.blocks, pc.mode);
-    if (pc.op == ProgramCmd::Op::restore) s = engine_->restore(p.blocks);
+    if (pc.op == ProgramCmd::Op::restore) {
+      // The pool's room is what running scheduled requests will not write: a restore that
+      // takes it would make them run out.
+      int64_t need = 0;
+      for (BlockId b : p.blocks)
+        if (auto blk = engine_->blocks().get(b); blk && (*blk)->paused) need += KvCache::pages_for((*blk)->paused_cached);
+      const int64_t free = engine_->blocks().kv().n_free(), left = room();
+      if (need > left && need <= free)
+        s = make_error(Errc::out_of_memory, "KV cache full: restoring " + name + " needs " + std::to_string(need) + " pages; " +
+                                                std::to_string(free) + " are free, " + std::to_string(free - left) +
+                                                " of them kept for running requests; nothing was restored");
+      else s = engine_->restore(p.blocks);
+    }
     if (pc.op == ProgramCmd::Op::terminate) {
       // All or nothing: a block that a pending request still holds keeps every block (the caller
       // may try again once the request is done).
@@ -225,6 +344,15 @@ class BatcherCore {
     }
     if (!s.ok()) return encode_error_envelope(rid, s.error());
     p.state = pc.op == ProgramCmd::Op::pause ? 1 : 0;
+    // Its requests waiting for room: held for its restore now (paused), or ended with it.
+    for (auto it = waiting_.begin(); it != waiting_.end();)
+      if (it->program == pc.program) {
+        it->program = 0;
+        p.held.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
     std::vector<Held> held;
     if (pc.op != ProgramCmd::Op::pause) held.swap(p.held);
     if (pc.op == ProgramCmd::Op::terminate) {
@@ -232,19 +360,26 @@ class BatcherCore {
       programs_.erase(it);
       for (Held& h : held)  // they asked for blocks that are gone now
         h.deliver(encode_error_envelope(h.rid, make_error(Errc::not_found, name + " was terminated while this request waited for its restore")));
+      start_waiting();  // its pages are free
       return f;
     }
     Frame f = status(rid, pc.program, p);
+    if (pc.op == ProgramCmd::Op::pause) start_waiting();  // its pages are free
     // Restored: the held requests go in now, in the order they came (none is held again: the
-    // program is active).
-    for (Held& h : held)  // held again by another paused program it names: the same promise waits there
+    // program is active; one may wait for room, or be held by another paused program it names:
+    // the same promise waits there).
+    for (Held& h : held) {
+      h.program = 0;
       if (auto reply = on_frame(h.frame, h.sender, [&h] { return h.deliver; })) h.deliver(std::move(*reply));
+    }
     return f;
   }
 
   std::shared_ptr<Engine> engine_;
   std::map<RequestId, Subscriber> subs_;
   std::map<uint64_t, Program> programs_;
+  std::deque<Held> waiting_;                     // requests of scheduled programs waiting for room
+  std::map<RequestId, Reservation> reserved_;    // ... and those running
   std::map<BlockId, std::vector<caf::actor>> watchers_;  // block -> who wants to know it grew
   std::map<BlockId, int64_t> seen_;                       // cached length last reported
 };

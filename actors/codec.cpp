@@ -52,12 +52,12 @@ Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
 }
 
 Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens,
-                            bool acting, uint32_t pending, uint32_t held) {
+                            bool acting, uint32_t pending, uint32_t held, uint32_t wanted_pages) {
   flatbuffers::FlatBufferBuilder fbb;
   return finish(fbb, request_id, wire::Payload::ProgramStatus,
                 wire::CreateProgramStatus(fbb, program, static_cast<wire::ProgramState>(state),
                                           acting ? wire::Phase::acting : wire::Phase::reasoning, resident_pages, tokens,
-                                          pending, held)
+                                          pending, held, wanted_pages)
                     .Union());
 }
 
@@ -286,6 +286,8 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
     r.acting = ps->phase() == wire::Phase::acting;
     r.pending = ps->pending();
     r.held = ps->held();
+    r.tokens = static_cast<int64_t>(ps->tokens());
+    r.wanted_pages = ps->wanted_pages();
   } else if (const auto* e = env->payload_as_Error()) {
     r.text = e->message() ? e->message()->str() : "";
   }

@@ -63,7 +63,7 @@ Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& n
 Frame encode_submitted(uint64_t request_id, RequestId request);
 // state: 0 active, 1 paused, 2 terminated (schemas/programs.fbs ProgramState)
 Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens,
-                            bool acting = false, uint32_t pending = 0, uint32_t held = 0);
+                            bool acting = false, uint32_t pending = 0, uint32_t held = 0, uint32_t wanted_pages = 0);
 Frame encode_event(uint64_t request_id, const Event& e, const std::string& text);
 struct BlockSummary {  // a BlockInfo
   BlockId block = -1;
@@ -87,6 +87,8 @@ struct Reply {
   int64_t pages = 0;                              // ProgramStatus: resident pages
   bool acting = false;                            // ProgramStatus: its last reported phase
   int64_t pending = 0, held = 0;                  // ProgramStatus: request holds on its blocks; requests held
+  int64_t tokens = 0;                             // ProgramStatus: tokens in its blocks
+  int64_t wanted_pages = 0;                       // ProgramStatus: pages its requests may still take
   std::vector<BlockSummary> blocks;               // BlockInfo (one), ViewSnapshot (one per block)
 };
 Result<Reply> decode_reply(std::span<const uint8_t> frame);

@@ -22,9 +22,11 @@
 #include "actors/node_port.h"
 #include "actors/roles.h"
 #include "actors/sandbox.h"
+#include "actors/program_manager.h"
 #include "actors/program_roles.h"
 #include "actors/submit.h"
 #include "engine/engine.h"
+#include "engine/kv_cache.h"
 #include "engine/model.h"
 
 namespace chorus {
@@ -46,11 +48,14 @@ struct SharedEngine::Impl {
   std::shared_ptr<Engine> engine;
   caf::actor batcher;
   std::atomic<uint64_t> next_program{1};
+  int64_t pool_pages = 0;
+  std::unique_ptr<ProgramManager> manager;  // before the batcher stops: it talks to it
 };
 
 SharedEngine::SharedEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 SharedEngine::~SharedEngine() {
+  impl_->manager.reset();
   if (!impl_->batcher) return;
   caf::scoped_actor self{impl_->batcher.home_system()};
   self->send_exit(impl_->batcher, caf::exit_reason::user_shutdown);
@@ -63,6 +68,7 @@ Result<std::shared_ptr<SharedEngine>> SharedEngine::create(caf::actor_system& sy
   if (!engine) return engine.error();
   auto impl = std::make_unique<Impl>();
   impl->engine = std::shared_ptr<Engine>(std::move(*engine));
+  impl->pool_pages = opts.n_pages;
   impl->batcher = spawn_batcher(sys, impl->engine);
   return std::shared_ptr<SharedEngine>(new SharedEngine(std::move(impl)));
 }
@@ -71,6 +77,16 @@ const Model& SharedEngine::model() const { return impl_->engine->model(); }
 std::string SharedEngine::describe() const { return impl_->engine->describe(); }
 caf::actor SharedEngine::batcher() const { return impl_->batcher; }
 uint64_t SharedEngine::new_program_id() { return impl_->next_program++; }
+int64_t SharedEngine::pool_pages() const { return impl_->pool_pages; }
+
+ProgramManager& SharedEngine::schedule(const ProgramPolicyOptions& opts) {
+  ProgramPolicyOptions o = opts;
+  o.capacity_pages = pool_pages();
+  impl_->manager = std::make_unique<ProgramManager>(impl_->batcher.home_system(), impl_->batcher, o);
+  return *impl_->manager;
+}
+
+ProgramManager* SharedEngine::manager() const { return impl_->manager.get(); }
 
 // ---- Program ------------------------------------------------------------------------------------
 
@@ -89,6 +105,7 @@ struct Program::Impl {
   std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
   std::unique_ptr<zmq::context_t> zmq_ctx;    // outlives the ZeroMQ actors
   bool torn_down = false;
+  bool managed = false;                       // scheduled by the engine's ProgramManager
 
   void teardown() {
     if (torn_down) return;
@@ -106,6 +123,7 @@ struct Program::Impl {
     // then the program ends there, its blocks freed. Requests its roles left are still running:
     // the batcher refuses to free a block they use, so wait for them (a step or a few).
     std::map<std::string, int64_t> tokens;
+    if (managed) engine->manager()->remove(program_id);  // not paused or restored from here on
     if (batcher) {
       auto call = [&](const Frame& f) { return ask(self, batcher, f, std::chrono::seconds(60)); };
       for (const auto& [name, id] : blocks)
@@ -125,6 +143,7 @@ struct Program::Impl {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
       if (!own_engine) (void)call(encode_program(0, ProgramCmd{ProgramCmd::Op::terminate, program_id, "", {}, PauseMode::drop}));
+      if (managed) engine->manager()->check_now();  // its room may let a waiting program in
     }
     engine.reset();  // this program's own engine stops here
     std::lock_guard<std::mutex> l(outcome->m);
@@ -182,14 +201,38 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
   uint64_t rid = 0;
   auto call = [&](const Frame& f) { return ask(self, im.batcher, f); };
   // One program for the batcher: its blocks are paused and restored together.
+  ProgramManager* manager = im.engine->manager();
   ProgramCmd reg;
   reg.program = im.program_id;
   reg.name = t.name;
+  reg.hold = manager != nullptr;  // scheduled: its requests wait while it is paused
   if (auto r = call(encode_program(++rid, reg)); !r) return make_error(r.error().code, where + "registering the program: " + r.error().message);
   for (const auto& b : t.blocks) {
     auto r = call(encode_create_block(++rid, b.name, im.program_id));
     if (!r) return make_error(r.error().code, where + "block " + b.name + ": " + r.error().message);
     im.blocks[b.name] = static_cast<BlockId>(r->id);
+  }
+  if (manager) {
+    // It waits to be admitted, paused while its blocks are empty (nothing to move): what it
+    // takes then is its initial texts and a first turn of each thinker and writer.
+    int64_t need = 0;
+    for (const auto& b : t.blocks)
+      if (!b.text.empty()) need += KvCache::pages_for(static_cast<int64_t>(encode(tok, render_block(b)).size()));
+    for (const auto& a : t.actors)
+      if (a.kind == Kind::thinker || a.kind == Kind::writer)
+        need += KvCache::pages_for(static_cast<int64_t>(encode(tok, a.prefill).size()) + a.max_tokens);
+    ProgramCmd pause;
+    pause.op = ProgramCmd::Op::pause;
+    pause.program = im.program_id;
+    if (auto r = call(encode_program(++rid, pause)); !r) return make_error(r.error().code, where + "pausing the program until it is admitted: " + r.error().message);
+    manager->add(im.program_id, need);
+    im.managed = true;
+    // Its phase comes from its roles' tool calls.
+    hooks.event = [inner = hooks.event, manager, id = im.program_id](const ProgramEvent& e) {
+      if (e.name.ends_with(".tool_call")) manager->tool_started(id);
+      if (e.name.ends_with(".tool_result")) manager->tool_ended(id);
+      if (inner) inner(e);
+    };
   }
   auto ids = [&](const std::vector<std::string>& names) {
     std::vector<BlockId> v;
@@ -212,7 +255,9 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
           fin = *e;
         }
       });
-    if (fin.reason == FinishReason::error) return make_error(Errc::invalid_argument, where + "block " + b.name + ": " + fin.text);
+    if (fin.reason == FinishReason::error || fin.reason == FinishReason::context_full)  // a short text is no text
+      return make_error(fin.reason == FinishReason::context_full ? Errc::out_of_memory : Errc::invalid_argument,
+                        where + "block " + b.name + ": " + fin.text);
   }
 
   // Sinks first (the roles send to them), then the roles.

@@ -23,6 +23,8 @@ namespace chorus {
 class Model;
 class CpuDevice;
 class CudaDevice;
+class ProgramManager;
+struct ProgramPolicyOptions;
 
 struct ProgramEvent {
   std::string name;
@@ -66,6 +68,13 @@ class SharedEngine {
   std::string describe() const;  // where its forward passes run
   caf::actor batcher() const;
   uint64_t new_program_id();  // 1, 2, ...
+  int64_t pool_pages() const;  // KV pages in its pool
+
+  // Schedules the programs that start on it from now on with the program-aware policy
+  // (actors/program_manager.h; the policy's capacity is the pool): each waits to be admitted,
+  // and under memory pressure whole programs are paused and restored. Call before starting them.
+  ProgramManager& schedule(const ProgramPolicyOptions& opts);
+  ProgramManager* manager() const;  // null when not scheduled
 
  private:
   struct Impl;
@@ -84,6 +93,10 @@ class Program {
                                                 CudaDevice* gpu = nullptr);
   // The same on an engine other programs share: the topology's `engine:` section is not used
   // (the engine was made before). When the program ends its blocks are freed; the engine goes on.
+  // On a scheduled engine (SharedEngine::schedule) it returns once the program is admitted and its
+  // blocks' initial texts are written — it may wait for room — or with an error when it is
+  // abandoned meanwhile (ProgramManager::abandon_waiting). Call wait() as soon as it may end:
+  // that is when its blocks are freed for the programs waiting.
   static Result<std::unique_ptr<Program>> start(caf::actor_system& sys, const topology::Topology& t,
                                                 std::shared_ptr<SharedEngine> engine, ProgramHooks hooks = {});
   ~Program();  // stops the program if it still runs

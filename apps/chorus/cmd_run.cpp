@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "actors/program.h"
+#include "actors/program_manager.h"
 #include "actors/topology.h"
 #include "apps/chorus/commands.h"
 #include "apps/chorus/gpu_choice.h"
@@ -97,13 +98,24 @@ int run_run(const RunArgs& args) {
   Result<std::shared_ptr<SharedEngine>> engine = std::shared_ptr<SharedEngine>();
   if (several) engine = SharedEngine::create(sys, **model, **device, engine_options(first), gpu->get());
   if (!report("run", engine)) return 1;
+  ProgramManager* manager = nullptr;
+  if (several && args.policy == "program") {
+    ProgramPolicyOptions po;
+    po.check_period_s = args.check_period_s;
+    po.host_capacity_pages = args.host_pages;
+    manager = &(*engine)->schedule(po);
+  }
 
   // Each program, named for the report and for --events: the topology's name, and #k when a file
-  // runs more than once.
+  // runs more than once. Each starts and ends on a thread of its own: under the program policy a
+  // start waits until the program is admitted, and a program that ends frees its room at once.
   struct Running {
     std::string label;
-    std::unique_ptr<Program> program;
+    const topology::Topology* topo = nullptr;
+    std::unique_ptr<Program> program;  // once started (under `m`)
     ProgramReport report;
+    std::string start_error;           // it did not start: why
+    bool never_started = false;        // stopped while it waited to start
   };
   std::mutex err;  // before `runs`: their hooks may use it until they are gone
   std::vector<Running> runs;
@@ -111,39 +123,78 @@ int run_run(const RunArgs& args) {
     for (int k = 1; k <= args.copies; ++k) {
       Running r;
       r.label = t.name + (args.copies > 1 ? "#" + std::to_string(k) : "");
-      ProgramHooks hooks;
-      if (args.events)
-        hooks.event = [&err, label = several ? r.label + " " : std::string()](const ProgramEvent& e) {
-          std::lock_guard<std::mutex> l(err);
-          std::string text = e.text.size() > 60 ? e.text.substr(0, 57) + "..." : e.text;
-          for (char& c : text)
-            if (c == '\n') c = ' ';
-          std::fprintf(stderr, "  <%.2fs %s%s: %s>\n", e.seconds, label.c_str(), e.name.c_str(), text.c_str());
-        };
-      // One program alone owns the engine: when it ends, the engine stops with it, without
-      // waiting for the requests its roles left running.
-      auto program = several ? Program::start(sys, t, *engine, hooks) : Program::start(sys, t, **model, **device, hooks, gpu->get());
-      if (!program) {  // the ones already started are stopped as `runs` goes
-        std::fprintf(stderr, "chorus run: %s: %s\n", r.label.c_str(), program.error().message.c_str());
-        for (auto& started : runs) started.program->stop();
-        return 1;
-      }
-      r.program = std::move(*program);
+      r.topo = &t;
       runs.push_back(std::move(r));
     }
+  std::mutex m;
+  bool stopping = false;
+  auto stop_all = [&] {  // Ctrl-C, or a program that could not start: the others end cleanly
+    {
+      std::lock_guard<std::mutex> l(m);
+      if (stopping) return;
+      stopping = true;
+      for (auto& r : runs)
+        if (r.program) r.program->stop();
+    }
+    if (manager) manager->abandon_waiting();  // the starts still waiting to be admitted fail
+  };
+  auto run_one = [&](Running& r) {
+    ProgramHooks hooks;
+    if (args.events)
+      hooks.event = [&err, label = several ? r.label + " " : std::string()](const ProgramEvent& e) {
+        std::lock_guard<std::mutex> l(err);
+        std::string text = e.text.size() > 60 ? e.text.substr(0, 57) + "..." : e.text;
+        for (char& c : text)
+          if (c == '\n') c = ' ';
+        std::fprintf(stderr, "  <%.2fs %s%s: %s>\n", e.seconds, label.c_str(), e.name.c_str(), text.c_str());
+      };
+    // One program alone owns the engine: when it ends, the engine stops with it, without
+    // waiting for the requests its roles left running.
+    auto program = several ? Program::start(sys, *r.topo, *engine, hooks)
+                           : Program::start(sys, *r.topo, **model, **device, hooks, gpu->get());
+    if (!program) {
+      bool was_stopping;
+      {
+        std::lock_guard<std::mutex> l(m);
+        was_stopping = stopping;
+      }
+      if (was_stopping) r.never_started = true;
+      else r.start_error = program.error().message;
+      stop_all();
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> l(m);
+      r.program = std::move(*program);
+      if (stopping) r.program->stop();
+    }
+    r.report = r.program->wait();
+  };
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::atomic<bool> all_done{false};
   std::thread watch([&] {  // Ctrl-C ends the programs cleanly (their reports are still printed)
     while (!g_interrupted && !all_done) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (g_interrupted)
-      for (auto& r : runs) r.program->stop();
+    if (g_interrupted) stop_all();
   });
-  for (auto& r : runs) r.report = r.program->wait();
+  {
+    std::vector<std::thread> threads;
+    for (auto& r : runs) threads.emplace_back(run_one, std::ref(r));
+    for (auto& th : threads) th.join();
+  }
   all_done = true;
   watch.join();
   int failed = 0;
   for (const auto& run : runs) {
+    if (!run.start_error.empty()) {
+      std::fprintf(stderr, "chorus run: %s: %s\n", run.label.c_str(), run.start_error.c_str());
+      ++failed;
+      continue;
+    }
+    if (run.never_started) {
+      if (!args.quiet) std::fprintf(stderr, "[%s: stopped before it started]\n", run.label.c_str());
+      continue;
+    }
     const ProgramReport& r = run.report;
     if (!args.quiet) {
       std::string blocks, events;
@@ -157,6 +208,13 @@ int run_run(const RunArgs& args) {
       std::fprintf(stderr, "chorus run: %s%s\n", several ? (run.label + ": ").c_str() : "", r.error.c_str());
       ++failed;
     }
+  }
+  if (manager && !args.quiet) {
+    const ProgramManagerStats st = manager->stats();
+    std::fprintf(stderr, "[scheduler: %lld programs admitted; %lld pauses (%lld offloaded), %lld restores, %lld tokens recomputed; most resident at a check %lld of %lld pages]\n",
+                 static_cast<long long>(st.admitted), static_cast<long long>(st.pauses), static_cast<long long>(st.offloaded_pauses),
+                 static_cast<long long>(st.restores), static_cast<long long>(st.recomputed_tokens),
+                 static_cast<long long>(st.peak_resident_pages), static_cast<long long>((*engine)->pool_pages()));
   }
   return failed > 0 ? 1 : 0;
 }

@@ -90,6 +90,9 @@ struct RunArgs {
   bool events = false;            // print every event to stderr as it fires
   bool quiet = false;             // no report line at the end
   std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
+  std::string policy = "program"; // several programs: program (ProgramManager) or none
+  double check_period_s = 5.0;    // the program policy's periodic check
+  int64_t host_pages = 0;         // pages host memory may hold for offloaded programs (0: drop only)
 };
 int run_check(const RunArgs& args);  // validates without loading a model
 int run_run(const RunArgs& args);

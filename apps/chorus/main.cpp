@@ -112,6 +112,17 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--device", run.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  run_cmd->add_option("--policy", run.policy,
+                      "With several programs: program (admit, pause and restore whole programs by the program-aware "
+                      "policy, docs/scheduling.md) or none (every program at once; the pool must hold them all)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"program", "none"}));
+  run_cmd->add_option("--check-period", run.check_period_s, "Program policy: seconds between periodic checks (and at each tool call and result)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 3600.0));
+  run_cmd->add_option("--host-pages", run.host_pages, "Program policy: pages host memory may hold for offloaded programs (0: pauses drop)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   run_cmd->add_flag("--events", run.events, "Print every event to stderr as it fires");
   run_cmd->add_flag("-q,--quiet", run.quiet, "No report line at the end");
   chorus::app::RunArgs check;

@@ -1,0 +1,269 @@
+#include "actors/program_manager.h"
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+#include "actors/submit.h"
+
+namespace chorus {
+
+namespace {
+
+ProgramCmd command(ProgramCmd::Op op, uint64_t program, PauseMode mode = PauseMode::drop) {
+  ProgramCmd c;
+  c.op = op;
+  c.program = program;
+  c.mode = mode;
+  return c;
+}
+
+struct Managed {
+  int tools = 0;              // its tool calls running now
+  double tool_since = 0;      // when the first of them started
+  bool admitted = false;      // resident at least once
+  int64_t need_pages = 0;     // until admitted: what its start takes
+  int64_t pages = 0;          // active: at the last check; paused: when it was paused
+  int64_t tokens = 0;         // the same, in tokens
+  bool offloaded = false;     // paused: its pages are in host memory
+  double paused_since = 0;
+};
+
+}  // namespace
+
+struct ProgramManager::Impl {
+  caf::actor_system& sys;
+  caf::actor batcher;
+  ProgramPolicy policy;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+
+  mutable std::mutex m;  // programs, stats, poke, stopping
+  std::condition_variable cv;
+  std::map<uint64_t, Managed> programs;
+  ProgramManagerStats stats;
+  bool poke = false, stopping = false;
+
+  std::mutex checking;  // one check at a time; remove() waits for the one under way
+  std::thread thread;
+
+  Impl(caf::actor_system& s, caf::actor b, ProgramPolicyOptions opts)
+      : sys(s), batcher(std::move(b)), policy(opts) {}
+
+  double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+
+  void loop() {
+    std::unique_lock<std::mutex> l(m);
+    const auto period = std::chrono::duration<double>(policy.options().check_period_s);
+    while (!stopping) {
+      cv.wait_for(l, period, [&] { return poke || stopping; });
+      if (stopping) break;
+      poke = false;
+      l.unlock();
+      check();
+      l.lock();
+    }
+  }
+
+  void check() {
+    std::lock_guard<std::mutex> one(checking);
+    caf::scoped_actor self{sys};
+    auto call = [&](const ProgramCmd& c) { return ask(self, batcher, encode_program(0, c), std::chrono::seconds(30)); };
+    std::map<uint64_t, Managed> table;
+    {
+      std::lock_guard<std::mutex> l(m);
+      table = programs;
+    }
+    // Where each program stands, from the batcher (its phase told on the way): the questions go
+    // out together and are answered between two steps, not one per step.
+    const double t = now();
+    using Handle = decltype(self->request(batcher, std::chrono::seconds(30), frame_atom::value, Frame{}));
+    std::vector<std::pair<uint64_t, Handle>> asked;
+    for (auto& [id, p] : table) {
+      ProgramCmd phase = command(ProgramCmd::Op::phase, id);
+      phase.acting = p.tools > 0;
+      asked.emplace_back(id, self->request(batcher, std::chrono::seconds(30), frame_atom::value, encode_program(0, phase)));
+    }
+    std::vector<ProgramSnapshot> snaps;
+    int64_t resident = 0;
+    for (auto& [id, handle] : asked) {
+      Result<Reply> st = make_error(Errc::internal, "no reply from the batcher");
+      std::move(handle).receive([&](const std::vector<uint8_t>& r) { st = decode_reply(r); },
+                                [&](caf::error& e) { st = make_error(Errc::internal, caf::to_string(e)); });
+      if (!st || st->kind != "ProgramStatus") continue;  // ending: terminated under us
+      Managed& p = table[id];
+      ProgramSnapshot s;
+      s.id = id;
+      s.state = st->state == 1 ? ProgramState::paused : ProgramState::active;
+      if (s.state == ProgramState::active) {
+        p.pages = st->pages;
+        p.tokens = st->tokens;
+        p.admitted = true;
+        resident += st->pages;
+      }
+      // What it takes: its pages (resident, or to restore) and what its requests may still write
+      // or need to start; one never admitted, at least what its start was said to take.
+      s.pages = p.admitted ? p.pages + st->wanted_pages : std::max(p.need_pages, st->wanted_pages);
+      // Reasoning while it has a request in the engine or one waiting for its restore; acting
+      // otherwise: in a tool call (its pages weigh less the longer the tool runs) or waiting for
+      // an event (its pages weigh fully: nothing says how long it will wait).
+      const bool wants = st->pending > 0 || st->held > 0;
+      s.phase = wants ? ProgramPhase::reasoning : ProgramPhase::acting;
+      s.phase_since = !wants && p.tools > 0 ? p.tool_since : t;
+      s.paused_since = p.paused_since;
+      s.offloaded = p.offloaded;
+      s.tools_warm = true;
+      s.pinned = st->pending > 0;
+      snaps.push_back(s);
+    }
+    {  // what the batcher said stays for the next check (a paused program's pages: its last)
+      std::lock_guard<std::mutex> l(m);
+      for (const ProgramSnapshot& x : snaps)
+        if (auto it = programs.find(x.id); it != programs.end() && x.state == ProgramState::active) {
+          it->second.pages = table[x.id].pages;
+          it->second.tokens = table[x.id].tokens;
+          it->second.admitted = true;
+        }
+    }
+    const PolicyDecision d = policy.decide(t, snaps);
+    // Carried out: pauses first, then restores (which need the room the pauses made).
+    struct Done {
+      uint64_t id;
+      bool pause;
+      PauseMode mode;
+      bool ok;
+      int64_t pages, tokens;
+    };
+    std::vector<Done> done;
+    for (const auto& [id, mode] : d.pause) {
+      auto r = call(command(ProgramCmd::Op::pause, id, mode));
+      if (!r) spdlog::debug("scheduler: pausing program {}: {}", id, r.error().message);
+      done.push_back({id, true, mode, bool(r), table[id].pages, table[id].tokens});
+    }
+    for (uint64_t id : d.restore) {
+      auto r = call(command(ProgramCmd::Op::restore, id));
+      if (!r) spdlog::debug("scheduler: restoring program {}: {}", id, r.error().message);
+      done.push_back({id, false, PauseMode::drop, bool(r), r ? r->pages : 0, table[id].tokens});
+    }
+    std::lock_guard<std::mutex> l(m);
+    ++stats.checks;
+    stats.peak_resident_pages = std::max(stats.peak_resident_pages, resident);
+    for (const Done& x : done) {
+      auto it = programs.find(x.id);
+      if (!x.ok) ++stats.refused;
+      if (!x.ok || it == programs.end()) continue;
+      Managed& p = it->second;
+      if (x.pause) {
+        ++stats.pauses;
+        if (x.mode == PauseMode::offload) ++stats.offloaded_pauses;
+        p.pages = x.pages;
+        p.tokens = x.tokens;
+        p.offloaded = x.mode == PauseMode::offload;
+        p.paused_since = t;
+      } else {
+        if (!p.admitted) ++stats.admitted;
+        else ++stats.restores;
+        if (p.admitted && !p.offloaded) stats.recomputed_tokens += p.tokens;
+        p.admitted = true;
+        p.pages = x.pages;
+        p.offloaded = false;
+      }
+    }
+  }
+};
+
+ProgramManager::ProgramManager(caf::actor_system& sys, caf::actor batcher, ProgramPolicyOptions opts)
+    : impl_(std::make_unique<Impl>(sys, std::move(batcher), opts)) {
+  if (opts.check_period_s > 0) impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+ProgramManager::~ProgramManager() {
+  {
+    std::lock_guard<std::mutex> l(impl_->m);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+void ProgramManager::add(uint64_t program, int64_t need_pages) {
+  {
+    std::lock_guard<std::mutex> l(impl_->m);
+    Managed& p = impl_->programs[program];
+    p.need_pages = need_pages;
+    p.paused_since = impl_->now();
+  }
+  check_now();
+}
+
+void ProgramManager::remove(uint64_t program) {
+  {
+    std::lock_guard<std::mutex> l(impl_->m);
+    impl_->programs.erase(program);
+  }
+  std::lock_guard<std::mutex> settled(impl_->checking);  // a check that had it in its table is over
+}
+
+void ProgramManager::tool_started(uint64_t program) {
+  {
+    std::lock_guard<std::mutex> l(impl_->m);
+    auto it = impl_->programs.find(program);
+    if (it == impl_->programs.end()) return;
+    if (it->second.tools++ == 0) it->second.tool_since = impl_->now();
+  }
+  check_now();
+}
+
+void ProgramManager::tool_ended(uint64_t program) {
+  {
+    std::lock_guard<std::mutex> l(impl_->m);
+    auto it = impl_->programs.find(program);
+    if (it == impl_->programs.end() || it->second.tools == 0) return;
+    --it->second.tools;
+  }
+  check_now();
+}
+
+void ProgramManager::abandon_waiting() {
+  std::lock_guard<std::mutex> one(impl_->checking);  // none is admitted under us
+  std::vector<uint64_t> waiting;
+  {
+    std::lock_guard<std::mutex> l(impl_->m);
+    for (auto it = impl_->programs.begin(); it != impl_->programs.end();) {
+      if (it->second.admitted) {
+        ++it;
+        continue;
+      }
+      waiting.push_back(it->first);
+      it = impl_->programs.erase(it);
+    }
+  }
+  caf::scoped_actor self{impl_->sys};
+  for (uint64_t id : waiting)
+    if (auto r = ask(self, impl_->batcher, encode_program(0, command(ProgramCmd::Op::terminate, id)), std::chrono::seconds(30)); !r)
+      spdlog::warn("scheduler: ending program {}, which was waiting to start: {}", id, r.error().message);
+}
+
+void ProgramManager::check_now() {
+  {
+    std::lock_guard<std::mutex> l(impl_->m);
+    impl_->poke = true;
+  }
+  impl_->cv.notify_all();
+}
+
+void ProgramManager::check() { impl_->check(); }
+
+ProgramManagerStats ProgramManager::stats() const {
+  std::lock_guard<std::mutex> l(impl_->m);
+  ProgramManagerStats s = impl_->stats;
+  s.programs = static_cast<int64_t>(impl_->programs.size());
+  return s;
+}
+
+const ProgramPolicyOptions& ProgramManager::options() const { return impl_->policy.options(); }
+
+}  // namespace chorus

@@ -1,0 +1,200 @@
+// ProgramManager: the program policy applied to programs on a live batcher, their phase told by
+// tool calls as a topology program's roles tell it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <caf/all.hpp>
+#include <chrono>
+#include <numeric>
+#include <thread>
+
+#include "actors/program_manager.h"
+#include "tests/actors_fixture.h"
+#include "tests/test_util.h"
+
+namespace chorus {
+namespace {
+
+// A pool of 20 pages (high watermark 19, low 17). Program 1 (8 pages) and program 2 (6 pages) are
+// resident; program 3 is new and needs 8. Program 1 has been in a tool call for 6 decay times
+// (its pages weigh 1/8 of a page); program 2 waits for an event (its 6 pages weigh fully). So
+// program 3's first request is admitted under the low watermark, and the acting program in the
+// tool call is the victim that makes its room — not program 2, the smaller one, which a policy
+// blind to tool calls would pause. Then program 1's tool returns and its next request waits in
+// the batcher until a check brings it back: nothing is running, so the idle program makes way
+// and program 1's dropped pages are prefilled again.
+TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf", 20);
+  caf::scoped_actor self{*sys};
+  auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
+  auto status = [&](uint64_t id) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::phase;
+    c.program = id;
+    return call(self, encode_program(0, c));
+  };
+  std::vector<TokenId> text(128);  // 8 pages
+  std::iota(text.begin(), text.end(), 3);
+  const BlockId a = block("a"), b = block("b"), c = block("c");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, text))).kind, "Submitted");
+  events_until_finished(self);
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(b, std::vector<TokenId>(text.begin(), text.begin() + 96)))).kind, "Submitted");
+  events_until_finished(self);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).pages, 8);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 2, {b}, PauseMode::drop, true).pages, 6);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 3, {c}, PauseMode::drop, true).kind, "ProgramStatus");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 3).state, 1);  // new: waits to be admitted
+
+  ProgramPolicyOptions po;
+  po.capacity_pages = 20;
+  po.decay_tau_s = 0.05;  // a tool call makes a program light within a fraction of a second
+  po.check_period_s = 0;  // no thread: only the checks this test makes
+  ProgramManager mgr(*sys, batcher, po);
+  mgr.add(1, 0);
+  mgr.add(2, 0);
+  mgr.add(3, 8);
+  mgr.check();
+  EXPECT_EQ(status(3).state, 1) << "admitted before it asked for anything";
+  mgr.tool_started(1);
+  // Program 3's first request (its initial text, say) waits in the batcher.
+  std::atomic<bool> written{false};
+  std::thread newcomer([&] {
+    caf::scoped_actor other{*sys};
+    if (call(other, encode_request(0, Request::forward(c, text))).kind != "Submitted") return;
+    events_until_finished(other);
+    written = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 6 tau
+  EXPECT_EQ(status(3).held, 1);
+  mgr.check();
+  newcomer.join();
+  EXPECT_TRUE(written) << "the newcomer's held request never ran";
+  const Reply one = status(1), two = status(2), three = status(3);
+  EXPECT_EQ(one.state, 1) << "the program in a tool call was not paused";
+  EXPECT_EQ(two.state, 0) << "the program waiting for an event was paused";
+  EXPECT_EQ(three.state, 0);
+  EXPECT_EQ(three.pages, 8);
+  EXPECT_EQ(three.tokens, 128);
+  ProgramManagerStats st = mgr.stats();
+  EXPECT_EQ(st.admitted, 1);
+  EXPECT_EQ(st.pauses, 1);
+  EXPECT_EQ(st.restores, 0);
+  EXPECT_EQ(st.peak_resident_pages, 14);
+
+  // The tool returns: program 1 is not brought back until it asks.
+  mgr.tool_ended(1);
+  mgr.check();
+  EXPECT_EQ(status(1).state, 1) << "restored with nothing to run";
+  std::atomic<int> generated{0};
+  std::thread goes_on([&] {
+    caf::scoped_actor other{*sys};
+    StopCondition stop;
+    stop.max_tokens = 8;
+    stop.at_end_of_generation = false;
+    if (call(other, encode_request(0, Request::generate(a, {a}, {3}, SamplingParams::greedy(), stop))).kind != "Submitted")
+      return;
+    for (const Reply& e : events_until_finished(other)) generated += e.kind == "TokenEvent" && e.token >= 0;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(status(1).held, 1);
+  mgr.check();  // 6 + 8 resident and idle, 8 wanted: over the low watermark, but nothing runs
+  goes_on.join();
+  EXPECT_EQ(generated, 8);
+  EXPECT_EQ(status(1).state, 0);
+  EXPECT_EQ(status(2).state, 1) << "the smaller idle program should have made way";
+  EXPECT_EQ(status(3).state, 0);
+  st = mgr.stats();
+  EXPECT_EQ(st.pauses, 2);
+  EXPECT_EQ(st.restores, 1);
+  EXPECT_EQ(st.recomputed_tokens, 128);  // program 1's dropped pages, prefilled again
+  EXPECT_EQ(st.refused, 0);
+  // A program that ends leaves the manager; terminated while paused, its blocks are freed.
+  mgr.remove(2);
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::terminate, 2).state, 2);
+  mgr.check();
+  EXPECT_EQ(mgr.stats().programs, 2);
+  EXPECT_EQ(mgr.stats().refused, 0);
+}
+
+// The batcher's half: a request of a program registered with `hold` starts only when the pool has
+// room for everything it may write, counting what running ones may still write; until then it
+// waits (the status says so) — here until the other program is paused, the scheduler's way of
+// making room — and one that could never fit is refused at once. Without this gate the two
+// generates below would run out of pages together (130 + 76 of 200).
+TEST_F(ActorsFixture, ScheduledRequestsStartOnlyWithRoomForAllTheyMayWrite) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf", 200);
+  caf::scoped_actor self{*sys};
+  auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
+  auto status = [&](uint64_t id) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::phase;
+    c.program = id;
+    return call(self, encode_program(0, c));
+  };
+  auto generate = [&](BlockId b, int max_tokens) {
+    StopCondition stop;
+    stop.max_tokens = max_tokens;
+    stop.at_end_of_generation = false;
+    return encode_request(0, Request::generate(b, {b}, {3}, SamplingParams::greedy(), stop));
+  };
+  std::vector<TokenId> text(64);  // 4 pages
+  std::iota(text.begin(), text.end(), 3);
+  const BlockId a = block("a"), b = block("b");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, text))).kind, "Submitted");
+  events_until_finished(self);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, "ProgramStatus");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 2, {b}, PauseMode::drop, true).kind, "ProgramStatus");
+
+  const Reply never = call(self, generate(b, 4000));  // 251 pages
+  EXPECT_EQ(never.kind, "Error");
+  EXPECT_EQ(never.text, "KV cache too small: the request may write 251 pages and its program holds 0; the pool has 200");
+  // Beside its program's own pages (program 1 holds 4): 197 more cannot fit either.
+  const Reply beside = call(self, generate(a, 16 * 201 - 65));
+  EXPECT_EQ(beside.text, "KV cache too small: the request may write 197 pages and its program holds 4; the pool has 200");
+
+  // Program 1 generates up to 2000 tokens: 126 more pages kept for it, 70 left.
+  ASSERT_EQ(call(self, generate(a, 2000)).kind, "Submitted");
+  Reply one = status(1);
+  EXPECT_GE(one.pending, 1);
+  EXPECT_GT(one.wanted_pages, 0);
+  EXPECT_LE(one.wanted_pages, 126);
+  // Program 2 asks for up to 1200 (76 pages): it waits.
+  std::atomic<bool> started{false};
+  std::string finish;
+  int tokens = 0;
+  std::thread two([&] {
+    caf::scoped_actor other{*sys};
+    if (call(other, generate(b, 1200)).kind != "Submitted") return;
+    started = true;
+    for (const Reply& e : events_until_finished(other)) {
+      tokens += e.kind == "TokenEvent" && e.token >= 0;
+      if (e.kind == "RequestFinished") finish = e.text;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const Reply waiting = status(2);
+  EXPECT_FALSE(started) << "started without room";
+  EXPECT_EQ(waiting.held, 1);
+  EXPECT_EQ(waiting.pending, 0);
+  EXPECT_EQ(waiting.wanted_pages, 76);
+  std::string first_finish;
+  int first_tokens = 0;
+  for (const Reply& e : events_until_finished(self)) {
+    first_tokens += e.kind == "TokenEvent" && e.token >= 0;
+    if (e.kind == "RequestFinished") first_finish = e.text;
+  }
+  EXPECT_EQ(first_tokens, 2000) << first_finish;
+  // Program 1's 2065 tokens stay resident (130 pages): still no room, until it is paused.
+  EXPECT_FALSE(started);
+  EXPECT_EQ(status(1).wanted_pages, 0);
+  EXPECT_EQ(status(2).held, 1);
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::pause, 1).state, 1);
+  two.join();
+  EXPECT_TRUE(started);
+  EXPECT_EQ(tokens, 1200) << finish;
+  EXPECT_EQ(status(2).held, 0);
+  EXPECT_EQ(status(2).wanted_pages, 0);
+}
+
+}  // namespace
+}  // namespace chorus
