@@ -22,5 +22,8 @@ using signal_atom = caf::atom_constant<caf::atom("signal")>;        // (signal_a
 using start_atom = caf::atom_constant<caf::atom("start")>;          // a role may begin (its blocks are ready)
 using tokens_atom = caf::atom_constant<caf::atom("tokens")>;        // (tokens_atom, n): a role generated n tokens
 using fail_atom = caf::atom_constant<caf::atom("fail")>;            // (fail_atom, actor, what): a role cannot go on
+// The scheduler of programs on a batcher (actors/program_manager.h).
+using scheduler_atom = caf::atom_constant<caf::atom("scheduler")>;  // (scheduler_atom) to the batcher: tell me ...
+using waiting_atom = caf::atom_constant<caf::atom("waiting")>;      // (waiting_atom, program): ... when its request waits
 
 }  // namespace chorus

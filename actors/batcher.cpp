@@ -58,19 +58,23 @@ class BatcherCore {
       if (owner) owner->blocks.push_back(id);
       return encode_block_info(rid, id, c->name, 0, 0);
     }
-    if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) return on_block_op(rid, *op);
+    if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) {
+      // On a paused program registered with `hold` (a source clearing its window, say), it waits
+      // for the restore like a request.
+      if (Program* p = holder_of({op->block, op->second})) return hold(*p, bytes, rid, sender, defer, 0);
+      return on_block_op(rid, *op);
+    }
     if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return snapshot(rid, v->view);
     if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
     const Request& req = std::get<Request>(*cmd);
-    if (Program* p = holder_of(req)) {
-      p->held.push_back(Held{bytes, rid, sender, defer(), need_pages(req), 0});
-      return std::nullopt;
-    }
+    std::vector<BlockId> named = req.view;
+    if (req.kind != RequestKind::probe) named.push_back(req.write_to);
+    if (Program* p = holder_of(named)) return hold(*p, bytes, rid, sender, defer, growth_pages(req));
     // A request of a program registered with `hold` starts only with room in the pool for all
     // it may write; until then it waits, in arrival order (a scheduler makes the room).
     if (const uint64_t program = scheduled_program(req)) {
       // Its own program's pages stay while it runs: a request that cannot fit beside them never will.
-      const int64_t need = need_pages(req), pool = engine_->blocks().kv().n_pages();
+      const int64_t need = gate_pages(req), pool = engine_->blocks().kv().n_pages();
       int64_t own = 0;
       for (BlockId b : programs_.at(program).blocks) own += block_pages(b);
       if (need + own > pool)
@@ -79,13 +83,17 @@ class BatcherCore {
                                                                               std::to_string(own) + "; the pool has " +
                                                                               std::to_string(pool)));
       if (!waiting_.empty() || need > room()) {
-        waiting_.push_back(Held{bytes, rid, sender, defer(), need, program});
+        waiting_.push_back(Held{bytes, rid, sender, defer(), growth_pages(req), program});
+        notify(program);
         return std::nullopt;
       }
-      return start(req, rid, sender, need, program);
+      return start(req, rid, sender, program);
     }
-    return start(req, rid, sender, 0, 0);
+    return start(req, rid, sender, 0);
   }
+
+  // Who hears when a request of a scheduled program waits (a ProgramManager's actor).
+  void set_scheduler(caf::actor who) { scheduler_ = std::move(who); }
 
   void on_subscribe(BlockId b, const caf::actor& who) {
     watchers_[b].push_back(who);
@@ -97,24 +105,7 @@ class BatcherCore {
   Status step(Self* self) {
     auto events = engine_->step();
     if (!events) return events.error();
-    bool freed = false;
-    for (const Event& e : *events) {
-      if (e.type == Event::Type::finished) freed |= reserved_.erase(e.request) > 0;
-      auto it = subs_.find(e.request);
-      if (it == subs_.end()) continue;
-      std::string text;
-      if (e.type == Event::Type::token) text = it->second.text->push(e.token);
-      if (e.type == Event::Type::finished) text = it->second.text->flush();
-      if (e.type == Event::Type::finished && !text.empty()) {  // the held-back tail, as a last token event
-        Event tail = e;
-        tail.type = Event::Type::token;
-        tail.token = -1;
-        self->send(it->second.who, event_atom::value, encode_event(it->second.correlation, tail, text));
-        text.clear();
-      }
-      self->send(it->second.who, event_atom::value, encode_event(it->second.correlation, e, text));
-      if (e.type == Event::Type::finished) subs_.erase(it);
-    }
+    const bool freed = dispatch(*events, [self](const caf::actor& who, Frame f) { self->send(who, event_atom::value, std::move(f)); });
     for (auto& [b, who] : watchers_) {  // blocks that grew in this step
       auto blk = engine_->blocks().get(b);
       if (!blk) continue;
@@ -123,7 +114,7 @@ class BatcherCore {
       seen_[b] = n;
       for (const caf::actor& w : who) self->send(w, grown_atom::value, b, n);
     }
-    if (freed) start_waiting();
+    if (freed && !start_waiting()) notify(waiting_.front().program);  // still no room: the scheduler makes it
     return Status::success();
   }
 
@@ -133,14 +124,20 @@ class BatcherCore {
     uint64_t rid = 0;  // the requester's id for it
     caf::actor sender;
     Deliver deliver;
-    int64_t need = 0;      // pages it may write
+    int64_t growth = 0;    // pages its block may grow by (what it wants, for the status)
     uint64_t program = 0;  // waiting for room: whose it is
   };
-  // Room kept for a request of a scheduled program while it runs: what it may still write.
+  // Room kept for the requests of scheduled programs while they run. Per block written: the
+  // length (tokens) it may reach once each reserved writer has written all it may, kept until
+  // the last of them ends (shared writers of one block are counted together). A probe's scratch
+  // block apart.
+  struct BlockReservation {
+    int64_t end = 0;
+    int writers = 0;
+  };
   struct Reservation {
-    int64_t need = 0;
-    BlockId block = -1;          // the block it writes (-1: a probe's scratch block)
-    int64_t pages_at_start = 0;  // that block's pages when it started
+    BlockId block = -1;       // the block it writes (-1: a probe)
+    int64_t probe_pages = 0;  // a probe's scratch block
     uint64_t program = 0;
   };
   struct Program {
@@ -152,14 +149,52 @@ class BatcherCore {
     std::vector<Held> held;
   };
 
-  // The paused program with `hold` that owns a block the request names, if any.
-  Program* holder_of(const Request& r) {
+  // The paused program with `hold` that owns one of `blocks`, if any.
+  Program* holder_of(const std::vector<BlockId>& blocks) {
     for (auto& [id, p] : programs_) {
       if (!p.hold || p.state != 1) continue;
       for (BlockId b : p.blocks)
-        if (b == r.write_to || std::find(r.view.begin(), r.view.end(), b) != r.view.end()) return &p;
+        if (std::find(blocks.begin(), blocks.end(), b) != blocks.end()) return &p;
     }
     return nullptr;
+  }
+
+  // Keeps a command for the program's restore; its reply goes out then.
+  std::optional<Frame> hold(Program& p, const std::vector<uint8_t>& bytes, uint64_t rid, const caf::actor& sender,
+                            const Defer& defer, int64_t growth) {
+    p.held.push_back(Held{bytes, rid, sender, defer(), growth, 0});
+    for (const auto& [id, q] : programs_)
+      if (&q == &p) notify(id);
+    return std::nullopt;
+  }
+
+  void notify(uint64_t program) const {
+    if (scheduler_) caf::anon_send(scheduler_, waiting_atom::value, program);
+  }
+
+  // Sends each event to the request's subscriber (through `send(who, frame)`) and forgets the
+  // finished requests; true when one of them had room kept for it.
+  template <class Send>
+  bool dispatch(const std::vector<Event>& events, Send send) {
+    bool freed = false;
+    for (const Event& e : events) {
+      if (e.type == Event::Type::finished) freed |= release(e.request);
+      auto it = subs_.find(e.request);
+      if (it == subs_.end()) continue;
+      std::string text;
+      if (e.type == Event::Type::token) text = it->second.text->push(e.token);
+      if (e.type == Event::Type::finished) text = it->second.text->flush();
+      if (e.type == Event::Type::finished && !text.empty()) {  // the held-back tail, as a last token event
+        Event tail = e;
+        tail.type = Event::Type::token;
+        tail.token = -1;
+        send(it->second.who, encode_event(it->second.correlation, tail, text));
+        text.clear();
+      }
+      send(it->second.who, encode_event(it->second.correlation, e, text));
+      if (e.type == Event::Type::finished) subs_.erase(it);
+    }
+    return freed;
   }
 
   // The first program registered with `hold` that owns a block the request names (0: none).
@@ -179,56 +214,89 @@ class BatcherCore {
     return n;
   }
 
-  // The most pages a request can add: its block's growth by its tokens (and a generate's
-  // max_tokens), or a probe's scratch block.
-  int64_t need_pages(const Request& r) const {
-    if (r.kind == RequestKind::append) return 0;
-    if (r.kind == RequestKind::probe) {
-      size_t longest = 0;
-      for (const auto& c : r.candidates) longest = std::max(longest, c.size());
-      return KvCache::pages_for(static_cast<int64_t>(r.tokens.size() + longest));
-    }
-    auto blk = engine_->blocks().get(r.write_to);
-    const int64_t n = blk ? static_cast<int64_t>((*blk)->tokens.size()) : 0;
-    const int64_t add = static_cast<int64_t>(r.tokens.size()) + (r.kind == RequestKind::generate ? r.stop.max_tokens : 0);
-    return KvCache::pages_for(n + add) - KvCache::pages_for(n);
+  // The length (tokens) a block may reach: what its reserved writers may take it to, or its log.
+  int64_t reserved_end(BlockId b) const {
+    int64_t n = 0;
+    if (auto blk = engine_->blocks().get(b)) n = static_cast<int64_t>((*blk)->tokens.size());
+    if (auto it = block_res_.find(b); it != block_res_.end()) n = std::max(n, it->second.end);
+    return n;
   }
-
-  int64_t outstanding(const Reservation& x) const {
-    if (x.block < 0) return x.need;
-    return std::max<int64_t>(0, x.need - (block_pages(x.block) - x.pages_at_start));
+  static int64_t adds(const Request& r) {  // tokens a request may add to its block
+    return static_cast<int64_t>(r.tokens.size()) + (r.kind == RequestKind::generate ? r.stop.max_tokens : 0);
+  }
+  static int64_t probe_pages(const Request& r) {
+    size_t longest = 0;
+    for (const auto& c : r.candidates) longest = std::max(longest, c.size());
+    return KvCache::pages_for(static_cast<int64_t>(r.tokens.size() + longest));
+  }
+  // Pages a reserved block may still take beyond those it has.
+  int64_t outstanding(BlockId b) const {
+    auto it = block_res_.find(b);
+    if (it == block_res_.end()) return 0;
+    return std::max<int64_t>(0, KvCache::pages_for(it->second.end) - block_pages(b));
+  }
+  // Pages a request's block may grow by (for what a program wants).
+  int64_t growth_pages(const Request& r) const {
+    if (r.kind == RequestKind::append) return 0;
+    if (r.kind == RequestKind::probe) return probe_pages(r);
+    const int64_t end = reserved_end(r.write_to);
+    return KvCache::pages_for(end + adds(r)) - KvCache::pages_for(end);
+  }
+  // The room a request needs to start: the pages its block may take once it has written all it
+  // may (and its reserved writers before it), beyond those it has and those already kept.
+  int64_t gate_pages(const Request& r) const {
+    if (r.kind == RequestKind::append) return 0;
+    if (r.kind == RequestKind::probe) return probe_pages(r);
+    const int64_t after = KvCache::pages_for(reserved_end(r.write_to) + adds(r)) - block_pages(r.write_to);
+    return std::max<int64_t>(0, after) - outstanding(r.write_to);
   }
 
   // Free pages less what running scheduled requests may still write.
   int64_t room() const {
     int64_t n = engine_->blocks().kv().n_free();
-    for (const auto& [id, x] : reserved_) n -= outstanding(x);
+    for (const auto& [b, x] : block_res_) n -= outstanding(b);
+    for (const auto& [id, x] : reserved_) n -= x.probe_pages;
     return n;
   }
 
-  Frame start(const Request& r, uint64_t rid, const caf::actor& sender, int64_t need, uint64_t program) {
+  bool release(RequestId id) {  // a scheduled request ended: its block's room goes when its last writer does
+    auto it = reserved_.find(id);
+    if (it == reserved_.end()) return false;
+    if (it->second.block >= 0)
+      if (auto b = block_res_.find(it->second.block); b != block_res_.end() && --b->second.writers == 0) block_res_.erase(b);
+    reserved_.erase(it);
+    return true;
+  }
+
+  Frame start(const Request& r, uint64_t rid, const caf::actor& sender, uint64_t program) {
+    const int64_t end = r.kind == RequestKind::probe ? 0 : reserved_end(r.write_to) + adds(r);
     auto id = engine_->submit(r);
     if (!id) return encode_error_envelope(rid, id.error());
     subs_[*id] = Subscriber{sender, rid,
                             std::make_unique<IncrementalDecoder>(engine_->model().tokenizer,
                                                                  DecodeOptions{.render_special = false})};
-    if (program != 0) {
-      const BlockId b = r.kind == RequestKind::probe ? -1 : r.write_to;
-      reserved_[*id] = Reservation{need, b, b < 0 ? 0 : block_pages(b), program};
+    if (program != 0 && r.kind == RequestKind::probe) reserved_[*id] = Reservation{-1, probe_pages(r), program};
+    if (program != 0 && r.kind != RequestKind::probe && r.kind != RequestKind::append) {
+      BlockReservation& br = block_res_[r.write_to];
+      br.end = end;
+      ++br.writers;
+      reserved_[*id] = Reservation{r.write_to, 0, program};
     }
     return encode_submitted(rid, *id);
   }
 
-  // Requests waiting for room start, in order, while it is there.
-  void start_waiting() {
-    while (!waiting_.empty() && waiting_.front().need <= room()) {
-      Held h = std::move(waiting_.front());
-      waiting_.pop_front();
+  // Requests waiting for room start, in order, while it is there; false when one is left.
+  bool start_waiting() {
+    while (!waiting_.empty()) {
+      Held& h = waiting_.front();
       uint64_t rid = 0;
       auto cmd = decode_command(h.frame, &rid, &engine_->model().tokenizer);
-      if (!cmd) continue;  // it decoded when it came
-      h.deliver(start(std::get<Request>(*cmd), h.rid, h.sender, h.need, h.program));
+      if (cmd && gate_pages(std::get<Request>(*cmd)) > room()) return false;
+      Held go = std::move(h);
+      waiting_.pop_front();
+      if (cmd) go.deliver(start(std::get<Request>(*cmd), go.rid, go.sender, go.program));  // it decoded when it came
     }
+    return true;
   }
 
   Frame status(uint64_t rid, uint64_t id, const Program& p) const {
@@ -240,14 +308,15 @@ class BatcherCore {
         pending += (*blk)->holds;
       }
     size_t held = p.held.size();
-    for (const Held& h : p.held) wanted += h.need;
+    for (const Held& h : p.held) wanted += h.growth;
     for (const Held& h : waiting_)
       if (h.program == id) {
         ++held;
-        wanted += h.need;
+        wanted += h.growth;
       }
+    for (BlockId b : p.blocks) wanted += outstanding(b);
     for (const auto& [rq, x] : reserved_)
-      if (x.program == id) wanted += outstanding(x);
+      if (x.program == id) wanted += x.probe_pages;
     return encode_program_status(rid, id, p.state, static_cast<uint32_t>(pages), static_cast<uint64_t>(tokens), p.acting,
                                  static_cast<uint32_t>(pending), static_cast<uint32_t>(held), static_cast<uint32_t>(wanted));
   }
@@ -333,6 +402,9 @@ class BatcherCore {
       else s = engine_->restore(p.blocks);
     }
     if (pc.op == ProgramCmd::Op::terminate) {
+      if (pc.cancel)  // its requests in the engine end first, their subscribers told why
+        dispatch(engine_->cancel(p.blocks, "cancelled: " + name + " was terminated"),
+                 [](const caf::actor& who, Frame f) { caf::anon_send(who, event_atom::value, std::move(f)); });
       // All or nothing: a block that a pending request still holds keeps every block (the caller
       // may try again once the request is done).
       for (BlockId b : p.blocks)
@@ -380,6 +452,8 @@ class BatcherCore {
   std::map<uint64_t, Program> programs_;
   std::deque<Held> waiting_;                     // requests of scheduled programs waiting for room
   std::map<RequestId, Reservation> reserved_;    // ... and those running
+  std::map<BlockId, BlockReservation> block_res_;
+  caf::actor scheduler_;
   std::map<BlockId, std::vector<caf::actor>> watchers_;  // block -> who wants to know it grew
   std::map<BlockId, int64_t> seen_;                       // cached length last reported
 };
@@ -406,6 +480,10 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
     got = true;
     core.on_subscribe(b, caf::actor_cast<caf::actor>(self->current_sender()));
   };
+  auto on_scheduler = [&](scheduler_atom) {
+    got = true;
+    core.set_scheduler(caf::actor_cast<caf::actor>(self->current_sender()));
+  };
   auto on_stop = [&](stop_atom) {
     got = true;
     stopping = true;
@@ -416,10 +494,10 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
   };
   while (running) {
     if (stopping && core.idle()) break;
-    if (core.idle() && !stopping) self->receive(on_frame, on_subscribe, on_stop, on_exit);  // sleep until there is work
+    if (core.idle() && !stopping) self->receive(on_frame, on_subscribe, on_scheduler, on_stop, on_exit);  // sleep until there is work
     do {  // then take everything already queued, without waiting
       got = false;
-      self->receive(on_frame, on_subscribe, on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
+      self->receive(on_frame, on_subscribe, on_scheduler, on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
     } while (got && running);
     if (!running || core.idle()) continue;
     if (Status s = core.step(self); !s.ok()) {
@@ -457,6 +535,7 @@ caf::behavior batcher_cooperative(caf::stateful_actor<CooperativeState>* self, s
         return caf::delegated<std::vector<uint8_t>>{};
       },
       [=](subscribe_atom, BlockId b) { self->state.core->on_subscribe(b, caf::actor_cast<caf::actor>(self->current_sender())); },
+      [=](scheduler_atom) { self->state.core->set_scheduler(caf::actor_cast<caf::actor>(self->current_sender())); },
       [=](stop_atom) {
         self->state.stopping = true;
         kick();

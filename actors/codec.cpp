@@ -42,7 +42,7 @@ Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
     case ProgramCmd::Op::restore:
       return finish(fbb, request_id, wire::Payload::RestoreProgram, wire::CreateRestoreProgram(fbb, c.program).Union());
     case ProgramCmd::Op::terminate:
-      return finish(fbb, request_id, wire::Payload::TerminateProgram, wire::CreateTerminateProgram(fbb, c.program).Union());
+      return finish(fbb, request_id, wire::Payload::TerminateProgram, wire::CreateTerminateProgram(fbb, c.program, c.cancel).Union());
     case ProgramCmd::Op::phase:
       return finish(fbb, request_id, wire::Payload::ProgramPhase,
                     wire::CreateProgramPhase(fbb, c.program, c.acting ? wire::Phase::acting : wire::Phase::reasoning, 0)
@@ -152,6 +152,7 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
     ProgramCmd c;
     c.op = ProgramCmd::Op::terminate;
     c.program = p->program();
+    c.cancel = p->cancel();
     return Command{std::move(c)};
   }
   if (const auto* p = env->payload_as_ProgramPhase()) {

@@ -45,6 +45,7 @@ struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, Terminate
   PauseMode mode = PauseMode::drop;
   bool hold = false;            // register: requests wait while it is paused (schemas/programs.fbs)
   bool acting = false;          // phase: a tool runs (else reasoning)
+  bool cancel = false;          // terminate: end the requests that use its blocks first
 };
 struct SnapshotViewCmd {
   std::vector<BlockId> view;

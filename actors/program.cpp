@@ -79,10 +79,10 @@ caf::actor SharedEngine::batcher() const { return impl_->batcher; }
 uint64_t SharedEngine::new_program_id() { return impl_->next_program++; }
 int64_t SharedEngine::pool_pages() const { return impl_->pool_pages; }
 
-ProgramManager& SharedEngine::schedule(const ProgramPolicyOptions& opts) {
+ProgramManager& SharedEngine::schedule(const ProgramPolicyOptions& opts, double tool_lease_s) {
   ProgramPolicyOptions o = opts;
   o.capacity_pages = pool_pages();
-  impl_->manager = std::make_unique<ProgramManager>(impl_->batcher.home_system(), impl_->batcher, o);
+  impl_->manager = std::make_unique<ProgramManager>(impl_->batcher.home_system(), impl_->batcher, o, tool_lease_s);
   return *impl_->manager;
 }
 
@@ -105,6 +105,7 @@ struct Program::Impl {
   std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
   std::unique_ptr<zmq::context_t> zmq_ctx;    // outlives the ZeroMQ actors
   bool torn_down = false;
+  bool registered = false;                    // with the batcher, under program_id
   bool managed = false;                       // scheduled by the engine's ProgramManager
 
   void teardown() {
@@ -120,29 +121,22 @@ struct Program::Impl {
       for (const auto& a : *stage) self->wait_for(a);
     }
     // What the blocks hold, through the batcher (other programs may be stepping the engine);
-    // then the program ends there, its blocks freed. Requests its roles left are still running:
-    // the batcher refuses to free a block they use, so wait for them (a step or a few).
+    // then the program ends there, its blocks freed.
     std::map<std::string, int64_t> tokens;
-    if (managed) engine->manager()->remove(program_id);  // not paused or restored from here on
+    // Not paused or restored from here on (abandoned while it waited: already terminated).
+    if (managed && !engine->manager()->remove(program_id)) registered = false;
     if (batcher) {
       auto call = [&](const Frame& f) { return ask(self, batcher, f, std::chrono::seconds(60)); };
       for (const auto& [name, id] : blocks)
         if (auto r = call(encode_snapshot_view(0, {id})); r && !r->blocks.empty()) tokens[name] = r->blocks[0].tokens;
-      // There is no cancel yet: requests the roles left run to their end (max_tokens at most),
-      // and a block they hold cannot be freed. The program's status says when none is left.
-      ProgramCmd where{ProgramCmd::Op::phase, program_id, "", {}, PauseMode::drop};
-      const auto give_up = Clock::now() + std::chrono::minutes(2);
-      while (!own_engine) {
-        auto st = call(encode_program(0, where));
-        if (!st || st->pending == 0) break;  // not registered (a start that failed), or free to go
-        if (Clock::now() > give_up) {
-          spdlog::warn("program {}: requests still hold {} of its blocks; they stay on the shared engine", program_id,
-                       st->pending);
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      // Requests its roles left in the engine end with it (their actors are gone): cancelled,
+      // then every block freed. An engine of its own goes as a whole.
+      if (!own_engine && registered) {
+        ProgramCmd end{ProgramCmd::Op::terminate, program_id, "", {}, PauseMode::drop};
+        end.cancel = true;
+        if (auto r = call(encode_program(0, end)); !r)
+          spdlog::warn("program {}: ending it on the shared engine: {}", program_id, r.error().message);
       }
-      if (!own_engine) (void)call(encode_program(0, ProgramCmd{ProgramCmd::Op::terminate, program_id, "", {}, PauseMode::drop}));
       if (managed) engine->manager()->check_now();  // its room may let a waiting program in
     }
     engine.reset();  // this program's own engine stops here
@@ -201,12 +195,22 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
   uint64_t rid = 0;
   auto call = [&](const Frame& f) { return ask(self, im.batcher, f); };
   // One program for the batcher: its blocks are paused and restored together.
+  caf::actor tools;
+  if (!t.tools.empty()) {  // the program's sandbox, created with it and removed with it
+                           // (and, on a scheduled engine, while it is paused past a lease)
+    const char* env = std::getenv("CHORUS_SANDBOX_DIR");
+    static std::atomic<int> n{0};
+    tools = spawn_tools(sys, std::string(env ? env : "/tmp/chorus-sandboxes"),
+                                     t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools);
+    im.actors.push_back(tools);
+  }
   ProgramManager* manager = im.engine->manager();
   ProgramCmd reg;
   reg.program = im.program_id;
   reg.name = t.name;
   reg.hold = manager != nullptr;  // scheduled: its requests wait while it is paused
   if (auto r = call(encode_program(++rid, reg)); !r) return make_error(r.error().code, where + "registering the program: " + r.error().message);
+  im.registered = true;
   for (const auto& b : t.blocks) {
     auto r = call(encode_create_block(++rid, b.name, im.program_id));
     if (!r) return make_error(r.error().code, where + "block " + b.name + ": " + r.error().message);
@@ -225,7 +229,12 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
     pause.op = ProgramCmd::Op::pause;
     pause.program = im.program_id;
     if (auto r = call(encode_program(++rid, pause)); !r) return make_error(r.error().code, where + "pausing the program until it is admitted: " + r.error().message);
-    manager->add(im.program_id, need);
+    ProgramTools env;
+    if (tools) {
+      env.cool = [tools] { caf::anon_send(tools, cool_atom::value); };
+      env.warm = [tools] { caf::anon_send(tools, warm_atom::value); };
+    }
+    if (!manager->add(im.program_id, need, std::move(env))) return make_error(Errc::invalid_argument, where + "not started: the run is ending");
     im.managed = true;
     // Its phase comes from its roles' tool calls.
     hooks.event = [inner = hooks.event, manager, id = im.program_id](const ProgramEvent& e) {
@@ -313,14 +322,6 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
     for (const auto& s : a.to) v.push_back(by_name.at(s));
     return v;
   };
-  caf::actor tools;
-  if (!t.tools.empty()) {  // the program's sandbox, created with it and removed with it
-    const char* env = std::getenv("CHORUS_SANDBOX_DIR");
-    static std::atomic<int> n{0};
-    tools = spawn_tools(sys, std::string(env ? env : "/tmp/chorus-sandboxes"),
-                                     t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools);
-    im.actors.push_back(tools);
-  }
   std::vector<std::function<Status(const caf::actor& ctl)>> feeders;  // started once the controller exists
   for (const auto& a : t.actors) {
     caf::actor h;
@@ -436,6 +437,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
     if (Status s = f(im.ctl); !s.ok()) return s.error();
   for (const auto& a : t.actors)
     if (a.kind != Kind::sink) self->send(by_name.at(a.name), start_atom::value, im.ctl);
+  if (im.managed) manager->started(im.program_id);
   return std::unique_ptr<Program>(new Program(std::move(prog.impl_)));
 }
 

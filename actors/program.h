@@ -73,7 +73,8 @@ class SharedEngine {
   // Schedules the programs that start on it from now on with the program-aware policy
   // (actors/program_manager.h; the policy's capacity is the pool): each waits to be admitted,
   // and under memory pressure whole programs are paused and restored. Call before starting them.
-  ProgramManager& schedule(const ProgramPolicyOptions& opts);
+  // `tool_lease_s`: how long a paused program keeps its tools' sandbox while nothing needs it.
+  ProgramManager& schedule(const ProgramPolicyOptions& opts, double tool_lease_s = 60);
   ProgramManager* manager() const;  // null when not scheduled
 
  private:

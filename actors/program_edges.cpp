@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <spdlog/spdlog.h>
 
 #include "actors/atoms.h"
@@ -15,11 +16,37 @@
 namespace chorus::program_roles {
 namespace {
 
-// The program's tools: one sandbox (actors/sandbox.h), created with the program and removed with
-// it; calls run one at a time. A detached actor: a run blocks until the tool ends.
+// The program's tools: one sandbox (actors/sandbox.h), made with the program (each tool's
+// `setup` run in it) and removed with it — and, while the program is paused past its idle lease,
+// removed (cool_atom) and made again ahead of its restore (warm_atom) or at its next call. Calls
+// run one at a time. A detached actor: a run blocks until the tool ends.
 void tool_main(caf::blocking_actor* self, std::string base, std::string name, std::vector<topology::Tool> tools) {
-  auto box = Sandbox::create(base, name);
-  if (!box) spdlog::error("program {}: no sandbox for its tools: {}", name, box.error().message);
+  std::optional<Sandbox> box;
+  std::string broken;  // why the sandbox could not be made (its calls say so)
+  auto make = [&] {
+    if (box) return;
+    auto made = Sandbox::create(base, name);
+    if (!made) {
+      broken = "no sandbox: " + made.error().message;
+      spdlog::error("program {}: {}", name, broken);
+      return;
+    }
+    box.emplace(std::move(*made));
+    broken.clear();
+    for (const auto& t : tools) {
+      if (t.setup.empty()) continue;
+      SandboxLimits lim;
+      lim.timeout_s = t.timeout_s;
+      lim.max_output_bytes = t.max_output_bytes;
+      auto r = box->run(t.setup, lim);
+      if (!r || !r->ok()) {
+        broken = "the setup of tool " + t.name + " failed: " + (r ? r->describe() + (r->output.empty() ? "" : ": " + r->output) : r.error().message);
+        spdlog::error("program {}: {}", name, broken);
+        return;
+      }
+    }
+  };
+  make();
   for (bool running = true; running;)
     self->receive(
         [&](tool_atom, const std::string& tool, const std::string& args) -> std::string {
@@ -30,7 +57,8 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name, st
             known += (known.empty() ? "" : ", ") + x.name;
           }
           if (!t) return "error: unknown tool \"" + tool + "\" (tools: " + known + ")";
-          if (!box) return "error: no sandbox: " + box.error().message;
+          make();  // cold: made again first
+          if (!broken.empty()) return "error: " + broken;
           SandboxLimits lim;
           lim.timeout_s = t->timeout_s;
           lim.max_output_bytes = t->max_output_bytes;
@@ -40,6 +68,19 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name, st
           while (!out.empty() && out.back() == '\n') out.pop_back();
           if (!r->ok()) out += (out.empty() ? "" : "\n") + std::string("[") + r->describe() + "]";
           return out;
+        },
+        [&](cool_atom) -> bool {  // nothing runs now (calls run one at a time): remove it all
+          if (!box) return false;
+          if (Status s = box->destroy(); !s.ok()) spdlog::warn("program {}: removing its sandbox: {}", name, s.error().message);
+          box.reset();
+          return true;
+        },
+        [&](warm_atom) -> std::string {
+          if (!box || !broken.empty()) {
+            box.reset();
+            make();
+          }
+          return broken;
         },
         [&](caf::exit_msg&) { running = false; });
 }

@@ -3,11 +3,13 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <spdlog/spdlog.h>
 #include <thread>
 
+#include "actors/atoms.h"
 #include "actors/submit.h"
 
 namespace chorus {
@@ -31,6 +33,9 @@ struct Managed {
   int64_t tokens = 0;         // the same, in tokens
   bool offloaded = false;     // paused: its pages are in host memory
   double paused_since = 0;
+  bool starting = true;       // its Program::start has not returned
+  ProgramTools env;           // its tool environment (none: no hooks)
+  bool warm = true;           // ... made
 };
 
 }  // namespace
@@ -39,6 +44,7 @@ struct ProgramManager::Impl {
   caf::actor_system& sys;
   caf::actor batcher;
   ProgramPolicy policy;
+  double tool_lease_s;
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
 
   mutable std::mutex m;  // programs, stats, poke, stopping
@@ -46,12 +52,22 @@ struct ProgramManager::Impl {
   std::map<uint64_t, Managed> programs;
   ProgramManagerStats stats;
   bool poke = false, stopping = false;
+  bool closed = false;  // abandon_waiting() ran
 
   std::mutex checking;  // one check at a time; remove() waits for the one under way
   std::thread thread;
+  caf::actor listener;  // hears the batcher's (waiting_atom, program)
 
-  Impl(caf::actor_system& s, caf::actor b, ProgramPolicyOptions opts)
-      : sys(s), batcher(std::move(b)), policy(opts) {}
+  void poke_now() {
+    {
+      std::lock_guard<std::mutex> l(m);
+      poke = true;
+    }
+    cv.notify_all();
+  }
+
+  Impl(caf::actor_system& s, caf::actor b, ProgramPolicyOptions opts, double lease)
+      : sys(s), batcher(std::move(b)), policy(opts), tool_lease_s(lease) {}
 
   double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
 
@@ -88,6 +104,7 @@ struct ProgramManager::Impl {
       asked.emplace_back(id, self->request(batcher, std::chrono::seconds(30), frame_atom::value, encode_program(0, phase)));
     }
     std::vector<ProgramSnapshot> snaps;
+    std::vector<uint64_t> cool;  // tool environments to remove now
     int64_t resident = 0;
     for (auto& [id, handle] : asked) {
       Result<Reply> st = make_error(Errc::internal, "no reply from the batcher");
@@ -115,8 +132,15 @@ struct ProgramManager::Impl {
       s.phase_since = !wants && p.tools > 0 ? p.tool_since : t;
       s.paused_since = p.paused_since;
       s.offloaded = p.offloaded;
-      s.tools_warm = true;
-      s.pinned = st->pending > 0;
+      // Pinned: a request in the engine, or one waiting for room (pausing it would only move the
+      // request from one wait to another; the room comes from the others).
+      s.pinned = st->pending > 0 || (s.state == ProgramState::active && st->held > 0);
+      // Paused, waiting for an event, no tool call, past the lease: its sandbox goes.
+      if (p.env.cool && p.warm && s.state == ProgramState::paused && !wants && p.tools == 0 && t - p.paused_since >= tool_lease_s) {
+        cool.push_back(id);
+        p.warm = false;
+      }
+      s.tools_warm = p.warm || !p.env.warm;
       snaps.push_back(s);
     }
     {  // what the batcher said stays for the next check (a paused program's pages: its last)
@@ -129,6 +153,17 @@ struct ProgramManager::Impl {
         }
     }
     const PolicyDecision d = policy.decide(t, snaps);
+    // Tool environments: removed past the lease; made again near the head of the queue, or at
+    // the restore at the latest (before the restore: the program's next call may come at once).
+    std::vector<std::pair<uint64_t, bool>> warm;  // (program, ahead of its restore)
+    for (uint64_t id : d.prewarm)  // near the head and asking for the engine (not one that waits for an event)
+      if (std::any_of(snaps.begin(), snaps.end(), [&](const ProgramSnapshot& x) { return x.id == id && x.phase == ProgramPhase::reasoning; }))
+        warm.emplace_back(id, true);
+    for (uint64_t id : d.restore)
+      if (!table[id].warm && table[id].env.warm)  // the policy prewarms only programs it does not restore
+        warm.emplace_back(id, false);
+    for (uint64_t id : cool) table[id].env.cool();
+    for (const auto& [id, ahead] : warm) table[id].env.warm();
     // Carried out: pauses first, then restores (which need the room the pauses made).
     struct Done {
       uint64_t id;
@@ -150,6 +185,13 @@ struct ProgramManager::Impl {
     }
     std::lock_guard<std::mutex> l(m);
     ++stats.checks;
+    stats.tools_cooled += static_cast<int64_t>(cool.size());
+    for (uint64_t id : cool)
+      if (auto it = programs.find(id); it != programs.end()) it->second.warm = false;
+    for (const auto& [id, ahead] : warm) {
+      ++(ahead ? stats.tools_prewarmed : stats.tools_warmed_late);
+      if (auto it = programs.find(id); it != programs.end()) it->second.warm = true;
+    }
     stats.peak_resident_pages = std::max(stats.peak_resident_pages, resident);
     for (const Done& x : done) {
       auto it = programs.find(x.id);
@@ -175,12 +217,21 @@ struct ProgramManager::Impl {
   }
 };
 
-ProgramManager::ProgramManager(caf::actor_system& sys, caf::actor batcher, ProgramPolicyOptions opts)
-    : impl_(std::make_unique<Impl>(sys, std::move(batcher), opts)) {
+ProgramManager::ProgramManager(caf::actor_system& sys, caf::actor batcher, ProgramPolicyOptions opts, double tool_lease_s)
+    : impl_(std::make_shared<Impl>(sys, std::move(batcher), opts, tool_lease_s)) {
   if (opts.check_period_s > 0) impl_->thread = std::thread([this] { impl_->loop(); });
+  // The batcher says when a scheduled program's request waits: a check then, not at the next period.
+  std::weak_ptr<Impl> weak = impl_;
+  impl_->listener = sys.spawn([weak](caf::event_based_actor* self) -> caf::behavior {
+    if (auto impl = weak.lock()) self->send(impl->batcher, scheduler_atom::value);
+    return {[weak](waiting_atom, uint64_t) {
+      if (auto impl = weak.lock()) impl->poke_now();
+    }};
+  });
 }
 
 ProgramManager::~ProgramManager() {
+  caf::anon_send_exit(impl_->listener, caf::exit_reason::user_shutdown);
   {
     std::lock_guard<std::mutex> l(impl_->m);
     impl_->stopping = true;
@@ -189,22 +240,32 @@ ProgramManager::~ProgramManager() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-void ProgramManager::add(uint64_t program, int64_t need_pages) {
+bool ProgramManager::add(uint64_t program, int64_t need_pages, ProgramTools tools) {
   {
     std::lock_guard<std::mutex> l(impl_->m);
+    if (impl_->closed) return false;
     Managed& p = impl_->programs[program];
     p.need_pages = need_pages;
+    p.env = std::move(tools);
     p.paused_since = impl_->now();
   }
   check_now();
+  return true;
 }
 
-void ProgramManager::remove(uint64_t program) {
+void ProgramManager::started(uint64_t program) {
+  std::lock_guard<std::mutex> l(impl_->m);
+  if (auto it = impl_->programs.find(program); it != impl_->programs.end()) it->second.starting = false;
+}
+
+bool ProgramManager::remove(uint64_t program) {
+  bool was = false;
   {
     std::lock_guard<std::mutex> l(impl_->m);
-    impl_->programs.erase(program);
+    was = impl_->programs.erase(program) > 0;
   }
   std::lock_guard<std::mutex> settled(impl_->checking);  // a check that had it in its table is over
+  return was;
 }
 
 void ProgramManager::tool_started(uint64_t program) {
@@ -232,8 +293,9 @@ void ProgramManager::abandon_waiting() {
   std::vector<uint64_t> waiting;
   {
     std::lock_guard<std::mutex> l(impl_->m);
+    impl_->closed = true;
     for (auto it = impl_->programs.begin(); it != impl_->programs.end();) {
-      if (it->second.admitted) {
+      if (!it->second.starting) {
         ++it;
         continue;
       }
@@ -242,18 +304,15 @@ void ProgramManager::abandon_waiting() {
     }
   }
   caf::scoped_actor self{impl_->sys};
-  for (uint64_t id : waiting)
-    if (auto r = ask(self, impl_->batcher, encode_program(0, command(ProgramCmd::Op::terminate, id)), std::chrono::seconds(30)); !r)
+  for (uint64_t id : waiting) {
+    ProgramCmd end = command(ProgramCmd::Op::terminate, id);
+    end.cancel = true;
+    if (auto r = ask(self, impl_->batcher, encode_program(0, end), std::chrono::seconds(30)); !r)
       spdlog::warn("scheduler: ending program {}, which was waiting to start: {}", id, r.error().message);
+  }
 }
 
-void ProgramManager::check_now() {
-  {
-    std::lock_guard<std::mutex> l(impl_->m);
-    impl_->poke = true;
-  }
-  impl_->cv.notify_all();
-}
+void ProgramManager::check_now() { impl_->poke_now(); }
 
 void ProgramManager::check() { impl_->check(); }
 

@@ -18,7 +18,13 @@
 //    waiting need to start. The batcher starts a request of a program registered with `hold`
 //    only with room for all it may write (and restores only into room running requests will not
 //    take), so the pool never runs out under a role; the manager makes that room. A program with
-//    a request in the engine (`pending`) is pinned.
+//    a request in the engine (`pending`), or one waiting for room, is pinned.
+//  - Its tools' environment (its sandbox): removed while it is paused, waiting for an event
+//    and in no tool call, past the idle lease (`cool`); made again when it reaches the first
+//    `prewarm_depth` places of the restore queue, or at its restore at the latest (`warm`).
+//  - When it checks: every check period, at each tool call and result, when a program is added
+//    or ends, and whenever the batcher says a request of a scheduled program waits (held for its
+//    restore, or for room: the manager registers with the batcher to hear it).
 //  - Pauses go first, then restores (a restore needs the room the pauses make). A pause the
 //    batcher refuses (a request arrived in between) or a restore that does not fit is counted and
 //    tried again at the next check.
@@ -29,6 +35,7 @@
 
 #include <caf/fwd.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "engine/program_policy.h"
@@ -42,8 +49,18 @@ struct ProgramManagerStats {
   int64_t refused = 0;             // pauses or restores the batcher refused (retried later)
   int64_t recomputed_tokens = 0;   // tokens prefilled again by restores of dropped programs
   int64_t offloaded_pauses = 0;    // pauses that kept the pages in host memory
+  int64_t tools_cooled = 0;        // tool environments removed past the idle lease
+  int64_t tools_prewarmed = 0;     // ... made again ahead of the program's restore
+  int64_t tools_warmed_late = 0;   // ... made again only at its restore
   int64_t peak_resident_pages = 0; // the most pages the managed programs held at a check
   int64_t checks = 0;
+};
+
+// A program's tool environment, as the manager drives it (both called from its thread; they
+// must not block).
+struct ProgramTools {
+  std::function<void()> cool;  // remove it
+  std::function<void()> warm;  // make it again
 };
 
 class ProgramManager {
@@ -51,23 +68,30 @@ class ProgramManager {
   // `opts.capacity_pages` is the pool the programs share. Starts the manager's thread, which
   // checks every `opts.check_period_s` and when poked; with a period of 0 there is no thread and
   // only check() checks (tests, or an embedding that drives it from a loop of its own).
-  ProgramManager(caf::actor_system& sys, caf::actor batcher, ProgramPolicyOptions opts);
+  // `tool_lease_s`: how long a paused program's tool environment stays while nothing needs it.
+  ProgramManager(caf::actor_system& sys, caf::actor batcher, ProgramPolicyOptions opts, double tool_lease_s = 60);
   ~ProgramManager();  // stops the thread (programs still managed stay as they are)
   ProgramManager(const ProgramManager&) = delete;
   ProgramManager& operator=(const ProgramManager&) = delete;
 
   // A program registered with `hold` is scheduled from now on. `need_pages`: what it takes when
   // it is admitted (its initial texts and first turn), used while it has never been resident.
-  void add(uint64_t program, int64_t need_pages);
+  // `tools`: its tool environment's hooks, when it has tools. False (nothing done) once
+  // abandon_waiting() has run: no program starts any more.
+  bool add(uint64_t program, int64_t need_pages, ProgramTools tools = {});
+  // Its start is over (Program::start returned it): abandon_waiting() leaves it alone.
+  void started(uint64_t program);
   // It ends: no longer scheduled. Call before terminating it (a check under way finishes
   // first), and check_now() once it is terminated: its room may let another program in.
-  void remove(uint64_t program);
+  // Returns false when it was no longer scheduled (abandoned: already terminated).
+  bool remove(uint64_t program);
   // Its roles' tool calls (from the NAME.tool_call / NAME.tool_result events).
   void tool_started(uint64_t program);
   void tool_ended(uint64_t program);
 
-  // Ends the programs still waiting to be admitted (Ctrl-C, or another program failed to
-  // start): each is terminated in the batcher, so the requests its start waits on fail.
+  // Ends the programs whose start is not over — waiting to be admitted, or to write their
+  // initial texts (Ctrl-C, or another program failed to start): each is terminated in the
+  // batcher, its requests cancelled, so its start fails; and no program is added after.
   void abandon_waiting();
 
   void check_now();   // a check at once, on the manager's thread (phase changes ask for one)
@@ -78,7 +102,7 @@ class ProgramManager {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the actor that hears the batcher
 };
 
 }  // namespace chorus

@@ -25,6 +25,11 @@ namespace chorus::program_roles {
 
 // (tool_atom, tool, arguments json) -> result text: a generator's call to its program's tool actor.
 using tool_atom = caf::atom_constant<caf::atom("toolcall")>;
+// (cool_atom) -> bool: the tool actor removes its sandbox (processes, directory), if made.
+using cool_atom = caf::atom_constant<caf::atom("toolcool")>;
+// (warm_atom) -> error text ("" when ready): it makes its sandbox again, if removed, running each
+// tool's setup.
+using warm_atom = caf::atom_constant<caf::atom("toolwarm")>;
 
 using Clock = std::chrono::steady_clock;
 
@@ -127,8 +132,9 @@ caf::actor spawn_generator(caf::actor_system& sys, caf::actor batcher, Generator
 caf::actor spawn_probe(caf::actor_system& sys, caf::actor batcher, ProbeRoleConfig cfg);
 caf::actor spawn_source(caf::actor_system& sys, caf::actor batcher, SourceRoleConfig cfg);
 caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg);
-// The program's tools, in one sandbox under `base` named `name` (removed when the actor ends);
-// answers (tool_atom, tool, arguments) with the result text. A detached actor.
+// The program's tools, in one sandbox under `base` named `name` (removed when the actor ends;
+// each tool's `setup` run whenever it is made); answers (tool_atom, tool, arguments) with the
+// result text, making the sandbox first if cool_atom removed it. A detached actor.
 caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name, std::vector<topology::Tool> tools);
 // Reads a whole file (not followed) into `target` line by line, then done_atom; `ctl` hears of
 // a file that cannot be opened.

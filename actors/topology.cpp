@@ -236,15 +236,15 @@ struct Loader {
       tool.name = r.name(it->first, "tools");
       const std::string path = "tools." + tool.name;
       if (t.tool(tool.name)) r.fail(it->first, path, "declared twice");
-      r.keys(it->second, path, {"command", "description", "timeout_s", "max_output_bytes"});
-      const YAML::Node c = required(it->second, path, "command", "what to run: a shell command, or a list (argv)");
-      if (c.IsScalar()) {
-        tool.command = {"sh", "-c", text(c, path + ".command")};
-        if (tool.command[2].empty()) r.fail(c, path + ".command", "must not be empty");
-      } else {
-        tool.command = r.strings(c, path + ".command", 256);
-        if (tool.command.empty() || tool.command[0].empty()) r.fail(c, path + ".command", "needs a program to run");
-      }
+      r.keys(it->second, path, {"command", "setup", "description", "timeout_s", "max_output_bytes"});
+      auto argv = [&](const YAML::Node& c, const std::string& where) {  // a string runs as sh -c STRING
+        std::vector<std::string> v = c.IsScalar() ? std::vector<std::string>{"sh", "-c", text(c, where)} : r.strings(c, where, 256);
+        if (c.IsScalar() && v[2].empty()) r.fail(c, where, "must not be empty");
+        if (v.empty() || v[0].empty()) r.fail(c, where, "needs a program to run");
+        return v;
+      };
+      tool.command = argv(required(it->second, path, "command", "what to run: a shell command, or a list (argv)"), path + ".command");
+      if (auto v = it->second["setup"]) tool.setup = argv(v, path + ".setup");
       if (auto v = it->second["description"]) tool.description = r.str(v, path + ".description");
       if (auto v = it->second["timeout_s"]) tool.timeout_s = r.number(v, path + ".timeout_s", 0.01, 86400);
       if (auto v = it->second["max_output_bytes"])

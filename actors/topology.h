@@ -30,6 +30,7 @@ const char* kind_name(Kind k);
 struct Tool {
   std::string name;
   std::vector<std::string> command;  // argv; a string in the file runs as sh -c STRING
+  std::vector<std::string> setup;    // the same; run in the sandbox each time it is made (empty: none)
   std::string description;
   double timeout_s = 30;
   size_t max_output_bytes = 16 << 10;

@@ -400,6 +400,19 @@ Result<std::vector<Event>> Engine::step() {
   return events;
 }
 
+std::vector<Event> Engine::cancel(std::span<const BlockId> blocks, const std::string& why) {
+  std::vector<Event> events;
+  auto named = [&](BlockId b) { return std::find(blocks.begin(), blocks.end(), b) != blocks.end(); };
+  for (auto& a : active_) {
+    if (a->done) continue;
+    bool uses = a->req.kind != RequestKind::probe && named(a->req.write_to);
+    for (BlockId b : a->req.view) uses = uses || named(b);
+    if (uses) finish(*a, FinishReason::error, events, why);
+  }
+  forget_finished();
+  return events;
+}
+
 void Engine::forget_finished() {
   active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& a) { return a->done; }), active_.end());
 }

@@ -157,6 +157,12 @@ class Engine {
   Status restore(std::span<const BlockId> blocks);
   int64_t steps() const { return steps_; }
 
+  // Ends now, between steps, every request that names one of `blocks` (writes or reads it), as
+  // finished with FinishReason::error and the message `why`; returns their finished events (in
+  // submission order). What they wrote stays in the blocks' logs; a token sampled but not yet
+  // run is run by the block's next writer.
+  std::vector<Event> cancel(std::span<const BlockId> blocks, const std::string& why);
+
  private:
   struct Active;
   Engine(const Model& m, EngineOptions o, std::unique_ptr<ForwardPass> pass);

@@ -14,7 +14,10 @@
 #include <unistd.h>
 #include <zmq.hpp>
 
+#include "actors/codec.h"
 #include "actors/program.h"
+#include "actors/program_roles.h"
+#include "actors/submit.h"
 #include "engine/model.h"
 #include "gpu/cpu_device.h"
 #include "tests/model_fixture.h"
@@ -342,6 +345,85 @@ TEST_F(TinyProgram, ProgramsShareOneEngineAndFreeTheirBlocks) {
   const ProgramReport r3 = (*p3)->wait();
   EXPECT_EQ(r3.ended_by, "all roles done") << r3.error;
   EXPECT_EQ(r3.block_tokens.at("b"), 1 + 250) << "the pool ran out: blocks of the programs before were not freed";
+}
+
+// A program that ends on a shared engine while its thinker is mid-generation (a time budget,
+// here) ends at once: the terminate cancels the generation its role left running, rather than
+// waiting for its 20000 tokens, and its blocks are freed.
+TEST_F(TinyProgram, EndingOnASharedEngineCancelsWhatItsRolesLeftRunning) {
+  EngineOptions eo;
+  eo.n_pages = 1300;  // 20000 tokens and the context
+  eo.token_budget = 32;
+  eo.max_view_tokens = 32768;
+  auto engine = SharedEngine::create(*sys_, *model_, *device_, eo);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  topology::Topology t = thinker_topology(20000);
+  t.budget_seconds = 0.3;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = Program::start(*sys_, t, *engine);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  const ProgramReport r = (*p)->wait();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.ended_by, "time budget") << r.error;
+  EXPECT_LT(r.block_tokens.at("b"), 1 + 20000);
+  EXPECT_LT(s, 5.0) << "its end waited for the generation its thinker left running";
+  // Its blocks are gone from the engine (the terminate went through).
+  caf::scoped_actor self{*sys_};
+  ProgramCmd where;
+  where.op = ProgramCmd::Op::phase;
+  where.program = 1;
+  EXPECT_FALSE(ask(self, (*engine)->batcher(), encode_program(0, where)).ok()) << "program 1 is still registered";
+}
+
+// A program's tool actor: its sandbox made with each tool's `setup` run in it; removed on
+// cool_atom (the program paused past its lease) and made again, setup and all, on warm_atom or at
+// the next call; a setup that fails is what the calls answer.
+TEST(ToolActor, ItsSandboxGoesAndComesBackWithItsSetup) {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  const std::string base = ::testing::TempDir() + "chorus-tool-actor-" + std::to_string(::getpid());
+  std::filesystem::create_directories(base);
+  topology::Tool probe;
+  probe.name = "probe";
+  probe.command = {"sh", "-c", "cat marker"};
+  probe.setup = {"sh", "-c", "echo ready > marker"};
+  probe.timeout_s = 10;
+  caf::actor tools = program_roles::spawn_tools(sys, base, "t1", {probe});
+  caf::scoped_actor self{sys};
+  auto call = [&](auto... msg) {
+    std::string out;
+    self->request(tools, std::chrono::seconds(20), msg...).receive([&](const std::string& r) { out = r; },
+                                                                   [&](caf::error& e) { out = "failed: " + caf::to_string(e); });
+    return out;
+  };
+  auto cool = [&] {
+    bool out = false;
+    self->request(tools, std::chrono::seconds(20), program_roles::cool_atom::value).receive([&](bool r) { out = r; },
+                                                                                            [&](caf::error&) {});
+    return out;
+  };
+  const std::string dir = base + "/t1";
+  EXPECT_EQ(call(program_roles::tool_atom::value, std::string("probe"), std::string("{}")), "ready");
+  EXPECT_TRUE(cool());
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "its sandbox is still there";
+  EXPECT_FALSE(cool()) << "nothing to remove twice";
+  EXPECT_EQ(call(program_roles::warm_atom::value), "");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/marker")) << "made again without its setup";
+  EXPECT_TRUE(cool());
+  EXPECT_EQ(call(program_roles::tool_atom::value, std::string("probe"), std::string("{}")), "ready") << "not made again at the call";
+  self->send_exit(tools, caf::exit_reason::user_shutdown);
+  self->wait_for(tools);
+  EXPECT_FALSE(std::filesystem::exists(dir));
+
+  probe.setup = {"sh", "-c", "echo no network here; exit 3"};
+  caf::actor broken = program_roles::spawn_tools(sys, base, "t2", {probe});
+  std::string out;
+  self->request(broken, std::chrono::seconds(20), program_roles::tool_atom::value, std::string("probe"), std::string("{}"))
+      .receive([&](const std::string& r) { out = r; }, [&](caf::error&) {});
+  EXPECT_EQ(out, "error: the setup of tool probe failed: exited with status 3: no network here\n");
+  self->send_exit(broken, caf::exit_reason::user_shutdown);
+  self->wait_for(broken);
+  std::filesystem::remove_all(base);
 }
 
 // A thinker whose block runs out of KV pages (16 pages, 256 positions, for 400 tokens) fails the program, naming itself and the cause,

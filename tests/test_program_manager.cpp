@@ -15,6 +15,17 @@
 namespace chorus {
 namespace {
 
+// Polls `cond` until it holds or 20 s pass.
+template <class Cond>
+bool eventually(Cond cond) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 // A pool of 20 pages (high watermark 19, low 17). Program 1 (8 pages) and program 2 (6 pages) are
 // resident; program 3 is new and needs 8. Program 1 has been in a tool call for 6 decay times
 // (its pages weigh 1/8 of a page); program 2 waits for an event (its 6 pages weigh fully). So
@@ -64,8 +75,8 @@ TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
     events_until_finished(other);
     written = true;
   });
+  ASSERT_TRUE(eventually([&] { return status(3).held == 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 6 tau
-  EXPECT_EQ(status(3).held, 1);
   mgr.check();
   newcomer.join();
   EXPECT_TRUE(written) << "the newcomer's held request never ran";
@@ -95,8 +106,7 @@ TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
       return;
     for (const Reply& e : events_until_finished(other)) generated += e.kind == "TokenEvent" && e.token >= 0;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(status(1).held, 1);
+  ASSERT_TRUE(eventually([&] { return status(1).held == 1; }));
   mgr.check();  // 6 + 8 resident and idle, 8 wanted: over the low watermark, but nothing runs
   goes_on.join();
   EXPECT_EQ(generated, 8);
@@ -171,7 +181,7 @@ TEST_F(ActorsFixture, ScheduledRequestsStartOnlyWithRoomForAllTheyMayWrite) {
       if (e.kind == "RequestFinished") finish = e.text;
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(eventually([&] { return status(2).held == 1 || started; }));
   const Reply waiting = status(2);
   EXPECT_FALSE(started) << "started without room";
   EXPECT_EQ(waiting.held, 1);
@@ -194,6 +204,213 @@ TEST_F(ActorsFixture, ScheduledRequestsStartOnlyWithRoomForAllTheyMayWrite) {
   EXPECT_EQ(tokens, 1200) << finish;
   EXPECT_EQ(status(2).held, 0);
   EXPECT_EQ(status(2).wanted_pages, 0);
+}
+
+// A terminate refuses while a request uses the program's blocks — unless it cancels them: then
+// the request ends first, its subscriber told why, and the blocks are freed.
+TEST_F(ActorsFixture, TerminateWithCancelEndsTheRequestsUsingItsBlocks) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  caf::scoped_actor self{*sys};
+  const BlockId a = static_cast<BlockId>(call(self, encode_create_block(0, "a")).id);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 4, {a}).kind, "ProgramStatus");
+  StopCondition stop;
+  stop.max_tokens = 5000;
+  stop.at_end_of_generation = false;
+  ASSERT_EQ(call(self, encode_request(0, Request::generate(a, {a}, {3}, SamplingParams::greedy(), stop))).kind, "Submitted");
+  const Reply refused = program_cmd(self, ProgramCmd::Op::terminate, 4);
+  EXPECT_EQ(refused.kind, "Error");
+  EXPECT_NE(refused.text.find("pending request"), std::string::npos) << refused.text;
+  ProgramCmd end;
+  end.op = ProgramCmd::Op::terminate;
+  end.program = 4;
+  end.cancel = true;
+  EXPECT_EQ(call(self, encode_program(0, end)).state, 2);
+  const std::vector<Reply> events = events_until_finished(self);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().reason, FinishReason::error);
+  EXPECT_EQ(events.back().text, "cancelled: program 4 was terminated");
+  EXPECT_LT(events.size(), 5000u);
+  EXPECT_EQ(call(self, encode_snapshot_view(0, {a})).kind, "Error") << "its block was not freed";
+}
+
+// Two writers of one block are counted together: the room kept for the block is where both may
+// take it (402 tokens, 26 pages), not each one's growth from where the block was when it started
+// (which shrinks as the other writes). So a third request that needs 16 of the 40 pages waits
+// while 26 are spoken for — even once both have finished, until their program is paused — and
+// nobody runs out.
+TEST_F(ActorsFixture, SharedWritersOfABlockAreCountedTogether) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf", 40);
+  caf::scoped_actor self{*sys};
+  auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
+  auto generate = [&](BlockId b, int max_tokens) {
+    StopCondition stop;
+    stop.max_tokens = max_tokens;
+    stop.at_end_of_generation = false;
+    return encode_request(0, Request::generate(b, {b}, {3}, SamplingParams::greedy(), stop));
+  };
+  const BlockId a = block("a"), b = block("b");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, "ProgramStatus");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 2, {b}, PauseMode::drop, true).kind, "ProgramStatus");
+  struct Run {
+    std::thread t;
+    std::atomic<bool> started{false};
+    int tokens = 0;
+    std::string error;
+  };
+  auto run = [&](Run& r, BlockId blk, int max_tokens) {
+    r.t = std::thread([&, blk, max_tokens] {
+      caf::scoped_actor other{*sys};
+      const Reply sub = call(other, generate(blk, max_tokens));
+      if (sub.kind != "Submitted") {
+        r.error = sub.text;
+        return;
+      }
+      r.started = true;
+      for (const Reply& e : events_until_finished(other)) {
+        r.tokens += e.kind == "TokenEvent" && e.token >= 0;
+        if (e.kind == "RequestFinished" && e.reason != FinishReason::max_tokens) r.error = e.text;
+      }
+    });
+  };
+  Run a1, a2, b1;
+  run(a1, a, 200);
+  ASSERT_TRUE(eventually([&] { return a1.started.load(); }));
+  run(a2, a, 200);
+  ASSERT_TRUE(eventually([&] { return a2.started.load(); })) << "the second writer needed 13 pages of 27";
+  run(b1, b, 250);
+  a1.t.join();
+  a2.t.join();
+  EXPECT_EQ(a1.tokens, 200) << a1.error;
+  EXPECT_EQ(a2.tokens, 200) << a2.error;
+  ProgramCmd where;
+  where.op = ProgramCmd::Op::phase;
+  where.program = 2;
+  ASSERT_TRUE(eventually([&] { return call(self, encode_program(0, where)).held == 1 || b1.started; }));
+  EXPECT_FALSE(b1.started) << "started into room the two writers of block a keep";
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::pause, 1).state, 1);
+  b1.t.join();
+  EXPECT_EQ(b1.tokens, 250) << b1.error;
+}
+
+// A block operation on a paused program registered with `hold` (a source clearing its window
+// while the program is paused) waits for the restore like a request, and the program's status
+// counts it — what brings a scheduler to restore the program.
+TEST_F(ActorsFixture, BlockOperationsOnAPausedProgramWaitForItsRestore) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  caf::scoped_actor self{*sys};
+  const BlockId a = static_cast<BlockId>(call(self, encode_create_block(0, "window")).id);
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, {5, 6, 7, 8}))).kind, "Submitted");
+  events_until_finished(self);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 3, {a}, PauseMode::drop, true).kind, "ProgramStatus");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 3).state, 1);
+  std::string cleared;
+  std::thread source([&] {
+    caf::scoped_actor other{*sys};
+    const Reply r = call(other, encode_clear_block(0, a));
+    cleared = r.kind + " " + std::to_string(r.blocks.empty() ? -1 : r.blocks[0].tokens);
+  });
+  ProgramCmd where;
+  where.op = ProgramCmd::Op::phase;
+  where.program = 3;
+  ASSERT_TRUE(eventually([&] { return call(self, encode_program(0, where)).held == 1; }));
+  EXPECT_TRUE(cleared.empty()) << "answered while its program was paused: " << cleared;
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::restore, 3).state, 0);
+  source.join();
+  EXPECT_EQ(cleared, "BlockInfo 0");
+}
+
+// The batcher tells the manager when a scheduled program's request waits, so a paused program
+// that asks for the engine comes back at once, not at the next periodic check (an hour here).
+TEST_F(ActorsFixture, TheBatcherWakesTheManagerWhenARequestWaits) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  caf::scoped_actor self{*sys};
+  const BlockId a = static_cast<BlockId>(call(self, encode_create_block(0, "a")).id);
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, {5, 6, 7, 8}))).kind, "Submitted");
+  events_until_finished(self);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, "ProgramStatus");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 1).state, 1);
+  ProgramPolicyOptions po;
+  po.capacity_pages = 512;
+  po.check_period_s = 3600;
+  ProgramManager mgr(*sys, batcher, po);
+  mgr.add(1, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its first check: nothing asked yet
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::phase, 1).state, 1) << "restored before it asked";
+  std::atomic<bool> done{false};
+  std::thread asks([&] {
+    caf::scoped_actor other{*sys};
+    if (call(other, encode_request(0, Request::forward(a, {9, 10}))).kind != "Submitted") return;
+    events_until_finished(other);
+    done = true;
+  });
+  EXPECT_TRUE(eventually([&] { return done.load(); })) << "the held request waited for the periodic check";
+  asks.join();
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::phase, 1).state, 0);
+  EXPECT_EQ(mgr.stats().admitted, 1);
+}
+
+// A paused program's tool environment is removed once it has waited past the lease with
+// nothing to do, and made again when the program comes near the head of the restore queue —
+// ahead of its restore, not at it. Program 1 (8 pages) and program 3 (12, with tools) both ask
+// for the engine; under the low watermark (17 of 20 pages) only program 1 comes back, and
+// program 3, next in the queue, gets its sandbox back while it waits.
+TEST_F(ActorsFixture, ToolEnvironmentsGoPastTheLeaseAndComeBackAheadOfTheRestore) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf", 20);
+  caf::scoped_actor self{*sys};
+  auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
+  auto state = [&](uint64_t id) { return program_cmd(self, ProgramCmd::Op::phase, id).state; };
+  const BlockId a = block("a"), c = block("c");
+  std::vector<TokenId> text(192);
+  std::iota(text.begin(), text.end(), 3);
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, std::vector<TokenId>(text.begin(), text.begin() + 128)))).kind, "Submitted");
+  events_until_finished(self);
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(c, text))).kind, "Submitted");
+  events_until_finished(self);
+  for (auto [id, b] : {std::pair{1, a}, std::pair{3, c}}) {
+    ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, id, {b}, PauseMode::drop, true).kind, "ProgramStatus");
+    ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, id).state, 1);
+  }
+  ProgramPolicyOptions po;
+  po.capacity_pages = 20;
+  po.check_period_s = 0;
+  ProgramManager mgr(*sys, batcher, po, /*tool_lease_s=*/0.05);
+  std::atomic<int> cooled{0}, warmed{0};
+  mgr.add(1, 8);
+  mgr.add(3, 12, ProgramTools{[&] { ++cooled; }, [&] { ++warmed; }});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  mgr.check();
+  EXPECT_EQ(cooled, 1) << "paused and idle past the lease: its sandbox should go";
+  EXPECT_EQ(warmed, 0);
+  std::atomic<int> written{0};
+  auto ask = [&](BlockId b) {
+    return std::thread([&, b] {
+      caf::scoped_actor other{*sys};
+      if (call(other, encode_request(0, Request::forward(b, {1}))).kind != "Submitted") return;
+      events_until_finished(other);
+      ++written;
+    });
+  };
+  std::thread one = ask(a), three = ask(c);
+  ASSERT_TRUE(eventually([&] {
+    return program_cmd(self, ProgramCmd::Op::phase, 1).held == 1 && program_cmd(self, ProgramCmd::Op::phase, 3).held == 1;
+  }));
+  mgr.check();
+  EXPECT_EQ(state(1), 0);
+  EXPECT_EQ(state(3), 1) << "both restored over the low watermark";
+  EXPECT_EQ(warmed, 1) << "next in the queue: its sandbox should be made again while it waits";
+  one.join();
+  EXPECT_TRUE(mgr.remove(1));
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::terminate, 1).state, 2);
+  mgr.check();
+  three.join();
+  EXPECT_EQ(written, 2);
+  EXPECT_EQ(state(3), 0);
+  EXPECT_EQ(warmed, 1) << "made twice";
+  EXPECT_EQ(cooled, 1);
+  const ProgramManagerStats st = mgr.stats();
+  EXPECT_EQ(st.tools_cooled, 1);
+  EXPECT_EQ(st.tools_prewarmed, 1);
+  EXPECT_EQ(st.tools_warmed_late, 0);
 }
 
 }  // namespace

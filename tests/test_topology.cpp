@@ -219,6 +219,14 @@ TEST(Topology, ToolsAreDeclaredAndNamed) {
             "t.yaml:21:13: actors.thinker.tools[0]: unknown tool \"ad\" (tools: add, clock)");
   EXPECT_EQ(error_of(replace(with_tools, "command: date", "command: \"\"")),
             "t.yaml:15:20: tools.clock.command: must not be empty");
+  // `setup`: run in the sandbox each time it is made; the same forms as `command`.
+  auto s = load_string(replace(replace(with_tools, "command: date", "command: date, setup: \"touch ready\""),
+                               "    writes: thoughts\n", "    writes: thoughts\n    tools: [add, clock]\n"), "t.yaml");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_TRUE(s->tools[0].setup.empty());
+  EXPECT_EQ(s->tools[1].setup, (std::vector<std::string>{"sh", "-c", "touch ready"}));
+  EXPECT_EQ(error_of(replace(with_tools, "command: date", "command: date, setup: []")),
+            "t.yaml:15:33: tools.clock.setup: needs a program to run");
 }
 
 TEST(Topology, SyntaxErrorsHaveLineAndColumn) {

@@ -103,7 +103,7 @@ int run_run(const RunArgs& args) {
     ProgramPolicyOptions po;
     po.check_period_s = args.check_period_s;
     po.host_capacity_pages = args.host_pages;
-    manager = &(*engine)->schedule(po);
+    manager = &(*engine)->schedule(po, args.tool_lease_s);
   }
 
   // Each program, named for the report and for --events: the topology's name, and #k when a file
@@ -211,10 +211,14 @@ int run_run(const RunArgs& args) {
   }
   if (manager && !args.quiet) {
     const ProgramManagerStats st = manager->stats();
-    std::fprintf(stderr, "[scheduler: %lld programs admitted; %lld pauses (%lld offloaded), %lld restores, %lld tokens recomputed; most resident at a check %lld of %lld pages]\n",
+    std::fprintf(stderr, "[scheduler: %lld programs admitted; %lld pauses (%lld offloaded), %lld restores, %lld tokens recomputed; most resident at a check %lld of %lld pages%s]\n",
                  static_cast<long long>(st.admitted), static_cast<long long>(st.pauses), static_cast<long long>(st.offloaded_pauses),
                  static_cast<long long>(st.restores), static_cast<long long>(st.recomputed_tokens),
-                 static_cast<long long>(st.peak_resident_pages), static_cast<long long>((*engine)->pool_pages()));
+                 static_cast<long long>(st.peak_resident_pages), static_cast<long long>((*engine)->pool_pages()),
+                 st.tools_cooled == 0 ? ""
+                                      : ("; " + std::to_string(st.tools_cooled) + " tool sandboxes removed while idle, " +
+                                         std::to_string(st.tools_prewarmed) + " made again ahead of a restore")
+                                            .c_str());
   }
   return failed > 0 ? 1 : 0;
 }

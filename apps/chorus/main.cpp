@@ -123,6 +123,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--host-pages", run.host_pages, "Program policy: pages host memory may hold for offloaded programs (0: pauses drop)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  run_cmd->add_option("--tool-lease", run.tool_lease_s,
+                      "Program policy: seconds a paused program waiting for an event keeps its tools' sandbox (made again ahead of its restore)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   run_cmd->add_flag("--events", run.events, "Print every event to stderr as it fires");
   run_cmd->add_flag("-q,--quiet", run.quiet, "No report line at the end");
   chorus::app::RunArgs check;
