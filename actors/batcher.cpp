@@ -73,16 +73,8 @@ class BatcherCore {
     // A request of a program registered with `hold` starts only with room in the pool for all
     // it may write; until then it waits, in arrival order (a scheduler makes the room).
     if (const uint64_t program = scheduled_program(req)) {
-      // Its own program's pages stay while it runs: a request that cannot fit beside them never will.
-      const int64_t need = gate_pages(req), pool = engine_->blocks().kv().n_pages();
-      int64_t own = 0;
-      for (BlockId b : programs_.at(program).blocks) own += block_pages(b);
-      if (need + own > pool)
-        return encode_error_envelope(rid, make_error(Errc::out_of_memory, "KV cache too small: the request may write " +
-                                                                              std::to_string(need) + " pages and its program holds " +
-                                                                              std::to_string(own) + "; the pool has " +
-                                                                              std::to_string(pool)));
-      if (!waiting_.empty() || need > room()) {
+      if (auto never = never_fits(req, program)) return encode_error_envelope(rid, *never);
+      if (!waiting_.empty() || gate_pages(req) > room()) {
         waiting_.push_back(Held{bytes, rid, sender, defer(), growth_pages(req), program});
         notify(program);
         return std::nullopt;
@@ -291,12 +283,33 @@ class BatcherCore {
       Held& h = waiting_.front();
       uint64_t rid = 0;
       auto cmd = decode_command(h.frame, &rid, &engine_->model().tokenizer);
-      if (cmd && gate_pages(std::get<Request>(*cmd)) > room()) return false;
+      const Request* req = cmd ? &std::get<Request>(*cmd) : nullptr;  // it decoded when it came
+      std::optional<Error> never = req ? never_fits(*req, h.program) : std::nullopt;
+      std::vector<BlockId> named = req ? req->view : std::vector<BlockId>{};
+      if (req && req->kind != RequestKind::probe) named.push_back(req->write_to);
+      Program* paused = req ? holder_of(named) : nullptr;  // another program it reads was paused meanwhile
+      if (req && !never && !paused && gate_pages(*req) > room()) return false;
       Held go = std::move(h);
       waiting_.pop_front();
-      if (cmd) go.deliver(start(std::get<Request>(*cmd), go.rid, go.sender, go.program));  // it decoded when it came
+      if (!req) continue;
+      if (never) go.deliver(encode_error_envelope(go.rid, *never));
+      else if (paused) paused->held.push_back(std::move(go));
+      else go.deliver(start(*req, go.rid, go.sender, go.program));
     }
     return true;
+  }
+
+  // A request that could never start: what it may write beside its program's pages — theirs
+  // now, or as far as their reserved writers may take them, which stay while it runs — is more
+  // than the pool.
+  std::optional<Error> never_fits(const Request& r, uint64_t program) const {
+    const int64_t need = gate_pages(r), pool = engine_->blocks().kv().n_pages();
+    int64_t own = 0;
+    for (BlockId b : programs_.at(program).blocks) own += block_pages(b) + outstanding(b);
+    if (need + own <= pool) return std::nullopt;
+    return make_error(Errc::out_of_memory, "KV cache too small: the request may write " + std::to_string(need) +
+                                               " pages and its program holds " + std::to_string(own) + "; the pool has " +
+                                               std::to_string(pool));
   }
 
   Frame status(uint64_t rid, uint64_t id, const Program& p) const {

@@ -132,9 +132,9 @@ struct ProgramManager::Impl {
       s.phase_since = !wants && p.tools > 0 ? p.tool_since : t;
       s.paused_since = p.paused_since;
       s.offloaded = p.offloaded;
-      // Pinned: a request in the engine, or one waiting for room (pausing it would only move the
-      // request from one wait to another; the room comes from the others).
-      s.pinned = st->pending > 0 || (s.state == ProgramState::active && st->held > 0);
+      // Pinned: a request in the engine. One waiting for room is not: when every resident program
+      // waits for room, pausing one of them is what makes it.
+      s.pinned = st->pending > 0;
       // Paused, waiting for an event, no tool call, past the lease: its sandbox goes.
       if (p.env.cool && p.warm && s.state == ProgramState::paused && !wants && p.tools == 0 && t - p.paused_since >= tool_lease_s) {
         cool.push_back(id);

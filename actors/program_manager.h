@@ -18,7 +18,7 @@
 //    waiting need to start. The batcher starts a request of a program registered with `hold`
 //    only with room for all it may write (and restores only into room running requests will not
 //    take), so the pool never runs out under a role; the manager makes that room. A program with
-//    a request in the engine (`pending`), or one waiting for room, is pinned.
+//    a request in the engine (`pending`) is pinned.
 //  - Its tools' environment (its sandbox): removed while it is paused, waiting for an event
 //    and in no tool call, past the idle lease (`cool`); made again when it reaches the first
 //    `prewarm_depth` places of the restore queue, or at its restore at the latest (`warm`).

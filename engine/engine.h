@@ -159,8 +159,8 @@ class Engine {
 
   // Ends now, between steps, every request that names one of `blocks` (writes or reads it), as
   // finished with FinishReason::error and the message `why`; returns their finished events (in
-  // submission order). What they wrote stays in the blocks' logs; a token sampled but not yet
-  // run is run by the block's next writer.
+  // submission order). What they ran stays in the blocks; tokens not yet run (a prompt's rest, a
+  // token sampled but not yet run) may be dropped from the log.
   std::vector<Event> cancel(std::span<const BlockId> blocks, const std::string& why);
 
  private:

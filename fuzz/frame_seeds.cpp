@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   Event done{Event::Type::finished, 3, 1, -1, {}, FinishReason::error, "it broke", 9};
   ProgramCmd reg{ProgramCmd::Op::register_program, 5, "agent", {0, 1}, PauseMode::drop};
   ProgramCmd pause{ProgramCmd::Op::pause, 5, "", {}, PauseMode::offload};
+  ProgramCmd end{ProgramCmd::Op::terminate, 5, "", {}, PauseMode::drop};
+  end.cancel = true;
+  ProgramCmd phase{ProgramCmd::Op::phase, 5, "", {}, PauseMode::drop};
+  phase.acting = true;
   const std::vector<std::pair<std::string, Frame>> seeds = {
       {"create", encode_create_block(1, "thoughts")},
       {"free", encode_free_block(2, 3)},
@@ -33,11 +37,14 @@ int main(int argc, char** argv) {
       {"probe", encode_request(9, Request::probe({0}, {4, 5}, {{6}, {7, 8}}))},
       {"register", encode_program(10, reg)},
       {"pause", encode_program(11, pause)},
+      {"terminate_cancel", encode_program(22, end)},
+      {"phase", encode_program(23, phase)},
       {"info", encode_block_info(12, 0, "log", 10, 8)},
       {"submitted", encode_submitted(13, 3)},
       {"snapshot", encode_snapshot_view(20, {0, 1, 2})},
       {"view", encode_view_snapshot(21, {{0, "prompt", 10, 10}, {1, "out", 4, 3}})},
       {"status", encode_program_status(14, 5, 1, 0, 100)},
+      {"status_waiting", encode_program_status(24, 5, 0, 12, 300, true, 2, 1, 40)},
       {"token", encode_event(15, token, "é")},
       {"probe_result", encode_event(16, probe, "")},
       {"finished", encode_event(17, done, "")},

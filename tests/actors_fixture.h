@@ -52,6 +52,18 @@ struct ActorsFixture : ::testing::Test {
     c.hold = hold;
     return call(self, encode_program(0, c));
   }
+  BlockId new_block(caf::scoped_actor& self, const std::string& name) {
+    return static_cast<BlockId>(call(self, encode_create_block(0, name)).id);
+  }
+  // Where a program stands (a ProgramPhase frame: it also records the phase, reasoning here).
+  Reply program_status(caf::scoped_actor& self, uint64_t id) { return program_cmd(self, ProgramCmd::Op::phase, id); }
+  // A greedy generate into `b` under the view [b], one prefill token, exactly `max_tokens`.
+  static Frame generate_into(BlockId b, int max_tokens) {
+    StopCondition stop;
+    stop.max_tokens = max_tokens;
+    stop.at_end_of_generation = false;
+    return encode_request(0, Request::generate(b, {b}, {3}, SamplingParams::greedy(), stop));
+  }
   std::vector<Reply> events_until_finished(caf::scoped_actor& self) {
     std::vector<Reply> out;
     for (bool done = false; !done;) {

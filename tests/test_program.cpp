@@ -349,7 +349,7 @@ TEST_F(TinyProgram, ProgramsShareOneEngineAndFreeTheirBlocks) {
 
 // A program that ends on a shared engine while its thinker is mid-generation (a time budget,
 // here) ends at once: the terminate cancels the generation its role left running, rather than
-// waiting for its 20000 tokens, and its blocks are freed.
+// waiting for its 20000 tokens (or leaving its blocks behind), and its blocks are freed.
 TEST_F(TinyProgram, EndingOnASharedEngineCancelsWhatItsRolesLeftRunning) {
   EngineOptions eo;
   eo.n_pages = 1300;  // 20000 tokens and the context
@@ -359,15 +359,13 @@ TEST_F(TinyProgram, EndingOnASharedEngineCancelsWhatItsRolesLeftRunning) {
   ASSERT_TRUE(engine.ok()) << engine.error().message;
   topology::Topology t = thinker_topology(20000);
   t.budget_seconds = 0.3;
-  const auto t0 = std::chrono::steady_clock::now();
   auto p = Program::start(*sys_, t, *engine);
   ASSERT_TRUE(p.ok()) << p.error().message;
   const ProgramReport r = (*p)->wait();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.ended_by, "time budget") << r.error;
-  EXPECT_LT(r.block_tokens.at("b"), 1 + 20000);
-  EXPECT_LT(s, 5.0) << "its end waited for the generation its thinker left running";
-  // Its blocks are gone from the engine (the terminate went through).
+  EXPECT_LT(r.block_tokens.at("b"), 1 + 20000) << "the generation was over before the program ended: nothing to cancel";
+  // Its blocks are gone from the engine: the terminate went through, with the generation still
+  // running (without cancel it is refused, and the blocks stay).
   caf::scoped_actor self{*sys_};
   ProgramCmd where;
   where.op = ProgramCmd::Op::phase;

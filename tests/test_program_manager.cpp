@@ -37,13 +37,8 @@ bool eventually(Cond cond) {
 TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf", 20);
   caf::scoped_actor self{*sys};
-  auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
-  auto status = [&](uint64_t id) {
-    ProgramCmd c;
-    c.op = ProgramCmd::Op::phase;
-    c.program = id;
-    return call(self, encode_program(0, c));
-  };
+  auto block = [&](const char* name) { return new_block(self, name); };
+  auto status = [&](uint64_t id) { return program_status(self, id); };
   std::vector<TokenId> text(128);  // 8 pages
   std::iota(text.begin(), text.end(), 3);
   const BlockId a = block("a"), b = block("b"), c = block("c");
@@ -99,11 +94,7 @@ TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
   std::atomic<int> generated{0};
   std::thread goes_on([&] {
     caf::scoped_actor other{*sys};
-    StopCondition stop;
-    stop.max_tokens = 8;
-    stop.at_end_of_generation = false;
-    if (call(other, encode_request(0, Request::generate(a, {a}, {3}, SamplingParams::greedy(), stop))).kind != "Submitted")
-      return;
+    if (call(other, generate_into(a, 8)).kind != "Submitted") return;
     for (const Reply& e : events_until_finished(other)) generated += e.kind == "TokenEvent" && e.token >= 0;
   });
   ASSERT_TRUE(eventually([&] { return status(1).held == 1; }));
@@ -134,19 +125,8 @@ TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
 TEST_F(ActorsFixture, ScheduledRequestsStartOnlyWithRoomForAllTheyMayWrite) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf", 200);
   caf::scoped_actor self{*sys};
-  auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
-  auto status = [&](uint64_t id) {
-    ProgramCmd c;
-    c.op = ProgramCmd::Op::phase;
-    c.program = id;
-    return call(self, encode_program(0, c));
-  };
-  auto generate = [&](BlockId b, int max_tokens) {
-    StopCondition stop;
-    stop.max_tokens = max_tokens;
-    stop.at_end_of_generation = false;
-    return encode_request(0, Request::generate(b, {b}, {3}, SamplingParams::greedy(), stop));
-  };
+  auto block = [&](const char* name) { return new_block(self, name); };
+  auto status = [&](uint64_t id) { return program_status(self, id); };
   std::vector<TokenId> text(64);  // 4 pages
   std::iota(text.begin(), text.end(), 3);
   const BlockId a = block("a"), b = block("b");
@@ -155,15 +135,15 @@ TEST_F(ActorsFixture, ScheduledRequestsStartOnlyWithRoomForAllTheyMayWrite) {
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, "ProgramStatus");
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 2, {b}, PauseMode::drop, true).kind, "ProgramStatus");
 
-  const Reply never = call(self, generate(b, 4000));  // 251 pages
+  const Reply never = call(self, generate_into(b, 4000));  // 251 pages
   EXPECT_EQ(never.kind, "Error");
   EXPECT_EQ(never.text, "KV cache too small: the request may write 251 pages and its program holds 0; the pool has 200");
   // Beside its program's own pages (program 1 holds 4): 197 more cannot fit either.
-  const Reply beside = call(self, generate(a, 16 * 201 - 65));
+  const Reply beside = call(self, generate_into(a, 16 * 201 - 65));
   EXPECT_EQ(beside.text, "KV cache too small: the request may write 197 pages and its program holds 4; the pool has 200");
 
   // Program 1 generates up to 2000 tokens: 126 more pages kept for it, 70 left.
-  ASSERT_EQ(call(self, generate(a, 2000)).kind, "Submitted");
+  ASSERT_EQ(call(self, generate_into(a, 2000)).kind, "Submitted");
   Reply one = status(1);
   EXPECT_GE(one.pending, 1);
   EXPECT_GT(one.wanted_pages, 0);
@@ -174,7 +154,7 @@ TEST_F(ActorsFixture, ScheduledRequestsStartOnlyWithRoomForAllTheyMayWrite) {
   int tokens = 0;
   std::thread two([&] {
     caf::scoped_actor other{*sys};
-    if (call(other, generate(b, 1200)).kind != "Submitted") return;
+    if (call(other, generate_into(b, 1200)).kind != "Submitted") return;
     started = true;
     for (const Reply& e : events_until_finished(other)) {
       tokens += e.kind == "TokenEvent" && e.token >= 0;
@@ -211,12 +191,9 @@ TEST_F(ActorsFixture, ScheduledRequestsStartOnlyWithRoomForAllTheyMayWrite) {
 TEST_F(ActorsFixture, TerminateWithCancelEndsTheRequestsUsingItsBlocks) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf");
   caf::scoped_actor self{*sys};
-  const BlockId a = static_cast<BlockId>(call(self, encode_create_block(0, "a")).id);
+  const BlockId a = new_block(self, "a");
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 4, {a}).kind, "ProgramStatus");
-  StopCondition stop;
-  stop.max_tokens = 5000;
-  stop.at_end_of_generation = false;
-  ASSERT_EQ(call(self, encode_request(0, Request::generate(a, {a}, {3}, SamplingParams::greedy(), stop))).kind, "Submitted");
+  ASSERT_EQ(call(self, generate_into(a, 5000)).kind, "Submitted");
   const Reply refused = program_cmd(self, ProgramCmd::Op::terminate, 4);
   EXPECT_EQ(refused.kind, "Error");
   EXPECT_NE(refused.text.find("pending request"), std::string::npos) << refused.text;
@@ -234,20 +211,14 @@ TEST_F(ActorsFixture, TerminateWithCancelEndsTheRequestsUsingItsBlocks) {
 }
 
 // Two writers of one block are counted together: the room kept for the block is where both may
-// take it (402 tokens, 26 pages), not each one's growth from where the block was when it started
-// (which shrinks as the other writes). So a third request that needs 16 of the 40 pages waits
-// while 26 are spoken for — even once both have finished, until their program is paused — and
+// take it (802 tokens, 51 pages), not each one's growth from where the block was when it started
+// (which shrinks as the other writes). So a third request that needs 31 of the 80 pages waits
+// while 51 are spoken for — even once both have finished, until their program is paused — and
 // nobody runs out.
 TEST_F(ActorsFixture, SharedWritersOfABlockAreCountedTogether) {
-  start(test::goldens_dir() + "/tiny_llama_f32.gguf", 40);
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf", 80);
   caf::scoped_actor self{*sys};
-  auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
-  auto generate = [&](BlockId b, int max_tokens) {
-    StopCondition stop;
-    stop.max_tokens = max_tokens;
-    stop.at_end_of_generation = false;
-    return encode_request(0, Request::generate(b, {b}, {3}, SamplingParams::greedy(), stop));
-  };
+  auto block = [&](const char* name) { return new_block(self, name); };
   const BlockId a = block("a"), b = block("b");
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, "ProgramStatus");
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 2, {b}, PauseMode::drop, true).kind, "ProgramStatus");
@@ -260,7 +231,7 @@ TEST_F(ActorsFixture, SharedWritersOfABlockAreCountedTogether) {
   auto run = [&](Run& r, BlockId blk, int max_tokens) {
     r.t = std::thread([&, blk, max_tokens] {
       caf::scoped_actor other{*sys};
-      const Reply sub = call(other, generate(blk, max_tokens));
+      const Reply sub = call(other, generate_into(blk, max_tokens));
       if (sub.kind != "Submitted") {
         r.error = sub.text;
         return;
@@ -273,23 +244,63 @@ TEST_F(ActorsFixture, SharedWritersOfABlockAreCountedTogether) {
     });
   };
   Run a1, a2, b1;
-  run(a1, a, 200);
+  run(a1, a, 400);
   ASSERT_TRUE(eventually([&] { return a1.started.load(); }));
-  run(a2, a, 200);
-  ASSERT_TRUE(eventually([&] { return a2.started.load(); })) << "the second writer needed 13 pages of 27";
-  run(b1, b, 250);
+  run(a2, a, 400);
+  ASSERT_TRUE(eventually([&] { return a2.started.load(); })) << "the second writer needed 25 pages of 54";
+  run(b1, b, 480);
   a1.t.join();
   a2.t.join();
-  EXPECT_EQ(a1.tokens, 200) << a1.error;
-  EXPECT_EQ(a2.tokens, 200) << a2.error;
-  ProgramCmd where;
-  where.op = ProgramCmd::Op::phase;
-  where.program = 2;
-  ASSERT_TRUE(eventually([&] { return call(self, encode_program(0, where)).held == 1 || b1.started; }));
+  EXPECT_EQ(a1.tokens, 400) << a1.error;
+  EXPECT_EQ(a2.tokens, 400) << a2.error;
+  ASSERT_TRUE(eventually([&] { return program_status(self, 2).held == 1 || b1.started; }));
   EXPECT_FALSE(b1.started) << "started into room the two writers of block a keep";
   EXPECT_EQ(program_cmd(self, ProgramCmd::Op::pause, 1).state, 1);
   b1.t.join();
-  EXPECT_EQ(b1.tokens, 250) << b1.error;
+  EXPECT_EQ(b1.tokens, 480) << b1.error;
+}
+
+// Every resident program waiting for room: nothing runs, so nothing frees a page — unless the
+// manager pauses one of them, which it may (a program whose request waits for room is not
+// pinned). Two programs of 9 pages on 20, each asking for 3 more: one is paused, the other runs,
+// then the first comes back and runs too.
+TEST_F(ActorsFixture, ProgramsAllWaitingForRoomAreNotStuck) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf", 20);
+  caf::scoped_actor self{*sys};
+  std::vector<TokenId> text(144);  // 9 pages
+  std::iota(text.begin(), text.end(), 3);
+  const BlockId a = new_block(self, "a"), b = new_block(self, "b");
+  for (auto [id, blk] : {std::pair{1, a}, std::pair{2, b}}) {
+    ASSERT_EQ(call(self, encode_request(0, Request::forward(blk, text))).kind, "Submitted");
+    events_until_finished(self);
+    ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, id, {blk}, PauseMode::drop, true).pages, 9);
+  }
+  ProgramPolicyOptions po;
+  po.capacity_pages = 20;
+  po.check_period_s = 0;
+  ProgramManager mgr(*sys, batcher, po);
+  mgr.add(1, 0);
+  mgr.add(2, 0);
+  std::atomic<int> done{0}, tokens{0};
+  auto turn = [&](BlockId blk) {  // 1 + 40 tokens: 3 more pages
+    return std::thread([&, blk] {
+      caf::scoped_actor other{*sys};
+      if (call(other, generate_into(blk, 40)).kind != "Submitted") return;
+      for (const Reply& e : events_until_finished(other)) tokens += e.kind == "TokenEvent" && e.token >= 0;
+      ++done;
+    });
+  };
+  std::thread one = turn(a), two = turn(b);
+  ASSERT_TRUE(eventually([&] { return program_status(self, 1).held + program_status(self, 2).held == 2; }))
+      << "both should wait: 2 pages free, 3 wanted each";
+  EXPECT_TRUE(eventually([&] {
+    mgr.check();
+    return done == 2;
+  })) << "stuck: every program waits for room";
+  one.join();
+  two.join();
+  EXPECT_EQ(tokens, 80);
+  EXPECT_GE(mgr.stats().pauses, 1);
 }
 
 // A block operation on a paused program registered with `hold` (a source clearing its window
@@ -298,7 +309,7 @@ TEST_F(ActorsFixture, SharedWritersOfABlockAreCountedTogether) {
 TEST_F(ActorsFixture, BlockOperationsOnAPausedProgramWaitForItsRestore) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf");
   caf::scoped_actor self{*sys};
-  const BlockId a = static_cast<BlockId>(call(self, encode_create_block(0, "window")).id);
+  const BlockId a = new_block(self, "window");
   ASSERT_EQ(call(self, encode_request(0, Request::forward(a, {5, 6, 7, 8}))).kind, "Submitted");
   events_until_finished(self);
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 3, {a}, PauseMode::drop, true).kind, "ProgramStatus");
@@ -309,10 +320,7 @@ TEST_F(ActorsFixture, BlockOperationsOnAPausedProgramWaitForItsRestore) {
     const Reply r = call(other, encode_clear_block(0, a));
     cleared = r.kind + " " + std::to_string(r.blocks.empty() ? -1 : r.blocks[0].tokens);
   });
-  ProgramCmd where;
-  where.op = ProgramCmd::Op::phase;
-  where.program = 3;
-  ASSERT_TRUE(eventually([&] { return call(self, encode_program(0, where)).held == 1; }));
+  ASSERT_TRUE(eventually([&] { return program_status(self, 3).held == 1; }));
   EXPECT_TRUE(cleared.empty()) << "answered while its program was paused: " << cleared;
   EXPECT_EQ(program_cmd(self, ProgramCmd::Op::restore, 3).state, 0);
   source.join();
@@ -324,7 +332,7 @@ TEST_F(ActorsFixture, BlockOperationsOnAPausedProgramWaitForItsRestore) {
 TEST_F(ActorsFixture, TheBatcherWakesTheManagerWhenARequestWaits) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf");
   caf::scoped_actor self{*sys};
-  const BlockId a = static_cast<BlockId>(call(self, encode_create_block(0, "a")).id);
+  const BlockId a = new_block(self, "a");
   ASSERT_EQ(call(self, encode_request(0, Request::forward(a, {5, 6, 7, 8}))).kind, "Submitted");
   events_until_finished(self);
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, "ProgramStatus");
@@ -357,7 +365,7 @@ TEST_F(ActorsFixture, TheBatcherWakesTheManagerWhenARequestWaits) {
 TEST_F(ActorsFixture, ToolEnvironmentsGoPastTheLeaseAndComeBackAheadOfTheRestore) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf", 20);
   caf::scoped_actor self{*sys};
-  auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
+  auto block = [&](const char* name) { return new_block(self, name); };
   auto state = [&](uint64_t id) { return program_cmd(self, ProgramCmd::Op::phase, id).state; };
   const BlockId a = block("a"), c = block("c");
   std::vector<TokenId> text(192);
