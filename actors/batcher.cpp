@@ -61,7 +61,7 @@ class BatcherCore {
     if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) {
       // On a paused program registered with `hold` (a source clearing its window, say), it waits
       // for the restore like a request.
-      if (Program* p = holder_of({op->block, op->second})) return hold(*p, bytes, rid, sender, defer, 0);
+      if (const uint64_t p = holder_of({op->block, op->second})) return hold(p, bytes, rid, sender, defer, 0);
       return on_block_op(rid, *op);
     }
     if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return snapshot(rid, v->view);
@@ -69,7 +69,7 @@ class BatcherCore {
     const Request& req = std::get<Request>(*cmd);
     std::vector<BlockId> named = req.view;
     if (req.kind != RequestKind::probe) named.push_back(req.write_to);
-    if (Program* p = holder_of(named)) return hold(*p, bytes, rid, sender, defer, growth_pages(req));
+    if (const uint64_t p = holder_of(named)) return hold(p, bytes, rid, sender, defer, growth_pages(req));
     // A request of a program registered with `hold` starts only with room in the pool for all
     // it may write; until then it waits, in arrival order (a scheduler makes the room).
     if (const uint64_t program = scheduled_program(req)) {
@@ -141,22 +141,21 @@ class BatcherCore {
     std::vector<Held> held;
   };
 
-  // The paused program with `hold` that owns one of `blocks`, if any.
-  Program* holder_of(const std::vector<BlockId>& blocks) {
-    for (auto& [id, p] : programs_) {
+  // The id of the paused program with `hold` that owns one of `blocks` (0: none).
+  uint64_t holder_of(const std::vector<BlockId>& blocks) const {
+    for (const auto& [id, p] : programs_) {
       if (!p.hold || p.state != 1) continue;
       for (BlockId b : p.blocks)
-        if (std::find(blocks.begin(), blocks.end(), b) != blocks.end()) return &p;
+        if (std::find(blocks.begin(), blocks.end(), b) != blocks.end()) return id;
     }
-    return nullptr;
+    return 0;
   }
 
   // Keeps a command for the program's restore; its reply goes out then.
-  std::optional<Frame> hold(Program& p, const std::vector<uint8_t>& bytes, uint64_t rid, const caf::actor& sender,
+  std::optional<Frame> hold(uint64_t program, const std::vector<uint8_t>& bytes, uint64_t rid, const caf::actor& sender,
                             const Defer& defer, int64_t growth) {
-    p.held.push_back(Held{bytes, rid, sender, defer(), growth, 0});
-    for (const auto& [id, q] : programs_)
-      if (&q == &p) notify(id);
+    programs_.at(program).held.push_back(Held{bytes, rid, sender, defer(), growth, 0});
+    notify(program);
     return std::nullopt;
   }
 
@@ -287,13 +286,13 @@ class BatcherCore {
       std::optional<Error> never = req ? never_fits(*req, h.program) : std::nullopt;
       std::vector<BlockId> named = req ? req->view : std::vector<BlockId>{};
       if (req && req->kind != RequestKind::probe) named.push_back(req->write_to);
-      Program* paused = req ? holder_of(named) : nullptr;  // another program it reads was paused meanwhile
+      const uint64_t paused = req ? holder_of(named) : 0;  // another program it reads was paused meanwhile
       if (req && !never && !paused && gate_pages(*req) > room()) return false;
       Held go = std::move(h);
       waiting_.pop_front();
       if (!req) continue;
       if (never) go.deliver(encode_error_envelope(go.rid, *never));
-      else if (paused) paused->held.push_back(std::move(go));
+      else if (paused) programs_.at(paused).held.push_back(std::move(go));
       else go.deliver(start(*req, go.rid, go.sender, go.program));
     }
     return true;

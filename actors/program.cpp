@@ -194,16 +194,17 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
   caf::scoped_actor self{sys};
   uint64_t rid = 0;
   auto call = [&](const Frame& f) { return ask(self, im.batcher, f); };
-  // One program for the batcher: its blocks are paused and restored together.
+  // The program's sandbox, made with it and removed with it (and, on a scheduled engine, while
+  // it is paused past a lease).
   caf::actor tools;
-  if (!t.tools.empty()) {  // the program's sandbox, created with it and removed with it
-                           // (and, on a scheduled engine, while it is paused past a lease)
+  if (!t.tools.empty()) {
     const char* env = std::getenv("CHORUS_SANDBOX_DIR");
     static std::atomic<int> n{0};
     tools = spawn_tools(sys, std::string(env ? env : "/tmp/chorus-sandboxes"),
-                                     t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools);
+                        t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools);
     im.actors.push_back(tools);
   }
+  // One program for the batcher: its blocks are paused and restored together.
   ProgramManager* manager = im.engine->manager();
   ProgramCmd reg;
   reg.program = im.program_id;
