@@ -40,6 +40,7 @@ struct Mat {
 
 struct Layer {
   const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // q/k/v biases (qwen2), or none
   Mat wq, wk, wv, wo, gate, up, down;
   void *k_pool = nullptr, *v_pool = nullptr;
 };
@@ -142,6 +143,9 @@ struct CudaRunner::Impl {
       CHORUS_TRY(gemm(L.wq, q, T));
       CHORUS_TRY(gemm(L.wk, k, T));
       CHORUS_TRY(gemm(L.wv, v, T));
+      if (L.bq) CHORUS_TRY(op(cuda::add_rows(q, L.bq, T, c.q_dim(), st), "attn_q.bias"));
+      if (L.bk) CHORUS_TRY(op(cuda::add_rows(k, L.bk, T, KVD, st), "attn_k.bias"));
+      if (L.bv) CHORUS_TRY(op(cuda::add_rows(v, L.bv, T, KVD, st), "attn_v.bias"));
       if (L.q_norm) CHORUS_TRY(op(cuda::rmsnorm(q, L.q_norm, q, T * c.n_head, HD, c.norm_eps, st), "q_norm"));
       if (L.k_norm) CHORUS_TRY(op(cuda::rmsnorm(k, L.k_norm, k, T * c.n_head_kv, HD, c.norm_eps, st), "k_norm"));
       CHORUS_TRY(op(cuda::rope(k, pos, T, c.n_head_kv, HD, c.n_rot, theta_scale, freq_scale, neox, st), "rope"));
@@ -225,8 +229,6 @@ Status CudaRunner::check(const ModelConfig& c, const Weights& w) {
   if (c.hybrid()) return unsupported("Gated DeltaNet (hybrid) layers");
   if (c.moe()) return unsupported("mixture-of-experts layers");
   if (c.attn_output_gate) return unsupported("attention output gates");
-  for (const LayerWeights& L : w.layers)
-    if (L.bq || L.bk || L.bv) return unsupported("q/k/v biases");
   if (c.head_dim % 32 != 0 || c.head_dim > 256 || c.n_head / c.n_head_kv > 8)
     return unsupported("head size " + std::to_string(c.head_dim) + " with groups of " +
                        std::to_string(c.n_head / c.n_head_kv) + " (32..256 in steps of 32, groups up to 8)");
@@ -279,7 +281,10 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
     for (auto [dst, src, n, name] : {std::tuple{&D.attn_norm, L.attn_norm, E, "attn_norm"},
                                      std::tuple{&D.ffn_norm, L.ffn_norm, E, "ffn_norm"},
                                      std::tuple{&D.q_norm, L.q_norm, int64_t{c.head_dim}, "q_norm"},
-                                     std::tuple{&D.k_norm, L.k_norm, int64_t{c.head_dim}, "k_norm"}}) {
+                                     std::tuple{&D.k_norm, L.k_norm, int64_t{c.head_dim}, "k_norm"},
+                                     std::tuple{&D.bq, L.bq, QD, "attn_q.bias"},
+                                     std::tuple{&D.bk, L.bk, KVD, "attn_k.bias"},
+                                     std::tuple{&D.bv, L.bv, KVD, "attn_v.bias"}}) {
       auto r = m.upload_vec(src, n, name);
       if (!r) return r.error();
       *dst = *r;

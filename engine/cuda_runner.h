@@ -1,5 +1,5 @@
 // The forward pass on a CUDA device (issue 9, first runner): dense attention models of the llama
-// family (llama, and qwen2/qwen3-style models without q/k/v biases or output gates), with the
+// family (llama, qwen2 with its q/k/v biases, qwen3 with q/k norms; no output gates), with the
 // CPU ModelRunner's interface and semantics — a batch of tokens written into blocks, each
 // attending its view of blocks over a paged KV cache, queries rotated per block, nothing
 // re-encoded. Page ids come from the same KvCache bookkeeping as on the CPU (KvCache::reserve,
@@ -18,7 +18,9 @@
 //
 // Steps too large for a graph (prefill) attend in tiles (kernels/cuda/ops.h attention_tiled).
 //
-// Not yet: hybrid (Gated DeltaNet) and MoE layers, biases, output gates.
+// q/k/v biases (qwen2) are added after the products, as on the CPU.
+//
+// Not yet: hybrid (Gated DeltaNet) and MoE layers, output gates.
 //
 // The runner's device buffers come from the device's bump pool and go back when it is
 // destroyed: destroy runners in the reverse order of their creation.

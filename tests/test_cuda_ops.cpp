@@ -195,6 +195,14 @@ TEST_F(CudaOps, SwigluAndAdd) {
   float* dy = put(u);
   ASSERT_EQ(cuda::add(dy, put(g), n, stream()), "");
   expect_close(get(dy, n), y, 0, "add");
+  // A bias on every row: 3 rows of 7 (a length that fills no warp).
+  const int64_t rows = 3, cols = 7;
+  std::vector<float> yb(u.begin(), u.begin() + rows * cols), bias(g.begin(), g.begin() + cols);
+  float* dyb = put(yb);
+  for (int64_t r = 0; r < rows; ++r) ref().add(yb.data() + r * cols, bias.data(), cols);
+  ASSERT_EQ(cuda::add_rows(dyb, put(bias), rows, cols, stream()), "");
+  expect_close(get(dyb, rows * cols), yb, 0, "add_rows");
+  EXPECT_NE(cuda::add_rows(dyb, put(bias), rows, 0, stream()), "") << "no columns: a shape error";
 }
 
 TEST_F(CudaOps, EmbedRowsAndBadIds) {

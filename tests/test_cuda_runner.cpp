@@ -134,6 +134,8 @@ void gpu_matches_cpu(const std::string& path, bool kv_bf16) {
 TEST(CudaRunner, TinyLlamaMatchesTheCpu) { gpu_matches_cpu(goldens("tiny_llama_f32.gguf"), false); }
 TEST(CudaRunner, TinyLlamaQuantizedMatchesTheCpu) { gpu_matches_cpu(goldens("tiny_llama.gguf"), false); }
 TEST(CudaRunner, TinyQwen3MatchesTheCpu) { gpu_matches_cpu(goldens("tiny_qwen3.gguf"), true); }
+// qwen2: q/k/v biases.
+TEST(CudaRunner, TinyQwen2MatchesTheCpu) { gpu_matches_cpu(goldens("tiny_qwen2.gguf"), false); }
 TEST(CudaRunner, DefaultModelMatchesTheCpu) {
   if (!std::ifstream(default_model_path()).good()) GTEST_SKIP() << "default model not at " << default_model_path();
   gpu_matches_cpu(default_model_path(), false);
@@ -293,6 +295,20 @@ TEST(CudaRunner, TiledPrefillMatchesTheCpu) {
     EXPECT_LT(err, 3e-2);
     expect_same_pick(g, w, 0.02);
   }
+}
+
+// What `--device auto` asks before it picks the GPU: no device needed, so this runs everywhere.
+TEST(CudaRunner, CheckSaysWhatItRunsWithoutADevice) {
+  auto check = [](const char* file) {
+    auto m = Model::load(goldens(file));
+    EXPECT_TRUE(m.ok()) << file;
+    return m.ok() ? CudaRunner::check((*m)->config, (*m)->weights) : Status::success();
+  };
+  for (const char* ok : {"tiny_llama_f32.gguf", "tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_qwen3.gguf"})
+    EXPECT_TRUE(check(ok).ok()) << ok << ": " << check(ok).error().message;
+  const Status hybrid = check("tiny_qwen35.gguf");
+  ASSERT_FALSE(hybrid.ok());
+  EXPECT_NE(hybrid.error().message.find("Gated DeltaNet"), std::string::npos) << hybrid.error().message;
 }
 
 TEST(CudaRunner, RefusesWhatItDoesNotRunYet) {

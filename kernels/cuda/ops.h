@@ -35,6 +35,8 @@ std::string rope(float* x, const int32_t* pos, int n_tokens, int n_heads, int he
 std::string swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s);
 // y += x, n values.
 std::string add(float* y, const float* x, int64_t n, Stream s);
+// y[r] += bias for each of `rows` rows of `cols` values (q/k/v biases).
+std::string add_rows(float* y, const float* bias, int64_t rows, int64_t cols, Stream s);
 
 // out[t] = table row ids[t] (bf16 rows of `dim`) as float; an id outside [0, n_rows) gives a
 // row of NaN (the caller validated ids; NaN makes a bug loud instead of reading out of bounds).
