@@ -1,5 +1,6 @@
 #include "actors/topology.h"
 
+#include "actors/topology_loader.h"
 #include "actors/yaml_reader.h"
 
 #include <algorithm>
@@ -125,6 +126,10 @@ void apply_set(YAML::Node root, const std::string& key, const std::string& value
   cur[parts.back()] = value;
 }
 
+}  // namespace
+
+namespace detail {
+
 SamplingParams read_sampling(const Reader& r, const YAML::Node& n, const std::string& path) {
   SamplingParams s;
   s.temperature = 0.0f;  // a topology is greedy unless it says otherwise: reproducible runs
@@ -140,468 +145,282 @@ SamplingParams read_sampling(const Reader& r, const YAML::Node& n, const std::st
   return s;
 }
 
-struct Loader {
-  const Reader& r;
-  const LoadOptions& opts;
-  Topology t;
-  std::map<std::string, std::string> params;
-  std::set<std::string> unset;  // declared without a value
+std::string Loader::text(const YAML::Node& n, const std::string& path, bool event) {
+  return substitute(r, n, path, r.str(n, path), params, unset, opts.require_params, event);
+}
 
-  // `event`: whether {{event}} (the text of the event that started the run) may appear; it is
-  // kept for the run time to fill in.
-  std::string text(const YAML::Node& n, const std::string& path, bool event = false) {
-    return substitute(r, n, path, r.str(n, path), params, unset, opts.require_params, event);
+void Loader::read(const YAML::Node& root) {
+  r.keys(root, "(top level)", {"name", "description", "model", "engine", "params", "budget", "finish", "blocks", "tools",
+                                   "actors"});
+  if (auto n = root["name"]) t.name = r.name(n, "name");
+  if (auto n = root["description"]) t.description = r.str(n, "description");
+  if (auto n = root["model"]) {
+    t.model = r.str(n, "model");
+    if (t.model == "default") t.model.clear();
   }
-
-  void read(const YAML::Node& root) {
-    r.keys(root, "(top level)", {"name", "description", "model", "engine", "params", "budget", "finish", "blocks", "tools",
-                                     "actors"});
-    if (auto n = root["name"]) t.name = r.name(n, "name");
-    if (auto n = root["description"]) t.description = r.str(n, "description");
-    if (auto n = root["model"]) {
-      t.model = r.str(n, "model");
-      if (t.model == "default") t.model.clear();
-    }
-    if (auto e = root["engine"]) {
-      r.keys(e, "engine", {"threads", "pages", "token_budget", "max_view_tokens"});
-      if (auto v = e["threads"]) t.engine.threads = static_cast<int>(r.integer(v, "engine.threads", 0, 1024));
-      if (auto v = e["pages"]) t.engine.pages = r.integer(v, "engine.pages", 16, int64_t{1} << 24);
-      if (auto v = e["token_budget"]) t.engine.token_budget = static_cast<int>(r.integer(v, "engine.token_budget", 1, 1 << 16));
-      if (auto v = e["max_view_tokens"]) t.engine.max_view_tokens = r.integer(v, "engine.max_view_tokens", 16, int64_t{1} << 22);
-    }
-    read_params(root["params"]);
-    if (auto b = root["budget"]) {
-      r.keys(b, "budget", {"seconds", "tokens"});
-      if (auto v = b["seconds"]) t.budget_seconds = r.number(v, "budget.seconds", 0, 1e7);
-      if (auto v = b["tokens"]) t.budget_tokens = r.integer(v, "budget.tokens", 0, int64_t{1} << 40);
-    }
-    const YAML::Node blocks = root["blocks"];
-    if (!blocks) r.fail(root, "blocks", "missing: a topology needs at least one block");
-    r.map(blocks, "blocks");
-    if (blocks.size() == 0 || blocks.size() > 1024) r.fail(blocks, "blocks", "expected 1 to 1024 blocks");
-    for (auto it = blocks.begin(); it != blocks.end(); ++it) read_block_name(it->first);
-    for (auto it = blocks.begin(); it != blocks.end(); ++it) read_block(it->first.Scalar(), it->second);
-    if (auto tools = root["tools"]) read_tools(tools);
-    const YAML::Node actors = root["actors"];
-    if (!actors) r.fail(root, "actors", "missing: a topology needs at least one actor");
-    r.map(actors, "actors");
-    if (actors.size() == 0 || actors.size() > 256) r.fail(actors, "actors", "expected 1 to 256 actors");
-    for (auto it = actors.begin(); it != actors.end(); ++it) {
-      Actor a;
-      a.name = r.name(it->first, "actors");
-      if (t.actor(a.name)) r.fail(it->first, "actors." + a.name, "declared twice");
-      if (t.block(a.name)) r.fail(it->first, "actors." + a.name, "an actor and a block cannot share a name");
-      a.line = it->first.Mark().line + 1;
-      t.actors.push_back(std::move(a));
-    }
-    size_t i = 0;
-    for (auto it = actors.begin(); it != actors.end(); ++it, ++i) read_actor(t.actors[i], it->second, "actors." + t.actors[i].name);
-    if (auto f = root["finish"]) t.finish = r.names(f, "finish");
-    resolve(root);
+  if (auto e = root["engine"]) {
+    r.keys(e, "engine", {"threads", "pages", "token_budget", "max_view_tokens"});
+    if (auto v = e["threads"]) t.engine.threads = static_cast<int>(r.integer(v, "engine.threads", 0, 1024));
+    if (auto v = e["pages"]) t.engine.pages = r.integer(v, "engine.pages", 16, int64_t{1} << 24);
+    if (auto v = e["token_budget"]) t.engine.token_budget = static_cast<int>(r.integer(v, "engine.token_budget", 1, 1 << 16));
+    if (auto v = e["max_view_tokens"]) t.engine.max_view_tokens = r.integer(v, "engine.max_view_tokens", 16, int64_t{1} << 22);
   }
-
-  void read_params(const YAML::Node& n) {
-    if (n) {
-      r.map(n, "params");
-      for (auto it = n.begin(); it != n.end(); ++it) {
-        const std::string k = r.name(it->first, "params");
-      if (k == "event") r.fail(it->first, "params.event", "\"event\" is reserved: {{event}} is the text of the event that starts a run");
-        if (it->second.IsNull()) {
-          unset.insert(k);
-          params[k] = "";
-        } else {
-          params[k] = r.str(it->second, "params." + k);
-        }
-      }
-    }
-    for (const auto& [k, v] : opts.set) {
-      if (k.find('.') != std::string::npos) continue;  // a key path, applied to the tree already
-      if (!params.count(k)) {
-        std::vector<std::string> known;
-        for (const auto& [p, pv] : params) known.push_back(p);
-        throw LoadError{make_error(Errc::not_found, t.file + ": --set " + k + ": no such parameter (params: " + join(known) +
-                                                        "; a key path has dots, e.g. budget.tokens)")};
-      }
-      params[k] = v;
-      unset.erase(k);
-    }
-    t.params = params;
+  read_params(root["params"]);
+  if (auto b = root["budget"]) {
+    r.keys(b, "budget", {"seconds", "tokens"});
+    if (auto v = b["seconds"]) t.budget_seconds = r.number(v, "budget.seconds", 0, 1e7);
+    if (auto v = b["tokens"]) t.budget_tokens = r.integer(v, "budget.tokens", 0, int64_t{1} << 40);
   }
+  const YAML::Node blocks = root["blocks"];
+  if (!blocks) r.fail(root, "blocks", "missing: a topology needs at least one block");
+  r.map(blocks, "blocks");
+  if (blocks.size() == 0 || blocks.size() > 1024) r.fail(blocks, "blocks", "expected 1 to 1024 blocks");
+  for (auto it = blocks.begin(); it != blocks.end(); ++it) read_block_name(it->first);
+  for (auto it = blocks.begin(); it != blocks.end(); ++it) read_block(it->first.Scalar(), it->second);
+  if (auto tools = root["tools"]) read_tools(tools);
+  const YAML::Node actors = root["actors"];
+  if (!actors) r.fail(root, "actors", "missing: a topology needs at least one actor");
+  r.map(actors, "actors");
+  if (actors.size() == 0 || actors.size() > 256) r.fail(actors, "actors", "expected 1 to 256 actors");
+  for (auto it = actors.begin(); it != actors.end(); ++it) {
+    Actor a;
+    a.name = r.name(it->first, "actors");
+    if (t.actor(a.name)) r.fail(it->first, "actors." + a.name, "declared twice");
+    if (t.block(a.name)) r.fail(it->first, "actors." + a.name, "an actor and a block cannot share a name");
+    a.line = it->first.Mark().line + 1;
+    t.actors.push_back(std::move(a));
+  }
+  size_t i = 0;
+  for (auto it = actors.begin(); it != actors.end(); ++it, ++i) read_actor(t.actors[i], it->second, "actors." + t.actors[i].name);
+  if (auto f = root["finish"]) t.finish = r.names(f, "finish");
+  resolve(root);
+}
 
-  void read_tools(const YAML::Node& n) {
-    r.map(n, "tools");
-    if (n.size() > 64) r.fail(n, "tools", "at most 64 tools");
+void Loader::read_params(const YAML::Node& n) {
+  if (n) {
+    r.map(n, "params");
     for (auto it = n.begin(); it != n.end(); ++it) {
-      Tool tool;
-      tool.name = r.name(it->first, "tools");
-      const std::string path = "tools." + tool.name;
-      if (t.tool(tool.name)) r.fail(it->first, path, "declared twice");
-      r.keys(it->second, path, {"command", "setup", "description", "timeout_s", "max_output_bytes"});
-      auto argv = [&](const YAML::Node& c, const std::string& where) {  // a string runs as sh -c STRING
-        std::vector<std::string> v = c.IsScalar() ? std::vector<std::string>{"sh", "-c", text(c, where)} : r.strings(c, where, 256);
-        if (c.IsScalar() && v[2].empty()) r.fail(c, where, "must not be empty");
-        if (v.empty() || v[0].empty()) r.fail(c, where, "needs a program to run");
-        return v;
-      };
-      tool.command = argv(required(it->second, path, "command", "what to run: a shell command, or a list (argv)"), path + ".command");
-      if (auto v = it->second["setup"]) tool.setup = argv(v, path + ".setup");
-      if (auto v = it->second["description"]) tool.description = r.str(v, path + ".description");
-      if (auto v = it->second["timeout_s"]) tool.timeout_s = r.number(v, path + ".timeout_s", 0.01, 86400);
-      if (auto v = it->second["max_output_bytes"])
-        tool.max_output_bytes = static_cast<size_t>(r.integer(v, path + ".max_output_bytes", 1, 16 << 20));
-      t.tools.push_back(std::move(tool));
-    }
-  }
-
-  void read_block_name(const YAML::Node& key) {
-    Block b;
-    b.name = r.name(key, "blocks");
-    if (t.block(b.name)) r.fail(key, "blocks." + b.name, "declared twice");
-    t.blocks.push_back(std::move(b));
-  }
-
-  Block& block_named(const std::string& n) {
-    for (Block& b : t.blocks)
-      if (b.name == n) return b;
-    throw LoadError{make_error(Errc::internal, "block " + n)};
-  }
-
-  void read_block(const std::string& bname, const YAML::Node& n) {
-    const std::string path = "blocks." + bname;
-    Block& b = block_named(bname);
-    if (n.IsNull()) {  // `notes:` alone: an empty block
-      b.view = {bname};
-      return;
-    }
-    r.keys(n, path, {"text", "chat", "view", "writers"});
-    if (auto v = n["text"]) b.text = text(v, path + ".text");
-    if (auto v = n["chat"]) {
-      b.chat = r.str(v, path + ".chat");
-      if (b.chat != "system" && b.chat != "user" && b.chat != "assistant")
-        r.fail(v, path + ".chat", "unknown chat role \"" + Reader::clip(b.chat) + "\" (roles: system, user, assistant)");
-    }
-    if (auto v = n["view"]) {
-      b.view = block_list(v, path + ".view");
-      if (b.view.empty() || b.view.back() != bname)
-        r.fail(v, path + ".view", "the view a block's text is read under ends with the block itself (\"" + bname + "\")");
-    } else {  // every block declared before it, then itself
-      for (const Block& o : t.blocks) {
-        b.view.push_back(o.name);
-        if (o.name == bname) break;
-      }
-    }
-    if (auto v = n["writers"]) b.writers = r.names(v, path + ".writers");
-  }
-
-  std::vector<std::string> block_list(const YAML::Node& n, const std::string& path) {
-    std::vector<std::string> out = r.names(n, path, 1024);
-    for (size_t i = 0; i < out.size(); ++i) {
-      const YAML::Node at = Reader::item(n, i);
-      const std::string p = Reader::item_path(n, path, i);
-      check_block(at, p, out[i]);
-      for (size_t j = 0; j < i; ++j)
-        if (out[j] == out[i]) r.fail(at, p, "block \"" + out[i] + "\" is already in this view");
-    }
-    return out;
-  }
-
-  void check_block(const YAML::Node& at, const std::string& path, const std::string& n) {
-    if (t.block(n)) return;
-    std::vector<std::string> known;
-    for (const Block& b : t.blocks) known.push_back(b.name);
-    r.fail(at, path, "unknown block \"" + n + "\" (blocks: " + join(known) + ")", Errc::not_found);
-  }
-
-  void read_actor(Actor& a, const YAML::Node& n, const std::string& path) {
-    r.map(n, path);
-    const YAML::Node kind = n["kind"];
-    if (!kind) r.fail(n, path + ".kind", "missing (thinker, writer, probe, source or sink)");
-    const std::string k = r.str(kind, path + ".kind");
-    const std::vector<std::string> kinds = {"thinker", "writer", "probe", "source", "sink"};
-    const auto at = std::find(kinds.begin(), kinds.end(), k);
-    if (at == kinds.end()) r.fail(kind, path + ".kind", "unknown role kind \"" + Reader::clip(k) + "\" (kinds: " + join(kinds) + ")");
-    a.kind = static_cast<Kind>(at - kinds.begin());
-    switch (a.kind) {
-      case Kind::thinker:
-      case Kind::writer: read_generator(a, n, path); break;
-      case Kind::probe: read_probe(a, n, path); break;
-      case Kind::source: read_source(a, n, path); break;
-      case Kind::sink: read_sink(a, n, path); break;
-    }
-  }
-
-  YAML::Node required(const YAML::Node& n, const std::string& path, const std::string& key, const std::string& what) {
-    const YAML::Node v = n[key];
-    if (!v) r.fail(n, path + "." + key, "missing: " + what);
-    return v;
-  }
-
-  void read_view_and_writes(Actor& a, const YAML::Node& n, const std::string& path, bool writes) {
-    a.view = block_list(required(n, path, "view", "the blocks it attends to, in order"), path + ".view");
-    if (!writes) return;
-    const YAML::Node w = required(n, path, "writes", "the block it writes");
-    a.writes = r.name(w, path + ".writes");
-    check_block(w, path + ".writes", a.writes);
-    if (std::find(a.view.begin(), a.view.end(), a.writes) == a.view.end())
-      r.fail(w, path + ".writes", "block \"" + a.writes + "\" must be in the actor's view (it reads what it writes)");
-  }
-
-  void read_triggers(Actor& a, const YAML::Node& n, const std::string& path) {
-    if (auto v = n["on"]) a.on = r.names(v, path + ".on");
-    if (auto v = n["after"]) a.after = r.names(v, path + ".after");
-    if (n["on"] && n["after"]) r.fail(n["after"], path + ".after", "give `on` (a run per event) or `after` (one run), not both");
-  }
-
-  void read_generator(Actor& a, const YAML::Node& n, const std::string& path) {
-    const bool thinker = a.kind == Kind::thinker;
-    r.keys(n, path, {"kind", "view", "writes", "prefill", "max_tokens", "stop", "sampling", "emit", "to", "on", "after",
-                     "tools", "max_tool_calls"});
-    read_view_and_writes(a, n, path, true);
-    if (auto v = n["prefill"]) a.prefill = text(v, path + ".prefill", true);
-    a.max_tokens = thinker ? 256 : 48;
-    if (auto v = n["max_tokens"]) a.max_tokens = static_cast<int>(r.integer(v, path + ".max_tokens", 1, 1 << 20));
-    if (!thinker) a.stop = {"\n"};
-    if (auto v = n["stop"]) {
-      a.stop = r.strings(v, path + ".stop", 16);
-      for (size_t i = 0; i < a.stop.size(); ++i)
-        if (a.stop[i].empty()) r.fail(v, path + ".stop", "an empty stop string would stop at once");
-    }
-    a.sampling = read_sampling(r, n["sampling"], path + ".sampling");
-    if (auto v = n["emit"]) {
-      if (!v.IsSequence()) r.fail(v, path + ".emit", "expected a list of {at: TEXT, event: NAME}, found " + Reader::shape(v));
-      for (size_t i = 0; i < v.size(); ++i) {
-        const std::string p = path + ".emit[" + std::to_string(i) + "]";
-        r.keys(v[i], p, {"at", "event"});
-        Emit e;
-        e.at = r.str(required(v[i], p, "at", "the text that ends a piece (e.g. \"\\n\\n\")"), p + ".at");
-        if (e.at.empty()) r.fail(v[i], p + ".at", "must not be empty");
-        e.event = r.name(required(v[i], p, "event", "the event's name"), p + ".event");
-        a.emits.push_back(e);
-      }
-    }
-    if (auto v = n["to"]) a.to = r.names(v, path + ".to");
-    if (auto v = n["tools"]) {
-      a.tools = r.names(v, path + ".tools", 64);
-      for (size_t i = 0; i < a.tools.size(); ++i) {
-        if (t.tool(a.tools[i])) continue;
-        std::vector<std::string> known;
-        for (const Tool& x : t.tools) known.push_back(x.name);
-        r.fail(Reader::item(v, i), Reader::item_path(v, path + ".tools", i),
-               "unknown tool \"" + a.tools[i] + "\" (tools: " + join(known) + ")", Errc::not_found);
-      }
-      a.stop.push_back("</tool_call>");  // a call ends the run; the result goes in, and it goes on
-    }
-    if (auto v = n["max_tool_calls"]) {
-      if (a.tools.empty()) r.fail(v, path + ".max_tool_calls", "needs `tools: [...]`");
-      a.max_tool_calls = static_cast<int>(r.integer(v, path + ".max_tool_calls", 0, 1000));
-    }
-    read_triggers(a, n, path);
-    if (!thinker && a.on.empty() && a.after.empty())
-      r.fail(n, path, "a writer needs a trigger: `on: [event, ...]` (a piece per event) or `after: [...]` (one piece)");
-  }
-
-  void read_probe(Actor& a, const YAML::Node& n, const std::string& path) {
-    r.keys(n, path, {"kind", "view", "question", "candidates", "fire_on", "threshold", "fires", "edge", "watch",
-                     "every_new_tokens", "every_ms", "on"});
-    read_view_and_writes(a, n, path, false);
-    const YAML::Node q = required(n, path, "question", "the text asked after the view (e.g. \"Is anything wrong? Answer:\")");
-    a.question = text(q, path + ".question", true);
-    if (a.question.empty()) r.fail(q, path + ".question", "must not be empty");
-    const YAML::Node c = required(n, path, "candidates", "the answers whose probabilities are compared (e.g. [\" Yes\", \" No\"])");
-    a.candidates = r.strings(c, path + ".candidates", 64);
-    if (a.candidates.size() < 1) r.fail(c, path + ".candidates", "needs at least one candidate");
-    for (size_t i = 0; i < a.candidates.size(); ++i)
-      if (a.candidates[i].empty()) r.fail(c, path + ".candidates", "candidate " + std::to_string(i) + " is empty");
-    a.fire_on = {0};
-    if (auto v = n["fire_on"]) {
-      const auto fs = r.strings(v, path + ".fire_on", 64);
-      a.fire_on.clear();
-      for (size_t i = 0; i < fs.size(); ++i) {
-        const auto it = std::find(a.candidates.begin(), a.candidates.end(), fs[i]);
-        if (it == a.candidates.end()) {
-          std::vector<std::string> quoted;
-          for (const auto& s : a.candidates) quoted.push_back("\"" + s + "\"");
-          r.fail(Reader::item(v, i), Reader::item_path(v, path + ".fire_on", i),
-                 "\"" + Reader::clip(fs[i]) + "\" is not a candidate (candidates: " + join(quoted) + ")");
-        }
-        a.fire_on.push_back(static_cast<int>(it - a.candidates.begin()));
-      }
-      if (a.fire_on.empty()) r.fail(v, path + ".fire_on", "needs at least one candidate");
-    }
-    if (auto v = n["threshold"]) a.threshold = static_cast<float>(r.number(v, path + ".threshold", 0, 1));
-    a.fires = a.name + ".fired";
-    if (auto v = n["fires"]) a.fires = r.name(v, path + ".fires");
-    if (auto v = n["edge"]) a.edge = r.boolean(v, path + ".edge");
-    if (auto v = n["watch"]) {
-      a.watch = r.name(v, path + ".watch");
-      check_block(v, path + ".watch", a.watch);
-      a.every_new_tokens = 64;
-    }
-    if (auto v = n["every_new_tokens"]) {
-      if (a.watch.empty()) r.fail(v, path + ".every_new_tokens", "needs `watch: BLOCK` (the block whose new tokens are counted)");
-      a.every_new_tokens = r.integer(v, path + ".every_new_tokens", 1, int64_t{1} << 40);
-    }
-    if (auto v = n["every_ms"]) a.every_ms = static_cast<int>(r.integer(v, path + ".every_ms", 1, 86400000));
-    read_triggers(a, n, path);
-    if (a.watch.empty() && a.every_ms == 0 && a.on.empty())
-      r.fail(n, path, "a probe needs a trigger: `watch: BLOCK` (every_new_tokens), `every_ms: N` or `on: [event, ...]`");
-  }
-
-  void read_source(Actor& a, const YAML::Node& n, const std::string& path) {
-    r.keys(n, path, {"kind", "view", "writes", "from", "every_lines", "emit", "max_lines", "keep_lines", "on", "delay_ms"});
-    const YAML::Node w = required(n, path, "writes", "the block the text goes into");
-    a.writes = r.name(w, path + ".writes");
-    check_block(w, path + ".writes", a.writes);
-    if (auto v = n["view"]) {
-      a.view = block_list(v, path + ".view");
-      if (a.view.empty() || a.view.back() != a.writes) r.fail(v, path + ".view", "a source's view ends with the block it writes");
-    } else {
-      a.view = {a.writes};
-    }
-    const YAML::Node from = required(n, path, "from", "stdin, api, {file: PATH}, {zmq: ENDPOINT} or {text: TEXT}");
-    const std::string fp = path + ".from";
-    if (from.IsScalar()) {
-      const std::string s = from.Scalar();
-      if (s == "stdin") a.from = SourceKind::stdin_lines;
-      else if (s == "api") a.from = SourceKind::api;
-      else r.fail(from, fp, "unknown source \"" + Reader::clip(s) + "\" (stdin, api, {file: PATH}, {zmq: ENDPOINT}, {text: TEXT})");
-    } else {
-      r.keys(from, fp, {"file", "follow", "zmq", "topic", "text"});
-      const int given = (from["file"] ? 1 : 0) + (from["zmq"] ? 1 : 0) + (from["text"] ? 1 : 0);
-      if (given != 1) r.fail(from, fp, "give exactly one of file, zmq, text");
-      if (auto v = from["file"]) {
-        a.from = SourceKind::file;
-        a.path = text(v, fp + ".file");
-        if (a.path.empty()) r.fail(v, fp + ".file", "must not be empty");
-        if (auto f = from["follow"]) a.follow = r.boolean(f, fp + ".follow");
-      } else if (auto v = from["zmq"]) {
-        a.from = SourceKind::zmq;
-        a.endpoint = text(v, fp + ".zmq");
-        if (a.endpoint.find("://") == std::string::npos) r.fail(v, fp + ".zmq", "expected an endpoint such as tcp://127.0.0.1:5556");
-        if (auto tp = from["topic"]) a.topic = r.str(tp, fp + ".topic");
+      const std::string k = r.name(it->first, "params");
+    if (k == "event") r.fail(it->first, "params.event", "\"event\" is reserved: {{event}} is the text of the event that starts a run");
+      if (it->second.IsNull()) {
+        unset.insert(k);
+        params[k] = "";
       } else {
-        a.from = SourceKind::text;
-        a.text = text(from["text"], fp + ".text");
-      }
-      if (a.from != SourceKind::file && from["follow"]) r.fail(from["follow"], fp + ".follow", "only for a file");
-      if (a.from != SourceKind::zmq && from["topic"]) r.fail(from["topic"], fp + ".topic", "only for zmq");
-    }
-    if (auto v = n["every_lines"]) a.every_lines = static_cast<int>(r.integer(v, path + ".every_lines", 1, 1 << 20));
-    if (auto v = n["emit"]) a.emit_event = r.name(v, path + ".emit");
-    if ((a.every_lines > 0) != !a.emit_event.empty())
-      r.fail(n, path, "`every_lines: N` and `emit: EVENT` go together (the event fires every N lines)");
-    if (auto v = n["max_lines"]) a.max_lines = r.integer(v, path + ".max_lines", 1, int64_t{1} << 40);
-    if (auto v = n["keep_lines"]) {
-      a.keep_lines = r.integer(v, path + ".keep_lines", 1, int64_t{1} << 30);
-      if (a.keep_lines < 2 * a.every_lines)
-        r.fail(v, path + ".keep_lines", "must be at least twice every_lines (" + std::to_string(a.every_lines) +
-                                            "): the last every_lines lines are kept when the window is cleared");
-    }
-    read_triggers(a, n, path);
-    if (auto v = n["delay_ms"]) a.delay_ms = static_cast<int>(r.integer(v, path + ".delay_ms", 0, 86400000));
-    if (a.from != SourceKind::text && (!a.on.empty() || !a.after.empty() || n["delay_ms"]))
-      r.fail(n, path, "`on`, `after` and `delay_ms` are for a source of text ({text: ...})");
-  }
-
-  void read_sink(Actor& a, const YAML::Node& n, const std::string& path) {
-    r.keys(n, path, {"kind", "to", "prefix", "on"});
-    const YAML::Node to = required(n, path, "to", "stdout, stderr, callback, {file: PATH} or {zmq: ENDPOINT}");
-    const std::string tp = path + ".to";
-    if (to.IsScalar()) {
-      const std::string s = to.Scalar();
-      if (s == "stdout") a.sink = SinkKind::stdout_stream;
-      else if (s == "stderr") a.sink = SinkKind::stderr_stream;
-      else if (s == "callback") a.sink = SinkKind::callback;
-      else r.fail(to, tp, "unknown sink \"" + Reader::clip(s) + "\" (stdout, stderr, callback, {file: PATH}, {zmq: ENDPOINT})");
-    } else {
-      r.keys(to, tp, {"file", "zmq", "topic"});
-      if ((to["file"] ? 1 : 0) + (to["zmq"] ? 1 : 0) != 1) r.fail(to, tp, "give exactly one of file, zmq");
-      if (auto v = to["file"]) {
-        a.sink = SinkKind::file;
-        a.path = text(v, tp + ".file");
-        if (a.path.empty()) r.fail(v, tp + ".file", "must not be empty");
-      } else {
-        a.sink = SinkKind::zmq;
-        a.endpoint = text(to["zmq"], tp + ".zmq");
-        if (a.endpoint.find("://") == std::string::npos) r.fail(to["zmq"], tp + ".zmq", "expected an endpoint such as tcp://127.0.0.1:5557");
-        if (auto t2 = to["topic"]) a.topic = r.str(t2, tp + ".topic");
+        params[k] = r.str(it->second, "params." + k);
       }
     }
-    if (auto v = n["prefix"]) a.prefix = r.str(v, path + ".prefix");
-    if (auto v = n["on"]) a.on = r.names(v, path + ".on");
   }
+  for (const auto& [k, v] : opts.set) {
+    if (k.find('.') != std::string::npos) continue;  // a key path, applied to the tree already
+    if (!params.count(k)) {
+      std::vector<std::string> known;
+      for (const auto& [p, pv] : params) known.push_back(p);
+      throw LoadError{make_error(Errc::not_found, t.file + ": --set " + k + ": no such parameter (params: " + join(known) +
+                                                      "; a key path has dots, e.g. budget.tokens)")};
+    }
+    params[k] = v;
+    unset.erase(k);
+  }
+  t.params = params;
+}
 
-  // Names across the file: events someone emits, sinks that exist, one writer per block.
-  void resolve(const YAML::Node& root) {
-    const auto emitters = t.emitters();
-    std::vector<std::string> events;
-    for (const auto& [e, who] : emitters) events.push_back(e);
-    const YAML::Node actors = root["actors"];
-    auto check_event = [&](const YAML::Node& at, const std::string& path, const std::string& e) {
-      if (!emitters.count(e))
-        r.fail(at, path, "no actor emits event \"" + e + "\" (events: " + join(events) + ")", Errc::not_found);
+void Loader::read_tools(const YAML::Node& n) {
+  r.map(n, "tools");
+  if (n.size() > 64) r.fail(n, "tools", "at most 64 tools");
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    Tool tool;
+    tool.name = r.name(it->first, "tools");
+    const std::string path = "tools." + tool.name;
+    if (t.tool(tool.name)) r.fail(it->first, path, "declared twice");
+    r.keys(it->second, path, {"command", "setup", "description", "timeout_s", "max_output_bytes"});
+    auto argv = [&](const YAML::Node& c, const std::string& where) {  // a string runs as sh -c STRING
+      std::vector<std::string> v = c.IsScalar() ? std::vector<std::string>{"sh", "-c", text(c, where)} : r.strings(c, where, 256);
+      if (c.IsScalar() && v[2].empty()) r.fail(c, where, "must not be empty");
+      if (v.empty() || v[0].empty()) r.fail(c, where, "needs a program to run");
+      return v;
     };
-    std::map<std::string, std::vector<std::string>> writers_of;  // block -> actors writing it
-    size_t k = 0;
-    for (auto it = actors.begin(); it != actors.end(); ++it, ++k) {
-      const Actor& a = t.actors[k];
-      const std::string path = "actors." + a.name;
-      for (const char* key : {"on", "after"}) {
-        const YAML::Node n = it->second[key];
-        const auto& list = std::string(key) == "on" ? a.on : a.after;
-        for (size_t i = 0; i < list.size(); ++i) {
-          check_event(Reader::item(n, i), Reader::item_path(n, path + "." + key, i), list[i]);
-          const auto& who = emitters.at(list[i]);
-          if (a.kind != Kind::sink && who.size() == 1 && who[0] == a.name)
-            r.fail(Reader::item(n, i), Reader::item_path(n, path + "." + key, i), "an actor cannot be triggered by its own event \"" + list[i] + "\"");
-        }
-      }
-      const YAML::Node to = it->second["to"];
-      for (size_t i = 0; a.kind != Kind::sink && i < a.to.size(); ++i) {
-        const Actor* s = t.actor(a.to[i]);
-        if (s && s->kind == Kind::sink) continue;
-        std::vector<std::string> sinks;
-        for (const Actor& o : t.actors)
-          if (o.kind == Kind::sink) sinks.push_back(o.name);
-        r.fail(Reader::item(to, i), Reader::item_path(to, path + ".to", i),
-               (s ? "\"" + a.to[i] + "\" is a " + kind_name(s->kind) + ", not a sink" : "unknown sink \"" + a.to[i] + "\"") +
-                   " (sinks: " + join(sinks) + ")",
-               s ? Errc::bad_format : Errc::not_found);
-      }
-      if (!a.writes.empty()) writers_of[a.writes].push_back(a.name);
-    }
-    for (const auto& [b, who] : writers_of) {
-      if (who.size() < 2) continue;
-      const Block& blk = *t.block(b);
-      for (const auto& w : who)
-        if (std::find(blk.writers.begin(), blk.writers.end(), w) == blk.writers.end()) {
-          const YAML::Node at = actors[w]["writes"];
-          r.fail(at, "actors." + w + ".writes",
-                 "block \"" + b + "\" is written by " + join(who) + ": declare them in blocks." + b +
-                     ".writers to let them share it (each write then goes in whole, in arrival order)");
-        }
-    }
-    for (const Block& b : t.blocks) {
-      for (size_t i = 0; i < b.writers.size(); ++i) {
-        const Actor* a = t.actor(b.writers[i]);
-        if (a && a->writes == b.name) continue;
-        const YAML::Node n = root["blocks"][b.name]["writers"];
-        r.fail(Reader::item(n, i), Reader::item_path(n, "blocks." + b.name + ".writers", i),
-               a ? "actor \"" + a->name + "\" does not write this block" : "unknown actor \"" + b.writers[i] + "\"",
-               a ? Errc::bad_format : Errc::not_found);
-      }
-    }
-    const YAML::Node fin = root["finish"];
-    for (size_t i = 0; i < t.finish.size(); ++i) check_event(Reader::item(fin, i), Reader::item_path(fin, "finish", i), t.finish[i]);
-    for (const Actor& a : t.actors)
-      for (const Emit& e : a.emits)
-        if (e.event.size() > 5 && e.event.compare(e.event.size() - 5, 5, ".done") == 0 && e.event != a.name + ".done") {
-          // "x.done" belongs to actor x; emitting it from another would end x's listeners early
-          r.fail(actors[a.name]["emit"], "actors." + a.name + ".emit", "event \"" + e.event + "\" is reserved for actor \"" +
-                                                                          e.event.substr(0, e.event.size() - 5) + "\"");
-        }
+    tool.command = argv(required(it->second, path, "command", "what to run: a shell command, or a list (argv)"), path + ".command");
+    if (auto v = it->second["setup"]) tool.setup = argv(v, path + ".setup");
+    if (auto v = it->second["description"]) tool.description = r.str(v, path + ".description");
+    if (auto v = it->second["timeout_s"]) tool.timeout_s = r.number(v, path + ".timeout_s", 0.01, 86400);
+    if (auto v = it->second["max_output_bytes"])
+      tool.max_output_bytes = static_cast<size_t>(r.integer(v, path + ".max_output_bytes", 1, 16 << 20));
+    t.tools.push_back(std::move(tool));
   }
-};
+}
+
+void Loader::read_block_name(const YAML::Node& key) {
+  Block b;
+  b.name = r.name(key, "blocks");
+  if (t.block(b.name)) r.fail(key, "blocks." + b.name, "declared twice");
+  t.blocks.push_back(std::move(b));
+}
+
+Block& Loader::block_named(const std::string& n) {
+  for (Block& b : t.blocks)
+    if (b.name == n) return b;
+  throw LoadError{make_error(Errc::internal, "block " + n)};
+}
+
+void Loader::read_block(const std::string& bname, const YAML::Node& n) {
+  const std::string path = "blocks." + bname;
+  Block& b = block_named(bname);
+  if (n.IsNull()) {  // `notes:` alone: an empty block
+    b.view = {bname};
+    return;
+  }
+  r.keys(n, path, {"text", "chat", "view", "writers"});
+  if (auto v = n["text"]) b.text = text(v, path + ".text");
+  if (auto v = n["chat"]) {
+    b.chat = r.str(v, path + ".chat");
+    if (b.chat != "system" && b.chat != "user" && b.chat != "assistant")
+      r.fail(v, path + ".chat", "unknown chat role \"" + Reader::clip(b.chat) + "\" (roles: system, user, assistant)");
+  }
+  if (auto v = n["view"]) {
+    b.view = block_list(v, path + ".view");
+    if (b.view.empty() || b.view.back() != bname)
+      r.fail(v, path + ".view", "the view a block's text is read under ends with the block itself (\"" + bname + "\")");
+  } else {  // every block declared before it, then itself
+    for (const Block& o : t.blocks) {
+      b.view.push_back(o.name);
+      if (o.name == bname) break;
+    }
+  }
+  if (auto v = n["writers"]) b.writers = r.names(v, path + ".writers");
+}
+
+std::vector<std::string> Loader::block_list(const YAML::Node& n, const std::string& path) {
+  std::vector<std::string> out = r.names(n, path, 1024);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const YAML::Node at = Reader::item(n, i);
+    const std::string p = Reader::item_path(n, path, i);
+    check_block(at, p, out[i]);
+    for (size_t j = 0; j < i; ++j)
+      if (out[j] == out[i]) r.fail(at, p, "block \"" + out[i] + "\" is already in this view");
+  }
+  return out;
+}
+
+void Loader::check_block(const YAML::Node& at, const std::string& path, const std::string& n) {
+  if (t.block(n)) return;
+  std::vector<std::string> known;
+  for (const Block& b : t.blocks) known.push_back(b.name);
+  r.fail(at, path, "unknown block \"" + n + "\" (blocks: " + join(known) + ")", Errc::not_found);
+}
+
+void Loader::read_actor(Actor& a, const YAML::Node& n, const std::string& path) {
+  r.map(n, path);
+  const YAML::Node kind = n["kind"];
+  if (!kind) r.fail(n, path + ".kind", "missing (thinker, writer, probe, source or sink)");
+  const std::string k = r.str(kind, path + ".kind");
+  const std::vector<std::string> kinds = {"thinker", "writer", "probe", "source", "sink"};
+  const auto at = std::find(kinds.begin(), kinds.end(), k);
+  if (at == kinds.end()) r.fail(kind, path + ".kind", "unknown role kind \"" + Reader::clip(k) + "\" (kinds: " + join(kinds) + ")");
+  a.kind = static_cast<Kind>(at - kinds.begin());
+  switch (a.kind) {
+    case Kind::thinker:
+    case Kind::writer: read_generator(a, n, path); break;
+    case Kind::probe: read_probe(a, n, path); break;
+    case Kind::source: read_source(a, n, path); break;
+    case Kind::sink: read_sink(a, n, path); break;
+  }
+}
+
+YAML::Node Loader::required(const YAML::Node& n, const std::string& path, const std::string& key, const std::string& what) {
+  const YAML::Node v = n[key];
+  if (!v) r.fail(n, path + "." + key, "missing: " + what);
+  return v;
+}
+
+void Loader::read_view_and_writes(Actor& a, const YAML::Node& n, const std::string& path, bool writes) {
+  a.view = block_list(required(n, path, "view", "the blocks it attends to, in order"), path + ".view");
+  if (!writes) return;
+  const YAML::Node w = required(n, path, "writes", "the block it writes");
+  a.writes = r.name(w, path + ".writes");
+  check_block(w, path + ".writes", a.writes);
+  if (std::find(a.view.begin(), a.view.end(), a.writes) == a.view.end())
+    r.fail(w, path + ".writes", "block \"" + a.writes + "\" must be in the actor's view (it reads what it writes)");
+}
+
+void Loader::read_triggers(Actor& a, const YAML::Node& n, const std::string& path) {
+  if (auto v = n["on"]) a.on = r.names(v, path + ".on");
+  if (auto v = n["after"]) a.after = r.names(v, path + ".after");
+  if (n["on"] && n["after"]) r.fail(n["after"], path + ".after", "give `on` (a run per event) or `after` (one run), not both");
+}
+
+void Loader::resolve(const YAML::Node& root) {
+  const auto emitters = t.emitters();
+  std::vector<std::string> events;
+  for (const auto& [e, who] : emitters) events.push_back(e);
+  const YAML::Node actors = root["actors"];
+  auto check_event = [&](const YAML::Node& at, const std::string& path, const std::string& e) {
+    if (!emitters.count(e))
+      r.fail(at, path, "no actor emits event \"" + e + "\" (events: " + join(events) + ")", Errc::not_found);
+  };
+  std::map<std::string, std::vector<std::string>> writers_of;  // block -> actors writing it
+  size_t k = 0;
+  for (auto it = actors.begin(); it != actors.end(); ++it, ++k) {
+    const Actor& a = t.actors[k];
+    const std::string path = "actors." + a.name;
+    for (const char* key : {"on", "after"}) {
+      const YAML::Node n = it->second[key];
+      const auto& list = std::string(key) == "on" ? a.on : a.after;
+      for (size_t i = 0; i < list.size(); ++i) {
+        check_event(Reader::item(n, i), Reader::item_path(n, path + "." + key, i), list[i]);
+        const auto& who = emitters.at(list[i]);
+        if (a.kind != Kind::sink && who.size() == 1 && who[0] == a.name)
+          r.fail(Reader::item(n, i), Reader::item_path(n, path + "." + key, i), "an actor cannot be triggered by its own event \"" + list[i] + "\"");
+      }
+    }
+    const YAML::Node to = it->second["to"];
+    for (size_t i = 0; a.kind != Kind::sink && i < a.to.size(); ++i) {
+      const Actor* s = t.actor(a.to[i]);
+      if (s && s->kind == Kind::sink) continue;
+      std::vector<std::string> sinks;
+      for (const Actor& o : t.actors)
+        if (o.kind == Kind::sink) sinks.push_back(o.name);
+      r.fail(Reader::item(to, i), Reader::item_path(to, path + ".to", i),
+             (s ? "\"" + a.to[i] + "\" is a " + kind_name(s->kind) + ", not a sink" : "unknown sink \"" + a.to[i] + "\"") +
+                 " (sinks: " + join(sinks) + ")",
+             s ? Errc::bad_format : Errc::not_found);
+    }
+    if (!a.writes.empty()) writers_of[a.writes].push_back(a.name);
+  }
+  for (const auto& [b, who] : writers_of) {
+    if (who.size() < 2) continue;
+    const Block& blk = *t.block(b);
+    for (const auto& w : who)
+      if (std::find(blk.writers.begin(), blk.writers.end(), w) == blk.writers.end()) {
+        const YAML::Node at = actors[w]["writes"];
+        r.fail(at, "actors." + w + ".writes",
+               "block \"" + b + "\" is written by " + join(who) + ": declare them in blocks." + b +
+                   ".writers to let them share it (each write then goes in whole, in arrival order)");
+      }
+  }
+  for (const Block& b : t.blocks) {
+    for (size_t i = 0; i < b.writers.size(); ++i) {
+      const Actor* a = t.actor(b.writers[i]);
+      if (a && a->writes == b.name) continue;
+      const YAML::Node n = root["blocks"][b.name]["writers"];
+      r.fail(Reader::item(n, i), Reader::item_path(n, "blocks." + b.name + ".writers", i),
+             a ? "actor \"" + a->name + "\" does not write this block" : "unknown actor \"" + b.writers[i] + "\"",
+             a ? Errc::bad_format : Errc::not_found);
+    }
+  }
+  const YAML::Node fin = root["finish"];
+  for (size_t i = 0; i < t.finish.size(); ++i) check_event(Reader::item(fin, i), Reader::item_path(fin, "finish", i), t.finish[i]);
+  for (const Actor& a : t.actors)
+    for (const Emit& e : a.emits)
+      if (e.event.size() > 5 && e.event.compare(e.event.size() - 5, 5, ".done") == 0 && e.event != a.name + ".done") {
+        // "x.done" belongs to actor x; emitting it from another would end x's listeners early
+        r.fail(actors[a.name]["emit"], "actors." + a.name + ".emit", "event \"" + e.event + "\" is reserved for actor \"" +
+                                                                        e.event.substr(0, e.event.size() - 5) + "\"");
+      }
+}
+
+}  // namespace detail
+
+namespace {
 
 Result<Topology> load(const std::string& bytes, const std::string& file, const LoadOptions& opts) {
   if (bytes.size() > kMaxFileBytes)
