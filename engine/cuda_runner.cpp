@@ -72,6 +72,8 @@ struct CudaRunner::Impl {
   int32_t* single_rows = nullptr;      // [max_tokens] the single tokens of a tiled step ...
   cuda::AttnToken* single_table = nullptr;  // ... and their token entries
   float *q_single = nullptr, *att_single = nullptr;  // [max_tokens][q_dim] their queries and outputs, compacted
+  // Attention output gates: attn_q's rows [max_tokens][2 q_dim] (query and gate per head), and the gates.
+  float *qg = nullptr, *attn_gate = nullptr;
   int n_single = 0;
   cuda::SampleRow* samples = nullptr;  // [max_tokens] draws of one step
   int32_t* sampled = nullptr;          // [max_tokens] their tokens
@@ -140,7 +142,12 @@ struct CudaRunner::Impl {
       const Layer& L = layers[static_cast<size_t>(l)];
       CHORUS_TRY(op(cuda::rmsnorm(x, L.attn_norm, h, T, E, c.norm_eps, st), "attn_norm"));
       CHORUS_TRY(stage(h, T, E));
-      CHORUS_TRY(gemm(L.wq, q, T));
+      if (c.attn_output_gate) {  // each head's query, then its gate: split them
+        CHORUS_TRY(gemm(L.wq, qg, T));
+        CHORUS_TRY(op(cuda::split_query_gate(qg, q, attn_gate, T, c.n_head, HD, st), "attn_q gate"));
+      } else {
+        CHORUS_TRY(gemm(L.wq, q, T));
+      }
       CHORUS_TRY(gemm(L.wk, k, T));
       CHORUS_TRY(gemm(L.wv, v, T));
       if (L.bq) CHORUS_TRY(op(cuda::add_rows(q, L.bq, T, c.q_dim(), st), "attn_q.bias"));
@@ -188,6 +195,7 @@ struct CudaRunner::Impl {
           CHORUS_TRY(op(cuda::scatter_rows(att_single, single_rows, n_single, QD, att, st), "attention"));
         }
       }
+      if (c.attn_output_gate) CHORUS_TRY(op(cuda::sigmoid_mul(att, attn_gate, int64_t{T} * c.q_dim(), st), "attention gate"));
       CHORUS_TRY(stage(att, T, L.wo.cols));
       CHORUS_TRY(gemm(L.wo, h, T));
       CHORUS_TRY(op(cuda::add(x, h, int64_t{T} * E, st), "residual"));
@@ -228,7 +236,6 @@ Status CudaRunner::check(const ModelConfig& c, const Weights& w) {
   };
   if (c.hybrid()) return unsupported("Gated DeltaNet (hybrid) layers");
   if (c.moe()) return unsupported("mixture-of-experts layers");
-  if (c.attn_output_gate) return unsupported("attention output gates");
   if (c.head_dim % 32 != 0 || c.head_dim > 256 || c.n_head / c.n_head_kv > 8)
     return unsupported("head size " + std::to_string(c.head_dim) + " with groups of " +
                        std::to_string(c.n_head / c.n_head_kv) + " (32..256 in steps of 32, groups up to 8)");
@@ -315,6 +322,12 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
     if (!r) return r.error();
     *dst = *r;
   }
+  if (c.attn_output_gate)
+    for (auto [dst, n] : {std::pair{&m.qg, 2 * T * QD}, std::pair{&m.attn_gate, T * QD}}) {
+      auto r = m.take<float>(n, "activations");
+      if (!r) return r.error();
+      *dst = *r;
+    }
   auto xb = m.take<bf16_bits>(T * widest, "activations");
   if (!xb) return xb.error();
   m.xb = *xb;

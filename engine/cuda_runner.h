@@ -1,5 +1,5 @@
 // The forward pass on a CUDA device (issue 9, first runner): dense attention models of the llama
-// family (llama, qwen2 with its q/k/v biases, qwen3 with q/k norms; no output gates), with the
+// family (llama, qwen2 with its q/k/v biases, qwen3 with q/k norms), with the
 // CPU ModelRunner's interface and semantics — a batch of tokens written into blocks, each
 // attending its view of blocks over a paged KV cache, queries rotated per block, nothing
 // re-encoded. Page ids come from the same KvCache bookkeeping as on the CPU (KvCache::reserve,
@@ -18,9 +18,12 @@
 //
 // Steps too large for a graph (prefill) attend in tiles (kernels/cuda/ops.h attention_tiled).
 //
-// q/k/v biases (qwen2) are added after the products, as on the CPU.
+// q/k/v biases (qwen2) are added after the products, as on the CPU; attention output gates
+// (qwen35's attention layers: attn_q yields a query and a gate per head) multiply the attention
+// output by sigmoid(gate).
 //
-// Not yet: hybrid (Gated DeltaNet) and MoE layers, output gates.
+// Not yet: hybrid (Gated DeltaNet) and MoE layers (so no model with output gates runs here yet:
+// the only ones are hybrid).
 //
 // The runner's device buffers come from the device's bump pool and go back when it is
 // destroyed: destroy runners in the reverse order of their creation.

@@ -205,6 +205,30 @@ TEST_F(CudaOps, SwigluAndAdd) {
   EXPECT_NE(cuda::add_rows(dyb, put(bias), rows, 0, stream()), "") << "no columns: a shape error";
 }
 
+// Attention output gates, as the CPU runner does them (engine/model_runner.cpp): attn_q's rows
+// split into each head's query and gate, then the attention output times sigmoid(gate).
+TEST_F(CudaOps, AttentionOutputGate) {
+  const int T = 3, H = 4, HD = 64;
+  const auto qg = random_floats(T * H * 2 * HD, 8, -6, 6), out = random_floats(T * H * HD, 9);
+  std::vector<float> want_q(T * H * HD), want_g(T * H * HD), want_out = out;
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < HD; ++i) {
+        const int64_t o = (int64_t{t} * H + h) * HD + i, src = (int64_t{t} * 2 * H + 2 * h) * HD + i;
+        want_q[o] = qg[src];
+        want_g[o] = qg[src + HD];
+        want_out[o] *= 1.0f / (1.0f + std::exp(-qg[src + HD]));
+      }
+  float *q = room<float>(T * H * HD), *g = room<float>(T * H * HD);
+  ASSERT_EQ(cuda::split_query_gate(put(qg), q, g, T, H, HD, stream()), "");
+  expect_close(get(q, T * H * HD), want_q, 0, "split: queries");
+  expect_close(get(g, T * H * HD), want_g, 0, "split: gates");
+  float* y = put(out);
+  ASSERT_EQ(cuda::sigmoid_mul(y, g, int64_t{T} * H * HD, stream()), "");
+  expect_close(get(y, T * H * HD), want_out, 1e-6, "sigmoid_mul");
+  EXPECT_NE(cuda::split_query_gate(put(qg), q, g, T, 0, HD, stream()), "") << "no heads: a shape error";
+}
+
 TEST_F(CudaOps, EmbedRowsAndBadIds) {
   const int rows = 10, dim = 96;
   std::vector<bf16_bits> table(rows * dim);

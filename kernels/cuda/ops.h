@@ -38,6 +38,12 @@ std::string add(float* y, const float* x, int64_t n, Stream s);
 // y[r] += bias for each of `rows` rows of `cols` values (q/k/v biases).
 std::string add_rows(float* y, const float* bias, int64_t rows, int64_t cols, Stream s);
 
+// Attention output gates (qwen35): qg [n_tokens][n_heads][2][head_dim] (each head's query, then
+// its gate, as attn_q yields them) into q and gate, both [n_tokens][n_heads][head_dim].
+std::string split_query_gate(const float* qg, float* q, float* gate, int n_tokens, int n_heads, int head_dim, Stream s);
+// y *= sigmoid(g), n values (1 / (1 + e^-g) in float, as the CPU).
+std::string sigmoid_mul(float* y, const float* g, int64_t n, Stream s);
+
 // out[t] = table row ids[t] (bf16 rows of `dim`) as float; an id outside [0, n_rows) gives a
 // row of NaN (the caller validated ids; NaN makes a bug loud instead of reading out of bounds).
 std::string embed_rows(const bf16_bits* table, int64_t n_rows, const int32_t* ids, int n_ids, int dim, float* out,
