@@ -106,12 +106,15 @@ struct Program::Impl {
   std::unique_ptr<zmq::context_t> zmq_ctx;    // outlives the ZeroMQ actors
   bool torn_down = false;
   bool registered = false;                    // with the batcher, under program_id
+  // Set at teardown: a tool still running is killed instead of waited for.
+  std::shared_ptr<std::atomic<bool>> tools_cancel = std::make_shared<std::atomic<bool>>(false);
   bool managed = false;                       // scheduled by the engine's ProgramManager
 
   void teardown() {
     if (torn_down) return;
     torn_down = true;
     caf::scoped_actor self{*sys};
+    tools_cancel->store(true);
     std::vector<caf::actor> all = actors;
     if (ctl) all.push_back(ctl);
     for (const auto& a : all) self->send_exit(a, caf::exit_reason::user_shutdown);
@@ -201,7 +204,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
     const char* env = std::getenv("CHORUS_SANDBOX_DIR");
     static std::atomic<int> n{0};
     tools = spawn_tools(sys, std::string(env ? env : "/tmp/chorus-sandboxes"),
-                        t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools);
+                        t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools, im.tools_cancel);
     im.actors.push_back(tools);
   }
   // One program for the batcher: its blocks are paused and restored together.

@@ -20,7 +20,8 @@ namespace {
 // `setup` run in it) and removed with it — and, while the program is paused past its idle lease,
 // removed (cool_atom) and made again ahead of its restore (warm_atom) or at its next call. Calls
 // run one at a time. A detached actor: a run blocks until the tool ends.
-void tool_main(caf::blocking_actor* self, std::string base, std::string name, std::vector<topology::Tool> tools) {
+void tool_main(caf::blocking_actor* self, std::string base, std::string name, std::vector<topology::Tool> tools,
+               std::shared_ptr<std::atomic<bool>> cancel) {
   std::optional<Sandbox> box;
   std::string broken;  // why the sandbox could not be made (its calls say so)
   auto make = [&] {
@@ -62,7 +63,7 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name, st
           SandboxLimits lim;
           lim.timeout_s = t->timeout_s;
           lim.max_output_bytes = t->max_output_bytes;
-          auto r = box->run(t->command, lim, args);
+          auto r = box->run(t->command, lim, args, cancel.get());
           if (!r) return "error: " + r.error().message;
           std::string out = r->output;
           while (!out.empty() && out.back() == '\n') out.pop_back();
@@ -152,8 +153,10 @@ caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig
 }  // namespace
 
 caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg) { return sys.spawn(sink_role, std::move(cfg)); }
-caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name, std::vector<topology::Tool> tools) {
-  return sys.spawn<caf::detached>(tool_main, std::move(base), std::move(name), std::move(tools));
+caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name, std::vector<topology::Tool> tools,
+                       std::shared_ptr<std::atomic<bool>> cancel) {
+  if (!cancel) cancel = std::make_shared<std::atomic<bool>>(false);
+  return sys.spawn<caf::detached>(tool_main, std::move(base), std::move(name), std::move(tools), std::move(cancel));
 }
 caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who, caf::actor ctl) {
   return sys.spawn<caf::detached>(read_file_lines, std::move(path), std::move(target), std::move(who), std::move(ctl));

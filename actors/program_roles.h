@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -134,8 +135,11 @@ caf::actor spawn_source(caf::actor_system& sys, caf::actor batcher, SourceRoleCo
 caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg);
 // The program's tools, in one sandbox under `base` named `name` (removed when the actor ends;
 // each tool's `setup` run whenever it is made); answers (tool_atom, tool, arguments) with the
-// result text, making the sandbox first if cool_atom removed it. A detached actor.
-caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name, std::vector<topology::Tool> tools);
+// result text, making the sandbox first if cool_atom removed it. A detached actor: while a tool
+// runs it reads no message, so its program ends it by setting `cancel` first (the run is killed
+// within about 50 ms, its result says so), then sending it an exit.
+caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name, std::vector<topology::Tool> tools,
+                       std::shared_ptr<std::atomic<bool>> cancel = nullptr);
 // Reads a whole file (not followed) into `target` line by line, then done_atom; `ctl` hears of
 // a file that cannot be opened.
 caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who, caf::actor ctl);

@@ -100,6 +100,7 @@ std::string ToolResult::describe() const {
     return buf;
   }
   if (output_truncated) return "output went past the limit (killed)";
+  if (cancelled) return "cancelled: its program ended (killed)";
   if (signal != 0) return std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) + ")";
   return "exited with status " + std::to_string(exit_code);
 }
@@ -153,7 +154,8 @@ Status Sandbox::destroy() {
   return Status::success();
 }
 
-Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const SandboxLimits& limits, const std::string& input) {
+Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const SandboxLimits& limits, const std::string& input,
+                                const std::atomic<bool>* cancel) {
   if (dir_.empty()) return make_error(Errc::invalid_argument, "sandbox " + name_ + " is destroyed");
   if (argv.empty()) return make_error(Errc::invalid_argument, "sandbox " + name_ + ": empty command");
   // Everything the child needs is prepared here: between fork and exec only async-signal-safe calls.
@@ -252,6 +254,10 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
       r.timed_out = true;
       kill_all();
     }
+    if (cancel && cancel->load() && !killed) {
+      r.cancelled = true;
+      kill_all();
+    }
     if (!exited && ::waitpid(pid, &status, WNOHANG) == pid) {
       exited = true;
       exited_at = now;
@@ -303,7 +309,7 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  if (r.timed_out || r.output_truncated) r.signal = 0;  // we killed it: the reason is said above
+  if (r.timed_out || r.output_truncated || r.cancelled) r.signal = 0;  // we killed it: the reason is said above
   return r;
 }
 

@@ -15,6 +15,7 @@
 // output limit — and never throws; the caller's program goes on.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,9 +38,10 @@ struct ToolResult {
   int signal = 0;                // when a signal ended it
   bool timed_out = false;
   bool output_truncated = false; // output went past the limit (the run was killed)
+  bool cancelled = false;        // killed because the caller asked (its program ended)
   std::string output;            // stdout and stderr, interleaved as written, at most the limit
   double seconds = 0;
-  bool ok() const { return exit_code == 0 && !timed_out && !output_truncated && signal == 0; }
+  bool ok() const { return exit_code == 0 && !timed_out && !output_truncated && !cancelled && signal == 0; }
   std::string describe() const;  // "exited with status 0", "timed out after 2.0 s (killed)", ...
 };
 
@@ -54,8 +56,9 @@ class Sandbox {
 
   // Runs argv[0] (looked up in PATH) with `input` on its stdin. Errors only when the run
   // cannot start at all (fork or pipe failed); what the command does is in the ToolResult.
+  // `cancel`, when given and set (from another thread), kills the run within about 50 ms.
   Result<ToolResult> run(const std::vector<std::string>& argv, const SandboxLimits& limits = {},
-                         const std::string& input = "");
+                         const std::string& input = "", const std::atomic<bool>* cancel = nullptr);
 
   // Kills whatever is left of its runs and removes the working directory. Idempotent.
   Status destroy();

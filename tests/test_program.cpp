@@ -413,6 +413,27 @@ TEST(ToolActor, ItsSandboxGoesAndComesBackWithItsSetup) {
   self->wait_for(tools);
   EXPECT_FALSE(std::filesystem::exists(dir));
 
+  // A tool still running when its program ends is killed, not waited for.
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  topology::Tool slow = probe;
+  slow.name = "slow";
+  slow.command = {"sh", "-c", "sleep 30"};
+  slow.setup.clear();
+  slow.timeout_s = 60;
+  caf::actor sleeper = program_roles::spawn_tools(sys, base, "t3", {slow}, cancel);
+  auto asked = self->request(sleeper, std::chrono::seconds(20), program_roles::tool_atom::value, std::string("slow"),
+                             std::string("{}"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  cancel->store(true);
+  std::string slow_out;
+  asked.receive([&](const std::string& r) { slow_out = r; }, [&](caf::error& e) { slow_out = caf::to_string(e); });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_EQ(slow_out, "[cancelled: its program ended (killed)]");
+  self->send_exit(sleeper, caf::exit_reason::user_shutdown);
+  self->wait_for(sleeper);
+  EXPECT_FALSE(std::filesystem::exists(base + "/t3"));
+
   probe.setup = {"sh", "-c", "echo no network here; exit 3"};
   caf::actor broken = program_roles::spawn_tools(sys, base, "t2", {probe});
   std::string out;
