@@ -61,18 +61,16 @@ class BatcherCore {
     if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) {
       // On a paused program registered with `hold` (a source clearing its window, say), it waits
       // for the restore like a request.
-      if (const uint64_t p = holder_of({op->block, op->second})) return hold(p, bytes, rid, sender, defer, 0);
+      if (const uint64_t p = hold_program_of({op->block, op->second}, true)) return hold(p, bytes, rid, sender, defer, 0);
       return on_block_op(rid, *op);
     }
     if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return snapshot(rid, v->view);
     if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
     const Request& req = std::get<Request>(*cmd);
-    std::vector<BlockId> named = req.view;
-    if (req.kind != RequestKind::probe) named.push_back(req.write_to);
-    if (const uint64_t p = holder_of(named)) return hold(p, bytes, rid, sender, defer, growth_pages(req));
+    if (const uint64_t p = hold_program_of(named(req), true)) return hold(p, bytes, rid, sender, defer, growth_pages(req));
     // A request of a program registered with `hold` starts only with room in the pool for all
     // it may write; until then it waits, in arrival order (a scheduler makes the room).
-    if (const uint64_t program = scheduled_program(req)) {
+    if (const uint64_t program = hold_program_of(named(req), false)) {
       if (auto never = never_fits(req, program)) return encode_error_envelope(rid, *never);
       if (!waiting_.empty() || gate_pages(req) > room()) {
         waiting_.push_back(Held{bytes, rid, sender, defer(), growth_pages(req), program});
@@ -141,10 +139,18 @@ class BatcherCore {
     std::vector<Held> held;
   };
 
-  // The id of the paused program with `hold` that owns one of `blocks` (0: none).
-  uint64_t holder_of(const std::vector<BlockId>& blocks) const {
+  // The blocks a request names: its view, and the block it writes.
+  static std::vector<BlockId> named(const Request& r) {
+    std::vector<BlockId> v = r.view;
+    if (r.kind != RequestKind::probe) v.push_back(r.write_to);
+    return v;
+  }
+
+  // The id of the program registered with `hold` (and paused, when `paused`) that owns one of
+  // `blocks` (0: none).
+  uint64_t hold_program_of(const std::vector<BlockId>& blocks, bool paused) const {
     for (const auto& [id, p] : programs_) {
-      if (!p.hold || p.state != 1) continue;
+      if (!p.hold || (paused && p.state != 1)) continue;
       for (BlockId b : p.blocks)
         if (std::find(blocks.begin(), blocks.end(), b) != blocks.end()) return id;
     }
@@ -186,16 +192,6 @@ class BatcherCore {
       if (e.type == Event::Type::finished) subs_.erase(it);
     }
     return freed;
-  }
-
-  // The first program registered with `hold` that owns a block the request names (0: none).
-  uint64_t scheduled_program(const Request& r) const {
-    for (const auto& [id, p] : programs_) {
-      if (!p.hold) continue;
-      for (BlockId b : p.blocks)
-        if (b == r.write_to || std::find(r.view.begin(), r.view.end(), b) != r.view.end()) return id;
-    }
-    return 0;
   }
 
   int64_t block_pages(BlockId b) const {
@@ -284,9 +280,7 @@ class BatcherCore {
       auto cmd = decode_command(h.frame, &rid, &engine_->model().tokenizer);
       const Request* req = cmd ? &std::get<Request>(*cmd) : nullptr;  // it decoded when it came
       std::optional<Error> never = req ? never_fits(*req, h.program) : std::nullopt;
-      std::vector<BlockId> named = req ? req->view : std::vector<BlockId>{};
-      if (req && req->kind != RequestKind::probe) named.push_back(req->write_to);
-      const uint64_t paused = req ? holder_of(named) : 0;  // another program it reads was paused meanwhile
+      const uint64_t paused = req ? hold_program_of(named(*req), true) : 0;  // one it reads was paused meanwhile
       if (req && !never && !paused && gate_pages(*req) > room()) return false;
       Held go = std::move(h);
       waiting_.pop_front();

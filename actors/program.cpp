@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <spdlog/spdlog.h>
-#include <thread>
 #include <unistd.h>
 #include <zmq.hpp>
 

@@ -323,6 +323,4 @@ ProgramManagerStats ProgramManager::stats() const {
   return s;
 }
 
-const ProgramPolicyOptions& ProgramManager::options() const { return impl_->policy.options(); }
-
 }  // namespace chorus

@@ -98,7 +98,6 @@ class ProgramManager {
   void check();       // a check on the caller's thread (tests); returns when it is carried out
 
   ProgramManagerStats stats() const;
-  const ProgramPolicyOptions& options() const;
 
  private:
   struct Impl;
