@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/cuda_linear.h"
 #include "engine/cuda_step_plan.h"
 #include "gpu/cuda_device.h"
 
@@ -33,16 +34,13 @@ Status op(const std::string& err, const char* where) {
     if (Status st_ = (expr); !st_.ok()) return st_; \
   } while (0)
 
-struct Mat {
-  const bf16_bits* w = nullptr;
-  int64_t rows = 0, cols = 0;
-};
+using Mat = CudaMat;
 
 struct Layer {
   const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // q/k/v biases (qwen2), or none
   Mat wq, wk, wv, wo, gate, up, down;
-  void *k_pool = nullptr, *v_pool = nullptr;
+  void *k_pool = nullptr, *v_pool = nullptr;  // null for a linear layer (no KV)
 };
 
 }  // namespace
@@ -75,6 +73,7 @@ struct CudaRunner::Impl {
   // Attention output gates: attn_q's rows [max_tokens][2 q_dim] (query and gate per head), and the gates.
   float *qg = nullptr, *attn_gate = nullptr;
   int n_single = 0;
+  std::unique_ptr<CudaLinear> linear;  // hybrid models: the Gated DeltaNet layers
   cuda::SampleRow* samples = nullptr;  // [max_tokens] draws of one step
   int32_t* sampled = nullptr;          // [max_tokens] their tokens
 
@@ -134,70 +133,16 @@ struct CudaRunner::Impl {
   // so it can be captured.
   Status launch(int T) {
     void* st = dev.stream();
-    const int E = c.n_embd, KVD = c.kv_dim(), HD = c.head_dim, FF = c.n_ff;
-    const bool neox = c.rope_layout == RopeLayout::rope_neox;
-    const float theta_scale = c.rope_theta_scale(), freq_scale = 1.0f / c.rope_scale;
+    const int E = c.n_embd, FF = c.n_ff;
     CHORUS_TRY(op(cuda::embed_rows(embd.w, embd.rows, ids, T, E, x, st), "token_embd"));
     for (int l = 0; l < c.n_layer; ++l) {
       const Layer& L = layers[static_cast<size_t>(l)];
       CHORUS_TRY(op(cuda::rmsnorm(x, L.attn_norm, h, T, E, c.norm_eps, st), "attn_norm"));
-      CHORUS_TRY(stage(h, T, E));
-      if (c.attn_output_gate) {  // each head's query, then its gate: split them
-        CHORUS_TRY(gemm(L.wq, qg, T));
-        CHORUS_TRY(op(cuda::split_query_gate(qg, q, attn_gate, T, c.n_head, HD, st), "attn_q gate"));
+      if (c.is_linear(l)) {
+        CHORUS_TRY(linear->layer(l, h, T));
       } else {
-        CHORUS_TRY(gemm(L.wq, q, T));
+        CHORUS_TRY(attention_block(L, T));
       }
-      CHORUS_TRY(gemm(L.wk, k, T));
-      CHORUS_TRY(gemm(L.wv, v, T));
-      if (L.bq) CHORUS_TRY(op(cuda::add_rows(q, L.bq, T, c.q_dim(), st), "attn_q.bias"));
-      if (L.bk) CHORUS_TRY(op(cuda::add_rows(k, L.bk, T, KVD, st), "attn_k.bias"));
-      if (L.bv) CHORUS_TRY(op(cuda::add_rows(v, L.bv, T, KVD, st), "attn_v.bias"));
-      if (L.q_norm) CHORUS_TRY(op(cuda::rmsnorm(q, L.q_norm, q, T * c.n_head, HD, c.norm_eps, st), "q_norm"));
-      if (L.k_norm) CHORUS_TRY(op(cuda::rmsnorm(k, L.k_norm, k, T * c.n_head_kv, HD, c.norm_eps, st), "k_norm"));
-      CHORUS_TRY(op(cuda::rope(k, pos, T, c.n_head_kv, HD, c.n_rot, theta_scale, freq_scale, neox, st), "rope"));
-      CHORUS_TRY(op(cuda::write_kv(L.k_pool, L.v_pool, opts.kv_bf16, page_stride, KVD, write_page, write_slot, k,
-                                   v, T, st),
-                    "write_kv"));
-      cuda::AttnArgs a;
-      a.q = q;
-      a.k_pool = L.k_pool;
-      a.v_pool = L.v_pool;
-      a.kv_bf16 = opts.kv_bf16;
-      a.page_stride = page_stride;
-      a.kv_stride = KVD;
-      a.page_ids = page_ids;
-      a.segs = segs;
-      a.tokens = tokens;
-      a.n_tokens = T;
-      a.n_heads = c.n_head;
-      a.n_kv_heads = c.n_head_kv;
-      a.head_dim = HD;
-      a.n_rot = c.n_rot;
-      a.theta_scale = theta_scale;
-      a.freq_scale = freq_scale;
-      a.neox = neox;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(HD));
-      a.out = att;
-      if (!tiled) {
-        CHORUS_TRY(op(cuda::attention(a, st), "attention"));
-      } else {  // runs in tiles; single tokens compacted through the per-token kernel and put back
-        CHORUS_TRY(op(cuda::attention_tiled(a, tiles, n_tiles, st), "attention"));
-        if (n_single > 0) {
-          const int QD = c.q_dim();
-          CHORUS_TRY(op(cuda::gather_rows(q, single_rows, n_single, QD, q_single, st), "attention"));
-          cuda::AttnArgs one = a;
-          one.q = q_single;
-          one.tokens = single_table;
-          one.n_tokens = n_single;
-          one.out = att_single;
-          CHORUS_TRY(op(cuda::attention(one, st), "attention"));
-          CHORUS_TRY(op(cuda::scatter_rows(att_single, single_rows, n_single, QD, att, st), "attention"));
-        }
-      }
-      if (c.attn_output_gate) CHORUS_TRY(op(cuda::sigmoid_mul(att, attn_gate, int64_t{T} * c.q_dim(), st), "attention gate"));
-      CHORUS_TRY(stage(att, T, L.wo.cols));
-      CHORUS_TRY(gemm(L.wo, h, T));
       CHORUS_TRY(op(cuda::add(x, h, int64_t{T} * E, st), "residual"));
       CHORUS_TRY(op(cuda::rmsnorm(x, L.ffn_norm, h, T, E, c.norm_eps, st), "ffn_norm"));
       CHORUS_TRY(stage(h, T, E));
@@ -219,6 +164,71 @@ struct CudaRunner::Impl {
     return Status::success();
   }
 
+  // An attention layer's block: h [T][E] (normed input) -> h (its output, before the residual).
+  Status attention_block(const Layer& L, int T) {
+    void* st = dev.stream();
+    const int E = c.n_embd, KVD = c.kv_dim(), HD = c.head_dim;
+    const bool neox = c.rope_layout == RopeLayout::rope_neox;
+    const float theta_scale = c.rope_theta_scale(), freq_scale = 1.0f / c.rope_scale;
+    CHORUS_TRY(stage(h, T, E));
+    if (c.attn_output_gate) {  // each head's query, then its gate: split them
+      CHORUS_TRY(gemm(L.wq, qg, T));
+      CHORUS_TRY(op(cuda::split_query_gate(qg, q, attn_gate, T, c.n_head, HD, st), "attn_q gate"));
+    } else {
+      CHORUS_TRY(gemm(L.wq, q, T));
+    }
+    CHORUS_TRY(gemm(L.wk, k, T));
+    CHORUS_TRY(gemm(L.wv, v, T));
+    if (L.bq) CHORUS_TRY(op(cuda::add_rows(q, L.bq, T, c.q_dim(), st), "attn_q.bias"));
+    if (L.bk) CHORUS_TRY(op(cuda::add_rows(k, L.bk, T, KVD, st), "attn_k.bias"));
+    if (L.bv) CHORUS_TRY(op(cuda::add_rows(v, L.bv, T, KVD, st), "attn_v.bias"));
+    if (L.q_norm) CHORUS_TRY(op(cuda::rmsnorm(q, L.q_norm, q, T * c.n_head, HD, c.norm_eps, st), "q_norm"));
+    if (L.k_norm) CHORUS_TRY(op(cuda::rmsnorm(k, L.k_norm, k, T * c.n_head_kv, HD, c.norm_eps, st), "k_norm"));
+    CHORUS_TRY(op(cuda::rope(k, pos, T, c.n_head_kv, HD, c.n_rot, theta_scale, freq_scale, neox, st), "rope"));
+    CHORUS_TRY(op(cuda::write_kv(L.k_pool, L.v_pool, opts.kv_bf16, page_stride, KVD, write_page, write_slot, k,
+                                 v, T, st),
+                  "write_kv"));
+    cuda::AttnArgs a;
+    a.q = q;
+    a.k_pool = L.k_pool;
+    a.v_pool = L.v_pool;
+    a.kv_bf16 = opts.kv_bf16;
+    a.page_stride = page_stride;
+    a.kv_stride = KVD;
+    a.page_ids = page_ids;
+    a.segs = segs;
+    a.tokens = tokens;
+    a.n_tokens = T;
+    a.n_heads = c.n_head;
+    a.n_kv_heads = c.n_head_kv;
+    a.head_dim = HD;
+    a.n_rot = c.n_rot;
+    a.theta_scale = theta_scale;
+    a.freq_scale = freq_scale;
+    a.neox = neox;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(HD));
+    a.out = att;
+    if (!tiled) {
+      CHORUS_TRY(op(cuda::attention(a, st), "attention"));
+    } else {  // runs in tiles; single tokens compacted through the per-token kernel and put back
+      CHORUS_TRY(op(cuda::attention_tiled(a, tiles, n_tiles, st), "attention"));
+      if (n_single > 0) {
+        const int QD = c.q_dim();
+        CHORUS_TRY(op(cuda::gather_rows(q, single_rows, n_single, QD, q_single, st), "attention"));
+        cuda::AttnArgs one = a;
+        one.q = q_single;
+        one.tokens = single_table;
+        one.n_tokens = n_single;
+        one.out = att_single;
+        CHORUS_TRY(op(cuda::attention(one, st), "attention"));
+        CHORUS_TRY(op(cuda::scatter_rows(att_single, single_rows, n_single, QD, att, st), "attention"));
+      }
+    }
+    if (c.attn_output_gate) CHORUS_TRY(op(cuda::sigmoid_mul(att, attn_gate, int64_t{T} * c.q_dim(), st), "attention gate"));
+    CHORUS_TRY(stage(att, T, L.wo.cols));
+    return gemm(L.wo, h, T);
+  }
+
   // A step table to the device in stream order (forward() keeps `v` alive until its sync).
   template <class T>
   Status put(T* dst, const std::vector<T>& v) {
@@ -234,8 +244,9 @@ Status CudaRunner::check(const ModelConfig& c, const Weights& w) {
   auto unsupported = [&](const std::string& what) {
     return make_error(Errc::unsupported, "the CUDA runner does not run " + what + " yet (" + c.arch + ")");
   };
-  if (c.hybrid()) return unsupported("Gated DeltaNet (hybrid) layers");
   if (c.moe()) return unsupported("mixture-of-experts layers");
+  if (c.hybrid())
+    if (Status s = CudaLinear::check(c, w); !s.ok()) return s;
   if (c.head_dim % 32 != 0 || c.head_dim > 256 || c.n_head / c.n_head_kv > 8)
     return unsupported("head size " + std::to_string(c.head_dim) + " with groups of " +
                        std::to_string(c.n_head / c.n_head_kv) + " (32..256 in steps of 32, groups up to 8)");
@@ -250,10 +261,12 @@ Status CudaRunner::check(const ModelConfig& c, const Weights& w) {
     if (Status s = check_type(w.output, "output"); !s.ok()) return s;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& L = w.layers[l];
+    const bool attention = !c.is_linear(static_cast<int>(l));
     for (const auto& [m, n] : {std::pair{&L.wq, "attn_q"}, std::pair{&L.wk, "attn_k"}, std::pair{&L.wv, "attn_v"},
                                std::pair{&L.wo, "attn_output"}, std::pair{&L.w_gate, "ffn_gate"},
                                std::pair{&L.w_up, "ffn_up"}, std::pair{&L.w_down, "ffn_down"}})
-      if (Status s = check_type(*m, "blk." + std::to_string(l) + "." + n); !s.ok()) return s;
+      if (attention || m == &L.w_gate || m == &L.w_up || m == &L.w_down)
+        if (Status s = check_type(*m, "blk." + std::to_string(l) + "." + n); !s.ok()) return s;
   }
   return Status::success();
 }
@@ -296,13 +309,19 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
       if (!r) return r.error();
       *dst = *r;
     }
+    const bool attention = !c.is_linear(l);
     for (auto [dst, src, name] : {std::tuple{&D.wq, &L.wq, "attn_q"}, std::tuple{&D.wk, &L.wk, "attn_k"},
                                   std::tuple{&D.wv, &L.wv, "attn_v"}, std::tuple{&D.wo, &L.wo, "attn_output"},
                                   std::tuple{&D.gate, &L.w_gate, "ffn_gate"}, std::tuple{&D.up, &L.w_up, "ffn_up"},
                                   std::tuple{&D.down, &L.w_down, "ffn_down"}}) {
+      if (!attention && dst != &D.gate && dst != &D.up && dst != &D.down) continue;
       auto r = m.upload(*src, name);
       if (!r) return r.error();
       *dst = *r;
+    }
+    if (!attention) {  // no KV: its state lives in the linear-state slots
+      m.layers.push_back(D);
+      continue;
     }
     // n_pages, and one spare that the padding tokens of a graphed step write and read.
     auto kp = dev.alloc((opts.n_pages + 1) * m.page_stride * elem, "KV pages");
@@ -313,7 +332,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
     D.v_pool = *vp;
     m.layers.push_back(D);
   }
-  const int64_t widest = std::max({E, QD, FF});
+  const int64_t widest = std::max({E, QD, FF, int64_t{c.gdn.value_dim()}});
   for (auto [dst, n] : {std::pair{&m.x, T * E}, std::pair{&m.h, T * E}, std::pair{&m.q, T * QD}, std::pair{&m.k, T * KVD},
                         std::pair{&m.v, T * KVD}, std::pair{&m.att, T * QD}, std::pair{&m.gate, T * FF},
                         std::pair{&m.up, T * FF}, std::pair{&m.logits, T * int64_t{c.n_vocab}},
@@ -362,6 +381,13 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   auto sampled = m.take<int32_t>(T, "step tables");
   if (!sampled) return sampled.error();
   m.sampled = *sampled;
+  if (c.hybrid()) {
+    const CudaUploads up{[&m](const WeightMatrix& mat, const char* name) { return m.upload(mat, name); },
+                         [&m](const float* v, int64_t n, const char* name) { return m.upload_vec(v, n, name); }};
+    auto linear = CudaLinear::create(c, w, dev, opts.max_tokens, opts.linear_slots, m.xb, up);
+    if (!linear) return linear.error();
+    m.linear = std::move(*linear);
+  }
   return std::unique_ptr<CudaRunner>(new CudaRunner(std::move(impl)));
 }
 
@@ -374,11 +400,15 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   const int T = static_cast<int>(batch.size());
   if (T == 0) return Status::success();
   CHORUS_TRY(check_forward_args(c, m.opts.max_tokens, batch, seqs, views));
-  const CudaStepLimits limits{m.opts.n_pages, m.page_cap, m.opts.graphs, m.opts.graph_max_tokens, m.opts.max_tokens};
+  // Hybrid steps launch directly: their per-sequence launches take pointers that change from
+  // step to step (engine/cuda_linear.h).
+  const CudaStepLimits limits{m.opts.n_pages, m.page_cap, m.opts.graphs && !m.linear, m.opts.graph_max_tokens,
+                              m.opts.max_tokens};
   auto planned = plan_cuda_step(batch, seqs, views, draws, tokens_out != nullptr, limits);
   if (!planned) return planned.error();
   const CudaStepPlan& p = *planned;
   CHORUS_TRY(m.dev.bind());
+  if (m.linear) CHORUS_TRY(m.linear->plan(batch, seqs, views));
   // The tables go up in stream order; `p` outlives them (the sync below).
   CHORUS_TRY(m.put(m.ids, p.ids));
   CHORUS_TRY(m.put(m.pos, p.pos));
@@ -413,16 +443,30 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
       it = m.graphs.emplace(p.n_run, *graph).first;
     }
     CHORUS_TRY(m.dev.launch_graph(it->second));
-  } else {
-    CHORUS_TRY(m.launch(p.n_run));
+  } else if (Status st = m.launch(p.n_run); !st.ok()) {
+    if (m.linear) m.linear->abandon(seqs);
+    return st;
   }
+  Status sampling = Status::success();  // reported after the step's blocks are accounted for
   if (!p.samples.empty()) {
-    CHORUS_TRY(m.put(m.samples, p.samples));
-    CHORUS_TRY(op(cuda::sample_rows(m.logits, p.n_logits_rows(), c.n_vocab, m.samples, static_cast<int>(p.samples.size()),
-                                    m.sampled, m.dev.stream()),
-                  "sample_rows"));
+    sampling = m.put(m.samples, p.samples);
+    if (sampling.ok())
+      sampling = op(cuda::sample_rows(m.logits, p.n_logits_rows(), c.n_vocab, m.samples,
+                                      static_cast<int>(p.samples.size()), m.sampled, m.dev.stream()),
+                    "sample_rows");
   }
-  CHORUS_TRY(m.dev.sync("forward"));
+  if (Status st = m.dev.sync("forward"); !st.ok()) {
+    if (m.linear) m.linear->abandon(seqs);
+    return st;
+  }
+  // The step has written its blocks: their lengths and linear states move on, whatever happens
+  // to the logits below (a hybrid block's state cannot take the same tokens twice).
+  std::vector<int64_t> written(seqs.size(), 0);
+  for (const BatchToken& b : batch)
+    written[static_cast<size_t>(b.seq)] = std::max<int64_t>(written[static_cast<size_t>(b.seq)], b.pos + 1);
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->n_tokens = std::max(seqs[i]->n_tokens, written[i]);
+  if (m.linear) m.linear->finish(seqs);
+  CHORUS_TRY(sampling);
   if (!p.samples.empty()) {
     std::vector<int32_t> picked(p.samples.size());
     CHORUS_TRY(m.dev.download(picked.data(), m.sampled, static_cast<int64_t>(picked.size() * sizeof(int32_t))));
@@ -446,12 +490,7 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
                                     int64_t{c.n_vocab} * static_cast<int64_t>(sizeof(float))));
     ++row;
   }
-  CHORUS_TRY(m.dev.sync("logits"));
-  std::vector<int64_t> written(seqs.size(), 0);
-  for (const BatchToken& b : batch)
-    written[static_cast<size_t>(b.seq)] = std::max<int64_t>(written[static_cast<size_t>(b.seq)], b.pos + 1);
-  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->n_tokens = std::max(seqs[i]->n_tokens, written[i]);
-  return Status::success();
+  return m.dev.sync("logits");
 }
 
 std::string CudaRunner::describe() const {
@@ -464,7 +503,7 @@ int CudaRunner::max_tokens() const { return impl_->opts.max_tokens; }
 // host are every layer's K then V, in layer order.
 size_t CudaRunner::page_bytes() const {
   const Impl& m = *impl_;
-  return m.layers.size() * 2 * static_cast<size_t>(m.page_stride) * (m.opts.kv_bf16 ? 2 : 4);
+  return static_cast<size_t>(m.c.n_kv_layer) * 2 * static_cast<size_t>(m.page_stride) * (m.opts.kv_bf16 ? 2 : 4);
 }
 
 namespace {
@@ -486,6 +525,7 @@ Status CudaRunner::copy_page(int32_t dst, int32_t src) {
   const int64_t bytes = m.page_stride * (m.opts.kv_bf16 ? 2 : 4);
   for (const Layer& L : m.layers)
     for (void* pool : {L.k_pool, L.v_pool}) {
+      if (!pool) continue;  // a linear layer
       auto* base = static_cast<std::byte*>(pool);
       CHORUS_TRY(m.dev.copy(base + dst * bytes, base + src * bytes, bytes));
     }
@@ -499,6 +539,7 @@ Status CudaRunner::save_pages(std::span<const int32_t> pages, std::byte* out) {
   for (int32_t p : pages)
     for (const Layer& L : m.layers)
       for (const void* pool : {L.k_pool, L.v_pool}) {
+        if (!pool) continue;  // a linear layer
         CHORUS_TRY(m.dev.download_async(out, static_cast<const std::byte*>(pool) + p * bytes, bytes));
         out += bytes;
       }
@@ -512,6 +553,7 @@ Status CudaRunner::load_pages(std::span<const int32_t> pages, const std::byte* i
   for (int32_t p : pages)
     for (const Layer& L : m.layers)
       for (void* pool : {L.k_pool, L.v_pool}) {
+        if (!pool) continue;  // a linear layer
         CHORUS_TRY(m.dev.upload_async(static_cast<std::byte*>(pool) + p * bytes, in, bytes));
         in += bytes;
       }

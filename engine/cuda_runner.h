@@ -22,8 +22,10 @@
 // (qwen35's attention layers: attn_q yields a query and a gate per head) multiply the attention
 // output by sigmoid(gate).
 //
-// Not yet: hybrid (Gated DeltaNet) and MoE layers (so no model with output gates runs here yet:
-// the only ones are hybrid).
+// Hybrid models (qwen35): the Gated DeltaNet layers run on the device too, their per-block state
+// in slots (engine/cuda_linear.h); hybrid steps launch directly, not from graphs.
+// Not yet: MoE layers, qwen3next's packed ssm_ba, views with blocks after the writer on a hybrid
+// model.
 //
 // The runner's device buffers come from the device's bump pool and go back when it is
 // destroyed: destroy runners in the reverse order of their creation.
@@ -51,6 +53,9 @@ struct CudaRunnerOptions {
   // size, padded with tokens that touch only a spare page; larger steps launch directly.
   bool graphs = true;
   int graph_max_tokens = 64;
+  // Hybrid models: blocks whose Gated DeltaNet state the device holds at once (each block
+  // written or read; engine/cuda_linear.h gives a slot's size).
+  int linear_slots = 64;
 };
 
 class CudaRunner final : public KvPageStore {

@@ -72,7 +72,7 @@ Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
     SequenceKv& kv = b.extents.back().kv;
     if (mode == PauseMode::offload) {
       b.offloaded = std::move(saved[i]);
-      b.offloaded_linear = kv.linear;  // hybrid models: the linear layers' state stays in host memory
+      b.offloaded_linear = kv.linear;  // hybrid models: the linear state stays (host memory, or its GPU slot)
     }
     kv_.release(kv);
   }

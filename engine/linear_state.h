@@ -60,9 +60,17 @@ struct LinearState {
   // then this block's own (id, n_tokens).
   std::vector<std::pair<uint64_t, int64_t>> run_key;
   std::vector<std::pair<uint64_t, int64_t>> base_key;  // the blocks base_S was composed from
+  // On a GPU (engine/cuda_linear.h), the state lives in a device slot instead of `layers`:
+  // the slot's number (its deleter gives the slot back when the last holder lets go) and the
+  // slot pool it belongs to. Null on the CPU.
+  std::shared_ptr<const int32_t> device_slot;
+  const void* device_owner = nullptr;
+  bool broken = false;  // a GPU step that wrote it failed part-way: undefined (CudaLinear::abandon)
 
   static std::shared_ptr<LinearState> create(const ModelConfig& c);
-  std::shared_ptr<LinearState> clone() const;  // a private copy (new id), for copy-on-write
+  // A private copy (new id), for copy-on-write. A device state's copy has no slot: the CUDA
+  // runner copies its slots itself.
+  std::shared_ptr<LinearState> clone() const;
   size_t bytes() const;
   // Frees the cached view state (run_S, base_S and their tails; the keys with them) of every
   // layer: for a block nobody is writing. The summary stays.

@@ -178,7 +178,8 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
 
   std::vector<LinearGroup> groups;
   if (c_.hybrid())
-    if (Status st = plan_linear(batch, seqs, views, &groups); !st.ok()) return st;
+    if (Status st = plan_linear_groups(chain_reads_, batch, seqs, views, own_linear_state(c_), &groups); !st.ok())
+      return st;
 
   // Segments of each token (the same-step rule: context lengths as the step starts).
   using Seg = AttendSegment;
@@ -322,17 +323,7 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
     SequenceKv& s = *seqs[static_cast<size_t>(b.seq)];
     s.n_tokens = std::max<int64_t>(s.n_tokens, b.pos + 1);
   }
-  for (LinearGroup& g : groups) {  // the cached view states now hold the new tokens too
-    g.key.back().second += static_cast<int64_t>(g.tokens.size());
-    LinearState& st = *seqs[static_cast<size_t>(g.seq)]->linear;
-    st.n_tokens = g.key.back().second;
-    if (g.mode == LinearGroup::Mode::chain) {  // no full state was kept; the base is
-      st.base_key.assign(g.key.begin(), g.key.begin() + static_cast<long>(g.n_base));
-      st.run_key.clear();
-    } else {
-      st.run_key = std::move(g.key);
-    }
-  }
+  finish_linear_groups(groups, seqs);
 
   // Logits for the tokens that want them.
   int64_t n_out = 0;

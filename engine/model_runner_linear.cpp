@@ -18,8 +18,24 @@
 
 namespace chorus {
 
-Status ModelRunner::plan_linear(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
-                                std::span<const View> views, std::vector<LinearGroup>* groups) {
+std::function<Status(SequenceKv&, const LinearGroup&)> own_linear_state(const ModelConfig& c) {
+  return [&c](SequenceKv& s, const LinearGroup& g) -> Status {
+    if (!s.linear) {
+      if (g.start > 0)
+        return make_error(Errc::invalid_argument, "sequence " + std::to_string(g.seq) + " has " +
+                                                      std::to_string(g.start) + " tokens but no linear-layer state");
+      s.linear = LinearState::create(c);
+    } else if (s.linear.use_count() > 1) {
+      s.linear = s.linear->clone();
+    }
+    return Status::success();
+  };
+}
+
+Status plan_linear_groups(bool chain_reads, std::span<const BatchToken> batch,
+                          std::span<SequenceKv* const> seqs, std::span<const View> views,
+                          const std::function<Status(SequenceKv& s, const LinearGroup& g)>& own,
+                          std::vector<LinearGroup>* groups) {
   std::map<int32_t, size_t> index;
   std::vector<int32_t> group_view;
   for (int64_t t = 0; t < static_cast<int64_t>(batch.size()); ++t) {
@@ -45,17 +61,8 @@ Status ModelRunner::plan_linear(std::span<const BatchToken> batch, std::span<Seq
     g.tokens.push_back(t);
   }
   // Own states first (created, or copied when shared), so that the keys below name them.
-  for (LinearGroup& g : *groups) {
-    SequenceKv& s = *seqs[static_cast<size_t>(g.seq)];
-    if (!s.linear) {
-      if (g.start > 0)
-        return make_error(Errc::invalid_argument, "sequence " + std::to_string(g.seq) + " has " +
-                                                      std::to_string(g.start) + " tokens but no linear-layer state");
-      s.linear = LinearState::create(c_);
-    } else if (s.linear.use_count() > 1) {
-      s.linear = s.linear->clone();
-    }
-  }
+  for (LinearGroup& g : *groups)
+    if (Status st = own(*seqs[static_cast<size_t>(g.seq)], g); !st.ok()) return st;
   for (size_t gi = 0; gi < groups->size(); ++gi) {
     LinearGroup& g = (*groups)[gi];
     if (group_view[gi] >= 0) {
@@ -88,7 +95,7 @@ Status ModelRunner::plan_linear(std::span<const BatchToken> batch, std::span<Seq
     using Mode = LinearGroup::Mode;
     if (g.key == own.run_key) {
       g.mode = Mode::cached;
-    } else if (!chain_reads_ || g.tokens.size() > 1) {
+    } else if (!chain_reads || g.tokens.size() > 1) {
       g.mode = Mode::recompose;
     } else {
       // One token and a new view: compose the view's state (then step it each token) unless a
@@ -111,6 +118,20 @@ Status ModelRunner::plan_linear(std::span<const BatchToken> batch, std::span<Seq
     }
   }
   return Status::success();
+}
+
+void finish_linear_groups(std::vector<LinearGroup>& groups, std::span<SequenceKv* const> seqs) {
+  for (LinearGroup& g : groups) {
+    g.key.back().second += static_cast<int64_t>(g.tokens.size());
+    LinearState& st = *seqs[static_cast<size_t>(g.seq)]->linear;
+    st.n_tokens = g.key.back().second;
+    if (g.mode == LinearGroup::Mode::chain) {  // no full state was kept; the base is
+      st.base_key.assign(g.key.begin(), g.key.begin() + static_cast<long>(g.n_base));
+      st.run_key.clear();
+    } else {
+      st.run_key = std::move(g.key);
+    }
+  }
 }
 
 void ModelRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> seqs, std::vector<LinearGroup>& groups) {

@@ -471,9 +471,10 @@ TEST_F(CudaOps, GatedDeltaNetDecodeMatchesTheCpuStep) {
 //  - the runs' summaries [A; B] equal gdn::summary_append in float64;
 //  - a state through a summary (S A + B, cuBLAS) equals the state run through the tokens;
 //  - two composed summaries equal the summary of both runs in one.
+// Head sizes 64 and 16 (half a warp's lanes: the tiny hybrid test model's).
 TEST_F(CudaOps, GatedDeltaNetRunsSummariesAndComposition) {
-  for (const bool kh_mod : {true, false}) {
-    const int hk = 2, hv = 4, dk = 64, dv = 48, n1 = 37, n2 = 5, n = n1 + n2;
+  for (const auto& [kh_mod, dk] : {std::pair{true, 64}, std::pair{false, 64}, std::pair{true, 16}, std::pair{false, 16}}) {
+    const int hk = 2, hv = 4, dv = dk * 3 / 4, n1 = 37, n2 = 5, n = n1 + n2;
     auto q = random_floats(n * hk * dk, 50), k = random_floats(n * hk * dk, 51);
     for (auto* x : {&q, &k})
       for (int r = 0; r < n * hk; ++r) {
@@ -518,16 +519,16 @@ TEST_F(CudaOps, GatedDeltaNetRunsSummariesAndComposition) {
     const auto S_run = get(st, S0.size());
     expect_close(S_run, as_float(S), 2e-5, "gdn_runs state");
     expect_close(get(out, out_want.size()), as_float(out_want), 2e-5, "gdn_runs outputs");
-    // The same tokens through gdn_decode, one token per call.
+    // The same tokens through gdn_decode (head sizes in whole warps), one token per call.
     float* st2 = put(S0);
     float* o2 = room<float>(static_cast<size_t>(hv) * dv);
     float* const* st2p = put(std::vector<float*>{st2});
-    for (int t = 0; t < n; ++t) {
+    for (int t = 0; t < n && dk % 32 == 0; ++t) {
       cuda::GdnDecodeArgs a{st2p, dq + t * hk * dk, dk_ + t * hk * dk, dv_ + t * hv * dv, dg + t * hv, db + t * hv, o2,
                             1, hk, hv, dk, dv, kh_mod};
       ASSERT_EQ(cuda::gdn_decode(a, stream()), "");
     }
-    expect_close(get(st2, S0.size()), S_run, 1e-6, "gdn_runs vs gdn_decode");
+    if (dk % 32 == 0) expect_close(get(st2, S0.size()), S_run, 1e-6, "gdn_runs vs gdn_decode");
     // Both runs' summaries at once, [A; B] per head, from the identity.
     const int64_t per_head = int64_t{dk + dv} * dk;
     std::vector<float> ident(static_cast<size_t>(hv * per_head), 0.0f);
@@ -615,6 +616,80 @@ TEST_F(CudaOps, GatedDeltaNetSmallOps) {
   ASSERT_EQ(cuda::scale(dv, 100, 0.125f, stream()), "");
   for (float& e : v) e *= 0.125f;
   expect_close(get(dv, 100), v, 0, "scale");
+}
+
+// A block's bookkeeping ops (engine/cuda_linear.h), against their definitions: the input
+// window moved on by fewer and by more rows than it keeps, and in place; summaries reset to the
+// identity map; a convolution's rows cut into q, k and v (q dropped too).
+TEST_F(CudaOps, GatedDeltaNetBlockOps) {
+  const int keep = 3, C = 300;
+  for (const int n : {1, 2, 3, 7}) {
+    const auto tail = random_floats(keep * C, 80 + n), x = random_floats(n * C, 90 + n);
+    std::vector<float> all(tail);
+    all.insert(all.end(), x.begin(), x.end());
+    const std::vector<float> want(all.end() - keep * C, all.end());
+    float* dt = put(tail);
+    ASSERT_EQ(cuda::shift_rows(dt, keep, put(x), n, C, stream()), "");
+    expect_close(get(dt, keep * C), want, 0, "shift_rows by " + std::to_string(n));
+  }
+  const int heads = 3, dk = 16, dv = 16;
+  float* m = put(random_floats(heads * (dk + dv) * dk, 99));
+  ASSERT_EQ(cuda::gdn_summary_reset(m, heads, dk, dv, stream()), "");
+  std::vector<float> ident(static_cast<size_t>(heads * (dk + dv) * dk), 0.0f);
+  for (int h = 0; h < heads; ++h)
+    for (int i = 0; i < dk; ++i) ident[static_cast<size_t>(h * (dk + dv) * dk + i * dk + i)] = 1.0f;
+  expect_close(get(m, ident.size()), ident, 0, "gdn_summary_reset");
+  const int rows = 5, kd = 32, vd = 64, width = 2 * kd + vd;
+  const auto y = random_floats(rows * width, 100);
+  std::vector<float> wq, wk, wv;
+  for (int r = 0; r < rows; ++r) {
+    wq.insert(wq.end(), y.begin() + r * width, y.begin() + r * width + kd);
+    wk.insert(wk.end(), y.begin() + r * width + kd, y.begin() + r * width + 2 * kd);
+    wv.insert(wv.end(), y.begin() + r * width + 2 * kd, y.begin() + (r + 1) * width);
+  }
+  float *q = room<float>(wq.size()), *k = room<float>(wk.size()), *v = room<float>(wv.size());
+  float* dy = put(y);
+  ASSERT_EQ(cuda::split_qkv(dy, rows, kd, vd, q, k, v, stream()), "");
+  expect_close(get(q, wq.size()), wq, 0, "split_qkv q");
+  expect_close(get(k, wk.size()), wk, 0, "split_qkv k");
+  expect_close(get(v, wv.size()), wv, 0, "split_qkv v");
+  float* k2 = room<float>(wk.size());
+  ASSERT_EQ(cuda::split_qkv(dy, rows, kd, vd, nullptr, k2, v, stream()), "");
+  expect_close(get(k2, wk.size()), wk, 0, "split_qkv without q");
+
+  // The per-sequence ops of a step on slots: three sequences of 4, 1 and 2 rows in slots 2, 0
+  // and 1 (slots of 1000 floats, the tail part at 100), against the CPU's conv per sequence and
+  // the shift above; then rows copied into slots.
+  const int K = keep + 1, n_rows = 7;
+  const std::vector<int32_t> first = {0, 4, 5, 7}, slot = {2, 0, 1}, row_seq = {0, 0, 0, 0, 1, 2, 2};
+  const int64_t slot_floats = 100 + keep * C + 50, tail_at = 100;
+  auto slots = random_floats(static_cast<int>(3 * slot_floats), 110);
+  const auto xs = random_floats(n_rows * C, 111), w = random_floats(K * C, 112);
+  std::vector<float> want_y(n_rows * C), want_slots = slots;
+  for (int r = 0; r < 3; ++r) {
+    const float* prev = slots.data() + slot[r] * slot_floats + tail_at;
+    const int n = first[r + 1] - first[r];
+    ref().gdn_conv(prev, xs.data() + first[r] * C, n, w.data(), C, K, want_y.data() + first[r] * C);
+    std::vector<float> all(prev, prev + keep * C);
+    all.insert(all.end(), xs.begin() + first[r] * C, xs.begin() + first[r + 1] * C);
+    std::copy(all.end() - keep * C, all.end(), want_slots.begin() + slot[r] * slot_floats + tail_at);
+  }
+  float* dslots = put(slots);
+  float* dx = put(xs);
+  float* dyc = room<float>(n_rows * C);
+  ASSERT_EQ(cuda::gdn_conv_slots(dx, n_rows, put(row_seq), put(first), put(slot), dslots, slot_floats, tail_at, put(w), C,
+                                 K, dyc, stream()),
+            "");
+  expect_close(get(dyc, n_rows * C), want_y, 1e-6, "gdn_conv_slots");
+  ASSERT_EQ(cuda::shift_rows_slots(dslots, slot_floats, tail_at, put(slot), put(first), 3, keep, dx, C, stream()), "");
+  expect_close(get(dslots, want_slots.size()), want_slots, 0, "shift_rows_slots");
+  const std::vector<cuda::SlotRow> moves = {{6, 1, 0}, {0, 2, 3}, {4, 0, 1}};
+  const int at = 10, row_width = 20;
+  for (const cuda::SlotRow& mv : moves)
+    std::copy_n(xs.begin() + mv.src_row * row_width, row_width,
+                want_slots.begin() + mv.slot * slot_floats + at + mv.dst_row * row_width);
+  ASSERT_EQ(cuda::rows_to_slots(dx, row_width, put(moves), 3, dslots, slot_floats, at, stream()), "");
+  expect_close(get(dslots, want_slots.size()), want_slots, 0, "rows_to_slots");
 }
 
 TEST_F(CudaOps, ArgmaxTiesAndNaN) {
@@ -870,6 +945,16 @@ TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
   r.dk = 128;
   r.n_zero_rows = 64;
   EXPECT_NE(cuda::gdn_runs(r, nullptr).find("n_zero_rows 64"), std::string::npos);
+  r.dk = 48;
+  EXPECT_NE(cuda::gdn_runs(r, nullptr).find("dk 48 (16, or a multiple of 32"), std::string::npos);
+  EXPECT_NE(cuda::shift_rows(&x, 16, &x, 1, 8, nullptr).find("keep 16 (0..15)"), std::string::npos);
+  EXPECT_NE(cuda::gdn_summary_reset(&x, 0, 16, 16, nullptr).find("0 heads"), std::string::npos);
+  EXPECT_NE(cuda::split_qkv(&x, -1, 8, 8, nullptr, &x, &x, nullptr).find("-1 rows"), std::string::npos);
+  EXPECT_NE(cuda::gdn_conv_slots(&x, 1, nullptr, nullptr, nullptr, &x, 1, 0, &x, 8, 1, &x, nullptr).find("width 2..16"),
+            std::string::npos);
+  EXPECT_NE(cuda::shift_rows_slots(&x, 1, 0, nullptr, nullptr, 1, 3, &x, 8, nullptr).find("a null pointer"),
+            std::string::npos);
+  EXPECT_NE(cuda::rows_to_slots(&x, 0, nullptr, 1, &x, 1, 0, nullptr).find("1 rows of 0"), std::string::npos);
 }
 
 #else

@@ -136,6 +136,9 @@ TEST(CudaRunner, TinyLlamaQuantizedMatchesTheCpu) { gpu_matches_cpu(goldens("tin
 TEST(CudaRunner, TinyQwen3MatchesTheCpu) { gpu_matches_cpu(goldens("tiny_qwen3.gguf"), true); }
 // qwen2: q/k/v biases.
 TEST(CudaRunner, TinyQwen2MatchesTheCpu) { gpu_matches_cpu(goldens("tiny_qwen2.gguf"), false); }
+// qwen35: Gated DeltaNet layers (37 tokens: a block head, 32 body tokens folded into the
+// summary, 2 waiting in the compact buffer; the decode token appends to it) and gated attention.
+TEST(CudaRunner, TinyQwen35MatchesTheCpu) { gpu_matches_cpu(goldens("tiny_qwen35.gguf"), false); }
 TEST(CudaRunner, DefaultModelMatchesTheCpu) {
   if (!std::ifstream(default_model_path()).good()) GTEST_SKIP() << "default model not at " << default_model_path();
   gpu_matches_cpu(default_model_path(), false);
@@ -143,10 +146,11 @@ TEST(CudaRunner, DefaultModelMatchesTheCpu) {
 
 // On the GPU, three blocks written one after another, each seeing the ones before through a
 // view, then a fourth reading all three, give the logits of one contiguous block of the same
-// tokens, for two orders.
-TEST(CudaRunner, ViewsEqualContiguousEncoding) {
+// tokens, for two orders. On the hybrid model each view's linear state is composed from the
+// blocks' summaries on the device (heads convolved again with the tail before them).
+void views_equal_contiguous(const std::string& file) {
   Pair p;
-  const std::string why = load(goldens("tiny_llama_f32.gguf"), &p);
+  const std::string why = load(goldens(file), &p);
   if (!why.empty()) GTEST_SKIP() << why;
   ASSERT_TRUE(p.gpu_runner);
   const std::vector<std::vector<TokenId>> parts = {random_tokens(*p.model, 21, 5), random_tokens(*p.model, 16, 6),
@@ -176,13 +180,16 @@ TEST(CudaRunner, ViewsEqualContiguousEncoding) {
     p.kv->release(one[0]);
   }
 }
+TEST(CudaRunner, ViewsEqualContiguousEncoding) { views_equal_contiguous("tiny_llama_f32.gguf"); }
+TEST(CudaRunner, HybridViewsEqualContiguousEncoding) { views_equal_contiguous("tiny_qwen35.gguf"); }
 
 // One step that mixes sequences, as the batcher builds them: a writer appending 3 tokens through
 // a view of a context block, and another block decoding 2 tokens on its own; the logits of each
-// one's last token against the CPU's for the same step.
-TEST(CudaRunner, MixedStepMatchesTheCpu) {
+// one's last token against the CPU's for the same step. `interleave` mixes the two sequences'
+// tokens in the batch (the hybrid layers gather them by sequence and put them back).
+void mixed_step_matches_cpu(const std::string& file, bool interleave) {
   Pair p;
-  const std::string why = load(goldens("tiny_llama_f32.gguf"), &p);
+  const std::string why = load(goldens(file), &p);
   if (!why.empty()) GTEST_SKIP() << why;
   ASSERT_TRUE(p.gpu_runner);
   const auto ctx = random_tokens(*p.model, 20, 11), own = random_tokens(*p.model, 9, 12);
@@ -198,6 +205,7 @@ TEST(CudaRunner, MixedStepMatchesTheCpu) {
     std::vector<BatchToken> batch;
     for (int i = 0; i < 3; ++i) batch.push_back({w_new[i], i, 1, i == 2, 0});
     for (int i = 0; i < 2; ++i) batch.push_back({o_new[i], static_cast<int32_t>(own.size()) + i, 2, i == 1, -1});
+    if (interleave) batch = {batch[0], batch[3], batch[1], batch[4], batch[2]};  // logits rows: other, then writer
     std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1], &blocks[2]};
     std::vector<float> logits(2 * static_cast<size_t>(p.model->config.n_vocab));
     const Status st = gpu ? p.gpu_runner->forward(batch, ptrs, logits.data(), views)
@@ -211,10 +219,74 @@ TEST(CudaRunner, MixedStepMatchesTheCpu) {
     const std::vector<float> g(got.begin() + r * V, got.begin() + (r + 1) * V),
         w(want.begin() + r * V, want.begin() + (r + 1) * V);
     const double err = rel_l2(g, w);
-    std::printf("  mixed step, row %zu: rel L2 %.3e vs the CPU\n", r, err);
+    std::printf("  %s mixed step%s, row %zu: rel L2 %.3e vs the CPU\n", file.c_str(), interleave ? " (interleaved)" : "",
+                r, err);
     EXPECT_LT(err, 3e-2);
     expect_same_pick(g, w, 0.02);
   }
+}
+TEST(CudaRunner, MixedStepMatchesTheCpu) { mixed_step_matches_cpu("tiny_llama_f32.gguf", false); }
+TEST(CudaRunner, HybridMixedStepMatchesTheCpu) {
+  mixed_step_matches_cpu("tiny_qwen35.gguf", false);
+  mixed_step_matches_cpu("tiny_qwen35.gguf", true);
+}
+
+// A hybrid block shared whole (KvCache::share_prefix) is copied on the device when one holder
+// writes: both go on as the CPU's do, neither seeing the other's tokens.
+TEST(CudaRunner, SharedHybridBlockIsCopiedOnWrite) {
+  Pair p;
+  const std::string why = load(goldens("tiny_qwen35.gguf"), &p);
+  if (!why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(p.gpu_runner) << "CudaRunner::create failed";
+  const auto ctx = random_tokens(*p.model, 20, 41), a = random_tokens(*p.model, 3, 42), b = random_tokens(*p.model, 2, 43);
+  std::vector<std::vector<float>> out[2];
+  for (const bool gpu : {false, true}) {
+    std::vector<SequenceKv> blocks(2);
+    write(p, gpu, blocks, 0, ctx, {}, -1);
+    p.kv->share_prefix(blocks[0], 20, &blocks[1]);
+    ASSERT_TRUE(p.kv->copy_on_write(blocks[1], 20, p.model->config.n_kv_layer).ok());
+    out[gpu].push_back(write(p, gpu, blocks, 1, a, {}, -1));
+    ASSERT_TRUE(p.kv->copy_on_write(blocks[0], 20, p.model->config.n_kv_layer).ok());
+    out[gpu].push_back(write(p, gpu, blocks, 0, b, {}, -1));
+    out[gpu].push_back(write(p, gpu, blocks, 1, b, {}, -1));
+    for (auto& blk : blocks) p.kv->release(blk);
+  }
+  for (size_t i = 0; i < out[0].size(); ++i) {
+    const double err = rel_l2(out[1][i], out[0][i]);
+    std::printf("  shared block, write %zu: rel L2 %.3e vs the CPU\n", i, err);
+    EXPECT_LT(err, 3e-2);
+    expect_same_pick(out[1][i], out[0][i], 0.02);
+  }
+}
+
+// Linear-state slots are a fixed pool: one more block than it holds is refused with a message
+// that names the option, and a released block's slot serves the next one.
+TEST(CudaRunner, LinearSlotsRunOutClearlyAndComeBack) {
+  Pair p;
+  const std::string why = load(goldens("tiny_qwen35.gguf"), &p);
+  if (!why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(p.gpu_runner);
+  p.gpu_runner.reset();
+  auto r = CudaRunner::create(p.model->config, p.model->weights, *p.gpu,
+                              {.max_tokens = 32, .n_pages = kPages, .linear_slots = 2});
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  p.gpu_runner = std::move(*r);
+  std::vector<SequenceKv> blocks(3);
+  const auto toks = random_tokens(*p.model, 5, 51);
+  write(p, true, blocks, 0, toks, {}, -1);
+  write(p, true, blocks, 1, toks, {}, -1);
+  std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1], &blocks[2]};
+  ASSERT_TRUE(p.kv->reserve(blocks[2], 1).ok());
+  const std::vector<BatchToken> one = {{toks[0], 0, 2, true, -1}};
+  std::vector<float> logits(static_cast<size_t>(p.model->config.n_vocab));
+  const Status st = p.gpu_runner->forward(one, ptrs, logits.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("all 2 linear-state slots are in use"), std::string::npos) << st.error().message;
+  EXPECT_NE(st.error().message.find("linear_slots"), std::string::npos) << st.error().message;
+  p.kv->release(blocks[0]);
+  write(p, true, blocks, 2, {toks[0]}, {}, -1);
+  EXPECT_EQ(blocks[2].n_tokens, 1);
+  for (auto& b : blocks) p.kv->release(b);
 }
 
 // Decode steps replayed from CUDA graphs (padded to a power of two) give the logits of the same
@@ -304,20 +376,37 @@ TEST(CudaRunner, CheckSaysWhatItRunsWithoutADevice) {
     EXPECT_TRUE(m.ok()) << file;
     return m.ok() ? CudaRunner::check((*m)->config, (*m)->weights) : Status::success();
   };
-  for (const char* ok : {"tiny_llama_f32.gguf", "tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_qwen3.gguf"})
+  for (const char* ok : {"tiny_llama_f32.gguf", "tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_qwen3.gguf", "tiny_qwen35.gguf"})
     EXPECT_TRUE(check(ok).ok()) << ok << ": " << check(ok).error().message;
-  const Status hybrid = check("tiny_qwen35.gguf");
-  ASSERT_FALSE(hybrid.ok());
-  EXPECT_NE(hybrid.error().message.find("Gated DeltaNet"), std::string::npos) << hybrid.error().message;
+  for (const char* moe : {"tiny_qwen35moe.gguf", "tiny_qwen3next_f32.gguf"}) {
+    const Status st = check(moe);
+    ASSERT_FALSE(st.ok()) << moe;
+    EXPECT_NE(st.error().message.find("mixture-of-experts"), std::string::npos) << st.error().message;
+  }
 }
 
 TEST(CudaRunner, RefusesWhatItDoesNotRunYet) {
   Pair p;
-  const std::string why = load(goldens("tiny_qwen35.gguf"), &p);
+  const std::string why = load(goldens("tiny_qwen35moe.gguf"), &p);
   if (!why.empty()) GTEST_SKIP() << why;
   auto r = CudaRunner::create(p.model->config, p.model->weights, *p.gpu, {.max_tokens = 8, .n_pages = 8});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("Gated DeltaNet"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("mixture-of-experts"), std::string::npos) << r.error().message;
+  // A hybrid model's view that puts a block after its writer (read through the query on the CPU).
+  Pair h;
+  ASSERT_EQ(load(goldens("tiny_qwen35.gguf"), &h), "");
+  ASSERT_TRUE(h.gpu_runner);
+  std::vector<SequenceKv> blocks(2);
+  write(h, true, blocks, 1, random_tokens(*h.model, 4, 61), {}, -1);
+  ASSERT_TRUE(h.kv->reserve(blocks[0], 1).ok());
+  std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1]};
+  const std::vector<View> views = {{0, 1}};
+  const std::vector<BatchToken> one = {{5, 0, 0, true, 0}};
+  std::vector<float> logits(static_cast<size_t>(h.model->config.n_vocab));
+  const Status st = h.gpu_runner->forward(one, ptrs, logits.data(), views);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("puts blocks after it"), std::string::npos) << st.error().message;
+  for (auto& b : blocks) h.kv->release(b);
 }
 
 }  // namespace

@@ -15,11 +15,14 @@ constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kChunk = 32;  // tokens staged in shared memory at a time
 
-template <int D>  // D = dk / 32
+// D = dk / 32, rounded up; kDk the head size when it is D * 32 (known at compile time), or 0:
+// dk = a.dk below D * 32 (dk 16), a lane's entries past dk being zeros.
+template <int D, int kDk>
 __global__ void __launch_bounds__(kWarps * 32) gdn_runs_kernel(GdnRunsArgs a) {
-  constexpr int dk = D * 32;
-  __shared__ float ks[kChunk][dk];
-  __shared__ float qs[kChunk][dk];
+  constexpr int width = D * 32;
+  const int dk = kDk > 0 ? kDk : a.dk;
+  __shared__ float ks[kChunk][width];
+  __shared__ float qs[kChunk][width];
   const int h = blockIdx.x, run = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kh = a.kh_mod ? h % a.n_k_heads : h / (a.n_v_heads / a.n_k_heads);
@@ -34,17 +37,20 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_runs_kernel(GdnRunsArgs a) {
   for (int r = 0; r < kRowsPerWarp; ++r) {
     row[r] = blockIdx.z * kRowsPerBlock + warp * kRowsPerWarp + r;
 #pragma unroll
-    for (int d = 0; d < D; ++d) s[r][d] = row[r] < n_rows ? M[static_cast<int64_t>(row[r]) * dk + lane + 32 * d] : 0.0f;
+    for (int d = 0; d < D; ++d) {
+      const int col = lane + 32 * d;
+      s[r][d] = row[r] < n_rows && col < dk ? M[static_cast<int64_t>(row[r]) * dk + col] : 0.0f;
+    }
   }
 
   for (int c0 = t0; c0 < t1; c0 += kChunk) {
     const int n = min(kChunk, t1 - c0);
     __syncthreads();  // the previous chunk is no longer read
-    for (int idx = threadIdx.x; idx < n * dk; idx += blockDim.x) {
-      const int j = idx / dk, d = idx % dk;
+    for (int idx = threadIdx.x; idx < n * width; idx += blockDim.x) {
+      const int j = idx / width, d = idx % width;
       const int64_t at = (static_cast<int64_t>(c0 + j) * a.n_k_heads + kh) * dk + d;
-      ks[j][d] = a.k[at];
-      qs[j][d] = outputs ? a.q[at] : 0.0f;
+      ks[j][d] = d < dk ? a.k[at] : 0.0f;
+      qs[j][d] = outputs && d < dk ? a.q[at] : 0.0f;
     }
     __syncthreads();
     for (int j = 0; j < n; ++j) {
@@ -83,14 +89,16 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_runs_kernel(GdnRunsArgs a) {
   for (int r = 0; r < kRowsPerWarp; ++r)
     if (row[r] < n_rows)
 #pragma unroll
-      for (int d = 0; d < D; ++d) M[static_cast<int64_t>(row[r]) * dk + lane + 32 * d] = s[r][d];
+      for (int d = 0; d < D; ++d)
+        if (lane + 32 * d < dk) M[static_cast<int64_t>(row[r]) * dk + lane + 32 * d] = s[r][d];
 }
 
 }  // namespace
 
 std::string gdn_runs(const GdnRunsArgs& a, Stream s) {
   auto bad = [](const std::string& what) { return shape_error("gdn_runs", what); };
-  if (a.dk < 32 || a.dk > 128 || a.dk % 32 != 0) return bad("dk " + std::to_string(a.dk) + " (a multiple of 32, 32..128)");
+  if (a.dk != 16 && (a.dk < 32 || a.dk > 128 || a.dk % 32 != 0))
+    return bad("dk " + std::to_string(a.dk) + " (16, or a multiple of 32 up to 128)");
   if (a.dv < 1) return bad("dv " + std::to_string(a.dv));
   if (a.n_zero_rows != 0 && a.n_zero_rows != a.dk)
     return bad("n_zero_rows " + std::to_string(a.n_zero_rows) + " (0: states, dk: summaries)");
@@ -105,11 +113,12 @@ std::string gdn_runs(const GdnRunsArgs& a, Stream s) {
   const dim3 grid(a.n_v_heads, a.n_runs, (n_rows + kRowsPerBlock - 1) / kRowsPerBlock);
   if (grid.z > 65535) return bad(std::to_string(n_rows) + " rows per head");
   cudaStream_t st = stream_of(s);
-  switch (a.dk / 32) {
-    case 1: gdn_runs_kernel<1><<<grid, kWarps * 32, 0, st>>>(a); break;
-    case 2: gdn_runs_kernel<2><<<grid, kWarps * 32, 0, st>>>(a); break;
-    case 3: gdn_runs_kernel<3><<<grid, kWarps * 32, 0, st>>>(a); break;
-    default: gdn_runs_kernel<4><<<grid, kWarps * 32, 0, st>>>(a); break;
+  switch (a.dk) {
+    case 16: gdn_runs_kernel<1, 0><<<grid, kWarps * 32, 0, st>>>(a); break;
+    case 32: gdn_runs_kernel<1, 32><<<grid, kWarps * 32, 0, st>>>(a); break;
+    case 64: gdn_runs_kernel<2, 64><<<grid, kWarps * 32, 0, st>>>(a); break;
+    case 96: gdn_runs_kernel<3, 96><<<grid, kWarps * 32, 0, st>>>(a); break;
+    default: gdn_runs_kernel<4, 128><<<grid, kWarps * 32, 0, st>>>(a); break;
   }
   return launch_status("gdn_runs");
 }

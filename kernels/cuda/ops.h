@@ -181,7 +181,7 @@ std::string gdn_decode(const GdnDecodeArgs& a, Stream s);
 //   n_zero_rows = dk: a summary, A [dk][dk] then B [dv][dk] (kernels/cpu/gdn.h): A's rows take
 //                     value 0 (A <- A A_t), B's rows value v (B <- B A_t + B_t); out null.
 // q, k: [n_tokens][n_k_heads][dk]; v: [n_tokens][n_v_heads][dv]; g, beta: [n_tokens][n_v_heads];
-// key head as gdn_decode's (kh_mod). dk a multiple of 32 up to 128 (Qwen3.5 and Qwen3-Next: 128).
+// key head as gdn_decode's (kh_mod). dk 16 or a multiple of 32 up to 128 (Qwen3.5 and Qwen3-Next: 128).
 struct GdnRunsArgs {
   float* const* mats;        // [n_runs] device pointers
   const int32_t* run_first;  // [n_runs + 1] token ranges, device
@@ -195,6 +195,36 @@ struct GdnRunsArgs {
   bool kh_mod;
 };
 std::string gdn_runs(const GdnRunsArgs& a, Stream s);
+
+// A block's Gated DeltaNet state on the device (engine/cuda_linear.h):
+// tail [keep][C] <- the last `keep` rows of (tail ++ x[0..n)), in place (keep <= 15): the K-1
+// inputs a causal convolution reads before the next token.
+std::string shift_rows(float* tail, int keep, const float* x, int n, int C, Stream s);
+// Each of n_heads summaries [dk + dv][dk] (A then B, as gdn_runs's) set to the identity map:
+// A = I, B = 0.
+std::string gdn_summary_reset(float* m, int n_heads, int dk, int dv, Stream s);
+// y [n][2 kd + vd] (a convolution's [q | k | v]) into q [n][kd] (q may be null: dropped),
+// k [n][kd] and v [n][vd].
+std::string split_qkv(const float* y, int n, int kd, int vd, float* q, float* k, float* v, Stream s);
+
+// The same for all the sequences of a step at once, each sequence's slot named by number: a
+// slot's part at offset o is base + slot * slot_floats + o. Rows are in sequence order:
+// sequence r owns rows [first[r], first[r+1]) and row_seq[t] is the sequence of row t.
+// gdn_conv over every sequence's rows, each with its own K-1 inputs before them (the part at
+// tail_offset of its slot, [K-1][C]).
+std::string gdn_conv_slots(const float* x, int n, const int32_t* row_seq, const int32_t* first, const int32_t* slot,
+                           const float* base, int64_t slot_floats, int64_t tail_offset, const float* w, int C, int K,
+                           float* y, Stream s);
+// shift_rows of each sequence's tail (the part at `offset`) by its rows of x.
+std::string shift_rows_slots(float* base, int64_t slot_floats, int64_t offset, const int32_t* slot, const int32_t* first,
+                             int n_seqs, int keep, const float* x, int C, Stream s);
+// Row src_row of src [..][width] to row dst_row of the part at `offset` of slot `slot`, for each
+// of n entries (a block's appended head or compact rows).
+struct SlotRow {
+  int32_t src_row, slot, dst_row;
+};
+std::string rows_to_slots(const float* src, int width, const SlotRow* rows, int n, float* base, int64_t slot_floats,
+                          int64_t offset, Stream s);
 
 // out[r] = the index of the largest of logits[r] (n values; the lowest index among equals; NaN
 // never wins).

@@ -2,9 +2,9 @@
 """`--device cpu|cuda|auto` on the command line (apps/chorus/gpu_choice.h), on any machine.
 
 Without a usable GPU: `auto` runs on the CPU, says why on stderr and prints exactly what `cpu`
-prints; `cuda` fails with a message naming the reason. With one: both run. Either way a model
-the CUDA runner does not run yet (a hybrid one) is named by `cuda` and left to the CPU by `auto`,
-and an unknown device is refused.
+prints; `cuda` fails with a message naming the reason. With one: both run (a hybrid model too).
+Either way a model the CUDA runner does not run yet (a mixture-of-experts one) is named by `cuda`
+and left to the CPU by `auto`, and an unknown device is refused.
 
 usage: test_device_flag.py CHORUS GOLDENS_DIR
 """
@@ -23,7 +23,7 @@ def run(chorus, model, *args):
 
 def main():
     chorus, goldens = sys.argv[1], sys.argv[2]
-    dense, hybrid = f"{goldens}/tiny_llama_f32.gguf", f"{goldens}/tiny_qwen35.gguf"
+    dense, hybrid, moe = (f"{goldens}/{f}.gguf" for f in ("tiny_llama_f32", "tiny_qwen35", "tiny_qwen35moe"))
 
     cpu = run(chorus, dense, "--device", "cpu")
     assert cpu.returncode == 0 and cpu.stdout.strip(), cpu.stderr
@@ -39,15 +39,18 @@ def main():
     else:
         assert cuda.returncode == 0 and cuda.stdout.strip(), cuda.stderr
 
-    # A hybrid model: cuda names what the CUDA runner lacks; auto leaves it to the CPU.
-    h_cpu = run(chorus, hybrid, "--device", "cpu")
-    assert h_cpu.returncode == 0, h_cpu.stderr
+    # A hybrid model runs where the dense one does.
     h_cuda = run(chorus, hybrid, "--device", "cuda")
-    assert h_cuda.returncode != 0
-    assert "Gated DeltaNet" in h_cuda.stderr or "without CUDA" in h_cuda.stderr, h_cuda.stderr
-    h_auto = run(chorus, hybrid, "--device", "auto")
-    assert h_auto.returncode == 0 and "running on the CPU" in h_auto.stderr, h_auto.stderr
-    assert h_auto.stdout == h_cpu.stdout
+    assert (h_cuda.returncode != 0) == on_cpu, h_cuda.stderr
+    # A MoE model: cuda names what the CUDA runner lacks; auto leaves it to the CPU.
+    m_cpu = run(chorus, moe, "--device", "cpu")
+    assert m_cpu.returncode == 0, m_cpu.stderr
+    m_cuda = run(chorus, moe, "--device", "cuda")
+    assert m_cuda.returncode != 0
+    assert "mixture-of-experts" in m_cuda.stderr or "without CUDA" in m_cuda.stderr, m_cuda.stderr
+    m_auto = run(chorus, moe, "--device", "auto")
+    assert m_auto.returncode == 0 and "running on the CPU" in m_auto.stderr, m_auto.stderr
+    assert m_auto.stdout == m_cpu.stdout
 
     bad = run(chorus, dense, "--device", "tpu")
     assert bad.returncode != 0 and "cpu" in bad.stderr and "cuda" in bad.stderr, bad.stderr

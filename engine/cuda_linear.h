@@ -1,0 +1,94 @@
+// The Gated DeltaNet layers of hybrid models (qwen35) on a CUDA device, for the CudaRunner: the
+// CPU's per-block linear state (engine/linear_state.h) kept in device slots, with the same
+// plan (plan_linear_groups) and the same arithmetic, so a view's state is composed from the
+// blocks it lists without running their tokens again.
+//
+// A slot holds, per linear layer, one block's
+//   head     the raw inputs [K-1][conv_dim] and (g, beta) of its first min(n, K-1) tokens (their
+//            k and v depend on the block before it in a view: convolved again when composed),
+//   tail     the raw inputs of its last min(n, K-1) tokens, right-aligned in [K-1][conv_dim],
+//   body     the tokens after the head: the affine summary [A; B] per value head ([dk + dv][dk],
+//            kernels/cuda/ops.h gdn_runs) of all but the last (n_body mod dk), which wait in a
+//            compact buffer of fewer than dk tokens (their L2-normalised k, v, g, beta) and are
+//            folded into [A; B] when it fills: an append costs a row copy, not an O(dk^2)
+//            update of A and B per token;
+//   run      the state S [Hv][dv][dk] and convolution tail of the view the block is written
+//            under (LinearState::run_key says which): a writer whose view is unchanged steps it.
+// How many tokens each part holds follows from the block's length alone.
+//
+// A step (per linear layer): the projections of all tokens (rows gathered by sequence when the
+// batch interleaves them), the gates; then for each writer whose view changed, its view's state
+// composed afresh (S = 0, then per block its head tokens through the recurrence, its summary by
+// cuBLAS, its compact tokens), a prefix shared by several writers composed once; then every
+// writer's tokens through the recurrence from its state in one gdn_runs launch, appended to its
+// block; then the gated RMSNorm and the output projection.
+//
+// Not yet (the runner refuses them with a message): views that put blocks after the block being
+// written (read through the query on the CPU, GdnBlockOps::query_through), the qwen3next layout
+// (packed ssm_ba), and CUDA graphs for hybrid steps (per-sequence launches take pointers that
+// change from step to step; they launch directly).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "base/status.h"
+#include "engine/model_runner.h"
+#include "kernels/cuda/ops.h"
+
+namespace chorus {
+
+class CudaDevice;
+
+// A weight matrix on the device, bf16 [rows][cols].
+struct CudaMat {
+  const cuda::bf16_bits* w = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
+// How the runner uploads weights (once, at create): matrices to bf16, vectors as f32.
+struct CudaUploads {
+  std::function<Result<CudaMat>(const WeightMatrix&, const char*)> matrix;
+  std::function<Result<const float*>(const float*, int64_t, const char*)> vec;
+};
+
+class CudaLinear {
+ public:
+  // Whether these linear layers can run here: an error (Errc::unsupported) naming what cannot.
+  static Status check(const ModelConfig& c, const Weights& w);
+  // Floats of one slot (every linear layer of one block).
+  static int64_t slot_floats(const ModelConfig& c);
+  // `xb` is the runner's bf16 staging buffer, [max_tokens][at least max(n_embd, value_dim)].
+  // Errors: the device pool too small for the weights, the slots or the activations.
+  static Result<std::unique_ptr<CudaLinear>> create(const ModelConfig& c, const Weights& w, CudaDevice& dev,
+                                                    int max_tokens, int n_slots, cuda::bf16_bits* xb,
+                                                    const CudaUploads& up);
+  ~CudaLinear();
+
+  // Before a step's launches: groups, modes and slots (a written block gets one, or a copy of
+  // a shared one). Errors: as plan_linear_groups, no free slot, a block whose linear state is
+  // not in this runner's slots, a view with blocks after its writer.
+  Status plan(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, std::span<const View> views);
+  // Launches model layer l (a linear layer) over the step's T tokens: h [T][n_embd] holds the
+  // normed input and gets the layer's output. Nothing synchronizes.
+  Status layer(int l, float* h, int T);
+  // After the step has run: the written blocks' lengths and cached views.
+  void finish(std::span<SequenceKv* const> seqs);
+  // After a step that failed once its layers had started: the written blocks' states are
+  // undefined (some layers appended, others not), so they are marked broken and every later
+  // step that reads or writes them fails, naming the sequence. Everything that can fail
+  // without a device error (slots, tables, views) fails in plan(), before any layer runs.
+  void abandon(std::span<SequenceKv* const> seqs);
+
+  int slots() const;
+  int slots_in_use() const;
+
+ private:
+  struct Impl;
+  explicit CudaLinear(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chorus
