@@ -1,4 +1,5 @@
 #include "engine/cuda_linear.h"
+#include "engine/cuda_op.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,15 +17,7 @@ namespace chorus {
 
 namespace {
 
-Status op(const std::string& err, const char* where) {
-  if (err.empty()) return Status::success();
-  return make_error(Errc::internal, std::string(where) + ": " + err);
-}
-
-#define CHORUS_TRY(expr)                              \
-  do {                                                \
-    if (Status st_ = (expr); !st_.ok()) return st_; \
-  } while (0)
+using cuda_detail::op;
 
 // Free slots, shared with the states' deleters (a state may outlive the runner).
 struct SlotPool {
@@ -266,7 +259,7 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
                                                        int max_tokens, int n_slots, cuda::bf16_bits* xb,
                                                        const CudaUploads& up) {
   if (Status s = check(c, w); !s.ok()) return s.error();
-  if (n_slots < 1) return make_error(Errc::invalid_argument, "CUDA runner: linear_slots must be positive");
+  if (n_slots < 0) return make_error(Errc::invalid_argument, "CUDA runner: linear_slots must not be negative");
   auto impl = std::make_unique<Impl>(c, dev, max_tokens);
   Impl& m = *impl;
   m.xb = xb;
@@ -308,6 +301,10 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
     }
   }
   m.slot_size = slot_floats(c);
+  if (n_slots == 0) {  // 64, or what half of the pool left fits
+    const int64_t fits = (dev.pool_bytes() - dev.pool_used()) / 2 / (m.slot_size * 4);
+    n_slots = static_cast<int>(std::clamp<int64_t>(fits, 1, 64));
+  }
   auto slots = dev.alloc(m.slot_size * n_slots * 4, "linear-state slots");
   if (!slots) return slots.error();
   m.slot_mem = static_cast<float*>(*slots);

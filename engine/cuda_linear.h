@@ -61,6 +61,7 @@ class CudaLinear {
   // Floats of one slot (every linear layer of one block).
   static int64_t slot_floats(const ModelConfig& c);
   // `xb` is the runner's bf16 staging buffer, [max_tokens][at least max(n_embd, value_dim)].
+  // n_slots 0: CudaRunnerOptions::linear_slots's default.
   // Errors: the device pool too small for the weights, the slots or the activations.
   static Result<std::unique_ptr<CudaLinear>> create(const ModelConfig& c, const Weights& w, CudaDevice& dev,
                                                     int max_tokens, int n_slots, cuda::bf16_bits* xb,

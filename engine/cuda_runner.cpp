@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/cuda_linear.h"
+#include "engine/cuda_op.h"
 #include "engine/cuda_step_plan.h"
 #include "gpu/cuda_device.h"
 
@@ -23,16 +24,7 @@ namespace {
 
 using cuda::bf16_bits;
 
-// A CUDA op's "" or error text as a Status, naming where in the model it ran.
-Status op(const std::string& err, const char* where) {
-  if (err.empty()) return Status::success();
-  return make_error(Errc::internal, std::string(where) + ": " + err);
-}
-
-#define CHORUS_TRY(expr)                      \
-  do {                                        \
-    if (Status st_ = (expr); !st_.ok()) return st_; \
-  } while (0)
+using cuda_detail::op;
 
 using Mat = CudaMat;
 

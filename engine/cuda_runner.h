@@ -54,8 +54,9 @@ struct CudaRunnerOptions {
   bool graphs = true;
   int graph_max_tokens = 64;
   // Hybrid models: blocks whose Gated DeltaNet state the device holds at once (each block
-  // written or read; engine/cuda_linear.h gives a slot's size).
-  int linear_slots = 64;
+  // written or read; engine/cuda_linear.h gives a slot's size). 0: 64, or as many as half of
+  // the device pool left after the runner's other buffers holds, if fewer (at least 1).
+  int linear_slots = 0;
 };
 
 class CudaRunner final : public KvPageStore {

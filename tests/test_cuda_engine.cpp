@@ -26,11 +26,11 @@ struct Engines {
   std::unique_ptr<Engine> on_cpu, on_gpu;
 };
 
-// Both engines over the tiny llama, or the reason they cannot run.
-std::string make(Engines* e) {
+// Both engines over a tiny model (the llama by default), or the reason they cannot run.
+std::string make(Engines* e, const std::string& file = "tiny_llama_f32.gguf") {
   const CudaInfo info = cuda_info();
   if (info.device_count == 0) return "no CUDA device: " + info.error;
-  test::load_model(test::goldens_dir() + "/tiny_llama_f32.gguf", &e->model, &e->cpu);
+  test::load_model(test::goldens_dir() + "/" + file, &e->model, &e->cpu);
   auto gpu = CudaDevice::create({.device = 0, .pool_bytes = int64_t{2} << 30});
   EXPECT_TRUE(gpu.ok()) << gpu.error().to_string();
   if (!gpu) return "";
@@ -83,9 +83,11 @@ std::vector<BlockId> program(Engine& e) {
   return {p, t, w};
 }
 
-TEST(CudaEngine, ProbesMatchTheCpuEngine) {
+// The engine on the GPU, probes over a three-block program (on the hybrid model, each block's
+// Gated DeltaNet state composed on the device from the blocks before it), against the CPU engine.
+void probes_match(const std::string& file) {
   Engines e;
-  const std::string why = make(&e);
+  const std::string why = make(&e, file);
   if (!why.empty()) GTEST_SKIP() << why;
   ASSERT_TRUE(e.on_cpu && e.on_gpu);
   const auto want = probe(*e.on_cpu, program(*e.on_cpu));
@@ -96,6 +98,8 @@ TEST(CudaEngine, ProbesMatchTheCpuEngine) {
   std::printf("  probe probabilities, GPU engine vs CPU engine: max abs difference %.3e\n", worst);
   EXPECT_LT(worst, 2e-2) << "bf16 weights and activations on the GPU (an estimate; see the printed value)";
 }
+TEST(CudaEngine, ProbesMatchTheCpuEngine) { probes_match("tiny_llama_f32.gguf"); }
+TEST(CudaEngine, HybridProbesMatchTheCpuEngine) { probes_match("tiny_qwen35.gguf"); }
 
 // fork(a, 20) shares a's first two pages; writing the fork's position 20 (inside the second,
 // shared page) copies that page on the device. The source block is unchanged, and the fork's
