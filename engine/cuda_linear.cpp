@@ -116,11 +116,18 @@ struct CudaLinear::Impl {
       return make_error(Errc::out_of_range, "CUDA linear layers: the step's tables take more than " +
                                                 std::to_string(host_tables.size()) +
                                                 " bytes (fewer sequences or shorter views per step)");
-    std::memcpy(host_tables.data() + at, v.data(), bytes);
+    if (bytes > 0) std::memcpy(host_tables.data() + at, v.data(), bytes);
     tables_used = at + bytes;
     return reinterpret_cast<T*>(dev_tables + at);
   }
-  Status flush() { return dev.upload_async(dev_tables, host_tables.data(), static_cast<int64_t>(tables_used)); }
+  // The upload reads host_tables: until the step's sync, plan() must not write them again
+  // (a step that failed before its sync leaves `uploading` set, and the next plan() waits).
+  Status flush() {
+    uploading = true;
+    return dev.upload_async(dev_tables, host_tables.data(), static_cast<int64_t>(tables_used));
+  }
+  bool uploading = false;
+  int n_linear = 0;
 
   template <class T, class P>
   Status put_into(const std::vector<T>& v, P* dst) {
@@ -282,6 +289,7 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
     const LayerWeights& L = w.layers[static_cast<size_t>(l)];
     Impl::Layer& D = m.layers[static_cast<size_t>(l)];
     D.index = static_cast<int>(n_linear);
+    m.n_linear = static_cast<int>(n_linear) + 1;
     D.offset = n_linear++ * m.layer_floats;
     for (auto [dst, src, name] : {std::tuple{&D.qkv, &L.w_qkv, "attn_qkv"}, std::tuple{&D.z, &L.w_z, "attn_gate"},
                                   std::tuple{&D.beta, &L.w_beta, "ssm_beta"}, std::tuple{&D.alpha, &L.w_alpha, "ssm_alpha"},
@@ -333,6 +341,8 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
 Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
                         std::span<const View> views) {
   Impl& m = *impl_;
+  if (m.uploading) CHORUS_TRY(m.dev.sync("the previous step's tables"));
+  m.uploading = false;
   m.groups.clear();
   m.tables_used = 0;
   // A written block: a slot of its own (zeroed, its summaries the identity map), or a copy of
@@ -460,7 +470,8 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
 }
 
 void CudaLinear::abandon(std::span<SequenceKv* const> seqs) {
-  for (const LinearGroup& g : impl_->groups) seqs[static_cast<size_t>(g.seq)]->linear->broken = true;
+  for (const LinearGroup& g : impl_->groups)
+    if (const auto& s = seqs[static_cast<size_t>(g.seq)]->linear) s->broken = true;
 }
 
 Status CudaLinear::layer(int l, float* h, int T) {
@@ -524,6 +535,10 @@ Status CudaLinear::layer(int l, float* h, int T) {
         std::tuple{m.beta, m.Hv, m.compact_dev, m.n_compact_rows, m.o_cb}})
     CHORUS_TRY(op(cuda::rows_to_slots(src, width, rows, n, m.slot_mem, m.slot_size, L.offset + part, st), "gdn append"));
 
+  if (L.index + 1 == m.n_linear && m.next_run != m.run_mats.size())
+    return make_error(Errc::internal, "CUDA linear layers: the step made " + std::to_string(m.next_run) + " of the " +
+                                          std::to_string(m.run_mats.size()) + " gdn runs its plan made");
+
   // 4. The 1/sqrt(dk) query scale, RMSNorm(o_h) * silu(z_h) per head, the output projection.
   CHORUS_TRY(op(cuda::scale(m.o, int64_t{T} * m.vd, 1.0f / std::sqrt(static_cast<float>(m.dk)), st), "gdn scale"));
   CHORUS_TRY(op(cuda::rmsnorm(m.o, L.norm, m.o, T * m.Hv, m.dk, m.c.norm_eps, st), "ssm_norm"));
@@ -534,7 +549,10 @@ Status CudaLinear::layer(int l, float* h, int T) {
   return op(cuda::scatter_rows(m.in, m.order_dev, T, m.c.n_embd, h, st), "gdn scatter");
 }
 
-void CudaLinear::finish(std::span<SequenceKv* const> seqs) { finish_linear_groups(impl_->groups, seqs); }
+void CudaLinear::finish(std::span<SequenceKv* const> seqs) {
+  impl_->uploading = false;  // the step's sync has passed the upload
+  finish_linear_groups(impl_->groups, seqs);
+}
 
 int CudaLinear::slots() const { return impl_->pool->n; }
 

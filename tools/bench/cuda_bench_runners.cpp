@@ -379,13 +379,13 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
   const ModelConfig& c = m->c;
   constexpr int64_t kPages = 2048;
   constexpr int kPrompt = 1024, kNotes = 128, kSteps = 32, kChunk = 512;
-  auto kv = KvCache::create(c, kPages);
-  if (!kv) die(kv.error().to_string());
   const int64_t mark = dev.mark();
   const auto t0 = std::chrono::steady_clock::now();
   auto r = CudaRunner::create(c, m->w, dev, {.max_tokens = kChunk, .n_pages = kPages, .kv_bf16 = true, .linear_slots = 48});
   if (!r) die(r.error().to_string());
   CudaRunner& runner = **r;
+  auto kv = KvCache::create(c, kPages, &runner);  // the page bookkeeping; the pages are the runner's
+  if (!kv) die(kv.error().to_string());
   std::printf("\nQwen3.5-9B shapes through the CUDA runner (random bf16 weights uploaded in %.1f s; bf16 KV)\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::mt19937 rng(5);
