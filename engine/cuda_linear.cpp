@@ -2,6 +2,8 @@
 #include "engine/cuda_op.h"
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -78,27 +80,36 @@ struct CudaLinear::Impl {
   std::vector<int32_t> order;       // order[i]: the batch row at group-ordered row i
   bool identity = true;             // the batch is already in group order
   std::vector<int32_t> first;       // [groups + 1] each group's first row
-  std::vector<int32_t> slot_of;     // [groups] the written block's slot
+  std::vector<int32_t> slot_of;     // [groups (+ padding)] the written block's slot
+  int n_groups = 0;                 // with the padding group of a graphed step
+  int32_t pad_slot = 0;             // the slot padding rows run through (never a block's)
   // Every layer appends the same rows to the same places: the head rows (raw inputs, g, beta)
-  // and the rows that wait in the compact buffer (k, v, g, beta); a group whose buffer fills
-  // folds it and its new tokens into the summary first.
+  // and the rows that join the buffer (k, v, g, beta). A group whose buffer cannot take its new
+  // tokens folds the buffer into the summary before the step (prepare()); one with more new
+  // tokens than a buffer holds (a prefill) folds those in the layer, all but the last
+  // (new mod dk).
   struct Fold {
     size_t group;
-    int64_t n_buffered, row, n;  // the buffer's tokens, then the step's rows [row, row + n)
+    int64_t row, n;  // the step's rows [row, row + n), in the layer
   };
   std::vector<Fold> folds;
+  std::vector<std::pair<size_t, int64_t>> prefolds;  // (group, buffered tokens) before the step
+  std::vector<int64_t> own_dense;                    // [groups] body tokens in [A; B] after the prefolds
+  std::vector<int64_t> new_dense;                    // [groups] ... and after the step
   int n_head_rows = 0, n_compact_rows = 0;
   // On the device (in the step's tables): order, each row's group, first, slot_of, the rows to
   // append, and per linear layer the groups' run states (gdn_runs' matrices).
   const int32_t *order_dev = nullptr, *row_seq_dev = nullptr, *first_dev = nullptr, *slot_dev = nullptr;
   const cuda::SlotRow *head_dev = nullptr, *compact_dev = nullptr;
   float* const* states_dev = nullptr;
-  // Distinct prefixes to compose (blocks as slots and lengths), and which one each group uses.
+  // Distinct prefixes to compose (blocks as slot, length and body tokens in [A; B]), and which
+  // groups use each.
   struct Prefix {
-    std::vector<std::pair<int32_t, int64_t>> blocks;
+    std::vector<std::tuple<int32_t, int64_t, int64_t>> blocks;
     std::vector<size_t> users;
   };
   std::vector<Prefix> prefixes;
+  bool graphable = false;  // no fold in the layers: the step's layer launches can be a graph
 
   Impl(const ModelConfig& config, CudaDevice& device, int T)
       : c(config), dev(device), d(config.gdn), max_tokens(T), C(d.conv_dim()), K1(d.conv_kernel - 1),
@@ -149,10 +160,10 @@ struct CudaLinear::Impl {
                         summary ? dk : 0, d.tiled_heads};
     return op(cuda::gdn_runs(a, dev.stream()), summary ? "gdn summary" : "gdn runs");
   }
-  // The runs apply_block(l, slot, n, S, ...) makes, planned.
-  void plan_apply(int64_t n, float* S) {
+  // The runs apply_block(l, slot, n, dense, S, ...) makes, planned.
+  void plan_apply(int64_t n, int64_t dense, float* S) {
     if (n == 0) return;
-    const int64_t n_head = std::min<int64_t>(n, K1), n_compact = (n - n_head) % dk;
+    const int64_t n_head = std::min<int64_t>(n, K1), n_compact = n - n_head - dense;
     for (const int64_t t1 : {n_head, n_compact}) {
       if (t1 <= 0) continue;
       run_mats.push_back(S);
@@ -160,9 +171,9 @@ struct CudaLinear::Impl {
     }
   }
 
-  // S (with S2 as scratch) and tail <- through block `slot` at n tokens of layer l (the CPU's
-  // GdnBlockOps::apply_block, then advance_tail).
-  Status apply_block(int l, int32_t slot, int64_t n, float* S, float* S2, float* tail) {
+  // S (with S2 as scratch) and tail <- through block `slot` at n tokens, `dense` of them in its
+  // summary, in layer l (the CPU's GdnBlockOps::apply_block, then advance_tail).
+  Status apply_block(int l, int32_t slot, int64_t n, int64_t dense, float* S, float* S2, float* tail) {
     if (n == 0) return Status::success();
     const Layer& L = layers[static_cast<size_t>(l)];
     float* B = part(slot, l);
@@ -174,8 +185,8 @@ struct CudaLinear::Impl {
       CHORUS_TRY(op(cuda::l2norm_rows(ck, n_head * Hk, dk, c.norm_eps, st), "gdn head l2norm"));
       CHORUS_TRY(runs(S, false, ck, cv, B + o_head_g, B + o_head_b, 0, n_head));
     }
-    const int64_t n_body = n - n_head, n_compact = n_body % dk;
-    if (n_body - n_compact > 0) {  // S <- S A + B, per value head
+    const int64_t n_compact = n - n_head - dense;
+    if (dense > 0) {  // S <- S A + B, per value head
       const int64_t per_head = int64_t{dk + dk} * dk;
       CHORUS_TRY(cuda_affine_f32_batched(dev, S, B + o_AB, B + o_AB + int64_t{dk} * dk, S2, dk, dk, dk,
                                          int64_t{dk} * dk, per_head, per_head, int64_t{dk} * dk, Hv));
@@ -313,9 +324,11 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
     const int64_t fits = (dev.pool_bytes() - dev.pool_used()) / 2 / (m.slot_size * 4);
     n_slots = static_cast<int>(std::clamp<int64_t>(fits, 1, 64));
   }
-  auto slots = dev.alloc(m.slot_size * n_slots * 4, "linear-state slots");
+  auto slots = dev.alloc(m.slot_size * (n_slots + 1) * 4, "linear-state slots");  // + 1: padding
   if (!slots) return slots.error();
   m.slot_mem = static_cast<float*>(*slots);
+  m.pad_slot = n_slots;
+  if (Status st = dev.zero(m.slot_mem + m.pad_slot * m.slot_size, m.slot_size * 4); !st.ok()) return st.error();
   m.pool->n = n_slots;
   for (int32_t i = n_slots - 1; i >= 0; --i) m.pool->free.push_back(i);
   const int64_t T = max_tokens;
@@ -339,7 +352,7 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
 }
 
 Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
-                        std::span<const View> views) {
+                        std::span<const View> views, int n_run) {
   Impl& m = *impl_;
   if (m.uploading) CHORUS_TRY(m.dev.sync("the previous step's tables"));
   m.uploading = false;
@@ -373,8 +386,12 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
     return Status::success();
   };
   CHORUS_TRY(plan_linear_groups(false, batch, seqs, views, own, &m.groups));
+  const int T = static_cast<int>(batch.size());
+  if (n_run < T) return make_error(Errc::internal, "CUDA linear layers: a step of " + std::to_string(T) +
+                                                       " tokens launched as " + std::to_string(n_run));
 
-  // Group order: each group's tokens together, groups in the order they first appear.
+  // Group order: each group's tokens together, groups in the order they first appear; then
+  // the padding rows of a graphed step, as one more group in the padding slot.
   const auto G = m.groups.size();
   m.order.clear();
   m.first.assign(1, 0);
@@ -390,39 +407,71 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
                                                ": its view puts blocks after it, which the CUDA runner's linear layers "
                                                "do not read yet (the CPU reads them through the query)");
   }
+  if (n_run > T) {
+    for (int32_t t = T; t < n_run; ++t) m.order.push_back(t);
+    m.first.push_back(n_run);
+    m.slot_of.push_back(m.pad_slot);
+  }
+  m.n_groups = static_cast<int>(m.slot_of.size());
   m.identity = true;
   for (size_t i = 0; i < m.order.size(); ++i) m.identity = m.identity && m.order[i] == static_cast<int32_t>(i);
+  // Body tokens already in each written block's summary, after this step's prefolds.
+  std::map<int32_t, int64_t> dense_now;  // by sequence, for the blocks this step writes
+  auto dense_of = [&](int32_t seq) {
+    auto it = dense_now.find(seq);
+    return it != dense_now.end() ? it->second : seqs[static_cast<size_t>(seq)]->linear->device_dense;
+  };
   // Where each group's new tokens go in its block: positions below K-1 are head rows; the rest
-  // join the compact buffer, which holds the body's last (n_body mod dk) tokens; when it fills,
-  // it and the new tokens are folded into [A; B], all but the last (buffered + new) mod dk.
+  // join the buffer after the tokens already there. A buffer that cannot take them is folded
+  // into [A; B] before the step; more new tokens than a buffer holds are folded in the layer,
+  // all but the last (new mod dk).
   std::vector<int32_t> row_seq;
   std::vector<cuda::SlotRow> head, compact;
   m.folds.clear();
+  m.prefolds.clear();
+  m.new_dense.assign(G, 0);
+  m.own_dense.assign(G, 0);
   for (size_t r = 0; r < G; ++r) {
     const int32_t f = m.first[r], n = m.first[r + 1] - f, slot = m.slot_of[r];
     const int64_t start = m.groups[r].start;
-    row_seq.insert(row_seq.end(), static_cast<size_t>(n), static_cast<int32_t>(r));
+    const LinearState& st = *seqs[static_cast<size_t>(m.groups[r].seq)]->linear;
+    int64_t dense = st.device_dense;
     const int64_t head_end = std::min<int64_t>(start + n, m.K1);
     for (int64_t p = start; p < head_end; ++p)
       head.push_back({static_cast<int32_t>(f + p - start), slot, static_cast<int32_t>(p)});
     const int64_t s0 = std::max<int64_t>(0, head_end - start), added = n - s0;
-    if (added <= 0) continue;
-    const int64_t buffered = std::max<int64_t>(0, start - m.K1) % m.dk, row = f + s0;
-    int64_t folded = 0, at = buffered;
-    if (buffered + added >= m.dk) {
-      folded = added - (buffered + added) % m.dk;
-      m.folds.push_back({r, buffered, row, folded});
-      at = 0;
+    int64_t buffered = std::max<int64_t>(0, start - m.K1) - dense;
+    if (buffered < 0 || buffered > m.dk)
+      return make_error(Errc::internal, "sequence " + std::to_string(m.groups[r].seq) + ": " + std::to_string(buffered) +
+                                            " buffered linear-layer tokens");
+    if (added > 0 && buffered + added > m.dk && buffered > 0) {
+      m.prefolds.emplace_back(r, buffered);
+      dense += buffered;
+      buffered = 0;
+    }
+    dense_now[m.groups[r].seq] = dense;
+    m.own_dense[r] = dense;
+    const int64_t row = f + s0;
+    int64_t folded = 0;
+    if (added > m.dk) {  // then the buffer is empty
+      folded = added - added % m.dk;
+      m.folds.push_back({r, row, folded});
     }
     for (int64_t i = folded; i < added; ++i)
-      compact.push_back({static_cast<int32_t>(row + i), slot, static_cast<int32_t>(at++)});
+      compact.push_back({static_cast<int32_t>(row + i), slot, static_cast<int32_t>(buffered++)});
+    m.new_dense[r] = dense + folded;
   }
+  for (int r = 0; r < m.n_groups; ++r)
+    row_seq.insert(row_seq.end(), static_cast<size_t>(m.first[static_cast<size_t>(r) + 1] - m.first[static_cast<size_t>(r)]), r);
   m.n_head_rows = static_cast<int>(head.size());
   m.n_compact_rows = static_cast<int>(compact.size());
+  m.graphable = m.folds.empty();
+  // The tables the layers read first, in a fixed order: their addresses depend only on the sizes
+  // a graph is keyed by (graph_key()).
   std::vector<float*> states;
   for (int l = 0; l < m.c.n_layer; ++l)
     if (m.c.is_linear(l))
-      for (size_t r = 0; r < G; ++r) states.push_back(m.part(m.slot_of[r], l) + m.o_S);
+      for (int32_t slot : m.slot_of) states.push_back(m.part(slot, l) + m.o_S);
   CHORUS_TRY(m.put_into(m.order, &m.order_dev));
   CHORUS_TRY(m.put_into(row_seq, &m.row_seq_dev));
   CHORUS_TRY(m.put_into(m.first, &m.first_dev));
@@ -435,39 +484,72 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
   for (size_t gi = 0; gi < G; ++gi) {
     LinearGroup& g = m.groups[gi];
     if (g.mode == LinearGroup::Mode::cached) continue;
-    std::vector<std::pair<int32_t, int64_t>> blocks;
+    std::vector<std::tuple<int32_t, int64_t, int64_t>> blocks;
     for (const auto& [blk, n] : g.prefix) {
       auto s = m.slot(*seqs[static_cast<size_t>(blk)], blk);
       if (!s) return s.error();
-      blocks.emplace_back(*s, n);
+      blocks.emplace_back(*s, n, dense_of(blk));
     }
     auto it = std::find_if(m.prefixes.begin(), m.prefixes.end(), [&](const Impl::Prefix& p) { return p.blocks == blocks; });
     if (it == m.prefixes.end()) it = m.prefixes.insert(m.prefixes.end(), Impl::Prefix{std::move(blocks), {}});
     it->users.push_back(gi);
   }
-  // The single-matrix runs of every layer, in layer()'s order: compositions, then folds.
+  // The single-matrix runs, in the order they are made: per linear layer the prefolds and the
+  // compositions (prepare()), then per linear layer the folds (layer()).
   m.run_mats.clear();
   m.run_ranges.clear();
   m.next_run = 0;
+  auto add_run = [&m](float* mat, int64_t t0, int64_t t1) {
+    if (t1 <= t0) return;
+    m.run_mats.push_back(mat);
+    m.run_ranges.insert(m.run_ranges.end(), {static_cast<int32_t>(t0), static_cast<int32_t>(t1)});
+  };
   for (int l = 0; l < m.c.n_layer; ++l) {
     if (!m.c.is_linear(l)) continue;
+    for (const auto& [r, n] : m.prefolds) add_run(m.part(m.slot_of[r], l) + m.o_AB, 0, n);
     for (const Impl::Prefix& p : m.prefixes) {
-      for (const auto& [slot, n] : p.blocks) m.plan_apply(n, m.cS);
-      for (size_t gi : p.users) m.plan_apply(m.groups[gi].start, m.part(m.slot_of[gi], l) + m.o_S);
-    }
-    for (const Impl::Fold& f : m.folds) {
-      float* AB = m.part(m.slot_of[f.group], l) + m.o_AB;
-      for (const auto& [t0, t1] : {std::pair{int64_t{0}, f.n_buffered}, std::pair{f.row, f.row + f.n}}) {
-        if (t1 <= t0) continue;
-        m.run_mats.push_back(AB);
-        m.run_ranges.insert(m.run_ranges.end(), {static_cast<int32_t>(t0), static_cast<int32_t>(t1)});
-      }
+      for (const auto& [slot, n, dense] : p.blocks) m.plan_apply(n, dense, m.cS);
+      for (size_t r : p.users) m.plan_apply(m.groups[r].start, m.own_dense[r], m.part(m.slot_of[r], l) + m.o_S);
     }
   }
+  for (int l = 0; l < m.c.n_layer; ++l)
+    if (m.c.is_linear(l))
+      for (const Impl::Fold& f : m.folds) add_run(m.part(m.slot_of[f.group], l) + m.o_AB, f.row, f.row + f.n);
   CHORUS_TRY(m.put_into(m.run_mats, &m.run_mats_dev));
   CHORUS_TRY(m.put_into(m.run_ranges, &m.run_ranges_dev));
   return m.flush();
 }
+
+Status CudaLinear::prepare() {
+  Impl& m = *impl_;
+  for (int l = 0; l < m.c.n_layer; ++l) {
+    if (!m.c.is_linear(l)) continue;
+    for (const auto& [r, n] : m.prefolds) {  // buffers that cannot take the step's tokens
+      float* B = m.part(m.slot_of[r], l);
+      CHORUS_TRY(m.runs(B + m.o_AB, true, B + m.o_ck, B + m.o_cv, B + m.o_cg, B + m.o_cb, 0, static_cast<int>(n)));
+    }
+    // The view states that changed, composed from the blocks' summaries as the step found them.
+    for (const Impl::Prefix& p : m.prefixes) {
+      CHORUS_TRY(m.dev.zero(m.cS, m.state_floats() * 4));
+      CHORUS_TRY(m.dev.zero(m.ctail, int64_t{m.K1} * m.C * 4));
+      for (const auto& [slot, n, dense] : p.blocks) CHORUS_TRY(m.apply_block(l, slot, n, dense, m.cS, m.cS2, m.ctail));
+      for (size_t r : p.users) {  // then each writer's own block as it is before the step
+        float* B = m.part(m.slot_of[r], l);
+        CHORUS_TRY(m.dev.copy(B + m.o_S, m.cS, m.state_floats() * 4));
+        CHORUS_TRY(m.dev.copy(B + m.o_run_tail, m.ctail, int64_t{m.K1} * m.C * 4));
+        CHORUS_TRY(m.apply_block(l, m.slot_of[r], m.groups[r].start, m.own_dense[r], B + m.o_S, m.cS2, B + m.o_run_tail));
+      }
+    }
+  }
+  return Status::success();
+}
+
+std::array<int64_t, 4> CudaLinear::graph_key() const {
+  const Impl& m = *impl_;
+  return {m.n_groups, m.n_head_rows, m.n_compact_rows, m.identity};
+}
+
+bool CudaLinear::graphable() const { return impl_->graphable; }
 
 void CudaLinear::abandon(std::span<SequenceKv* const> seqs) {
   for (const LinearGroup& g : impl_->groups)
@@ -494,22 +576,11 @@ Status CudaLinear::layer(int l, float* h, int T) {
   CHORUS_TRY(m.gemm(L.alpha, m.al, T));
   CHORUS_TRY(op(cuda::gdn_gates(m.al, m.bl, L.dt_bias, L.ssm_a, T, m.Hv, m.g, m.beta, st), "gdn gates"));
 
-  // 2. The view states that changed, composed from the blocks' summaries as the step found them.
-  for (const Impl::Prefix& p : m.prefixes) {
-    CHORUS_TRY(m.dev.zero(m.cS, m.state_floats() * 4));
-    CHORUS_TRY(m.dev.zero(m.ctail, int64_t{m.K1} * m.C * 4));
-    for (const auto& [slot, n] : p.blocks) CHORUS_TRY(m.apply_block(l, slot, n, m.cS, m.cS2, m.ctail));
-    for (size_t gi : p.users) {
-      float* B = m.part(m.slot_of[gi], l);
-      CHORUS_TRY(m.dev.copy(B + m.o_S, m.cS, m.state_floats() * 4));
-      CHORUS_TRY(m.dev.copy(B + m.o_run_tail, m.ctail, int64_t{m.K1} * m.C * 4));
-      CHORUS_TRY(m.apply_block(l, m.slot_of[gi], m.groups[gi].start, B + m.o_S, m.cS2, B + m.o_run_tail));
-    }
-  }
+  // 2. (The view states that changed were composed by prepare().)
 
   // 3. Each group's tokens: convolution with its view's tail, factors, the recurrence from its
   // view state (all groups in one launch each), then into its block: tails, folds, new rows.
-  const int G = static_cast<int>(m.groups.size());
+  const int G = m.n_groups;
   CHORUS_TRY(op(cuda::gdn_conv_slots(m.qkv, T, m.row_seq_dev, m.first_dev, m.slot_dev, m.slot_mem, m.slot_size,
                                      L.offset + m.o_run_tail, L.conv, m.C, m.K1 + 1, m.y, st),
                 "gdn conv"));
@@ -523,11 +594,9 @@ Status CudaLinear::layer(int l, float* h, int T) {
     CHORUS_TRY(op(cuda::shift_rows_slots(m.slot_mem, m.slot_size, L.offset + part, m.slot_dev, m.first_dev, G, m.K1,
                                          m.qkv, m.C, st),
                   "gdn tails"));
-  for (const Impl::Fold& f : m.folds) {  // before the buffer takes new rows
-    float* B = m.part(m.slot_of[f.group], l);
-    CHORUS_TRY(m.runs(B + m.o_AB, true, B + m.o_ck, B + m.o_cv, B + m.o_cg, B + m.o_cb, 0, static_cast<int>(f.n_buffered)));
-    CHORUS_TRY(m.runs(B + m.o_AB, true, m.k, m.v, m.g, m.beta, static_cast<int>(f.row), static_cast<int>(f.row + f.n)));
-  }
+  for (const Impl::Fold& f : m.folds)  // a prefill's tokens beyond what a buffer holds
+    CHORUS_TRY(m.runs(m.part(m.slot_of[f.group], l) + m.o_AB, true, m.k, m.v, m.g, m.beta, static_cast<int>(f.row),
+                      static_cast<int>(f.row + f.n)));
   for (const auto& [src, width, rows, n, part] :
        {std::tuple{m.qkv, m.C, m.head_dev, m.n_head_rows, m.o_head_x}, std::tuple{m.g, m.Hv, m.head_dev, m.n_head_rows, m.o_head_g},
         std::tuple{m.beta, m.Hv, m.head_dev, m.n_head_rows, m.o_head_b}, std::tuple{m.k, m.kd, m.compact_dev, m.n_compact_rows, m.o_ck},
@@ -550,8 +619,11 @@ Status CudaLinear::layer(int l, float* h, int T) {
 }
 
 void CudaLinear::finish(std::span<SequenceKv* const> seqs) {
-  impl_->uploading = false;  // the step's sync has passed the upload
-  finish_linear_groups(impl_->groups, seqs);
+  Impl& m = *impl_;
+  m.uploading = false;  // the step's sync has passed the upload
+  for (size_t r = 0; r < m.groups.size(); ++r)
+    seqs[static_cast<size_t>(m.groups[r].seq)]->linear->device_dense = m.new_dense[r];
+  finish_linear_groups(m.groups, seqs);
 }
 
 int CudaLinear::slots() const { return impl_->pool->n; }

@@ -8,27 +8,29 @@
 //            k and v depend on the block before it in a view: convolved again when composed),
 //   tail     the raw inputs of its last min(n, K-1) tokens, right-aligned in [K-1][conv_dim],
 //   body     the tokens after the head: the affine summary [A; B] per value head ([dk + dv][dk],
-//            kernels/cuda/ops.h gdn_runs) of all but the last (n_body mod dk), which wait in a
-//            compact buffer of fewer than dk tokens (their L2-normalised k, v, g, beta) and are
-//            folded into [A; B] when it fills: an append costs a row copy, not an O(dk^2)
-//            update of A and B per token;
+//            kernels/cuda/ops.h gdn_runs) of the first LinearState::device_dense of them, and
+//            the rest (at most dk) in a buffer (their L2-normalised k, v, g, beta), folded into
+//            [A; B] when a step's tokens do not fit: an append costs a row copy, not an
+//            O(dk^2) update of A and B per token;
 //   run      the state S [Hv][dv][dk] and convolution tail of the view the block is written
 //            under (LinearState::run_key says which): a writer whose view is unchanged steps it.
-// How many tokens each part holds follows from the block's length alone.
+// How many tokens each part holds follows from the block's length and device_dense.
 //
-// A step (per linear layer): the projections of all tokens (rows gathered by sequence when the
-// batch interleaves them), the gates; then for each writer whose view changed, its view's state
-// composed afresh (S = 0, then per block its head tokens through the recurrence, its summary by
-// cuBLAS, its compact tokens), a prefix shared by several writers composed once; then every
-// writer's tokens through the recurrence from its state in one gdn_runs launch, appended to its
-// block; then the gated RMSNorm and the output projection.
+// A step: first (prepare(), outside any graph) the buffers that cannot take the step's tokens
+// folded, and for each writer whose view changed, its view's state composed afresh in every
+// linear layer (S = 0, then per block its head tokens through the recurrence, its summary by
+// cuBLAS, its buffered tokens), a prefix shared by several writers composed once. Then per
+// linear layer: the projections of all tokens (rows gathered by sequence when the batch
+// interleaves them), the gates, every writer's tokens through the recurrence from its state
+// (one launch for all), appended to its block; the gated RMSNorm and the output projection.
+// These layer launches read only tables at fixed places, so a decode step's can be a graph.
 //
 // Not yet (the runner refuses them with a message): views that put blocks after the block being
-// written (read through the query on the CPU, GdnBlockOps::query_through), the qwen3next layout
-// (packed ssm_ba), and CUDA graphs for hybrid steps (per-sequence launches take pointers that
-// change from step to step; they launch directly).
+// written (read through the query on the CPU, GdnBlockOps::query_through) and the qwen3next
+// layout (packed ssm_ba).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -69,11 +71,25 @@ class CudaLinear {
   ~CudaLinear();
 
   // Before a step's launches: groups, modes and slots (a written block gets one, or a copy of
-  // a shared one). Errors: as plan_linear_groups, no free slot, a block whose linear state is
-  // not in this runner's slots, a view with blocks after its writer.
-  Status plan(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, std::span<const View> views);
-  // Launches model layer l (a linear layer) over the step's T tokens: h [T][n_embd] holds the
-  // normed input and gets the layer's output. Nothing synchronizes.
+  // a shared one), and every table of the step, uploaded. `n_run` is the rows the layers will
+  // be launched for: the batch's, or a graph's padded size (the padding rows run through a
+  // slot of their own). Errors: as plan_linear_groups, no free slot, a block whose linear state
+  // is not in this runner's slots or is broken, a view with blocks after its writer, tables
+  // that do not fit.
+  Status plan(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, std::span<const View> views,
+              int n_run);
+  // Whether the step's layer launches can be captured in a graph (no fold inside the layers: a
+  // step of at most dk new tokens per block), and what a graph of them is keyed by besides the
+  // padded size: the groups (with padding), head rows, buffer rows, whether rows are gathered.
+  bool graphable() const;
+  std::array<int64_t, 4> graph_key() const;
+  // Launches the step's work before its layers (not part of a graph): buffers folded to make
+  // room, and the views' states that changed, composed from the blocks' summaries. Nothing
+  // synchronizes.
+  Status prepare();
+  // Launches model layer l (a linear layer) over the step's n_run rows: h [n_run][n_embd] holds
+  // the normed input and gets the layer's output. Nothing synchronizes, copies or allocates:
+  // it can be captured.
   Status layer(int l, float* h, int T);
   // After the step has run: the written blocks' lengths and cached views.
   void finish(std::span<SequenceKv* const> seqs);

@@ -1,6 +1,7 @@
 #include "engine/cuda_runner.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -73,7 +74,8 @@ struct CudaRunner::Impl {
 
   Impl(const ModelConfig& config, CudaDevice& d, const CudaRunnerOptions& o)
       : c(config), dev(d), opts(o), mark0(d.mark()) {}
-  std::map<int, void*> graphs;  // padded step size -> its CUDA graph
+  // CUDA graphs by padded step size and, for hybrid models, CudaLinear::graph_key().
+  std::map<std::array<int64_t, 5>, void*> graphs;
 
   ~Impl() {
     for (auto& [size, g] : graphs) dev.destroy_graph(g);
@@ -392,15 +394,20 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   const int T = static_cast<int>(batch.size());
   if (T == 0) return Status::success();
   CHORUS_TRY(check_forward_args(c, m.opts.max_tokens, batch, seqs, views));
-  // Hybrid steps launch directly: their per-sequence launches take pointers that change from
-  // step to step (engine/cuda_linear.h).
-  const CudaStepLimits limits{m.opts.n_pages, m.page_cap, m.opts.graphs && !m.linear, m.opts.graph_max_tokens,
-                              m.opts.max_tokens};
+  CudaStepLimits limits{m.opts.n_pages, m.page_cap, m.opts.graphs, m.opts.graph_max_tokens, m.opts.max_tokens};
   auto planned = plan_cuda_step(batch, seqs, views, draws, tokens_out != nullptr, limits);
   if (!planned) return planned.error();
-  const CudaStepPlan& p = *planned;
   CHORUS_TRY(m.dev.bind());
-  if (m.linear) CHORUS_TRY(m.linear->plan(batch, seqs, views));
+  if (m.linear) {
+    CHORUS_TRY(m.linear->plan(batch, seqs, views, planned->n_run));
+    if (planned->graphed && !m.linear->graphable()) {  // folds inside the layers: launched directly
+      limits.graphs = false;
+      planned = plan_cuda_step(batch, seqs, views, draws, tokens_out != nullptr, limits);
+      if (!planned) return planned.error();
+      CHORUS_TRY(m.linear->plan(batch, seqs, views, planned->n_run));
+    }
+  }
+  const CudaStepPlan& p = *planned;
   // The tables go up in stream order; `p` outlives them (the sync below).
   CHORUS_TRY(m.put(m.ids, p.ids));
   CHORUS_TRY(m.put(m.pos, p.pos));
@@ -418,23 +425,40 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   m.n_single = static_cast<int>(p.single_tokens.size());
   m.n_logit_rows = p.graphed ? -1 : static_cast<int>(p.logit_tokens.size());
 
-  // The step's launches: captured once per padded size into a CUDA graph and replayed, or run
-  // directly (prefill-sized steps, or graphs off). What launch() reads from `m` is the same for
-  // every step of one padded size (no tiles, every row's logits).
+  // Hybrid models: the work before the layers (folds that make room, changed views composed).
+  if (m.linear)
+    if (Status st = m.linear->prepare(); !st.ok()) {
+      m.linear->abandon(seqs);
+      return st;
+    }
+  // The step's launches: captured once per key into a CUDA graph and replayed, or run directly
+  // (prefill-sized steps, or graphs off). What launch() reads from `m` is the same for every
+  // step of one key (no tiles, every row's logits; for hybrid models the same table sizes).
   if (p.graphed) {
-    auto it = m.graphs.find(p.n_run);
+    std::array<int64_t, 5> key{p.n_run, 0, 0, 0, 0};
+    if (m.linear) {
+      const auto k = m.linear->graph_key();
+      std::copy(k.begin(), k.end(), key.begin() + 1);
+    }
+    auto it = m.graphs.find(key);
     if (it == m.graphs.end()) {
-      CHORUS_TRY(m.dev.begin_capture());
+      if (Status st = m.dev.begin_capture(); !st.ok()) {
+        if (m.linear) m.linear->abandon(seqs);
+        return st;
+      }
       const Status launched = m.launch(p.n_run);
       auto graph = m.dev.end_capture();
-      if (!launched.ok()) {
+      if (!launched.ok() || !graph) {
         if (graph) m.dev.destroy_graph(*graph);
-        return launched;
+        if (m.linear) m.linear->abandon(seqs);  // prepare() may have run
+        return launched.ok() ? Status(graph.error()) : launched;
       }
-      if (!graph) return graph.error();
-      it = m.graphs.emplace(p.n_run, *graph).first;
+      it = m.graphs.emplace(key, *graph).first;
     }
-    CHORUS_TRY(m.dev.launch_graph(it->second));
+    if (Status st = m.dev.launch_graph(it->second); !st.ok()) {
+      if (m.linear) m.linear->abandon(seqs);
+      return st;
+    }
   } else if (Status st = m.launch(p.n_run); !st.ok()) {
     if (m.linear) m.linear->abandon(seqs);
     return st;
@@ -490,6 +514,7 @@ std::string CudaRunner::describe() const {
 }
 
 int CudaRunner::max_tokens() const { return impl_->opts.max_tokens; }
+void CudaRunner::set_graphs(bool on) { impl_->opts.graphs = on; }
 
 // One page of one pool is page_stride elements at page * page_stride; a page's bytes on the
 // host are every layer's K then V, in layer order.
@@ -561,6 +586,7 @@ Status CudaRunner::check(const ModelConfig&, const Weights&) {
   return make_error(Errc::unsupported, "this chorus was built without CUDA");
 }
 int CudaRunner::max_tokens() const { return 0; }
+void CudaRunner::set_graphs(bool) {}
 size_t CudaRunner::page_bytes() const { return 0; }
 Status CudaRunner::copy_page(int32_t, int32_t) { return make_error(Errc::unsupported, "this chorus was built without CUDA"); }
 Status CudaRunner::save_pages(std::span<const int32_t>, std::byte*) {

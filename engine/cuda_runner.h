@@ -70,6 +70,8 @@ class CudaRunner final : public KvPageStore {
   ~CudaRunner() override;
 
   int max_tokens() const;
+  // Turns the replay of CUDA graphs on or off from the next step (CudaRunnerOptions::graphs).
+  void set_graphs(bool on);
 
   // As ModelRunner::forward: `seqs` hold the page ids (reserved by the caller's KvCache) and
   // token counts; raises each written sequence's n_tokens. Logits of the tokens with `logits`

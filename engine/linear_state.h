@@ -66,6 +66,7 @@ struct LinearState {
   std::shared_ptr<const int32_t> device_slot;
   const void* device_owner = nullptr;
   bool broken = false;  // a GPU step that wrote it failed part-way: undefined (CudaLinear::abandon)
+  int64_t device_dense = 0;  // body tokens in the device slot's summary; the rest are buffered
 
   static std::shared_ptr<LinearState> create(const ModelConfig& c);
   // A private copy (new id), for copy-on-write. A device state's copy has no slot: the CUDA
