@@ -15,8 +15,6 @@
 
 namespace chorus {
 
-#ifdef CHORUS_HAVE_CUDA
-
 namespace {
 
 using cuda_detail::op;
@@ -633,6 +631,5 @@ int CudaLinear::slots_in_use() const {
   return impl_->pool->n - static_cast<int>(impl_->pool->free.size());
 }
 
-#endif  // CHORUS_HAVE_CUDA
 
 }  // namespace chorus

@@ -13,13 +13,9 @@
 #include "engine/cuda_step_plan.h"
 #include "gpu/cuda_device.h"
 
-#ifdef CHORUS_HAVE_CUDA
 #include "kernels/cuda/ops.h"
-#endif
 
 namespace chorus {
-
-#ifdef CHORUS_HAVE_CUDA
 
 namespace {
 
@@ -576,35 +572,5 @@ Status CudaRunner::load_pages(std::span<const int32_t> pages, const std::byte* i
       }
   return m.dev.sync("load_pages");  // `in` must outlive the copies
 }
-
-#else  // no CUDA targets in this build
-
-struct CudaRunner::Impl {};
-CudaRunner::CudaRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CudaRunner::~CudaRunner() = default;
-Status CudaRunner::check(const ModelConfig&, const Weights&) {
-  return make_error(Errc::unsupported, "this chorus was built without CUDA");
-}
-int CudaRunner::max_tokens() const { return 0; }
-void CudaRunner::set_graphs(bool) {}
-size_t CudaRunner::page_bytes() const { return 0; }
-Status CudaRunner::copy_page(int32_t, int32_t) { return make_error(Errc::unsupported, "this chorus was built without CUDA"); }
-Status CudaRunner::save_pages(std::span<const int32_t>, std::byte*) {
-  return make_error(Errc::unsupported, "this chorus was built without CUDA");
-}
-Status CudaRunner::load_pages(std::span<const int32_t>, const std::byte*) {
-  return make_error(Errc::unsupported, "this chorus was built without CUDA");
-}
-Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig&, const Weights&, CudaDevice&,
-                                                       const CudaRunnerOptions&) {
-  return make_error(Errc::unsupported, "this chorus was built without CUDA");
-}
-Status CudaRunner::forward(std::span<const BatchToken>, std::span<SequenceKv* const>, float*, std::span<const View>,
-                           std::span<const std::optional<PlannedDraw>>, TokenId*) {
-  return make_error(Errc::unsupported, "this chorus was built without CUDA");
-}
-std::string CudaRunner::describe() const { return "cuda (not built)"; }
-
-#endif
 
 }  // namespace chorus
