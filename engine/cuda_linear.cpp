@@ -72,6 +72,7 @@ struct CudaLinear::Impl {
   float* const* run_mats_dev = nullptr;
   const int32_t* run_ranges_dev = nullptr;
   size_t next_run = 0;
+  size_t n_prepare_runs = 0;  // the first ones are prepare()'s
 
   // The step (rows in group order: each written sequence's tokens together).
   std::vector<LinearGroup> groups;
@@ -510,6 +511,7 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
       for (size_t r : p.users) m.plan_apply(m.groups[r].start, m.own_dense[r], m.part(m.slot_of[r], l) + m.o_S);
     }
   }
+  m.n_prepare_runs = m.run_mats.size();
   for (int l = 0; l < m.c.n_layer; ++l)
     if (m.c.is_linear(l))
       for (const Impl::Fold& f : m.folds) add_run(m.part(m.slot_of[f.group], l) + m.o_AB, f.row, f.row + f.n);
@@ -539,6 +541,9 @@ Status CudaLinear::prepare() {
       }
     }
   }
+  if (m.next_run != m.n_prepare_runs)
+    return make_error(Errc::internal, "CUDA linear layers: the step's preparation made " + std::to_string(m.next_run) +
+                                          " of the " + std::to_string(m.n_prepare_runs) + " gdn runs its plan made");
   return Status::success();
 }
 

@@ -70,8 +70,12 @@ struct CudaRunner::Impl {
 
   Impl(const ModelConfig& config, CudaDevice& d, const CudaRunnerOptions& o)
       : c(config), dev(d), opts(o), mark0(d.mark()) {}
-  // CUDA graphs by padded step size and, for hybrid models, CudaLinear::graph_key().
+  // CUDA graphs by padded step size and, for hybrid models, CudaLinear::graph_key(): at most
+  // kMaxGraphs (a step whose key is new after that launches directly), and why graphs were
+  // turned off if a capture failed.
   std::map<std::array<int64_t, 5>, void*> graphs;
+  static constexpr size_t kMaxGraphs = 64;
+  std::string graph_error;
 
   ~Impl() {
     for (auto& [size, g] : graphs) dev.destroy_graph(g);
@@ -430,32 +434,36 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   // The step's launches: captured once per key into a CUDA graph and replayed, or run directly
   // (prefill-sized steps, or graphs off). What launch() reads from `m` is the same for every
   // step of one key (no tiles, every row's logits; for hybrid models the same table sizes).
+  void* graph = nullptr;
   if (p.graphed) {
     std::array<int64_t, 5> key{p.n_run, 0, 0, 0, 0};
     if (m.linear) {
       const auto k = m.linear->graph_key();
       std::copy(k.begin(), k.end(), key.begin() + 1);
     }
-    auto it = m.graphs.find(key);
-    if (it == m.graphs.end()) {
-      if (Status st = m.dev.begin_capture(); !st.ok()) {
-        if (m.linear) m.linear->abandon(seqs);
-        return st;
+    if (auto it = m.graphs.find(key); it != m.graphs.end()) {
+      graph = it->second;
+    } else if (m.graphs.size() < Impl::kMaxGraphs) {
+      // A capture that fails ran nothing: the step launches directly below, and graphs stay
+      // off for this runner, with the reason in describe().
+      Status captured = m.dev.begin_capture();
+      if (captured.ok()) {
+        captured = m.launch(p.n_run);
+        auto g = m.dev.end_capture();
+        if (captured.ok() && !g) captured = g.error();
+        if (captured.ok()) {
+          graph = m.graphs.emplace(key, *g).first->second;
+        } else if (g) {
+          m.dev.destroy_graph(*g);
+        }
       }
-      const Status launched = m.launch(p.n_run);
-      auto graph = m.dev.end_capture();
-      if (!launched.ok() || !graph) {
-        if (graph) m.dev.destroy_graph(*graph);
-        if (m.linear) m.linear->abandon(seqs);  // prepare() may have run
-        return launched.ok() ? Status(graph.error()) : launched;
+      if (!captured.ok()) {
+        m.opts.graphs = false;
+        m.graph_error = captured.error().message;
       }
-      it = m.graphs.emplace(key, *graph).first;
     }
-    if (Status st = m.dev.launch_graph(it->second); !st.ok()) {
-      if (m.linear) m.linear->abandon(seqs);
-      return st;
-    }
-  } else if (Status st = m.launch(p.n_run); !st.ok()) {
+  }
+  if (Status st = graph ? m.dev.launch_graph(graph) : m.launch(p.n_run); !st.ok()) {
     if (m.linear) m.linear->abandon(seqs);
     return st;
   }
@@ -506,7 +514,9 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
 }
 
 std::string CudaRunner::describe() const {
-  return impl_->dev.describe() + (impl_->opts.kv_bf16 ? ", bf16 KV" : ", f32 KV");
+  const Impl& m = *impl_;
+  return m.dev.describe() + (m.opts.kv_bf16 ? ", bf16 KV" : ", f32 KV") +
+         (m.graph_error.empty() ? "" : ", CUDA graphs off (a capture failed: " + m.graph_error + ")");
 }
 
 int CudaRunner::max_tokens() const { return impl_->opts.max_tokens; }

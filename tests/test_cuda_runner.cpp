@@ -89,8 +89,9 @@ void expect_same_pick(const std::vector<float>& got, const std::vector<float>& w
 
 // Writes `tokens` into blocks[w] seeing `views[view]` (-1: own block), in one forward; the
 // logits after the last token. `gpu` picks the runner.
-std::vector<float> write(Pair& p, bool gpu, std::vector<SequenceKv>& blocks, int w, const std::vector<TokenId>& tokens,
-                         const std::vector<View>& views, int view) {
+// `on` picks a GPU runner (null: the CPU's).
+std::vector<float> write_on(Pair& p, CudaRunner* on, std::vector<SequenceKv>& blocks, int w,
+                            const std::vector<TokenId>& tokens, const std::vector<View>& views, int view) {
   std::vector<SequenceKv*> ptrs;
   for (auto& b : blocks) ptrs.push_back(&b);
   SequenceKv& s = blocks[static_cast<size_t>(w)];
@@ -99,10 +100,14 @@ std::vector<float> write(Pair& p, bool gpu, std::vector<SequenceKv>& blocks, int
   for (size_t i = 0; i < tokens.size(); ++i)
     batch.push_back({tokens[i], static_cast<int32_t>(s.n_tokens + static_cast<int64_t>(i)), w, i + 1 == tokens.size(), view});
   std::vector<float> logits(static_cast<size_t>(p.model->config.n_vocab));
-  const Status st = gpu ? p.gpu_runner->forward(batch, ptrs, logits.data(), views)
-                        : p.cpu_runner->forward(batch, ptrs, *p.kv, logits.data(), views);
+  const Status st = on ? on->forward(batch, ptrs, logits.data(), views)
+                       : p.cpu_runner->forward(batch, ptrs, *p.kv, logits.data(), views);
   EXPECT_TRUE(st.ok()) << st.error().to_string();
   return logits;
+}
+std::vector<float> write(Pair& p, bool gpu, std::vector<SequenceKv>& blocks, int w, const std::vector<TokenId>& tokens,
+                         const std::vector<View>& views, int view) {
+  return write_on(p, gpu ? p.gpu_runner.get() : nullptr, blocks, w, tokens, views, view);
 }
 
 // The GPU's logits against the CPU's (f32 activations there): bf16 weights and activations on
@@ -291,9 +296,13 @@ TEST(CudaRunner, LinearSlotsRunOutClearlyAndComeBack) {
 
 // Decode steps replayed from CUDA graphs (padded to a power of two) give the logits of the same
 // steps launched directly; the padding touches no real page. cuBLAS may choose another algorithm
-// for the padded row count, so the bound is float rounding, not bits. On the hybrid model the
-// padding rows run through a slot of their own, and the decode steps fold each block's full
-// buffer (16 body tokens after the prompt) before the graph.
+// for the padded row count, so the bound is float rounding, not bits. Each sequence has tokens
+// of its own, so a graph replayed with another step's sequences in the wrong places shows. On
+// the hybrid model the padding rows run through a slot of their own, and the first decode step
+// folds each block's full buffer (16 body tokens after the prompt) before the graph. Then, on
+// each runner, a block written under the view [sequence 0, itself] (sequence 0's state composed
+// from a summary of 16 body tokens and a buffer of 6) equals one contiguous block of the same
+// tokens (written in one step that folds inside its layers, so launched directly).
 void graphed_equals_direct(const std::string& file) {
   Pair p;
   const std::string why = load(goldens(file), &p);
@@ -304,25 +313,41 @@ void graphed_equals_direct(const std::string& file) {
                                    {.max_tokens = 128, .n_pages = kPages, .graphs = false});
   auto graphed = CudaRunner::create(p.model->config, p.model->weights, *p.gpu, {.max_tokens = 128, .n_pages = kPages});
   ASSERT_TRUE(direct.ok() && graphed.ok());
-  const auto prompt = random_tokens(*p.model, 19, 21), next = random_tokens(*p.model, 6, 22);
+  std::vector<std::vector<TokenId>> prompt, next;
+  for (uint32_t b = 0; b < 3; ++b) {
+    prompt.push_back(random_tokens(*p.model, 19, 21 + b));
+    next.push_back(random_tokens(*p.model, 6, 31 + b));
+  }
+  const auto tail = random_tokens(*p.model, 5, 41);
   std::vector<std::vector<float>> runs[2];
   for (int g = 0; g < 2; ++g) {
     CudaRunner& r = g ? **graphed : **direct;
-    std::vector<SequenceKv> blocks(3);
-    std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1], &blocks[2]};
+    std::vector<SequenceKv> blocks(5);  // three sequences, then a block under a view and a contiguous one
+    std::vector<SequenceKv*> ptrs;
+    for (auto& b : blocks) ptrs.push_back(&b);
     std::vector<float> logits(3 * static_cast<size_t>(p.model->config.n_vocab));
     for (int b = 0; b < 3; ++b) {  // three sequences' prompts, one step each (19 tokens: padded to 32)
       ASSERT_TRUE(p.kv->reserve(blocks[static_cast<size_t>(b)], 19 + 6).ok());
       std::vector<BatchToken> batch;
-      for (int i = 0; i < 19; ++i) batch.push_back({prompt[static_cast<size_t>(i)], i, b, i == 18, -1});
+      for (int i = 0; i < 19; ++i) batch.push_back({prompt[b][static_cast<size_t>(i)], i, b, i == 18, -1});
       ASSERT_TRUE(r.forward(batch, ptrs, logits.data()).ok());
     }
     for (int s = 0; s < 6; ++s) {  // decode steps of the three together (3 tokens: padded to 4)
       std::vector<BatchToken> batch;
-      for (int b = 0; b < 3; ++b) batch.push_back({next[static_cast<size_t>(s)], 19 + s, b, true, -1});
+      for (int b = 0; b < 3; ++b) batch.push_back({next[b][static_cast<size_t>(s)], 19 + s, b, true, -1});
       ASSERT_TRUE(r.forward(batch, ptrs, logits.data()).ok());
       runs[g].push_back(logits);
     }
+    const auto viewed = write_on(p, &r, blocks, 3, tail, {{0, 3}}, 0);
+    std::vector<TokenId> all = prompt[0];
+    all.insert(all.end(), next[0].begin(), next[0].end());
+    all.insert(all.end(), tail.begin(), tail.end());
+    const auto contiguous = write_on(p, &r, blocks, 4, all, {}, -1);
+    const double err = rel_l2(viewed, contiguous);
+    std::printf("  %s: a block read through a view after decode steps vs contiguous: rel L2 %.3e\n",
+                g ? "graphed" : "direct", err);
+    EXPECT_LT(err, 5e-3);
+    expect_same_pick(viewed, contiguous, 0.005);
     for (auto& b : blocks) p.kv->release(b);
   }
   double worst = 0;
