@@ -1,0 +1,203 @@
+// CudaLinear's plan of a step and its bookkeeping after it (engine/cuda_linear.h): groups and
+// slots, where each group's tokens go in its block, the tables the launches read (laid out so
+// that a graph's stay in place), the runs prepare() and layer() make, and the blocks' counts
+// once the step has run.
+#include <map>
+
+#include "engine/cuda_linear_impl.h"
+
+namespace chorus {
+
+using cuda_detail::op;
+
+Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
+                        std::span<const View> views, int n_run) {
+  Impl& m = *impl_;
+  if (m.uploading) CHORUS_TRY(m.dev.sync("the previous step's tables"));
+  m.uploading = false;
+  m.groups.clear();
+  m.tables_used = 0;
+  // A written block: a slot of its own (zeroed, its summaries the identity map), or a copy of
+  // the one it shares.
+  auto own = [&m](SequenceKv& s, const LinearGroup& g) -> Status {
+    if (!s.linear) {
+      if (g.start > 0)
+        return make_error(Errc::invalid_argument, "sequence " + std::to_string(g.seq) + " has " +
+                                                      std::to_string(g.start) + " tokens but no linear-layer state");
+      auto fresh = LinearState::create(m.c);
+      CHORUS_TRY(m.acquire(*fresh));
+      float* base = m.slot_mem + *fresh->device_slot * m.slot_size;
+      CHORUS_TRY(m.dev.zero(base, m.slot_size * 4));
+      for (int l = 0; l < m.c.n_layer; ++l)
+        if (m.c.is_linear(l))
+          CHORUS_TRY(op(cuda::gdn_summary_reset(m.part(*fresh->device_slot, l) + m.o_AB, m.Hv, m.dk, m.dk, m.dev.stream()),
+                        "gdn summary reset"));
+      s.linear = std::move(fresh);
+    } else if (s.linear.use_count() > 1) {
+      auto from = m.slot(s, g.seq);
+      if (!from) return from.error();
+      auto copy = s.linear->clone();
+      CHORUS_TRY(m.acquire(*copy));
+      CHORUS_TRY(m.dev.copy(m.slot_mem + *copy->device_slot * m.slot_size, m.slot_mem + *from * m.slot_size,
+                            m.slot_size * 4));
+      s.linear = std::move(copy);
+    }
+    return Status::success();
+  };
+  CHORUS_TRY(plan_linear_groups(false, batch, seqs, views, own, &m.groups));
+  const int T = static_cast<int>(batch.size());
+  if (n_run < T) return make_error(Errc::internal, "CUDA linear layers: a step of " + std::to_string(T) +
+                                                       " tokens launched as " + std::to_string(n_run));
+
+  // Group order: each group's tokens together, groups in the order they first appear; then
+  // the padding rows of a graphed step, as one more group in the padding slot.
+  const auto G = m.groups.size();
+  m.order.clear();
+  m.first.assign(1, 0);
+  m.slot_of.clear();
+  for (const LinearGroup& g : m.groups) {
+    for (int64_t t : g.tokens) m.order.push_back(static_cast<int32_t>(t));
+    m.first.push_back(static_cast<int32_t>(m.order.size()));
+    auto s = m.slot(*seqs[static_cast<size_t>(g.seq)], g.seq);
+    if (!s) return s.error();
+    m.slot_of.push_back(*s);
+    if (!g.suffix.empty())
+      return make_error(Errc::unsupported, "sequence " + std::to_string(g.seq) +
+                                               ": its view puts blocks after it, which the CUDA runner's linear layers "
+                                               "do not read yet (the CPU reads them through the query)");
+  }
+  if (n_run > T) {
+    for (int32_t t = T; t < n_run; ++t) m.order.push_back(t);
+    m.first.push_back(n_run);
+    m.slot_of.push_back(m.pad_slot);
+  }
+  m.n_groups = static_cast<int>(m.slot_of.size());
+  m.identity = true;
+  for (size_t i = 0; i < m.order.size(); ++i) m.identity = m.identity && m.order[i] == static_cast<int32_t>(i);
+  // Body tokens already in each written block's summary, after this step's prefolds.
+  std::map<int32_t, int64_t> dense_now;  // by sequence, for the blocks this step writes
+  auto dense_of = [&](int32_t seq) {
+    auto it = dense_now.find(seq);
+    return it != dense_now.end() ? it->second : seqs[static_cast<size_t>(seq)]->linear->device_dense;
+  };
+  // Where each group's new tokens go in its block: positions below K-1 are head rows; the rest
+  // join the buffer after the tokens already there. A buffer that cannot take them is folded
+  // into [A; B] before the step; more new tokens than a buffer holds are folded in the layer,
+  // all but the last (new mod dk).
+  std::vector<int32_t> row_seq;
+  std::vector<cuda::SlotRow> head, compact;
+  m.folds.clear();
+  m.prefolds.clear();
+  m.new_dense.assign(G, 0);
+  m.own_dense.assign(G, 0);
+  for (size_t r = 0; r < G; ++r) {
+    const int32_t f = m.first[r], n = m.first[r + 1] - f, slot = m.slot_of[r];
+    const int64_t start = m.groups[r].start;
+    const LinearState& st = *seqs[static_cast<size_t>(m.groups[r].seq)]->linear;
+    int64_t dense = st.device_dense;
+    const int64_t head_end = std::min<int64_t>(start + n, m.K1);
+    for (int64_t p = start; p < head_end; ++p)
+      head.push_back({static_cast<int32_t>(f + p - start), slot, static_cast<int32_t>(p)});
+    const int64_t s0 = std::max<int64_t>(0, head_end - start), added = n - s0;
+    int64_t buffered = std::max<int64_t>(0, start - m.K1) - dense;
+    if (buffered < 0 || buffered > m.dk)
+      return make_error(Errc::internal, "sequence " + std::to_string(m.groups[r].seq) + ": " + std::to_string(buffered) +
+                                            " buffered linear-layer tokens");
+    if (added > 0 && buffered + added > m.dk && buffered > 0) {
+      m.prefolds.emplace_back(r, buffered);
+      dense += buffered;
+      buffered = 0;
+    }
+    dense_now[m.groups[r].seq] = dense;
+    m.own_dense[r] = dense;
+    const int64_t row = f + s0;
+    int64_t folded = 0;
+    if (added > m.dk) {  // then the buffer is empty
+      folded = added - added % m.dk;
+      m.folds.push_back({r, row, folded});
+    }
+    for (int64_t i = folded; i < added; ++i)
+      compact.push_back({static_cast<int32_t>(row + i), slot, static_cast<int32_t>(buffered++)});
+    m.new_dense[r] = dense + folded;
+  }
+  for (int r = 0; r < m.n_groups; ++r)
+    row_seq.insert(row_seq.end(), static_cast<size_t>(m.first[static_cast<size_t>(r) + 1] - m.first[static_cast<size_t>(r)]), r);
+  m.n_head_rows = static_cast<int>(head.size());
+  m.n_compact_rows = static_cast<int>(compact.size());
+  m.graphable = m.folds.empty();
+  // The tables the layers read first, in a fixed order: their addresses depend only on the sizes
+  // a graph is keyed by (graph_key()).
+  std::vector<float*> states;
+  for (int l = 0; l < m.c.n_layer; ++l)
+    if (m.c.is_linear(l))
+      for (int32_t slot : m.slot_of) states.push_back(m.part(slot, l) + m.o_S);
+  CHORUS_TRY(m.put_into(m.order, &m.order_dev));
+  CHORUS_TRY(m.put_into(row_seq, &m.row_seq_dev));
+  CHORUS_TRY(m.put_into(m.first, &m.first_dev));
+  CHORUS_TRY(m.put_into(m.slot_of, &m.slot_dev));
+  CHORUS_TRY(m.put_into(head, &m.head_dev));
+  CHORUS_TRY(m.put_into(compact, &m.compact_dev));
+  CHORUS_TRY(m.put_into(states, &m.states_dev));
+  // Prefixes to compose: recomposing groups with the same blocks before them share one.
+  m.prefixes.clear();
+  for (size_t gi = 0; gi < G; ++gi) {
+    LinearGroup& g = m.groups[gi];
+    if (g.mode == LinearGroup::Mode::cached) continue;
+    std::vector<std::tuple<int32_t, int64_t, int64_t>> blocks;
+    for (const auto& [blk, n] : g.prefix) {
+      auto s = m.slot(*seqs[static_cast<size_t>(blk)], blk);
+      if (!s) return s.error();
+      blocks.emplace_back(*s, n, dense_of(blk));
+    }
+    auto it = std::find_if(m.prefixes.begin(), m.prefixes.end(), [&](const Impl::Prefix& p) { return p.blocks == blocks; });
+    if (it == m.prefixes.end()) it = m.prefixes.insert(m.prefixes.end(), Impl::Prefix{std::move(blocks), {}});
+    it->users.push_back(gi);
+  }
+  // The single-matrix runs, in the order they are made: per linear layer the prefolds and the
+  // compositions (prepare()), then per linear layer the folds (layer()).
+  m.run_mats.clear();
+  m.run_ranges.clear();
+  m.next_run = 0;
+  auto add_run = [&m](float* mat, int64_t t0, int64_t t1) {
+    if (t1 <= t0) return;
+    m.run_mats.push_back(mat);
+    m.run_ranges.insert(m.run_ranges.end(), {static_cast<int32_t>(t0), static_cast<int32_t>(t1)});
+  };
+  for (int l = 0; l < m.c.n_layer; ++l) {
+    if (!m.c.is_linear(l)) continue;
+    for (const auto& [r, n] : m.prefolds) add_run(m.part(m.slot_of[r], l) + m.o_AB, 0, n);
+    for (const Impl::Prefix& p : m.prefixes) {
+      for (const auto& [slot, n, dense] : p.blocks) m.plan_apply(n, dense, m.cS);
+      for (size_t r : p.users) m.plan_apply(m.groups[r].start, m.own_dense[r], m.part(m.slot_of[r], l) + m.o_S);
+    }
+  }
+  m.n_prepare_runs = m.run_mats.size();
+  for (int l = 0; l < m.c.n_layer; ++l)
+    if (m.c.is_linear(l))
+      for (const Impl::Fold& f : m.folds) add_run(m.part(m.slot_of[f.group], l) + m.o_AB, f.row, f.row + f.n);
+  CHORUS_TRY(m.put_into(m.run_mats, &m.run_mats_dev));
+  CHORUS_TRY(m.put_into(m.run_ranges, &m.run_ranges_dev));
+  return m.flush();
+}
+
+std::array<int64_t, 4> CudaLinear::graph_key() const {
+  const Impl& m = *impl_;
+  return {m.n_groups, m.n_head_rows, m.n_compact_rows, m.identity};
+}
+
+bool CudaLinear::graphable() const { return impl_->graphable; }
+
+void CudaLinear::abandon(std::span<SequenceKv* const> seqs) {
+  for (const LinearGroup& g : impl_->groups)
+    if (const auto& s = seqs[static_cast<size_t>(g.seq)]->linear) s->broken = true;
+}
+
+void CudaLinear::finish(std::span<SequenceKv* const> seqs) {
+  Impl& m = *impl_;
+  m.uploading = false;  // the step's sync has passed the upload
+  for (size_t r = 0; r < m.groups.size(); ++r)
+    seqs[static_cast<size_t>(m.groups[r].seq)]->linear->device_dense = m.new_dense[r];
+  finish_linear_groups(m.groups, seqs);
+}
+
+}  // namespace chorus
