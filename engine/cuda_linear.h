@@ -30,11 +30,13 @@
 // layout (packed ssm_ba).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "base/status.h"
 #include "engine/model_runner.h"
@@ -55,6 +57,37 @@ struct CudaUploads {
   std::function<Result<CudaMat>(const WeightMatrix&, const char*)> matrix;
   std::function<Result<const float*>(const float*, int64_t, const char*)> vec;
 };
+
+// Where one block's new tokens go in a step (plain arithmetic, tested without a device): the
+// block holds `start` tokens, `dense` of its body (the tokens from position K-1 on) in its
+// summary and the rest buffered, and the step writes `n` more; `keep` = K-1, `dk` the buffer's
+// capacity. Errors: a buffer count outside 0..dk (the block's counts disagree).
+struct LinearAppend {
+  int64_t head = 0;          // the step's first `head` tokens are head rows, at positions start..
+  int64_t prefold = 0;       // buffered tokens folded into the summary before the step
+  int64_t folded = 0;        // the next `folded` tokens are folded in the layer (a multiple of dk)
+  int64_t buffer_at = 0;     // the rest are buffered from this buffer row on
+  int64_t dense_before = 0;  // body tokens in the summary once the prefold is done
+  int64_t dense_after = 0;   // ... and after the step
+};
+inline Result<LinearAppend> plan_linear_append(int64_t start, int64_t n, int64_t dense, int64_t keep, int64_t dk) {
+  LinearAppend a;
+  a.head = std::max<int64_t>(0, std::min(start + n, keep) - start);
+  const int64_t added = n - a.head;
+  int64_t buffered = std::max<int64_t>(0, start - keep) - dense;
+  if (buffered < 0 || buffered > dk)
+    return make_error(Errc::internal, std::to_string(buffered) + " buffered linear-layer tokens (a block of " +
+                                          std::to_string(start) + " with " + std::to_string(dense) + " summarised)");
+  if (added > 0 && buffered > 0 && buffered + added > dk) {  // no room: fold the buffer first
+    a.prefold = buffered;
+    buffered = 0;
+  }
+  a.dense_before = dense + a.prefold;
+  if (added > dk) a.folded = added - added % dk;  // the buffer is empty here
+  a.buffer_at = buffered;
+  a.dense_after = a.dense_before + a.folded;
+  return a;
+}
 
 class CudaLinear {
  public:

@@ -94,31 +94,19 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
     const int32_t f = m.first[r], n = m.first[r + 1] - f, slot = m.slot_of[r];
     const int64_t start = m.groups[r].start;
     const LinearState& st = *seqs[static_cast<size_t>(m.groups[r].seq)]->linear;
-    int64_t dense = st.device_dense;
-    const int64_t head_end = std::min<int64_t>(start + n, m.K1);
-    for (int64_t p = start; p < head_end; ++p)
-      head.push_back({static_cast<int32_t>(f + p - start), slot, static_cast<int32_t>(p)});
-    const int64_t s0 = std::max<int64_t>(0, head_end - start), added = n - s0;
-    int64_t buffered = std::max<int64_t>(0, start - m.K1) - dense;
-    if (buffered < 0 || buffered > m.dk)
-      return make_error(Errc::internal, "sequence " + std::to_string(m.groups[r].seq) + ": " + std::to_string(buffered) +
-                                            " buffered linear-layer tokens");
-    if (added > 0 && buffered + added > m.dk && buffered > 0) {
-      m.prefolds.emplace_back(r, buffered);
-      dense += buffered;
-      buffered = 0;
-    }
-    dense_now[m.groups[r].seq] = dense;
-    m.own_dense[r] = dense;
-    const int64_t row = f + s0;
-    int64_t folded = 0;
-    if (added > m.dk) {  // then the buffer is empty
-      folded = added - added % m.dk;
-      m.folds.push_back({r, row, folded});
-    }
-    for (int64_t i = folded; i < added; ++i)
-      compact.push_back({static_cast<int32_t>(row + i), slot, static_cast<int32_t>(buffered++)});
-    m.new_dense[r] = dense + folded;
+    auto plan = plan_linear_append(start, n, st.device_dense, m.K1, m.dk);
+    if (!plan) return make_error(plan.error().code, "sequence " + std::to_string(m.groups[r].seq) + ": " + plan.error().message);
+    const LinearAppend& a = *plan;
+    for (int64_t i = 0; i < a.head; ++i)
+      head.push_back({static_cast<int32_t>(f + i), slot, static_cast<int32_t>(start + i)});
+    if (a.prefold > 0) m.prefolds.emplace_back(r, a.prefold);
+    dense_now[m.groups[r].seq] = a.dense_before;
+    m.own_dense[r] = a.dense_before;
+    const int64_t row = f + a.head;  // the first body row
+    if (a.folded > 0) m.folds.push_back({r, row, a.folded});
+    for (int64_t i = a.folded, at = a.buffer_at; i < n - a.head; ++i, ++at)
+      compact.push_back({static_cast<int32_t>(row + i), slot, static_cast<int32_t>(at)});
+    m.new_dense[r] = a.dense_after;
   }
   for (int r = 0; r < m.n_groups; ++r)
     row_seq.insert(row_seq.end(), static_cast<size_t>(m.first[static_cast<size_t>(r) + 1] - m.first[static_cast<size_t>(r)]), r);

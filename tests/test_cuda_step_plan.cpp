@@ -1,11 +1,15 @@
 // The CUDA runner's host-side step planning (engine/cuda_step_plan.h), on the CPU: the tables a
 // step's kernels read — page lists and segments, prefill tiles, the rows whose logits are
-// computed, device draws — and the padding of graphed steps onto the spare page.
+// computed, device draws — and the padding of graphed steps onto the spare page; and where a
+// hybrid block's new tokens go in its device slot (engine/cuda_linear.h plan_linear_append).
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <optional>
+#include <random>
 #include <vector>
 
+#include "engine/cuda_linear.h"
 #include "engine/cuda_step_plan.h"
 
 namespace chorus {
@@ -150,6 +154,53 @@ TEST(CudaStepPlan, PagesOutsideTheRunnerOrTheTableAreErrors) {
   e = plan_cuda_step(batch, seqs, {}, {}, false, small);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.error().code, Errc::out_of_range);
+}
+
+// A block's tokens through many steps of random sizes, each placed by plan_linear_append, against
+// a model of the slot: head positions, the summary (body tokens in order, folded before a step
+// or inside it) and the buffer (body tokens in order, at most dk). Every body token ends up in
+// exactly one place, in order; the counts the next step starts from agree; a step folds inside
+// its layers (and so cannot be a graph) only when it brings more than dk body tokens.
+TEST(LinearAppend, EveryTokenLandsOnceInOrderThroughRandomSteps) {
+  for (const auto& [keep, dk] : {std::pair{3, 16}, std::pair{3, 128}, std::pair{1, 32}}) {
+    std::mt19937 rng(static_cast<uint32_t>(keep * 1000 + dk));
+    for (int trial = 0; trial < 200; ++trial) {
+      int64_t start = 0, dense = 0;
+      std::vector<int64_t> head, summary;
+      std::deque<int64_t> buffer;
+      for (int step = 0; step < 40; ++step) {
+        const int64_t n = rng() % 5 == 0 ? 1 + rng() % (3 * dk) : 1 + rng() % 4;  // prefills among decodes
+        auto plan = plan_linear_append(start, n, dense, keep, dk);
+        ASSERT_TRUE(plan.ok()) << plan.error().message;
+        const LinearAppend& a = *plan;
+        ASSERT_EQ(a.head, std::max<int64_t>(0, std::min<int64_t>(start + n, keep) - start));
+        for (int64_t i = 0; i < a.head; ++i) head.push_back(start + i);
+        ASSERT_EQ(a.prefold, a.prefold > 0 ? static_cast<int64_t>(buffer.size()) : 0);
+        ASSERT_EQ(a.prefold > 0, !buffer.empty() && static_cast<int64_t>(buffer.size()) + n - a.head > dk);
+        for (; a.prefold > 0 && !buffer.empty(); buffer.pop_front()) summary.push_back(buffer.front());
+        ASSERT_EQ(a.dense_before, static_cast<int64_t>(summary.size()));
+        const int64_t body0 = start + a.head;  // position of the step's first body token
+        ASSERT_EQ(a.folded % dk, 0);
+        ASSERT_EQ(a.folded > 0, n - a.head > dk);
+        for (int64_t i = 0; i < a.folded; ++i) summary.push_back(body0 + i);
+        ASSERT_EQ(a.buffer_at, static_cast<int64_t>(buffer.size()));
+        for (int64_t i = a.folded; i < n - a.head; ++i) buffer.push_back(body0 + i);
+        ASSERT_LE(static_cast<int64_t>(buffer.size()), dk);
+        ASSERT_EQ(a.dense_after, static_cast<int64_t>(summary.size()));
+        start += n;
+        dense = a.dense_after;
+        // The summary then the buffer hold the body, keep.. start-1, in order.
+        std::vector<int64_t> body(summary);
+        body.insert(body.end(), buffer.begin(), buffer.end());
+        for (size_t i = 0; i < body.size(); ++i) ASSERT_EQ(body[i], keep + static_cast<int64_t>(i));
+        ASSERT_EQ(static_cast<int64_t>(body.size()), std::max<int64_t>(0, start - keep));
+        for (size_t i = 0; i < head.size(); ++i) ASSERT_EQ(head[i], static_cast<int64_t>(i));
+      }
+    }
+  }
+  // Counts that disagree are refused, not followed.
+  EXPECT_FALSE(plan_linear_append(10, 1, 8, 3, 16).ok());   // more summarised than the body holds
+  EXPECT_FALSE(plan_linear_append(40, 1, 0, 3, 16).ok());   // a buffer of 37 > 16
 }
 
 }  // namespace
