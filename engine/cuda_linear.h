@@ -112,7 +112,7 @@ class CudaLinear {
   Status plan(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, std::span<const View> views,
               int n_run);
   // Whether the step's layer launches can be captured in a graph (no fold inside the layers: a
-  // step of at most dk new tokens per block), and what a graph of them is keyed by besides the
+  // step of at most dk new body tokens per block), and what a graph of them is keyed by besides the
   // padded size: the groups (with padding), head rows, buffer rows, whether rows are gathered.
   bool graphable() const;
   std::array<int64_t, 4> graph_key() const;

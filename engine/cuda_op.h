@@ -1,4 +1,4 @@
-// What the CUDA runner's files share (engine/cuda_runner.cpp, engine/cuda_linear.cpp): a CUDA
+// What the CUDA runner's files share (engine/cuda_runner.cpp, engine/cuda_linear*): a CUDA
 // op's "" or error text (kernels/cuda/ops.h) as a Status naming where in the model it ran, and
 // the early return of a failed Status.
 #pragma once

@@ -435,6 +435,7 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   // (prefill-sized steps, or graphs off). What launch() reads from `m` is the same for every
   // step of one key (no tiles, every row's logits; for hybrid models the same table sizes).
   void* graph = nullptr;
+  std::string capture_error;
   if (p.graphed) {
     std::array<int64_t, 5> key{p.n_run, 0, 0, 0, 0};
     if (m.linear) {
@@ -444,8 +445,9 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
     if (auto it = m.graphs.find(key); it != m.graphs.end()) {
       graph = it->second;
     } else if (m.graphs.size() < Impl::kMaxGraphs) {
-      // A capture that fails ran nothing: the step launches directly below, and graphs stay
-      // off for this runner, with the reason in describe().
+      // A capture that fails ran nothing: the step launches directly below. If that works, the
+      // capture itself was at fault, and graphs stay off for this runner with the reason in
+      // describe(); if not, the step's error is the direct launch's.
       Status captured = m.dev.begin_capture();
       if (captured.ok()) {
         captured = m.launch(p.n_run);
@@ -457,15 +459,16 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
           m.dev.destroy_graph(*g);
         }
       }
-      if (!captured.ok()) {
-        m.opts.graphs = false;
-        m.graph_error = captured.error().message;
-      }
+      if (!captured.ok()) capture_error = captured.error().message;
     }
   }
   if (Status st = graph ? m.dev.launch_graph(graph) : m.launch(p.n_run); !st.ok()) {
     if (m.linear) m.linear->abandon(seqs);
     return st;
+  }
+  if (!capture_error.empty()) {
+    m.opts.graphs = false;
+    m.graph_error = capture_error;
   }
   Status sampling = Status::success();  // reported after the step's blocks are accounted for
   if (!p.samples.empty()) {
@@ -520,7 +523,12 @@ std::string CudaRunner::describe() const {
 }
 
 int CudaRunner::max_tokens() const { return impl_->opts.max_tokens; }
-void CudaRunner::set_graphs(bool on) { impl_->opts.graphs = on; }
+void CudaRunner::set_graphs(bool on) {
+  impl_->opts.graphs = on;
+  if (on) impl_->graph_error.clear();
+}
+
+int CudaRunner::graphs() const { return static_cast<int>(impl_->graphs.size()); }
 
 // One page of one pool is page_stride elements at page * page_stride; a page's bytes on the
 // host are every layer's K then V, in layer order.

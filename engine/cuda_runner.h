@@ -1,5 +1,5 @@
-// The forward pass on a CUDA device (issue 9, first runner): dense attention models of the llama
-// family (llama, qwen2 with its q/k/v biases, qwen3 with q/k norms), with the
+// The forward pass on a CUDA device (issue 9): attention models of the llama family (llama, qwen2
+// with its q/k/v biases, qwen3 with q/k norms) and hybrid qwen35 models, with the
 // CPU ModelRunner's interface and semantics — a batch of tokens written into blocks, each
 // attending its view of blocks over a paged KV cache, queries rotated per block, nothing
 // re-encoded. Page ids come from the same KvCache bookkeeping as on the CPU (KvCache::reserve,
@@ -23,7 +23,7 @@
 // output by sigmoid(gate).
 //
 // Hybrid models (qwen35): the Gated DeltaNet layers run on the device too, their per-block state
-// in slots (engine/cuda_linear.h); hybrid steps launch directly, not from graphs.
+// in slots (engine/cuda_linear.h); their decode steps are graphs as well.
 // Not yet: MoE layers, qwen3next's packed ssm_ba, views with blocks after the writer on a hybrid
 // model.
 //
@@ -70,8 +70,11 @@ class CudaRunner final : public KvPageStore {
   ~CudaRunner() override;
 
   int max_tokens() const;
-  // Turns the replay of CUDA graphs on or off from the next step (CudaRunnerOptions::graphs).
+  // Turns the replay of CUDA graphs on or off from the next step (CudaRunnerOptions::graphs);
+  // on again also forgets why a failed capture had turned them off. graphs(): how many graphs
+  // the runner holds (captured once per step key).
   void set_graphs(bool on);
+  int graphs() const;
 
   // As ModelRunner::forward: `seqs` hold the page ids (reserved by the caller's KvCache) and
   // token counts; raises each written sequence's n_tokens. Logits of the tokens with `logits`

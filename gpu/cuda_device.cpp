@@ -153,19 +153,32 @@ Status CudaDevice::sync(const std::string& what) {
   return {};
 }
 
+// A capture that fails leaves its error as the thread's last CUDA error, which every kernel
+// launcher reads back (cudaGetLastError): it is taken here, so that the step can still launch
+// directly.
 Status CudaDevice::begin_capture() {
   CHORUS_CUDA_CHECK(cudaSetDevice(device_));
-  CHORUS_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream_), cudaStreamCaptureModeThreadLocal));
-  return {};
+  const cudaError_t e = cudaStreamBeginCapture(static_cast<cudaStream_t>(stream_), cudaStreamCaptureModeThreadLocal);
+  if (e == cudaSuccess) return {};
+  (void)cudaGetLastError();
+  return cuda_error("cudaStreamBeginCapture", e, __FILE__, __LINE__);
 }
 
 Result<void*> CudaDevice::end_capture() {
   cudaGraph_t graph = nullptr;
-  CHORUS_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream_), &graph));
+  cudaError_t e = cudaStreamEndCapture(static_cast<cudaStream_t>(stream_), &graph);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    return cuda_error("cudaStreamEndCapture", e, __FILE__, __LINE__);
+  }
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  e = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
-  if (e != cudaSuccess) return cuda_error("cudaGraphInstantiate", e, __FILE__, __LINE__);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_error("cudaGraphInstantiate", e, __FILE__, __LINE__);
+  }
   return static_cast<void*>(exec);
 }
 

@@ -354,6 +354,10 @@ void graphed_equals_direct(const std::string& file) {
   for (size_t s = 0; s < runs[0].size(); ++s) worst = std::max(worst, rel_l2(runs[1][s], runs[0][s]));
   std::printf("  graphed vs direct: largest rel L2 %.3e over 6 steps\n", worst);
   EXPECT_LT(worst, 1e-3);
+  // The graphed runner did replay graphs (a capture that failed would have fallen back quietly).
+  EXPECT_GE((*graphed)->graphs(), 2) << (*graphed)->describe();  // the prompts' size, the decode steps'
+  EXPECT_EQ((*graphed)->describe().find("graphs off"), std::string::npos) << (*graphed)->describe();
+  EXPECT_EQ((*direct)->graphs(), 0);
   graphed->reset();  // reverse order of creation
   direct->reset();
 }

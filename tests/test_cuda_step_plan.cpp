@@ -175,7 +175,9 @@ TEST(LinearAppend, EveryTokenLandsOnceInOrderThroughRandomSteps) {
         const LinearAppend& a = *plan;
         ASSERT_EQ(a.head, std::max<int64_t>(0, std::min<int64_t>(start + n, keep) - start));
         for (int64_t i = 0; i < a.head; ++i) head.push_back(start + i);
-        ASSERT_EQ(a.prefold, a.prefold > 0 ? static_cast<int64_t>(buffer.size()) : 0);
+        if (a.prefold > 0) {
+          ASSERT_EQ(a.prefold, static_cast<int64_t>(buffer.size()));
+        }
         ASSERT_EQ(a.prefold > 0, !buffer.empty() && static_cast<int64_t>(buffer.size()) + n - a.head > dk);
         for (; a.prefold > 0 && !buffer.empty(); buffer.pop_front()) summary.push_back(buffer.front());
         ASSERT_EQ(a.dense_before, static_cast<int64_t>(summary.size()));

@@ -448,6 +448,7 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
                   rows.empty() ? "" : ", ", batch, direct, graphed);
     rows += row;
   }
+  std::printf("(%d graphs captured; %s)\n", runner.graphs(), runner.describe().c_str());
   for (auto& b : blocks) kv->release(b);
   const PrefillTimes p =
       prefill_while_decoding(*m, *kv, [&](auto& t, auto& q, float* l) { return runner.forward(t, q, l); });
