@@ -4,9 +4,11 @@
 
 #include "actors/runtime_check.h"
 #include "apps/chorus/commands.h"
+#include "engine/cuda_runner.h"
 #include "engine/gguf.h"
 #include "engine/model_config.h"
 #include "engine/tokenizer.h"
+#include "engine/weights.h"
 #include "gpu/cpu_features.h"
 #include "gpu/cuda_info.h"
 
@@ -102,10 +104,24 @@ int run_info(const InfoArgs& args) {
   const CpuFeatures& cpu = cpu_features();
   std::printf("cpu         %s: %s\n", cpu.model_name.c_str(), cpu.summary().c_str());
   const CudaInfo cuda = cuda_info();
-  if (!cuda.built) std::printf("cuda        not built\n");
-  else
+  if (!cuda.built) {
+    std::printf("cuda        not built\n");
+  } else {
     std::printf("cuda        runtime %d, NCCL %d, %d device(s)%s%s\n", cuda.runtime_version,
                 cuda.nccl_version, cuda.device_count, cuda.error.empty() ? "" : ": ", cuda.error.c_str());
+    // Whether `--device cuda` would run this model (asks no device).
+    std::string verdict;
+    if (auto c = ModelConfig::from_gguf(g); !c) {
+      verdict = c.error().message;
+    } else if (auto w = Weights::from_gguf(g, *c); !w) {
+      verdict = w.error().message;
+    } else if (Status st = CudaRunner::check(*c, *w); !st.ok()) {
+      verdict = st.error().message;
+    } else {
+      verdict = "runs this model";
+    }
+    std::printf("cuda runner %s\n", verdict.c_str());
+  }
 
   if (args.check_runtime) {
     const auto rc = check_actor_runtime(2);

@@ -4,7 +4,8 @@
 Without a usable GPU: `auto` runs on the CPU, says why on stderr and prints exactly what `cpu`
 prints; `cuda` fails with a message naming the reason. With one: both run (a hybrid model too).
 Either way a model the CUDA runner does not run yet (a mixture-of-experts one) is named by `cuda`
-and left to the CPU by `auto`, and an unknown device is refused.
+and left to the CPU by `auto`, `chorus info` says which models the runner takes, and an unknown
+device is refused.
 
 usage: test_device_flag.py CHORUS GOLDENS_DIR
 """
@@ -51,6 +52,13 @@ def main():
     m_auto = run(chorus, moe, "--device", "auto")
     assert m_auto.returncode == 0 and "running on the CPU" in m_auto.stderr, m_auto.stderr
     assert m_auto.stdout == m_cpu.stdout
+
+    # `chorus info` says what the CUDA runner would do with each, without asking a device.
+    for model, want in ((dense, "cuda runner runs this model"), (hybrid, "cuda runner runs this model"),
+                        (moe, "cuda runner the CUDA runner does not run mixture-of-experts")):
+        info = subprocess.run([chorus, "info", "--model", model], capture_output=True, text=True, timeout=60)
+        assert info.returncode == 0, info.stderr
+        assert want in info.stdout or "cuda        not built" in info.stdout, (model, info.stdout)
 
     bad = run(chorus, dense, "--device", "tpu")
     assert bad.returncode != 0 and "cpu" in bad.stderr and "cuda" in bad.stderr, bad.stderr
