@@ -111,6 +111,7 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
                         std::pair{&m.z, T * m.vd}, std::pair{&m.bl, T * m.Hv}, std::pair{&m.al, T * m.Hv},
                         std::pair{&m.g, T * m.Hv}, std::pair{&m.beta, T * m.Hv}, std::pair{&m.o, T * m.vd},
                         std::pair{&m.cS, m.state_floats()}, std::pair{&m.cS2, m.state_floats()},
+                        std::pair{&m.scratch_S, m.state_floats()},
                         std::pair{&m.ctail, int64_t{m.K1} * m.C}, std::pair{&m.cy, int64_t{m.K1} * m.C},
                         std::pair{&m.ck, int64_t{m.K1} * m.kd}, std::pair{&m.cv, int64_t{m.K1} * m.vd}}) {
     auto r = dev.alloc(n * 4, "linear-layer activations");
@@ -186,6 +187,28 @@ Status CudaLinear::layer(int l, float* h, int T) {
   cuda::GdnRunsArgs a{m.states_dev + static_cast<int64_t>(L.index) * G, m.first_dev, m.q, m.k, m.v, m.g, m.beta, m.o, G,
                       m.Hk, m.Hv, m.dk, m.dk, 0, m.d.tiled_heads};
   CHORUS_TRY(op(cuda::gdn_runs(a, st), "gdn runs"));
+  // Writers with blocks after them in their view: token by token, the state after the token
+  // carried through those blocks (heads convolved with the writer's tail, token included), then
+  // read with the token's query (one batched product per key head). Before the tails move on.
+  const size_t state_bytes = static_cast<size_t>(m.state_floats()) * 4;
+  for (const Impl::Suffix& sx : m.suffixes) {
+    float* B = m.part(m.slot_of[sx.group], l);
+    const int32_t f = m.first[sx.group];
+    for (int32_t row = f; row < m.first[sx.group + 1]; ++row) {
+      CHORUS_TRY(m.runs(B + m.o_S, false, m.k, m.v, m.g, m.beta, row, row + 1));
+      CHORUS_TRY(m.dev.copy(m.cS, B + m.o_S, static_cast<int64_t>(state_bytes)));
+      CHORUS_TRY(m.dev.copy(m.ctail, B + m.o_run_tail, int64_t{m.K1} * m.C * 4));
+      CHORUS_TRY(op(cuda::shift_rows(m.ctail, m.K1, m.qkv + int64_t{f} * m.C, row - f + 1, m.C, st), "gdn suffix tail"));
+      for (const auto& [slot, n, dense] : sx.blocks) CHORUS_TRY(m.apply_block(l, slot, n, dense, m.cS, m.cS2, m.ctail));
+      const int64_t state = int64_t{m.dk} * m.dk, r = m.Hv / m.Hk;
+      for (int kh = 0; kh < m.Hk; ++kh) {  // out[h] = S'[h] q[kh(h)] for the value heads of key head kh
+        const float* q = m.q + int64_t{row} * m.kd + int64_t{kh} * m.dk;
+        const int64_t h0 = m.d.tiled_heads ? kh : kh * r, stride = m.d.tiled_heads ? m.Hk : 1;
+        CHORUS_TRY(cuda_affine_f32_batched(m.dev, m.cS + h0 * state, q, nullptr, m.o + int64_t{row} * m.vd + h0 * m.dk,
+                                           m.dk, m.dk, 1, stride * state, 0, 0, stride * m.dk, static_cast<int>(r)));
+      }
+    }
+  }
   for (const int64_t part : {m.o_run_tail, m.o_tail})
     CHORUS_TRY(op(cuda::shift_rows_slots(m.slot_mem, m.slot_size, L.offset + part, m.slot_dev, m.first_dev, G, m.K1,
                                          m.qkv, m.C, st),

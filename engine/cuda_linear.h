@@ -25,9 +25,10 @@
 // (one launch for all), appended to its block; the gated RMSNorm and the output projection.
 // These layer launches read only tables at fixed places, so a decode step's can be a graph.
 //
-// Not yet (the runner refuses them with a message): views that put blocks after the block being
-// written (read through the query on the CPU, GdnBlockOps::query_through) and the qwen3next
-// layout (packed ssm_ba).
+// A writer whose view puts blocks after it runs its tokens one at a time in the layer: each
+// token's output reads its state after the token, composed through those blocks (the CPU
+// carries the query backwards through them instead, GdnBlockOps::query_through).
+// Not yet (the runner refuses it with a message): the qwen3next layout (packed ssm_ba).
 #pragma once
 
 #include <algorithm>
@@ -107,8 +108,7 @@ class CudaLinear {
   // a shared one), and every table of the step, uploaded. `n_run` is the rows the layers will
   // be launched for: the batch's, or a graph's padded size (the padding rows run through a
   // slot of their own). Errors: as plan_linear_groups, no free slot, a block whose linear state
-  // is not in this runner's slots or is broken, a view with blocks after its writer, tables
-  // that do not fit.
+  // is not in this runner's slots or is broken, tables that do not fit.
   Status plan(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, std::span<const View> views,
               int n_run);
   // Whether the step's layer launches can be captured in a graph (no fold inside the layers: a

@@ -113,6 +113,17 @@ struct CudaLinear::Impl {
     std::vector<size_t> users;
   };
   std::vector<Prefix> prefixes;
+  // Writers whose view puts blocks after them (blocks written concurrently, Hogwild!-style): a
+  // token's output reads its writer's state after the token, carried through those blocks as
+  // the step found them, their first tokens convolved with the writer's inputs so far. Their
+  // tokens run one at a time in the layer (the state after each is needed); the one launch for
+  // all writers steps a scratch state for them instead.
+  struct Suffix {
+    size_t group;
+    std::vector<std::tuple<int32_t, int64_t, int64_t>> blocks;  // slot, length, summarised
+  };
+  std::vector<Suffix> suffixes;
+  float* scratch_S = nullptr;  // what the one launch steps for those writers (read by nothing)
   bool graphable = false;  // no fold in the layers: the step's layer launches can be a graph
 
   Impl(const ModelConfig& config, CudaDevice& device, int T)

@@ -61,10 +61,6 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
     auto s = m.slot(*seqs[static_cast<size_t>(g.seq)], g.seq);
     if (!s) return s.error();
     m.slot_of.push_back(*s);
-    if (!g.suffix.empty())
-      return make_error(Errc::unsupported, "sequence " + std::to_string(g.seq) +
-                                               ": its view puts blocks after it, which the CUDA runner's linear layers "
-                                               "do not read yet (the CPU reads them through the query)");
   }
   if (n_run > T) {
     for (int32_t t = T; t < n_run; ++t) m.order.push_back(t);
@@ -112,13 +108,25 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
     row_seq.insert(row_seq.end(), static_cast<size_t>(m.first[static_cast<size_t>(r) + 1] - m.first[static_cast<size_t>(r)]), r);
   m.n_head_rows = static_cast<int>(head.size());
   m.n_compact_rows = static_cast<int>(compact.size());
-  m.graphable = m.folds.empty();
+  m.suffixes.clear();
+  for (size_t r = 0; r < G; ++r) {
+    if (m.groups[r].suffix.empty()) continue;
+    Impl::Suffix sx{r, {}};
+    for (const auto& [blk, n] : m.groups[r].suffix) {
+      auto s = m.slot(*seqs[static_cast<size_t>(blk)], blk);
+      if (!s) return s.error();
+      sx.blocks.emplace_back(*s, n, dense_of(blk));
+    }
+    m.suffixes.push_back(std::move(sx));
+  }
+  m.graphable = m.folds.empty() && m.suffixes.empty();
   // The tables the layers read first, in a fixed order: their addresses depend only on the sizes
   // a graph is keyed by (graph_key()).
   std::vector<float*> states;
   for (int l = 0; l < m.c.n_layer; ++l)
     if (m.c.is_linear(l))
-      for (int32_t slot : m.slot_of) states.push_back(m.part(slot, l) + m.o_S);
+      for (size_t r = 0; r < m.slot_of.size(); ++r)
+        states.push_back(r < G && !m.groups[r].suffix.empty() ? m.scratch_S : m.part(m.slot_of[r], l) + m.o_S);
   CHORUS_TRY(m.put_into(m.order, &m.order_dev));
   CHORUS_TRY(m.put_into(row_seq, &m.row_seq_dev));
   CHORUS_TRY(m.put_into(m.first, &m.first_dev));
@@ -142,7 +150,8 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
     it->users.push_back(gi);
   }
   // The single-matrix runs, in the order they are made: per linear layer the prefolds and the
-  // compositions (prepare()), then per linear layer the folds (layer()).
+  // compositions (prepare()), then per linear layer the reads through blocks after their
+  // writers and the folds (layer()).
   m.run_mats.clear();
   m.run_ranges.clear();
   m.next_run = 0;
@@ -160,9 +169,15 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
     }
   }
   m.n_prepare_runs = m.run_mats.size();
-  for (int l = 0; l < m.c.n_layer; ++l)
-    if (m.c.is_linear(l))
-      for (const Impl::Fold& f : m.folds) add_run(m.part(m.slot_of[f.group], l) + m.o_AB, f.row, f.row + f.n);
+  for (int l = 0; l < m.c.n_layer; ++l) {
+    if (!m.c.is_linear(l)) continue;
+    for (const Impl::Suffix& sx : m.suffixes)
+      for (int32_t row = m.first[sx.group]; row < m.first[sx.group + 1]; ++row) {
+        add_run(m.part(m.slot_of[sx.group], l) + m.o_S, row, row + 1);
+        for (const auto& [slot, n, dense] : sx.blocks) m.plan_apply(n, dense, m.cS);
+      }
+    for (const Impl::Fold& f : m.folds) add_run(m.part(m.slot_of[f.group], l) + m.o_AB, f.row, f.row + f.n);
+  }
   CHORUS_TRY(m.put_into(m.run_mats, &m.run_mats_dev));
   CHORUS_TRY(m.put_into(m.run_ranges, &m.run_ranges_dev));
   return m.flush();

@@ -24,8 +24,7 @@
 //
 // Hybrid models (qwen35): the Gated DeltaNet layers run on the device too, their per-block state
 // in slots (engine/cuda_linear.h); their decode steps are graphs as well.
-// Not yet: MoE layers, qwen3next's packed ssm_ba, views with blocks after the writer on a hybrid
-// model.
+// Not yet: MoE layers, qwen3next's packed ssm_ba.
 //
 // The runner's device buffers come from the device's bump pool and go back when it is
 // destroyed: destroy runners in the reverse order of their creation.
