@@ -118,6 +118,7 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
     if (!r) return r.error();
     *dst = static_cast<float*>(*r);
   }
+  if (Status st = dev.zero(m.scratch_S, m.state_floats() * 4); !st.ok()) return st.error();  // read by nothing
   constexpr int64_t kTableBytes = int64_t{16} << 20;
   auto tables = dev.alloc(kTableBytes, "linear-layer step tables");
   if (!tables) return tables.error();

@@ -111,8 +111,9 @@ class CudaLinear {
   // is not in this runner's slots or is broken, tables that do not fit.
   Status plan(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, std::span<const View> views,
               int n_run);
-  // Whether the step's layer launches can be captured in a graph (no fold inside the layers: a
-  // step of at most dk new body tokens per block), and what a graph of them is keyed by besides the
+  // Whether the step's layer launches can be captured in a graph (no fold inside the layers — a
+  // step of at most dk new body tokens per block — and no writer with blocks after it in its
+  // view), and what a graph of them is keyed by besides the
   // padded size: the groups (with padding), head rows, buffer rows, whether rows are gathered.
   bool graphable() const;
   std::array<int64_t, 4> graph_key() const;
@@ -121,8 +122,8 @@ class CudaLinear {
   // synchronizes.
   Status prepare();
   // Launches model layer l (a linear layer) over the step's n_run rows: h [n_run][n_embd] holds
-  // the normed input and gets the layer's output. Nothing synchronizes, copies or allocates:
-  // it can be captured.
+  // the normed input and gets the layer's output. Nothing synchronizes or allocates, and for a
+  // graphable step nothing copies: it can be captured.
   Status layer(int l, float* h, int T);
   // After the step has run: the written blocks' lengths and cached views.
   void finish(std::span<SequenceKv* const> seqs);

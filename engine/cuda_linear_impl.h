@@ -124,7 +124,7 @@ struct CudaLinear::Impl {
   };
   std::vector<Suffix> suffixes;
   float* scratch_S = nullptr;  // what the one launch steps for those writers (read by nothing)
-  bool graphable = false;  // no fold in the layers: the step's layer launches can be a graph
+  bool graphable = false;  // no fold in the layers, no blocks after a writer: a graph can hold the layers
 
   Impl(const ModelConfig& config, CudaDevice& device, int T)
       : c(config), dev(device), d(config.gdn), max_tokens(T), C(d.conv_dim()), K1(d.conv_kernel - 1),

@@ -400,7 +400,7 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   CHORUS_TRY(m.dev.bind());
   if (m.linear) {
     CHORUS_TRY(m.linear->plan(batch, seqs, views, planned->n_run));
-    if (planned->graphed && !m.linear->graphable()) {  // folds inside the layers: launched directly
+    if (planned->graphed && !m.linear->graphable()) {  // see CudaLinear::graphable(): launched directly
       limits.graphs = false;
       planned = plan_cuda_step(batch, seqs, views, draws, tokens_out != nullptr, limits);
       if (!planned) return planned.error();

@@ -402,42 +402,61 @@ TEST(CudaRunner, TiledPrefillMatchesTheCpu) {
   }
 }
 
-// A hybrid writer whose view puts a block after it (Hogwild!-style: [own, other]): each token's
-// output reads the writer's state carried through the other block, its first tokens convolved
-// with the writer's inputs so far. Against the CPU (which reads it through the query): a
-// prefill of 6 tokens, a decode token, then a step where the other block grows too (the writer
-// reads it as the step found it).
-TEST(CudaRunner, HybridViewWithABlockAfterTheWriterMatchesTheCpu) {
+// A hybrid writer whose view puts blocks after it (Hogwild!-style: [own, others...]): each
+// token's output reads the writer's state carried through the later blocks, their first tokens
+// convolved with the writer's inputs so far. Against the CPU (which reads them through the
+// query): a prefill, a decode token, then a step where the last later block grows too (the
+// writer reads it as the step found it). Two cases on the tiny model (dk 16, conv 4): one later
+// block of 20 tokens after a 6-token prefill; and later blocks of 2 tokens (all head: the
+// writer's tail decides all of its part) and 19, after a 22-token prefill that folds inside the
+// layer, with the 19-token block's growth folding its full buffer before the step. The later
+// blocks must matter: the CPU's logits without them differ by far more than the bound.
+void blocks_after_the_writer(const std::vector<int>& others, int own_n) {
   Pair p;
   const std::string why = load(goldens("tiny_qwen35.gguf"), &p);
   if (!why.empty()) GTEST_SKIP() << why;
   ASSERT_TRUE(p.gpu_runner);
-  const auto other = random_tokens(*p.model, 20, 71), own = random_tokens(*p.model, 6, 72);
-  const std::vector<View> views = {{0, 1}};
+  const auto own = random_tokens(*p.model, own_n, 72);
+  std::vector<std::vector<TokenId>> other;
+  View view = {0};
+  for (size_t i = 0; i < others.size(); ++i) {
+    other.push_back(random_tokens(*p.model, others[i], 73 + static_cast<uint32_t>(i)));
+    view.push_back(static_cast<int32_t>(i + 1));
+  }
+  const int last = static_cast<int>(others.size());
   std::vector<std::vector<float>> out[2];
   for (const bool gpu : {false, true}) {
-    std::vector<SequenceKv> blocks(2);  // 0 the writer, 1 the block after it
-    write(p, gpu, blocks, 1, other, {}, -1);
-    out[gpu].push_back(write(p, gpu, blocks, 0, own, views, 0));
-    out[gpu].push_back(write(p, gpu, blocks, 0, {own[1]}, views, 0));
-    ASSERT_TRUE(p.kv->reserve(blocks[0], 8).ok());
-    ASSERT_TRUE(p.kv->reserve(blocks[1], 21).ok());
-    const std::vector<BatchToken> both = {{own[2], 7, 0, true, 0}, {other[3], 20, 1, true, -1}};
-    std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1]};
+    std::vector<SequenceKv> blocks(others.size() + 1);  // 0 the writer, then the blocks after it
+    for (int i = 1; i <= last; ++i) write(p, gpu, blocks, i, other[static_cast<size_t>(i - 1)], {}, -1);
+    out[gpu].push_back(write(p, gpu, blocks, 0, own, {view}, 0));
+    out[gpu].push_back(write(p, gpu, blocks, 0, {own[1]}, {view}, 0));
+    ASSERT_TRUE(p.kv->reserve(blocks[0], own_n + 2).ok());
+    ASSERT_TRUE(p.kv->reserve(blocks[static_cast<size_t>(last)], others.back() + 1).ok());
+    const std::vector<BatchToken> both = {{own[2], own_n + 1, 0, true, 0}, {own[3], others.back(), last, true, -1}};
+    std::vector<SequenceKv*> ptrs;
+    for (auto& blk : blocks) ptrs.push_back(&blk);
     std::vector<float> logits(2 * static_cast<size_t>(p.model->config.n_vocab));
+    const std::vector<View> views = {view};
     const Status st = gpu ? p.gpu_runner->forward(both, ptrs, logits.data(), views)
                           : p.cpu_runner->forward(both, ptrs, *p.kv, logits.data(), views);
     ASSERT_TRUE(st.ok()) << st.error().to_string();
     out[gpu].push_back(std::vector<float>(logits.begin(), logits.begin() + p.model->config.n_vocab));
-    for (auto& b : blocks) p.kv->release(b);
+    for (auto& blk : blocks) p.kv->release(blk);
   }
   for (size_t i = 0; i < out[0].size(); ++i) {
     const double err = rel_l2(out[1][i], out[0][i]);
-    std::printf("  a block after the writer, write %zu: rel L2 %.3e vs the CPU\n", i, err);
+    std::printf("  blocks after the writer, write %zu: rel L2 %.3e vs the CPU\n", i, err);
     EXPECT_LT(err, 3e-2);
     expect_same_pick(out[1][i], out[0][i], 0.02);
   }
+  std::vector<SequenceKv> alone(1);  // the writer's prefill without the later blocks, on the CPU
+  const double without = rel_l2(write(p, false, alone, 0, own, {}, -1), out[0][0]);
+  std::printf("  the writer's prefill without the later blocks differs by rel L2 %.3e\n", without);
+  EXPECT_GT(without, 0.1);
+  p.kv->release(alone[0]);
 }
+TEST(CudaRunner, HybridViewWithABlockAfterTheWriterMatchesTheCpu) { blocks_after_the_writer({20}, 6); }
+TEST(CudaRunner, HybridViewWithTwoBlocksAfterTheWriterMatchesTheCpu) { blocks_after_the_writer({2, 19}, 22); }
 
 // What `--device auto` asks before it picks the GPU: no device needed, so this runs everywhere.
 TEST(CudaRunner, CheckSaysWhatItRunsWithoutADevice) {
@@ -463,7 +482,6 @@ TEST(CudaRunner, RefusesWhatItDoesNotRunYet) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("mixture-of-experts"), std::string::npos) << r.error().message;
 }
-
 
 }  // namespace
 }  // namespace chorus
