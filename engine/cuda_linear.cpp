@@ -8,8 +8,6 @@
 
 namespace chorus {
 
-using cuda_detail::op;
-
 CudaLinear::CudaLinear(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaLinear::~CudaLinear() = default;
 
@@ -38,13 +36,9 @@ Status CudaLinear::check(const ModelConfig& c, const Weights& w) {
 }
 
 int64_t CudaLinear::slot_floats(const ModelConfig& c) {
-  const GdnConfig& d = c.gdn;
-  const int64_t K1 = d.conv_kernel - 1, C = d.conv_dim(), Hv = d.n_v_heads, dk = d.head_dim;
-  const int64_t per_layer = Hv * dk * dk + 3 * K1 * C + 2 * K1 * Hv + Hv * 2 * dk * dk +
-                            dk * (d.key_dim() + d.value_dim() + 2 * Hv);
   int64_t n_linear = 0;
   for (int l = 0; l < c.n_layer; ++l) n_linear += c.is_linear(l);
-  return per_layer * n_linear;
+  return SlotLayout::of(c.gdn).size * n_linear;
 }
 
 Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, const Weights& w, CudaDevice& dev,
@@ -52,30 +46,16 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
                                                        const CudaUploads& up) {
   if (Status s = check(c, w); !s.ok()) return s.error();
   if (n_slots < 0) return make_error(Errc::invalid_argument, "CUDA runner: linear_slots must not be negative");
-  auto impl = std::make_unique<Impl>(c, dev, max_tokens);
+  auto impl = std::make_unique<Impl>(c, dev);
   Impl& m = *impl;
   m.xb = xb;
-  // One layer's part of a slot.
-  int64_t at = 0;
-  for (auto [dst, n] : {std::pair{&m.o_S, m.state_floats()}, std::pair{&m.o_run_tail, int64_t{m.K1} * m.C},
-                        std::pair{&m.o_tail, int64_t{m.K1} * m.C}, std::pair{&m.o_head_x, int64_t{m.K1} * m.C},
-                        std::pair{&m.o_head_g, int64_t{m.K1} * m.Hv}, std::pair{&m.o_head_b, int64_t{m.K1} * m.Hv},
-                        std::pair{&m.o_AB, int64_t{m.Hv} * 2 * m.dk * m.dk}, std::pair{&m.o_ck, int64_t{m.dk} * m.kd},
-                        std::pair{&m.o_cv, int64_t{m.dk} * m.vd}, std::pair{&m.o_cg, int64_t{m.dk} * m.Hv},
-                        std::pair{&m.o_cb, int64_t{m.dk} * m.Hv}}) {
-    *dst = at;
-    at += n;
-  }
-  m.layer_floats = at;
   m.layers.resize(static_cast<size_t>(c.n_layer));
-  int64_t n_linear = 0;
   for (int l = 0; l < c.n_layer; ++l) {
     if (!c.is_linear(l)) continue;
     const LayerWeights& L = w.layers[static_cast<size_t>(l)];
     Impl::Layer& D = m.layers[static_cast<size_t>(l)];
-    D.index = static_cast<int>(n_linear);
-    m.n_linear = static_cast<int>(n_linear) + 1;
-    D.offset = n_linear++ * m.layer_floats;
+    D.index = m.n_linear++;
+    D.offset = D.index * m.lay.size;
     for (auto [dst, src, name] : {std::tuple{&D.qkv, &L.w_qkv, "attn_qkv"}, std::tuple{&D.z, &L.w_z, "attn_gate"},
                                   std::tuple{&D.beta, &L.w_beta, "ssm_beta"}, std::tuple{&D.alpha, &L.w_alpha, "ssm_alpha"},
                                   std::tuple{&D.out, &L.w_ssm_out, "ssm_out"}}) {
@@ -102,7 +82,7 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
   if (!slots) return slots.error();
   m.slot_mem = static_cast<float*>(*slots);
   m.pad_slot = n_slots;
-  if (Status st = dev.zero(m.slot_mem + m.pad_slot * m.slot_size, m.slot_size * 4); !st.ok()) return st.error();
+  if (Status st = dev.zero(m.slot_base(m.pad_slot), m.slot_size * 4); !st.ok()) return st.error();
   m.pool->n = n_slots;
   for (int32_t i = n_slots - 1; i >= 0; --i) m.pool->free.push_back(i);
   const int64_t T = max_tokens;
@@ -133,7 +113,7 @@ Status CudaLinear::prepare() {
     if (!m.c.is_linear(l)) continue;
     for (const auto& [r, n] : m.prefolds) {  // buffers that cannot take the step's tokens
       float* B = m.part(m.slot_of[r], l);
-      CHORUS_TRY(m.runs(B + m.o_AB, true, B + m.o_ck, B + m.o_cv, B + m.o_cg, B + m.o_cb, 0, static_cast<int>(n)));
+      CHORUS_TRY(m.runs(B + m.lay.AB, true, B + m.lay.ck, B + m.lay.cv, B + m.lay.cg, B + m.lay.cb, 0, static_cast<int>(n)));
     }
     // The view states that changed, composed from the blocks' summaries as the step found them.
     for (const Impl::Prefix& p : m.prefixes) {
@@ -142,9 +122,9 @@ Status CudaLinear::prepare() {
       for (const auto& [slot, n, dense] : p.blocks) CHORUS_TRY(m.apply_block(l, slot, n, dense, m.cS, m.cS2, m.ctail));
       for (size_t r : p.users) {  // then each writer's own block as it is before the step
         float* B = m.part(m.slot_of[r], l);
-        CHORUS_TRY(m.dev.copy(B + m.o_S, m.cS, m.state_floats() * 4));
-        CHORUS_TRY(m.dev.copy(B + m.o_run_tail, m.ctail, int64_t{m.K1} * m.C * 4));
-        CHORUS_TRY(m.apply_block(l, m.slot_of[r], m.groups[r].start, m.own_dense[r], B + m.o_S, m.cS2, B + m.o_run_tail));
+        CHORUS_TRY(m.dev.copy(B + m.lay.S, m.cS, m.state_floats() * 4));
+        CHORUS_TRY(m.dev.copy(B + m.lay.run_tail, m.ctail, int64_t{m.K1} * m.C * 4));
+        CHORUS_TRY(m.apply_block(l, m.slot_of[r], m.groups[r].start, m.own_dense[r], B + m.lay.S, m.cS2, B + m.lay.run_tail));
       }
     }
   }
@@ -180,7 +160,7 @@ Status CudaLinear::layer(int l, float* h, int T) {
   // view state (all groups in one launch each), then into its block: tails, folds, new rows.
   const int G = m.n_groups;
   CHORUS_TRY(op(cuda::gdn_conv_slots(m.qkv, T, m.row_seq_dev, m.first_dev, m.slot_dev, m.slot_mem, m.slot_size,
-                                     L.offset + m.o_run_tail, L.conv, m.C, m.K1 + 1, m.y, st),
+                                     L.offset + m.lay.run_tail, L.conv, m.C, m.K1 + 1, m.y, st),
                 "gdn conv"));
   CHORUS_TRY(op(cuda::split_qkv(m.y, T, m.kd, m.vd, m.q, m.k, m.v, st), "gdn split"));
   CHORUS_TRY(op(cuda::l2norm_rows(m.q, T * m.Hk, m.dk, m.c.norm_eps, st), "gdn l2norm q"));
@@ -196,9 +176,9 @@ Status CudaLinear::layer(int l, float* h, int T) {
     float* B = m.part(m.slot_of[sx.group], l);
     const int32_t f = m.first[sx.group];
     for (int32_t row = f; row < m.first[sx.group + 1]; ++row) {
-      CHORUS_TRY(m.runs(B + m.o_S, false, m.k, m.v, m.g, m.beta, row, row + 1));
-      CHORUS_TRY(m.dev.copy(m.cS, B + m.o_S, static_cast<int64_t>(state_bytes)));
-      CHORUS_TRY(m.dev.copy(m.ctail, B + m.o_run_tail, int64_t{m.K1} * m.C * 4));
+      CHORUS_TRY(m.runs(B + m.lay.S, false, m.k, m.v, m.g, m.beta, row, row + 1));
+      CHORUS_TRY(m.dev.copy(m.cS, B + m.lay.S, static_cast<int64_t>(state_bytes)));
+      CHORUS_TRY(m.dev.copy(m.ctail, B + m.lay.run_tail, int64_t{m.K1} * m.C * 4));
       CHORUS_TRY(op(cuda::shift_rows(m.ctail, m.K1, m.qkv + int64_t{f} * m.C, row - f + 1, m.C, st), "gdn suffix tail"));
       for (const auto& [slot, n, dense] : sx.blocks) CHORUS_TRY(m.apply_block(l, slot, n, dense, m.cS, m.cS2, m.ctail));
       const int64_t state = int64_t{m.dk} * m.dk, r = m.Hv / m.Hk;
@@ -210,18 +190,18 @@ Status CudaLinear::layer(int l, float* h, int T) {
       }
     }
   }
-  for (const int64_t part : {m.o_run_tail, m.o_tail})
+  for (const int64_t part : {m.lay.run_tail, m.lay.tail})
     CHORUS_TRY(op(cuda::shift_rows_slots(m.slot_mem, m.slot_size, L.offset + part, m.slot_dev, m.first_dev, G, m.K1,
                                          m.qkv, m.C, st),
                   "gdn tails"));
   for (const Impl::Fold& f : m.folds)  // a prefill's tokens beyond what a buffer holds
-    CHORUS_TRY(m.runs(m.part(m.slot_of[f.group], l) + m.o_AB, true, m.k, m.v, m.g, m.beta, static_cast<int>(f.row),
+    CHORUS_TRY(m.runs(m.part(m.slot_of[f.group], l) + m.lay.AB, true, m.k, m.v, m.g, m.beta, static_cast<int>(f.row),
                       static_cast<int>(f.row + f.n)));
   for (const auto& [src, width, rows, n, part] :
-       {std::tuple{m.qkv, m.C, m.head_dev, m.n_head_rows, m.o_head_x}, std::tuple{m.g, m.Hv, m.head_dev, m.n_head_rows, m.o_head_g},
-        std::tuple{m.beta, m.Hv, m.head_dev, m.n_head_rows, m.o_head_b}, std::tuple{m.k, m.kd, m.compact_dev, m.n_compact_rows, m.o_ck},
-        std::tuple{m.v, m.vd, m.compact_dev, m.n_compact_rows, m.o_cv}, std::tuple{m.g, m.Hv, m.compact_dev, m.n_compact_rows, m.o_cg},
-        std::tuple{m.beta, m.Hv, m.compact_dev, m.n_compact_rows, m.o_cb}})
+       {std::tuple{m.qkv, m.C, m.head_dev, m.n_head_rows, m.lay.head_x}, std::tuple{m.g, m.Hv, m.head_dev, m.n_head_rows, m.lay.head_g},
+        std::tuple{m.beta, m.Hv, m.head_dev, m.n_head_rows, m.lay.head_b}, std::tuple{m.k, m.kd, m.compact_dev, m.n_compact_rows, m.lay.ck},
+        std::tuple{m.v, m.vd, m.compact_dev, m.n_compact_rows, m.lay.cv}, std::tuple{m.g, m.Hv, m.compact_dev, m.n_compact_rows, m.lay.cg},
+        std::tuple{m.beta, m.Hv, m.compact_dev, m.n_compact_rows, m.lay.cb}})
     CHORUS_TRY(op(cuda::rows_to_slots(src, width, rows, n, m.slot_mem, m.slot_size, L.offset + part, st), "gdn append"));
 
   if (L.index + 1 == m.n_linear && m.next_run != m.run_mats.size())

@@ -19,6 +19,25 @@
 
 namespace chorus {
 
+// One linear layer's part of a slot (engine/cuda_linear.h): where each piece starts, in floats
+// from the part's start, and the part's size.
+struct SlotLayout {
+  int64_t S = 0, run_tail = 0, tail = 0, head_x = 0, head_g = 0, head_b = 0, AB = 0, ck = 0, cv = 0, cg = 0, cb = 0;
+  int64_t size = 0;
+  static SlotLayout of(const GdnConfig& d) {
+    const int64_t K1 = d.conv_kernel - 1, C = d.conv_dim(), Hv = d.n_v_heads, dk = d.head_dim;
+    SlotLayout o;
+    for (auto [dst, n] : {std::pair{&o.S, Hv * dk * dk}, std::pair{&o.run_tail, K1 * C}, std::pair{&o.tail, K1 * C},
+                          std::pair{&o.head_x, K1 * C}, std::pair{&o.head_g, K1 * Hv}, std::pair{&o.head_b, K1 * Hv},
+                          std::pair{&o.AB, Hv * 2 * dk * dk}, std::pair{&o.ck, dk * d.key_dim()},
+                          std::pair{&o.cv, dk * d.value_dim()}, std::pair{&o.cg, dk * Hv}, std::pair{&o.cb, dk * Hv}}) {
+      *dst = o.size;
+      o.size += n;
+    }
+    return o;
+  }
+};
+
 namespace cuda_detail {
 
 // Free slots, shared with the states' deleters (a state may outlive the runner).
@@ -30,14 +49,14 @@ struct SlotPool {
 
 }  // namespace cuda_detail
 
+using cuda_detail::op;  // (internal header: its two .cpp files only)
+
 struct CudaLinear::Impl {
   using SlotPool = cuda_detail::SlotPool;
-  static Status op(const std::string& err, const char* where) { return cuda_detail::op(err, where); }
 
   const ModelConfig& c;
   CudaDevice& dev;
   const GdnConfig d;
-  const int max_tokens;
   const int C, K1, Hv, Hk, dk, kd, vd;  // conv_dim, K-1, heads, head size, widths
 
   struct Layer {
@@ -48,9 +67,7 @@ struct CudaLinear::Impl {
   };
   std::vector<Layer> layers;  // [n_layer]; attention layers stay empty
 
-  // One layer's part of a slot, in floats from its start.
-  int64_t o_S = 0, o_run_tail = 0, o_tail = 0, o_head_x = 0, o_head_g = 0, o_head_b = 0, o_AB = 0, o_ck = 0, o_cv = 0,
-          o_cg = 0, o_cb = 0, layer_floats = 0;
+  const SlotLayout lay;  // one layer's part of a slot
   float* slot_mem = nullptr;
   int64_t slot_size = 0;  // floats per slot
   std::shared_ptr<SlotPool> pool = std::make_shared<SlotPool>();
@@ -126,11 +143,12 @@ struct CudaLinear::Impl {
   float* scratch_S = nullptr;  // what the one launch steps for those writers (read by nothing)
   bool graphable = false;  // no fold in the layers, no blocks after a writer: a graph can hold the layers
 
-  Impl(const ModelConfig& config, CudaDevice& device, int T)
-      : c(config), dev(device), d(config.gdn), max_tokens(T), C(d.conv_dim()), K1(d.conv_kernel - 1),
-        Hv(d.n_v_heads), Hk(d.n_k_heads), dk(d.head_dim), kd(d.key_dim()), vd(d.value_dim()) {}
+  Impl(const ModelConfig& config, CudaDevice& device)
+      : c(config), dev(device), d(config.gdn), C(d.conv_dim()), K1(d.conv_kernel - 1), Hv(d.n_v_heads),
+        Hk(d.n_k_heads), dk(d.head_dim), kd(d.key_dim()), vd(d.value_dim()), lay(SlotLayout::of(d)) {}
 
-  float* part(int32_t slot, int l) { return slot_mem + slot * slot_size + layers[static_cast<size_t>(l)].offset; }
+  float* slot_base(int32_t slot) { return slot_mem + slot * slot_size; }
+  float* part(int32_t slot, int l) { return slot_base(slot) + layers[static_cast<size_t>(l)].offset; }
   int64_t state_floats() const { return int64_t{Hv} * dk * dk; }
 
   // A table into the host buffer; its device address (valid after flush()).
@@ -195,21 +213,21 @@ struct CudaLinear::Impl {
     void* st = dev.stream();
     const int n_head = static_cast<int>(std::min<int64_t>(n, K1));
     if (n_head > 0) {  // the head tokens convolved with the view's tail so far
-      CHORUS_TRY(op(cuda::gdn_conv(tail, B + o_head_x, n_head, L.conv, C, K1 + 1, cy, st), "gdn head conv"));
+      CHORUS_TRY(op(cuda::gdn_conv(tail, B + lay.head_x, n_head, L.conv, C, K1 + 1, cy, st), "gdn head conv"));
       CHORUS_TRY(op(cuda::split_qkv(cy, n_head, kd, vd, nullptr, ck, cv, st), "gdn head split"));
       CHORUS_TRY(op(cuda::l2norm_rows(ck, n_head * Hk, dk, c.norm_eps, st), "gdn head l2norm"));
-      CHORUS_TRY(runs(S, false, ck, cv, B + o_head_g, B + o_head_b, 0, n_head));
+      CHORUS_TRY(runs(S, false, ck, cv, B + lay.head_g, B + lay.head_b, 0, n_head));
     }
     const int64_t n_compact = n - n_head - dense;
     if (dense > 0) {  // S <- S A + B, per value head
       const int64_t per_head = int64_t{dk + dk} * dk;
-      CHORUS_TRY(cuda_affine_f32_batched(dev, S, B + o_AB, B + o_AB + int64_t{dk} * dk, S2, dk, dk, dk,
+      CHORUS_TRY(cuda_affine_f32_batched(dev, S, B + lay.AB, B + lay.AB + int64_t{dk} * dk, S2, dk, dk, dk,
                                          int64_t{dk} * dk, per_head, per_head, int64_t{dk} * dk, Hv));
       CHORUS_TRY(dev.copy(S, S2, state_floats() * 4));
     }
-    CHORUS_TRY(runs(S, false, B + o_ck, B + o_cv, B + o_cg, B + o_cb, 0, static_cast<int>(n_compact)));
-    if (n >= K1) return dev.copy(tail, B + o_tail, int64_t{K1} * C * 4);
-    return op(cuda::shift_rows(tail, K1, B + o_tail + (K1 - n) * C, static_cast<int>(n), C, st), "gdn tail");
+    CHORUS_TRY(runs(S, false, B + lay.ck, B + lay.cv, B + lay.cg, B + lay.cb, 0, static_cast<int>(n_compact)));
+    if (n >= K1) return dev.copy(tail, B + lay.tail, int64_t{K1} * C * 4);
+    return op(cuda::shift_rows(tail, K1, B + lay.tail + (K1 - n) * C, static_cast<int>(n), C, st), "gdn tail");
   }
 
   Status gemm(const CudaMat& w, float* out, int T) { return cuda_gemm_bf16(dev, w.w, xb, out, w.rows, T, w.cols); }

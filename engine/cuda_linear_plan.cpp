@@ -8,8 +8,6 @@
 
 namespace chorus {
 
-using cuda_detail::op;
-
 Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
                         std::span<const View> views, int n_run) {
   Impl& m = *impl_;
@@ -26,11 +24,10 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
                                                       std::to_string(g.start) + " tokens but no linear-layer state");
       auto fresh = LinearState::create(m.c);
       CHORUS_TRY(m.acquire(*fresh));
-      float* base = m.slot_mem + *fresh->device_slot * m.slot_size;
-      CHORUS_TRY(m.dev.zero(base, m.slot_size * 4));
+      CHORUS_TRY(m.dev.zero(m.slot_base(*fresh->device_slot), m.slot_size * 4));
       for (int l = 0; l < m.c.n_layer; ++l)
         if (m.c.is_linear(l))
-          CHORUS_TRY(op(cuda::gdn_summary_reset(m.part(*fresh->device_slot, l) + m.o_AB, m.Hv, m.dk, m.dk, m.dev.stream()),
+          CHORUS_TRY(op(cuda::gdn_summary_reset(m.part(*fresh->device_slot, l) + m.lay.AB, m.Hv, m.dk, m.dk, m.dev.stream()),
                         "gdn summary reset"));
       s.linear = std::move(fresh);
     } else if (s.linear.use_count() > 1) {
@@ -38,8 +35,7 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
       if (!from) return from.error();
       auto copy = s.linear->clone();
       CHORUS_TRY(m.acquire(*copy));
-      CHORUS_TRY(m.dev.copy(m.slot_mem + *copy->device_slot * m.slot_size, m.slot_mem + *from * m.slot_size,
-                            m.slot_size * 4));
+      CHORUS_TRY(m.dev.copy(m.slot_base(*copy->device_slot), m.slot_base(*from), m.slot_size * 4));
       s.linear = std::move(copy);
     }
     return Status::success();
@@ -70,11 +66,12 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
   m.n_groups = static_cast<int>(m.slot_of.size());
   m.identity = true;
   for (size_t i = 0; i < m.order.size(); ++i) m.identity = m.identity && m.order[i] == static_cast<int32_t>(i);
-  // Body tokens already in each written block's summary, after this step's prefolds.
-  std::map<int32_t, int64_t> dense_now;  // by sequence, for the blocks this step writes
+  // Body tokens in a block's summary as the layers find it: a written block's after this step's
+  // prefold (own_dense), another's as it is.
+  std::map<int32_t, size_t> group_of;  // written sequence -> its group
   auto dense_of = [&](int32_t seq) {
-    auto it = dense_now.find(seq);
-    return it != dense_now.end() ? it->second : seqs[static_cast<size_t>(seq)]->linear->device_dense;
+    auto it = group_of.find(seq);
+    return it != group_of.end() ? m.own_dense[it->second] : seqs[static_cast<size_t>(seq)]->linear->device_dense;
   };
   // Where each group's new tokens go in its block: positions below K-1 are head rows; the rest
   // join the buffer after the tokens already there. A buffer that cannot take them is folded
@@ -96,7 +93,7 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
     for (int64_t i = 0; i < a.head; ++i)
       head.push_back({static_cast<int32_t>(f + i), slot, static_cast<int32_t>(start + i)});
     if (a.prefold > 0) m.prefolds.emplace_back(r, a.prefold);
-    dense_now[m.groups[r].seq] = a.dense_before;
+    group_of[m.groups[r].seq] = r;
     m.own_dense[r] = a.dense_before;
     const int64_t row = f + a.head;  // the first body row
     if (a.folded > 0) m.folds.push_back({r, row, a.folded});
@@ -126,7 +123,7 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
   for (int l = 0; l < m.c.n_layer; ++l)
     if (m.c.is_linear(l))
       for (size_t r = 0; r < m.slot_of.size(); ++r)
-        states.push_back(r < G && !m.groups[r].suffix.empty() ? m.scratch_S : m.part(m.slot_of[r], l) + m.o_S);
+        states.push_back(r < G && !m.groups[r].suffix.empty() ? m.scratch_S : m.part(m.slot_of[r], l) + m.lay.S);
   CHORUS_TRY(m.put_into(m.order, &m.order_dev));
   CHORUS_TRY(m.put_into(row_seq, &m.row_seq_dev));
   CHORUS_TRY(m.put_into(m.first, &m.first_dev));
@@ -162,10 +159,10 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
   };
   for (int l = 0; l < m.c.n_layer; ++l) {
     if (!m.c.is_linear(l)) continue;
-    for (const auto& [r, n] : m.prefolds) add_run(m.part(m.slot_of[r], l) + m.o_AB, 0, n);
+    for (const auto& [r, n] : m.prefolds) add_run(m.part(m.slot_of[r], l) + m.lay.AB, 0, n);
     for (const Impl::Prefix& p : m.prefixes) {
       for (const auto& [slot, n, dense] : p.blocks) m.plan_apply(n, dense, m.cS);
-      for (size_t r : p.users) m.plan_apply(m.groups[r].start, m.own_dense[r], m.part(m.slot_of[r], l) + m.o_S);
+      for (size_t r : p.users) m.plan_apply(m.groups[r].start, m.own_dense[r], m.part(m.slot_of[r], l) + m.lay.S);
     }
   }
   m.n_prepare_runs = m.run_mats.size();
@@ -173,10 +170,10 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
     if (!m.c.is_linear(l)) continue;
     for (const Impl::Suffix& sx : m.suffixes)
       for (int32_t row = m.first[sx.group]; row < m.first[sx.group + 1]; ++row) {
-        add_run(m.part(m.slot_of[sx.group], l) + m.o_S, row, row + 1);
+        add_run(m.part(m.slot_of[sx.group], l) + m.lay.S, row, row + 1);
         for (const auto& [slot, n, dense] : sx.blocks) m.plan_apply(n, dense, m.cS);
       }
-    for (const Impl::Fold& f : m.folds) add_run(m.part(m.slot_of[f.group], l) + m.o_AB, f.row, f.row + f.n);
+    for (const Impl::Fold& f : m.folds) add_run(m.part(m.slot_of[f.group], l) + m.lay.AB, f.row, f.row + f.n);
   }
   CHORUS_TRY(m.put_into(m.run_mats, &m.run_mats_dev));
   CHORUS_TRY(m.put_into(m.run_ranges, &m.run_ranges_dev));

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <span>
 
 #include "engine/cuda_runner.h"
 #include "engine/kv_cache.h"
@@ -89,6 +90,12 @@ void expect_same_pick(const std::vector<float>& got, const std::vector<float>& w
 
 // Writes `tokens` into blocks[w] seeing `views[view]` (-1: own block), in one forward; the
 // logits after the last token. `gpu` picks the runner.
+// One forward on a GPU runner (`on`) or, with null, on the CPU's.
+Status forward_on(Pair& p, CudaRunner* on, std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
+                  float* logits, std::span<const View> views) {
+  return on ? on->forward(batch, seqs, logits, views) : p.cpu_runner->forward(batch, seqs, *p.kv, logits, views);
+}
+
 // `on` picks a GPU runner (null: the CPU's).
 std::vector<float> write_on(Pair& p, CudaRunner* on, std::vector<SequenceKv>& blocks, int w,
                             const std::vector<TokenId>& tokens, const std::vector<View>& views, int view) {
@@ -100,8 +107,7 @@ std::vector<float> write_on(Pair& p, CudaRunner* on, std::vector<SequenceKv>& bl
   for (size_t i = 0; i < tokens.size(); ++i)
     batch.push_back({tokens[i], static_cast<int32_t>(s.n_tokens + static_cast<int64_t>(i)), w, i + 1 == tokens.size(), view});
   std::vector<float> logits(static_cast<size_t>(p.model->config.n_vocab));
-  const Status st = on ? on->forward(batch, ptrs, logits.data(), views)
-                       : p.cpu_runner->forward(batch, ptrs, *p.kv, logits.data(), views);
+  const Status st = forward_on(p, on, batch, ptrs, logits.data(), views);
   EXPECT_TRUE(st.ok()) << st.error().to_string();
   return logits;
 }
@@ -213,8 +219,7 @@ void mixed_step_matches_cpu(const std::string& file, bool interleave) {
     if (interleave) batch = {batch[0], batch[3], batch[1], batch[4], batch[2]};  // logits rows: other, then writer
     std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1], &blocks[2]};
     std::vector<float> logits(2 * static_cast<size_t>(p.model->config.n_vocab));
-    const Status st = gpu ? p.gpu_runner->forward(batch, ptrs, logits.data(), views)
-                          : p.cpu_runner->forward(batch, ptrs, *p.kv, logits.data(), views);
+    const Status st = forward_on(p, gpu ? p.gpu_runner.get() : nullptr, batch, ptrs, logits.data(), views);
     ASSERT_TRUE(st.ok()) << st.error().to_string();
     (gpu ? got : want) = logits;
     for (auto& b : blocks) p.kv->release(b);
@@ -387,8 +392,7 @@ TEST(CudaRunner, TiledPrefillMatchesTheCpu) {
     for (int i = 0; i < 100; ++i) batch.push_back({own[static_cast<size_t>(i)], i, 1, i == 49 || i == 99, 0});
     batch.push_back({ctx[7], 40, 0, true, -1});
     std::vector<float> logits(3 * static_cast<size_t>(V));
-    const Status st = gpu ? p.gpu_runner->forward(batch, ptrs, logits.data(), views)
-                          : p.cpu_runner->forward(batch, ptrs, *p.kv, logits.data(), views);
+    const Status st = forward_on(p, gpu ? p.gpu_runner.get() : nullptr, batch, ptrs, logits.data(), views);
     ASSERT_TRUE(st.ok()) << st.error().to_string();
     (gpu ? got : want) = logits;
     for (auto& b : blocks) p.kv->release(b);
@@ -437,8 +441,7 @@ void blocks_after_the_writer(const std::vector<int>& others, int own_n) {
     for (auto& blk : blocks) ptrs.push_back(&blk);
     std::vector<float> logits(2 * static_cast<size_t>(p.model->config.n_vocab));
     const std::vector<View> views = {view};
-    const Status st = gpu ? p.gpu_runner->forward(both, ptrs, logits.data(), views)
-                          : p.cpu_runner->forward(both, ptrs, *p.kv, logits.data(), views);
+    const Status st = forward_on(p, gpu ? p.gpu_runner.get() : nullptr, both, ptrs, logits.data(), views);
     ASSERT_TRUE(st.ok()) << st.error().to_string();
     out[gpu].push_back(std::vector<float>(logits.begin(), logits.begin() + p.model->config.n_vocab));
     for (auto& blk : blocks) p.kv->release(blk);

@@ -10,15 +10,19 @@ namespace {
 constexpr int kMaxKeep = 15;
 
 // One thread per channel, in place (n >= 1).
-__global__ void shift_rows_kernel(float* __restrict__ tail, int keep, const float* __restrict__ x, int n, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  // Row i takes row n + i of (tail ++ x): with n >= 1 it reads only rows not yet written.
-  for (int i = 0; i < keep; ++i) {
+// Channel c of tail [keep][C] moved on by the n rows of x, in place: row i takes row n + i of
+// (tail ++ x), so with n >= 1 it reads only rows not yet written (n = 0: nothing moves).
+__device__ __forceinline__ void shift_column(float* tail, int keep, const float* x, int n, int C, int c) {
+  for (int i = 0; i < keep && n > 0; ++i) {
     const int z = n + i;
     tail[static_cast<int64_t>(i) * C + c] =
         z < keep ? tail[static_cast<int64_t>(z) * C + c] : x[static_cast<int64_t>(z - keep) * C + c];
   }
+}
+
+__global__ void shift_rows_kernel(float* __restrict__ tail, int keep, const float* __restrict__ x, int n, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) shift_column(tail, keep, x, n, C, c);
 }
 
 __global__ void summary_reset_kernel(float* m, int64_t total, int dk, int dv) {
@@ -71,21 +75,15 @@ __global__ void conv_slots_kernel(const float* __restrict__ x, int n, const int3
   y[idx] = acc / (1.0f + expf(-acc));
 }
 
-// One thread per (sequence, channel), as shift_rows_kernel.
+// One thread per (sequence, channel).
 __global__ void shift_slots_kernel(float* base, int64_t slot_floats, int64_t offset, const int32_t* __restrict__ slot,
                                    const int32_t* __restrict__ first, int n_seqs, int keep, const float* __restrict__ x,
                                    int C) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(n_seqs) * C) return;
   const int r = static_cast<int>(idx / C), c = static_cast<int>(idx % C);
-  const int n = first[r + 1] - first[r];
-  float* tail = slot_part(base, slot_floats, slot[r], offset);
-  const float* xs = x + static_cast<int64_t>(first[r]) * C;
-  for (int i = 0; i < keep && n > 0; ++i) {  // as shift_rows_kernel
-    const int z = n + i;
-    tail[static_cast<int64_t>(i) * C + c] =
-        z < keep ? tail[static_cast<int64_t>(z) * C + c] : xs[static_cast<int64_t>(z - keep) * C + c];
-  }
+  shift_column(slot_part(base, slot_floats, slot[r], offset), keep, x + static_cast<int64_t>(first[r]) * C,
+               first[r + 1] - first[r], C, c);
 }
 
 __global__ void rows_to_slots_kernel(const float* __restrict__ src, int width, const SlotRow* __restrict__ rows, int n,
