@@ -74,6 +74,7 @@ class Views : public ::testing::Test {
 
   void check_every_order(const std::vector<std::vector<int>>& length_sets, int chunk = 128);
   void check_chunked_prefill();
+  void check_growing_context(const View& answer_view, int64_t chain_compositions);
 
   std::mt19937 rng_{2024};
   std::unique_ptr<Model> model_;
@@ -179,9 +180,21 @@ void Views::check_chunked_prefill() {
 // A writer whose context block grows between its steps (another writer appends to it). By
 // default each step reads the changed view through its query (no state composed); the oracle
 // composes every step's state afresh from the blocks' summaries (cache cleared, query reads
-// off). The two are different algorithms for the same S q.
+// off). The two are different algorithms for the same S q. The answer's view is `answer_view`:
+// with the system block first (a base composed once), or starting at the growing block (no base:
+// the query reads through to the zero state, from the answer's first token on).
 TEST_F(Views, HybridViewStateFollowsAGrowingContextBlock) {
   load(test::goldens_dir() + "/tiny_qwen35.gguf", /*f32_activations=*/true);
+  // Without query reads the answer composed its view every step (2 linear layers); with them,
+  // only the unchanging system block, once, plus the first writes of system and thoughts.
+  check_growing_context({0, 1, 2}, 6);
+}
+TEST_F(Views, HybridViewStartingAtAGrowingBlockReadsThroughToTheZeroState) {
+  load(test::goldens_dir() + "/tiny_qwen35.gguf", /*f32_activations=*/true);
+  check_growing_context({1, 2}, 4);  // nothing to compose for the answer
+}
+
+void Views::check_growing_context(const View& answer_view, int64_t chain_compositions) {
   const auto sys = random_tokens(6), thought = random_tokens(36), answer = random_tokens(12);
   std::vector<std::vector<float>> runs[2];
   int64_t compositions[2];
@@ -192,7 +205,7 @@ TEST_F(Views, HybridViewStateFollowsAGrowingContextBlock) {
     write(blocks, 0, sys, {}, -1, 128);
     write(blocks, 1, {thought.begin(), thought.begin() + 3}, {{0}}, 0, 128);
     std::vector<SequenceKv*> ptrs = {&blocks[0], &blocks[1], &blocks[2]};
-    const std::vector<View> views = {{0}, {0, 1, 2}};
+    const std::vector<View> views = {{0}, answer_view};
     for (size_t i = 0; i < answer.size(); ++i) {
       // One step: the thoughts grow by 2-3 tokens while the answer takes one token seeing them
       // as the step found them.
@@ -214,10 +227,8 @@ TEST_F(Views, HybridViewStateFollowsAGrowingContextBlock) {
   }
   runner_->set_chain_reads(true);
   for (size_t i = 0; i < runs[0].size(); ++i) EXPECT_LE(max_diff_rel(runs[1][i], runs[0][i]), 1e-5f) << "step " << i;
-  // Without query reads the answer composed its view every step (2 linear layers); with them,
-  // only the unchanging system block, once (plus the first writes of system and thoughts).
   EXPECT_GE(compositions[0], 2 * static_cast<int64_t>(answer.size()));
-  EXPECT_EQ(compositions[1], 6);
+  EXPECT_EQ(compositions[1], chain_compositions);
 }
 
 TEST_F(Views, WriteBlockInsideOrOutsideTheViewIsTheSame) {
