@@ -42,13 +42,14 @@ int64_t CudaLinear::slot_floats(const ModelConfig& c) {
 }
 
 Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, const Weights& w, CudaDevice& dev,
-                                                       int max_tokens, int n_slots, cuda::bf16_bits* xb,
-                                                       const CudaUploads& up) {
+                                                       int max_tokens, int n_slots, bool chain_reads,
+                                                       cuda::bf16_bits* xb, const CudaUploads& up) {
   if (Status s = check(c, w); !s.ok()) return s.error();
   if (n_slots < 0) return make_error(Errc::invalid_argument, "CUDA runner: linear_slots must not be negative");
   auto impl = std::make_unique<Impl>(c, dev);
   Impl& m = *impl;
   m.xb = xb;
+  m.chain_reads = chain_reads;
   m.layers.resize(static_cast<size_t>(c.n_layer));
   for (int l = 0; l < c.n_layer; ++l) {
     if (!c.is_linear(l)) continue;
@@ -91,14 +92,15 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
                         std::pair{&m.z, T * m.vd}, std::pair{&m.bl, T * m.Hv}, std::pair{&m.al, T * m.Hv},
                         std::pair{&m.g, T * m.Hv}, std::pair{&m.beta, T * m.Hv}, std::pair{&m.o, T * m.vd},
                         std::pair{&m.cS, m.state_floats()}, std::pair{&m.cS2, m.state_floats()},
-                        std::pair{&m.scratch_S, m.state_floats()},
                         std::pair{&m.ctail, int64_t{m.K1} * m.C}, std::pair{&m.cy, int64_t{m.K1} * m.C},
-                        std::pair{&m.ck, int64_t{m.K1} * m.kd}, std::pair{&m.cv, int64_t{m.K1} * m.vd}}) {
+                        std::pair{&m.ck, int64_t{m.K1} * m.kd}, std::pair{&m.cv, int64_t{m.K1} * m.vd},
+                        std::pair{&m.hy, int64_t{Impl::kMaxChainHeads} * m.C},
+                        std::pair{&m.hk, int64_t{Impl::kMaxChainHeads} * m.kd},
+                        std::pair{&m.hv, int64_t{Impl::kMaxChainHeads} * m.vd}}) {
     auto r = dev.alloc(n * 4, "linear-layer activations");
     if (!r) return r.error();
     *dst = static_cast<float*>(*r);
   }
-  if (Status st = dev.zero(m.scratch_S, m.state_floats() * 4); !st.ok()) return st.error();  // read by nothing
   constexpr int64_t kTableBytes = int64_t{16} << 20;
   auto tables = dev.alloc(kTableBytes, "linear-layer step tables");
   if (!tables) return tables.error();
@@ -125,6 +127,11 @@ Status CudaLinear::prepare() {
         CHORUS_TRY(m.dev.copy(B + m.lay.S, m.cS, m.state_floats() * 4));
         CHORUS_TRY(m.dev.copy(B + m.lay.run_tail, m.ctail, int64_t{m.K1} * m.C * 4));
         CHORUS_TRY(m.apply_block(l, m.slot_of[r], m.groups[r].start, m.own_dense[r], B + m.lay.S, m.cS2, B + m.lay.run_tail));
+      }
+      for (size_t r : p.base_users) {  // a chain read's base: kept as it is
+        float* B = m.part(m.slot_of[r], l);
+        CHORUS_TRY(m.dev.copy(B + m.lay.S, m.cS, m.state_floats() * 4));
+        CHORUS_TRY(m.dev.copy(B + m.lay.base_tail, m.ctail, int64_t{m.K1} * m.C * 4));
       }
     }
   }
@@ -156,6 +163,17 @@ Status CudaLinear::layer(int l, float* h, int T) {
 
   // 2. (The view states that changed were composed by prepare().)
 
+  // Chain reads: their blocks' head tokens convolved with the inputs before them (split, k
+  // normalised), and each reader's run tail, which the convolution below reads.
+  cuda::GdnChainArgs chain{m.reads_dev, m.n_reads, m.chain_blocks_dev, m.chain_heads_dev, m.n_chain_heads,
+                           m.slot_mem, m.slot_size, L.offset, m.lay.parts(), L.conv, m.C, m.K1, m.hy, m.hk, m.hv,
+                           m.q, m.k, m.v, m.g, m.beta, m.o, m.Hk, m.Hv, m.dk, m.d.tiled_heads};
+  if (m.n_reads > 0) {
+    CHORUS_TRY(op(cuda::gdn_chain_inputs(chain, st), "gdn chain inputs"));
+    CHORUS_TRY(op(cuda::split_qkv(m.hy, m.n_chain_heads, m.kd, m.vd, nullptr, m.hk, m.hv, st), "gdn chain split"));
+    CHORUS_TRY(op(cuda::l2norm_rows(m.hk, m.n_chain_heads * m.Hk, m.dk, m.c.norm_eps, st), "gdn chain l2norm"));
+  }
+
   // 3. Each group's tokens: convolution with its view's tail, factors, the recurrence from its
   // view state (all groups in one launch each), then into its block: tails, folds, new rows.
   const int G = m.n_groups;
@@ -168,6 +186,9 @@ Status CudaLinear::layer(int l, float* h, int T) {
   cuda::GdnRunsArgs a{m.states_dev + static_cast<int64_t>(L.index) * G, m.first_dev, m.q, m.k, m.v, m.g, m.beta, m.o, G,
                       m.Hk, m.Hv, m.dk, m.dk, 0, m.d.tiled_heads};
   CHORUS_TRY(op(cuda::gdn_runs(a, st), "gdn runs"));
+  // Chain reads overwrite their rows' outputs (their run stepped a scratch state), before any
+  // block they read takes this step's tokens.
+  if (m.n_reads > 0) CHORUS_TRY(op(cuda::gdn_chain_read(chain, st), "gdn chain read"));
   // Writers with blocks after them in their view: token by token, the state after the token
   // carried through those blocks (heads convolved with the writer's tail, token included), then
   // read with the token's query (one batched product per key head). Before the tails move on.
@@ -220,6 +241,8 @@ Status CudaLinear::layer(int l, float* h, int T) {
 
 
 int CudaLinear::slots() const { return impl_->pool->n; }
+std::pair<int64_t, int64_t> CudaLinear::chain_reads() const { return {impl_->reads_done, impl_->graphed_reads}; }
+void CudaLinear::set_chain_reads(bool on) { impl_->chain_reads = on; }
 
 int CudaLinear::slots_in_use() const {
   std::lock_guard<std::mutex> lock(impl_->pool->mu);

@@ -13,7 +13,9 @@
 //            [A; B] when a step's tokens do not fit: an append costs a row copy, not an
 //            O(dk^2) update of A and B per token;
 //   run      the state S [Hv][dv][dk] and convolution tail of the view the block is written
-//            under (LinearState::run_key says which): a writer whose view is unchanged steps it.
+//            under (LinearState::run_key says which): a writer whose view is unchanged steps it;
+//            a chain reader's S holds its base's state instead (below; LinearState::base_key),
+//   base     the tail of a chain reader's base, [K-1][conv_dim].
 // How many tokens each part holds follows from the block's length and device_dense.
 //
 // A step: first (prepare(), outside any graph) the buffers that cannot take the step's tokens
@@ -24,6 +26,15 @@
 // interleaves them), the gates, every writer's tokens through the recurrence from its state
 // (one launch for all), appended to its block; the gated RMSNorm and the output projection.
 // These layer launches read only tables at fixed places, so a decode step's can be a graph.
+//
+// Chain reads (the CPU's LinearGroup::Mode::chain): a one-token writer whose view has a block
+// written in the same step (AsyncLLM's writer reading a live thinker) would need its view
+// composed every step. Instead its token's output is read through its query, carried backwards
+// through the view's blocks from the first one that changes (its own block last), and then read
+// with its base's state (the unchanging first blocks, composed when they change):
+// cuda::gdn_chain_inputs convolves those blocks' head tokens with the inputs before them, and
+// cuda::gdn_chain_read carries the queries, one launch each for all such writers, inside the
+// layer, so such steps stay graphable. O(dk^2) per summarised block and head.
 //
 // A writer whose view puts blocks after it runs its tokens one at a time in the layer: each
 // token's output reads its state after the token, composed through those blocks (the CPU
@@ -99,9 +110,10 @@ class CudaLinear {
   // `xb` is the runner's bf16 staging buffer, [max_tokens][at least max(n_embd, value_dim)].
   // n_slots 0: CudaRunnerOptions::linear_slots's default.
   // Errors: the device pool too small for the weights, the slots or the activations.
+  // chain_reads: CudaRunnerOptions::chain_reads.
   static Result<std::unique_ptr<CudaLinear>> create(const ModelConfig& c, const Weights& w, CudaDevice& dev,
-                                                    int max_tokens, int n_slots, cuda::bf16_bits* xb,
-                                                    const CudaUploads& up);
+                                                    int max_tokens, int n_slots, bool chain_reads,
+                                                    cuda::bf16_bits* xb, const CudaUploads& up);
   ~CudaLinear();
 
   // Before a step's launches: groups, modes and slots (a written block gets one, or a copy of
@@ -114,9 +126,10 @@ class CudaLinear {
   // Whether the step's layer launches can be captured in a graph (no fold inside the layers — a
   // step of at most dk new body tokens per block — and no writer with blocks after it in its
   // view), and what a graph of them is keyed by besides the
-  // padded size: the groups (with padding), head rows, buffer rows, whether rows are gathered.
+  // padded size: the groups (with padding), head rows, buffer rows, whether rows are gathered,
+  // and the chain reads' tables (reads, blocks, head rows).
   bool graphable() const;
-  std::array<int64_t, 4> graph_key() const;
+  std::array<int64_t, 7> graph_key() const;
   // Launches the step's work before its layers (not part of a graph): buffers folded to make
   // room, and the views' states that changed, composed from the blocks' summaries. Nothing
   // synchronizes.
@@ -125,8 +138,8 @@ class CudaLinear {
   // the normed input and gets the layer's output. Nothing synchronizes or allocates, and for a
   // graphable step nothing copies: it can be captured.
   Status layer(int l, float* h, int T);
-  // After the step has run: the written blocks' lengths and cached views.
-  void finish(std::span<SequenceKv* const> seqs);
+  // After the step has run (`graphed`: from a graph): the written blocks' lengths and cached views.
+  void finish(std::span<SequenceKv* const> seqs, bool graphed);
   // After a step that failed once its layers had started: the written blocks' states are
   // undefined (some layers appended, others not), so they are marked broken and every later
   // step that reads or writes them fails, naming the sequence. Everything that can fail
@@ -135,6 +148,10 @@ class CudaLinear {
 
   int slots() const;
   int slots_in_use() const;
+  // Tokens read through their query (chain reads) by the steps that finished, and how many of
+  // those steps ran as graphs; chain reads on or off from the next plan() on.
+  std::pair<int64_t, int64_t> chain_reads() const;
+  void set_chain_reads(bool on);
 
  private:
   struct Impl;

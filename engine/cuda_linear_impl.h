@@ -22,12 +22,14 @@ namespace chorus {
 // One linear layer's part of a slot (engine/cuda_linear.h): where each piece starts, in floats
 // from the part's start, and the part's size.
 struct SlotLayout {
-  int64_t S = 0, run_tail = 0, tail = 0, head_x = 0, head_g = 0, head_b = 0, AB = 0, ck = 0, cv = 0, cg = 0, cb = 0;
+  int64_t S = 0, run_tail = 0, base_tail = 0, tail = 0, head_x = 0, head_g = 0, head_b = 0, AB = 0, ck = 0, cv = 0,
+          cg = 0, cb = 0;
   int64_t size = 0;
   static SlotLayout of(const GdnConfig& d) {
     const int64_t K1 = d.conv_kernel - 1, C = d.conv_dim(), Hv = d.n_v_heads, dk = d.head_dim;
     SlotLayout o;
-    for (auto [dst, n] : {std::pair{&o.S, Hv * dk * dk}, std::pair{&o.run_tail, K1 * C}, std::pair{&o.tail, K1 * C},
+    for (auto [dst, n] : {std::pair{&o.S, Hv * dk * dk}, std::pair{&o.run_tail, K1 * C}, std::pair{&o.base_tail, K1 * C},
+                          std::pair{&o.tail, K1 * C},
                           std::pair{&o.head_x, K1 * C}, std::pair{&o.head_g, K1 * Hv}, std::pair{&o.head_b, K1 * Hv},
                           std::pair{&o.AB, Hv * 2 * dk * dk}, std::pair{&o.ck, dk * d.key_dim()},
                           std::pair{&o.cv, dk * d.value_dim()}, std::pair{&o.cg, dk * Hv}, std::pair{&o.cb, dk * Hv}}) {
@@ -36,6 +38,7 @@ struct SlotLayout {
     }
     return o;
   }
+  cuda::GdnSlotParts parts() const { return {S, tail, base_tail, run_tail, head_x, head_g, head_b, AB, ck, cv, cg, cb}; }
 };
 
 namespace cuda_detail {
@@ -124,23 +127,36 @@ struct CudaLinear::Impl {
   const cuda::SlotRow *head_dev = nullptr, *compact_dev = nullptr;
   float* const* states_dev = nullptr;
   // Distinct prefixes to compose (blocks as slot, length and body tokens in [A; B]), and which
-  // groups use each.
+  // groups use each: as their view's state before their own block, or as a chain read's base.
   struct Prefix {
     std::vector<std::tuple<int32_t, int64_t, int64_t>> blocks;
-    std::vector<size_t> users;
+    std::vector<size_t> users, base_users;
   };
   std::vector<Prefix> prefixes;
   // Writers whose view puts blocks after them (blocks written concurrently, Hogwild!-style): a
   // token's output reads its writer's state after the token, carried through those blocks as
   // the step found them, their first tokens convolved with the writer's inputs so far. Their
   // tokens run one at a time in the layer (the state after each is needed); the one launch for
-  // all writers steps a scratch state for them instead.
+  // all writers skips them (a null matrix).
   struct Suffix {
     size_t group;
     std::vector<std::tuple<int32_t, int64_t, int64_t>> blocks;  // slot, length, summarised
   };
   std::vector<Suffix> suffixes;
-  float* scratch_S = nullptr;  // what the one launch steps for those writers (read by nothing)
+  // Chain reads (a one-token writer whose view has a block written in this step too, the CPU's
+  // Mode::chain): the token's output is read through its query, back through the view's blocks
+  // from the first one that changes (cuda::gdn_chain_read), then its base's state (the blocks
+  // before, composed when they change and kept in the slot's run state, with their tail in
+  // base_tail). The one launch for all writers skips them. A step's reads take at
+  // most kMaxChainHeads head rows: a writer that would need more composes its view instead.
+  static constexpr int kMaxChainHeads = 512;
+  bool chain_reads = true;
+  int n_reads = 0, n_chain_heads = 0, n_chain_blocks = 0;
+  int64_t reads_done = 0, graphed_reads = 0;
+  const cuda::GdnChainRead* reads_dev = nullptr;
+  const cuda::GdnChainBlock* chain_blocks_dev = nullptr;
+  const cuda::GdnChainHead* chain_heads_dev = nullptr;
+  float *hy = nullptr, *hk = nullptr, *hv = nullptr;  // [kMaxChainHeads][C | kd | vd] the head rows' factors
   bool graphable = false;  // no fold in the layers, no blocks after a writer: a graph can hold the layers
 
   Impl(const ModelConfig& config, CudaDevice& device)

@@ -40,7 +40,25 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
     }
     return Status::success();
   };
-  CHORUS_TRY(plan_linear_groups(false, batch, seqs, views, own, &m.groups));
+  CHORUS_TRY(plan_linear_groups(m.chain_reads, batch, seqs, views, own, &m.groups));
+  // Chain reads beyond what a step's head rows hold, and those of writers with blocks after them
+  // in their view (not read through the query on the device yet), compose their views instead:
+  // correct, with the same bookkeeping (the writer's run state then holds its view).
+  int chain_heads = 0, chain_reads = 0;
+  for (LinearGroup& g : m.groups) {
+    if (g.mode != LinearGroup::Mode::chain) continue;
+    int need = static_cast<int>(std::min<int64_t>(g.start, m.K1));
+    for (size_t b = g.n_base; b < g.prefix.size(); ++b) need += static_cast<int>(std::min<int64_t>(g.prefix[b].second, m.K1));
+    if (!g.suffix.empty() || chain_heads + need > Impl::kMaxChainHeads ||
+        chain_heads + need + (chain_reads + 1) * m.K1 > 65535) {
+      g.mode = LinearGroup::Mode::recompose;
+      g.compose = true;
+      g.n_compose = g.prefix.size();
+      continue;
+    }
+    chain_heads += need;
+    ++chain_reads;
+  }
   const int T = static_cast<int>(batch.size());
   if (n_run < T) return make_error(Errc::internal, "CUDA linear layers: a step of " + std::to_string(T) +
                                                        " tokens launched as " + std::to_string(n_run));
@@ -116,6 +134,35 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
     }
     m.suffixes.push_back(std::move(sx));
   }
+  // Chain reads: per reader its token's row, its slot (base state and tail), and its blocks from
+  // the first one written in this step, then its own block as the step found it, each block's
+  // head tokens given rows of their own.
+  std::vector<cuda::GdnChainRead> reads;
+  std::vector<cuda::GdnChainBlock> chain_blocks;
+  std::vector<cuda::GdnChainHead> chain_heads_rows;
+  for (size_t r = 0; r < G; ++r) {
+    const LinearGroup& g = m.groups[r];
+    if (g.mode != LinearGroup::Mode::chain) continue;
+    const auto read = static_cast<int32_t>(reads.size());
+    reads.push_back({m.first[r], m.slot_of[r], static_cast<int32_t>(chain_blocks.size()), 0, g.n_base > 0});
+    auto add_block = [&](int32_t slot, int64_t n, int64_t dense) {
+      const auto block = static_cast<int32_t>(chain_blocks.size());
+      chain_blocks.push_back({slot, static_cast<int32_t>(n), static_cast<int32_t>(dense),
+                              static_cast<int32_t>(chain_heads_rows.size())});
+      for (int32_t j = 0; j < std::min<int64_t>(n, m.K1); ++j) chain_heads_rows.push_back({read, block, j});
+      ++reads.back().n_blocks;
+    };
+    for (size_t b = g.n_base; b < g.prefix.size(); ++b) {
+      const auto& [blk, n] = g.prefix[b];
+      auto s = m.slot(*seqs[static_cast<size_t>(blk)], blk);
+      if (!s) return s.error();
+      add_block(*s, n, dense_of(blk));
+    }
+    add_block(m.slot_of[r], g.start, m.own_dense[r]);
+  }
+  m.n_reads = static_cast<int>(reads.size());
+  m.n_chain_blocks = static_cast<int>(chain_blocks.size());
+  m.n_chain_heads = static_cast<int>(chain_heads_rows.size());
   m.graphable = m.folds.empty() && m.suffixes.empty();
   // The tables the layers read first, in a fixed order: their addresses depend only on the sizes
   // a graph is keyed by (graph_key()).
@@ -123,7 +170,9 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
   for (int l = 0; l < m.c.n_layer; ++l)
     if (m.c.is_linear(l))
       for (size_t r = 0; r < m.slot_of.size(); ++r)
-        states.push_back(r < G && !m.groups[r].suffix.empty() ? m.scratch_S : m.part(m.slot_of[r], l) + m.lay.S);
+        states.push_back(r < G && (!m.groups[r].suffix.empty() || m.groups[r].mode == LinearGroup::Mode::chain)
+                             ? nullptr  // its rows' outputs are computed by the read through the view
+                             : m.part(m.slot_of[r], l) + m.lay.S);
   CHORUS_TRY(m.put_into(m.order, &m.order_dev));
   CHORUS_TRY(m.put_into(row_seq, &m.row_seq_dev));
   CHORUS_TRY(m.put_into(m.first, &m.first_dev));
@@ -131,20 +180,26 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
   CHORUS_TRY(m.put_into(head, &m.head_dev));
   CHORUS_TRY(m.put_into(compact, &m.compact_dev));
   CHORUS_TRY(m.put_into(states, &m.states_dev));
-  // Prefixes to compose: recomposing groups with the same blocks before them share one.
+  CHORUS_TRY(m.put_into(reads, &m.reads_dev));
+  CHORUS_TRY(m.put_into(chain_blocks, &m.chain_blocks_dev));
+  CHORUS_TRY(m.put_into(chain_heads_rows, &m.chain_heads_dev));
+  // Prefixes to compose: recomposing groups with the same blocks before them share one, and so
+  // do chain reads whose base (the blocks before the first one written in this step) changed.
   m.prefixes.clear();
   for (size_t gi = 0; gi < G; ++gi) {
     LinearGroup& g = m.groups[gi];
-    if (g.mode == LinearGroup::Mode::cached) continue;
+    const bool chain = g.mode == LinearGroup::Mode::chain;
+    if (g.mode == LinearGroup::Mode::cached || (chain && (!g.compose || g.n_base == 0))) continue;
     std::vector<std::tuple<int32_t, int64_t, int64_t>> blocks;
-    for (const auto& [blk, n] : g.prefix) {
+    for (size_t b = 0; b < (chain ? g.n_base : g.prefix.size()); ++b) {
+      const auto& [blk, n] = g.prefix[b];
       auto s = m.slot(*seqs[static_cast<size_t>(blk)], blk);
       if (!s) return s.error();
       blocks.emplace_back(*s, n, dense_of(blk));
     }
     auto it = std::find_if(m.prefixes.begin(), m.prefixes.end(), [&](const Impl::Prefix& p) { return p.blocks == blocks; });
-    if (it == m.prefixes.end()) it = m.prefixes.insert(m.prefixes.end(), Impl::Prefix{std::move(blocks), {}});
-    it->users.push_back(gi);
+    if (it == m.prefixes.end()) it = m.prefixes.insert(m.prefixes.end(), Impl::Prefix{std::move(blocks), {}, {}});
+    (chain ? it->base_users : it->users).push_back(gi);
   }
   // The single-matrix runs, in the order they are made: per linear layer the prefolds and the
   // compositions (prepare()), then per linear layer the reads through blocks after their
@@ -180,9 +235,9 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
   return m.flush();
 }
 
-std::array<int64_t, 4> CudaLinear::graph_key() const {
+std::array<int64_t, 7> CudaLinear::graph_key() const {
   const Impl& m = *impl_;
-  return {m.n_groups, m.n_head_rows, m.n_compact_rows, m.identity};
+  return {m.n_groups, m.n_head_rows, m.n_compact_rows, m.identity, m.n_reads, m.n_chain_blocks, m.n_chain_heads};
 }
 
 bool CudaLinear::graphable() const { return impl_->graphable; }
@@ -192,12 +247,17 @@ void CudaLinear::abandon(std::span<SequenceKv* const> seqs) {
     if (const auto& s = seqs[static_cast<size_t>(g.seq)]->linear) s->broken = true;
 }
 
-void CudaLinear::finish(std::span<SequenceKv* const> seqs) {
+void CudaLinear::finish(std::span<SequenceKv* const> seqs, bool graphed) {
   Impl& m = *impl_;
   m.uploading = false;  // the step's sync has passed the upload
   for (size_t r = 0; r < m.groups.size(); ++r)
     seqs[static_cast<size_t>(m.groups[r].seq)]->linear->device_dense = m.new_dense[r];
   finish_linear_groups(m.groups, seqs);
+  m.reads_done += m.n_reads;
+  if (graphed) m.graphed_reads += m.n_reads;
+  // A chain read's base lives in the slot's run state, which any other step overwrites.
+  for (const LinearGroup& g : m.groups)
+    if (g.mode != LinearGroup::Mode::chain) seqs[static_cast<size_t>(g.seq)]->linear->base_key.clear();
 }
 
 }  // namespace chorus

@@ -73,7 +73,7 @@ struct CudaRunner::Impl {
   // CUDA graphs by padded step size and, for hybrid models, CudaLinear::graph_key(): at most
   // kMaxGraphs (a step whose key is new after that launches directly), and why graphs were
   // turned off if a capture failed.
-  std::map<std::array<int64_t, 5>, void*> graphs;
+  std::map<std::array<int64_t, 8>, void*> graphs;
   static constexpr size_t kMaxGraphs = 64;
   std::string graph_error;
 
@@ -378,7 +378,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   if (c.hybrid()) {
     const CudaUploads up{[&m](const WeightMatrix& mat, const char* name) { return m.upload(mat, name); },
                          [&m](const float* v, int64_t n, const char* name) { return m.upload_vec(v, n, name); }};
-    auto linear = CudaLinear::create(c, w, dev, opts.max_tokens, opts.linear_slots, m.xb, up);
+    auto linear = CudaLinear::create(c, w, dev, opts.max_tokens, opts.linear_slots, opts.chain_reads, m.xb, up);
     if (!linear) return linear.error();
     m.linear = std::move(*linear);
   }
@@ -437,7 +437,7 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   void* graph = nullptr;
   std::string capture_error;
   if (p.graphed) {
-    std::array<int64_t, 5> key{p.n_run, 0, 0, 0, 0};
+    std::array<int64_t, 8> key{p.n_run};
     if (m.linear) {
       const auto k = m.linear->graph_key();
       std::copy(k.begin(), k.end(), key.begin() + 1);
@@ -488,7 +488,7 @@ Status CudaRunner::forward(std::span<const BatchToken> batch, std::span<Sequence
   for (const BatchToken& b : batch)
     written[static_cast<size_t>(b.seq)] = std::max<int64_t>(written[static_cast<size_t>(b.seq)], b.pos + 1);
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->n_tokens = std::max(seqs[i]->n_tokens, written[i]);
-  if (m.linear) m.linear->finish(seqs);
+  if (m.linear) m.linear->finish(seqs, graph != nullptr);
   CHORUS_TRY(sampling);
   if (!p.samples.empty()) {
     std::vector<int32_t> picked(p.samples.size());
@@ -527,8 +527,14 @@ void CudaRunner::set_graphs(bool on) {
   impl_->opts.graphs = on;
   if (on) impl_->graph_error.clear();
 }
-
 int CudaRunner::graphs() const { return static_cast<int>(impl_->graphs.size()); }
+CudaRunner::ChainReads CudaRunner::chain_reads() const {
+  return impl_->linear ? ChainReads{impl_->linear->chain_reads().first, impl_->linear->chain_reads().second} : ChainReads{};
+}
+void CudaRunner::set_chain_reads(bool on) {
+  impl_->opts.chain_reads = on;
+  if (impl_->linear) impl_->linear->set_chain_reads(on);
+}
 
 // One page of one pool is page_stride elements at page * page_stride; a page's bytes on the
 // host are every layer's K then V, in layer order.

@@ -56,6 +56,12 @@ struct CudaRunnerOptions {
   // written or read; engine/cuda_linear.h gives a slot's size). 0: 64, or as many as half of
   // the device pool left after the runner's other buffers holds, if fewer (at least 1).
   int linear_slots = 0;
+  // Hybrid models: a one-token writer whose view has a block written in the same step (a writer
+  // reading a live thinker) reads its view through its query (O(dk^2) per block, part of a
+  // decode step's graph) instead of composing the view's state every step (O(dk^3) per block,
+  // launched before the graph); as the CPU's ModelRunner::set_chain_reads. Tests and benchmarks
+  // turn it off to measure or check the other path.
+  bool chain_reads = true;
 };
 
 class CudaRunner final : public KvPageStore {
@@ -74,6 +80,14 @@ class CudaRunner final : public KvPageStore {
   // the runner holds (captured once per step key).
   void set_graphs(bool on);
   int graphs() const;
+  // Hybrid models: CudaRunnerOptions::chain_reads from the next step on, and how many tokens'
+  // linear layers have read their view through their query so far (in steps replayed from, or
+  // captured into, a CUDA graph: `graphed`).
+  void set_chain_reads(bool on);
+  struct ChainReads {
+    int64_t reads = 0, graphed = 0;
+  };
+  ChainReads chain_reads() const;
 
   // As ModelRunner::forward: `seqs` hold the page ids (reserved by the caller's KvCache) and
   // token counts; raises each written sequence's n_tokens. Logits of the tokens with `logits`

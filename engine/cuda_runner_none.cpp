@@ -13,6 +13,8 @@ Status CudaRunner::check(const ModelConfig&, const Weights&) {
 int CudaRunner::max_tokens() const { return 0; }
 void CudaRunner::set_graphs(bool) {}
 int CudaRunner::graphs() const { return 0; }
+CudaRunner::ChainReads CudaRunner::chain_reads() const { return {}; }
+void CudaRunner::set_chain_reads(bool) {}
 size_t CudaRunner::page_bytes() const { return 0; }
 Status CudaRunner::copy_page(int32_t, int32_t) { return make_error(Errc::unsupported, "this chorus was built without CUDA"); }
 Status CudaRunner::save_pages(std::span<const int32_t>, std::byte*) {

@@ -1,6 +1,6 @@
 // The Gated DeltaNet ops on the device against the CPU's (kernels/cpu/gdn.h, the scalar kernel
 // table) and float64 arithmetic: decode, runs and summaries, the affine algebra, the small
-// per-token ops, and a block's bookkeeping on slots (engine/cuda_linear.h). Label: gpu.
+// per-token ops, a block's bookkeeping on slots (engine/cuda_linear.h), and chain reads. Label: gpu.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -278,6 +278,197 @@ TEST_F(CudaOps, GatedDeltaNetBlockOps) {
                 want_slots.begin() + mv.slot * slot_floats + at + mv.dst_row * row_width);
   ASSERT_EQ(cuda::rows_to_slots(dx, row_width, put(moves), 3, dslots, slot_floats, at, stream()), "");
   expect_close(get(dslots, want_slots.size()), want_slots, 0, "rows_to_slots");
+}
+
+// Chain reads (ops.h gdn_chain_inputs, gdn_chain_read) against mathematics: three writers' tokens,
+// each reading a view kept as the device keeps blocks (raw head and tail rows, a summary [A; B]
+// of the first body tokens, the rest buffered, a base's state and tail), must give S q of the
+// float64 recurrence run through every token of the view from the zero state, with every
+// token's factors from the view's own convolution. The views: a 7-token base, then blocks of 1,
+// 24 (16 summarised, 5 buffered) and 2 tokens; no base, then 5 tokens (2 buffered) and an empty
+// own block; a 2-token base (its tail partly zero), then 2 and 40 tokens (32 summarised). Rows a
+// block or base does not hold are NaN, so reading one shows. Both key-head mappings.
+TEST_F(CudaOps, GatedDeltaNetChainReadEqualsTheRecurrenceThroughTheView) {
+  constexpr int dk = 32, Hk = 2, Hv = 4, kd = Hk * dk, vd = Hv * dk, C = 2 * kd + vd, keep = 3;
+  constexpr float kEps = 1e-6f;
+  const float nan = std::nanf("");
+  cuda::GdnSlotParts parts{};
+  int64_t slot_floats = 0;
+  for (auto [dst, n] : {std::pair{&parts.S, Hv * dk * dk}, std::pair{&parts.tail, keep * C},
+                        std::pair{&parts.base_tail, keep * C}, std::pair{&parts.run_tail, keep * C},
+                        std::pair{&parts.head_x, keep * C}, std::pair{&parts.head_g, keep * Hv},
+                        std::pair{&parts.head_b, keep * Hv}, std::pair{&parts.AB, Hv * 2 * dk * dk},
+                        std::pair{&parts.ck, dk * kd}, std::pair{&parts.cv, dk * vd}, std::pair{&parts.cg, dk * Hv},
+                        std::pair{&parts.cb, dk * Hv}}) {
+    *dst = slot_floats;
+    slot_floats += n;
+  }
+  struct Blk {
+    int n, dense;
+  };
+  struct Case {
+    int base;
+    std::vector<Blk> blocks;  // the last is the writer's own
+  };
+  const std::vector<Case> cases = {{7, {{1, 0}, {24, 16}, {2, 0}}}, {0, {{5, 0}, {0, 0}}}, {2, {{2, 0}, {40, 32}}}};
+  for (const bool kh_mod : {false, true}) {
+    auto kh_of = [&](int h) { return kh_mod ? h % Hk : h / (Hv / Hk); };
+    const auto w = random_floats(static_cast<size_t>((keep + 1) * C), 120, -0.5f, 0.5f);
+    std::vector<float> slots(static_cast<size_t>(16 * slot_floats), nan);
+    std::vector<cuda::GdnChainRead> reads;
+    std::vector<cuda::GdnChainBlock> blocks;
+    std::vector<cuda::GdnChainHead> heads;
+    std::vector<float> q(3 * kd), k(3 * kd), v(3 * vd), g(3 * Hv), beta(3 * Hv);
+    std::vector<float> want_out, want_tails, want_head_k;
+    int32_t next_slot = 0;
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case& cs = cases[ci];
+      // The view's tokens: raw inputs, gates; then each token's factors from the view's convolution.
+      int n_all = cs.base + 1;
+      for (const Blk& b : cs.blocks) n_all += b.n;
+      const auto x = random_floats(static_cast<size_t>(n_all * C), 130 + static_cast<uint32_t>(ci));
+      const auto lg = random_floats(static_cast<size_t>(n_all * Hv), 140 + static_cast<uint32_t>(ci), -0.4f, 0.0f);
+      const auto bt = random_floats(static_cast<size_t>(n_all * Hv), 150 + static_cast<uint32_t>(ci), 0.0f, 1.0f);
+      std::vector<double> fq(static_cast<size_t>(n_all * kd)), fk(fq.size()), fv(static_cast<size_t>(n_all * vd));
+      for (int t = 0; t < n_all; ++t) {
+        std::vector<double> y(C);
+        for (int c = 0; c < C; ++c) {
+          double acc = 0;
+          for (int j = 0; j <= keep; ++j)
+            if (t - keep + j >= 0) acc += double(w[static_cast<size_t>(j * C + c)]) * x[static_cast<size_t>((t - keep + j) * C + c)];
+          y[static_cast<size_t>(c)] = acc / (1 + std::exp(-acc));
+        }
+        for (int hh = 0; hh < Hk; ++hh)
+          for (auto [dst, off] : {std::pair{&fq, 0}, std::pair{&fk, kd}}) {
+            double norm = 0;
+            for (int i = 0; i < dk; ++i) norm += y[static_cast<size_t>(off + hh * dk + i)] * y[static_cast<size_t>(off + hh * dk + i)];
+            norm = std::max(std::sqrt(norm), double(kEps));
+            for (int i = 0; i < dk; ++i)
+              (*dst)[static_cast<size_t>(t * kd + hh * dk + i)] = y[static_cast<size_t>(off + hh * dk + i)] / norm;
+          }
+        for (int i = 0; i < vd; ++i) fv[static_cast<size_t>(t * vd + i)] = y[static_cast<size_t>(2 * kd + i)];
+      }
+      // One token's map on a [rows][dk] matrix per value head: M <- e^g M (I - beta k k^T) + beta v k^T
+      // (v zero for the rows of A).
+      auto step = [&](std::vector<double>& M, int rows, bool with_v, int t, int h) {
+        const double* kk = &fk[static_cast<size_t>(t * kd + kh_of(h) * dk)];
+        const double e = std::exp(double(lg[static_cast<size_t>(t * Hv + h)])), b = bt[static_cast<size_t>(t * Hv + h)];
+        for (int r = 0; r < rows; ++r) {
+          double* row = &M[static_cast<size_t>(r * dk)];
+          double sk = 0;
+          for (int i = 0; i < dk; ++i) sk += e * row[i] * kk[i];
+          const double vi = with_v ? fv[static_cast<size_t>(t * vd + h * dk + r % dk)] : 0.0;
+          for (int i = 0; i < dk; ++i) row[i] = e * row[i] + b * (vi - sk) * kk[i];
+        }
+      };
+      // The oracle: the recurrence through every token; the base's state on the way.
+      std::vector<std::vector<double>> S(Hv, std::vector<double>(dk * dk, 0.0)), base_S;
+      for (int t = 0; t < n_all; ++t) {
+        if (t == cs.base) base_S = S;
+        for (int h = 0; h < Hv; ++h) step(S[static_cast<size_t>(h)], dk, true, t, h);
+      }
+      const int row = static_cast<int>(ci);
+      for (int h = 0; h < Hv; ++h)
+        for (int i = 0; i < dk; ++i) {
+          double o = 0;
+          for (int j = 0; j < dk; ++j) o += S[static_cast<size_t>(h)][static_cast<size_t>(i * dk + j)] * fq[static_cast<size_t>((n_all - 1) * kd + kh_of(h) * dk + j)];
+          want_out.push_back(static_cast<float>(o));
+        }
+      for (int j = 0; j < keep; ++j)  // the run tail: the raw inputs before the token
+        for (int c = 0; c < C; ++c) {
+          const int t = n_all - 1 - keep + j;
+          want_tails.push_back(t >= 0 ? x[static_cast<size_t>(t * C + c)] : 0.0f);
+        }
+      // The writer's token row.
+      const int tw = n_all - 1;
+      for (int i = 0; i < kd; ++i) {
+        q[static_cast<size_t>(row * kd + i)] = static_cast<float>(fq[static_cast<size_t>(tw * kd + i)]);
+        k[static_cast<size_t>(row * kd + i)] = static_cast<float>(fk[static_cast<size_t>(tw * kd + i)]);
+      }
+      for (int i = 0; i < vd; ++i) v[static_cast<size_t>(row * vd + i)] = static_cast<float>(fv[static_cast<size_t>(tw * vd + i)]);
+      for (int h = 0; h < Hv; ++h) {
+        g[static_cast<size_t>(row * Hv + h)] = lg[static_cast<size_t>(tw * Hv + h)];
+        beta[static_cast<size_t>(row * Hv + h)] = bt[static_cast<size_t>(tw * Hv + h)];
+      }
+      // The blocks as the device keeps them; the reader's slot is its own block's.
+      const int32_t reader = next_slot + static_cast<int32_t>(cs.blocks.size()) - 1;
+      float* rs = slots.data() + reader * slot_floats;
+      reads.push_back({row, reader, static_cast<int32_t>(blocks.size()), static_cast<int32_t>(cs.blocks.size()), cs.base > 0});
+      if (cs.base > 0) {
+        for (int h = 0; h < Hv; ++h)
+          for (int i = 0; i < dk * dk; ++i) rs[parts.S + h * dk * dk + i] = static_cast<float>(base_S[static_cast<size_t>(h)][static_cast<size_t>(i)]);
+        for (int j = 0; j < keep; ++j)
+          for (int c = 0; c < C; ++c) {
+            const int t = cs.base - keep + j;
+            rs[parts.base_tail + j * C + c] = t >= 0 ? x[static_cast<size_t>(t * C + c)] : 0.0f;
+          }
+      }
+      int at = cs.base;  // the block's first token in the view
+      for (const Blk& b : cs.blocks) {
+        const int32_t slot = next_slot++;
+        float* p = slots.data() + slot * slot_floats;
+        const int n_head = std::min(b.n, keep), n_buf = b.n - n_head - b.dense;
+        blocks.push_back({slot, b.n, b.dense, static_cast<int32_t>(heads.size())});
+        for (int j = 0; j < n_head; ++j) {
+          heads.push_back({static_cast<int32_t>(reads.size() - 1), static_cast<int32_t>(blocks.size() - 1), j});
+          for (int i = 0; i < kd; ++i) want_head_k.push_back(static_cast<float>(fk[static_cast<size_t>((at + j) * kd + i)]));
+          std::copy_n(x.begin() + (at + j) * C, C, p + parts.head_x + j * C);
+          for (int h = 0; h < Hv; ++h) {
+            p[parts.head_g + j * Hv + h] = lg[static_cast<size_t>((at + j) * Hv + h)];
+            p[parts.head_b + j * Hv + h] = bt[static_cast<size_t>((at + j) * Hv + h)];
+          }
+        }
+        for (int j = keep - n_head; j < keep; ++j)  // the last min(n, keep) inputs, right-aligned
+          std::copy_n(x.begin() + (at + b.n - keep + j) * C, C, p + parts.tail + j * C);
+        if (b.dense > 0)
+          for (int h = 0; h < Hv; ++h) {
+            std::vector<double> AB(2 * dk * dk, 0.0);
+            for (int i = 0; i < dk; ++i) AB[static_cast<size_t>(i * dk + i)] = 1.0;
+            std::vector<double> A(AB.begin(), AB.begin() + dk * dk), B(AB.begin() + dk * dk, AB.end());
+            for (int t = at + n_head; t < at + n_head + b.dense; ++t) {
+              step(A, dk, false, t, h);
+              step(B, dk, true, t, h);
+            }
+            for (int i = 0; i < dk * dk; ++i) {
+              p[parts.AB + h * 2 * dk * dk + i] = static_cast<float>(A[static_cast<size_t>(i)]);
+              p[parts.AB + h * 2 * dk * dk + dk * dk + i] = static_cast<float>(B[static_cast<size_t>(i)]);
+            }
+          }
+        for (int j = 0; j < n_buf; ++j) {
+          const int t = at + n_head + b.dense + j;
+          for (int i = 0; i < kd; ++i) p[parts.ck + j * kd + i] = static_cast<float>(fk[static_cast<size_t>(t * kd + i)]);
+          for (int i = 0; i < vd; ++i) p[parts.cv + j * vd + i] = static_cast<float>(fv[static_cast<size_t>(t * vd + i)]);
+          for (int h = 0; h < Hv; ++h) {
+            p[parts.cg + j * Hv + h] = lg[static_cast<size_t>(t * Hv + h)];
+            p[parts.cb + j * Hv + h] = bt[static_cast<size_t>(t * Hv + h)];
+          }
+        }
+        at += b.n;
+      }
+    }
+    const int n_heads = static_cast<int>(heads.size()), n_reads = static_cast<int>(reads.size());
+    float* dslots = put(slots);
+    float *hy = room<float>(static_cast<size_t>(n_heads * C)), *hk = room<float>(static_cast<size_t>(n_heads * kd)),
+          *hv = room<float>(static_cast<size_t>(n_heads * vd)), *out = room<float>(3 * vd);
+    cuda::GdnChainArgs a{put(reads), n_reads, put(blocks), put(heads), n_heads, dslots, slot_floats, 0, parts,
+                         put(w), C, keep, hy, hk, hv, put(q), put(k), put(v), put(g), put(beta), out, Hk, Hv, dk, kh_mod};
+    ASSERT_EQ(cuda::gdn_chain_inputs(a, stream()), "");
+    ASSERT_EQ(cuda::split_qkv(hy, n_heads, kd, vd, nullptr, hk, hv, stream()), "");
+    ASSERT_EQ(cuda::l2norm_rows(hk, n_heads * Hk, dk, kEps, stream()), "");
+    ASSERT_EQ(cuda::gdn_chain_read(a, stream()), "");
+    const std::string how = kh_mod ? " (kh = h mod Hk)" : " (kh = h / (Hv/Hk))";
+    expect_close(get(hk, want_head_k.size()), want_head_k, 1e-5, "gdn_chain_inputs: head keys" + how);
+    const auto got_slots = get(dslots, slots.size());
+    std::vector<float> got_tails;
+    for (const cuda::GdnChainRead& r : reads)
+      got_tails.insert(got_tails.end(), got_slots.begin() + r.slot * slot_floats + parts.run_tail,
+                       got_slots.begin() + r.slot * slot_floats + parts.run_tail + keep * C);
+    expect_close(got_tails, want_tails, 0, "gdn_chain_inputs: run tails" + how);
+    expect_close(get(out, 3 * vd), want_out, 2e-4, "gdn_chain_read vs the float64 recurrence" + how);
+  }
+  cuda::GdnChainArgs bad{};
+  bad.dk = 48;
+  EXPECT_NE(cuda::gdn_chain_read(bad, nullptr).find("dk 48"), std::string::npos);
 }
 
 #endif  // CHORUS_HAVE_CUDA

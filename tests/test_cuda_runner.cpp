@@ -461,6 +461,79 @@ void blocks_after_the_writer(const std::vector<int>& others, int own_n) {
 TEST(CudaRunner, HybridViewWithABlockAfterTheWriterMatchesTheCpu) { blocks_after_the_writer({20}, 6); }
 TEST(CudaRunner, HybridViewWithTwoBlocksAfterTheWriterMatchesTheCpu) { blocks_after_the_writer({2, 19}, 22); }
 
+// AsyncLLM's writers reading a live thinker: each step the thinker (view [prompt, thinker])
+// writes a token while writer A (view [prompt, thinker, A]) and writer B (view [thinker, B], no
+// base) write one each, so their views change every step and the device reads them through the
+// tokens' queries (chain reads), A's 40-token prompt composed once as its base. 26 steps: the
+// writers' own blocks grow from empty (their head tokens convolved through the thinker's tail)
+// past a full buffer (summaries read with A and B), and the thinker's too. At step 9 the thinker
+// idles, so the writers compose their views; at step 10 their views are the ones they composed
+// (the thinker's new token is not seen until step 11), so they step their cached states; at
+// step 11 A's base must be composed again (the device keeps it where a composed view goes).
+// Every row of every step against the CPU runner (which reads chains too), on the GPU with chain
+// reads (48 of them, all in graphs) and without them (composing each view each step). The
+// thinker must matter: on the CPU, A's last row without it differs.
+TEST(CudaRunner, HybridChainReadsMatchTheCpu) {
+  Pair p;
+  const std::string why = load(goldens("tiny_qwen35.gguf"), &p);
+  if (!why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(p.gpu_runner);
+  auto composing = CudaRunner::create(p.model->config, p.model->weights, *p.gpu,
+                                      {.max_tokens = 128, .n_pages = kPages, .chain_reads = false});
+  ASSERT_TRUE(composing.ok()) << composing.error().to_string();
+  constexpr int kSteps = 26, kIdle = 9;
+  const auto prompt = random_tokens(*p.model, 40, 81), think = random_tokens(*p.model, 5 + kSteps, 82);
+  const auto wa = random_tokens(*p.model, kSteps, 83), wb = random_tokens(*p.model, kSteps, 84);
+  const size_t V = static_cast<size_t>(p.model->config.n_vocab);
+  // Runs 0..2: the CPU, the GPU with chain reads, the GPU composing; 3: the CPU, A blind to the thinker.
+  CudaRunner* on[4] = {nullptr, p.gpu_runner.get(), composing->get(), nullptr};
+  std::vector<std::vector<float>> out[4];
+  for (int k = 0; k < 4; ++k) {
+    const std::vector<View> views = {{0, 1}, k == 3 ? View{0, 2} : View{0, 1, 2}, {1, 3}};
+    std::vector<SequenceKv> blocks(4);  // prompt, thinker, A, B
+    std::vector<SequenceKv*> ptrs;
+    for (auto& b : blocks) ptrs.push_back(&b);
+    write_on(p, on[k], blocks, 0, prompt, {}, -1);
+    write_on(p, on[k], blocks, 1, std::vector<TokenId>(think.begin(), think.begin() + 5), views, 0);
+    for (int s = 0; s < kSteps; ++s) {
+      std::vector<BatchToken> batch;
+      if (s != kIdle) batch.push_back({think[5 + static_cast<size_t>(s)], static_cast<int32_t>(blocks[1].n_tokens), 1, true, 0});
+      batch.push_back({wa[static_cast<size_t>(s)], static_cast<int32_t>(blocks[2].n_tokens), 2, true, 1});
+      batch.push_back({wb[static_cast<size_t>(s)], static_cast<int32_t>(blocks[3].n_tokens), 3, true, 2});
+      for (const BatchToken& t : batch) ASSERT_TRUE(p.kv->reserve(blocks[static_cast<size_t>(t.seq)], t.pos + 1).ok());
+      std::vector<float> logits(batch.size() * V);
+      const Status st = forward_on(p, on[k], batch, ptrs, logits.data(), views);
+      ASSERT_TRUE(st.ok()) << "run " << k << ", step " << s << ": " << st.error().to_string();
+      out[k].push_back(std::move(logits));
+    }
+    for (auto& b : blocks) p.kv->release(b);
+  }
+  for (int k = 1; k <= 2; ++k) {
+    double worst = 0;
+    for (size_t s = 0; s < out[0].size(); ++s)
+      for (size_t r = 0; r * V < out[0][s].size(); ++r) {
+        const std::vector<float> g(out[k][s].begin() + static_cast<long>(r * V), out[k][s].begin() + static_cast<long>((r + 1) * V));
+        const std::vector<float> w(out[0][s].begin() + static_cast<long>(r * V), out[0][s].begin() + static_cast<long>((r + 1) * V));
+        const double err = rel_l2(g, w);
+        worst = std::max(worst, err);
+        EXPECT_LT(err, 3e-2) << "step " << s << ", row " << r;
+        expect_same_pick(g, w, 0.02);
+      }
+    std::printf("  live thinker, %s: largest rel L2 %.3e vs the CPU over %d steps\n",
+                k == 1 ? "chain reads" : "composed views", worst, kSteps);
+  }
+  const CudaRunner::ChainReads reads = p.gpu_runner->chain_reads();
+  EXPECT_EQ(reads.reads, 2 * (kSteps - 2));  // A and B, every step but the idle one and the next
+  EXPECT_EQ(reads.graphed, reads.reads) << p.gpu_runner->describe();  // chain steps are graphed
+  EXPECT_EQ((*composing)->chain_reads().reads, 0);
+  const std::vector<float> a(out[0].back().begin() + static_cast<long>(V), out[0].back().begin() + static_cast<long>(2 * V));
+  const std::vector<float> blind(out[3].back().begin() + static_cast<long>(V), out[3].back().begin() + static_cast<long>(2 * V));
+  const double without = rel_l2(blind, a);
+  std::printf("  writer A's last row without the thinker in its view differs by rel L2 %.3e\n", without);
+  EXPECT_GT(without, 0.1);
+  composing->reset();  // before the runner created first
+}
+
 // What `--device auto` asks before it picks the GPU: no device needed, so this runs everywhere.
 TEST(CudaRunner, CheckSaysWhatItRunsWithoutADevice) {
   auto check = [](const char* file) {

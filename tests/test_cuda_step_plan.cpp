@@ -1,7 +1,8 @@
 // The CUDA runner's host-side step planning (engine/cuda_step_plan.h), on the CPU: the tables a
 // step's kernels read — page lists and segments, prefill tiles, the rows whose logits are
 // computed, device draws — and the padding of graphed steps onto the spare page; and where a
-// hybrid block's new tokens go in its device slot (engine/cuda_linear.h plan_linear_append).
+// hybrid block's new tokens go in its device slot (engine/cuda_linear.h plan_linear_append), and
+// where a chain read's convolution inputs come from (kernels/cuda/gdn_chain_walk.h).
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -11,6 +12,7 @@
 
 #include "engine/cuda_linear.h"
 #include "engine/cuda_step_plan.h"
+#include "kernels/cuda/gdn_chain_walk.h"
 
 namespace chorus {
 namespace {
@@ -203,6 +205,58 @@ TEST(LinearAppend, EveryTokenLandsOnceInOrderThroughRandomSteps) {
   // Counts that disagree are refused, not followed.
   EXPECT_FALSE(plan_linear_append(10, 1, 8, 3, 16).ok());   // more summarised than the body holds
   EXPECT_FALSE(plan_linear_append(40, 1, 0, 3, 16).ok());   // a buffer of 37 > 16
+}
+
+// A chain read's convolution windows (kernels/cuda/gdn_chain_walk.h, the rule the device's
+// gdn_chain_inputs follows): for random views — a base of nb tokens or none, then blocks of 0..6
+// tokens — every tap of every head token, and every row of the tail after the last block, names
+// the input at that position of the view's concatenation (or zero before its start), though
+// each block keeps only its first and last `keep` inputs and the base only its last.
+TEST(GdnChainSource, EveryWindowReadsTheInputBeforeIt) {
+  constexpr int64_t kZero = -1;
+  for (int keep = 1; keep <= 4; ++keep) {
+    std::mt19937 rng(static_cast<uint32_t>(keep));
+    for (int trial = 0; trial < 500; ++trial) {
+      const int nb = static_cast<int>(rng() % 7);
+      const bool has_base = nb > 0;
+      std::vector<cuda::GdnChainBlock> blocks(1 + rng() % 5);
+      std::vector<int64_t> start;  // each block's first position in the view
+      int64_t at = nb;
+      for (auto& b : blocks) {
+        b.n = static_cast<int32_t>(rng() % 7);
+        start.push_back(at);
+        at += b.n;
+      }
+      start.push_back(at);
+      // What each kept row holds, as a position in the view (kZero: a row before the view's start).
+      auto label = [&](const cuda::GdnChainSource& s, int i) -> int64_t {
+        switch (s.from) {
+          case cuda::GdnChainSource::head:
+            EXPECT_LT(s.row, std::min<int64_t>(blocks[static_cast<size_t>(i)].n, keep));
+            return start[static_cast<size_t>(i)] + s.row;
+          case cuda::GdnChainSource::tail: {
+            const int32_t n = blocks[static_cast<size_t>(s.block)].n;
+            EXPECT_GE(s.row, keep - std::min(n, keep)) << "a tail row the block does not hold";
+            return start[static_cast<size_t>(s.block)] + n - keep + s.row;
+          }
+          case cuda::GdnChainSource::base:
+            EXPECT_TRUE(has_base);
+            return nb - keep + s.row >= 0 ? nb - keep + s.row : kZero;
+          default:
+            return kZero;
+        }
+      };
+      const int n_blocks = static_cast<int>(blocks.size());
+      for (int i = 0; i <= n_blocks; ++i) {
+        const int n_head = i < n_blocks ? std::min(blocks[static_cast<size_t>(i)].n, keep) : 0;
+        for (int p = -keep; p < n_head; ++p) {
+          const int64_t want = start[static_cast<size_t>(i)] + p >= 0 ? start[static_cast<size_t>(i)] + p : kZero;
+          ASSERT_EQ(label(cuda::gdn_chain_source(blocks.data(), i, p, keep, has_base), i), want)
+              << "keep " << keep << ", trial " << trial << ", block " << i << ", position " << p;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

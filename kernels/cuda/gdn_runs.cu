@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_runs_kernel(GdnRunsArgs a) {
   const int kh = a.kh_mod ? h % a.n_k_heads : h / (a.n_v_heads / a.n_k_heads);
   const int n_rows = a.n_zero_rows + a.dv;
   const int t0 = a.run_first[run], t1 = a.run_first[run + 1];
+  if (!a.mats[run]) return;  // a run whose rows are computed elsewhere (the whole block leaves)
   float* M = a.mats[run] + static_cast<int64_t>(h) * n_rows * dk;
   const bool outputs = a.out != nullptr;
 

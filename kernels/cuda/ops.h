@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda/gdn_chain_walk.h"
+
 namespace chorus::cuda {
 
 using Stream = void*;  // a cudaStream_t; nullptr is the default stream
@@ -182,6 +184,7 @@ std::string gdn_decode(const GdnDecodeArgs& a, Stream s);
 //                     value 0 (A <- A A_t), B's rows value v (B <- B A_t + B_t); out null.
 // q, k: [n_tokens][n_k_heads][dk]; v: [n_tokens][n_v_heads][dv]; g, beta: [n_tokens][n_v_heads];
 // key head as gdn_decode's (kh_mod). dk 16 or a multiple of 32 up to 128 (Qwen3.5 and Qwen3-Next: 128).
+// A null mats[r] skips run r: no matrix, no outputs (a writer whose rows another op computes).
 struct GdnRunsArgs {
   float* const* mats;        // [n_runs] device pointers
   const int32_t* run_first;  // [n_runs + 1] token ranges, device
@@ -225,6 +228,53 @@ struct SlotRow {
 };
 std::string rows_to_slots(const float* src, int width, const SlotRow* rows, int n, float* base, int64_t slot_floats,
                           int64_t offset, Stream s);
+
+// Chain reads (engine/cuda_linear.h): a one-token writer whose view has a block written in the
+// same step reads the view through its query instead of composing the view's state, as the
+// CPU's GdnBlockOps::query_through. Per value head: y = the token's q, c = 0; y and c through
+// the token's own map (y <- e^g (y - beta (k.y) k), c += beta (k.y) v), then back through each
+// block of the read, last first (its buffered tokens last first, its summary: c += B y,
+// y <- A y, its head tokens last first), and at the end c += S_base y when the reader has a base
+// (its view's unchanging first blocks, composed into its slot's state). The output is c.
+// Slots as above; `parts` are the offsets within one linear layer's part (at layer_offset) of a
+// slot; blocks as gdn_chain_walk.h's GdnChainBlock.
+struct GdnSlotParts {
+  int64_t S, tail, base_tail, run_tail, head_x, head_g, head_b, AB, ck, cv, cg, cb;
+};
+struct GdnChainRead {
+  int32_t row, slot, first_block, n_blocks, has_base;  // blocks [first_block, + n_blocks), in view order
+};
+struct GdnChainHead {
+  int32_t read, block, j;  // head token j of blocks[block], a block of read `read`
+};
+struct GdnChainArgs {
+  const GdnChainRead* reads;
+  int n_reads;
+  const GdnChainBlock* blocks;
+  const GdnChainHead* heads;  // [n_heads]: head row r is heads[r]
+  int n_heads;
+  float* slots;
+  int64_t slot_floats, layer_offset;
+  GdnSlotParts parts;
+  const float* conv_w;  // the layer's taps [keep + 1][C]
+  int C, keep;
+  float* head_y;        // [n_heads][C]: gdn_chain_inputs' output
+  const float* head_k;  // [n_heads][n_k_heads][dk], [n_heads][n_v_heads][dk]: head_y split, k normalised
+  const float* head_v;
+  const float *q, *k, *v, *g, *beta;  // the step's rows, as gdn_runs's (g: log decay)
+  float* out;                         // [rows][n_v_heads][dk]: row reads[i].row is written
+  int n_k_heads, n_v_heads, dk;
+  bool kh_mod;
+};
+// The convolution inputs of the step's chain reads: head row r gets head token j of its block
+// convolved with the inputs before it (gdn_chain_source) and SiLU'd, as gdn_conv; each read's
+// run tail (parts.run_tail of its slot, [keep][C]) gets the keep inputs before its token, for
+// gdn_conv_slots. Reads only other parts of slots than it writes.
+std::string gdn_chain_inputs(const GdnChainArgs& a, Stream s);
+// The reads themselves (after head_y is split into head_k and head_v, and the step's q and k
+// are normalised): one block per (value head, read). Both: dk 16 or a multiple of 32 up to 128,
+// value heads as wide as key heads (C = 2 kd + vd).
+std::string gdn_chain_read(const GdnChainArgs& a, Stream s);
 
 // out[r] = the index of the largest of logits[r] (n values; the lowest index among equals; NaN
 // never wins).

@@ -373,8 +373,9 @@ std::unique_ptr<RandomModel> qwen35_9b_shaped() {
 // the view [a shared 1024-token prompt, a shared 128-token notes block, its own block], greedy
 // tokens drawn on the device; tokens per second and step milliseconds over 32 steps after
 // K + 1 warm-up steps (the first composes the views' Gated DeltaNet state from the blocks'
-// summaries; every graph key of the timed steps is seen), with CUDA graphs and without. Then a 4096-token prompt's prefill while 8 sequences
-// decode. JSON rows.
+// summaries; every graph key of the timed steps is seen), with CUDA graphs and without. Then 8
+// writers reading 8 live thinkers, with chain reads and composing each view; then a 4096-token
+// prompt's prefill while 8 sequences decode. JSON rows.
 std::string qwen35_9b_gpu(CudaDevice& dev) {
   const auto m = qwen35_9b_shaped();
   const ModelConfig& c = m->c;
@@ -409,19 +410,17 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
   std::string rows;
   std::printf("%8s | %10s %10s | %12s %10s | %s\n", "batch", "step ms", "tok/s", "graph ms", "tok/s",
               "paper tok/s (goal: 1.2x)");
-  // Milliseconds per decode step of `batch` generates, each in a fresh block.
-  auto decode_ms = [&](int batch) {
-    std::vector<View> views;
-    for (int b = 0; b < batch; ++b) {
-      views.push_back({0, 1, 2 + b});
-      check(kv->reserve(blocks[static_cast<size_t>(2 + b)], kSteps + kWarm));
-    }
-    const std::vector<std::optional<PlannedDraw>> draws(static_cast<size_t>(batch), PlannedDraw{});
-    std::vector<TokenId> next(static_cast<size_t>(batch)), cur(static_cast<size_t>(batch));
+  // Milliseconds per decode step in which sequence 2 + i writes a token under views[i], each in a
+  // fresh block, greedy tokens drawn on the device.
+  auto decode_ms = [&](const std::vector<View>& views) {
+    const auto n = views.size();
+    for (size_t i = 0; i < n; ++i) check(kv->reserve(blocks[2 + i], kSteps + kWarm));
+    const std::vector<std::optional<PlannedDraw>> draws(n, PlannedDraw{});
+    std::vector<TokenId> next(n), cur(n);
     for (auto& t : cur) t = token();
     auto step = [&](int pos) {
       std::vector<BatchToken> toks;
-      for (int b = 0; b < batch; ++b) toks.push_back({cur[static_cast<size_t>(b)], pos, 2 + b, true, b});
+      for (size_t i = 0; i < n; ++i) toks.push_back({cur[i], pos, static_cast<int32_t>(2 + i), true, static_cast<int32_t>(i)});
       check(runner.forward(toks, ptrs, nullptr, views, draws, next.data()));
       cur = next;
     };
@@ -431,21 +430,50 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
     const auto s0 = std::chrono::steady_clock::now();
     for (int s = 0; s < kSteps; ++s) step(kWarm + s);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-    for (int b = 0; b < batch; ++b) kv->release(blocks[static_cast<size_t>(2 + b)]);
+    for (size_t i = 0; i < n; ++i) kv->release(blocks[2 + i]);
     return 1000.0 * sec / kSteps;
+  };
+  // `batch` generates, each under [prompt, notes, own].
+  auto generates = [](int batch) {
+    std::vector<View> views;
+    for (int b = 0; b < batch; ++b) views.push_back({0, 1, 2 + b});
+    return views;
   };
   const char* paper[] = {"106", "552", "1085"};
   int bi = 0;
   for (const int batch : {1, 8, 32}) {
     runner.set_graphs(false);
-    const double direct = decode_ms(batch);
+    const double direct = decode_ms(generates(batch));
     runner.set_graphs(true);
-    const double graphed = decode_ms(batch);
+    const double graphed = decode_ms(generates(batch));
     std::printf("%8d | %10.2f %10.1f | %12.2f %10.1f | %s\n", batch, direct, batch * 1000.0 / direct, graphed,
                 batch * 1000.0 / graphed, paper[bi++]);
     char row[240];
     std::snprintf(row, sizeof row, "%s{\"batch\": %d, \"runner_step_ms\": %.4f, \"runner_graph_step_ms\": %.4f}",
                   rows.empty() ? "" : ", ", batch, direct, graphed);
+    rows += row;
+  }
+  // AsyncLLM's writers reading live thinkers: 8 pairs, each thinker under [prompt, notes, own],
+  // each writer under [prompt, notes, its thinker, own], all writing every step (16 tokens), so
+  // every writer's view changes every step: read through the writers' queries (chain reads), or
+  // each view composed afresh before the step.
+  std::vector<View> live;
+  constexpr int kPairs = 8;
+  for (int i = 0; i < 2 * kPairs; ++i) live.push_back(i < kPairs ? View{0, 1, 2 + i} : View{0, 1, 2 + i - kPairs, 2 + i});
+  auto live_ms = [&](bool chain) {
+    runner.set_chain_reads(chain);
+    return decode_ms(live);
+  };
+  const int64_t reads0 = runner.chain_reads().reads;
+  const double chain_ms = live_ms(true), composed_ms = live_ms(false);
+  runner.set_chain_reads(true);
+  std::printf("8 writers reading 8 live thinkers (16 tokens a step, graphs on): step %.2f ms with chain reads "
+              "(%lld reads), %.2f ms composing each view (%.2fx)\n",
+              chain_ms, static_cast<long long>(runner.chain_reads().reads - reads0), composed_ms, composed_ms / chain_ms);
+  {
+    char row[200];
+    std::snprintf(row, sizeof row, ", {\"live_thinkers_8\": {\"chain_step_ms\": %.4f, \"composed_step_ms\": %.4f}}",
+                  chain_ms, composed_ms);
     rows += row;
   }
   std::printf("(%d graphs captured; %s)\n", runner.graphs(), runner.describe().c_str());
