@@ -11,7 +11,8 @@
 # 1, 8, 32 with and without a CUDA graph; a SmolLM2-shaped model through the runners, GPU vs CPU:
 # decode, and a 4k-token prefill while 8 sequences decode; then a Qwen3.5-9B-shaped hybrid model
 # through the CUDA runner itself: decode of 1, 8, 32 generates over 3-block views, 8 writers
-# reading 8 live thinkers with chain reads and without, and the 4k prefill while 8 decode),
+# reading 8 live thinkers with chain reads and without, the 4k prefill while 8 decode, and the
+# Gated DeltaNet recurrence's part of it),
 # writes JSON under $OUT and prints a short table last. Well under 8 minutes: the tests take
 # seconds, the op-level benchmark makes 16 GiB of random bf16 weights on the device and times
 # about 600 steps, the runner uploads 18 GiB once and times about 270.
@@ -69,6 +70,6 @@ cp .gpu/resources.txt "$OUT/" 2>/dev/null || true
 echo
 echo "== summary"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/gpu_tests.log" | head -20
-grep -E "^ +(batch|[0-9]+) \||^4096-token prefill|^  (alone|while 8|decode step)|^GEMV|^ +(matrix|ffn_|gdn_qkv|output)|^Qwen3.5-9B shapes through|^8 writers reading" "$OUT/step_bench.log"
+grep -E "^ +(batch|[0-9]+) \||^4096-token prefill|^  (alone|while 8|decode step)|^GEMV|^ +(matrix|ffn_|gdn_qkv|output)|^Qwen3.5-9B shapes through|^8 writers reading|^gdn_runs over" "$OUT/step_bench.log"
 echo "tests rc $tests_rc, bench rc $bench_rc; goal: >= 1.2x the paper's 106 / 552 / 1085 tok/s, step <= 10.5 ms with graphs at 8"
 exit $(( tests_rc != 0 || bench_rc != 0 ))

@@ -375,7 +375,7 @@ std::unique_ptr<RandomModel> qwen35_9b_shaped() {
 // K + 1 warm-up steps (the first composes the views' Gated DeltaNet state from the blocks'
 // summaries; every graph key of the timed steps is seen), with CUDA graphs and without. Then 8
 // writers reading 8 live thinkers, with chain reads and composing each view; then a 4096-token
-// prompt's prefill while 8 sequences decode. JSON rows.
+// prompt's prefill while 8 sequences decode, and the recurrence's part of it. JSON rows.
 std::string qwen35_9b_gpu(CudaDevice& dev) {
   const auto m = qwen35_9b_shaped();
   const ModelConfig& c = m->c;
@@ -487,6 +487,38 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
                 ", {\"prefill_4k\": {\"alone_s\": %.4f, \"while_8_decode_s\": %.4f, \"step_ms\": %.3f}}", p.alone_s,
                 p.mixed_s, p.step_ms);
   rows += row;
+  // The Gated DeltaNet recurrence of a 4096-token prompt in one linear layer (gdn_runs: exact,
+  // token after token, rows in registers): times the linear layers, its share of the prefill
+  // above says whether a chunk-parallel form would pay. Random factors (speed does not depend
+  // on the values).
+  {
+    const GdnConfig& d = c.gdn;
+    constexpr int kLong = 4096;
+    float* q = vec(dev, int64_t{kLong} * d.key_dim(), 41, 0.15f);
+    float* k = vec(dev, int64_t{kLong} * d.key_dim(), 42, 0.15f);
+    float* v = vec(dev, int64_t{kLong} * d.value_dim(), 43);
+    float* g = vec(dev, int64_t{kLong} * d.n_v_heads, 44, 0.5f);
+    float* beta = vec(dev, int64_t{kLong} * d.n_v_heads, 45);
+    float* S = vec(dev, int64_t{d.n_v_heads} * d.head_dim * d.head_dim, 46);
+    float* out = alloc<float>(dev, int64_t{kLong} * d.value_dim(), "gdn out");
+    auto* mats = alloc<float*>(dev, 1, "gdn run matrices");
+    auto* first = alloc<int32_t>(dev, 2, "gdn run ranges");
+    const int32_t range[2] = {0, kLong};
+    check(dev.upload(mats, &S, sizeof S));
+    check(dev.upload(first, range, sizeof range));
+    const cuda::GdnRunsArgs a{mats, first, q, k, v, g, beta, out, 1, d.n_k_heads, d.n_v_heads, d.head_dim, d.head_dim,
+                              0, d.tiled_heads};
+    auto run = [&] { check(cuda::gdn_runs(a, dev.stream())); };
+    run();
+    check(dev.sync("gdn_runs warm-up"));
+    const double ms = time_steps(dev, run, 1, 5);
+    int n_linear = 0;
+    for (int l = 0; l < c.n_layer; ++l) n_linear += c.is_linear(l);
+    std::printf("gdn_runs over a 4096-token prompt: %.3f ms a linear layer, x%d = %.1f ms of the %.3f s prefill (%.1f %%)\n",
+                ms, n_linear, ms * n_linear, p.alone_s, 100.0 * ms * n_linear / (1000.0 * p.alone_s));
+    std::snprintf(row, sizeof row, ", {\"gdn_runs_4k_layer_ms\": %.4f}", ms);
+    rows += row;
+  }
   r->reset();
   dev.reset_to(mark);
   return rows;
