@@ -43,7 +43,7 @@ int64_t CudaLinear::slot_floats(const ModelConfig& c) {
 
 Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, const Weights& w, CudaDevice& dev,
                                                        int max_tokens, int n_slots, bool chain_reads,
-                                                       cuda::bf16_bits* xb, const CudaUploads& up) {
+                                                       cuda::bf16_bits* xb) {
   if (Status s = check(c, w); !s.ok()) return s.error();
   if (n_slots < 0) return make_error(Errc::invalid_argument, "CUDA runner: linear_slots must not be negative");
   auto impl = std::make_unique<Impl>(c, dev);
@@ -60,7 +60,7 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
     for (auto [dst, src, name] : {std::tuple{&D.qkv, &L.w_qkv, "attn_qkv"}, std::tuple{&D.z, &L.w_z, "attn_gate"},
                                   std::tuple{&D.beta, &L.w_beta, "ssm_beta"}, std::tuple{&D.alpha, &L.w_alpha, "ssm_alpha"},
                                   std::tuple{&D.out, &L.w_ssm_out, "ssm_out"}}) {
-      auto r = up.matrix(*src, name);
+      auto r = cuda_upload_matrix(dev, *src, name);
       if (!r) return r.error();
       *dst = *r;
     }
@@ -69,7 +69,7 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
                                      std::tuple{&D.dt_bias, L.dt_bias, int64_t{m.Hv}, "ssm_dt.bias"},
                                      std::tuple{&D.norm, L.ssm_norm, int64_t{m.dk}, "ssm_norm"}}) {
       if (!src) return make_error(Errc::bad_format, std::string("blk.") + std::to_string(l) + "." + name + " is missing");
-      auto r = up.vec(src, n, name);
+      auto r = cuda_upload_vec(dev, src, n, name);
       if (!r) return r.error();
       *dst = *r;
     }

@@ -45,30 +45,18 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 
 #include "base/status.h"
+#include "engine/cuda_weights.h"
 #include "engine/model_runner.h"
 #include "kernels/cuda/ops.h"
 
 namespace chorus {
 
 class CudaDevice;
-
-// A weight matrix on the device, bf16 [rows][cols].
-struct CudaMat {
-  const cuda::bf16_bits* w = nullptr;
-  int64_t rows = 0, cols = 0;
-};
-
-// How the runner uploads weights (once, at create): matrices to bf16, vectors as f32.
-struct CudaUploads {
-  std::function<Result<CudaMat>(const WeightMatrix&, const char*)> matrix;
-  std::function<Result<const float*>(const float*, int64_t, const char*)> vec;
-};
 
 // Where one block's new tokens go in a step (plain arithmetic, tested without a device): the
 // block holds `start` tokens, `dense` of its body (the tokens from position K-1 on) in its
@@ -113,7 +101,7 @@ class CudaLinear {
   // chain_reads: CudaRunnerOptions::chain_reads.
   static Result<std::unique_ptr<CudaLinear>> create(const ModelConfig& c, const Weights& w, CudaDevice& dev,
                                                     int max_tokens, int n_slots, bool chain_reads,
-                                                    cuda::bf16_bits* xb, const CudaUploads& up);
+                                                    cuda::bf16_bits* xb);
   ~CudaLinear();
 
   // Before a step's launches: groups, modes and slots (a written block gets one, or a copy of

@@ -89,33 +89,6 @@ struct CudaRunner::Impl {
     return static_cast<T*>(*p);
   }
 
-  // Uploads a weight matrix and converts it to bf16 on the device (staging freed after).
-  Result<Mat> upload(const WeightMatrix& w, const char* name) {
-    auto dst = take<bf16_bits>(w.rows * w.cols, name);
-    if (!dst) return dst.error();
-    const int64_t mark = dev.mark();
-    const int64_t bytes = w.rows * static_cast<int64_t>(w.row_bytes);
-    auto staging = dev.alloc(bytes, std::string(name) + " (staging)");
-    if (!staging) return staging.error();
-    if (Status s = dev.upload(*staging, w.data, bytes); !s.ok()) return s.error();
-    if (Status s = op(cuda::dequantize_rows_bf16(static_cast<int>(w.type), *staging, static_cast<int64_t>(w.row_bytes),
-                                                 w.rows, w.cols, *dst, dev.stream()),
-                      name);
-        !s.ok())
-      return s.error();
-    if (Status s = dev.sync(name); !s.ok()) return s.error();
-    dev.reset_to(mark);
-    return Mat{*dst, w.rows, w.cols};
-  }
-
-  Result<const float*> upload_vec(const float* v, int64_t n, const char* name) {
-    if (!v) return static_cast<const float*>(nullptr);
-    auto dst = take<float>(n, name);
-    if (!dst) return dst.error();
-    if (Status s = dev.upload(*dst, v, n * static_cast<int64_t>(sizeof(float))); !s.ok()) return s.error();
-    return static_cast<const float*>(*dst);
-  }
-
   // `in` [n][cols] to bf16 in xb: once for all the products that read it.
   Status stage(const float* in, int64_t n, int64_t cols) {
     return op(cuda::to_bf16(in, xb, n * cols, dev.stream()), "to_bf16");
@@ -274,17 +247,17 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   auto impl = std::make_unique<Impl>(c, dev, opts);
   Impl& m = *impl;
   const int64_t T = opts.max_tokens, E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff;
-  auto embd = m.upload(w.token_embd, "token_embd");
+  auto embd = cuda_upload_matrix(dev, w.token_embd, "token_embd");
   if (!embd) return embd.error();
   m.embd = *embd;
   if (c.tied_output) {
     m.output = m.embd;
   } else {
-    auto out = m.upload(w.output, "output");
+    auto out = cuda_upload_matrix(dev, w.output, "output");
     if (!out) return out.error();
     m.output = *out;
   }
-  auto on = m.upload_vec(w.output_norm, E, "output_norm");
+  auto on = cuda_upload_vec(dev, w.output_norm, E, "output_norm");
   if (!on) return on.error();
   m.output_norm = *on;
   m.page_stride = 16 * KVD;
@@ -299,7 +272,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
                                      std::tuple{&D.bq, L.bq, QD, "attn_q.bias"},
                                      std::tuple{&D.bk, L.bk, KVD, "attn_k.bias"},
                                      std::tuple{&D.bv, L.bv, KVD, "attn_v.bias"}}) {
-      auto r = m.upload_vec(src, n, name);
+      auto r = cuda_upload_vec(dev, src, n, name);
       if (!r) return r.error();
       *dst = *r;
     }
@@ -309,7 +282,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
                                   std::tuple{&D.gate, &L.w_gate, "ffn_gate"}, std::tuple{&D.up, &L.w_up, "ffn_up"},
                                   std::tuple{&D.down, &L.w_down, "ffn_down"}}) {
       if (!attention && dst != &D.gate && dst != &D.up && dst != &D.down) continue;
-      auto r = m.upload(*src, name);
+      auto r = cuda_upload_matrix(dev, *src, name);
       if (!r) return r.error();
       *dst = *r;
     }
@@ -376,9 +349,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   if (!sampled) return sampled.error();
   m.sampled = *sampled;
   if (c.hybrid()) {
-    const CudaUploads up{[&m](const WeightMatrix& mat, const char* name) { return m.upload(mat, name); },
-                         [&m](const float* v, int64_t n, const char* name) { return m.upload_vec(v, n, name); }};
-    auto linear = CudaLinear::create(c, w, dev, opts.max_tokens, opts.linear_slots, opts.chain_reads, m.xb, up);
+    auto linear = CudaLinear::create(c, w, dev, opts.max_tokens, opts.linear_slots, opts.chain_reads, m.xb);
     if (!linear) return linear.error();
     m.linear = std::move(*linear);
   }
