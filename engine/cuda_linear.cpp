@@ -23,11 +23,10 @@ Status CudaLinear::check(const ModelConfig& c, const Weights& w) {
   for (size_t l = 0; l < w.layers.size(); ++l) {
     if (!c.is_linear(static_cast<int>(l))) continue;
     const LayerWeights& L = w.layers[l];
-    if (L.w_ba.data) return unsupported("Gated DeltaNet layers with a packed ssm_ba (qwen3next)");
     for (const auto& [m, n] : {std::pair{&L.w_qkv, "attn_qkv"}, std::pair{&L.w_z, "attn_gate"},
                                std::pair{&L.w_beta, "ssm_beta"}, std::pair{&L.w_alpha, "ssm_alpha"},
-                               std::pair{&L.w_ssm_out, "ssm_out"}})
-      if (!cuda::converts_to_bf16(static_cast<int>(m->type)))
+                               std::pair{&L.w_ba, "ssm_ba"}, std::pair{&L.w_ssm_out, "ssm_out"}})
+      if (m->data && !cuda::converts_to_bf16(static_cast<int>(m->type)))
         return make_error(Errc::unsupported, "the CUDA runner cannot convert blk." + std::to_string(l) + "." + n + " (" +
                                                  std::string(tensor_type_name(m->type)) +
                                                  "): F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights so far");
@@ -59,7 +58,8 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
     D.offset = D.index * m.lay.size;
     for (auto [dst, src, name] : {std::tuple{&D.qkv, &L.w_qkv, "attn_qkv"}, std::tuple{&D.z, &L.w_z, "attn_gate"},
                                   std::tuple{&D.beta, &L.w_beta, "ssm_beta"}, std::tuple{&D.alpha, &L.w_alpha, "ssm_alpha"},
-                                  std::tuple{&D.out, &L.w_ssm_out, "ssm_out"}}) {
+                                  std::tuple{&D.ba, &L.w_ba, "ssm_ba"}, std::tuple{&D.out, &L.w_ssm_out, "ssm_out"}}) {
+      if (!src->data) continue;  // ssm_ba (qwen3next) or ssm_beta and ssm_alpha
       auto r = cuda_upload_matrix(dev, *src, name);
       if (!r) return r.error();
       *dst = *r;
@@ -89,7 +89,7 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
   const int64_t T = max_tokens;
   for (auto [dst, n] : {std::pair{&m.in, T * c.n_embd}, std::pair{&m.qkv, T * m.C}, std::pair{&m.y, T * m.C},
                         std::pair{&m.q, T * m.kd}, std::pair{&m.k, T * m.kd}, std::pair{&m.v, T * m.vd},
-                        std::pair{&m.z, T * m.vd}, std::pair{&m.bl, T * m.Hv}, std::pair{&m.al, T * m.Hv},
+                        std::pair{&m.z, T * m.vd}, std::pair{&m.bl, T * 2 * m.Hv}, std::pair{&m.al, T * m.Hv},
                         std::pair{&m.g, T * m.Hv}, std::pair{&m.beta, T * m.Hv}, std::pair{&m.o, T * m.vd},
                         std::pair{&m.cS, m.state_floats()}, std::pair{&m.cS2, m.state_floats()},
                         std::pair{&m.ctail, int64_t{m.K1} * m.C}, std::pair{&m.cy, int64_t{m.K1} * m.C},
@@ -157,9 +157,14 @@ Status CudaLinear::layer(int l, float* h, int T) {
   CHORUS_TRY(op(cuda::to_bf16(in, m.xb, int64_t{T} * m.c.n_embd, st), "to_bf16"));
   CHORUS_TRY(m.gemm(L.qkv, m.qkv, T));
   CHORUS_TRY(m.gemm(L.z, m.z, T));
-  CHORUS_TRY(m.gemm(L.beta, m.bl, T));
-  CHORUS_TRY(m.gemm(L.alpha, m.al, T));
-  CHORUS_TRY(op(cuda::gdn_gates(m.al, m.bl, L.dt_bias, L.ssm_a, T, m.Hv, m.g, m.beta, st), "gdn gates"));
+  if (L.ba.w) {  // qwen3next: b and alpha packed per key head
+    CHORUS_TRY(m.gemm(L.ba, m.bl, T));
+    CHORUS_TRY(op(cuda::gdn_gates_packed(m.bl, L.dt_bias, L.ssm_a, T, m.Hv, m.Hk, m.g, m.beta, st), "gdn gates"));
+  } else {
+    CHORUS_TRY(m.gemm(L.beta, m.bl, T));
+    CHORUS_TRY(m.gemm(L.alpha, m.al, T));
+    CHORUS_TRY(op(cuda::gdn_gates(m.al, m.bl, L.dt_bias, L.ssm_a, T, m.Hv, m.g, m.beta, st), "gdn gates"));
+  }
 
   // 2. (The view states that changed were composed by prepare().)
 

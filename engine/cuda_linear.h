@@ -39,7 +39,6 @@
 // A writer whose view puts blocks after it runs its tokens one at a time in the layer: each
 // token's output reads its state after the token, composed through those blocks (the CPU
 // carries the query backwards through them instead, GdnBlockOps::query_through).
-// Not yet (the runner refuses it with a message): the qwen3next layout (packed ssm_ba).
 #pragma once
 
 #include <algorithm>

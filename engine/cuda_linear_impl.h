@@ -63,7 +63,7 @@ struct CudaLinear::Impl {
   const int C, K1, Hv, Hk, dk, kd, vd;  // conv_dim, K-1, heads, head size, widths
 
   struct Layer {
-    CudaMat qkv, z, beta, alpha, out;
+    CudaMat qkv, z, beta, alpha, ba, out;  // ba (qwen3next) instead of beta and alpha
     const float *conv = nullptr, *ssm_a = nullptr, *dt_bias = nullptr, *norm = nullptr;
     int64_t offset = 0;  // of this layer's part of a slot
     int index = 0;       // among the linear layers

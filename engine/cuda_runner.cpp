@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/cuda_linear.h"
+#include "engine/cuda_moe.h"
 #include "engine/cuda_op.h"
 #include "engine/cuda_step_plan.h"
 #include "gpu/cuda_device.h"
@@ -63,6 +64,7 @@ struct CudaRunner::Impl {
   float *qg = nullptr, *attn_gate = nullptr;
   int n_single = 0;
   std::unique_ptr<CudaLinear> linear;  // hybrid models: the Gated DeltaNet layers
+  std::unique_ptr<CudaMoe> moe;        // mixture-of-experts models: their feed-forward layers
   cuda::SampleRow* samples = nullptr;  // [max_tokens] draws of one step
   int32_t* sampled = nullptr;          // [max_tokens] their tokens
 
@@ -112,6 +114,10 @@ struct CudaRunner::Impl {
       }
       CHORUS_TRY(op(cuda::add(x, h, int64_t{T} * E, st), "residual"));
       CHORUS_TRY(op(cuda::rmsnorm(x, L.ffn_norm, h, T, E, c.norm_eps, st), "ffn_norm"));
+      if (moe) {
+        CHORUS_TRY(moe->layer(l, h, x, T));
+        continue;
+      }
       CHORUS_TRY(stage(h, T, E));
       CHORUS_TRY(gemm(L.gate, gate, T));
       CHORUS_TRY(gemm(L.up, up, T));
@@ -211,7 +217,8 @@ Status CudaRunner::check(const ModelConfig& c, const Weights& w) {
   auto unsupported = [&](const std::string& what) {
     return make_error(Errc::unsupported, "the CUDA runner does not run " + what + " yet (" + c.arch + ")");
   };
-  if (c.moe()) return unsupported("mixture-of-experts layers");
+  if (c.moe())
+    if (Status s = CudaMoe::check(c, w); !s.ok()) return s;
   if (c.hybrid())
     if (Status s = CudaLinear::check(c, w); !s.ok()) return s;
   if (c.head_dim % 32 != 0 || c.head_dim > 256 || c.n_head / c.n_head_kv > 8)
@@ -281,7 +288,8 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
                                   std::tuple{&D.wv, &L.wv, "attn_v"}, std::tuple{&D.wo, &L.wo, "attn_output"},
                                   std::tuple{&D.gate, &L.w_gate, "ffn_gate"}, std::tuple{&D.up, &L.w_up, "ffn_up"},
                                   std::tuple{&D.down, &L.w_down, "ffn_down"}}) {
-      if (!attention && dst != &D.gate && dst != &D.up && dst != &D.down) continue;
+      const bool ffn = dst == &D.gate || dst == &D.up || dst == &D.down;
+      if ((!attention && !ffn) || (ffn && c.moe())) continue;  // (MoE layers: engine/cuda_moe.h)
       auto r = cuda_upload_matrix(dev, *src, name);
       if (!r) return r.error();
       *dst = *r;
@@ -348,6 +356,11 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
   auto sampled = m.take<int32_t>(T, "step tables");
   if (!sampled) return sampled.error();
   m.sampled = *sampled;
+  if (c.moe()) {  // before the linear-state slots, which take a share of what is left
+    auto moe = CudaMoe::create(c, w, dev, opts.max_tokens);
+    if (!moe) return moe.error();
+    m.moe = std::move(*moe);
+  }
   if (c.hybrid()) {
     auto linear = CudaLinear::create(c, w, dev, opts.max_tokens, opts.linear_slots, opts.chain_reads, m.xb);
     if (!linear) return linear.error();

@@ -22,9 +22,10 @@
 // (qwen35's attention layers: attn_q yields a query and a gate per head) multiply the attention
 // output by sigmoid(gate).
 //
-// Hybrid models (qwen35): the Gated DeltaNet layers run on the device too, their per-block state
-// in slots (engine/cuda_linear.h); their decode steps are graphs as well.
-// Not yet: MoE layers, qwen3next's packed ssm_ba.
+// Hybrid models (qwen35, qwen35moe, qwen3next): the Gated DeltaNet layers run on the device too,
+// their per-block state in slots (engine/cuda_linear.h); their decode steps are graphs as well.
+// Mixture-of-experts layers (qwen35moe, qwen3next) route and run their experts on the device
+// (engine/cuda_moe.h), inside the same graphs.
 //
 // The runner's device buffers come from the device's bump pool and go back when it is
 // destroyed: destroy runners in the reverse order of their creation.

@@ -100,6 +100,7 @@ void probes_match(const std::string& file) {
 }
 TEST(CudaEngine, ProbesMatchTheCpuEngine) { probes_match("tiny_llama_f32.gguf"); }
 TEST(CudaEngine, HybridProbesMatchTheCpuEngine) { probes_match("tiny_qwen35.gguf"); }
+TEST(CudaEngine, MixtureOfExpertsProbesMatchTheCpuEngine) { probes_match("tiny_qwen35moe.gguf"); }
 
 // fork(a, 20) shares a's first two pages; writing the fork's position 20 (inside the second,
 // shared page) copies that page on the device. The source block is unchanged, and the fork's

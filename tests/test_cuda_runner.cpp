@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 #include <span>
 
@@ -150,6 +151,10 @@ TEST(CudaRunner, TinyQwen2MatchesTheCpu) { gpu_matches_cpu(goldens("tiny_qwen2.g
 // qwen35: Gated DeltaNet layers (37 tokens: a block head, 32 body tokens folded into the
 // summary, 2 waiting in the compact buffer; the decode token appends to it) and gated attention.
 TEST(CudaRunner, TinyQwen35MatchesTheCpu) { gpu_matches_cpu(goldens("tiny_qwen35.gguf"), false); }
+// Mixture-of-experts layers (4 experts, top 2, a shared expert), and qwen3next's layout (value
+// heads over key heads h / 2, beta and alpha packed per key head) with them.
+TEST(CudaRunner, TinyQwen35MoeMatchesTheCpu) { gpu_matches_cpu(goldens("tiny_qwen35moe.gguf"), false); }
+TEST(CudaRunner, TinyQwen3NextMatchesTheCpu) { gpu_matches_cpu(goldens("tiny_qwen3next_f32.gguf"), false); }
 TEST(CudaRunner, DefaultModelMatchesTheCpu) {
   if (!std::ifstream(default_model_path()).good()) GTEST_SKIP() << "default model not at " << default_model_path();
   gpu_matches_cpu(default_model_path(), false);
@@ -535,28 +540,46 @@ TEST(CudaRunner, HybridChainReadsMatchTheCpu) {
 }
 
 // What `--device auto` asks before it picks the GPU: no device needed, so this runs everywhere.
+// Every tiny model runs; shapes and types the kernels do not take are refused by name.
 TEST(CudaRunner, CheckSaysWhatItRunsWithoutADevice) {
-  auto check = [](const char* file) {
-    auto m = Model::load(goldens(file));
-    EXPECT_TRUE(m.ok()) << file;
-    return m.ok() ? CudaRunner::check((*m)->config, (*m)->weights) : Status::success();
-  };
-  for (const char* ok : {"tiny_llama_f32.gguf", "tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_qwen3.gguf", "tiny_qwen35.gguf"})
-    EXPECT_TRUE(check(ok).ok()) << ok << ": " << check(ok).error().message;
-  for (const char* moe : {"tiny_qwen35moe.gguf", "tiny_qwen3next_f32.gguf"}) {
-    const Status st = check(moe);
-    ASSERT_FALSE(st.ok()) << moe;
-    EXPECT_NE(st.error().message.find("mixture-of-experts"), std::string::npos) << st.error().message;
+  std::map<std::string, std::unique_ptr<Model>> models;
+  for (const char* f : {"tiny_llama_f32.gguf", "tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_qwen3.gguf", "tiny_qwen35.gguf",
+                        "tiny_qwen35moe.gguf", "tiny_qwen3next_f32.gguf"}) {
+    auto m = Model::load(goldens(f));
+    ASSERT_TRUE(m.ok()) << f;
+    const Status st = CudaRunner::check((*m)->config, (*m)->weights);
+    EXPECT_TRUE(st.ok()) << f << ": " << st.error().message;
+    models[f] = std::move(*m);
   }
+  auto refused = [](ModelConfig c, const Weights& w, const std::string& want) {
+    const Status st = CudaRunner::check(c, w);
+    ASSERT_FALSE(st.ok()) << want;
+    EXPECT_NE(st.error().message.find(want), std::string::npos) << st.error().message;
+  };
+  Model& hybrid = *models["tiny_qwen35.gguf"];
+  const Model& moe = *models["tiny_qwen35moe.gguf"];
+  ModelConfig c = hybrid.config;
+  c.gdn.head_dim = 48;
+  refused(c, hybrid.weights, "Gated DeltaNet heads of 48");
+  c = moe.config;
+  c.n_expert_used = 17;
+  refused(c, moe.weights, "choosing 17 of 4 experts");
+  hybrid.weights.token_embd.type = TensorType::q4_k;  // (the model is not used again)
+  refused(hybrid.config, hybrid.weights, "cannot convert token_embd (Q4_K)");
 }
 
+// create() refuses what check() refuses, before it allocates anything.
 TEST(CudaRunner, RefusesWhatItDoesNotRunYet) {
   Pair p;
-  const std::string why = load(goldens("tiny_qwen35moe.gguf"), &p);
+  const std::string why = load(goldens("tiny_qwen35.gguf"), &p);
   if (!why.empty()) GTEST_SKIP() << why;
-  auto r = CudaRunner::create(p.model->config, p.model->weights, *p.gpu, {.max_tokens = 8, .n_pages = 8});
+  ModelConfig c = p.model->config;
+  c.gdn.head_dim = 48;
+  const int64_t used = p.gpu->pool_used();
+  auto r = CudaRunner::create(c, p.model->weights, *p.gpu, {.max_tokens = 8, .n_pages = 8});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("mixture-of-experts"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("Gated DeltaNet heads of 48"), std::string::npos) << r.error().message;
+  EXPECT_EQ(p.gpu->pool_used(), used);
 }
 
 }  // namespace

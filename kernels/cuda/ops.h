@@ -153,6 +153,10 @@ std::string l2norm_rows(float* x, int rows, int n, float eps, Stream s);
 // above 20) and beta = sigmoid(b). alpha, b, g, beta: [n_tokens][n_v_heads].
 std::string gdn_gates(const float* alpha, const float* b, const float* dt_bias, const float* ssm_a, int n_tokens,
                       int n_v_heads, float* g, float* beta, Stream s);
+// The same from qwen3next's packed rows ba [n_tokens][n_k_heads][b x r | alpha x r], r =
+// n_v_heads / n_k_heads (value head h = key head h / r, place h % r).
+std::string gdn_gates_packed(const float* ba, const float* dt_bias, const float* ssm_a, int n_tokens, int n_v_heads,
+                             int n_k_heads, float* g, float* beta, Stream s);
 
 // Gated DeltaNet, one token per sequence (decode), on each sequence's state
 // [n_v_heads][dv][dk] (f32, in place): for v-head h with key head kh,
@@ -275,6 +279,44 @@ std::string gdn_chain_inputs(const GdnChainArgs& a, Stream s);
 // are normalised): one block per (value head, read). Both: dk 16 or a multiple of 32 up to 128,
 // value heads as wide as key heads (C = 2 kd + vd).
 std::string gdn_chain_read(const GdnChainArgs& a, Stream s);
+
+// Mixture-of-experts feed-forward (engine/cuda_moe.h; the CPU's moe_feed_forward):
+//
+// out [n][rows] = x [n][cols] W^T for an f32 W [rows][cols] (routers, kept in f32 so that the
+// experts chosen are the CPU's). A warp per (input, row).
+std::string rows_dot_f32(const float* W, int rows, int cols, const float* x, int n, float* out, Stream s);
+// Per token (logits [n][n_expert]): softmax over the experts, the n_used most probable (ties:
+// the lower id) in that order, their probabilities renormalised (the sum at least 2^-14) and
+// times `scale` unless it is 0 or 1: slot_expert, slot_weight [n][n_used].
+constexpr int kMaxMoeExperts = 1024;
+constexpr int kMaxMoeUsed = 16;
+std::string moe_route(const float* logits, int n, int n_expert, int n_used, float scale, int32_t* slot_expert,
+                      float* slot_weight, Stream s);
+// The slots (t * n_used + s) grouped by expert: expert e's are slots[first[e] .. first[e+1]),
+// first [n_expert + 1]; active [1 + n_expert]: how many experts were chosen, then they, in id
+// order. One block.
+std::string moe_sort(const int32_t* slot_expert, int n_slots, int n_expert, int32_t* first, int32_t* slots,
+                     int32_t* active, Stream s);
+// Every chosen expert's rows over the slots that chose it (moe_sort's lists): out [slot][rows] =
+// silu(W_e x) * (W2_e x) with w2, else W_e x times slot_weight[slot] when given; W, W2 bf16
+// [n_expert][rows][cols]; x's row is the slot's (x_per_slot) or its token's (slot / n_used).
+struct MoeExpertArgs {
+  const bf16_bits* w;
+  const bf16_bits* w2;  // or null
+  const float* x;
+  bool x_per_slot;
+  const float* slot_weight;  // or null
+  const int32_t* first;
+  const int32_t* slots;
+  const int32_t* active;
+  int n_expert, n_used, n_slots, rows, cols;
+  float* out;
+};
+std::string moe_experts(const MoeExpertArgs& a, Stream s);
+// x[t] += sum over slots s of slot_out[t * n_used + s] (in slot order) + sigmoid(shared_logit[t])
+// * shared[t] (no shared expert: null). slot_out [n * n_used][E], shared and x [n][E].
+std::string moe_combine(const float* slot_out, int n, int n_used, int E, const float* shared, const float* shared_logit,
+                        float* x, Stream s);
 
 // out[r] = the index of the largest of logits[r] (n values; the lowest index among equals; NaN
 // never wins).
