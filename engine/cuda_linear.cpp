@@ -191,8 +191,8 @@ Status CudaLinear::layer(int l, float* h, int T) {
   cuda::GdnRunsArgs a{m.states_dev + static_cast<int64_t>(L.index) * G, m.first_dev, m.q, m.k, m.v, m.g, m.beta, m.o, G,
                       m.Hk, m.Hv, m.dk, m.dk, 0, m.d.tiled_heads};
   CHORUS_TRY(op(cuda::gdn_runs(a, st), "gdn runs"));
-  // Chain reads overwrite their rows' outputs (their run stepped a scratch state), before any
-  // block they read takes this step's tokens.
+  // Chain reads write their rows' outputs (gdn_runs skipped their runs), before any block they
+  // read takes this step's tokens.
   if (m.n_reads > 0) CHORUS_TRY(op(cuda::gdn_chain_read(chain, st), "gdn chain read"));
   // Writers with blocks after them in their view: token by token, the state after the token
   // carried through those blocks (heads convolved with the writer's tail, token included), then

@@ -49,7 +49,6 @@
 #include <string>
 
 #include "base/status.h"
-#include "engine/cuda_weights.h"
 #include "engine/model_runner.h"
 #include "kernels/cuda/ops.h"
 

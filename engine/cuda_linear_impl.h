@@ -14,6 +14,7 @@
 
 #include "engine/cuda_linear.h"
 #include "engine/cuda_op.h"
+#include "engine/cuda_weights.h"
 #include "engine/linear_state.h"
 #include "gpu/cuda_device.h"
 

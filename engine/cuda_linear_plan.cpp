@@ -44,20 +44,20 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
   // Chain reads beyond what a step's head rows hold, and those of writers with blocks after them
   // in their view (not read through the query on the device yet), compose their views instead:
   // correct, with the same bookkeeping (the writer's run state then holds its view).
-  int chain_heads = 0, chain_reads = 0;
+  int chain_heads = 0, n_chain = 0;
   for (LinearGroup& g : m.groups) {
     if (g.mode != LinearGroup::Mode::chain) continue;
     int need = static_cast<int>(std::min<int64_t>(g.start, m.K1));
     for (size_t b = g.n_base; b < g.prefix.size(); ++b) need += static_cast<int>(std::min<int64_t>(g.prefix[b].second, m.K1));
     if (!g.suffix.empty() || chain_heads + need > Impl::kMaxChainHeads ||
-        chain_heads + need + (chain_reads + 1) * m.K1 > 65535) {
+        chain_heads + need + (n_chain + 1) * m.K1 > cuda::kMaxChainRows) {
       g.mode = LinearGroup::Mode::recompose;
       g.compose = true;
       g.n_compose = g.prefix.size();
       continue;
     }
     chain_heads += need;
-    ++chain_reads;
+    ++n_chain;
   }
   const int T = static_cast<int>(batch.size());
   if (n_run < T) return make_error(Errc::internal, "CUDA linear layers: a step of " + std::to_string(T) +

@@ -103,17 +103,19 @@ Result<std::unique_ptr<CudaMoe>> CudaMoe::create(const ModelConfig& c, const Wei
   auto impl = std::make_unique<Impl>(c, dev);
   Impl& m = *impl;
   const int64_t E = c.n_embd, NE = c.n_expert, NU = c.n_expert_used;
-  for (const LayerWeights& L : w.layers) {
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string blk = "blk." + std::to_string(l) + ".";  // names in errors (the pool too small)
     Impl::Layer D;
-    auto router = cuda_upload_matrix_f32(dev, L.router, "ffn_gate_inp");
+    auto router = cuda_upload_matrix_f32(dev, L.router, (blk + "ffn_gate_inp").c_str());
     if (!router) return router.error();
     D.router = *router;
-    auto sh_router = cuda_upload_vec(dev, L.sh_router, E, "ffn_gate_inp_shexp");
+    auto sh_router = cuda_upload_vec(dev, L.sh_router, E, (blk + "ffn_gate_inp_shexp").c_str());
     if (!sh_router) return sh_router.error();
     D.sh_router = *sh_router;
     for (auto [dst, src, name] : {std::tuple{&D.gate, &L.exp_gate, "ffn_gate_exps"}, std::tuple{&D.up, &L.exp_up, "ffn_up_exps"},
                                   std::tuple{&D.down, &L.exp_down, "ffn_down_exps"}}) {
-      auto r = m.experts(*src, name);
+      auto r = m.experts(*src, blk + name);
       if (!r) return r.error();
       *dst = *r;
     }
@@ -121,7 +123,7 @@ Result<std::unique_ptr<CudaMoe>> CudaMoe::create(const ModelConfig& c, const Wei
       for (auto [dst, src, name] : {std::tuple{&D.sh_gate, &L.sh_gate, "ffn_gate_shexp"},
                                     std::tuple{&D.sh_up, &L.sh_up, "ffn_up_shexp"},
                                     std::tuple{&D.sh_down, &L.sh_down, "ffn_down_shexp"}}) {
-        auto r = cuda_upload_matrix(dev, *src, name);
+        auto r = cuda_upload_matrix(dev, *src, (blk + name).c_str());
         if (!r) return r.error();
         *dst = *r;
       }

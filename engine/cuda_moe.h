@@ -13,7 +13,6 @@
 #include "base/status.h"
 #include "engine/model_config.h"
 #include "engine/weights.h"
-#include "kernels/cuda/ops.h"
 
 namespace chorus {
 
@@ -21,7 +20,8 @@ class CudaDevice;
 
 class CudaMoe {
  public:
-  // Whether these layers can run here: an error (Errc::unsupported) naming what cannot.
+  // Whether these layers can run here: an error naming what cannot (Errc::unsupported) or what
+  // is malformed (Errc::bad_format: a layer's expert count not the model's).
   static Status check(const ModelConfig& c, const Weights& w);
   // Uploads every MoE layer's weights; scratch for max_tokens tokens per step.
   static Result<std::unique_ptr<CudaMoe>> create(const ModelConfig& c, const Weights& w, CudaDevice& dev, int max_tokens);

@@ -12,6 +12,7 @@
 #include "engine/cuda_moe.h"
 #include "engine/cuda_op.h"
 #include "engine/cuda_step_plan.h"
+#include "engine/cuda_weights.h"
 #include "gpu/cuda_device.h"
 
 #include "kernels/cuda/ops.h"
@@ -253,7 +254,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const ModelConfig& c, con
 
   auto impl = std::make_unique<Impl>(c, dev, opts);
   Impl& m = *impl;
-  const int64_t T = opts.max_tokens, E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.n_ff;
+  const int64_t T = opts.max_tokens, E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), FF = c.moe() ? 0 : c.n_ff;
   auto embd = cuda_upload_matrix(dev, w.token_embd, "token_embd");
   if (!embd) return embd.error();
   m.embd = *embd;

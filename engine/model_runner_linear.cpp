@@ -231,7 +231,7 @@ void ModelRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> se
       if (g.compose) {
         own.base_S = prefix_S_[p];
         own.base_tail.assign(prefix_tails_[p].end() - static_cast<long>(tail_floats), prefix_tails_[p].end());
-      } else if (own.base_tail.empty()) {  // an empty base (the view starts at a changing block), never composed
+      } else if (g.n_base == 0) {  // an empty base (the view starts at a changing block): the zero tail
         own.base_tail.assign(tail_floats, 0.0f);
       }
       own.run_tail = own.base_tail;

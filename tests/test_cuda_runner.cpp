@@ -562,8 +562,12 @@ TEST(CudaRunner, CheckSaysWhatItRunsWithoutADevice) {
   c.gdn.head_dim = 48;
   refused(c, hybrid.weights, "Gated DeltaNet heads of 48");
   c = moe.config;
+  c.n_expert = 64;  // (the check reads the config's counts; the weights' 4 experts are not reached)
   c.n_expert_used = 17;
-  refused(c, moe.weights, "choosing 17 of 4 experts");
+  refused(c, moe.weights, "choosing 17 of 64 experts");
+  c.n_expert = 1025;
+  c.n_expert_used = 2;
+  refused(c, moe.weights, "choosing 2 of 1025 experts");
   hybrid.weights.token_embd.type = TensorType::q4_k;  // (the model is not used again)
   refused(hybrid.config, hybrid.weights, "cannot convert token_embd (Q4_K)");
 }

@@ -232,6 +232,7 @@ TEST(GdnChainSource, EveryWindowReadsTheInputBeforeIt) {
       auto label = [&](const cuda::GdnChainSource& s, int i) -> int64_t {
         switch (s.from) {
           case cuda::GdnChainSource::head:
+            EXPECT_EQ(s.block, i) << "a head row of another block";
             EXPECT_LT(s.row, std::min<int64_t>(blocks[static_cast<size_t>(i)].n, keep));
             return start[static_cast<size_t>(i)] + s.row;
           case cuda::GdnChainSource::tail: {

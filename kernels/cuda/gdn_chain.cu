@@ -161,8 +161,9 @@ std::string check(const char* op, const GdnChainArgs& a) {
   if (a.C != (2 * a.n_k_heads + a.n_v_heads) * a.dk)  // value heads as wide as key heads (dv = dk)
     return bad(std::to_string(a.C) + " channels for " + std::to_string(a.n_k_heads) + " key and " +
                std::to_string(a.n_v_heads) + " value heads of " + std::to_string(a.dk) + " (2 kd + vd)");
-  if (a.n_reads < 0 || a.n_heads < 0 || a.n_heads + static_cast<int64_t>(a.n_reads) * a.keep > 65535)
-    return bad(std::to_string(a.n_reads) + " reads and " + std::to_string(a.n_heads) + " head rows (at most 65535 rows)");
+  if (a.n_reads < 0 || a.n_heads < 0 || a.n_heads + static_cast<int64_t>(a.n_reads) * a.keep > kMaxChainRows)
+    return bad(std::to_string(a.n_reads) + " reads and " + std::to_string(a.n_heads) + " head rows (at most " +
+               std::to_string(kMaxChainRows) + " rows)");
   return {};
 }
 

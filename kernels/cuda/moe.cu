@@ -7,6 +7,7 @@ namespace {
 
 constexpr int kRouteThreads = 256;
 constexpr int kRowsPerBlock = 8;  // moe_experts: a warp per row
+constexpr int kSortThreads = 1024;
 
 // A warp per (token, row), lanes over the columns.
 __global__ void rows_dot_kernel(const float* __restrict__ W, int rows, int cols, const float* __restrict__ x, int n,
@@ -207,7 +208,7 @@ std::string moe_sort(const int32_t* slot_expert, int n_slots, int n_expert, int3
   if (n_slots < 0 || n_expert < 1 || n_expert > kMaxMoeExperts)
     return shape_error("moe_sort", std::to_string(n_slots) + " slots over " + std::to_string(n_expert) + " experts");
   if (!slot_expert || !first || !slots || !active) return shape_error("moe_sort", "a null pointer");
-  sort_kernel<<<1, 1024, 0, stream_of(s)>>>(slot_expert, n_slots, n_expert, first, slots, active);
+  sort_kernel<<<1, kSortThreads, 0, stream_of(s)>>>(slot_expert, n_slots, n_expert, first, slots, active);
   return launch_status("moe_sort");
 }
 

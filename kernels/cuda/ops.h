@@ -245,6 +245,7 @@ std::string rows_to_slots(const float* src, int width, const SlotRow* rows, int 
 struct GdnSlotParts {
   int64_t S, tail, base_tail, run_tail, head_x, head_g, head_b, AB, ck, cv, cg, cb;
 };
+constexpr int kMaxChainRows = 65535;  // gdn_chain_inputs: head rows + reads * keep (a grid's y limit)
 struct GdnChainRead {
   int32_t row, slot, first_block, n_blocks, has_base;  // blocks [first_block, + n_blocks), in view order
 };
