@@ -29,7 +29,7 @@ Status CudaLinear::check(const ModelConfig& c, const Weights& w) {
       if (m->data && !cuda::converts_to_bf16(static_cast<int>(m->type)))
         return make_error(Errc::unsupported, "the CUDA runner cannot convert blk." + std::to_string(l) + "." + n + " (" +
                                                  std::string(tensor_type_name(m->type)) +
-                                                 "): F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights so far");
+                                                 "): " + cuda::bf16_conversions() + " weights so far");
   }
   return Status::success();
 }

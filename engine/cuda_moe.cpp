@@ -93,7 +93,7 @@ Status CudaMoe::check(const ModelConfig& c, const Weights& w) {
       if (m->rows > 0 && !cuda::converts_to_bf16(static_cast<int>(m->type)))
         return make_error(Errc::unsupported, "the CUDA runner cannot convert " + blk + n + " (" +
                                                  std::string(tensor_type_name(m->type)) +
-                                                 "): F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights so far");
+                                                 "): " + cuda::bf16_conversions() + " weights so far");
   }
   return Status::success();
 }

@@ -229,7 +229,7 @@ Status CudaRunner::check(const ModelConfig& c, const Weights& w) {
     if (cuda::converts_to_bf16(static_cast<int>(m.type))) return Status::success();
     return make_error(Errc::unsupported, "the CUDA runner cannot convert " + name + " (" +
                                              std::string(tensor_type_name(m.type)) +
-                                             "): F32, F16, BF16, Q8_0, Q4_0 and Q4_1 weights so far");
+                                             "): " + cuda::bf16_conversions() + " weights so far");
   };
   if (Status s = check_type(w.token_embd, "token_embd"); !s.ok()) return s;
   if (!c.tied_output)

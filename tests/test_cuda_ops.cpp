@@ -137,8 +137,9 @@ TEST_F(CudaOps, EmbedRowsAndBadIds) {
 // to bf16.
 TEST_F(CudaOps, DequantizeRowsToBf16) {
   std::mt19937 rng(7);
-  for (const TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::f16,
-                                TensorType::f32, TensorType::bf16}) {
+  for (const TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q5_1,
+                                TensorType::q4_k, TensorType::q5_k, TensorType::q6_k, TensorType::f16, TensorType::f32,
+                                TensorType::bf16}) {
     const TensorTypeInfo& info = tensor_type_info(type);
     const int64_t rows = 5, cols = 256;
     const size_t row_bytes = tensor_row_bytes(info, cols) + 4;  // padded: the kernel must use row_bytes
@@ -163,10 +164,13 @@ TEST_F(CudaOps, DequantizeRowsToBf16) {
           const bf16_bits b = f32_to_bf16(std::uniform_real_distribution<float>(-2, 2)(rng));
           std::memcpy(row + 2 * c, &b, 2);
         }
-      } else {
-        for (int64_t b = 0; b < cols / 32; ++b) {
-          moderate_f16(row + b * info.block_bytes);
-          if (type == TensorType::q4_1) moderate_f16(row + b * info.block_bytes + 2);
+      } else {  // each block's f16 scales (and mins); the quants stay random
+        const bool min = type == TensorType::q4_1 || type == TensorType::q5_1 || type == TensorType::q4_k ||
+                         type == TensorType::q5_k;
+        for (int64_t b = 0; b < cols / static_cast<int64_t>(info.block_elems); ++b) {
+          uint8_t* blk = row + b * info.block_bytes;
+          moderate_f16(type == TensorType::q6_k ? blk + 208 : blk);
+          if (min) moderate_f16(blk + 2);
         }
       }
     }
@@ -546,7 +550,8 @@ TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
   g.n_k_heads = 3;
   g.n_v_heads = 4;
   EXPECT_NE(cuda::gdn_decode(g, nullptr).find("4 value heads over 3 key heads"), std::string::npos);
-  EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q4_k), &x, 144, 1, 256, nullptr, nullptr).find("Q4_K"),
+  EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q2_k), &x, 84, 1, 256, nullptr, nullptr)
+                .find("Q2_K has no CUDA conversion"),
             std::string::npos);
   EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q8_0), &x, 34, 1, 33, nullptr, nullptr)
                 .find("multiple of 32"),

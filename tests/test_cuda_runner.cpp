@@ -568,8 +568,8 @@ TEST(CudaRunner, CheckSaysWhatItRunsWithoutADevice) {
   c.n_expert = 1025;
   c.n_expert_used = 2;
   refused(c, moe.weights, "choosing 2 of 1025 experts");
-  hybrid.weights.token_embd.type = TensorType::q4_k;  // (the model is not used again)
-  refused(hybrid.config, hybrid.weights, "cannot convert token_embd (Q4_K)");
+  hybrid.weights.token_embd.type = TensorType::q2_k;  // (the model is not used again)
+  refused(hybrid.config, hybrid.weights, "cannot convert token_embd (Q2_K)");
 }
 
 // create() refuses what check() refuses, before it allocates anything.

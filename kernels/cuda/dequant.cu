@@ -1,6 +1,7 @@
 // GGUF weight rows to bf16 (weights are uploaded once and converted at load), and f32 -> bf16
-// for activations. ggml's block layouts: Q8_0 {f16 d; i8 q[32]} x = d*q; Q4_0 {f16 d; u8 q[16]}
-// x = d*(nibble-8), low nibbles first; Q4_1 {f16 d, m; u8 q[16]} x = d*nibble + m.
+// for activations. Every type the CPU dequantizes (kernels/cpu/dequant.cpp gives the block
+// layouts), with the CPU's arithmetic in its order (products and sums rounded separately: nvcc
+// would fuse them), so each value is the CPU's rounded to bf16.
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/common.cuh"
@@ -11,6 +12,50 @@ namespace {
 
 __device__ __forceinline__ float half_at(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));  // 2-byte aligned in every layout
+}
+
+// Element j (0..31) of a Q5_0 (offset 16, no min) or Q5_1 block.
+template <bool kMin>
+__device__ __forceinline__ float q5_at(const uint8_t* blk, int j) {
+  const uint8_t* p = blk + (kMin ? 4 : 2);
+  const uint32_t qh = p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
+  const uint8_t* qs = p + 4;
+  const int q = (j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4)) | static_cast<int>(((qh >> j) & 1u) << 4);
+  const float y = __fmul_rn(static_cast<float>(q - (kMin ? 0 : 16)), half_at(blk));
+  return kMin ? __fadd_rn(y, half_at(blk + 2)) : y;
+}
+
+// Element e (0..255) of a Q4_K or (kFive) Q5_K block: 8 sub-blocks of 32, each with a 6-bit
+// scale and min packed in 12 bytes; 64 elements per 32 bytes of nibbles (low, then high).
+template <bool kFive>
+__device__ __forceinline__ float q45k_at(const uint8_t* blk, int e) {
+  const int sub = e / 64, within = e % 64, l = within % 32, j = 2 * sub + within / 32;
+  const uint8_t* s = blk + 4;
+  int sc, mn;
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+  const uint8_t* qs = blk + (kFive ? 48 : 16) + sub * 32;
+  int q = within < 32 ? (qs[l] & 0x0f) : (qs[l] >> 4);
+  if (kFive) q |= ((blk[16 + l] >> j) & 1) << 4;
+  const float d = __fmul_rn(half_at(blk), static_cast<float>(sc)), m = __fmul_rn(half_at(blk + 2), static_cast<float>(mn));
+  return __fsub_rn(__fmul_rn(d, static_cast<float>(q)), m);
+}
+
+// Element e (0..255) of a Q6_K block: two halves of 128, each four quarters of 32 with 16-element
+// int8 scales; 4 low bits in ql, 2 high bits in qh, minus 32.
+__device__ __forceinline__ float q6k_at(const uint8_t* blk, int e) {
+  const int half = e / 128, w = e % 128, quarter = w / 32, l = w % 32;
+  const uint8_t* ql = blk + half * 64;
+  const uint8_t* qh = blk + 128 + half * 32;
+  const auto* sc = reinterpret_cast<const int8_t*>(blk + 192 + half * 8);
+  const int low = quarter & 1 ? ql[l + 32] : ql[l];
+  const int q = ((quarter < 2 ? low & 0x0f : low >> 4) | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+  return __fmul_rn(__fmul_rn(half_at(blk + 208), static_cast<float>(sc[l / 16 + 2 * quarter])), static_cast<float>(q));
 }
 
 template <int kType>
@@ -29,6 +74,16 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ src, int64_t row_byte
     } else if constexpr (kType == static_cast<int>(TensorType::bf16)) {
       dst[idx] = reinterpret_cast<const __nv_bfloat16*>(row)[c];
       continue;
+    } else if constexpr (kType == static_cast<int>(TensorType::q4_k)) {
+      x = q45k_at<false>(row + (c / 256) * 144, static_cast<int>(c % 256));
+    } else if constexpr (kType == static_cast<int>(TensorType::q5_k)) {
+      x = q45k_at<true>(row + (c / 256) * 176, static_cast<int>(c % 256));
+    } else if constexpr (kType == static_cast<int>(TensorType::q6_k)) {
+      x = q6k_at(row + (c / 256) * 210, static_cast<int>(c % 256));
+    } else if constexpr (kType == static_cast<int>(TensorType::q5_0)) {
+      x = q5_at<false>(row + (c / 32) * 22, static_cast<int>(c % 32));
+    } else if constexpr (kType == static_cast<int>(TensorType::q5_1)) {
+      x = q5_at<true>(row + (c / 32) * 24, static_cast<int>(c % 32));
     } else {
       const int64_t b = c / 32;
       const int j = static_cast<int>(c % 32);
@@ -80,7 +135,12 @@ DequantKernel kernel_for(int ggml_type) {
     case TensorType::f16: return dequant_kernel<1>;
     case TensorType::q4_0: return dequant_kernel<2>;
     case TensorType::q4_1: return dequant_kernel<3>;
+    case TensorType::q5_0: return dequant_kernel<6>;
+    case TensorType::q5_1: return dequant_kernel<7>;
     case TensorType::q8_0: return dequant_kernel<8>;
+    case TensorType::q4_k: return dequant_kernel<12>;
+    case TensorType::q5_k: return dequant_kernel<13>;
+    case TensorType::q6_k: return dequant_kernel<14>;
     case TensorType::bf16: return dequant_kernel<30>;
     default: return nullptr;
   }
@@ -102,7 +162,7 @@ std::string dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_byt
   const DequantKernel kernel = kernel_for(ggml_type);
   if (!kernel)
     return shape_error("dequantize_rows_bf16", std::string("type ") + std::string(info->name) +
-                                                   " has no CUDA conversion (F32, F16, BF16, Q8_0, Q4_0, Q4_1 do)");
+                                                   " has no CUDA conversion (" + bf16_conversions() + " do)");
   if (!src || !dst) return shape_error("dequantize_rows_bf16", "a null pointer");
   const int64_t align = info->type == TensorType::f32 ? 4 : 2;  // the typed loads of each layout
   if (row_bytes % align != 0 || reinterpret_cast<uintptr_t>(src) % align != 0)
@@ -117,6 +177,8 @@ std::string dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_byt
 }
 
 bool converts_to_bf16(int ggml_type) { return kernel_for(ggml_type) != nullptr; }
+
+std::string bf16_conversions() { return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K"; }
 
 std::string to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s) {
   if (n < 0) return shape_error("to_bf16", "n = " + std::to_string(n));

@@ -53,11 +53,14 @@ std::string embed_rows(const bf16_bits* table, int64_t n_rows, const int32_t* id
 
 // Weight rows of a GGUF type to bf16, for weights uploaded once at load. `src` holds n_rows
 // rows of `n_cols` values in the GGUF type's blocks (row_bytes each); dst [n_rows][n_cols].
-// Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1 (ggml's block layouts; others: an error naming it).
+// Types: those bf16_conversions() names, every type the CPU dequantizes (kernels/cpu/dequant.h),
+// each value the CPU's rounded to bf16; others: an error naming it.
 std::string dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_bytes, int64_t n_rows, int64_t n_cols,
                                  bf16_bits* dst, Stream s);
-// Whether dequantize_rows_bf16 converts this GGUF type (a host-side check, no device needed).
+// Whether dequantize_rows_bf16 converts this GGUF type (a host-side check, no device needed),
+// and the types it converts, for messages.
 bool converts_to_bf16(int ggml_type);
+std::string bf16_conversions();
 // y [n][m] = x [n][k] W^T straight from GGUF Q8_0 rows (W: m rows of row_bytes, k/32 blocks of
 // {f16 d; i8 q[32]}), for n = 1..4 input rows (decode of a few sequences): the dequantizing GEMV
 // that reads 1.06 bytes per weight instead of a bf16 copy's 2 (chorus_cuda_step_bench measures
