@@ -22,7 +22,7 @@ __device__ __forceinline__ float q5_at(const uint8_t* blk, int j) {
   const uint8_t* qs = p + 4;
   const int q = (j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4)) | static_cast<int>(((qh >> j) & 1u) << 4);
   const float y = __fmul_rn(static_cast<float>(q - (kMin ? 0 : 16)), half_at(blk));
-  return kMin ? __fadd_rn(y, half_at(blk + 2)) : y;
+  return __fadd_rn(y, kMin ? half_at(blk + 2) : 0.0f);  // + 0 as the CPU (-0 becomes +0)
 }
 
 // Element e (0..255) of a Q4_K or (kFive) Q5_K block: 8 sub-blocks of 32, each with a 6-bit
