@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <list>
 #include <random>
 
 #include "engine/engine.h"
@@ -13,14 +14,18 @@
 #include "gpu/cpu_device.h"
 #include "gpu/cuda_device.h"
 #include "gpu/cuda_info.h"
+#include "tests/bf16_weights.h"
 #include "tests/model_fixture.h"
 #include "tests/test_util.h"
 
 namespace chorus {
 namespace {
 
+// The GPU engine over `model`; the CPU engine over `cpu_model`, the same file with its weights
+// rounded to bf16 as the GPU holds them (tests/bf16_weights.h).
 struct Engines {
-  std::unique_ptr<Model> model;
+  std::unique_ptr<Model> model, cpu_model;
+  std::list<std::vector<float>> cpu_weights;
   std::unique_ptr<CpuDevice> cpu;
   std::unique_ptr<CudaDevice> gpu;
   std::unique_ptr<Engine> on_cpu, on_gpu;
@@ -31,12 +36,17 @@ std::string make(Engines* e, const std::string& file = "tiny_llama_f32.gguf") {
   const CudaInfo info = cuda_info();
   if (info.device_count == 0) return "no CUDA device: " + info.error;
   test::load_model(test::goldens_dir() + "/" + file, &e->model, &e->cpu);
+  auto cpu_model = Model::load(test::goldens_dir() + "/" + file);
+  EXPECT_TRUE(cpu_model.ok());
+  if (!cpu_model) return "";
+  e->cpu_model = std::move(*cpu_model);
+  test::round_weights_to_bf16(e->cpu_model->weights, &e->cpu_weights);
   auto gpu = CudaDevice::create({.device = 0, .pool_bytes = int64_t{2} << 30});
   EXPECT_TRUE(gpu.ok()) << gpu.error().to_string();
   if (!gpu) return "";
   e->gpu = std::move(*gpu);
   const EngineOptions o{.n_pages = 128, .token_budget = 32};
-  auto c = Engine::create(*e->model, *e->cpu, o);
+  auto c = Engine::create(*e->cpu_model, *e->cpu, o);
   auto g = Engine::create(*e->model, *e->cpu, o, e->gpu.get());
   EXPECT_TRUE(c.ok() && g.ok()) << (g.ok() ? "" : g.error().to_string());
   if (c) e->on_cpu = std::move(*c);
