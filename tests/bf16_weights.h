@@ -27,8 +27,10 @@ inline void round_weights_to_bf16(Weights& w, std::list<std::vector<float>>* sto
     m = WeightMatrix{TensorType::f32, m.rows, m.cols, reinterpret_cast<const uint8_t*>(v.data()),
                      static_cast<size_t>(m.cols) * sizeof(float)};
   };
+  const bool tied = w.output.data == w.token_embd.data;
   round(w.token_embd);
-  round(w.output);
+  if (tied) w.output = w.token_embd;
+  else round(w.output);
   for (LayerWeights& L : w.layers) {
     for (WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.w_qkv, &L.w_z, &L.w_beta,
                             &L.w_alpha, &L.w_ba, &L.w_ssm_out, &L.sh_gate, &L.sh_up, &L.sh_down})

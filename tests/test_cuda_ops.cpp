@@ -141,13 +141,14 @@ TEST_F(CudaOps, DequantizeRowsToBf16) {
                                 TensorType::q4_k, TensorType::q5_k, TensorType::q6_k, TensorType::f16, TensorType::f32,
                                 TensorType::bf16}) {
     const TensorTypeInfo& info = tensor_type_info(type);
-    const int64_t rows = 5, cols = 256;
+    const int64_t rows = 5, cols = 512;  // two K-quant blocks a row
     const size_t row_bytes = tensor_row_bytes(info, cols) + 4;  // padded: the kernel must use row_bytes
     std::vector<uint8_t> raw(rows * row_bytes);
     for (auto& b : raw) b = static_cast<uint8_t>(rng());
-    // Keep the scales (and every f16/f32/bf16 value) finite and moderate: f16 0x3c00-ish.
+    // Keep the scales (and every f16/f32/bf16 value) finite and moderate: f16 0x3c00-ish, either
+    // sign (a negative scale times a zero quant gives -0, which Q5_0's + 0 turns into +0).
     auto moderate_f16 = [&](uint8_t* p) {
-      const uint16_t h = static_cast<uint16_t>(0x2000 + rng() % 0x2000);  // ~0.008 .. 2, positive
+      const auto h = static_cast<uint16_t>((0x2000 + rng() % 0x2000) | (rng() & 1) << 15);  // |x| ~0.008 .. 2
       std::memcpy(p, &h, 2);
     };
     for (int64_t r = 0; r < rows; ++r) {
