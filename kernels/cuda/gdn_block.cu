@@ -7,8 +7,6 @@
 namespace chorus::cuda {
 namespace {
 
-constexpr int kMaxKeep = 15;
-
 // One thread per channel, in place (n >= 1).
 // Channel c of tail [keep][C] moved on by the n rows of x, in place: row i takes row n + i of
 // (tail ++ x), so with n >= 1 it reads only rows not yet written (n = 0: nothing moves).
@@ -103,9 +101,9 @@ __global__ void rows_to_slots_kernel(const float* __restrict__ src, int width, c
 std::string gdn_conv_slots(const float* x, int n, const int32_t* row_seq, const int32_t* first, const int32_t* slot,
                            const float* base, int64_t slot_floats, int64_t tail_offset, const float* w, int C, int K,
                            float* y, Stream s) {
-  if (n < 0 || C < 1 || K < 2 || K > kMaxKeep + 1)
+  if (n < 0 || C < 1 || K < 2 || K > kMaxGdnKeep + 1)
     return shape_error("gdn_conv_slots", std::to_string(n) + " tokens, " + std::to_string(C) + " channels, width " +
-                                             std::to_string(K) + " (width 2.." + std::to_string(kMaxKeep + 1) + ")");
+                                             std::to_string(K) + " (width 2.." + std::to_string(kMaxGdnKeep + 1) + ")");
   if (n == 0) return {};
   if (!x || !row_seq || !first || !slot || !base || !w || !y) return shape_error("gdn_conv_slots", "a null pointer");
   const int64_t blocks = (static_cast<int64_t>(n) * C + 255) / 256;
@@ -117,9 +115,9 @@ std::string gdn_conv_slots(const float* x, int n, const int32_t* row_seq, const 
 
 std::string shift_rows_slots(float* base, int64_t slot_floats, int64_t offset, const int32_t* slot, const int32_t* first,
                              int n_seqs, int keep, const float* x, int C, Stream s) {
-  if (n_seqs < 0 || keep < 0 || keep > kMaxKeep || C < 1)
+  if (n_seqs < 0 || keep < 0 || keep > kMaxGdnKeep || C < 1)
     return shape_error("shift_rows_slots", std::to_string(n_seqs) + " sequences, keep " + std::to_string(keep) + " (0.." +
-                                               std::to_string(kMaxKeep) + "), " + std::to_string(C) + " channels");
+                                               std::to_string(kMaxGdnKeep) + "), " + std::to_string(C) + " channels");
   if (n_seqs == 0 || keep == 0) return {};
   if (!base || !slot || !first || !x) return shape_error("shift_rows_slots", "a null pointer");
   const int64_t blocks = (static_cast<int64_t>(n_seqs) * C + 255) / 256;
@@ -140,8 +138,8 @@ std::string rows_to_slots(const float* src, int width, const SlotRow* rows, int 
 }
 
 std::string shift_rows(float* tail, int keep, const float* x, int n, int C, Stream s) {
-  if (keep < 0 || keep > kMaxKeep || n < 0 || C < 1)
-    return shape_error("shift_rows", "keep " + std::to_string(keep) + " (0.." + std::to_string(kMaxKeep) + "), " +
+  if (keep < 0 || keep > kMaxGdnKeep || n < 0 || C < 1)
+    return shape_error("shift_rows", "keep " + std::to_string(keep) + " (0.." + std::to_string(kMaxGdnKeep) + "), " +
                                          std::to_string(n) + " rows of " + std::to_string(C));
   if (keep == 0 || n == 0) return {};
   if (!tail || !x) return shape_error("shift_rows", "a null pointer");

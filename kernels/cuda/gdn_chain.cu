@@ -6,7 +6,6 @@
 namespace chorus::cuda {
 namespace {
 
-constexpr int kMaxKeep = 15;
 constexpr int kThreads = 128;  // gdn_chain_read: 4 warps; thread i holds y[i] and c[i]
 constexpr int kWidth = 128;    // the largest head size
 constexpr int kChunk = 32;     // tokens staged in shared memory at a time
@@ -155,7 +154,7 @@ std::string check(const char* op, const GdnChainArgs& a) {
   auto bad = [op](const std::string& what) { return shape_error(op, what); };
   if (a.dk != 16 && (a.dk < 32 || a.dk > kWidth || a.dk % 32 != 0))
     return bad("dk " + std::to_string(a.dk) + " (16, or a multiple of 32 up to 128)");
-  if (a.keep < 1 || a.keep > kMaxKeep) return bad("keep " + std::to_string(a.keep) + " (1.." + std::to_string(kMaxKeep) + ")");
+  if (a.keep < 1 || a.keep > kMaxGdnKeep) return bad("keep " + std::to_string(a.keep) + " (1.." + std::to_string(kMaxGdnKeep) + ")");
   if (a.n_k_heads < 1 || a.n_v_heads < a.n_k_heads || a.n_v_heads % a.n_k_heads != 0)
     return bad(std::to_string(a.n_v_heads) + " value heads over " + std::to_string(a.n_k_heads) + " key heads");
   if (a.C != (2 * a.n_k_heads + a.n_v_heads) * a.dk)  // value heads as wide as key heads (dv = dk)

@@ -206,8 +206,11 @@ struct GdnRunsArgs {
 };
 std::string gdn_runs(const GdnRunsArgs& a, Stream s);
 
-// A block's Gated DeltaNet state on the device (engine/cuda_linear.h):
-// tail [keep][C] <- the last `keep` rows of (tail ++ x[0..n)), in place (keep <= 15): the K-1
+// A block's Gated DeltaNet state on the device (engine/cuda_linear.h). Every op that holds a
+// convolution's input window keeps at most kMaxGdnKeep rows (a kernel of width 16).
+constexpr int kMaxGdnKeep = 15;
+//
+// tail [keep][C] <- the last `keep` rows of (tail ++ x[0..n)), in place (keep <= kMaxGdnKeep): the K-1
 // inputs a causal convolution reads before the next token.
 std::string shift_rows(float* tail, int keep, const float* x, int n, int C, Stream s);
 // Each of n_heads summaries [dk + dv][dk] (A then B, as gdn_runs's) set to the identity map:
