@@ -27,7 +27,9 @@ ModelRunner::ModelRunner(const ModelConfig& config, const Weights& weights, CpuD
   gate_.resize(T * ff);
   up_.resize(T * ff);
   rope_cs_.resize(static_cast<size_t>(c_.n_rot));
-  xq_.resize(T * static_cast<size_t>(std::max({c_.n_embd, c_.q_dim(), ff, c_.gdn.value_dim()}) / kQ8Block));
+  const int widest = std::max({c_.n_embd, c_.q_dim(), ff, c_.gdn.value_dim()});
+  xq_.resize(T * static_cast<size_t>(widest / kQ8Block));
+  xk_.resize(T * static_cast<size_t>(widest / kQ8KBlock));
   if (c_.attn_output_gate) qg_.resize(T * 2 * c_.q_dim());
   if (c_.hybrid()) {
     const GdnConfig& d = c_.gdn;
@@ -52,23 +54,34 @@ void ModelRunner::per_token(int64_t n_tokens, const Fn& fn) {
   dev_.pool().run(n_tokens, [&](int64_t t, int) { fn(t); });
 }
 
-void ModelRunner::quantize(const float* x, int64_t n_tokens, int64_t n_cols, BlockQ8* out) {
-  const CpuKernels& k = dev_.kernels();
-  const int64_t nb = n_cols / kQ8Block;
-  per_token(n_tokens, [&](int64_t t) { k.quantize_q8(x + t * n_cols, out + t * nb, n_cols); });
-}
-
 // y_i [n_tokens, W_i.rows] = x [n_tokens, cols] W_i^T for every product (all read the same
 // activations), in one parallel region: each matrix's rows are cut into chunks of whole 2-row
 // tiles and the chunks of all matrices share the pool. Fewer regions per layer means fewer
-// thread wake-ups per decode step.
-void ModelRunner::gemm(std::initializer_list<Product> products, const float* x, const BlockQ8* xq, int64_t n_tokens) {
+// thread wake-ups per decode step. x is quantized first into each layout the products read
+// (gemm_input): int8 per 32 for the legacy formats, per 256 for the k-quants.
+void ModelRunner::gemm(std::initializer_list<Product> products, const float* x, int64_t n_tokens) {
+  const CpuKernels& k = dev_.kernels();
+  const int64_t n_cols = products.begin()->w->cols;
+  bool want_q8 = false, want_q8k = false;
+  for (const Product& p : products) {
+    if (f32_activations_) break;
+    want_q8 |= gemm_input(p.w->type) == GemmInput::q8;
+    want_q8k |= gemm_input(p.w->type) == GemmInput::q8k;
+  }
+  if (want_q8) {
+    const int64_t nb = n_cols / kQ8Block;
+    per_token(n_tokens, [&](int64_t t) { k.quantize_q8(x + t * n_cols, xq_.data() + t * nb, n_cols); });
+  }
+  if (want_q8k) {
+    const int64_t nb = n_cols / kQ8KBlock;
+    per_token(n_tokens, [&](int64_t t) { k.quantize_q8k(x + t * n_cols, xk_.data() + t * nb, n_cols); });
+  }
   chunks_.clear();
   const int threads = dev_.n_threads();
   for (const Product& p : products) {
     const WeightMatrix& w = *p.w;
-    GemmArgs a{w.type, w.data, w.row_bytes, w.cols, xq, x, n_tokens, p.y, w.rows, 0, 0};
-    const GemmFn fn = f32_activations_ ? dev_.kernels().gemm_f32 : gemm_for(dev_.kernels(), w.type);
+    GemmArgs a{w.type, w.data, w.row_bytes, w.cols, xq_.data(), xk_.data(), x, n_tokens, p.y, w.rows, 0, 0};
+    const GemmFn fn = f32_activations_ ? k.gemm_f32 : gemm_for(k, w.type);
     const int64_t n = std::min<int64_t>(std::max<int64_t>(w.rows / 2, 1), threads == 1 ? 1 : threads * 4);
     const int64_t per = ((w.rows + n - 1) / n + 1) & ~int64_t{1};
     for (int64_t r0 = 0; r0 < w.rows; r0 += per) {
@@ -92,11 +105,9 @@ void ModelRunner::feed_forward(const LayerWeights& L, int64_t T) {
   const CpuKernels& K = dev_.kernels();
   const int E = c_.n_embd, FF = c_.n_ff;
   per_token(T, [&](int64_t t) { K.rmsnorm(x_.data() + t * E, L.ffn_norm, h_.data() + t * E, E, c_.norm_eps); });
-  quantize(h_.data(), T, E, xq_.data());
-  gemm({{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, h_.data(), xq_.data(), T);
+  gemm({{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, h_.data(), T);
   per_token(T, [&](int64_t t) { K.swiglu(gate_.data() + t * FF, up_.data() + t * FF, gate_.data() + t * FF, FF); });
-  quantize(gate_.data(), T, FF, xq_.data());
-  gemm({{&L.w_down, h_.data()}}, gate_.data(), xq_.data(), T);
+  gemm({{&L.w_down, h_.data()}}, gate_.data(), T);
   for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
 }
 
@@ -237,17 +248,16 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
     }
     const int kv_slot = c_.kv_layer[static_cast<size_t>(l)];
     // Attention block.
-    quantize(h_.data(), T, E, xq_.data());
     if (c_.attn_output_gate) {
       // attn_q yields each head's query then its gate: split them (gate kept in qg_).
-      gemm({{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), xq_.data(), T);
+      gemm({{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
       for (int64_t t = 0; t < T; ++t)
         for (int h = 0; h < c_.n_head; ++h) {
           const float* src = qg_.data() + (t * 2 * c_.n_head + 2 * h) * HD;
           std::copy(src, src + HD, q_.data() + t * QD + h * HD);
         }
     } else {
-      gemm({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), xq_.data(), T);
+      gemm({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
     }
     for (int64_t t = 0; t < T; ++t) {
       float* q = q_.data() + t * QD;
@@ -313,8 +323,7 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
           for (int i = 0; i < HD; ++i) o[i] *= 1.0f / (1.0f + std::exp(-g[i]));  // ggml's sigmoid, then mul
         }
       });
-    quantize(att_.data(), T, QD, xq_.data());
-    gemm({{&L.wo, h_.data()}}, att_.data(), xq_.data(), T);
+    gemm({{&L.wo, h_.data()}}, att_.data(), T);
     for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
     feed_forward(L, T);
   }
@@ -333,8 +342,7 @@ Status ModelRunner::forward(std::span<const BatchToken> batch, std::span<Sequenc
     ++n_out;
   }
   if (n_out > 0) {
-    quantize(h_.data(), n_out, E, xq_.data());
-    gemm({{&w_.output, logits_out}}, h_.data(), xq_.data(), n_out);
+    gemm({{&w_.output, logits_out}}, h_.data(), n_out);
   }
   return Status::success();
 }

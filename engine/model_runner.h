@@ -154,8 +154,8 @@ class ModelRunner {
     GemmFn fn;
     GemmArgs args;
   };
-  void gemm(std::initializer_list<Product> products, const float* x, const BlockQ8* xq, int64_t n_tokens);
-  void quantize(const float* x, int64_t n_tokens, int64_t n_cols, BlockQ8* out);
+  // REQUIRES: every product's matrix has the same number of columns (x's width).
+  void gemm(std::initializer_list<Product> products, const float* x, int64_t n_tokens);
   void feed_forward(const LayerWeights& L, int64_t n_tokens);
   void moe_feed_forward(const LayerWeights& L, int64_t n_tokens);  // engine/model_runner_moe.cpp
   // One Gated DeltaNet layer over the batch: h_ (normed input) -> h_ (the layer's output).
@@ -173,7 +173,8 @@ class ModelRunner {
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
   std::vector<float> rope_cs_;  // [n_rot] (cos, sin) pairs for the token being rotated
   std::vector<float> q_seg_;    // [view tokens, segments, q_dim] queries rotated per segment
-  std::vector<BlockQ8> xq_;
+  std::vector<BlockQ8> xq_;    // [max_tokens, widest / 32] activations for the legacy formats
+  std::vector<BlockQ8K> xk_;   // [max_tokens, widest / 256] activations for the k-quants
   std::vector<GemmChunk> chunks_;  // reused by gemm()
   std::vector<float> scratch_;  // attention scores, [n_threads, longest sequence]
   LinearStats linear_stats_;

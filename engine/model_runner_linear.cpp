@@ -138,14 +138,12 @@ void ModelRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> se
   const GdnConfig& d = c_.gdn;
   const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
   const CpuKernels& K = dev_.kernels();
-  const int E = c_.n_embd, C = d.conv_dim(), Hv = d.n_v_heads, dk = d.head_dim, kd = d.key_dim(), vd = d.value_dim();
+  const int C = d.conv_dim(), Hv = d.n_v_heads, dk = d.head_dim, kd = d.key_dim(), vd = d.value_dim();
   const size_t state = static_cast<size_t>(dk) * dk;  // one head's state, dv == dk
   const int keep = d.conv_kernel - 1;
-
-  quantize(h_.data(), T, E, xq_.data());
   if (L.w_ba.data != nullptr) {  // qwen3next: [beta x r | alpha x r] per key head, unpacked
     l_ba_.resize(static_cast<size_t>(T) * 2 * Hv);
-    gemm({{&L.w_qkv, l_qkv_.data()}, {&L.w_z, l_z_.data()}, {&L.w_ba, l_ba_.data()}}, h_.data(), xq_.data(), T);
+    gemm({{&L.w_qkv, l_qkv_.data()}, {&L.w_z, l_z_.data()}, {&L.w_ba, l_ba_.data()}}, h_.data(), T);
     const int r = Hv / d.n_k_heads;
     for (int64_t t = 0; t < T; ++t)
       for (int g = 0; g < d.n_k_heads; ++g)
@@ -156,7 +154,7 @@ void ModelRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> se
         }
   } else {
     gemm({{&L.w_qkv, l_qkv_.data()}, {&L.w_z, l_z_.data()}, {&L.w_beta, l_beta_.data()}, {&L.w_alpha, l_alpha_.data()}},
-         h_.data(), xq_.data(), T);
+         h_.data(), T);
   }
   for (int64_t t = 0; t < T; ++t)
     for (int h = 0; h < Hv; ++h) {
@@ -337,8 +335,7 @@ void ModelRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> se
       K.swiglu(z, o, o, dk);  // o * silu(z), with ggml's silu
     }
   });
-  quantize(l_o_.data(), T, vd, xq_.data());
-  gemm({{&L.w_ssm_out, h_.data()}}, l_o_.data(), xq_.data(), T);
+  gemm({{&L.w_ssm_out, h_.data()}}, l_o_.data(), T);
 }
 
 }  // namespace chorus

@@ -18,7 +18,6 @@ void ModelRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
   const int E = c_.n_embd, NE = c_.n_expert, NU = c_.n_expert_used, FE = c_.n_ff_exp, FS = c_.n_ff_shexp;
   const auto ut = static_cast<size_t>(T);
   dev_.pool().run(T, [&](int64_t t, int) { K.rmsnorm(x_.data() + t * E, L.ffn_norm, h_.data() + t * E, E, c_.norm_eps); });
-  quantize(h_.data(), T, E, xq_.data());
   moe_logits_.resize(ut * NE);
   if (L.router.type == TensorType::f32) {  // as llama.cpp: f32 dot products in ggml's order
     dev_.pool().run(T, [&](int64_t t, int) {
@@ -28,7 +27,7 @@ void ModelRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
                       h_.data() + t * E, E);
     });
   } else {
-    gemm({{&L.router, moe_logits_.data()}}, h_.data(), xq_.data(), T);
+    gemm({{&L.router, moe_logits_.data()}}, h_.data(), T);
   }
 
   // Routing: softmax, the top n_expert_used (ties: the lower id), renormalised.
@@ -76,12 +75,10 @@ void ModelRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
     const int64_t m = moe_first_[static_cast<size_t>(e) + 1] - moe_first_[static_cast<size_t>(e)];
     if (m == 0) continue;
     for (int64_t r = 0; r < m; ++r) std::copy_n(h_.data() + (slots[r] / NU) * E, E, moe_rows_.data() + r * E);
-    quantize(moe_rows_.data(), m, E, xq_.data());
     gemm({{&L.exp_gate[static_cast<size_t>(e)], gate_.data()}, {&L.exp_up[static_cast<size_t>(e)], up_.data()}},
-         moe_rows_.data(), xq_.data(), m);
+         moe_rows_.data(), m);
     for (int64_t r = 0; r < m; ++r) K.swiglu(gate_.data() + r * FE, up_.data() + r * FE, gate_.data() + r * FE, FE);
-    quantize(gate_.data(), m, FE, xq_.data());
-    gemm({{&L.exp_down[static_cast<size_t>(e)], moe_rows_.data()}}, gate_.data(), xq_.data(), m);
+    gemm({{&L.exp_down[static_cast<size_t>(e)], moe_rows_.data()}}, gate_.data(), m);
     for (int64_t r = 0; r < m; ++r) {
       const int64_t slot = slots[r];
       const float w = moe_slot_weight_[static_cast<size_t>(slot)];
@@ -92,14 +89,12 @@ void ModelRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
   }
 
   // Shared expert, gated per token.
-  quantize(h_.data(), T, E, xq_.data());
-  gemm({{&L.sh_gate, gate_.data()}, {&L.sh_up, up_.data()}}, h_.data(), xq_.data(), T);
+  gemm({{&L.sh_gate, gate_.data()}, {&L.sh_up, up_.data()}}, h_.data(), T);
   dev_.pool().run(T, [&](int64_t t, int) {
     K.swiglu(gate_.data() + t * FS, up_.data() + t * FS, gate_.data() + t * FS, FS);
   });
-  quantize(gate_.data(), T, FS, xq_.data());
   moe_rows_.resize(ut * E);
-  gemm({{&L.sh_down, moe_rows_.data()}}, gate_.data(), xq_.data(), T);
+  gemm({{&L.sh_down, moe_rows_.data()}}, gate_.data(), T);
 
   for (int64_t t = 0; t < T; ++t) {
     float* out = moe_slot_out_.data() + t * NU * E;  // slot 0 accumulates the others

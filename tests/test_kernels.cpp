@@ -102,9 +102,13 @@ std::vector<float> run_gemm(const CpuKernels& k, const GemmCase& c, const std::v
                             const std::vector<float>& x) {
   std::vector<BlockQ8> xq(static_cast<size_t>(c.tokens * c.cols / 32));
   for (int64_t t = 0; t < c.tokens; ++t) k.quantize_q8(x.data() + t * c.cols, xq.data() + t * (c.cols / 32), c.cols);
+  std::vector<BlockQ8K> xk(static_cast<size_t>(c.tokens * c.cols / 256));
+  if (c.cols % 256 == 0)
+    for (int64_t t = 0; t < c.tokens; ++t) k.quantize_q8k(x.data() + t * c.cols, xk.data() + t * (c.cols / 256), c.cols);
   std::vector<float> y(static_cast<size_t>(c.tokens * c.rows), NAN);
   const size_t row_bytes = w.size() / static_cast<size_t>(c.rows);
-  GemmArgs a{c.type, w.data(), row_bytes, c.cols, xq.data(), x.data(), c.tokens, y.data(), c.rows, 0, c.rows};
+  GemmArgs a{c.type,  w.data(), row_bytes, c.cols, xq.data(), xk.data(), x.data(), c.tokens,
+             y.data(), c.rows,   0,         c.rows};
   gemm_for(k, c.type)(a);
   return y;
 }
@@ -115,10 +119,11 @@ TEST(Kernels, GemmEveryTypeEveryVariant) {
                               TensorType::q8_0, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k,
                               TensorType::f16,  TensorType::bf16, TensorType::f32};
   for (TensorType type : types) {
-    const bool integer = type == TensorType::q4_0 || type == TensorType::q4_1 || type == TensorType::q5_0 ||
-                         type == TensorType::q5_1 || type == TensorType::q8_0;
+    const bool integer = gemm_input(type) != GemmInput::f32;
     for (int64_t tokens : {1, 3, 4, 9}) {
       for (int64_t rows : {1, 2, 5, 8}) {
+        // Two k-quant super-blocks per row, or 16 legacy blocks; the tile edges: 1..3 rows and
+        // tokens left over after 4-row (decode) and 2 x 4 tiles.
         const GemmCase c{type, rows, 512, tokens};
         const auto w = random_rows(type, rows, c.cols, rng);
         const auto x = random_floats(static_cast<size_t>(tokens * c.cols), rng);
@@ -169,6 +174,34 @@ TEST(Kernels, QuantizeQ8IsIdenticalAndBounded) {
     std::vector<BlockQ8> got(128);
     k->quantize_q8(x.data(), got.data(), 4096);
     EXPECT_EQ(std::memcmp(got.data(), ref.data(), sizeof(BlockQ8) * 128), 0) << k->isa;
+  }
+}
+
+TEST(Kernels, QuantizeQ8KIsIdenticalAndBounded) {
+  std::mt19937 rng(2);
+  auto x = random_floats(4096, rng, 3.0f);
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // an all-zero block
+  x[600] = -40.0f;                                    // a block whose largest value is negative
+  std::vector<BlockQ8K> ref(16);
+  cpu_kernels_scalar().quantize_q8k(x.data(), ref.data(), 4096);
+  for (int b = 0; b < 16; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 256; ++i) amax = std::max(amax, std::fabs(x[b * 256 + i]));
+    EXPECT_FLOAT_EQ(std::fabs(ref[b].d), amax / 127.0f) << "block " << b;
+    for (int i = 0; i < 256; ++i)
+      EXPECT_LE(std::fabs(x[b * 256 + i] - ref[b].d * ref[b].q[i]), std::fabs(ref[b].d) * 0.5f + 1e-6f);
+    for (int j = 0; j < 16; ++j) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += ref[b].q[16 * j + i];
+      EXPECT_EQ(ref[b].bsums[j], sum);
+    }
+  }
+  EXPECT_EQ(ref[1].d, 0.0f);
+  EXPECT_GT(ref[2].d, 0.0f);  // llama.cpp's sign: d = -max / 127, max the value of largest magnitude
+  for (const CpuKernels* k : variants()) {
+    std::vector<BlockQ8K> got(16);
+    k->quantize_q8k(x.data(), got.data(), 4096);
+    EXPECT_EQ(std::memcmp(got.data(), ref.data(), sizeof(BlockQ8K) * 16), 0) << k->isa;
   }
 }
 

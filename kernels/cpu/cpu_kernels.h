@@ -23,7 +23,8 @@ struct GemmArgs {
   const uint8_t* w;        // [n_rows, row_bytes] weight rows in their storage type
   size_t w_row_bytes;
   int64_t n_cols;          // K, a multiple of the type's block size (and of 32)
-  const BlockQ8* xq;       // [n_tokens, n_cols / 32] activations quantized (integer kernels)
+  const BlockQ8* xq;       // [n_tokens, n_cols / 32] activations quantized (legacy formats)
+  const BlockQ8K* xk;      // [n_tokens, n_cols / 256] activations quantized (k-quants)
   const float* xf;         // [n_tokens, n_cols] activations in f32 (float kernels)
   int64_t n_tokens;
   float* y;                // [n_tokens, y_stride]
@@ -32,6 +33,15 @@ struct GemmArgs {
 };
 
 using GemmFn = void (*)(const GemmArgs& a);
+
+// The activations a weight type's integer kernel reads. Every kernel table has a kernel for
+// each type it can multiply, in the same input, so this is a fact of the type alone.
+enum class GemmInput {
+  q8,   // BlockQ8 (xq): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+  q8k,  // BlockQ8K (xk): Q4_K, Q5_K, Q6_K
+  f32,  // f32 (xf): F32, F16, BF16; and gemm_f32, for every type
+};
+GemmInput gemm_input(TensorType type);
 
 // Positions per KV-cache page. Attention kernels rely on it (their summation order is written
 // for 16-position pages).
@@ -80,8 +90,10 @@ struct CpuKernels {
 
   // x [n] -> blocks [n / 32]. REQUIRES: n % 32 == 0.
   void (*quantize_q8)(const float* x, BlockQ8* out, int64_t n);
-  // Matrix products by weight type id; nullptr where the table has no special kernel for the
-  // type (gemm_for() then falls back to the scalar dequantize-and-dot kernel).
+  // x [n] -> blocks [n / 256], as llama.cpp's quantize_row_q8_K. REQUIRES: n % 256 == 0.
+  void (*quantize_q8k)(const float* x, BlockQ8K* out, int64_t n);
+  // Matrix products by weight type id, reading the activations gemm_input(type) names; nullptr
+  // where the table has no kernel for the type (gemm_for() then falls back to gemm_f32).
   GemmFn gemm[40];
   // Any dequantizable type against f32 activations (xf): rows are dequantized, then f32 dot
   // products. No activation quantization: the exact-arithmetic path (f32 models, and runners

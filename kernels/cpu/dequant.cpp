@@ -5,9 +5,7 @@
 //   Q5_0  {f16 d; u8 qh[4]; u8 qs[16]}        x = (nibble | hibit << 4) - 16) * d
 //   Q5_1  {f16 d, m; u8 qh[4]; u8 qs[16]}     x = (nibble | hibit << 4) * d + m
 //   Q8_0  {f16 d; i8 qs[32]}                  x = q * d
-//   Q4_K  {f16 d, dmin; u8 scales[12]; u8 qs[128]}            8 sub-blocks of 32, 6-bit scale/min
-//   Q5_K  {f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
-//   Q6_K  {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}       16 sub-blocks of 16
+//   Q4_K, Q5_K, Q6_K: kernels/cpu/kquant.h
 // In the 32-element legacy blocks, byte j holds element j (low nibble) and j + 16 (high).
 #include "kernels/cpu/dequant.h"
 
@@ -15,6 +13,7 @@
 #include <cstring>
 
 #include "kernels/cpu/fp16.h"
+#include "kernels/cpu/kquant.h"
 
 namespace chorus {
 namespace {
@@ -83,64 +82,31 @@ void dequant_q8_0(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
-// The 12-byte k-quant scale field packs eight 6-bit scales and eight 6-bit mins.
-inline void k4_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* mn) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *mn = s[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4));
-    *mn = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-  }
-}
-
 // Q4_K and Q5_K share the scale scheme; Q5_K adds one high bit per element from qh.
 void dequant_q45_k(const uint8_t* b, float* y, int64_t nb, bool five_bit) {
-  const int64_t bytes = five_bit ? 176 : 144;
+  const int64_t bytes = five_bit ? kquant::kQ5KBytes : kquant::kQ4KBytes;
+  uint8_t sc[8], mn[8], q[32];
   for (int64_t i = 0; i < nb; ++i, b += bytes) {
     const float d = load_f16(b);
     const float dmin = load_f16(b + 2);
-    const uint8_t* scales = b + 4;
-    const uint8_t* qh = b + 16;
-    const uint8_t* qs = five_bit ? b + 48 : b + 16;
-    for (int sub = 0; sub < 4; ++sub, qs += 32) {  // 64 elements per step
-      uint8_t sc, mn;
-      k4_scale_min(2 * sub, scales, &sc, &mn);
-      const float d1 = d * sc, m1 = dmin * mn;
-      k4_scale_min(2 * sub + 1, scales, &sc, &mn);
-      const float d2 = d * sc, m2 = dmin * mn;
-      for (int l = 0; l < 32; ++l) {
-        int lo = qs[l] & 0x0f, hi = qs[l] >> 4;
-        if (five_bit) {
-          lo |= ((qh[l] >> (2 * sub)) & 1) << 4;
-          hi |= ((qh[l] >> (2 * sub + 1)) & 1) << 4;
-        }
-        y[l] = d1 * static_cast<float>(lo) - m1;
-        y[l + 32] = d2 * static_cast<float>(hi) - m2;
-      }
-      y += 64;
+    kquant::scales_mins(b + 4, sc, mn);
+    for (int g = 0; g < 8; ++g, y += 32) {
+      const float dg = d * sc[g], mg = dmin * mn[g];
+      kquant::group_q45k(b, five_bit, g, q);
+      for (int l = 0; l < 32; ++l) y[l] = dg * static_cast<float>(q[l]) - mg;
     }
   }
 }
 
 void dequant_q6_k(const uint8_t* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, b += 210) {
-    const uint8_t* ql = b;
-    const uint8_t* qh = b + 128;
+  uint8_t q[32];
+  for (int64_t i = 0; i < nb; ++i, b += kquant::kQ6KBytes) {
     const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
     const float d = load_f16(b + 208);
-    for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, y += 128) {
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
-        y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-        y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-        y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
-      }
+    for (int g = 0; g < 8; ++g, y += 32) {
+      kquant::group_q6k(b, g, q);
+      for (int l = 0; l < 32; ++l)
+        y[l] = d * static_cast<float>(sc[2 * g + l / 16]) * static_cast<float>(q[l] - 32);
     }
   }
 }

@@ -1,5 +1,5 @@
-// Integer matrix kernels for x86 (legacy 32-element formats Q4_0, Q4_1, Q8_0) against int8
-// activations. Included by kernels_avx2.cpp and kernels_avx512.cpp inside an anonymous
+// Integer matrix kernels for x86 (legacy 32-element formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+// against int8 activations. Included by kernels_avx2.cpp and kernels_avx512.cpp inside an anonymous
 // namespace; CHORUS_VNNI selects the dot-product instruction:
 //   AVX2:        maddubs (u8 x s8 -> i16 pairs) + madd with ones (-> i32)
 //   AVX512-VNNI: vpdpbusd (u8 x s8, four products summed into i32) on 256-bit registers
@@ -53,7 +53,18 @@ inline __m256i unpack_nibbles(const uint8_t* qs) {
   return _mm256_set_m128i(hi, lo);
 }
 
-// A weight block unpacked for the dot: u8 values (or |q| for Q8_0 with `sign` set to q),
+// 4 bytes of bits -> 32 bytes, byte j = 0x10 where bit j is set: the fifth bit of Q5_0 / Q5_1.
+inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+// A weight block unpacked for the dot: u8 values (or |q| for signed formats with `sign` set to q),
 // scale d, and the coefficient of the activation sum: w = d * (q - off) + m -> (m - off * d).
 struct WBlock {
   __m256i u;
@@ -74,6 +85,15 @@ inline WBlock unpack(const uint8_t* b) {
     w.u = unpack_nibbles(b + 4);
     w.d = load_f16(b);
     w.mo = load_f16(b + 2);
+  } else if constexpr (T == chorus::TensorType::q5_0) {  // signed q - 16
+    w.sign = _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(b + 6), fifth_bits(b + 2)), _mm256_set1_epi8(16));
+    w.u = _mm256_abs_epi8(w.sign);
+    w.d = load_f16(b);
+    w.mo = 0.0f;
+  } else if constexpr (T == chorus::TensorType::q5_1) {
+    w.u = _mm256_or_si256(unpack_nibbles(b + 8), fifth_bits(b + 4));
+    w.d = load_f16(b);
+    w.mo = load_f16(b + 2);
   } else {  // q8_0
     w.sign = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
     w.u = _mm256_abs_epi8(w.sign);
@@ -85,7 +105,15 @@ inline WBlock unpack(const uint8_t* b) {
 
 // Formats whose quants are signed (the sign moves onto the activations so the dot stays u8 x s8).
 template <chorus::TensorType T>
-constexpr bool kSigned = T == chorus::TensorType::q8_0 || T == chorus::TensorType::q4_0;
+constexpr bool kSigned = T == chorus::TensorType::q8_0 || T == chorus::TensorType::q4_0 || T == chorus::TensorType::q5_0;
+
+// Bytes per 32-weight block.
+template <chorus::TensorType T>
+constexpr size_t kBlockBytes = T == chorus::TensorType::q4_0   ? 18
+                               : T == chorus::TensorType::q4_1 ? 20
+                               : T == chorus::TensorType::q5_0 ? 22
+                               : T == chorus::TensorType::q5_1 ? 24
+                                                               : 34;
 
 template <chorus::TensorType T>
 inline __m256i block_dot(const WBlock& w, __m256i x) {
@@ -95,7 +123,7 @@ inline __m256i block_dot(const WBlock& w, __m256i x) {
 
 template <chorus::TensorType T, int R, int NT>
 void gemm_tile(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
-  constexpr size_t kBytes = T == chorus::TensorType::q4_0 ? 18 : T == chorus::TensorType::q4_1 ? 20 : 34;
+  constexpr size_t kBytes = kBlockBytes<T>;
   const int64_t nb = a.n_cols / 32;
   __m256 acc[R][NT];
   float extra[R][NT];
@@ -135,7 +163,7 @@ void gemm_tile(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
 // — at half the instructions. R rows x 2*NP tokens per tile.
 template <chorus::TensorType T, int R, int NP>
 void gemm_tile_pairs(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
-  constexpr size_t kBytes = T == chorus::TensorType::q4_0 ? 18 : T == chorus::TensorType::q4_1 ? 20 : 34;
+  constexpr size_t kBytes = kBlockBytes<T>;
   const int64_t nb = a.n_cols / 32;
   __m512 acc[R][NP], summ[R][NP];
   for (int i = 0; i < R; ++i)
@@ -214,7 +242,7 @@ inline void build_pair_blocks(const chorus::GemmArgs& a, int64_t t0, int64_t nb,
 template <chorus::TensorType T>
 void gemm_tile_8(const chorus::GemmArgs& a, int64_t r, int64_t t0, const PairBlock* pbs) {
   constexpr int R = 2;
-  constexpr size_t kBytes = T == chorus::TensorType::q4_0 ? 18 : T == chorus::TensorType::q4_1 ? 20 : 34;
+  constexpr size_t kBytes = kBlockBytes<T>;
   const int64_t nb = a.n_cols / 32;
   __m512 acc[R][4];
   for (int i = 0; i < R; ++i)
@@ -314,6 +342,30 @@ void gemm_x86(const chorus::GemmArgs& a) {
   if (r < a.r1) gemm_rows<T, 1>(a, r);
 }
 
+// Every (row, token) of a product in tiles of R rows x NT tokens, K::run<R, NT>(a, r, t0): with
+// one token 4 rows at a time (more rows in flight keeps more loads outstanding), otherwise
+// 2 rows x 4 tokens, then what is left.
+template <class K, int R>
+void sweep_rows(const chorus::GemmArgs& a, int64_t r) {
+  int64_t t = 0;
+  for (; t + 4 <= a.n_tokens; t += 4) K::template run<R, 4>(a, r, t);
+  switch (a.n_tokens - t) {
+    case 3: K::template run<R, 3>(a, r, t); break;
+    case 2: K::template run<R, 2>(a, r, t); break;
+    case 1: K::template run<R, 1>(a, r, t); break;
+    default: break;
+  }
+}
+
+template <class K>
+void sweep_tiles(const chorus::GemmArgs& a) {
+  int64_t r = a.r0;
+  if (a.n_tokens == 1)
+    for (; r + 4 <= a.r1; r += 4) K::template run<4, 1>(a, r, 0);
+  for (; r + 2 <= a.r1; r += 2) sweep_rows<K, 2>(a, r);
+  if (r < a.r1) sweep_rows<K, 1>(a, r);
+}
+
 // Dequantize-and-dot for any dequantizable type: each weight row to f32 (on the stack), then
 // 8-lane FMA dot products with up to 4 tokens at a time.
 void gemm_f32_x86(const chorus::GemmArgs& a) {
@@ -340,6 +392,13 @@ void gemm_f32_x86(const chorus::GemmArgs& a) {
   }
 }
 
+}  // namespace
+
+#include "kernels/cpu/gemm_half_x86_impl.h"
+#include "kernels/cpu/gemm_kquant_x86_impl.h"
+
+namespace {
+
 // The x86 table of this translation unit's instruction set: the scalar table for formats
 // without an x86 kernel, this unit's element-wise ops, and the integer GEMMs above.
 inline chorus::CpuKernels make_x86_table(const char* isa) {
@@ -350,7 +409,11 @@ inline chorus::CpuKernels make_x86_table(const char* isa) {
   k.gemm_f32 = gemm_f32_x86;
   k.gemm[static_cast<int>(TensorType::q4_0)] = gemm_x86<TensorType::q4_0>;
   k.gemm[static_cast<int>(TensorType::q4_1)] = gemm_x86<TensorType::q4_1>;
+  k.gemm[static_cast<int>(TensorType::q5_0)] = gemm_x86<TensorType::q5_0>;
+  k.gemm[static_cast<int>(TensorType::q5_1)] = gemm_x86<TensorType::q5_1>;
   k.gemm[static_cast<int>(TensorType::q8_0)] = gemm_x86<TensorType::q8_0>;
+  fill_kquant_gemms(k);
+  fill_half_gemms(k);
   return k;
 }
 

@@ -6,6 +6,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/fp16.h"
+#include "kernels/cpu/kquant.h"
 #include "kernels/cpu/ops_impl.h"
 
 namespace chorus {
@@ -87,6 +88,57 @@ void gemm_legacy_scalar(const GemmArgs& a) {
   }
 }
 
+// Q4_K, Q5_K, Q6_K against BlockQ8K activations. Per super-block (256 weights), in integers:
+//   Q4_K / Q5_K:  isum = sum_g sc[g] sum_l q x,  msum = sum_g m[g] (bsums[2g] + bsums[2g+1])
+//                 y += (d dx) isum - (dmin dx) msum
+//   Q6_K:         isum = sum_j sc[j] sum_l q x - 32 sum_j sc[j] bsums[j]
+//                 y += (d dx) isum
+// The optimized kernels compute the same integers; only the float sums' order differs.
+void gemm_kquant_scalar(const GemmArgs& a) {
+  const auto& info = tensor_type_info(a.type);
+  const int64_t nsb = a.n_cols / kQ8KBlock;
+  uint8_t q[32];
+  for (int64_t r = a.r0; r < a.r1; ++r) {
+    const uint8_t* row = a.w + r * a.w_row_bytes;
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+      const BlockQ8K* xs = a.xk + t * nsb;
+      float sum = 0.0f;
+      for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t* b = row + sb * info.block_bytes;
+        const BlockQ8K& x = xs[sb];
+        if (a.type == TensorType::q6_k) {
+          const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+          int32_t isum = 0, corr = 0;
+          for (int g = 0; g < 8; ++g) {
+            kquant::group_q6k(b, g, q);
+            for (int half = 0; half < 2; ++half) {
+              int32_t s16 = 0;
+              for (int l = 16 * half; l < 16 * half + 16; ++l) s16 += q[l] * x.q[32 * g + l];
+              isum += sc[2 * g + half] * s16;
+            }
+          }
+          for (int j = 0; j < 16; ++j) corr += sc[j] * x.bsums[j];
+          sum += f16_at(b + 208) * x.d * static_cast<float>(isum - 32 * corr);
+        } else {
+          const bool five = a.type == TensorType::q5_k;
+          uint8_t sc[8], mn[8];
+          kquant::scales_mins(b + 4, sc, mn);
+          int32_t isum = 0, msum = 0;
+          for (int g = 0; g < 8; ++g) {
+            kquant::group_q45k(b, five, g, q);
+            int32_t s32 = 0;
+            for (int l = 0; l < 32; ++l) s32 += q[l] * x.q[32 * g + l];
+            isum += sc[g] * s32;
+            msum += mn[g] * (x.bsums[2 * g] + x.bsums[2 * g + 1]);
+          }
+          sum += f16_at(b) * x.d * static_cast<float>(isum) - f16_at(b + 2) * x.d * static_cast<float>(msum);
+        }
+      }
+      a.y[t * a.y_stride + r] = sum;
+    }
+  }
+}
+
 }  // namespace
 
 void gemm_dequantized(const GemmArgs& a) {
@@ -99,6 +151,15 @@ void gemm_dequantized(const GemmArgs& a) {
       for (int64_t k = 0; k < a.n_cols; ++k) sum += wrow[static_cast<size_t>(k)] * x[k];
       a.y[t * a.y_stride + r] = sum;
     }
+  }
+}
+
+GemmInput gemm_input(TensorType type) {
+  switch (type) {
+    case TensorType::q4_0: case TensorType::q4_1: case TensorType::q5_0: case TensorType::q5_1:
+    case TensorType::q8_0: return GemmInput::q8;
+    case TensorType::q4_k: case TensorType::q5_k: case TensorType::q6_k: return GemmInput::q8k;
+    default: return GemmInput::f32;
   }
 }
 
@@ -116,6 +177,8 @@ const CpuKernels& cpu_kernels_scalar() {
     k.gemm_f32 = gemm_dequantized;
     for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q5_1, TensorType::q8_0})
       k.gemm[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
+    for (TensorType t : {TensorType::q4_k, TensorType::q5_k, TensorType::q6_k})
+      k.gemm[static_cast<uint32_t>(t)] = gemm_kquant_scalar;
     return k;
   }();
   return table;

@@ -265,6 +265,40 @@ void quantize_q8_generic(const float* x, chorus::BlockQ8* out, int64_t n) {
   }
 }
 
+// As llama.cpp's quantize_row_q8_K: the scale from the value of largest magnitude with its sign
+// (iscale = -127 / max), round to nearest even, 16-value sums of the quants.
+void quantize_q8k_generic(const float* x, chorus::BlockQ8K* out, int64_t n) {
+  for (int64_t b = 0; b < n / chorus::kQ8KBlock; ++b) {
+    const float* xb = x + b * chorus::kQ8KBlock;
+    chorus::BlockQ8K& o = out[b];
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < chorus::kQ8KBlock; ++i) {
+      const float v = std::fabs(xb[i]);
+      if (v > amax) {
+        amax = v;
+        max = xb[i];
+      }
+    }
+    if (amax == 0.0f) {
+      o.d = 0.0f;
+      for (int i = 0; i < chorus::kQ8KBlock; ++i) o.q[i] = 0;
+      for (int j = 0; j < chorus::kQ8KBlock / 16; ++j) o.bsums[j] = 0;
+      continue;
+    }
+    const float iscale = -127.0f / max;
+    for (int i = 0; i < chorus::kQ8KBlock; ++i) {
+      const int q = static_cast<int>(std::nearbyint(iscale * xb[i]));
+      o.q[i] = static_cast<int8_t>(q > 127 ? 127 : (q < -127 ? -127 : q));
+    }
+    for (int j = 0; j < chorus::kQ8KBlock / 16; ++j) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += o.q[16 * j + i];
+      o.bsums[j] = static_cast<int16_t>(sum);
+    }
+    o.d = 1.0f / iscale;
+  }
+}
+
 // --- Gated DeltaNet -----------------------------------------------------------------------------
 // In the order of ggml's CPU backend (AVX-512 build), so that a hybrid model's recurrent state
 // rounds as llama.cpp's does: dot products as ggml_vec_dot_f32 (4 chains of 16 lanes over steps
@@ -340,6 +374,7 @@ void op_gdn_query_dense(const float* A, const float* B, float* y, float* c, floa
 
 void fill_common_ops(chorus::CpuKernels& k) {
   k.quantize_q8 = quantize_q8_generic;
+  k.quantize_q8k = quantize_q8k_generic;
   k.rmsnorm = op_rmsnorm;
   k.rope_cache = op_rope_cache;
   k.rope = op_rope;

@@ -1,0 +1,57 @@
+// The k-quant super-block layouts (256 weights each), as plain accessors shared by the scalar
+// dequantizer and the scalar matrix kernels. Layouts read from ggml's ggml-common.h for the facts;
+// the code is chorus's own.
+//   Q4_K  {f16 d, dmin; u8 scales[12]; u8 qs[128]}              144 bytes
+//   Q5_K  {f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}   176 bytes
+//   Q6_K  {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}         210 bytes
+// Q4_K / Q5_K: 8 groups of 32 weights, group g has a 6-bit scale sc[g] and a 6-bit minimum m[g]:
+//   w = d * sc[g] * q - dmin * m[g],  q in 0..15 (Q4_K) or 0..31 (Q5_K).
+//   qs byte 32 * (g / 2) + l holds weight 32 g + l in its low nibble (g even) or high nibble (g odd);
+//   in Q5_K, bit g of qh[l] is that weight's fifth bit.
+// Q6_K: 16 groups of 16 weights, group j has a signed 8-bit scale sc[j]:
+//   w = d * sc[j] * (q - 32),  q in 0..63; weight 16 j + l lies in 32-weight group g = j / 2.
+//   For g = 4 h + k (h the half of 128, k in 0..3): low 4 bits from ql[64 h + 32 (k & 1) + l]
+//   (low nibble for k < 2, high for k >= 2), high 2 bits from qh[32 h + l] >> (2 k).
+#pragma once
+
+#include <cstdint>
+
+namespace chorus::kquant {
+
+inline constexpr int kQ4KBytes = 144;
+inline constexpr int kQ5KBytes = 176;
+inline constexpr int kQ6KBytes = 210;
+
+// The eight 6-bit scales and minimums of a Q4_K / Q5_K super-block's 12-byte field.
+inline void scales_mins(const uint8_t* s, uint8_t* sc, uint8_t* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 63;
+    m[j] = s[j + 4] & 63;
+    sc[j + 4] = static_cast<uint8_t>((s[j + 8] & 0x0f) | ((s[j] >> 6) << 4));
+    m[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+  }
+}
+
+// The 32 unsigned quants of group g (0..7) of a Q4_K (five_bit = false) or Q5_K block.
+inline void group_q45k(const uint8_t* b, bool five_bit, int g, uint8_t* q) {
+  const uint8_t* qs = b + (five_bit ? 48 : 16) + 32 * (g / 2);
+  const uint8_t* qh = b + 16;
+  for (int l = 0; l < 32; ++l) {
+    int v = (g & 1) ? qs[l] >> 4 : qs[l] & 0x0f;
+    if (five_bit) v |= ((qh[l] >> g) & 1) << 4;
+    q[l] = static_cast<uint8_t>(v);
+  }
+}
+
+// The 32 unsigned quants (0..63) of group g (0..7) of a Q6_K block.
+inline void group_q6k(const uint8_t* b, int g, uint8_t* q) {
+  const int h = g / 4, k = g % 4;
+  const uint8_t* ql = b + 64 * h + 32 * (k & 1);
+  const uint8_t* qh = b + 128 + 32 * h;
+  for (int l = 0; l < 32; ++l) {
+    const int lo = k < 2 ? ql[l] & 0x0f : ql[l] >> 4;
+    q[l] = static_cast<uint8_t>(lo | (((qh[l] >> (2 * k)) & 3) << 4));
+  }
+}
+
+}  // namespace chorus::kquant
