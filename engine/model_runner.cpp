@@ -29,7 +29,11 @@ ModelRunner::ModelRunner(const ModelConfig& config, const Weights& weights, CpuD
   rope_cs_.resize(static_cast<size_t>(c_.n_rot));
   const int widest = std::max({c_.n_embd, c_.q_dim(), ff, c_.gdn.value_dim()});
   xq_.resize(T * static_cast<size_t>(widest / kQ8Block));
-  xk_.resize(T * static_cast<size_t>(widest / kQ8KBlock));
+  for (int t = 0; t < 40; ++t)
+    if (dev_.kernels().gemm_panels[t] != nullptr && !f32_activations_) {
+      w_.ensure_panels();
+      break;
+    }
   if (c_.attn_output_gate) qg_.resize(T * 2 * c_.q_dim());
   if (c_.hybrid()) {
     const GdnConfig& d = c_.gdn;
@@ -57,33 +61,28 @@ void ModelRunner::per_token(int64_t n_tokens, const Fn& fn) {
 // y_i [n_tokens, W_i.rows] = x [n_tokens, cols] W_i^T for every product (all read the same
 // activations), in one parallel region: each matrix's rows are cut into chunks of whole 2-row
 // tiles and the chunks of all matrices share the pool. Fewer regions per layer means fewer
-// thread wake-ups per decode step. x is quantized first into each layout the products read
-// (gemm_input): int8 per 32 for the legacy formats, per 256 for the k-quants.
+// thread wake-ups per decode step. x is quantized to int8 first when a product reads it so.
 void ModelRunner::gemm(std::initializer_list<Product> products, const float* x, int64_t n_tokens) {
   const CpuKernels& k = dev_.kernels();
   const int64_t n_cols = products.begin()->w->cols;
-  bool want_q8 = false, want_q8k = false;
-  for (const Product& p : products) {
-    if (f32_activations_) break;
-    want_q8 |= gemm_input(p.w->type) == GemmInput::q8;
-    want_q8k |= gemm_input(p.w->type) == GemmInput::q8k;
-  }
+  bool want_q8 = false;
+  for (const Product& p : products) want_q8 |= !f32_activations_ && gemm_input(p.w->type) == GemmInput::q8;
   if (want_q8) {
     const int64_t nb = n_cols / kQ8Block;
     per_token(n_tokens, [&](int64_t t) { k.quantize_q8(x + t * n_cols, xq_.data() + t * nb, n_cols); });
-  }
-  if (want_q8k) {
-    const int64_t nb = n_cols / kQ8KBlock;
-    per_token(n_tokens, [&](int64_t t) { k.quantize_q8k(x + t * n_cols, xk_.data() + t * nb, n_cols); });
   }
   chunks_.clear();
   const int threads = dev_.n_threads();
   for (const Product& p : products) {
     const WeightMatrix& w = *p.w;
-    GemmArgs a{w.type, w.data, w.row_bytes, w.cols, xq_.data(), xk_.data(), x, n_tokens, p.y, w.rows, 0, 0};
-    const GemmFn fn = f32_activations_ ? k.gemm_f32 : gemm_for(k, w.type);
-    const int64_t n = std::min<int64_t>(std::max<int64_t>(w.rows / 2, 1), threads == 1 ? 1 : threads * 4);
-    const int64_t per = ((w.rows + n - 1) / n + 1) & ~int64_t{1};
+    const bool panels = w.panels != nullptr && panel_type(w.type) && !f32_activations_;
+    GemmArgs a{w.type, w.data, w.row_bytes, w.cols, xq_.data(), x, n_tokens, p.y, w.rows, 0, 0,
+               panels ? w.panels : nullptr, w.panel_bytes};
+    const GemmFn fn = f32_activations_ ? k.gemm_f32 : gemm_for(k, w.type, panels);
+    // Chunks of whole tiles: 2 rows, or a panel's 16.
+    const int64_t unit = panels ? kPanelRows : 2;
+    const int64_t n = std::min<int64_t>(std::max<int64_t>(w.rows / unit, 1), threads == 1 ? 1 : threads * 4);
+    const int64_t per = ((w.rows + n - 1) / n + unit - 1) / unit * unit;
     for (int64_t r0 = 0; r0 < w.rows; r0 += per) {
       a.r0 = r0;
       a.r1 = std::min(w.rows, r0 + per);

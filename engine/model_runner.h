@@ -173,8 +173,7 @@ class ModelRunner {
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
   std::vector<float> rope_cs_;  // [n_rot] (cos, sin) pairs for the token being rotated
   std::vector<float> q_seg_;    // [view tokens, segments, q_dim] queries rotated per segment
-  std::vector<BlockQ8> xq_;    // [max_tokens, widest / 32] activations for the legacy formats
-  std::vector<BlockQ8K> xk_;   // [max_tokens, widest / 256] activations for the k-quants
+  std::vector<BlockQ8> xq_;    // [max_tokens, widest / 32] activations of the integer kernels
   std::vector<GemmChunk> chunks_;  // reused by gemm()
   std::vector<float> scratch_;  // attention scores, [n_threads, longest sequence]
   LinearStats linear_stats_;

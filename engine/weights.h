@@ -21,6 +21,11 @@ struct WeightMatrix {
   int64_t cols = 0;
   const uint8_t* data = nullptr;  // [rows, row_bytes]
   size_t row_bytes = 0;
+  // The rows repacked as weight panels (kernels/cpu/panel.h) for the CPU kernels that read them,
+  // once Weights::ensure_panels() ran; null before, and for types without panels. A cache that
+  // ensure_panels() fills once, hence mutable.
+  mutable const uint8_t* panels = nullptr;  // [n_panels, panel_bytes]
+  mutable size_t panel_bytes = 0;
 };
 
 struct LayerWeights {
@@ -65,12 +70,28 @@ struct Weights {
   WeightMatrix output;               // [n_vocab, n_embd]; the embedding when tied
   std::vector<LayerWeights> layers;
 
+  Weights() = default;
+  Weights(Weights&&) = default;
+  Weights& operator=(Weights&&) = default;
+  Weights(const Weights&) = delete;  // the panels of one set of matrices are made once
+  Weights& operator=(const Weights&) = delete;
+
   // Errors name the tensor: missing, wrong shape (with the expected one), or a storage type
   // chorus has no kernel for.
   static Result<Weights> from_gguf(const GgufFile& gguf, const ModelConfig& config);
 
+  // Repacks every matrix of a panel type into weight panels, the first time it is called (a
+  // CPU runner whose kernels read panels calls it); later calls return at once. Thread-safe.
+  // The panels take as much memory as the matrices they copy; a model that never runs on the
+  // CPU never pays it.
+  void ensure_panels() const;
+  size_t panel_bytes() const;  // bytes of panels made so far
+
  private:
   std::vector<std::unique_ptr<float[]>> owned_;  // converted vectors
+  struct Panels;
+  static std::shared_ptr<Panels> new_panels();
+  std::shared_ptr<Panels> panels_ = new_panels();
 };
 
 }  // namespace chorus

@@ -17,6 +17,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -26,6 +29,7 @@
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/fp16.h"
 #include "kernels/cpu/gdn.h"
+#include "kernels/cpu/panel.h"
 
 namespace chorus {
 namespace {
@@ -98,18 +102,25 @@ struct GemmCase {
   int64_t rows, cols, tokens;
 };
 
+// With `panels`, the rows are repacked (kernels/cpu/panel.h) and the table's panel kernel runs.
 std::vector<float> run_gemm(const CpuKernels& k, const GemmCase& c, const std::vector<uint8_t>& w,
-                            const std::vector<float>& x) {
+                            const std::vector<float>& x, bool panels = false) {
   std::vector<BlockQ8> xq(static_cast<size_t>(c.tokens * c.cols / 32));
   for (int64_t t = 0; t < c.tokens; ++t) k.quantize_q8(x.data() + t * c.cols, xq.data() + t * (c.cols / 32), c.cols);
-  std::vector<BlockQ8K> xk(static_cast<size_t>(c.tokens * c.cols / 256));
-  if (c.cols % 256 == 0)
-    for (int64_t t = 0; t < c.tokens; ++t) k.quantize_q8k(x.data() + t * c.cols, xk.data() + t * (c.cols / 256), c.cols);
   std::vector<float> y(static_cast<size_t>(c.tokens * c.rows), NAN);
   const size_t row_bytes = w.size() / static_cast<size_t>(c.rows);
-  GemmArgs a{c.type,  w.data(), row_bytes, c.cols, xq.data(), xk.data(), x.data(), c.tokens,
-             y.data(), c.rows,   0,         c.rows};
-  gemm_for(k, c.type)(a);
+  GemmArgs a{c.type, w.data(), row_bytes, c.cols, xq.data(), x.data(), c.tokens, y.data(), c.rows, 0, c.rows,
+             nullptr, 0};
+  std::unique_ptr<uint8_t, decltype(&std::free)> packed(nullptr, &std::free);
+  if (panels) {
+    const PanelLayout l = panel_layout(c.type, c.rows, c.cols);
+    packed.reset(static_cast<uint8_t*>(std::aligned_alloc(64, l.bytes())));
+    std::memset(packed.get(), 0xcd, l.bytes());  // pack_panels must write every byte it reads
+    pack_panels(l, w.data(), row_bytes, packed.get(), 0, l.n_panels);
+    a.panels = packed.get();
+    a.panel_bytes = l.panel_bytes;
+  }
+  gemm_for(k, c.type, panels)(a);
   return y;
 }
 
@@ -120,10 +131,11 @@ TEST(Kernels, GemmEveryTypeEveryVariant) {
                               TensorType::f16,  TensorType::bf16, TensorType::f32};
   for (TensorType type : types) {
     const bool integer = gemm_input(type) != GemmInput::f32;
-    for (int64_t tokens : {1, 3, 4, 9}) {
-      for (int64_t rows : {1, 2, 5, 8}) {
-        // Two k-quant super-blocks per row, or 16 legacy blocks; the tile edges: 1..3 rows and
-        // tokens left over after 4-row (decode) and 2 x 4 tiles.
+    for (int64_t tokens : {1, 3, 4, 9, 15}) {
+      for (int64_t rows : {1, 2, 5, 8, 17, 40}) {
+        // Two k-quant super-blocks per row, or 16 legacy blocks; the tile edges: rows left over
+        // after 4-row (decode) and 2-row tiles, and after whole panels of 16 (and their halves),
+        // tokens after 8-, 4- and 2-token tiles.
         const GemmCase c{type, rows, 512, tokens};
         const auto w = random_rows(type, rows, c.cols, rng);
         const auto x = random_floats(static_cast<size_t>(tokens * c.cols), rng);
@@ -152,6 +164,12 @@ TEST(Kernels, GemmEveryTypeEveryVariant) {
           const auto got = run_gemm(*v, c, w, x);
           for (size_t i = 0; i < ref.size(); ++i)
             EXPECT_LE(std::fabs(got[i] - ref[i]), 1e-5 * magnitude[i] + 1e-9) << v->isa << " vs scalar, " << what;
+          if (!panel_type(type)) continue;
+          // Panel kernels: the scalar reference's arithmetic, lane by lane, so the same bits.
+          ASSERT_NE(v->gemm_panels[static_cast<int>(type)], nullptr) << v->isa << " " << what;
+          const auto from_panels = run_gemm(*v, c, w, x, true);
+          for (size_t i = 0; i < ref.size(); ++i)
+            ASSERT_EQ(from_panels[i], ref[i]) << v->isa << " panels vs scalar, " << what << ", output " << i;
         }
       }
     }
@@ -174,34 +192,6 @@ TEST(Kernels, QuantizeQ8IsIdenticalAndBounded) {
     std::vector<BlockQ8> got(128);
     k->quantize_q8(x.data(), got.data(), 4096);
     EXPECT_EQ(std::memcmp(got.data(), ref.data(), sizeof(BlockQ8) * 128), 0) << k->isa;
-  }
-}
-
-TEST(Kernels, QuantizeQ8KIsIdenticalAndBounded) {
-  std::mt19937 rng(2);
-  auto x = random_floats(4096, rng, 3.0f);
-  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // an all-zero block
-  x[600] = -40.0f;                                    // a block whose largest value is negative
-  std::vector<BlockQ8K> ref(16);
-  cpu_kernels_scalar().quantize_q8k(x.data(), ref.data(), 4096);
-  for (int b = 0; b < 16; ++b) {
-    float amax = 0.0f;
-    for (int i = 0; i < 256; ++i) amax = std::max(amax, std::fabs(x[b * 256 + i]));
-    EXPECT_FLOAT_EQ(std::fabs(ref[b].d), amax / 127.0f) << "block " << b;
-    for (int i = 0; i < 256; ++i)
-      EXPECT_LE(std::fabs(x[b * 256 + i] - ref[b].d * ref[b].q[i]), std::fabs(ref[b].d) * 0.5f + 1e-6f);
-    for (int j = 0; j < 16; ++j) {
-      int sum = 0;
-      for (int i = 0; i < 16; ++i) sum += ref[b].q[16 * j + i];
-      EXPECT_EQ(ref[b].bsums[j], sum);
-    }
-  }
-  EXPECT_EQ(ref[1].d, 0.0f);
-  EXPECT_GT(ref[2].d, 0.0f);  // llama.cpp's sign: d = -max / 127, max the value of largest magnitude
-  for (const CpuKernels* k : variants()) {
-    std::vector<BlockQ8K> got(16);
-    k->quantize_q8k(x.data(), got.data(), 4096);
-    EXPECT_EQ(std::memcmp(got.data(), ref.data(), sizeof(BlockQ8K) * 16), 0) << k->isa;
   }
 }
 

@@ -90,19 +90,20 @@ int run_bench(const BenchArgs& args) {
     out["pp"] = {{"tokens", args.pp}, {"tok_s", tps}, {"seconds", best}};
   }
 
-  // Decode: n sequences, each after a short prompt, tg tokens each (greedy, no early stop).
+  // Decode: n sequences, each after its own copy of a prompt, tg tokens each (greedy, no early
+  // stop).
   nlohmann::json dec = nlohmann::json::array();
   double single = 0;
   for (int n : args.seqs) {
     GenerateOptions o;
-    o.n_ctx = 16 + args.tg + 8;
+    o.n_ctx = args.prompt + args.tg + 8;
     o.prefill_chunk = 64;
     o.max_new_tokens = args.tg;
     o.stop_at_end_of_generation = false;
     o.sampling = SamplingParams::greedy();
     auto gen = Generator::create(m, **device, n, o, gpu);
     if (!report("bench", gen)) return 1;
-    const auto prompt = bench_prompt(m.tokenizer, 16);
+    const auto prompt = bench_prompt(m.tokenizer, args.prompt);
     double best = 1e30;
     int64_t tokens = 0;
     for (int r = 0; r <= args.reps; ++r) {

@@ -55,6 +55,7 @@ struct BenchArgs {
   std::string model;
   int pp = 512;                   // prompt tokens for the prompt-processing test (0: skip)
   int tg = 128;                   // tokens generated per sequence
+  int prompt = 16;                // prompt tokens per sequence before the decode test
   std::vector<int> seqs = {1, 2, 4, 8, 16};
   int reps = 3;                   // timed repetitions after one warm-up (best is reported)
   int threads = 0;

@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--model,-m", bench.model, "GGUF file")->capture_default_str();
   bench_cmd->add_option("--pp", bench.pp, "Prompt tokens for the prompt-processing test; 0 skips it")->capture_default_str();
   bench_cmd->add_option("--tg", bench.tg, "Tokens generated per sequence")->capture_default_str();
+  bench_cmd->add_option("--prompt", bench.prompt, "Prompt tokens of each sequence before the decode test (llama-batched-bench's -npp)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   bench_cmd->add_option("--seqs", bench.seqs, "Concurrent sequence counts to measure")->delimiter(',')->capture_default_str();
   bench_cmd->add_option("--reps", bench.reps, "Timed repetitions after a warm-up; the best is reported")->capture_default_str();
   bench_cmd->add_option("-t,--threads", bench.threads, "Compute threads; 0 one per core")->capture_default_str();

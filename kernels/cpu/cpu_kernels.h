@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/panel.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/tensor_type.h"
 
@@ -23,22 +24,23 @@ struct GemmArgs {
   const uint8_t* w;        // [n_rows, row_bytes] weight rows in their storage type
   size_t w_row_bytes;
   int64_t n_cols;          // K, a multiple of the type's block size (and of 32)
-  const BlockQ8* xq;       // [n_tokens, n_cols / 32] activations quantized (legacy formats)
-  const BlockQ8K* xk;      // [n_tokens, n_cols / 256] activations quantized (k-quants)
+  const BlockQ8* xq;       // [n_tokens, n_cols / 32] activations quantized (integer kernels)
   const float* xf;         // [n_tokens, n_cols] activations in f32 (float kernels)
   int64_t n_tokens;
   float* y;                // [n_tokens, y_stride]
   int64_t y_stride;
-  int64_t r0, r1;          // rows to compute
+  int64_t r0, r1;          // rows to compute; for a panel kernel, multiples of kPanelRows
+                           // (r1 may also be the last row)
+  const uint8_t* panels;   // the rows repacked (kernels/cpu/panel.h): panel kernels only
+  size_t panel_bytes;
 };
 
 using GemmFn = void (*)(const GemmArgs& a);
 
-// The activations a weight type's integer kernel reads. Every kernel table has a kernel for
-// each type it can multiply, in the same input, so this is a fact of the type alone.
+// The activations a weight type's kernels read. Every kernel table has its kernels for a type
+// read the same input, so this is a fact of the type alone.
 enum class GemmInput {
-  q8,   // BlockQ8 (xq): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
-  q8k,  // BlockQ8K (xk): Q4_K, Q5_K, Q6_K
+  q8,   // BlockQ8 (xq): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K
   f32,  // f32 (xf): F32, F16, BF16; and gemm_f32, for every type
 };
 GemmInput gemm_input(TensorType type);
@@ -90,11 +92,12 @@ struct CpuKernels {
 
   // x [n] -> blocks [n / 32]. REQUIRES: n % 32 == 0.
   void (*quantize_q8)(const float* x, BlockQ8* out, int64_t n);
-  // x [n] -> blocks [n / 256], as llama.cpp's quantize_row_q8_K. REQUIRES: n % 256 == 0.
-  void (*quantize_q8k)(const float* x, BlockQ8K* out, int64_t n);
   // Matrix products by weight type id, reading the activations gemm_input(type) names; nullptr
   // where the table has no kernel for the type (gemm_for() then falls back to gemm_f32).
   GemmFn gemm[40];
+  // The same products from weight panels (kernels/cpu/panel.h), bit-identical to gemm[type];
+  // nullptr where the table reads the rows (the scalar table, the types without panels).
+  GemmFn gemm_panels[40];
   // Any dequantizable type against f32 activations (xf): rows are dequantized, then f32 dot
   // products. No activation quantization: the exact-arithmetic path (f32 models, and runners
   // asked for f32 activations).
@@ -137,9 +140,9 @@ const CpuKernels& cpu_kernels_scalar();
 const CpuKernels* cpu_kernels_avx2();    // nullptr when not built for this architecture
 const CpuKernels* cpu_kernels_avx512();  // nullptr when not built for this architecture
 
-// The kernel for `type` in table `k`; falls back to k.gemm_f32, or nullptr if the type cannot
-// be dequantized at all.
-GemmFn gemm_for(const CpuKernels& k, TensorType type);
+// The kernel for `type` in table `k` (its panel kernel when `panels` and the table has one);
+// falls back to k.gemm_f32, or nullptr if the type cannot be dequantized at all.
+GemmFn gemm_for(const CpuKernels& k, TensorType type, bool panels = false);
 
 // The scalar table's gemm_f32: dequantizes each weight row, then plain f32 dot products.
 void gemm_dequantized(const GemmArgs& a);

@@ -1,5 +1,5 @@
-// Integer matrix kernels for x86 (legacy 32-element formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
-// against int8 activations. Included by kernels_avx2.cpp and kernels_avx512.cpp inside an anonymous
+// Integer matrix kernels for x86 (legacy 32-element formats Q4_0, Q4_1, Q8_0, in llama.cpp's
+// order of operations) against int8 activations. Included by kernels_avx2.cpp and kernels_avx512.cpp inside an anonymous
 // namespace; CHORUS_VNNI selects the dot-product instruction:
 //   AVX2:        maddubs (u8 x s8 -> i16 pairs) + madd with ones (-> i32)
 //   AVX512-VNNI: vpdpbusd (u8 x s8, four products summed into i32) on 256-bit registers
@@ -53,17 +53,6 @@ inline __m256i unpack_nibbles(const uint8_t* qs) {
   return _mm256_set_m128i(hi, lo);
 }
 
-// 4 bytes of bits -> 32 bytes, byte j = 0x10 where bit j is set: the fifth bit of Q5_0 / Q5_1.
-inline __m256i fifth_bits(const uint8_t* qh) {
-  uint32_t bits;
-  std::memcpy(&bits, qh, 4);
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
-}
-
 // A weight block unpacked for the dot: u8 values (or |q| for signed formats with `sign` set to q),
 // scale d, and the coefficient of the activation sum: w = d * (q - off) + m -> (m - off * d).
 struct WBlock {
@@ -85,15 +74,6 @@ inline WBlock unpack(const uint8_t* b) {
     w.u = unpack_nibbles(b + 4);
     w.d = load_f16(b);
     w.mo = load_f16(b + 2);
-  } else if constexpr (T == chorus::TensorType::q5_0) {  // signed q - 16
-    w.sign = _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(b + 6), fifth_bits(b + 2)), _mm256_set1_epi8(16));
-    w.u = _mm256_abs_epi8(w.sign);
-    w.d = load_f16(b);
-    w.mo = 0.0f;
-  } else if constexpr (T == chorus::TensorType::q5_1) {
-    w.u = _mm256_or_si256(unpack_nibbles(b + 8), fifth_bits(b + 4));
-    w.d = load_f16(b);
-    w.mo = load_f16(b + 2);
   } else {  // q8_0
     w.sign = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
     w.u = _mm256_abs_epi8(w.sign);
@@ -105,15 +85,11 @@ inline WBlock unpack(const uint8_t* b) {
 
 // Formats whose quants are signed (the sign moves onto the activations so the dot stays u8 x s8).
 template <chorus::TensorType T>
-constexpr bool kSigned = T == chorus::TensorType::q8_0 || T == chorus::TensorType::q4_0 || T == chorus::TensorType::q5_0;
+constexpr bool kSigned = T == chorus::TensorType::q8_0 || T == chorus::TensorType::q4_0;
 
 // Bytes per 32-weight block.
 template <chorus::TensorType T>
-constexpr size_t kBlockBytes = T == chorus::TensorType::q4_0   ? 18
-                               : T == chorus::TensorType::q4_1 ? 20
-                               : T == chorus::TensorType::q5_0 ? 22
-                               : T == chorus::TensorType::q5_1 ? 24
-                                                               : 34;
+constexpr size_t kBlockBytes = T == chorus::TensorType::q4_0 ? 18 : T == chorus::TensorType::q4_1 ? 20 : 34;
 
 template <chorus::TensorType T>
 inline __m256i block_dot(const WBlock& w, __m256i x) {
@@ -395,7 +371,7 @@ void gemm_f32_x86(const chorus::GemmArgs& a) {
 }  // namespace
 
 #include "kernels/cpu/gemm_half_x86_impl.h"
-#include "kernels/cpu/gemm_kquant_x86_impl.h"
+#include "kernels/cpu/gemm_panel_x86_impl.h"
 
 namespace {
 
@@ -409,10 +385,8 @@ inline chorus::CpuKernels make_x86_table(const char* isa) {
   k.gemm_f32 = gemm_f32_x86;
   k.gemm[static_cast<int>(TensorType::q4_0)] = gemm_x86<TensorType::q4_0>;
   k.gemm[static_cast<int>(TensorType::q4_1)] = gemm_x86<TensorType::q4_1>;
-  k.gemm[static_cast<int>(TensorType::q5_0)] = gemm_x86<TensorType::q5_0>;
-  k.gemm[static_cast<int>(TensorType::q5_1)] = gemm_x86<TensorType::q5_1>;
   k.gemm[static_cast<int>(TensorType::q8_0)] = gemm_x86<TensorType::q8_0>;
-  fill_kquant_gemms(k);
+  fill_panel_gemms(k);
   fill_half_gemms(k);
   return k;
 }

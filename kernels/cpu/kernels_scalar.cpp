@@ -6,7 +6,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dequant.h"
 #include "kernels/cpu/fp16.h"
-#include "kernels/cpu/kquant.h"
+#include "kernels/cpu/groups.h"
 #include "kernels/cpu/ops_impl.h"
 
 namespace chorus {
@@ -27,8 +27,8 @@ inline int32_t idot32(const int8_t* wq, const int8_t* xq) {
 }
 
 // Unpacks the 32 quants of a legacy block into wq, and returns (scale, min) so that
-// w = d * wq + m. Formats without a minimum (Q4_0, Q5_0, Q8_0) unpack to signed values
-// (q - 8, q - 16, q), as llama.cpp computes them; Q4_1 and Q5_1 unpack to unsigned values.
+// w = d * wq + m. Formats without a minimum (Q4_0, Q8_0) unpack to signed values (q - 8, q),
+// as llama.cpp computes them; Q4_1 unpacks to unsigned values.
 struct LegacyBlock {
   float d, m;
 };
@@ -47,19 +47,6 @@ LegacyBlock unpack_legacy(TensorType t, const uint8_t* b, int8_t* wq) {
         wq[j + 16] = static_cast<int8_t>(b[4 + j] >> 4);
       }
       return {f16_at(b), f16_at(b + 2)};
-    case TensorType::q5_0:
-    case TensorType::q5_1: {
-      const bool has_min = t == TensorType::q5_1;
-      const uint8_t* p = b + (has_min ? 4 : 2);
-      uint32_t qh;
-      std::memcpy(&qh, p, 4);
-      const int off = has_min ? 0 : 16;
-      for (int j = 0; j < 16; ++j) {
-        wq[j] = static_cast<int8_t>(((p[4 + j] & 0x0f) | (((qh >> j) & 1u) << 4)) - off);
-        wq[j + 16] = static_cast<int8_t>(((p[4 + j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - off);
-      }
-      return {f16_at(b), has_min ? f16_at(b + 2) : 0.0f};
-    }
     case TensorType::q8_0:
       std::memcpy(wq, b + 2, 32);
       return {f16_at(b), 0.0f};
@@ -67,7 +54,7 @@ LegacyBlock unpack_legacy(TensorType t, const uint8_t* b, int8_t* wq) {
   }
 }
 
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 against int8 activations:
+// Q4_0, Q4_1, Q8_0 against int8 activations:
 //   sum_j (d wq_j + m) * dx qx_j = d dx sum(wq qx) + m sx,  sx = dx sum(qx)
 void gemm_legacy_scalar(const GemmArgs& a) {
   const auto& info = tensor_type_info(a.type);
@@ -88,53 +75,37 @@ void gemm_legacy_scalar(const GemmArgs& a) {
   }
 }
 
-// Q4_K, Q5_K, Q6_K against BlockQ8K activations. Per super-block (256 weights), in integers:
-//   Q4_K / Q5_K:  isum = sum_g sc[g] sum_l q x,  msum = sum_g m[g] (bsums[2g] + bsums[2g+1])
-//                 y += (d dx) isum - (dmin dx) msum
-//   Q6_K:         isum = sum_j sc[j] sum_l q x - 32 sum_j sc[j] bsums[j]
-//                 y += (d dx) isum
-// The optimized kernels compute the same integers; only the float sums' order differs.
-void gemm_kquant_scalar(const GemmArgs& a) {
-  const auto& info = tensor_type_info(a.type);
-  const int64_t nsb = a.n_cols / kQ8KBlock;
-  uint8_t q[32];
+// The panel types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) from their GGUF rows, 32 weights at a time
+// (groups::quants / groups::scales), in the order every panel kernel follows lane by lane:
+// per k-block b, with exact integer sums I = sum u qx - off * sum qx (per 16-weight half for
+// Q6_K),
+//   acc = fma(float(I_h), dw[h] * dx, acc)         for each half h (one for the other types)
+//   acc = fma(mo, dx * float(sum qx), acc)         for the types with a minimum
+void gemm_group_scalar(const GemmArgs& a) {
+  const int64_t nb = a.n_cols / 32;
+  const bool q6 = a.type == TensorType::q6_k;
+  const bool min = groups::has_min(a.type);
+  uint8_t u[32];
   for (int64_t r = a.r0; r < a.r1; ++r) {
     const uint8_t* row = a.w + r * a.w_row_bytes;
     for (int64_t t = 0; t < a.n_tokens; ++t) {
-      const BlockQ8K* xs = a.xk + t * nsb;
-      float sum = 0.0f;
-      for (int64_t sb = 0; sb < nsb; ++sb) {
-        const uint8_t* b = row + sb * info.block_bytes;
-        const BlockQ8K& x = xs[sb];
-        if (a.type == TensorType::q6_k) {
-          const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-          int32_t isum = 0, corr = 0;
-          for (int g = 0; g < 8; ++g) {
-            kquant::group_q6k(b, g, q);
-            for (int half = 0; half < 2; ++half) {
-              int32_t s16 = 0;
-              for (int l = 16 * half; l < 16 * half + 16; ++l) s16 += q[l] * x.q[32 * g + l];
-              isum += sc[2 * g + half] * s16;
-            }
-          }
-          for (int j = 0; j < 16; ++j) corr += sc[j] * x.bsums[j];
-          sum += f16_at(b + 208) * x.d * static_cast<float>(isum - 32 * corr);
+      const BlockQ8* x = a.xq + t * nb;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        groups::quants(a.type, row, b, u);
+        const groups::Scales sc = groups::scales(a.type, row, b);
+        int32_t dot[2] = {0, 0};
+        for (int i = 0; i < 32; ++i) dot[i / 16] += u[i] * x[b].q[i];
+        const int32_t qsum = x[b].qsum[0] + x[b].qsum[1];
+        if (q6) {
+          for (int h = 0; h < 2; ++h)
+            acc = std::fma(static_cast<float>(dot[h] - sc.off * x[b].qsum[h]), sc.dw[h] * x[b].d, acc);
         } else {
-          const bool five = a.type == TensorType::q5_k;
-          uint8_t sc[8], mn[8];
-          kquant::scales_mins(b + 4, sc, mn);
-          int32_t isum = 0, msum = 0;
-          for (int g = 0; g < 8; ++g) {
-            kquant::group_q45k(b, five, g, q);
-            int32_t s32 = 0;
-            for (int l = 0; l < 32; ++l) s32 += q[l] * x.q[32 * g + l];
-            isum += sc[g] * s32;
-            msum += mn[g] * (x.bsums[2 * g] + x.bsums[2 * g + 1]);
-          }
-          sum += f16_at(b) * x.d * static_cast<float>(isum) - f16_at(b + 2) * x.d * static_cast<float>(msum);
+          acc = std::fma(static_cast<float>(dot[0] + dot[1] - sc.off * qsum), sc.dw[0] * x[b].d, acc);
+          if (min) acc = std::fma(sc.mo, x[b].d * static_cast<float>(qsum), acc);
         }
       }
-      a.y[t * a.y_stride + r] = sum;
+      a.y[t * a.y_stride + r] = acc;
     }
   }
 }
@@ -157,14 +128,14 @@ void gemm_dequantized(const GemmArgs& a) {
 GemmInput gemm_input(TensorType type) {
   switch (type) {
     case TensorType::q4_0: case TensorType::q4_1: case TensorType::q5_0: case TensorType::q5_1:
-    case TensorType::q8_0: return GemmInput::q8;
-    case TensorType::q4_k: case TensorType::q5_k: case TensorType::q6_k: return GemmInput::q8k;
+    case TensorType::q8_0: case TensorType::q4_k: case TensorType::q5_k: case TensorType::q6_k: return GemmInput::q8;
     default: return GemmInput::f32;
   }
 }
 
-GemmFn gemm_for(const CpuKernels& k, TensorType type) {
+GemmFn gemm_for(const CpuKernels& k, TensorType type, bool panels) {
   const auto id = static_cast<uint32_t>(type);
+  if (panels && id < 40 && k.gemm_panels[id] != nullptr) return k.gemm_panels[id];
   if (id < 40 && k.gemm[id] != nullptr) return k.gemm[id];
   return can_dequantize(type) ? k.gemm_f32 : nullptr;
 }
@@ -175,10 +146,9 @@ const CpuKernels& cpu_kernels_scalar() {
     k.isa = "scalar";
     fill_common_ops(k);
     k.gemm_f32 = gemm_dequantized;
-    for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q5_1, TensorType::q8_0})
-      k.gemm[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
-    for (TensorType t : {TensorType::q4_k, TensorType::q5_k, TensorType::q6_k})
-      k.gemm[static_cast<uint32_t>(t)] = gemm_kquant_scalar;
+    for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q8_0}) k.gemm[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
+    for (TensorType t : {TensorType::q5_0, TensorType::q5_1, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k})
+      k.gemm[static_cast<uint32_t>(t)] = gemm_group_scalar;
     return k;
   }();
   return table;

@@ -254,48 +254,14 @@ void quantize_q8_generic(const float* x, chorus::BlockQ8* out, int64_t n) {
     }
     const float d = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    int sum = 0;
-    for (int i = 0; i < chorus::kQ8Block; ++i) {
-      const int q = static_cast<int>(std::nearbyint(xb[i] * id));
-      out[b].q[i] = static_cast<int8_t>(q);
-      sum += q;
-    }
+    for (int i = 0; i < chorus::kQ8Block; ++i) out[b].q[i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+    int half[2] = {0, 0};
+    for (int h = 0; h < 2; ++h)
+      for (int i = 16 * h; i < 16 * h + 16; ++i) half[h] += out[b].q[i];
     out[b].d = round_to_f16(d);
-    out[b].s = round_to_f16(d * static_cast<float>(sum));
-  }
-}
-
-// As llama.cpp's quantize_row_q8_K: the scale from the value of largest magnitude with its sign
-// (iscale = -127 / max), round to nearest even, 16-value sums of the quants.
-void quantize_q8k_generic(const float* x, chorus::BlockQ8K* out, int64_t n) {
-  for (int64_t b = 0; b < n / chorus::kQ8KBlock; ++b) {
-    const float* xb = x + b * chorus::kQ8KBlock;
-    chorus::BlockQ8K& o = out[b];
-    float amax = 0.0f, max = 0.0f;
-    for (int i = 0; i < chorus::kQ8KBlock; ++i) {
-      const float v = std::fabs(xb[i]);
-      if (v > amax) {
-        amax = v;
-        max = xb[i];
-      }
-    }
-    if (amax == 0.0f) {
-      o.d = 0.0f;
-      for (int i = 0; i < chorus::kQ8KBlock; ++i) o.q[i] = 0;
-      for (int j = 0; j < chorus::kQ8KBlock / 16; ++j) o.bsums[j] = 0;
-      continue;
-    }
-    const float iscale = -127.0f / max;
-    for (int i = 0; i < chorus::kQ8KBlock; ++i) {
-      const int q = static_cast<int>(std::nearbyint(iscale * xb[i]));
-      o.q[i] = static_cast<int8_t>(q > 127 ? 127 : (q < -127 ? -127 : q));
-    }
-    for (int j = 0; j < chorus::kQ8KBlock / 16; ++j) {
-      int sum = 0;
-      for (int i = 0; i < 16; ++i) sum += o.q[16 * j + i];
-      o.bsums[j] = static_cast<int16_t>(sum);
-    }
-    o.d = 1.0f / iscale;
+    out[b].s = round_to_f16(d * static_cast<float>(half[0] + half[1]));
+    out[b].qsum[0] = static_cast<int16_t>(half[0]);
+    out[b].qsum[1] = static_cast<int16_t>(half[1]);
   }
 }
 
@@ -374,7 +340,6 @@ void op_gdn_query_dense(const float* A, const float* B, float* y, float* c, floa
 
 void fill_common_ops(chorus::CpuKernels& k) {
   k.quantize_q8 = quantize_q8_generic;
-  k.quantize_q8k = quantize_q8k_generic;
   k.rmsnorm = op_rmsnorm;
   k.rope_cache = op_rope_cache;
   k.rope = op_rope;

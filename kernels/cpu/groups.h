@@ -1,0 +1,77 @@
+// A row of a panel type (kernels/cpu/panel.h) seen 32 weights at a time, in its GGUF layout:
+// the unsigned quants of k-block b and what turns them into values. Shared by the scalar
+// reference kernel (gemm_group_scalar) and the panel packer, so both read a row alike.
+#pragma once
+
+#include <cassert>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/fp16.h"
+#include "kernels/cpu/kquant.h"
+#include "kernels/tensor_type.h"
+
+namespace chorus::groups {
+
+// Weight k of k-block b is  dw[h] (u - off) + mo,  h = (k % 32) / 16 for Q6_K and 0 otherwise.
+struct Scales {
+  float dw[2];
+  float mo;  // 0 for the types without a minimum
+  int off;   // 16 (Q5_0), 32 (Q6_K), else 0
+};
+
+// The types whose weights have a minimum (the mo term).
+inline bool has_min(TensorType t) { return t == TensorType::q5_1 || t == TensorType::q4_k || t == TensorType::q5_k; }
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+inline void quants(TensorType t, const uint8_t* row, int64_t b, uint8_t* u) {
+  switch (t) {
+    case TensorType::q5_0:
+    case TensorType::q5_1: {
+      const bool min = t == TensorType::q5_1;
+      const uint8_t* qh = row + b * (min ? 24 : 22) + (min ? 4 : 2);
+      const uint8_t* qs = qh + 4;
+      uint32_t bits;
+      std::memcpy(&bits, qh, 4);
+      for (int j = 0; j < 16; ++j) {
+        u[j] = static_cast<uint8_t>((qs[j] & 0x0f) | ((bits >> j) & 1u) << 4);
+        u[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | ((bits >> (j + 16)) & 1u) << 4);
+      }
+      return;
+    }
+    case TensorType::q4_k: kquant::group_q45k(row + (b / 8) * kquant::kQ4KBytes, false, static_cast<int>(b % 8), u); return;
+    case TensorType::q5_k: kquant::group_q45k(row + (b / 8) * kquant::kQ5KBytes, true, static_cast<int>(b % 8), u); return;
+    case TensorType::q6_k: kquant::group_q6k(row + (b / 8) * kquant::kQ6KBytes, static_cast<int>(b % 8), u); return;
+    default: assert(false && "groups::quants: not a panel type");
+  }
+}
+
+inline Scales scales(TensorType t, const uint8_t* row, int64_t b) {
+  switch (t) {
+    case TensorType::q5_0: return {{f16_at(row + b * 22), 0.0f}, 0.0f, 16};
+    case TensorType::q5_1: return {{f16_at(row + b * 24), 0.0f}, f16_at(row + b * 24 + 2), 0};
+    case TensorType::q4_k:
+    case TensorType::q5_k: {
+      const uint8_t* blk = row + (b / 8) * (t == TensorType::q4_k ? kquant::kQ4KBytes : kquant::kQ5KBytes);
+      uint8_t sc[8], mn[8];
+      kquant::scales_mins(blk + 4, sc, mn);
+      const int g = static_cast<int>(b % 8);
+      return {{f16_at(blk) * static_cast<float>(sc[g]), 0.0f}, -(f16_at(blk + 2) * static_cast<float>(mn[g])), 0};
+    }
+    case TensorType::q6_k: {
+      const uint8_t* blk = row + (b / 8) * kquant::kQ6KBytes;
+      const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+      const float d = f16_at(blk + 208);
+      const int g = static_cast<int>(b % 8);
+      return {{d * static_cast<float>(sc[2 * g]), d * static_cast<float>(sc[2 * g + 1])}, 0.0f, 32};
+    }
+    default: assert(false && "groups::scales: not a panel type"); return {};
+  }
+}
+
+}  // namespace chorus::groups
