@@ -2,8 +2,7 @@
 """Record llama.cpp logits for the tiny random-weight models.
 
 For each of tiny_llama.gguf, tiny_qwen2.gguf, tiny_llama_f32.gguf, tiny_qwen3.gguf,
-tiny_qwen35.gguf, tiny_qwen35moe.gguf,
-tiny_qwen3next_f32.gguf (written by
+tiny_qwen35.gguf, tiny_qwen35moe.gguf, tiny_qwen3next_f32.gguf, tiny_llama_kq.gguf (written by
 make_tiny_models.py, in the same directory as --out):
 
   cases:  3 token-id sequences (lengths 1, 7, 40; ids uniform in [0, n_vocab),
@@ -20,7 +19,11 @@ attention. Floats are written as the shortest decimal that round-trips to the
 float32 value llama.cpp produced.
 
 Usage:
-  make_tiny_goldens.py [--out tests/goldens/tiny_models.json]
+  dequantized_cases (DEQUANTIZED models only): the same cases on a copy of the file with every
+          tensor dequantized to F32 by the gguf package, under the same settings.
+
+  make_tiny_goldens.py [--out tests/goldens/tiny_models.json] [--only a.gguf,b.gguf]
+(--only records those models and keeps the other entries of --out as they are.)
 """
 import argparse
 import json
@@ -37,7 +40,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_OUT = os.path.join(REPO, "tests", "goldens", "tiny_models.json")
 
 MODELS = ["tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf", "tiny_qwen3.gguf",
-          "tiny_qwen35.gguf", "tiny_qwen35moe.gguf", "tiny_qwen3next_f32.gguf"]
+          "tiny_qwen35.gguf", "tiny_qwen35moe.gguf", "tiny_qwen3next_f32.gguf", "tiny_llama_kq.gguf"]
 LENGTHS = [1, 7, 40]
 SEED = 20240601
 N_GREEDY = 16
@@ -55,6 +58,39 @@ def f32(x):
 def last_logits(llm):
     # With logits_all=True, Llama.eval fills llm.scores for every position.
     return np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+
+
+# Models whose weights are quantized with int8 activations that differ from llama.cpp's (the
+# k-quants: llama.cpp reads them with per-256 activation scales, chorus with per-32): their
+# logits are also recorded from a copy with every tensor dequantized to F32 (gguf's
+# dequantizer), the exact arithmetic both must approach.
+DEQUANTIZED = ["tiny_llama_kq.gguf"]
+
+
+def dequantized_copy(path, out):
+    import gguf
+    r = gguf.GGUFReader(path)
+    w = gguf.GGUFWriter(out, str(r.fields["general.architecture"].contents()))
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(f.name, f.contents(), f.types[0], sub_type=f.types[1])
+        else:
+            w.add_key_value(f.name, f.contents(), f.types[0])
+    for t in r.tensors:
+        w.add_tensor(t.name, gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def open_llm(path):
+    import llama_cpp
+    return llama_cpp.Llama(model_path=path, n_ctx=N_CTX, n_threads=N_THREADS, n_threads_batch=N_THREADS,
+                           n_batch=N_BATCH, logits_all=True, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32,
+                           flash_attn=False, seed=0, verbose=False)
 
 
 def run_case(llm, ids):
@@ -83,6 +119,8 @@ def main():
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--models-dir", default=None,
                     help="directory with the .gguf files (default: the --out directory)")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated models to record; the others keep their entries in --out")
     args = ap.parse_args()
     models_dir = args.models_dir or os.path.dirname(os.path.abspath(args.out))
 
@@ -91,13 +129,11 @@ def main():
     t_start = time.perf_counter()
     out_models = {}
     raw = {}
-    for name in MODELS:
+    only = args.only.split(",") if args.only else MODELS
+    for name in only:
         path = os.path.join(models_dir, name)
         t0 = time.perf_counter()
-        llm = llama_cpp.Llama(model_path=path, n_ctx=N_CTX, n_threads=N_THREADS,
-                              n_threads_batch=N_THREADS, n_batch=N_BATCH, logits_all=True,
-                              type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, flash_attn=False,
-                              seed=0, verbose=False)
+        llm = open_llm(path)
         n_vocab = int(llm.n_vocab())
         rng = np.random.default_rng(SEED)
         seqs = [[int(t) for t in rng.integers(0, n_vocab, size=n)] for n in LENGTHS]
@@ -123,6 +159,19 @@ def main():
             "cases": cases,
             "greedy": {"prompt": seqs[-1], "ids": g_ids, "top2_gap": [f32(g) for g in g_gaps]},
         }
+        if name in DEQUANTIZED:
+            import tempfile
+            with tempfile.TemporaryDirectory() as tmp:
+                copy = os.path.join(tmp, "f32.gguf")
+                dequantized_copy(path, copy)
+                ref = open_llm(copy)
+                exact = [run_case(ref, ids) for ids in seqs]
+                del ref
+            out_models[name]["dequantized_cases"] = [{"ids": ids, "last_logits": [f32(v) for v in l]}
+                                                     for ids, l in zip(seqs, exact)]
+            for ids, l, e in zip(seqs, raw[name], exact):
+                print("  %s, %2d tokens: llama.cpp vs its dequantized copy: max |dlogit| %.4f (max |logit| %.3f)" % (
+                    name, len(ids), np.abs(l - e).max(), np.abs(e).max()))
         stds = " ".join("%.3f" % l.std() for l in raw[name])
         print("%-20s n_vocab %d  logit std [%s]  greedy %s  min gap %.4f  %.2fs" % (
             name, n_vocab, stds, g_ids, min(g_gaps), time.perf_counter() - t0))
@@ -143,6 +192,11 @@ def main():
         "seed": SEED,
         "models": out_models,
     }
+    if args.only and os.path.exists(args.out):  # keep the models not recorded now, in MODELS order
+        with open(args.out, "r", encoding="utf-8") as f:
+            kept = json.load(f)["models"]
+        out["models"] = {n: out_models[n] if n in out_models else kept[n] for n in MODELS if n in out_models or n in kept}
+        out_models = out["models"]
 
     # Layout: one case per line.
     lines = [json.dumps({k: v for k, v in out.items() if k != "models"})[:-1] + ', "models": {']
@@ -151,7 +205,11 @@ def main():
         s = '%s: {"sha256": %s, "n_vocab": %d, "cases": [\n' % (
             json.dumps(name), json.dumps(m["sha256"]), m["n_vocab"])
         s += ",\n".join(json.dumps(c, separators=(",", ":")) for c in m["cases"])
-        s += '\n], "greedy": %s}' % json.dumps(m["greedy"], separators=(",", ":"))
+        s += '\n], "greedy": %s' % json.dumps(m["greedy"], separators=(",", ":"))
+        if "dequantized_cases" in m:
+            s += ', "dequantized_cases": [\n' + ",\n".join(
+                json.dumps(c, separators=(",", ":")) for c in m["dequantized_cases"]) + "\n]"
+        s += "}"
         mparts.append(s)
     text = lines[0] + "\n" + ",\n".join(mparts) + "\n}}\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -160,7 +218,7 @@ def main():
     with open(args.out, "r", encoding="utf-8") as f:
         back = json.load(f)
     assert back == json.loads(json.dumps(out))
-    for name in MODELS:  # floats survive the round trip exactly as float32
+    for name in raw:  # floats survive the round trip exactly as float32
         for c, l in zip(back["models"][name]["cases"], raw[name]):
             assert np.array_equal(np.array(c["last_logits"], dtype=np.float32), l)
     print("wrote %s (%d bytes) in %.2fs" % (args.out, os.path.getsize(args.out),

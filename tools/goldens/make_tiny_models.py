@@ -20,6 +20,10 @@ byte-identical files):
   tiny_qwen35moe.gguf  "qwen35moe": the same layers with mixture-of-experts
                        feed-forward (4 experts of 64, top 2, F32 router, a
                        shared expert of 96 gated by sigmoid)
+  tiny_llama_kq.gguf   "llama", n_embd 256 (head 64), n_ff 512, untied output: written F32, then
+                       quantized by llama.cpp's llama-quantize with one panel type per
+                       matrix: attn_q, ffn_gate, token_embd Q4_K; attn_k Q5_K; attn_v,
+                       ffn_down, output Q6_K; attn_output Q5_0; ffn_up Q5_1
   tiny_qwen3next_f32.gguf  "qwen3next": as qwen35moe, with value head h reading
                        key head h / 2 and beta/alpha packed per key head
                        (ssm_ba); all matrices F32 (no int8 activations, whose
@@ -88,11 +92,25 @@ MODELS = {
                             gguf.LlamaFileType.ALL_F32),
     "tiny_qwen3.gguf": ("qwen3", QT.Q8_0, QT.Q8_0, True, False, 1000000.0, 1e-6, 9012,
                         gguf.LlamaFileType.MOSTLY_Q8_0),
+    # Written as F32, then quantized by llama-quantize (QUANTIZED below).
+    "tiny_llama_kq.gguf": ("llama", QT.F32, QT.F32, False, False, 500000.0, 1e-5, 4321,
+                           gguf.LlamaFileType.ALL_F32),
 }
 # Per-file extras: an explicit head size (attention.key_length/value_length)
 # and per-head q/k norms.
 EXTRAS = {
     "tiny_qwen3.gguf": {"head_dim": 64, "qk_norm": True},
+    "tiny_llama_kq.gguf": {"n_embd": 256, "n_ff": 512},
+}
+
+# Files quantized by llama.cpp's own llama-quantize (tools/bench/build_llamacpp.sh) from an F32
+# file written as above, since the gguf package cannot quantize the k-quants: the llama.cpp
+# quantization type, then per-tensor types (llama-quantize --tensor-type), so that one small
+# file holds every panel type (kernels/cpu/panel.h).
+QUANTIZED = {
+    "tiny_llama_kq.gguf": ("Q4_K_M", {"attn_q": "q4_k", "attn_k": "q5_k", "attn_v": "q6_k", "attn_output": "q5_0",
+                                      "ffn_gate": "q4_k", "ffn_up": "q5_1", "ffn_down": "q6_k"},
+                           {"--token-embedding-type": "q4_k", "--output-tensor-type": "q6_k"}),
 }
 
 
@@ -159,7 +177,9 @@ def add_tokenizer(w, tokens, types):
 def write_model(path, spec, tokens, types):
     arch, mtype, etype, tied, biases, rope_base, eps, seed, ftype = spec
     extras = EXTRAS.get(os.path.basename(path), {})
-    head_dim = extras.get("head_dim", HEAD_DIM)
+    n_embd = extras.get("n_embd", N_EMBD)
+    n_ff = extras.get("n_ff", N_FF)
+    head_dim = extras.get("head_dim", n_embd // N_HEAD)
     qk_norm = extras.get("qk_norm", False)
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
@@ -167,12 +187,12 @@ def write_model(path, spec, tokens, types):
     w.add_name(os.path.splitext(os.path.basename(path))[0])
     w.add_file_type(int(ftype))
     w.add_context_length(N_CTX)
-    w.add_embedding_length(N_EMBD)
+    w.add_embedding_length(n_embd)
     w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF)
+    w.add_feed_forward_length(n_ff)
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(N_HEAD_KV)
-    if head_dim != HEAD_DIM:
+    if head_dim != n_embd // N_HEAD:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
@@ -185,15 +205,15 @@ def write_model(path, spec, tokens, types):
     # Tensor order as llama.cpp's converters write it. Weights are drawn in
     # this order from one generator, so the F32 and Q8_0 llama files share
     # the same underlying float weights.
-    add_matrix(w, "token_embd.weight", [N_EMBD, n_vocab], etype, rng)
+    add_matrix(w, "token_embd.weight", [n_embd, n_vocab], etype, rng)
     kv = N_HEAD_KV * head_dim
     qd = N_HEAD * head_dim
     for i in range(N_LAYER):
         p = "blk.%d." % i
-        add_norm(w, p + "attn_norm.weight", N_EMBD, rng)
-        add_matrix(w, p + "attn_q.weight", [N_EMBD, qd], mtype, rng)
-        add_matrix(w, p + "attn_k.weight", [N_EMBD, kv], mtype, rng)
-        add_matrix(w, p + "attn_v.weight", [N_EMBD, kv], mtype, rng)
+        add_norm(w, p + "attn_norm.weight", n_embd, rng)
+        add_matrix(w, p + "attn_q.weight", [n_embd, qd], mtype, rng)
+        add_matrix(w, p + "attn_k.weight", [n_embd, kv], mtype, rng)
+        add_matrix(w, p + "attn_v.weight", [n_embd, kv], mtype, rng)
         if biases:
             add_bias(w, p + "attn_q.bias", qd, rng)
             add_bias(w, p + "attn_k.bias", kv, rng)
@@ -201,14 +221,14 @@ def write_model(path, spec, tokens, types):
         if qk_norm:
             add_norm(w, p + "attn_q_norm.weight", head_dim, rng)
             add_norm(w, p + "attn_k_norm.weight", head_dim, rng)
-        add_matrix(w, p + "attn_output.weight", [qd, N_EMBD], mtype, rng)
-        add_norm(w, p + "ffn_norm.weight", N_EMBD, rng)
-        add_matrix(w, p + "ffn_gate.weight", [N_EMBD, N_FF], mtype, rng)
-        add_matrix(w, p + "ffn_up.weight", [N_EMBD, N_FF], mtype, rng)
-        add_matrix(w, p + "ffn_down.weight", [N_FF, N_EMBD], mtype, rng)
-    add_norm(w, "output_norm.weight", N_EMBD, rng)
+        add_matrix(w, p + "attn_output.weight", [qd, n_embd], mtype, rng)
+        add_norm(w, p + "ffn_norm.weight", n_embd, rng)
+        add_matrix(w, p + "ffn_gate.weight", [n_embd, n_ff], mtype, rng)
+        add_matrix(w, p + "ffn_up.weight", [n_embd, n_ff], mtype, rng)
+        add_matrix(w, p + "ffn_down.weight", [n_ff, n_embd], mtype, rng)
+    add_norm(w, "output_norm.weight", n_embd, rng)
     if not tied:
-        add_matrix(w, "output.weight", [N_EMBD, n_vocab], mtype, rng)
+        add_matrix(w, "output.weight", [n_embd, n_vocab], mtype, rng)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -332,6 +352,25 @@ def write_hybrid_model(path, tokens, types, arch="qwen35", qt=QT.Q8_0):
     w.close()
 
 
+def llama_quantize(path, spec):
+    """Quantizes the F32 file at path in place with llama-quantize, as QUANTIZED[name] says."""
+    import subprocess
+    base, per_tensor, flags = spec
+    bin_dir = subprocess.run([os.path.join(REPO, "tools", "bench", "build_llamacpp.sh")], check=True, text=True,
+                             stdout=subprocess.PIPE).stdout.strip().splitlines()[-1]
+    cmd = [os.path.join(bin_dir, "llama-quantize")]
+    for k, v in flags.items():
+        cmd += [k, v]
+    for k, v in per_tensor.items():
+        cmd += ["--tensor-type", "%s=%s" % (k, v)]
+    src = path + ".f32"
+    os.replace(path, src)
+    try:
+        subprocess.run(cmd + [src, path, base, "1"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    finally:
+        os.remove(src)
+
+
 def check_with_llama_cpp(path, n_vocab):
     import llama_cpp
     t0 = time.perf_counter()
@@ -369,6 +408,8 @@ def main():
             write_hybrid_model(path, tokens, types, arch=arch, qt=QT.F32 if "f32" in name else QT.Q8_0)
         else:
             write_model(path, spec, tokens, types)
+            if name in QUANTIZED:
+                llama_quantize(path, QUANTIZED[name])
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
         print("%s: %d bytes, sha256 %s" % (name, os.path.getsize(path), digest))
