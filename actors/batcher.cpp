@@ -50,7 +50,7 @@ class BatcherCore {
         auto it = programs_.find(c->program);
         const std::string name = "program " + std::to_string(c->program);
         if (it == programs_.end()) return encode_error_envelope(rid, make_error(Errc::not_found, name + " is not registered"));
-        if (it->second.state != 0)
+        if (it->second.state != ProgramState::active)
           return encode_error_envelope(rid, make_error(Errc::invalid_argument, name + " is paused: restore it before adding blocks"));
         owner = &it->second;
       }
@@ -133,7 +133,7 @@ class BatcherCore {
   struct Program {
     std::string name;
     std::vector<BlockId> blocks;
-    int state = 0;  // 0 active, 1 paused
+    ProgramState state = ProgramState::active;
     bool hold = false;
     bool acting = false;  // its last reported phase (ProgramPhase)
     std::vector<Held> held;
@@ -150,7 +150,7 @@ class BatcherCore {
   // `blocks` (0: none).
   uint64_t hold_program_of(const std::vector<BlockId>& blocks, bool paused) const {
     for (const auto& [id, p] : programs_) {
-      if (!p.hold || (paused && p.state != 1)) continue;
+      if (!p.hold || (paused && p.state != ProgramState::paused)) continue;
       for (BlockId b : p.blocks)
         if (std::find(blocks.begin(), blocks.end(), b) != blocks.end()) return id;
     }
@@ -382,7 +382,7 @@ class BatcherCore {
     if (pc.op == ProgramCmd::Op::register_program) {
       for (BlockId b : pc.blocks)
         if (!engine_->blocks().is_live(b)) return bad(Errc::not_found, name + ": block " + std::to_string(b) + " does not exist");
-      programs_[pc.program] = Program{pc.name, pc.blocks, 0, pc.hold, false, {}};
+      programs_[pc.program] = Program{pc.name, pc.blocks, ProgramState::active, pc.hold, false, {}};
       return status(rid, pc.program, programs_[pc.program]);
     }
     auto it = programs_.find(pc.program);
@@ -421,7 +421,7 @@ class BatcherCore {
         if (s.ok() && engine_->blocks().is_live(b)) s = engine_->blocks().free(b);
     }
     if (!s.ok()) return encode_error_envelope(rid, s.error());
-    p.state = pc.op == ProgramCmd::Op::pause ? 1 : 0;
+    p.state = pc.op == ProgramCmd::Op::pause ? ProgramState::paused : ProgramState::active;
     // Its requests waiting for room: held for its restore now (paused), or ended with it.
     for (auto it = waiting_.begin(); it != waiting_.end();)
       if (it->program == pc.program) {
@@ -434,7 +434,7 @@ class BatcherCore {
     std::vector<Held> held;
     if (pc.op != ProgramCmd::Op::pause) held.swap(p.held);
     if (pc.op == ProgramCmd::Op::terminate) {
-      Frame f = encode_program_status(rid, pc.program, 2, 0, 0);
+      Frame f = encode_program_status(rid, pc.program, ProgramState::terminated, 0, 0);
       programs_.erase(it);
       for (Held& h : held)  // they asked for blocks that are gone now
         h.deliver(encode_error_envelope(h.rid, make_error(Errc::not_found, name + " was terminated while this request waited for its restore")));

@@ -51,7 +51,7 @@ Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
   return {};
 }
 
-Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens,
+Frame encode_program_status(uint64_t request_id, uint64_t program, ProgramState state, uint32_t resident_pages, uint64_t tokens,
                             bool acting, uint32_t pending, uint32_t held, uint32_t wanted_pages) {
   flatbuffers::FlatBufferBuilder fbb;
   return finish(fbb, request_id, wire::Payload::ProgramStatus,
@@ -258,7 +258,13 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
   if (!summary) return summary.error();
   const wire::Envelope* env = wire::GetEnvelope(frame.data());
   Reply r;
-  r.kind = summary->payload_type;
+  static const std::pair<const char*, ReplyKind> kinds[] = {
+      {"BlockInfo", ReplyKind::block_info},     {"ViewSnapshot", ReplyKind::view_snapshot},
+      {"Submitted", ReplyKind::submitted},      {"TokenEvent", ReplyKind::token},
+      {"ProbeResult", ReplyKind::probe_result}, {"RequestFinished", ReplyKind::finished},
+      {"ProgramStatus", ReplyKind::program_status}, {"Error", ReplyKind::error}};
+  for (const auto& [name, kind] : kinds)
+    if (summary->payload_type == name) r.kind = kind;
   auto summary_of = [](const wire::BlockInfo* b) {
     return BlockSummary{b->block(), b->name() ? b->name()->str() : "", b->tokens(), b->cached()};
   };
@@ -282,7 +288,7 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
     r.text = f->error() ? f->error()->str() : "";
   } else if (const auto* ps = env->payload_as_ProgramStatus()) {
     r.id = static_cast<int64_t>(ps->program());
-    r.state = static_cast<int>(ps->state());
+    r.state = static_cast<ProgramState>(ps->state());
     r.pages = ps->resident_pages();
     r.acting = ps->phase() == wire::Phase::acting;
     r.pending = ps->pending();
@@ -291,8 +297,25 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
     r.wanted_pages = ps->wanted_pages();
   } else if (const auto* e = env->payload_as_Error()) {
     r.text = e->message() ? e->message()->str() : "";
+    const int code = static_cast<int>(e->code());
+    r.code = code > 0 && code <= static_cast<int>(Errc::internal) ? static_cast<Errc>(code) : Errc::internal;
   }
   return r;
+}
+
+const char* reply_kind_name(ReplyKind k) {
+  switch (k) {
+    case ReplyKind::block_info: return "BlockInfo";
+    case ReplyKind::view_snapshot: return "ViewSnapshot";
+    case ReplyKind::submitted: return "Submitted";
+    case ReplyKind::token: return "TokenEvent";
+    case ReplyKind::probe_result: return "ProbeResult";
+    case ReplyKind::finished: return "RequestFinished";
+    case ReplyKind::program_status: return "ProgramStatus";
+    case ReplyKind::error: return "Error";
+    case ReplyKind::other: return "other";
+  }
+  return "?";
 }
 
 }  // namespace chorus

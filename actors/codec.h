@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "engine/program_state.h"
 
 namespace chorus {
 
@@ -62,8 +63,7 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
 // Batcher side: replies and events.
 Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& name, int64_t tokens, int64_t cached);
 Frame encode_submitted(uint64_t request_id, RequestId request);
-// state: 0 active, 1 paused, 2 terminated (schemas/programs.fbs ProgramState)
-Frame encode_program_status(uint64_t request_id, uint64_t program, int state, uint32_t resident_pages, uint64_t tokens,
+Frame encode_program_status(uint64_t request_id, uint64_t program, ProgramState state, uint32_t resident_pages, uint64_t tokens,
                             bool acting = false, uint32_t pending = 0, uint32_t held = 0, uint32_t wanted_pages = 0);
 Frame encode_event(uint64_t request_id, const Event& e, const std::string& text);
 struct BlockSummary {  // a BlockInfo
@@ -75,16 +75,29 @@ struct BlockSummary {  // a BlockInfo
 };
 Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks);
 
-// Client side: what came back.
+// Client side: what came back, by the frame's payload (schemas/envelope.fbs).
+enum class ReplyKind {
+  block_info,      // BlockInfo
+  view_snapshot,   // ViewSnapshot
+  submitted,       // Submitted
+  token,           // TokenEvent
+  probe_result,    // ProbeResult
+  finished,        // RequestFinished
+  program_status,  // ProgramStatus
+  error,           // Error
+  other,           // a payload that is not a reply (a command, Hello, Heartbeat)
+};
+const char* reply_kind_name(ReplyKind k);  // the payload's name, e.g. "BlockInfo"
+
 struct Reply {
-  std::string kind;       // "BlockInfo", "Submitted", "Error", "TokenEvent", "ProbeResult", "RequestFinished",
-                          // "ProgramStatus"
+  ReplyKind kind = ReplyKind::other;
+  Errc code = Errc::ok;   // Error: its class, as the batcher (or node) gave it
   int64_t id = -1;        // block id (BlockInfo) or request id (others)
   TokenId token = -1;     // TokenEvent
   std::string text;       // TokenEvent text, Error message
   std::vector<float> probabilities;  // ProbeResult
   FinishReason reason = FinishReason::completed;  // RequestFinished
-  int state = 0;                                  // ProgramStatus
+  ProgramState state = ProgramState::active;      // ProgramStatus
   int64_t pages = 0;                              // ProgramStatus: resident pages
   bool acting = false;                            // ProgramStatus: its last reported phase
   int64_t pending = 0, held = 0;                  // ProgramStatus: request holds on its blocks; requests held
@@ -92,6 +105,8 @@ struct Reply {
   int64_t wanted_pages = 0;                       // ProgramStatus: pages its requests may still take
   std::vector<BlockSummary> blocks;               // BlockInfo (one), ViewSnapshot (one per block)
 };
+// A frame that does not verify is an error; an Error frame is a Reply of kind error (its code
+// and message kept). ask() (actors/submit.h) turns the latter into the same Error.
 Result<Reply> decode_reply(std::span<const uint8_t> frame);
 
 }  // namespace chorus

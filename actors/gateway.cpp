@@ -82,12 +82,9 @@ struct Gateway::Impl {
     std::string finish_reason;
     int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     std::string error;
-    bool unavailable = false;  // the error is the KV pool running out: 503
+    Errc code = Errc::internal;  // the error's class: out_of_memory (the KV pool ran out) is a 503
     // The error as a client gets it (error must be set).
-    HttpError failure() const {
-      return unavailable ? HttpError{503, error_body("generation stopped: " + error, "server_error", "", "kv_cache_full")}
-                         : HttpError{500, error_body("generation failed: " + error, "server_error")};
-    }
+    HttpError failure() const { return http_error(make_error(code, "generation failed: " + error)); }
   };
 
   Outcome generate(const GatewayPrograms::Turn& turn, const ChatRequest& req, const Plan& plan,
@@ -114,8 +111,9 @@ struct Gateway::Impl {
         .receive(
             [&](const std::vector<uint8_t>& r) {
               auto rep = decode_reply(r);
-              if (!rep || rep->kind != "Submitted") {
+              if (!rep || rep->kind != ReplyKind::submitted) {
                 out.error = rep ? rep->text : rep.error().message;
+                out.code = rep ? rep->code : rep.error().code;
                 finished = true;
               }
             },
@@ -132,7 +130,7 @@ struct Gateway::Impl {
       self->receive([&](event_atom, const std::vector<uint8_t>& f) {
         auto e = decode_reply(f);
         if (!e) return;
-        if (e->kind == "TokenEvent") {
+        if (e->kind == ReplyKind::token) {
           if (e->token >= 0) ++out.completion_tokens;
           if (e->token >= 0 && model->tokenizer.is_end_of_generation(e->token)) eog = true;
           raw += e->text;
@@ -156,14 +154,14 @@ struct Gateway::Impl {
           out.content += held.substr(0, held.size() - keep);
           held.erase(0, held.size() - keep);
           if (stopped) held.clear();
-        } else if (e->kind == "RequestFinished") {
+        } else if (e->kind == ReplyKind::finished) {
           finished = true;
           if (e->reason == FinishReason::error) out.error = e->text;
           // The pool ran out under the request (the policy counts each request's room, so this
           // takes pages it did not foresee): an error the client can retry, not a short "length".
           if (e->reason == FinishReason::context_full) {
             out.error = e->text;
-            out.unavailable = true;
+            out.code = Errc::out_of_memory;
           }
           out.finish_reason = e->reason == FinishReason::max_tokens ? "length" : "stop";
         }

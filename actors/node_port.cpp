@@ -36,8 +36,8 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, s
       pub->send(zmq::buffer(topic), zmq::send_flags::sndmore);
       pub->send(zmq::buffer(frame), zmq::send_flags::dontwait);
     }
-    if (r->kind == "RequestFinished") request_block.erase(r->id);
-    if (r->kind == "RequestFinished") clients.erase(it);
+    if (r->kind == ReplyKind::finished) request_block.erase(r->id);
+    if (r->kind == ReplyKind::finished) clients.erase(it);
   };
   auto on_stop = [&](stop_atom) { running = false; };
   auto on_exit = [&](caf::exit_msg& m) {
@@ -82,7 +82,7 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, s
                    [&](caf::error& e) {
                      reply = encode_error_envelope(0, make_error(Errc::internal, "batcher: " + caf::to_string(e)));
                    });
-      if (auto r = decode_reply(reply); r && r->kind == "Submitted") {
+      if (auto r = decode_reply(reply); r && r->kind == ReplyKind::submitted) {
         clients[r->id] = id;
         uint64_t ignored = 0;
         if (auto cmd = decode_command(bytes, &ignored); cmd)

@@ -8,6 +8,17 @@ namespace chorus {
 using json = nlohmann::json;
 
 // An OpenAI-style error body.
+HttpError http_error(const Error& e) {
+  switch (e.code) {
+    case Errc::out_of_memory: return {503, error_body(e.message, "server_error", "", "kv_cache_full")};
+    case Errc::not_found: return {404, error_body(e.message, "invalid_request_error", "", errc_id(e.code))};
+    case Errc::invalid_argument:
+    case Errc::out_of_range:
+    case Errc::unsupported: return {400, error_body(e.message, "invalid_request_error", "", errc_id(e.code))};
+    default: return {500, error_body(e.message, "server_error", "", errc_id(e.code))};
+  }
+}
+
 std::string error_body(const std::string& message, const std::string& type, const std::string& param,
                        const std::string& code) {
   json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};

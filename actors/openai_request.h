@@ -20,6 +20,10 @@ struct HttpError {
 // {"error": {"message", "type", "param", "code"}}; param and code are null when empty.
 std::string error_body(const std::string& message, const std::string& type, const std::string& param = "",
                        const std::string& code = "");
+// An engine or batcher error as an HTTP client gets it: out_of_memory (the KV pool) is 503 with
+// code "kv_cache_full" (the client may retry); not_found 404; the other caller errors 400;
+// io, bad_format and internal 500. The code is the Errc's id (errc_id) where no OpenAI one fits.
+HttpError http_error(const Error& e);
 // JSON as text for a client: bytes that are not UTF-8 (a message quoting a malformed body, a
 // file name) become U+FFFD instead of making the serializer throw.
 std::string json_text(const nlohmann::json& j);

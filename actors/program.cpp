@@ -262,7 +262,7 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
     for (bool finished = false; !finished;)
       self->receive([&](event_atom, const std::vector<uint8_t>& f) {
         auto e = decode_reply(f);
-        if (e && e->kind == "RequestFinished") {
+        if (e && e->kind == ReplyKind::finished) {
           finished = true;
           fin = *e;
         }

@@ -110,11 +110,11 @@ struct ProgramManager::Impl {
       Result<Reply> st = make_error(Errc::internal, "no reply from the batcher");
       std::move(handle).receive([&](const std::vector<uint8_t>& r) { st = decode_reply(r); },
                                 [&](caf::error& e) { st = make_error(Errc::internal, caf::to_string(e)); });
-      if (!st || st->kind != "ProgramStatus") continue;  // ending: terminated under us
+      if (!st || st->kind != ReplyKind::program_status) continue;  // ending: terminated under us
       Managed& p = table[id];
       ProgramSnapshot s;
       s.id = id;
-      s.state = st->state == 1 ? ProgramState::paused : ProgramState::active;
+      s.state = st->state == ProgramState::paused ? ProgramState::paused : ProgramState::active;
       if (s.state == ProgramState::active) {
         p.pages = st->pages;
         p.tokens = st->tokens;

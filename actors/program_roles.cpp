@@ -189,7 +189,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
         auto r = decode_reply(frame);
         if (!r) return;
         auto& st = self->state;
-        if (r->kind == "TokenEvent") {
+        if (r->kind == ReplyKind::token) {
           if (r->token >= 0) {
             self->send(st.ctl, tokens_atom::value, int64_t{1});
             ++st.generated;
@@ -206,7 +206,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
             self->send(st.ctl, signal_atom::value, c->emits[i].event, p.substr(0, at + c->emits[i].at.size()));
             p.erase(0, at + c->emits[i].at.size());
           }
-        } else if (r->kind == "RequestFinished") {
+        } else if (r->kind == ReplyKind::finished) {
           if (r->reason == FinishReason::error || r->reason == FinishReason::context_full) {  // not a short success
             self->send(st.ctl, fail_atom::value, c->name, "generation failed: " + r->text);
             return;
@@ -303,7 +303,7 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
             [=](const std::vector<uint8_t>& reply) {
               --self->state.submitting;
               auto rep = decode_reply(reply);
-              if (rep && rep->kind == "Submitted") self->state.out[rep->id] = text;
+              if (rep && rep->kind == ReplyKind::submitted) self->state.out[rep->id] = text;
               else self->send(self->state.ctl, fail_atom::value, c->name, "probe refused: " + (rep ? rep->text : rep.error().message));
             },
             [=](caf::error& e) { self->send(self->state.ctl, fail_atom::value, c->name, "probe refused: " + caf::to_string(e)); });
@@ -343,7 +343,7 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
         auto& st = self->state;
         auto it = st.out.find(r->id);
         if (it == st.out.end()) return;
-        if (r->kind == "ProbeResult") {
+        if (r->kind == ReplyKind::probe_result) {
           float p = 0;
           for (int i : c->fire_on)
             if (static_cast<size_t>(i) < r->probabilities.size()) p += r->probabilities[static_cast<size_t>(i)];
@@ -354,7 +354,7 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
             self->send(st.ctl, signal_atom::value, c->fires, it->second.empty() ? std::string(buf) : it->second);
           }
           st.above = above;
-        } else if (r->kind == "RequestFinished") {
+        } else if (r->kind == ReplyKind::finished) {
           if (r->reason == FinishReason::error || r->reason == FinishReason::context_full)
             self->send(st.ctl, fail_atom::value, c->name, "probe failed: " + r->text);
           st.out.erase(it);
@@ -453,7 +453,7 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
             [=](const std::vector<uint8_t>& reply) {
               auto r = decode_reply(reply);
               auto& st = self->state;
-              if (!r || r->kind != "BlockInfo") {  // a reader holds the block: try again shortly
+              if (!r || r->kind != ReplyKind::block_info) {  // a reader holds the block: try again shortly
                 self->delayed_send(self, std::chrono::milliseconds(5), tick_atom::value);
                 return;
               }
@@ -508,7 +508,7 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
       },
       [=](event_atom, const std::vector<uint8_t>& frame) {
         auto r = decode_reply(frame);
-        if (!r || r->kind != "RequestFinished") return;
+        if (!r || r->kind != ReplyKind::finished) return;
         auto& st = self->state;
         if (r->reason == FinishReason::error || r->reason == FinishReason::context_full) return fail("forward failed: " + r->text);
         if (st.in_flight.empty()) return;

@@ -34,7 +34,7 @@ caf::behavior thinker(caf::stateful_actor<ThinkerState>* self, caf::actor batche
       [=](event_atom, const std::vector<uint8_t>& frame) {
         auto r = decode_reply(frame);
         if (!r) return;
-        if (r->kind == "TokenEvent") {
+        if (r->kind == ReplyKind::token) {
           if (cfg.on_text) cfg.on_text(r->text);
           std::string& p = self->state.pending;
           p += r->text;
@@ -46,7 +46,7 @@ caf::behavior thinker(caf::stateful_actor<ThinkerState>* self, caf::actor batche
             for (const auto& s : cfg.subscribers) self->send(s, paragraph_atom::value, piece);
             break;
           }
-        } else if (r->kind == "RequestFinished") {
+        } else if (r->kind == ReplyKind::finished) {
           finish();
         }
       },
@@ -92,8 +92,8 @@ caf::behavior writer(caf::stateful_actor<WriterState>* self, caf::actor batcher,
       [=](event_atom, const std::vector<uint8_t>& frame) {
         auto r = decode_reply(frame);
         if (!r) return;
-        if (r->kind == "TokenEvent") self->state.line += r->text;
-        if (r->kind == "RequestFinished") {
+        if (r->kind == ReplyKind::token) self->state.line += r->text;
+        if (r->kind == ReplyKind::finished) {
           if (cfg.sink) cfg.sink(self->state.line);
           self->state.line.clear();
           self->state.busy = false;
@@ -140,13 +140,13 @@ caf::behavior probe(caf::stateful_actor<ProbeState>* self, caf::actor batcher, P
       [=](event_atom, const std::vector<uint8_t>& frame) {
         auto r = decode_reply(frame);
         if (!r) return;
-        if (r->kind == "ProbeResult" && static_cast<size_t>(cfg.watch_candidate) < r->probabilities.size()) {
+        if (r->kind == ReplyKind::probe_result && static_cast<size_t>(cfg.watch_candidate) < r->probabilities.size()) {
           const float p = r->probabilities[static_cast<size_t>(cfg.watch_candidate)];
           if (cfg.on_answer) cfg.on_answer(p);
           if (p >= cfg.threshold)
             for (const auto& s : cfg.subscribers) self->send(s, fired_atom::value, cfg.watch_candidate, p);
         }
-        if (r->kind == "RequestFinished") {
+        if (r->kind == ReplyKind::finished) {
           self->state.asking = false;
           if (self->state.again) {
             self->state.again = false;

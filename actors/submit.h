@@ -18,7 +18,7 @@ void submit(Self* self, const caf::actor& batcher, const Request& r, Fail failed
       .then(
           [=](const std::vector<uint8_t>& reply) {
             auto rep = decode_reply(reply);
-            if (!rep || rep->kind != "Submitted") failed(rep ? rep->text : rep.error().message);
+            if (!rep || rep->kind != ReplyKind::submitted) failed(rep ? rep->text : rep.error().message);
           },
           [=](caf::error& e) { failed(caf::to_string(e)); });
 }
@@ -31,7 +31,7 @@ Result<Reply> ask(caf::scoped_actor& self, const caf::actor& batcher, const Fram
   self->request(batcher, timeout, frame_atom::value, f)
       .receive([&](const std::vector<uint8_t>& r) { out = decode_reply(r); },
                [&](caf::error& e) { out = make_error(Errc::internal, caf::to_string(e)); });
-  if (out && out->kind == "Error") return make_error(Errc::invalid_argument, out->text);
+  if (out && out->kind == ReplyKind::error) return make_error(out->code, out->text);
   return out;
 }
 

@@ -1,6 +1,12 @@
 // The one error style of chorus: functions that can fail on input return Result<T> (a value or
-// an Error). No exceptions cross a layer, actor or node boundary; assert only for programmer
-// errors.
+// an Error) or Status (Result<void>). No exceptions cross a function declared in a header, nor
+// a layer, actor or node boundary: where a library throws (yaml-cpp, the HTTP handlers'
+// HttpError), the .cpp that calls it catches and converts at once (docs/architecture.md,
+// "Errors"). assert only for programmer errors. Errors travel in frames with their Errc
+// (schemas/common.fbs) and reach HTTP clients as a status and an OpenAI-style `code`.
+//
+//   CHORUS_TRY(expr)                 returns expr's Error from the enclosing function
+//   CHORUS_ASSIGN_OR_RETURN(v, expr) declares v as expr's value, or returns its Error
 #pragma once
 
 #include <string>
@@ -22,7 +28,8 @@ enum class Errc : int {
   internal = 8,           // a bug: an invariant did not hold
 };
 
-const char* errc_name(Errc c);
+const char* errc_name(Errc c);  // for people: "out of memory"
+const char* errc_id(Errc c);    // for programs, as schemas/common.fbs spells it: "out_of_memory"
 
 struct Error {
   Errc code = Errc::internal;
@@ -69,6 +76,7 @@ class [[nodiscard]] Status {
   bool ok() const { return ok_; }
   explicit operator bool() const { return ok_; }
   const Error& error() const { return error_; }
+  std::string message() const { return ok_ ? std::string() : error_.message; }  // "" when ok
 
  private:
   Error error_;
@@ -76,3 +84,20 @@ class [[nodiscard]] Status {
 };
 
 }  // namespace chorus
+
+#define CHORUS_CONCAT_INNER_(a, b) a##b
+#define CHORUS_CONCAT_(a, b) CHORUS_CONCAT_INNER_(a, b)
+
+// Returns the Error of a failed Status or Result from the enclosing function (which returns a
+// Status or any Result).
+#define CHORUS_TRY(expr)                                                      \
+  do {                                                                        \
+    if (auto&& chorus_try_ = (expr); !chorus_try_.ok()) return chorus_try_.error(); \
+  } while (0)
+
+// `CHORUS_ASSIGN_OR_RETURN(auto x, f());` declares x as f()'s value, or returns its Error.
+#define CHORUS_ASSIGN_OR_RETURN(decl, expr) CHORUS_ASSIGN_OR_RETURN_(CHORUS_CONCAT_(chorus_result_, __LINE__), decl, expr)
+#define CHORUS_ASSIGN_OR_RETURN_(tmp, decl, expr) \
+  auto tmp = (expr);                              \
+  if (!tmp.ok()) return tmp.error();              \
+  decl = std::move(tmp).value()

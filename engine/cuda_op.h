@@ -1,6 +1,5 @@
 // What the CUDA runner's files share (engine/cuda_runner.cpp, engine/cuda_linear*): a CUDA
-// op's "" or error text (kernels/cuda/ops.h) as a Status naming where in the model it ran, and
-// the early return of a failed Status.
+// op's Status (kernels/cuda/ops.h) with where in the model it ran put in front of its message.
 #pragma once
 
 #include <string>
@@ -9,14 +8,9 @@
 
 namespace chorus::cuda_detail {
 
-inline Status op(const std::string& err, const char* where) {
-  if (err.empty()) return Status::success();
-  return make_error(Errc::internal, std::string(where) + ": " + err);
+inline Status op(const Status& s, const char* where) {
+  if (s.ok()) return s;
+  return make_error(s.error().code, std::string(where) + ": " + s.error().message);
 }
 
 }  // namespace chorus::cuda_detail
-
-#define CHORUS_TRY(expr)                              \
-  do {                                                \
-    if (Status st_ = (expr); !st_.ok()) return st_; \
-  } while (0)

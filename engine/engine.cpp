@@ -88,6 +88,24 @@ Result<RequestId> Engine::submit(Request r) {
                                               " tokens, more than the limit of " + std::to_string(opts_.max_view_tokens));
   for (TokenId t : r.tokens)
     if (t < 0 || t >= model_.config.n_vocab) return bad("token id " + std::to_string(t) + " is outside the vocabulary");
+  // A request that may write more than the whole pool could never finish: refuse it now rather
+  // than run it until the pool is full (Errc::out_of_memory travels to node and HTTP clients).
+  {
+    int64_t have = 0, add = static_cast<int64_t>(r.tokens.size());
+    if (r.kind == RequestKind::probe) {
+      size_t longest = 0;
+      for (const auto& c : r.candidates) longest = std::max(longest, c.size());
+      add += static_cast<int64_t>(longest);
+    } else {
+      have = static_cast<int64_t>((*blocks_->get(r.write_to))->tokens.size());
+      if (r.kind == RequestKind::generate) add += r.stop.max_tokens;
+    }
+    const int64_t pages = KvCache::pages_for(have + add) - KvCache::pages_for(have);
+    if (r.kind != RequestKind::append && pages > kv_.n_pages())
+      return make_error(Errc::out_of_memory, "the request may write " + std::to_string(add) + " tokens (" +
+                                                 std::to_string(pages) + " KV pages); the pool has " +
+                                                 std::to_string(kv_.n_pages()) + " pages");
+  }
   auto a = std::make_unique<Active>();
   a->id = next_id_++;
   switch (r.kind) {
@@ -167,21 +185,44 @@ void Engine::finish(Active& a, FinishReason why, std::vector<Event>& events, std
   events.push_back(std::move(e));
 }
 
+// A request's share of one step: the tokens it runs, and whether its last one returns logits.
+struct Engine::Planned {
+  Active* a;
+  std::vector<TokenId> tokens;
+  bool logits;
+};
+
+// What one forward pass runs: the written blocks' runner sequences (one per extent), each
+// planned request's view of them, the tokens, and on a GPU the rows drawn there.
+struct Engine::StepBatch {
+  std::vector<SequenceKv*> seqs;
+  std::vector<View> views;
+  std::vector<BatchToken> tokens;
+  size_t n_logits = 0;
+};
+
+// The step loop: plan -> reserve -> build the batch -> run -> apply.
 Result<std::vector<Event>> Engine::step() {
   std::vector<Event> events;
   struct Forget {  // whatever happens in this step, finished requests leave the queue after it
     Engine* e;
     ~Forget() { e->forget_finished(); }
   } forget{this};
-  struct Planned {
-    Active* a;
-    std::vector<TokenId> tokens;  // run this step
-    bool logits;
-  };
-  std::vector<Planned> plan;
-  int budget = opts_.token_budget;
-  // 0. appends at the head of their block's writers go into the log now (no compute), and a
-  //    forward or generate that starts writing a block takes over its uncached log tokens.
+  start_writers(events);
+  std::vector<Planned> plan = plan_step(events);
+  reserve(plan, events);
+  if (!plan.empty()) {
+    StepBatch batch = build_batch(plan);
+    CHORUS_TRY(run(plan, batch));
+    apply(plan, events);
+  }
+  ++steps_;
+  return events;
+}
+
+// Appends at the head of their block's writers go into the log now (no compute), and a forward
+// or generate that starts writing a block takes over its uncached log tokens.
+void Engine::start_writers(std::vector<Event>& events) {
   for (bool more = true; more;) {
     more = false;
     for (auto& [block, queue] : writers_) {
@@ -205,7 +246,14 @@ Result<std::vector<Event>> Engine::step() {
       w->tokens.resize(cached);  // they come back into the log as the request runs them
     }
   }
-  // 1. decode: one token per generate that has one pending (drains included)
+}
+
+// Who runs what in this step, within the token budget: 1. one decode token per generate that
+// has one pending (drains included), 2. probes, 3. prefill chunks, oldest first. A generate with
+// no prefill starts now from the logits its block has (its first token needs no forward).
+std::vector<Engine::Planned> Engine::plan_step(std::vector<Event>& events) {
+  std::vector<Planned> plan;
+  int budget = opts_.token_budget;
   for (auto& a : active_)
     if (!a->done && a->req.kind == RequestKind::generate && a->decoding && a->pending >= 0 && budget > 0 && runnable(*a)) {
       // The last token runs with logits too: they stay with the block, so that a generate with
@@ -213,7 +261,6 @@ Result<std::vector<Event>> Engine::step() {
       plan.push_back({a.get(), {a->pending}, true});
       --budget;
     }
-  // 2. probes, 3. prefill chunks, oldest first
   for (RequestKind kind : {RequestKind::probe, RequestKind::forward}) {
     for (auto& a : active_) {
       if (budget == 0) break;
@@ -223,34 +270,36 @@ Result<std::vector<Event>> Engine::step() {
       const size_t left = a->req.tokens.size() - a->fed;
       if (left == 0) continue;
       const size_t k = std::min(left, static_cast<size_t>(budget));
-      plan.push_back({a.get(), {a->req.tokens.begin() + static_cast<long>(a->fed), a->req.tokens.begin() + static_cast<long>(a->fed + k)},
-                      k == left});
+      const auto from = a->req.tokens.begin() + static_cast<long>(a->fed);
+      plan.push_back({a.get(), {from, from + static_cast<long>(k)}, k == left});
       budget -= static_cast<int>(k);
     }
   }
-  // A generate with no prefill starts from the logits its block already has.
   for (auto& a : active_)
-    if (!a->done && a->req.kind == RequestKind::generate && !a->decoding && a->req.tokens.empty() && runnable(*a)) {
-      Block* w = *blocks_->get(a->target);
-      if (w->last_logits.empty()) {  // the generate before it ended without logits (an error)
-        finish(*a, FinishReason::error, events,
-               "generate into block " + std::to_string(a->target) + " has nothing to start from: give it prefill tokens");
-        continue;
-      }
-      a->decoding = true;
-      logits_ = w->last_logits;
-      const TokenId tok = a->sampler->sample(logits_, w->tokens);
-      a->pending = tok;
-      w->tokens.push_back(tok);
-      ++a->generated;
-      events.push_back({Event::Type::token, a->id, a->target, tok, {}, FinishReason::completed, {}, steps_});
-    }
-  if (plan.empty()) {
-    ++steps_;
-    return events;
-  }
+    if (!a->done && a->req.kind == RequestKind::generate && !a->decoding && a->req.tokens.empty() && runnable(*a))
+      start_from_logits(*a, events);
+  return plan;
+}
 
-  // Room for this step's tokens in each written block.
+void Engine::start_from_logits(Active& a, std::vector<Event>& events) {
+  Block* w = *blocks_->get(a.target);
+  if (w->last_logits.empty()) {  // the generate before it ended without logits (an error)
+    finish(a, FinishReason::error, events,
+           "generate into block " + std::to_string(a.target) + " has nothing to start from: give it prefill tokens");
+    return;
+  }
+  a.decoding = true;
+  logits_ = w->last_logits;
+  const TokenId tok = a.sampler->sample(logits_, w->tokens);
+  a.pending = tok;
+  w->tokens.push_back(tok);
+  ++a.generated;
+  events.push_back({Event::Type::token, a.id, a.target, tok, {}, FinishReason::completed, {}, steps_});
+}
+
+// Room for this step's tokens in each written block; a request whose block cannot grow ends
+// (context_full). Then each run is recorded, for rebuilding dropped KV.
+void Engine::reserve(std::vector<Planned>& plan, std::vector<Event>& events) {
   for (auto it = plan.begin(); it != plan.end();) {
     auto e = blocks_->prepare_write(it->a->target, static_cast<int64_t>(it->tokens.size()));
     if (!e) {
@@ -260,79 +309,78 @@ Result<std::vector<Event>> Engine::step() {
       ++it;
     }
   }
-  if (plan.empty()) {
-    ++steps_;
-    return events;
-  }
-
   for (const Planned& p : plan) {
     const Block* w = *blocks_->get(p.a->target);
     record_run(p.a->target, w->n_cached(), static_cast<int64_t>(p.tokens.size()), p.a->req.view);
   }
+}
 
-  // Blocks -> runner sequences (one per extent) and views.
-  std::vector<SequenceKv*> seqs;
+// Blocks -> runner sequences (one per extent) and views; the tokens at their block positions.
+Engine::StepBatch Engine::build_batch(const std::vector<Planned>& plan) {
+  StepBatch b;
   std::map<BlockId, std::vector<int32_t>> extent_seqs;
   auto seqs_of = [&](BlockId id) -> const std::vector<int32_t>& {
     auto it = extent_seqs.find(id);
     if (it != extent_seqs.end()) return it->second;
     auto& v = extent_seqs[id];
     for (Extent& e : (*blocks_->get(id))->extents) {
-      v.push_back(static_cast<int32_t>(seqs.size()));
-      seqs.push_back(&e.kv);
+      v.push_back(static_cast<int32_t>(b.seqs.size()));
+      b.seqs.push_back(&e.kv);
     }
     return v;
   };
-  std::vector<View> views;
-  std::vector<BatchToken> batch;
   for (const Planned& p : plan) {
     View v;
     bool has_target = false;
-    for (BlockId b : p.a->req.view) {
-      has_target |= b == p.a->target;
-      for (int32_t s : seqs_of(b)) v.push_back(s);
+    for (BlockId blk : p.a->req.view) {
+      has_target |= blk == p.a->target;
+      for (int32_t s : seqs_of(blk)) v.push_back(s);
     }
     if (!has_target)
       for (int32_t s : seqs_of(p.a->target)) v.push_back(s);
     const int32_t write_seq = seqs_of(p.a->target).back();
-    const int64_t base = seqs[static_cast<size_t>(write_seq)]->n_tokens;
-    views.push_back(std::move(v));
+    const int64_t base = b.seqs[static_cast<size_t>(write_seq)]->n_tokens;
+    b.views.push_back(std::move(v));
     for (size_t i = 0; i < p.tokens.size(); ++i)
-      batch.push_back({p.tokens[i], static_cast<int32_t>(base + static_cast<int64_t>(i)), write_seq,
-                       p.logits && i + 1 == p.tokens.size(), static_cast<int32_t>(views.size() - 1)});
+      b.tokens.push_back({p.tokens[i], static_cast<int32_t>(base + static_cast<int64_t>(i)), write_seq,
+                          p.logits && i + 1 == p.tokens.size(), static_cast<int32_t>(b.views.size() - 1)});
   }
-  int n_logits = 0;
-  for (const BatchToken& b : batch) n_logits += b.logits ? 1 : 0;
-  const size_t V = static_cast<size_t>(model_.config.n_vocab);
-  logits_.resize(static_cast<size_t>(std::max(n_logits, 1)) * V);
-  // On a GPU, a generate's next token is drawn on the device when its sampler allows (then only
-  // the token comes back); its block keeps no logits until its last token runs.
-  std::vector<std::optional<PlannedDraw>>& draws = draws_;
-  std::vector<TokenId>& drawn = drawn_;
-  draws.clear();
-  drawn.clear();
+  for (const BatchToken& t : b.tokens) b.n_logits += t.logits ? 1 : 0;
+  return b;
+}
+
+// The forward pass into logits_ (a row per token with logits, in plan order). On a GPU, a
+// generate's next token is drawn on the device when its sampler allows (then only the token
+// comes back into drawn_); its block keeps no logits until its last token runs.
+Status Engine::run(const std::vector<Planned>& plan, StepBatch& b) {
+  logits_.resize(std::max<size_t>(b.n_logits, 1) * static_cast<size_t>(model_.config.n_vocab));
+  draws_.clear();
+  drawn_.clear();
   if (pass_->on_gpu() && opts_.sample_on_device) {
     bool any = false;
     for (const Planned& p : plan) {
       if (!p.logits) continue;
       std::optional<PlannedDraw> d;
-      if (p.a->req.kind == RequestKind::generate && !p.a->draining)
-        d = p.a->sampler->plan_draw(CudaRunner::max_device_top_k());
+      if (p.a->req.kind == RequestKind::generate && !p.a->draining) d = p.a->sampler->plan_draw(CudaRunner::max_device_top_k());
       any |= d.has_value();
-      draws.push_back(d);
+      draws_.push_back(d);
     }
-    if (any) drawn.assign(draws.size(), -1);
-    else draws.clear();
+    if (any) drawn_.assign(draws_.size(), -1);
+    else draws_.clear();
   }
-  if (Status s = forward(batch, seqs, views, draws, drawn.data()); !s.ok()) return s.error();
+  return forward(b.tokens, b.seqs, b.views, draws_, drawn_.data());
+}
 
-  // Apply: logs, sampling, probe answers, completions.
+// What the step did: prefill tokens enter the logs, generates sample (or take the device's
+// token) and may stop, probes answer, finished requests end.
+void Engine::apply(const std::vector<Planned>& plan, std::vector<Event>& events) {
+  const size_t V = static_cast<size_t>(model_.config.n_vocab);
   size_t row = 0;
   for (const Planned& p : plan) {
     Active& a = *p.a;
     Block* w = *blocks_->get(a.target);
-    const bool on_device = p.logits && !draws.empty() && draws[row].has_value();
-    const TokenId device_token = on_device ? drawn[row] : -1;
+    const bool on_device = p.logits && !draws_.empty() && draws_[row].has_value();
+    const TokenId device_token = on_device ? drawn_[row] : -1;
     const float* lg = p.logits && !on_device ? logits_.data() + row * V : nullptr;
     if (p.logits) ++row;
     if (!(a.req.kind == RequestKind::generate && a.decoding)) {  // prefill tokens enter the log now
@@ -347,57 +395,59 @@ Result<std::vector<Event>> Engine::step() {
         if (a.fed == a.req.tokens.size()) finish(a, FinishReason::completed, events);
         break;
       case RequestKind::probe:
-        if (lg) {
-          double mx = -1e300, sum = 0;
-          for (size_t i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(lg[i]));
-          for (size_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(lg[i]) - mx);
-          Event e{Event::Type::probe_result, a.id, -1, -1, {}, FinishReason::completed, {}, steps_};
-          for (const auto& cand : a.req.candidates) {
-            double pr = 0;
-            for (TokenId t : cand) pr += std::exp(static_cast<double>(lg[t]) - mx) / sum;
-            e.probabilities.push_back(static_cast<float>(pr));
-          }
-          events.push_back(std::move(e));
-          finish(a, FinishReason::completed, events);
-        }
+        if (lg) answer_probe(a, lg, events);
         break;
-      case RequestKind::generate: {
+      case RequestKind::generate:
         if (a.draining) {
           a.pending = -1;
           finish(a, a.drain_reason, events);
-          break;
-        }
-        if (!lg && !on_device) break;  // a prefill chunk that is not the last
-        a.decoding = true;
-        const TokenId tok = on_device ? device_token : a.sampler->sample({lg, V}, w->tokens);
-        w->tokens.push_back(tok);
-        a.pending = tok;
-        ++a.generated;
-        events.push_back({Event::Type::token, a.id, a.target, tok, {}, FinishReason::completed, {}, steps_});
-        a.text += a.detok->push(tok);
-        const StopCondition& st = a.req.stop;
-        FinishReason why = FinishReason::completed;
-        bool stop = false;
-        if (std::find(st.token_ids.begin(), st.token_ids.end(), tok) != st.token_ids.end()) stop = true, why = FinishReason::stop_token;
-        else if (st.at_end_of_generation && model_.tokenizer.is_end_of_generation(tok)) stop = true, why = FinishReason::end_of_generation;
-        else if (a.generated >= st.max_tokens) stop = true, why = FinishReason::max_tokens;
-        else
-          for (const std::string& s : st.strings)
-            if (!s.empty() && a.text.size() >= s.size() && a.text.compare(a.text.size() - s.size(), s.size(), s) == 0) {
-              stop = true;
-              why = FinishReason::stop_string;
-              break;
-            }
-        if (stop) {  // run the last token too, so the block's KV covers its whole log
-          a.draining = true;
-          a.drain_reason = why;
+        } else if (lg || on_device) {  // not a prefill chunk before the last
+          take_token(a, *w, on_device ? device_token : a.sampler->sample({lg, V}, w->tokens), events);
         }
         break;
-      }
     }
   }
-  ++steps_;
-  return events;
+}
+
+void Engine::answer_probe(Active& a, const float* lg, std::vector<Event>& events) {
+  const size_t V = static_cast<size_t>(model_.config.n_vocab);
+  double mx = -1e300, sum = 0;
+  for (size_t i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(lg[i]));
+  for (size_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(lg[i]) - mx);
+  Event e{Event::Type::probe_result, a.id, -1, -1, {}, FinishReason::completed, {}, steps_};
+  for (const auto& cand : a.req.candidates) {
+    double pr = 0;
+    for (TokenId t : cand) pr += std::exp(static_cast<double>(lg[t]) - mx) / sum;
+    e.probabilities.push_back(static_cast<float>(pr));
+  }
+  events.push_back(std::move(e));
+  finish(a, FinishReason::completed, events);
+}
+
+// A generate's new token: into its block's log and out as an event; then its stop conditions.
+// A stopped generate still runs its last token next step, so the block's KV covers its whole log.
+void Engine::take_token(Active& a, Block& w, TokenId tok, std::vector<Event>& events) {
+  a.decoding = true;
+  w.tokens.push_back(tok);
+  a.pending = tok;
+  ++a.generated;
+  events.push_back({Event::Type::token, a.id, a.target, tok, {}, FinishReason::completed, {}, steps_});
+  a.text += a.detok->push(tok);
+  const StopCondition& st = a.req.stop;
+  std::optional<FinishReason> why;
+  if (std::find(st.token_ids.begin(), st.token_ids.end(), tok) != st.token_ids.end()) why = FinishReason::stop_token;
+  else if (st.at_end_of_generation && model_.tokenizer.is_end_of_generation(tok)) why = FinishReason::end_of_generation;
+  else if (a.generated >= st.max_tokens) why = FinishReason::max_tokens;
+  else
+    for (const std::string& s : st.strings)
+      if (!s.empty() && a.text.size() >= s.size() && a.text.compare(a.text.size() - s.size(), s.size(), s) == 0) {
+        why = FinishReason::stop_string;
+        break;
+      }
+  if (why) {
+    a.draining = true;
+    a.drain_reason = *why;
+  }
 }
 
 std::vector<Event> Engine::cancel(std::span<const BlockId> blocks, const std::string& why) {

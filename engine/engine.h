@@ -31,6 +31,7 @@
 #include "engine/forward_pass.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
+#include "engine/program_state.h"
 #include "engine/sampler.h"
 
 namespace chorus {
@@ -107,10 +108,6 @@ struct Event {
   int64_t step = 0;
 };
 
-// How a paused block's KV is kept: dropped (rebuilt by running its tokens again, under the
-// views they were first written under) or offloaded (copied to host memory and back: exact).
-enum class PauseMode { drop, offload };
-
 struct EngineOptions {
   int64_t n_pages = 1024;        // KV pages of 16 positions
   int token_budget = 256;        // tokens per step
@@ -165,7 +162,19 @@ class Engine {
 
  private:
   struct Active;
+  struct Planned;
+  struct StepBatch;
   Engine(const Model& m, EngineOptions o, std::unique_ptr<ForwardPass> pass);
+  // The phases of step(), in order (engine.cpp).
+  void start_writers(std::vector<Event>& events);
+  std::vector<Planned> plan_step(std::vector<Event>& events);
+  void start_from_logits(Active& a, std::vector<Event>& events);
+  void reserve(std::vector<Planned>& plan, std::vector<Event>& events);
+  StepBatch build_batch(const std::vector<Planned>& plan);
+  Status run(const std::vector<Planned>& plan, StepBatch& batch);
+  void apply(const std::vector<Planned>& plan, std::vector<Event>& events);
+  void answer_probe(Active& a, const float* logits, std::vector<Event>& events);
+  void take_token(Active& a, Block& block, TokenId token, std::vector<Event>& events);
   // One forward pass on the engine's runner into logits_; on a GPU, rows with a draw are
   // sampled there (their tokens to `drawn`).
   Status forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, std::span<const View> views,

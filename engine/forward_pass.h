@@ -1,5 +1,4 @@
-// A forward pass on the CPU or on a GPU, with the KV cache it writes: what the Engine and the
-// Generator run on. On the CPU a ModelRunner over a KvCache that holds the pages; on a GPU a
+// A forward pass on the CPU or on a GPU, with the KV cache it writes: what the Engine runs on. On the CPU a ModelRunner over a KvCache that holds the pages; on a GPU a
 // CudaRunner, which holds the pages itself (the KvCache keeps their bookkeeping and asks the
 // runner, its page store, to move them).
 #pragma once

@@ -1,6 +1,9 @@
-// Text generation on the CPU engine for one or more independent sequences, batched: every
-// decode step runs one forward over one token per live sequence. Used by `chorus generate` and
-// `chorus bench`; the request/step engine of the block store builds on the same runner.
+// Text generation for one or more independent sequences: a thin client of the request/step
+// engine (engine/engine.h), so `chorus generate` and `chorus bench` run - and measure - the very
+// step loop that `serve`, `node` and `run` use. Each sequence is a block of its own: its prompt
+// is one forward (the engine batches the sequences' chunks), then a generate from the prompt's
+// logits; every decode step is one forward over one token per live sequence. A stopped
+// sequence's last token runs too (the engine keeps a block's KV covering its whole log).
 #pragma once
 
 #include <functional>
@@ -8,19 +11,20 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <map>
 #include <vector>
 
 #include "base/status.h"
-#include "engine/forward_pass.h"
-#include "engine/kv_cache.h"
+#include "engine/block_store.h"
 #include "engine/model.h"
-#include "engine/model_runner.h"
 #include "engine/sampler.h"
 
 namespace chorus {
 
 class CpuDevice;
 class CudaDevice;
+class Engine;
+using RequestId = int64_t;
 
 struct GenerateOptions {
   int max_new_tokens = 256;      // bounded by the context too
@@ -36,7 +40,7 @@ struct GenerateStats {
   int64_t generated_tokens = 0;  // over all sequences
   double prefill_seconds = 0;
   double decode_seconds = 0;
-  int steps = 0;
+  int steps = 0;                 // engine steps of the decode
 };
 
 // on_token(seq, token) is called as each token is produced (stream it with IncrementalDecoder).
@@ -44,7 +48,7 @@ using TokenCallback = std::function<void(int seq, TokenId token)>;
 
 class Generator {
  public:
-  // Builds the KV cache for n_seqs sequences of n_ctx positions. With `gpu`, the forward
+  // An engine whose KV pool holds n_seqs sequences of n_ctx positions. With `gpu`, the forward
   // passes run there (CudaRunner) and its errors come back too. Errors: out_of_memory.
   static Result<std::unique_ptr<Generator>> create(const Model& model, CpuDevice& device, int n_seqs,
                                                    const GenerateOptions& opts, CudaDevice* gpu = nullptr);
@@ -58,15 +62,17 @@ class Generator {
   const std::vector<std::vector<TokenId>>& outputs() const { return outputs_; }
   // Logits after the prompt (first generated position) of sequence 0 in the last run.
   const std::vector<float>& first_logits() const { return first_logits_; }
+  Engine& engine() { return *engine_; }
 
  private:
-  Generator(const Model& m, int n_seqs, const GenerateOptions& o, std::unique_ptr<ForwardPass> pass);
+  Generator(const Model& m, int n_seqs, const GenerateOptions& o, std::unique_ptr<Engine> engine);
+  Status drain(const std::map<RequestId, int>& seq_of, const TokenCallback& on_token, GenerateStats& st);
 
   const Model& model_;
   GenerateOptions opts_;
-  std::unique_ptr<ForwardPass> pass_;  // the runner (CPU or GPU) and its KV cache
-  KvCache& kv_;                        // pass_'s
-  std::vector<SequenceKv> seqs_;
+  int n_seqs_;
+  std::unique_ptr<Engine> engine_;
+  std::vector<BlockId> blocks_;  // one per sequence, from the last run
   std::vector<std::vector<TokenId>> outputs_;
   std::vector<float> first_logits_;
 };

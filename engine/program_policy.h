@@ -35,12 +35,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/program_state.h"
 
 namespace chorus {
-
-enum class ProgramPhase { reasoning, acting };
-enum class ProgramState { active, paused, terminated };
 
 struct ProgramPolicyOptions {
   int64_t capacity_pages = 1024;   // KV pages the programs share

@@ -69,7 +69,7 @@ struct ActorsFixture : ::testing::Test {
     for (bool done = false; !done;) {
       self->receive([&](event_atom, const std::vector<uint8_t>& f) {
         out.push_back(*decode_reply(f));
-        done = out.back().kind == "RequestFinished";
+        done = out.back().kind == ReplyKind::finished;
       });
     }
     return out;

@@ -20,6 +20,7 @@
 #include "actors/wire.h"
 #include "engine/engine.h"
 #include "gpu/cpu_device.h"
+#include "actors/submit.h"
 #include "tests/actors_fixture.h"
 #include "tests/model_fixture.h"
 #include "tests/test_util.h"
@@ -31,9 +32,9 @@ TEST_F(ActorsFixture, BatcherCreatesBlocksRunsRequestsAndStreamsEventsInOrder) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf");
   caf::scoped_actor self{*sys};
   const Reply block = call(self, encode_create_block(1, "prompt"));
-  ASSERT_EQ(block.kind, "BlockInfo");
+  ASSERT_EQ(block.kind, ReplyKind::block_info);
   const Reply sub = call(self, encode_request(2, Request::forward(static_cast<BlockId>(block.id), {5, 6, 7, 8})));
-  ASSERT_EQ(sub.kind, "Submitted");
+  ASSERT_EQ(sub.kind, ReplyKind::submitted);
   auto ev = events_until_finished(self);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].reason, FinishReason::completed);
@@ -43,11 +44,11 @@ TEST_F(ActorsFixture, BatcherCreatesBlocksRunsRequestsAndStreamsEventsInOrder) {
   stop.at_end_of_generation = false;
   const Reply gen = call(self, encode_request(4, Request::generate(static_cast<BlockId>(out.id), {static_cast<BlockId>(block.id)},
                                                                    {9}, SamplingParams::greedy(), stop)));
-  ASSERT_EQ(gen.kind, "Submitted");
+  ASSERT_EQ(gen.kind, ReplyKind::submitted);
   ev = events_until_finished(self);
   int tokens = 0;
   for (size_t i = 0; i + 1 < ev.size(); ++i) {
-    EXPECT_EQ(ev[i].kind, "TokenEvent");
+    EXPECT_EQ(ev[i].kind, ReplyKind::token);
     EXPECT_EQ(ev[i].id, gen.id);
     tokens += ev[i].token >= 0;
   }
@@ -56,17 +57,28 @@ TEST_F(ActorsFixture, BatcherCreatesBlocksRunsRequestsAndStreamsEventsInOrder) {
 }
 
 TEST_F(ActorsFixture, BatcherAnswersBadFramesWithErrorsAndKeepsServing) {
-  start(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf", 64);
   caf::scoped_actor self{*sys};
   Reply r = call(self, Frame{1, 2, 3});
-  EXPECT_EQ(r.kind, "Error");
+  EXPECT_EQ(r.kind, ReplyKind::error);
   r = call(self, encode_hello_envelope(5, "node"));
-  EXPECT_EQ(r.kind, "Error");
+  EXPECT_EQ(r.kind, ReplyKind::error);
   EXPECT_NE(r.text.find("not a command"), std::string::npos) << r.text;
   r = call(self, encode_request(6, Request::probe({42}, {1}, {{1}})));
-  EXPECT_EQ(r.kind, "Error");
+  EXPECT_EQ(r.kind, ReplyKind::error);
   EXPECT_NE(r.text.find("block 42 does not exist"), std::string::npos) << r.text;
-  EXPECT_EQ(call(self, encode_create_block(7, "still serving")).kind, "BlockInfo");
+  EXPECT_EQ(r.code, Errc::not_found) << "the error's class travels in the reply";
+  EXPECT_EQ(call(self, encode_create_block(7, "still serving")).kind, ReplyKind::block_info);
+  // More KV than the pool holds (64 pages: 1024 positions): out_of_memory, through ask() too.
+  const BlockId b = new_block(self, "long");
+  StopCondition stop;
+  stop.max_tokens = 800;
+  r = call(self, encode_request(8, Request::generate(b, {b}, std::vector<TokenId>(500, 1), SamplingParams::greedy(), stop)));
+  EXPECT_EQ(r.kind, ReplyKind::error);
+  EXPECT_EQ(r.code, Errc::out_of_memory) << r.text;
+  auto asked = ask(self, batcher, encode_request(9, Request::forward(b, std::vector<TokenId>(2000, 1))));
+  ASSERT_FALSE(asked.ok());
+  EXPECT_EQ(asked.error().code, Errc::out_of_memory) << asked.error().message;
 }
 
 // The paper's Figure 2 agent with the default model: the writer writes while the thinker is
@@ -82,7 +94,7 @@ TEST_F(ActorsFixture, ThinkerAndWriterInterleave) {
   const BlockId answer = static_cast<BlockId>(call(self, encode_create_block(3, "answer")).id);
   const std::string q = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
                         "List three facts about the Moon, one per line.<|im_end|>\n";
-  ASSERT_EQ(call(self, encode_request(4, Request::forward(prompt, tok.encode(q, {.parse_special = true})))).kind, "Submitted");
+  ASSERT_EQ(call(self, encode_request(4, Request::forward(prompt, tok.encode(q, {.parse_special = true})))).kind, ReplyKind::submitted);
   events_until_finished(self);
 
   using Clock = std::chrono::steady_clock;
@@ -133,12 +145,12 @@ TEST_F(ActorsFixture, ProgramsPauseAndRestoreThroughTheBatcher) {
   auto block = [&](const char* name) { return static_cast<BlockId>(call(self, encode_create_block(0, name)).id); };
   auto run = [&](const Request& r) {
     const Reply s = call(self, encode_request(0, r));
-    EXPECT_EQ(s.kind, "Submitted") << s.text;
+    EXPECT_EQ(s.kind, ReplyKind::submitted) << s.text;
     return events_until_finished(self);
   };
   auto probe = [&](std::vector<BlockId> view) {
     for (const Reply& e : run(Request::probe(std::move(view), {7, 8, 9}, {{1}, {2}, {3}})))
-      if (e.kind == "ProbeResult") return e.probabilities;
+      if (e.kind == ReplyKind::probe_result) return e.probabilities;
     return std::vector<float>{};
   };
   auto program = [&](ProgramCmd::Op op, uint64_t id, std::vector<BlockId> blocks = {}, PauseMode mode = PauseMode::drop) {
@@ -151,35 +163,35 @@ TEST_F(ActorsFixture, ProgramsPauseAndRestoreThroughTheBatcher) {
   const BlockId p = block("prompt"), t = block("thoughts");
   run(Request::forward(p, {5, 6, 7, 8, 9, 10, 11}));
   run(Request::generate(t, {p}, {3}, SamplingParams::greedy(), stop));
-  ASSERT_EQ(program(ProgramCmd::Op::register_program, 1, {p, t}).kind, "ProgramStatus");
+  ASSERT_EQ(program(ProgramCmd::Op::register_program, 1, {p, t}).kind, ReplyKind::program_status);
   const auto before = probe({p, t});
   Reply st = program(ProgramCmd::Op::pause, 1);
-  ASSERT_EQ(st.kind, "ProgramStatus") << st.text;
-  EXPECT_EQ(st.state, 1);
+  ASSERT_EQ(st.kind, ReplyKind::program_status) << st.text;
+  EXPECT_EQ(st.state, ProgramState::paused);
   EXPECT_EQ(st.pages, 0);
-  EXPECT_EQ(call(self, encode_request(0, Request::probe({p}, {1}, {{1}}))).kind, "Error") << "a paused block is refused";
+  EXPECT_EQ(call(self, encode_request(0, Request::probe({p}, {1}, {{1}}))).kind, ReplyKind::error) << "a paused block is refused";
   st = program(ProgramCmd::Op::restore, 1);
-  ASSERT_EQ(st.kind, "ProgramStatus") << st.text;
-  EXPECT_EQ(st.state, 0);
+  ASSERT_EQ(st.kind, ReplyKind::program_status) << st.text;
+  EXPECT_EQ(st.state, ProgramState::active);
   EXPECT_GT(st.pages, 0);
   const auto after = probe({p, t});
   ASSERT_EQ(after.size(), before.size());
   for (size_t i = 0; i < after.size(); ++i) EXPECT_NEAR(after[i], before[i], 1e-4f * std::max(before[i], 1e-3f));
   // A Hogwild! program (two writers seeing each other live); offloaded and brought back exactly.
   const BlockId a = block("a"), b = block("b");
-  ASSERT_EQ(call(self, encode_request(0, Request::generate(a, {p, a, b}, {3}, SamplingParams::greedy(), stop))).kind, "Submitted");
-  ASSERT_EQ(call(self, encode_request(0, Request::generate(b, {p, b, a}, {4}, SamplingParams::greedy(), stop))).kind, "Submitted");
+  ASSERT_EQ(call(self, encode_request(0, Request::generate(a, {p, a, b}, {3}, SamplingParams::greedy(), stop))).kind, ReplyKind::submitted);
+  ASSERT_EQ(call(self, encode_request(0, Request::generate(b, {p, b, a}, {4}, SamplingParams::greedy(), stop))).kind, ReplyKind::submitted);
   for (int finished = 0; finished < 2;)
-    self->receive([&](event_atom, const std::vector<uint8_t>& f) { finished += decode_reply(f)->kind == "RequestFinished"; });
-  ASSERT_EQ(program(ProgramCmd::Op::register_program, 2, {a, b}).kind, "ProgramStatus");
+    self->receive([&](event_atom, const std::vector<uint8_t>& f) { finished += decode_reply(f)->kind == ReplyKind::finished; });
+  ASSERT_EQ(program(ProgramCmd::Op::register_program, 2, {a, b}).kind, ReplyKind::program_status);
   const auto hog = probe({p, a, b});
-  ASSERT_EQ(program(ProgramCmd::Op::pause, 2, {}, PauseMode::offload).state, 1);
-  ASSERT_EQ(program(ProgramCmd::Op::restore, 2).state, 0);
+  ASSERT_EQ(program(ProgramCmd::Op::pause, 2, {}, PauseMode::offload).state, ProgramState::paused);
+  ASSERT_EQ(program(ProgramCmd::Op::restore, 2).state, ProgramState::active);
   EXPECT_EQ(probe({p, a, b}), hog);
   // Terminating frees the program's blocks; unknown programs are errors.
-  EXPECT_EQ(program(ProgramCmd::Op::terminate, 2).state, 2);
-  EXPECT_EQ(call(self, encode_request(0, Request::probe({a}, {1}, {{1}}))).kind, "Error");
-  EXPECT_EQ(program(ProgramCmd::Op::pause, 99).kind, "Error");
+  EXPECT_EQ(program(ProgramCmd::Op::terminate, 2).state, ProgramState::terminated);
+  EXPECT_EQ(call(self, encode_request(0, Request::probe({a}, {1}, {{1}}))).kind, ReplyKind::error);
+  EXPECT_EQ(program(ProgramCmd::Op::pause, 99).kind, ReplyKind::error);
 }
 
 // A program registered with `hold`: a request naming its blocks while it is paused waits in the
@@ -193,23 +205,23 @@ TEST_F(ActorsFixture, HeldRequestsWaitForTheirProgramsRestore) {
     return program_cmd(self, op, id, std::move(blocks), PauseMode::drop, hold);
   };
   const BlockId p = block("prompt"), t = block("thoughts");
-  ASSERT_EQ(call(self, encode_request(0, Request::forward(p, {5, 6, 7, 8, 9}))).kind, "Submitted");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(p, {5, 6, 7, 8, 9}))).kind, ReplyKind::submitted);
   events_until_finished(self);
-  ASSERT_EQ(program(ProgramCmd::Op::register_program, 5, {p, t}, true).kind, "ProgramStatus");
-  ASSERT_EQ(program(ProgramCmd::Op::pause, 5).state, 1);
+  ASSERT_EQ(program(ProgramCmd::Op::register_program, 5, {p, t}, true).kind, ReplyKind::program_status);
+  ASSERT_EQ(program(ProgramCmd::Op::pause, 5).state, ProgramState::paused);
   // From another actor (a role of the program, say): the generate waits.
   StopCondition stop;
   stop.max_tokens = 12;
   stop.at_end_of_generation = false;
   std::atomic<bool> replied{false};
-  std::string kind;
+  ReplyKind kind = ReplyKind::other;
   int tokens = 0;
   std::thread role([&] {
     caf::scoped_actor other{*sys};
     kind = call(other, encode_request(7, Request::generate(t, {p, t}, {3}, SamplingParams::greedy(), stop))).kind;
     replied = true;
-    if (kind != "Submitted") return;
-    for (const Reply& e : events_until_finished(other)) tokens += e.kind == "TokenEvent" && e.token >= 0;
+    if (kind != ReplyKind::submitted) return;
+    for (const Reply& e : events_until_finished(other)) tokens += e.kind == ReplyKind::token && e.token >= 0;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_FALSE(replied) << "the request was answered while its program was paused";
@@ -220,19 +232,19 @@ TEST_F(ActorsFixture, HeldRequestsWaitForTheirProgramsRestore) {
   phase.program = 5;
   phase.acting = true;
   Reply where = call(self, encode_program(0, phase));
-  EXPECT_EQ(where.kind, "ProgramStatus") << where.text;
-  EXPECT_EQ(where.state, 1);
+  EXPECT_EQ(where.kind, ReplyKind::program_status) << where.text;
+  EXPECT_EQ(where.state, ProgramState::paused);
   EXPECT_TRUE(where.acting);
   EXPECT_EQ(where.held, 1);
   EXPECT_EQ(where.pending, 0);
   const Reply st = program(ProgramCmd::Op::restore, 5);
-  EXPECT_EQ(st.kind, "ProgramStatus") << st.text;
+  EXPECT_EQ(st.kind, ReplyKind::program_status) << st.text;
   role.join();
-  EXPECT_EQ(kind, "Submitted");
+  EXPECT_EQ(kind, ReplyKind::submitted);
   EXPECT_EQ(tokens, 12);
   phase.acting = false;
   where = call(self, encode_program(0, phase));
-  EXPECT_EQ(where.state, 0);
+  EXPECT_EQ(where.state, ProgramState::active);
   EXPECT_FALSE(where.acting);
   EXPECT_EQ(where.held, 0);
   EXPECT_EQ(where.pending, 0);  // the generate finished
@@ -241,20 +253,20 @@ TEST_F(ActorsFixture, HeldRequestsWaitForTheirProgramsRestore) {
   StopCondition longer = stop;
   longer.max_tokens = 2000;
   ASSERT_EQ(call(self, encode_request(0, Request::generate(t, {p, t}, {3}, SamplingParams::greedy(), longer))).kind,
-            "Submitted");
+            ReplyKind::submitted);
   where = call(self, encode_program(0, phase));
   EXPECT_GE(where.pending, 1);
   events_until_finished(self);
   // Paused again; a probe waits, and the program ends under it: an error, naming the program.
-  ASSERT_EQ(program(ProgramCmd::Op::pause, 5).state, 1);
+  ASSERT_EQ(program(ProgramCmd::Op::pause, 5).state, ProgramState::paused);
   std::string refused;
   std::thread late([&] {
     caf::scoped_actor other{*sys};
     const Reply r = call(other, encode_request(8, Request::probe({p, t}, {1}, {{1}})));
-    refused = r.kind + ": " + r.text;
+    refused = std::string(reply_kind_name(r.kind)) + ": " + r.text;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(program(ProgramCmd::Op::terminate, 5).state, 2);
+  EXPECT_EQ(program(ProgramCmd::Op::terminate, 5).state, ProgramState::terminated);
   late.join();
   EXPECT_EQ(refused, "Error: program 5 was terminated while this request waited for its restore");
   // Without `hold`, a paused program's blocks refuse at once (ProgramsPauseAndRestoreThroughTheBatcher).
@@ -402,7 +414,7 @@ TEST(ActorsStress, EightWritersOneBlockHundredThousandAppends) {
             a->request(batcher, caf::infinite, frame_atom::value, encode_request(0, Request::append(log, toks)))
                 .then([=, &mu, &granted](const std::vector<uint8_t>& reply) {
                   auto r = decode_reply(reply);
-                  if (!r.ok() || r->kind != "Submitted") {
+                  if (!r.ok() || r->kind != ReplyKind::submitted) {
                     ADD_FAILURE() << (r ? r->text : r.error().message);
                     return;
                   }
@@ -559,9 +571,9 @@ TEST_F(DeterministicBatcher, OrderIsCreateWritesInGrantOrderThenGenerateThenFini
   auto describe = [](const std::vector<uint8_t>& f) {
     auto r = decode_reply(f);
     if (!r) return std::string("undecodable");
-    if (r->kind == "Error") return "Error " + r->text;
-    if (r->kind == "BlockInfo") return std::string("BlockInfo");
-    return r->kind + " " + std::to_string(r->id);
+    if (r->kind == ReplyKind::error) return "Error " + r->text;
+    if (r->kind == ReplyKind::block_info) return std::string("BlockInfo");
+    return reply_kind_name(r->kind) + std::string(" ") + std::to_string(r->id);
   };
   // A client sends each (frame_atom, frame) it is given to the batcher and logs what comes back.
   auto client = [&](const std::string& name) {
@@ -574,8 +586,8 @@ TEST_F(DeterministicBatcher, OrderIsCreateWritesInGrantOrderThenGenerateThenFini
           },
           [=, &log](event_atom, const std::vector<uint8_t>& frame) {
             auto r = decode_reply(frame);
-            if (r && r->kind == "RequestFinished") log.push_back(name + ": " + describe(frame));
-            if (r && r->kind == "TokenEvent") log.push_back(name + ": TokenEvent");
+            if (r && r->kind == ReplyKind::finished) log.push_back(name + ": " + describe(frame));
+            if (r && r->kind == ReplyKind::token) log.push_back(name + ": TokenEvent");
           },
       };
     });
@@ -638,8 +650,7 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
     return {[=, this, &replies](frame_atom, const std::vector<uint8_t>& frame) {
       self->request(batcher, caf::infinite, frame_atom::value, frame).then([=, &replies](const std::vector<uint8_t>& r) {
         auto rep = decode_reply(r);
-        Reply bad;
-        bad.kind = "undecodable";
+        Reply bad;  // kind other: undecodable
         replies.push_back(rep ? *rep : bad);
       });
     },
@@ -650,17 +661,16 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
     caf::anon_send(client, frame_atom::value, f);
     sched->run();
     EXPECT_EQ(replies.size(), 1u);
-    Reply none;
-    none.kind = "none";
+    Reply none;  // kind other: no reply
     return replies.empty() ? none : replies[0];
   };
   const BlockId a = call(encode_create_block(1, "a")).id, b = call(encode_create_block(2, "b")).id;
   std::vector<TokenId> ta = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, tb = {20, 21, 22, 23, 24};
-  EXPECT_EQ(call(encode_request(3, Request::forward(a, ta, {a}))).kind, "Submitted");
-  EXPECT_EQ(call(encode_request(4, Request::forward(b, tb, {b}))).kind, "Submitted");
+  EXPECT_EQ(call(encode_request(3, Request::forward(a, ta, {a}))).kind, ReplyKind::submitted);
+  EXPECT_EQ(call(encode_request(4, Request::forward(b, tb, {b}))).kind, ReplyKind::submitted);
 
   const Reply merged = call(encode_merge_blocks(5, a, b, "ab"));
-  ASSERT_EQ(merged.kind, "BlockInfo") << merged.text;
+  ASSERT_EQ(merged.kind, ReplyKind::block_info) << merged.text;
   auto mb = engine->blocks().get(merged.id);
   ASSERT_TRUE(mb.ok());
   std::vector<TokenId> tab = ta;
@@ -670,11 +680,11 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
   EXPECT_EQ((*mb)->name, "ab");
 
   const Reply forked = call(encode_fork_block(6, merged.id, 12, "head"));
-  ASSERT_EQ(forked.kind, "BlockInfo") << forked.text;
+  ASSERT_EQ(forked.kind, ReplyKind::block_info) << forked.text;
   EXPECT_EQ((*engine->blocks().get(forked.id))->tokens, std::vector<TokenId>(tab.begin(), tab.begin() + 12));
 
   const Reply cleared = call(encode_clear_block(7, a));
-  ASSERT_EQ(cleared.kind, "BlockInfo") << cleared.text;
+  ASSERT_EQ(cleared.kind, ReplyKind::block_info) << cleared.text;
   EXPECT_EQ(cleared.id, a);
   EXPECT_TRUE((*engine->blocks().get(a))->tokens.empty());
   EXPECT_EQ((*engine->blocks().get(merged.id))->tokens, tab) << "the merged block keeps its shared pages";
@@ -682,62 +692,62 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
   // A view snapshot: each block, in the view's order, as it is now.
   const auto ab = static_cast<BlockId>(merged.id), head = static_cast<BlockId>(forked.id);
   const Reply snap = call(encode_snapshot_view(17, {ab, a, head}));
-  ASSERT_EQ(snap.kind, "ViewSnapshot") << snap.text;
+  ASSERT_EQ(snap.kind, ReplyKind::view_snapshot) << snap.text;
   EXPECT_EQ(snap.blocks, (std::vector<BlockSummary>{{ab, "ab", 15, 15}, {a, "a", 0, 0}, {head, "head", 12, 12}}));
   const Reply bad_snap = call(encode_snapshot_view(18, {a, 777}));
-  EXPECT_EQ(bad_snap.kind, "Error");
+  EXPECT_EQ(bad_snap.kind, ReplyKind::error);
   EXPECT_NE(bad_snap.text.find("777"), std::string::npos) << bad_snap.text;
 
-  EXPECT_EQ(call(encode_free_block(8, b)).kind, "BlockInfo");
+  EXPECT_EQ(call(encode_free_block(8, b)).kind, ReplyKind::block_info);
   const Reply bad_merge = call(encode_merge_blocks(9, a, b, "gone"));
-  EXPECT_EQ(bad_merge.kind, "Error");
+  EXPECT_EQ(bad_merge.kind, ReplyKind::error);
   EXPECT_NE(bad_merge.text.find(std::to_string(b)), std::string::npos) << bad_merge.text;
   const Reply bad_fork = call(encode_fork_block(10, merged.id, 99, ""));
-  EXPECT_EQ(bad_fork.kind, "Error");
+  EXPECT_EQ(bad_fork.kind, ReplyKind::error);
   EXPECT_NE(bad_fork.text.find("99 tokens"), std::string::npos) << bad_fork.text;
   const Reply bad_clear = call(encode_clear_block(11, 4242));
-  EXPECT_EQ(bad_clear.kind, "Error");
+  EXPECT_EQ(bad_clear.kind, ReplyKind::error);
   EXPECT_NE(bad_clear.text.find("4242"), std::string::npos) << bad_clear.text;
 
   // A paused block takes no block operation until its program is restored. (Blocks that share
   // pages, like the merged and forked ones, cannot be paused: a block of its own is.)
   const BlockId c = call(encode_create_block(15, "c")).id;
-  EXPECT_EQ(call(encode_request(16, Request::forward(c, tb, {c}))).kind, "Submitted");
+  EXPECT_EQ(call(encode_request(16, Request::forward(c, tb, {c}))).kind, ReplyKind::submitted);
   ProgramCmd reg;
   reg.program = 7;
   reg.blocks = {c};
-  ASSERT_EQ(call(encode_program(12, reg)).kind, "ProgramStatus");
+  ASSERT_EQ(call(encode_program(12, reg)).kind, ReplyKind::program_status);
   ProgramCmd pause = reg;
   pause.op = ProgramCmd::Op::pause;
-  ASSERT_EQ(call(encode_program(13, pause)).kind, "ProgramStatus");
+  ASSERT_EQ(call(encode_program(13, pause)).kind, ReplyKind::program_status);
   const Reply paused_fork = call(encode_fork_block(14, c, 1, ""));
-  EXPECT_EQ(paused_fork.kind, "Error");
+  EXPECT_EQ(paused_fork.kind, ReplyKind::error);
   EXPECT_NE(paused_fork.text.find("paused"), std::string::npos) << paused_fork.text;
 
   // A block created for a program joins it: paused and restored with it. Not into a paused
   // program, nor an unknown one.
   const Reply into_paused = call(encode_create_block(19, "d", 7));
-  EXPECT_EQ(into_paused.kind, "Error");
+  EXPECT_EQ(into_paused.kind, ReplyKind::error);
   EXPECT_NE(into_paused.text.find("program 7 is paused"), std::string::npos) << into_paused.text;
   const Reply into_unknown = call(encode_create_block(20, "d", 99));
-  EXPECT_EQ(into_unknown.kind, "Error");
+  EXPECT_EQ(into_unknown.kind, ReplyKind::error);
   EXPECT_NE(into_unknown.text.find("program 99 is not registered"), std::string::npos) << into_unknown.text;
   ProgramCmd restore = reg;
   restore.op = ProgramCmd::Op::restore;
-  ASSERT_EQ(call(encode_program(21, restore)).kind, "ProgramStatus");
+  ASSERT_EQ(call(encode_program(21, restore)).kind, ReplyKind::program_status);
   const auto d = static_cast<BlockId>(call(encode_create_block(22, "d", 7)).id);
-  EXPECT_EQ(call(encode_request(23, Request::forward(d, ta, {c, d}))).kind, "Submitted");
+  EXPECT_EQ(call(encode_request(23, Request::forward(d, ta, {c, d}))).kind, ReplyKind::submitted);
   const Reply status = call(encode_program(24, pause));
-  ASSERT_EQ(status.kind, "ProgramStatus") << status.text;
+  ASSERT_EQ(status.kind, ReplyKind::program_status) << status.text;
   EXPECT_EQ(status.pages, 0) << "both blocks' pages are released";
   EXPECT_TRUE((*engine->blocks().get(d))->paused);
   EXPECT_EQ((*engine->blocks().get(d))->tokens, ta) << "pausing keeps every token";
 
   // A freed block leaves its program: the program pauses without it.
-  ASSERT_EQ(call(encode_program(25, restore)).kind, "ProgramStatus");
-  EXPECT_EQ(call(encode_free_block(26, d)).kind, "BlockInfo");
+  ASSERT_EQ(call(encode_program(25, restore)).kind, ReplyKind::program_status);
+  EXPECT_EQ(call(encode_free_block(26, d)).kind, ReplyKind::block_info);
   const Reply without_d = call(encode_program(27, pause));
-  EXPECT_EQ(without_d.kind, "ProgramStatus") << without_d.text;
+  EXPECT_EQ(without_d.kind, ReplyKind::program_status) << without_d.text;
 
   caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
   sched->run();

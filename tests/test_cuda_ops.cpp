@@ -38,10 +38,10 @@ TEST_F(CudaOps, RmsNorm) {
   std::vector<float> want(rows * n);
   for (int r = 0; r < rows; ++r) ref().rmsnorm(x.data() + r * n, w.data(), want.data() + r * n, n, 1e-5f);
   float* y = room<float>(rows * n);
-  ASSERT_EQ(cuda::rmsnorm(put(x), put(w), y, rows, n, 1e-5f, stream()), "");
+  ASSERT_EQ(cuda::rmsnorm(put(x), put(w), y, rows, n, 1e-5f, stream()).message(), "");
   expect_close(get(y, rows * n), want, 2e-6, "rmsnorm");
   float* inplace = put(x);  // y = x, as the q/k norms run
-  ASSERT_EQ(cuda::rmsnorm(inplace, put(w), inplace, rows, n, 1e-5f, stream()), "");
+  ASSERT_EQ(cuda::rmsnorm(inplace, put(w), inplace, rows, n, 1e-5f, stream()).message(), "");
   expect_close(get(inplace, rows * n), want, 2e-6, "rmsnorm in place");
 }
 
@@ -59,7 +59,7 @@ TEST_F(CudaOps, RopeBothLayoutsAndPartialRotation) {
         for (int h = 0; h < n_heads; ++h) ref().rope(want.data() + (t * n_heads + h) * head_dim, n_rot, cs.data(), neox);
       }
       float* dx = put(x);
-      ASSERT_EQ(cuda::rope(dx, put(pos), n_tokens, n_heads, head_dim, n_rot, theta_scale, 1.0f, neox, stream()), "");
+      ASSERT_EQ(cuda::rope(dx, put(pos), n_tokens, n_heads, head_dim, n_rot, theta_scale, 1.0f, neox, stream()).message(), "");
       expect_close(get(dx, x.size()), want, 1e-6, neox ? "rope neox" : "rope");
     }
 }
@@ -70,24 +70,24 @@ TEST_F(CudaOps, SwigluAndAdd) {
   std::vector<float> want(n);
   ref().swiglu(g.data(), u.data(), want.data(), n);
   float* out = room<float>(n);
-  ASSERT_EQ(cuda::swiglu(put(g), put(u), out, n, stream()), "");
+  ASSERT_EQ(cuda::swiglu(put(g), put(u), out, n, stream()).message(), "");
   expect_close(get(out, n), want, 1e-6, "swiglu");
   float* dg = put(g);  // out = gate, as the feed-forward runs
-  ASSERT_EQ(cuda::swiglu(dg, put(u), dg, n, stream()), "");
+  ASSERT_EQ(cuda::swiglu(dg, put(u), dg, n, stream()).message(), "");
   expect_close(get(dg, n), want, 1e-6, "swiglu in place");
   std::vector<float> y = u;
   ref().add(y.data(), g.data(), n);
   float* dy = put(u);
-  ASSERT_EQ(cuda::add(dy, put(g), n, stream()), "");
+  ASSERT_EQ(cuda::add(dy, put(g), n, stream()).message(), "");
   expect_close(get(dy, n), y, 0, "add");
   // A bias on every row: 3 rows of 7 (a length that fills no warp).
   const int64_t rows = 3, cols = 7;
   std::vector<float> yb(u.begin(), u.begin() + rows * cols), bias(g.begin(), g.begin() + cols);
   float* dyb = put(yb);
   for (int64_t r = 0; r < rows; ++r) ref().add(yb.data() + r * cols, bias.data(), cols);
-  ASSERT_EQ(cuda::add_rows(dyb, put(bias), rows, cols, stream()), "");
+  ASSERT_EQ(cuda::add_rows(dyb, put(bias), rows, cols, stream()).message(), "");
   expect_close(get(dyb, rows * cols), yb, 0, "add_rows");
-  EXPECT_NE(cuda::add_rows(dyb, put(bias), rows, 0, stream()), "") << "no columns: a shape error";
+  EXPECT_NE(cuda::add_rows(dyb, put(bias), rows, 0, stream()).message(), "") << "no columns: a shape error";
 }
 
 // Attention output gates, as the CPU runner does them (engine/model_runner.cpp): attn_q's rows
@@ -105,13 +105,13 @@ TEST_F(CudaOps, AttentionOutputGate) {
         want_out[o] *= 1.0f / (1.0f + std::exp(-qg[src + HD]));
       }
   float *q = room<float>(T * H * HD), *g = room<float>(T * H * HD);
-  ASSERT_EQ(cuda::split_query_gate(put(qg), q, g, T, H, HD, stream()), "");
+  ASSERT_EQ(cuda::split_query_gate(put(qg), q, g, T, H, HD, stream()).message(), "");
   expect_close(get(q, T * H * HD), want_q, 0, "split: queries");
   expect_close(get(g, T * H * HD), want_g, 0, "split: gates");
   float* y = put(out);
-  ASSERT_EQ(cuda::sigmoid_mul(y, g, int64_t{T} * H * HD, stream()), "");
+  ASSERT_EQ(cuda::sigmoid_mul(y, g, int64_t{T} * H * HD, stream()).message(), "");
   expect_close(get(y, T * H * HD), want_out, 1e-6, "sigmoid_mul");
-  EXPECT_NE(cuda::split_query_gate(put(qg), q, g, T, 0, HD, stream()), "") << "no heads: a shape error";
+  EXPECT_NE(cuda::split_query_gate(put(qg), q, g, T, 0, HD, stream()).message(), "") << "no heads: a shape error";
 }
 
 TEST_F(CudaOps, EmbedRowsAndBadIds) {
@@ -121,7 +121,7 @@ TEST_F(CudaOps, EmbedRowsAndBadIds) {
   for (size_t i = 0; i < table.size(); ++i) table[i] = f32_to_bf16(vals[i]);
   const std::vector<int32_t> ids = {3, 0, 9, -1, 10};
   float* out = room<float>(ids.size() * dim);
-  ASSERT_EQ(cuda::embed_rows(put(table), rows, put(ids), static_cast<int>(ids.size()), dim, out, stream()), "");
+  ASSERT_EQ(cuda::embed_rows(put(table), rows, put(ids), static_cast<int>(ids.size()), dim, out, stream()).message(), "");
   const auto got = get(out, ids.size() * dim);
   for (size_t t = 0; t < ids.size(); ++t)
     for (int i = 0; i < dim; ++i) {
@@ -179,7 +179,7 @@ TEST_F(CudaOps, DequantizeRowsToBf16) {
     for (int64_t r = 0; r < rows; ++r) dequantize_row(type, raw.data() + r * row_bytes, want.data() + r * cols, cols);
     bf16_bits* dst = room<bf16_bits>(rows * cols);
     ASSERT_EQ(cuda::dequantize_rows_bf16(static_cast<int>(type), put(raw), static_cast<int64_t>(row_bytes), rows, cols,
-                                         dst, stream()),
+                                         dst, stream()).message(),
               "")
         << info.name;
     const auto got = get(dst, rows * cols);
@@ -272,7 +272,7 @@ TEST_F(CudaOps, ViewAttentionMatchesTheCpu) {
     }
     const cuda::AttnArgs a = attn_args(q, kpool, vpool, c.bf16, page_floats, kv_stride, page_ids, dsegs, toks, n_heads,
                                        n_kv_heads, hd, c.n_rot, c.neox, theta_scale);
-    ASSERT_EQ(cuda::attention(a, stream()), "");
+    ASSERT_EQ(cuda::attention(a, stream()).message(), "");
     expect_close(get(a.out, want.size()), want, 4e-6,
                  "attention hd " + std::to_string(hd) + " group " + std::to_string(nq) + (c.bf16 ? " bf16" : " f32"));
   }
@@ -312,10 +312,10 @@ TEST_F(CudaOps, TiledAttentionEqualsPerTokenAttention) {
     cuda::AttnArgs a = attn_args(q, kpool, vpool, c.bf16, page_floats, kv_stride, page_ids, segs, toks, c.n_heads,
                                  c.n_kv_heads, hd, c.n_rot, c.neox, std::pow(1e6f, -2.0f / static_cast<float>(c.n_rot)));
     const size_t n_out = static_cast<size_t>(n_tok) * c.n_heads * hd;
-    ASSERT_EQ(cuda::attention(a, stream()), "");
+    ASSERT_EQ(cuda::attention(a, stream()).message(), "");
     const auto want = get(a.out, n_out);
     a.out = room<float>(n_out);
-    ASSERT_EQ(cuda::attention_tiled(a, put(tiles), static_cast<int>(tiles.size()), stream()), "");
+    ASSERT_EQ(cuda::attention_tiled(a, put(tiles), static_cast<int>(tiles.size()), stream()).message(), "");
     expect_close(get(a.out, n_out), want, 2e-6,
                  "tiled attention hd " + std::to_string(hd) + " group " + std::to_string(c.n_heads / c.n_kv_heads) +
                      (c.bf16 ? " bf16" : " f32"));
@@ -331,7 +331,7 @@ TEST_F(CudaOps, ArgmaxTiesAndNaN) {
   logits[1 * n + 2] = std::nanf("");  // NaN never wins
   for (int i = 0; i < n; ++i) logits[2 * n + i] = -static_cast<float>(i);  // the first
   int32_t* out = room<int32_t>(3);
-  ASSERT_EQ(cuda::argmax(put(logits), 3, n, out, stream()), "");
+  ASSERT_EQ(cuda::argmax(put(logits), 3, n, out, stream()).message(), "");
   EXPECT_EQ(get(out, 3), (std::vector<int32_t>{17, 4999, 0}));
 }
 
@@ -377,7 +377,7 @@ TEST_F(CudaOps, SampleRowsMatchesTheCpuSampler) {
           ++r;
         }
   int32_t* out = room<int32_t>(rows.size());
-  ASSERT_EQ(cuda::sample_rows(put(logits), r, n, put(rows), r, out, stream()), "");
+  ASSERT_EQ(cuda::sample_rows(put(logits), r, n, put(rows), r, out, stream()).message(), "");
   const auto got = get(out, rows.size());
   int mismatches = 0;
   for (int i = 0; i < r; ++i) {
@@ -395,7 +395,7 @@ TEST_F(CudaOps, SampleRowsMatchesTheCpuSampler) {
   std::printf("  sample_rows: %d of %d rows differ from the CPU sampler\n", mismatches, r);
   // A row outside the logits gives -1.
   std::vector<cuda::SampleRow> bad = {{0.0f, 1.0f, 0.0f, 1, 0.0, 7}};
-  ASSERT_EQ(cuda::sample_rows(put(logits), 2, n, put(bad), 1, out, stream()), "");
+  ASSERT_EQ(cuda::sample_rows(put(logits), 2, n, put(bad), 1, out, stream()).message(), "");
   EXPECT_EQ(get(out, 1)[0], -1);
 }
 
@@ -404,7 +404,7 @@ TEST_F(CudaOps, RowsToBf16GathersTheRowsAskedFor) {
   const auto x = random_floats(5 * cols, 61);
   const std::vector<int32_t> rows = {4, 0, 4};
   bf16_bits* y = room<bf16_bits>(rows.size() * cols);
-  ASSERT_EQ(cuda::rows_to_bf16(put(x), put(rows), 3, cols, y, stream()), "");
+  ASSERT_EQ(cuda::rows_to_bf16(put(x), put(rows), 3, cols, y, stream()).message(), "");
   const auto got = get(y, rows.size() * cols);
   for (size_t i = 0; i < rows.size(); ++i)
     for (int c = 0; c < cols; ++c)
@@ -437,7 +437,7 @@ TEST_F(CudaOps, GemvQ8_0MatchesTheDequantizedProduct) {
         want[v * m + r] = static_cast<float>(acc);
       }
     float* y = room<float>(want.size());
-    ASSERT_EQ(cuda::gemv_q8_0(dw, row_bytes, m, k, put(x), n, y, stream()), "");
+    ASSERT_EQ(cuda::gemv_q8_0(dw, row_bytes, m, k, put(x), n, y, stream()).message(), "");
     expect_close(get(y, want.size()), want, 1e-5, "gemv_q8_0 n " + std::to_string(n));
   }
 }
@@ -447,7 +447,7 @@ TEST_F(CudaOps, GatherAndScatterRows) {
   const auto x = random_floats(6 * cols, 81);
   const std::vector<int32_t> rows = {5, 1, 3};
   float* g = room<float>(rows.size() * cols);
-  ASSERT_EQ(cuda::gather_rows(put(x), put(rows), 3, cols, g, stream()), "");
+  ASSERT_EQ(cuda::gather_rows(put(x), put(rows), 3, cols, g, stream()).message(), "");
   const auto got = get(g, rows.size() * cols);
   std::vector<float> back(6 * cols, -1.0f);
   for (size_t i = 0; i < rows.size(); ++i)
@@ -456,7 +456,7 @@ TEST_F(CudaOps, GatherAndScatterRows) {
       back[static_cast<size_t>(rows[i]) * cols + c] = x[static_cast<size_t>(rows[i]) * cols + c];
     }
   float* y = put(std::vector<float>(6 * cols, -1.0f));
-  ASSERT_EQ(cuda::scatter_rows(g, put(rows), 3, cols, y, stream()), "");
+  ASSERT_EQ(cuda::scatter_rows(g, put(rows), 3, cols, y, stream()).message(), "");
   EXPECT_EQ(get(y, 6 * cols), back);
 }
 
@@ -464,7 +464,7 @@ TEST_F(CudaOps, CopyPages) {
   const int64_t page = 1000;
   auto pool = random_floats(6 * page, 40);
   float* d = put(pool);
-  ASSERT_EQ(cuda::copy_pages(d, page, put(std::vector<int32_t>{0, 4}), put(std::vector<int32_t>{5, 1}), 2, stream()), "");
+  ASSERT_EQ(cuda::copy_pages(d, page, put(std::vector<int32_t>{0, 4}), put(std::vector<int32_t>{5, 1}), 2, stream()).message(), "");
   auto want = pool;
   std::copy_n(pool.begin(), page, want.begin() + 5 * page);
   std::copy_n(pool.begin() + 4 * page, page, want.begin() + 1 * page);
@@ -486,7 +486,7 @@ TEST_F(CudaOps, WriteKvIntoPageSlots) {
       kp = put(std::vector<float>(pool_elems, 0.0f));
       vp = put(std::vector<float>(pool_elems, 0.0f));
     }
-    ASSERT_EQ(cuda::write_kv(kp, vp, bf16, page_stride, kv_stride, put(page), put(slot), put(k), put(v), n, stream()), "");
+    ASSERT_EQ(cuda::write_kv(kp, vp, bf16, page_stride, kv_stride, put(page), put(slot), put(k), put(v), n, stream()).message(), "");
     auto read = [&](void* pool) {
       std::vector<float> out(pool_elems);
       if (bf16) {
@@ -517,7 +517,7 @@ TEST_F(CudaOps, GemmBf16) {
   for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]);
   float* dx = put(x);
   bf16_bits* dxb = room<bf16_bits>(x.size());
-  ASSERT_EQ(cuda::to_bf16(dx, dxb, static_cast<int64_t>(x.size()), stream()), "");
+  ASSERT_EQ(cuda::to_bf16(dx, dxb, static_cast<int64_t>(x.size()), stream()).message(), "");
   const auto got_xb = get(dxb, x.size());
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got_xb[i], f32_to_bf16(x[i])) << "to_bf16 rounds to nearest even";
   float* y = room<float>(n * m);
@@ -536,56 +536,56 @@ TEST_F(CudaOps, GemmBf16) {
 // Shape checks return before any launch, so they run without a GPU.
 TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
   float x = 0;
-  EXPECT_EQ(cuda::rmsnorm(&x, &x, &x, 1, 0, 1e-5f, nullptr), "cuda rmsnorm: n = 0 (must be 1..1048576)");
-  EXPECT_NE(cuda::rope(&x, nullptr, 1, 1, 64, 65, 1, 1, false, nullptr).find("n_rot = 65"), std::string::npos);
+  EXPECT_EQ(cuda::rmsnorm(&x, &x, &x, 1, 0, 1e-5f, nullptr).message(), "cuda rmsnorm: n = 0 (must be 1..1048576)");
+  EXPECT_NE(cuda::rope(&x, nullptr, 1, 1, 64, 65, 1, 1, false, nullptr).message().find("n_rot = 65"), std::string::npos);
   cuda::AttnArgs a{};
   a.head_dim = 80;
-  EXPECT_NE(cuda::attention(a, nullptr).find("head_dim 80 (must be a multiple of 32"), std::string::npos);
+  EXPECT_NE(cuda::attention(a, nullptr).message().find("head_dim 80 (must be a multiple of 32"), std::string::npos);
   a.head_dim = 64;
   a.n_heads = 12;
   a.n_kv_heads = 1;
-  EXPECT_NE(cuda::attention(a, nullptr).find("12 query heads over 1 KV heads"), std::string::npos);
+  EXPECT_NE(cuda::attention(a, nullptr).message().find("12 query heads over 1 KV heads"), std::string::npos);
   cuda::GdnDecodeArgs g{};
   g.dk = 128;
   g.dv = 128;
   g.n_k_heads = 3;
   g.n_v_heads = 4;
-  EXPECT_NE(cuda::gdn_decode(g, nullptr).find("4 value heads over 3 key heads"), std::string::npos);
-  EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q2_k), &x, 84, 1, 256, nullptr, nullptr)
+  EXPECT_NE(cuda::gdn_decode(g, nullptr).message().find("4 value heads over 3 key heads"), std::string::npos);
+  EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q2_k), &x, 84, 1, 256, nullptr, nullptr).message()
                 .find("Q2_K has no CUDA conversion"),
             std::string::npos);
-  EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q8_0), &x, 34, 1, 33, nullptr, nullptr)
+  EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q8_0), &x, 34, 1, 33, nullptr, nullptr).message()
                 .find("multiple of 32"),
             std::string::npos);
-  EXPECT_NE(cuda::write_kv(&x, &x, false, 100, 16, nullptr, nullptr, &x, &x, 1, nullptr).find("page_stride 100"),
+  EXPECT_NE(cuda::write_kv(&x, &x, false, 100, 16, nullptr, nullptr, &x, &x, 1, nullptr).message().find("page_stride 100"),
             std::string::npos);
-  EXPECT_NE(cuda::gdn_conv(&x, &x, 1, &x, 8, 17, &x, nullptr).find("width 1..16"), std::string::npos);
-  EXPECT_NE(cuda::dequantize_rows_bf16(77, &x, 34, 1, 32, nullptr, nullptr).find("unknown tensor type id 77"),
+  EXPECT_NE(cuda::gdn_conv(&x, &x, 1, &x, 8, 17, &x, nullptr).message().find("width 1..16"), std::string::npos);
+  EXPECT_NE(cuda::dequantize_rows_bf16(77, &x, 34, 1, 32, nullptr, nullptr).message().find("unknown tensor type id 77"),
             std::string::npos);
   cuda::SampleRow sr;
-  EXPECT_NE(cuda::sample_rows(&x, 1, 0, &sr, 1, nullptr, nullptr).find("rows of 0"), std::string::npos);
+  EXPECT_NE(cuda::sample_rows(&x, 1, 0, &sr, 1, nullptr, nullptr).message().find("rows of 0"), std::string::npos);
   a.head_dim = 80;
-  EXPECT_NE(cuda::attention_tiled(a, nullptr, 1, nullptr).find("cuda attention_tiled: head_dim 80"), std::string::npos);
-  EXPECT_NE(cuda::rows_to_bf16(&x, nullptr, 1, 0, nullptr, nullptr).find("1 rows of 0"), std::string::npos);
-  EXPECT_NE(cuda::gemv_q8_0(&x, 340, 10, 320, &x, 5, &x, nullptr).find("n 5 (1..4"), std::string::npos);
-  EXPECT_NE(cuda::gemv_q8_0(&x, 100, 10, 320, &x, 1, &x, nullptr).find("row_bytes 100 < 340"), std::string::npos);
+  EXPECT_NE(cuda::attention_tiled(a, nullptr, 1, nullptr).message().find("cuda attention_tiled: head_dim 80"), std::string::npos);
+  EXPECT_NE(cuda::rows_to_bf16(&x, nullptr, 1, 0, nullptr, nullptr).message().find("1 rows of 0"), std::string::npos);
+  EXPECT_NE(cuda::gemv_q8_0(&x, 340, 10, 320, &x, 5, &x, nullptr).message().find("n 5 (1..4"), std::string::npos);
+  EXPECT_NE(cuda::gemv_q8_0(&x, 100, 10, 320, &x, 1, &x, nullptr).message().find("row_bytes 100 < 340"), std::string::npos);
   cuda::GdnRunsArgs r{};
   r.dk = 256;
   r.dv = 128;
-  EXPECT_NE(cuda::gdn_runs(r, nullptr).find("dk 256"), std::string::npos);
+  EXPECT_NE(cuda::gdn_runs(r, nullptr).message().find("dk 256"), std::string::npos);
   r.dk = 128;
   r.n_zero_rows = 64;
-  EXPECT_NE(cuda::gdn_runs(r, nullptr).find("n_zero_rows 64"), std::string::npos);
+  EXPECT_NE(cuda::gdn_runs(r, nullptr).message().find("n_zero_rows 64"), std::string::npos);
   r.dk = 48;
-  EXPECT_NE(cuda::gdn_runs(r, nullptr).find("dk 48 (16, or a multiple of 32"), std::string::npos);
-  EXPECT_NE(cuda::shift_rows(&x, 16, &x, 1, 8, nullptr).find("keep 16 (0..15)"), std::string::npos);
-  EXPECT_NE(cuda::gdn_summary_reset(&x, 0, 16, 16, nullptr).find("0 heads"), std::string::npos);
-  EXPECT_NE(cuda::split_qkv(&x, -1, 8, 8, nullptr, &x, &x, nullptr).find("-1 rows"), std::string::npos);
-  EXPECT_NE(cuda::gdn_conv_slots(&x, 1, nullptr, nullptr, nullptr, &x, 1, 0, &x, 8, 1, &x, nullptr).find("width 2..16"),
+  EXPECT_NE(cuda::gdn_runs(r, nullptr).message().find("dk 48 (16, or a multiple of 32"), std::string::npos);
+  EXPECT_NE(cuda::shift_rows(&x, 16, &x, 1, 8, nullptr).message().find("keep 16 (0..15)"), std::string::npos);
+  EXPECT_NE(cuda::gdn_summary_reset(&x, 0, 16, 16, nullptr).message().find("0 heads"), std::string::npos);
+  EXPECT_NE(cuda::split_qkv(&x, -1, 8, 8, nullptr, &x, &x, nullptr).message().find("-1 rows"), std::string::npos);
+  EXPECT_NE(cuda::gdn_conv_slots(&x, 1, nullptr, nullptr, nullptr, &x, 1, 0, &x, 8, 1, &x, nullptr).message().find("width 2..16"),
             std::string::npos);
-  EXPECT_NE(cuda::shift_rows_slots(&x, 1, 0, nullptr, nullptr, 1, 3, &x, 8, nullptr).find("a null pointer"),
+  EXPECT_NE(cuda::shift_rows_slots(&x, 1, 0, nullptr, nullptr, 1, 3, &x, 8, nullptr).message().find("a null pointer"),
             std::string::npos);
-  EXPECT_NE(cuda::rows_to_slots(&x, 0, nullptr, 1, &x, 1, 0, nullptr).find("1 rows of 0"), std::string::npos);
+  EXPECT_NE(cuda::rows_to_slots(&x, 0, nullptr, 1, &x, 1, 0, nullptr).message().find("1 rows of 0"), std::string::npos);
 }
 
 #else

@@ -47,7 +47,7 @@ TEST_F(CudaOps, GatedDeltaNetDecodeMatchesTheCpuStep) {
     for (int s = 0; s < n_seq; ++s) states.push_back(put(S[s]));
     cuda::GdnDecodeArgs a{put(states), put(q), put(k), put(v), put(g), put(beta), room<float>(want_out.size()),
                           n_seq, hk, hv, dk, dv, kh_mod};
-    ASSERT_EQ(cuda::gdn_decode(a, stream()), "");
+    ASSERT_EQ(cuda::gdn_decode(a, stream()).message(), "");
     expect_close(get(a.out, want_out.size()), want_out, 2e-6, "gdn out");
     for (int s = 0; s < n_seq; ++s) expect_close(get(states[s], S[s].size()), want_S[s], 2e-6, "gdn state");
   }
@@ -102,7 +102,7 @@ TEST_F(CudaOps, GatedDeltaNetRunsSummariesAndComposition) {
     for (int r = 0; r < 2; ++r) {
       cuda::GdnRunsArgs a{put(std::vector<float*>{st}), put(std::vector<int32_t>{first[r], first[r + 1]}), dq, dk_, dv_,
                           dg, db, out, 1, hk, hv, dk, dv, 0, kh_mod};
-      ASSERT_EQ(cuda::gdn_runs(a, stream()), "");
+      ASSERT_EQ(cuda::gdn_runs(a, stream()).message(), "");
     }
     const auto S_run = get(st, S0.size());
     expect_close(S_run, as_float(S), 2e-5, "gdn_runs state");
@@ -114,7 +114,7 @@ TEST_F(CudaOps, GatedDeltaNetRunsSummariesAndComposition) {
     for (int t = 0; t < n && dk % 32 == 0; ++t) {
       cuda::GdnDecodeArgs a{st2p, dq + t * hk * dk, dk_ + t * hk * dk, dv_ + t * hv * dv, dg + t * hv, db + t * hv, o2,
                             1, hk, hv, dk, dv, kh_mod};
-      ASSERT_EQ(cuda::gdn_decode(a, stream()), "");
+      ASSERT_EQ(cuda::gdn_decode(a, stream()).message(), "");
     }
     if (dk % 32 == 0) expect_close(get(st2, S0.size()), S_run, 1e-6, "gdn_runs vs gdn_decode");
     // Both runs' summaries at once, [A; B] per head, from the identity.
@@ -126,7 +126,7 @@ TEST_F(CudaOps, GatedDeltaNetRunsSummariesAndComposition) {
     float* m2 = put(ident);
     cuda::GdnRunsArgs sa{put(std::vector<float*>{m1, m2}), put(first), nullptr, dk_, dv_, dg, db, nullptr, 2, hk, hv,
                          dk, dv, dk, kh_mod};
-    ASSERT_EQ(cuda::gdn_runs(sa, stream()), "");
+    ASSERT_EQ(cuda::gdn_runs(sa, stream()).message(), "");
     for (int r = 0; r < 2; ++r) {
       const auto got = get(r == 0 ? m1 : m2, ident.size());
       std::vector<float> gotA, gotB, wantA, wantB;
@@ -157,7 +157,7 @@ TEST_F(CudaOps, GatedDeltaNetRunsSummariesAndComposition) {
     float* whole = put(ident);
     cuda::GdnRunsArgs wa{put(std::vector<float*>{whole}), put(std::vector<int32_t>{0, n}), nullptr, dk_, dv_, dg, db,
                          nullptr, 1, hk, hv, dk, dv, dk, kh_mod};
-    ASSERT_EQ(cuda::gdn_runs(wa, stream()), "");
+    ASSERT_EQ(cuda::gdn_runs(wa, stream()).message(), "");
     expect_close(get(c, ident.size()), get(whole, ident.size()), 1e-4, "composed summaries");
   }
 }
@@ -171,7 +171,7 @@ TEST_F(CudaOps, GatedDeltaNetSmallOps) {
   std::vector<float> want(n * C);
   ref().gdn_conv(prev.data(), x.data(), n, w.data(), C, K, want.data());
   float* y = room<float>(n * C);
-  ASSERT_EQ(cuda::gdn_conv(put(prev), put(x), n, put(w), C, K, y, stream()), "");
+  ASSERT_EQ(cuda::gdn_conv(put(prev), put(x), n, put(w), C, K, y, stream()).message(), "");
   expect_close(get(y, n * C), want, 1e-6, "gdn_conv");
 
   const int rows = 6, dk = 128;
@@ -181,7 +181,7 @@ TEST_F(CudaOps, GatedDeltaNetSmallOps) {
   std::vector<float> wq = q;
   for (int r = 0; r < rows; ++r) gdn::l2_normalize(wq.data() + r * dk, dk, 1e-6f);
   float* dq = put(q);
-  ASSERT_EQ(cuda::l2norm_rows(dq, rows, dk, 1e-6f, stream()), "");
+  ASSERT_EQ(cuda::l2norm_rows(dq, rows, dk, 1e-6f, stream()).message(), "");
   expect_close(get(dq, rows * dk), wq, 1e-6, "l2norm_rows");
 
   const int T = 3, hv = 32;
@@ -195,13 +195,13 @@ TEST_F(CudaOps, GatedDeltaNetSmallOps) {
       wb[t * hv + h] = static_cast<float>(1.0 / (1.0 + std::exp(-double(b[t * hv + h]))));
     }
   float *g = room<float>(T * hv), *beta = room<float>(T * hv);
-  ASSERT_EQ(cuda::gdn_gates(put(alpha), put(b), put(dt_bias), put(ssm_a), T, hv, g, beta, stream()), "");
+  ASSERT_EQ(cuda::gdn_gates(put(alpha), put(b), put(dt_bias), put(ssm_a), T, hv, g, beta, stream()).message(), "");
   expect_close(get(g, T * hv), wg, 1e-6, "gdn_gates g");
   expect_close(get(beta, T * hv), wb, 1e-6, "gdn_gates beta");
 
   auto v = random_floats(100, 78);
   float* dv = put(v);
-  ASSERT_EQ(cuda::scale(dv, 100, 0.125f, stream()), "");
+  ASSERT_EQ(cuda::scale(dv, 100, 0.125f, stream()).message(), "");
   for (float& e : v) e *= 0.125f;
   expect_close(get(dv, 100), v, 0, "scale");
 }
@@ -217,12 +217,12 @@ TEST_F(CudaOps, GatedDeltaNetBlockOps) {
     all.insert(all.end(), x.begin(), x.end());
     const std::vector<float> want(all.end() - keep * C, all.end());
     float* dt = put(tail);
-    ASSERT_EQ(cuda::shift_rows(dt, keep, put(x), n, C, stream()), "");
+    ASSERT_EQ(cuda::shift_rows(dt, keep, put(x), n, C, stream()).message(), "");
     expect_close(get(dt, keep * C), want, 0, "shift_rows by " + std::to_string(n));
   }
   const int heads = 3, dk = 16, dv = 16;
   float* m = put(random_floats(heads * (dk + dv) * dk, 99));
-  ASSERT_EQ(cuda::gdn_summary_reset(m, heads, dk, dv, stream()), "");
+  ASSERT_EQ(cuda::gdn_summary_reset(m, heads, dk, dv, stream()).message(), "");
   std::vector<float> ident(static_cast<size_t>(heads * (dk + dv) * dk), 0.0f);
   for (int h = 0; h < heads; ++h)
     for (int i = 0; i < dk; ++i) ident[static_cast<size_t>(h * (dk + dv) * dk + i * dk + i)] = 1.0f;
@@ -237,12 +237,12 @@ TEST_F(CudaOps, GatedDeltaNetBlockOps) {
   }
   float *q = room<float>(wq.size()), *k = room<float>(wk.size()), *v = room<float>(wv.size());
   float* dy = put(y);
-  ASSERT_EQ(cuda::split_qkv(dy, rows, kd, vd, q, k, v, stream()), "");
+  ASSERT_EQ(cuda::split_qkv(dy, rows, kd, vd, q, k, v, stream()).message(), "");
   expect_close(get(q, wq.size()), wq, 0, "split_qkv q");
   expect_close(get(k, wk.size()), wk, 0, "split_qkv k");
   expect_close(get(v, wv.size()), wv, 0, "split_qkv v");
   float* k2 = room<float>(wk.size());
-  ASSERT_EQ(cuda::split_qkv(dy, rows, kd, vd, nullptr, k2, v, stream()), "");
+  ASSERT_EQ(cuda::split_qkv(dy, rows, kd, vd, nullptr, k2, v, stream()).message(), "");
   expect_close(get(k2, wk.size()), wk, 0, "split_qkv without q");
 
   // The per-sequence ops of a step on slots: three sequences of 4, 1 and 2 rows in slots 2, 0
@@ -266,17 +266,17 @@ TEST_F(CudaOps, GatedDeltaNetBlockOps) {
   float* dx = put(xs);
   float* dyc = room<float>(n_rows * C);
   ASSERT_EQ(cuda::gdn_conv_slots(dx, n_rows, put(row_seq), put(first), put(slot), dslots, slot_floats, tail_at, put(w), C,
-                                 K, dyc, stream()),
+                                 K, dyc, stream()).message(),
             "");
   expect_close(get(dyc, n_rows * C), want_y, 1e-6, "gdn_conv_slots");
-  ASSERT_EQ(cuda::shift_rows_slots(dslots, slot_floats, tail_at, put(slot), put(first), 3, keep, dx, C, stream()), "");
+  ASSERT_EQ(cuda::shift_rows_slots(dslots, slot_floats, tail_at, put(slot), put(first), 3, keep, dx, C, stream()).message(), "");
   expect_close(get(dslots, want_slots.size()), want_slots, 0, "shift_rows_slots");
   const std::vector<cuda::SlotRow> moves = {{6, 1, 0}, {0, 2, 3}, {4, 0, 1}};
   const int at = 10, row_width = 20;
   for (const cuda::SlotRow& mv : moves)
     std::copy_n(xs.begin() + mv.src_row * row_width, row_width,
                 want_slots.begin() + mv.slot * slot_floats + at + mv.dst_row * row_width);
-  ASSERT_EQ(cuda::rows_to_slots(dx, row_width, put(moves), 3, dslots, slot_floats, at, stream()), "");
+  ASSERT_EQ(cuda::rows_to_slots(dx, row_width, put(moves), 3, dslots, slot_floats, at, stream()).message(), "");
   expect_close(get(dslots, want_slots.size()), want_slots, 0, "rows_to_slots");
 }
 
@@ -452,10 +452,10 @@ TEST_F(CudaOps, GatedDeltaNetChainReadEqualsTheRecurrenceThroughTheView) {
           *hv = room<float>(static_cast<size_t>(n_heads * vd)), *out = room<float>(3 * vd);
     cuda::GdnChainArgs a{put(reads), n_reads, put(blocks), put(heads), n_heads, dslots, slot_floats, 0, parts,
                          put(w), C, keep, hy, hk, hv, put(q), put(k), put(v), put(g), put(beta), out, Hk, Hv, dk, kh_mod};
-    ASSERT_EQ(cuda::gdn_chain_inputs(a, stream()), "");
-    ASSERT_EQ(cuda::split_qkv(hy, n_heads, kd, vd, nullptr, hk, hv, stream()), "");
-    ASSERT_EQ(cuda::l2norm_rows(hk, n_heads * Hk, dk, kEps, stream()), "");
-    ASSERT_EQ(cuda::gdn_chain_read(a, stream()), "");
+    ASSERT_EQ(cuda::gdn_chain_inputs(a, stream()).message(), "");
+    ASSERT_EQ(cuda::split_qkv(hy, n_heads, kd, vd, nullptr, hk, hv, stream()).message(), "");
+    ASSERT_EQ(cuda::l2norm_rows(hk, n_heads * Hk, dk, kEps, stream()).message(), "");
+    ASSERT_EQ(cuda::gdn_chain_read(a, stream()).message(), "");
     const std::string how = kh_mod ? " (kh = h mod Hk)" : " (kh = h / (Hv/Hk))";
     expect_close(get(hk, want_head_k.size()), want_head_k, 1e-5, "gdn_chain_inputs: head keys" + how);
     const auto got_slots = get(dslots, slots.size());
@@ -468,7 +468,7 @@ TEST_F(CudaOps, GatedDeltaNetChainReadEqualsTheRecurrenceThroughTheView) {
   }
   cuda::GdnChainArgs bad{};
   bad.dk = 48;
-  EXPECT_NE(cuda::gdn_chain_read(bad, nullptr).find("dk 48"), std::string::npos);
+  EXPECT_NE(cuda::gdn_chain_read(bad, nullptr).message().find("dk 48"), std::string::npos);
 }
 
 #endif  // CHORUS_HAVE_CUDA

@@ -67,7 +67,7 @@ TEST_F(CudaOps, MoeRoutingIsTheCpus) {
     for (int t = 0; t < T; ++t) route(logits.data() + t * cs.NE, cs.NE, cs.NU, cs.scale, &want_e, &want_w);
     int32_t* de = room<int32_t>(want_e.size());
     float* dw = room<float>(want_w.size());
-    ASSERT_EQ(cuda::moe_route(put(logits), T, cs.NE, cs.NU, cs.scale, de, dw, stream()), "");
+    ASSERT_EQ(cuda::moe_route(put(logits), T, cs.NE, cs.NU, cs.scale, de, dw, stream()).message(), "");
     const auto got_e = get(de, want_e.size());
     for (size_t i = 0; i < want_e.size(); ++i) ASSERT_EQ(got_e[i], want_e[i]) << cs.NE << " experts, slot " << i;
     expect_close(get(dw, want_w.size()), want_w, 1e-6, "moe_route weights, " + std::to_string(cs.NU) + " of " +
@@ -75,9 +75,9 @@ TEST_F(CudaOps, MoeRoutingIsTheCpus) {
   }
   const std::vector<float> nan(3 * 8, std::nanf(""));
   int32_t* de = room<int32_t>(3 * 2);
-  ASSERT_EQ(cuda::moe_route(put(nan), 3, 8, 2, 0.0f, de, room<float>(6), stream()), "");
+  ASSERT_EQ(cuda::moe_route(put(nan), 3, 8, 2, 0.0f, de, room<float>(6), stream()).message(), "");
   for (int32_t e : get(de, 6)) EXPECT_TRUE(e >= 0 && e < 8) << e;
-  EXPECT_NE(cuda::moe_route(nullptr, 1, 8, 17, 0.0f, de, nullptr, nullptr).find("17 of 8"), std::string::npos);
+  EXPECT_NE(cuda::moe_route(nullptr, 1, 8, 17, 0.0f, de, nullptr, nullptr).message().find("17 of 8"), std::string::npos);
 }
 
 // A whole MoE feed-forward from given routes: rows_dot_f32 for the shared gate, moe_sort, the
@@ -127,7 +127,7 @@ TEST_F(CudaOps, MoeExpertsAndCombineMatchFloat64) {
   float* dh = put(h);
   int32_t *first = room<int32_t>(NE + 1), *slots = room<int32_t>(S), *active = room<int32_t>(NE + 1);
   int32_t* de = put(experts);
-  ASSERT_EQ(cuda::moe_sort(de, S, NE, first, slots, active, stream()), "");
+  ASSERT_EQ(cuda::moe_sort(de, S, NE, first, slots, active, stream()).message(), "");
   const auto f = get(first, NE + 1), sl = get(slots, S), ac = get(active, NE + 1);
   EXPECT_EQ(f, (std::vector<int32_t>{0, 1, 2, 2, 5, 6}));
   EXPECT_EQ(std::vector<int32_t>(ac.begin(), ac.begin() + 5), (std::vector<int32_t>{4, 0, 1, 3, 4}));
@@ -141,15 +141,15 @@ TEST_F(CudaOps, MoeExpertsAndCombineMatchFloat64) {
   float* logit = room<float>(T);
   ASSERT_EQ(cuda::moe_experts({put(to_bf16(wg)), put(to_bf16(wu)), dh, false, nullptr, first, slots, active, NE, NU, S, FE,
                                E, act},
-                              stream()),
+                              stream()).message(),
             "");
   ASSERT_EQ(cuda::moe_experts({put(to_bf16(wd)), nullptr, act, true, put(weights), first, slots, active, NE, NU, S, E, FE,
                                out},
-                              stream()),
+                              stream()).message(),
             "");
-  ASSERT_EQ(cuda::rows_dot_f32(put(sh_router), 1, E, dh, T, logit, stream()), "");
+  ASSERT_EQ(cuda::rows_dot_f32(put(sh_router), 1, E, dh, T, logit, stream()).message(), "");
   float* x = put(x0);
-  ASSERT_EQ(cuda::moe_combine(out, T, NU, E, put(shared), logit, x, stream()), "");
+  ASSERT_EQ(cuda::moe_combine(out, T, NU, E, put(shared), logit, x, stream()).message(), "");
   expect_close(get(x, want.size()), want, 1e-5, "moe feed-forward vs float64");
 }
 
@@ -165,8 +165,8 @@ TEST_F(CudaOps, PackedGatesEqualSeparateOnes) {
       alpha[static_cast<size_t>(t * Hv + h)] = ba[static_cast<size_t>(t * 2 * Hv + (h / r) * 2 * r + r + h % r)];
     }
   float *g1 = room<float>(b.size()), *b1 = room<float>(b.size()), *g2 = room<float>(b.size()), *b2 = room<float>(b.size());
-  ASSERT_EQ(cuda::gdn_gates(put(alpha), put(b), put(dt), put(a), T, Hv, g1, b1, stream()), "");
-  ASSERT_EQ(cuda::gdn_gates_packed(put(ba), put(dt), put(a), T, Hv, Hk, g2, b2, stream()), "");
+  ASSERT_EQ(cuda::gdn_gates(put(alpha), put(b), put(dt), put(a), T, Hv, g1, b1, stream()).message(), "");
+  ASSERT_EQ(cuda::gdn_gates_packed(put(ba), put(dt), put(a), T, Hv, Hk, g2, b2, stream()).message(), "");
   expect_close(get(g2, b.size()), get(g1, b.size()), 0, "packed gates: g");
   expect_close(get(b2, b.size()), get(b1, b.size()), 0, "packed gates: beta");
 }

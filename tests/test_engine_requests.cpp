@@ -332,10 +332,25 @@ TEST_F(EngineRequests, BadRequestsAreErrors) {
   EXPECT_TRUE(engine_->blocks().free(b).ok());
 }
 
-TEST_F(EngineRequests, RunningOutOfKvFinishesTheRequestWithAReason) {
-  load_tiny({.n_pages = 2, .token_budget = 16, .max_view_tokens = 1000});
-  const BlockId a = engine_->blocks().create("a");
-  ASSERT_TRUE(engine_->submit(forward(a, random_tokens(100))).ok());
+// A request that may write more than the whole pool is refused when it is submitted
+// (out_of_memory, which node and HTTP clients get as such); one that fits the pool but finds it
+// taken runs until the pool is full and finishes with a reason.
+TEST_F(EngineRequests, ARequestLargerThanThePoolIsRefusedAndOneThatRunsOutFinishesWithAReason) {
+  load_tiny({.n_pages = 4, .token_budget = 16, .max_view_tokens = 1000});
+  const BlockId a = engine_->blocks().create("a"), b = engine_->blocks().create("b");
+  auto never = engine_->submit(forward(a, random_tokens(100)));
+  ASSERT_FALSE(never.ok());
+  EXPECT_EQ(never.error().code, Errc::out_of_memory);
+  EXPECT_NE(never.error().message.find("the pool has 4 pages"), std::string::npos) << never.error().message;
+  StopCondition stop;
+  stop.max_tokens = 60;
+  auto gen = engine_->submit(Request::generate(a, {a}, random_tokens(8), SamplingParams::greedy(), stop));
+  ASSERT_FALSE(gen.ok()) << "8 + 60 tokens are 5 pages";
+  EXPECT_EQ(gen.error().code, Errc::out_of_memory);
+
+  ASSERT_TRUE(engine_->submit(forward(b, random_tokens(40))).ok());  // 3 of the 4 pages
+  run_until_idle();
+  ASSERT_TRUE(engine_->submit(forward(a, random_tokens(40))).ok());  // fits alone, not now
   FinishReason reason = FinishReason::completed;
   std::string error;
   for (const Event& e : run_until_idle())

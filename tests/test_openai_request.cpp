@@ -76,5 +76,24 @@ TEST(OpenAiRequest, FieldsOfTheWrongTypeAre400s) {
   EXPECT_EQ(e3["param"], "stream_options");
 }
 
+// Engine and batcher errors reach HTTP clients as a status and a code: the KV pool running out
+// is the retryable 503.
+TEST(OpenAiRequest, ErrorsMapToHttpStatusesAndCodes) {
+  struct Case {
+    Errc code;
+    int status;
+    const char* body_code;
+  };
+  for (const Case& c : {Case{Errc::out_of_memory, 503, "kv_cache_full"}, Case{Errc::not_found, 404, "not_found"},
+                        Case{Errc::invalid_argument, 400, "invalid_argument"}, Case{Errc::out_of_range, 400, "out_of_range"},
+                        Case{Errc::internal, 500, "internal"}, Case{Errc::io, 500, "io"}}) {
+    const HttpError h = http_error(make_error(c.code, "what happened"));
+    EXPECT_EQ(h.status, c.status) << errc_name(c.code);
+    const auto j = nlohmann::json::parse(h.body);
+    EXPECT_EQ(j["error"]["code"], c.body_code) << errc_name(c.code);
+    EXPECT_EQ(j["error"]["message"], "what happened");
+  }
+}
+
 }  // namespace
 }  // namespace chorus

@@ -447,11 +447,33 @@ TEST(ToolActor, ItsSandboxGoesAndComesBackWithItsSetup) {
 
 // A thinker whose block runs out of KV pages (16 pages, 256 positions, for 400 tokens) fails the program, naming itself and the cause,
 // rather than ending as if it had said all it had to say.
+// Both are errors, never a short answer: a thinker that may write more than the whole pool is
+// refused at once (out_of_memory); one that fits the pool alone but not beside its long prompt
+// runs until the pool is full.
 TEST_F(TinyProgram, RunningOutOfKvPagesIsAnErrorNotAShortAnswer) {
-  const topology::Topology t = thinker_topology(400, "engine: {pages: 16}\n");
-  auto p = Program::start(*sys_, t, *model_, *device_);
+  auto p = Program::start(*sys_, thinker_topology(400, "engine: {pages: 16}\n"), *model_, *device_);
   ASSERT_TRUE(p.ok()) << p.error().message;
-  const ProgramReport r = (*p)->wait();
+  ProgramReport r = (*p)->wait();
+  EXPECT_EQ(r.ended_by, "error");
+  EXPECT_NE(r.error.find("think"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("the pool has 16 pages"), std::string::npos) << r.error;
+
+  std::string text;
+  for (int i = 0; i < 24; ++i) text += "hello world ";
+  auto t = topology::load_string("engine: {pages: 16}\nblocks:\n  a: {text: \"" + text + "\"}\n  b:\n" + R"(actors:
+  think:
+    kind: thinker
+    view: [a, b]
+    writes: b
+    prefill: " the"
+    stop: []
+    max_tokens: 120
+)",
+                                 "e.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  p = Program::start(*sys_, *t, *model_, *device_);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  r = (*p)->wait();
   EXPECT_EQ(r.ended_by, "error");
   EXPECT_NE(r.error.find("think"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("KV cache full"), std::string::npos) << r.error;

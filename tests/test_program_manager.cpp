@@ -44,14 +44,14 @@ TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
   std::vector<TokenId> text(128);  // 8 pages
   std::iota(text.begin(), text.end(), 3);
   const BlockId a = block("a"), b = block("b"), c = block("c");
-  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, text))).kind, "Submitted");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, text))).kind, ReplyKind::submitted);
   events_until_finished(self);
-  ASSERT_EQ(call(self, encode_request(0, Request::forward(b, std::vector<TokenId>(text.begin(), text.begin() + 96)))).kind, "Submitted");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(b, std::vector<TokenId>(text.begin(), text.begin() + 96)))).kind, ReplyKind::submitted);
   events_until_finished(self);
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).pages, 8);
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 2, {b}, PauseMode::drop, true).pages, 6);
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 3, {c}, PauseMode::drop, true).kind, "ProgramStatus");
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 3).state, 1);  // new: waits to be admitted
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 3, {c}, PauseMode::drop, true).kind, ReplyKind::program_status);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 3).state, ProgramState::paused);  // new: waits to be admitted
 
   ProgramPolicyOptions po;
   po.capacity_pages = 20;
@@ -62,13 +62,13 @@ TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
   mgr.add(2, 0);
   mgr.add(3, 8);
   mgr.check();
-  EXPECT_EQ(status(3).state, 1) << "admitted before it asked for anything";
+  EXPECT_EQ(status(3).state, ProgramState::paused) << "admitted before it asked for anything";
   mgr.tool_started(1);
   // Program 3's first request (its initial text, say) waits in the batcher.
   std::atomic<bool> written{false};
   std::thread newcomer([&] {
     caf::scoped_actor other{*sys};
-    if (call(other, encode_request(0, Request::forward(c, text))).kind != "Submitted") return;
+    if (call(other, encode_request(0, Request::forward(c, text))).kind != ReplyKind::submitted) return;
     events_until_finished(other);
     written = true;
   });
@@ -78,9 +78,9 @@ TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
   newcomer.join();
   EXPECT_TRUE(written) << "the newcomer's held request never ran";
   const Reply one = status(1), two = status(2), three = status(3);
-  EXPECT_EQ(one.state, 1) << "the program in a tool call was not paused";
-  EXPECT_EQ(two.state, 0) << "the program waiting for an event was paused";
-  EXPECT_EQ(three.state, 0);
+  EXPECT_EQ(one.state, ProgramState::paused) << "the program in a tool call was not paused";
+  EXPECT_EQ(two.state, ProgramState::active) << "the program waiting for an event was paused";
+  EXPECT_EQ(three.state, ProgramState::active);
   EXPECT_EQ(three.pages, 8);
   EXPECT_EQ(three.tokens, 128);
   ProgramManagerStats st = mgr.stats();
@@ -92,20 +92,20 @@ TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
   // The tool returns: program 1 is not brought back until it asks.
   mgr.tool_ended(1);
   mgr.check();
-  EXPECT_EQ(status(1).state, 1) << "restored with nothing to run";
+  EXPECT_EQ(status(1).state, ProgramState::paused) << "restored with nothing to run";
   std::atomic<int> generated{0};
   std::thread goes_on([&] {
     caf::scoped_actor other{*sys};
-    if (call(other, generate_into(a, 8)).kind != "Submitted") return;
-    for (const Reply& e : events_until_finished(other)) generated += e.kind == "TokenEvent" && e.token >= 0;
+    if (call(other, generate_into(a, 8)).kind != ReplyKind::submitted) return;
+    for (const Reply& e : events_until_finished(other)) generated += e.kind == ReplyKind::token && e.token >= 0;
   });
   ASSERT_TRUE(eventually([&] { return status(1).held == 1; }));
   mgr.check();  // 6 + 8 resident and idle, 8 wanted: over the low watermark, but nothing runs
   goes_on.join();
   EXPECT_EQ(generated, 8);
-  EXPECT_EQ(status(1).state, 0);
-  EXPECT_EQ(status(2).state, 1) << "the smaller idle program should have made way";
-  EXPECT_EQ(status(3).state, 0);
+  EXPECT_EQ(status(1).state, ProgramState::active);
+  EXPECT_EQ(status(2).state, ProgramState::paused) << "the smaller idle program should have made way";
+  EXPECT_EQ(status(3).state, ProgramState::active);
   st = mgr.stats();
   EXPECT_EQ(st.pauses, 2);
   EXPECT_EQ(st.restores, 1);
@@ -113,7 +113,7 @@ TEST_F(ActorsFixture, ManagerPausesProgramsInToolCallsToAdmitReadyOnes) {
   EXPECT_EQ(st.refused, 0);
   // A program that ends leaves the manager; terminated while paused, its blocks are freed.
   mgr.remove(2);
-  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::terminate, 2).state, 2);
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::terminate, 2).state, ProgramState::terminated);
   mgr.check();
   EXPECT_EQ(mgr.stats().programs, 2);
   EXPECT_EQ(mgr.stats().refused, 0);
@@ -132,20 +132,20 @@ TEST_F(ActorsFixture, ScheduledRequestsStartOnlyWithRoomForAllTheyMayWrite) {
   std::vector<TokenId> text(64);  // 4 pages
   std::iota(text.begin(), text.end(), 3);
   const BlockId a = block("a"), b = block("b");
-  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, text))).kind, "Submitted");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, text))).kind, ReplyKind::submitted);
   events_until_finished(self);
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, "ProgramStatus");
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 2, {b}, PauseMode::drop, true).kind, "ProgramStatus");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, ReplyKind::program_status);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 2, {b}, PauseMode::drop, true).kind, ReplyKind::program_status);
 
   const Reply never = call(self, generate_into(b, 4000));  // 251 pages
-  EXPECT_EQ(never.kind, "Error");
+  EXPECT_EQ(never.kind, ReplyKind::error);
   EXPECT_EQ(never.text, "KV cache too small: the request may write 251 pages and its program holds 0; the pool has 200");
   // Beside its program's own pages (program 1 holds 4): 197 more cannot fit either.
   const Reply beside = call(self, generate_into(a, 16 * 201 - 65));
   EXPECT_EQ(beside.text, "KV cache too small: the request may write 197 pages and its program holds 4; the pool has 200");
 
   // Program 1 generates up to 2000 tokens: 126 more pages kept for it, 70 left.
-  ASSERT_EQ(call(self, generate_into(a, 2000)).kind, "Submitted");
+  ASSERT_EQ(call(self, generate_into(a, 2000)).kind, ReplyKind::submitted);
   Reply one = status(1);
   EXPECT_GE(one.pending, 1);
   EXPECT_GT(one.wanted_pages, 0);
@@ -156,11 +156,11 @@ TEST_F(ActorsFixture, ScheduledRequestsStartOnlyWithRoomForAllTheyMayWrite) {
   int tokens = 0;
   std::thread two([&] {
     caf::scoped_actor other{*sys};
-    if (call(other, generate_into(b, 1200)).kind != "Submitted") return;
+    if (call(other, generate_into(b, 1200)).kind != ReplyKind::submitted) return;
     started = true;
     for (const Reply& e : events_until_finished(other)) {
-      tokens += e.kind == "TokenEvent" && e.token >= 0;
-      if (e.kind == "RequestFinished") finish = e.text;
+      tokens += e.kind == ReplyKind::token && e.token >= 0;
+      if (e.kind == ReplyKind::finished) finish = e.text;
     }
   });
   ASSERT_TRUE(eventually([&] { return status(2).held == 1 || started; }));
@@ -172,15 +172,15 @@ TEST_F(ActorsFixture, ScheduledRequestsStartOnlyWithRoomForAllTheyMayWrite) {
   std::string first_finish;
   int first_tokens = 0;
   for (const Reply& e : events_until_finished(self)) {
-    first_tokens += e.kind == "TokenEvent" && e.token >= 0;
-    if (e.kind == "RequestFinished") first_finish = e.text;
+    first_tokens += e.kind == ReplyKind::token && e.token >= 0;
+    if (e.kind == ReplyKind::finished) first_finish = e.text;
   }
   EXPECT_EQ(first_tokens, 2000) << first_finish;
   // Program 1's 2065 tokens stay resident (130 pages): still no room, until it is paused.
   EXPECT_FALSE(started);
   EXPECT_EQ(status(1).wanted_pages, 0);
   EXPECT_EQ(status(2).held, 1);
-  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::pause, 1).state, 1);
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::pause, 1).state, ProgramState::paused);
   two.join();
   EXPECT_TRUE(started);
   EXPECT_EQ(tokens, 1200) << finish;
@@ -194,22 +194,22 @@ TEST_F(ActorsFixture, TerminateWithCancelEndsTheRequestsUsingItsBlocks) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf");
   caf::scoped_actor self{*sys};
   const BlockId a = new_block(self, "a");
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 4, {a}).kind, "ProgramStatus");
-  ASSERT_EQ(call(self, generate_into(a, 5000)).kind, "Submitted");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 4, {a}).kind, ReplyKind::program_status);
+  ASSERT_EQ(call(self, generate_into(a, 5000)).kind, ReplyKind::submitted);
   const Reply refused = program_cmd(self, ProgramCmd::Op::terminate, 4);
-  EXPECT_EQ(refused.kind, "Error");
+  EXPECT_EQ(refused.kind, ReplyKind::error);
   EXPECT_NE(refused.text.find("pending request"), std::string::npos) << refused.text;
   ProgramCmd end;
   end.op = ProgramCmd::Op::terminate;
   end.program = 4;
   end.cancel = true;
-  EXPECT_EQ(call(self, encode_program(0, end)).state, 2);
+  EXPECT_EQ(call(self, encode_program(0, end)).state, ProgramState::terminated);
   const std::vector<Reply> events = events_until_finished(self);
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().reason, FinishReason::error);
   EXPECT_EQ(events.back().text, "cancelled: program 4 was terminated");
   EXPECT_LT(events.size(), 5000u);
-  EXPECT_EQ(call(self, encode_snapshot_view(0, {a})).kind, "Error") << "its block was not freed";
+  EXPECT_EQ(call(self, encode_snapshot_view(0, {a})).kind, ReplyKind::error) << "its block was not freed";
 }
 
 // Two writers of one block are counted together: the room kept for the block is where both may
@@ -222,8 +222,8 @@ TEST_F(ActorsFixture, SharedWritersOfABlockAreCountedTogether) {
   caf::scoped_actor self{*sys};
   auto block = [&](const char* name) { return new_block(self, name); };
   const BlockId a = block("a"), b = block("b");
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, "ProgramStatus");
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 2, {b}, PauseMode::drop, true).kind, "ProgramStatus");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, ReplyKind::program_status);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 2, {b}, PauseMode::drop, true).kind, ReplyKind::program_status);
   struct Run {
     std::thread t;
     std::atomic<bool> started{false};
@@ -234,14 +234,14 @@ TEST_F(ActorsFixture, SharedWritersOfABlockAreCountedTogether) {
     r.t = std::thread([&, blk, max_tokens] {
       caf::scoped_actor other{*sys};
       const Reply sub = call(other, generate_into(blk, max_tokens));
-      if (sub.kind != "Submitted") {
+      if (sub.kind != ReplyKind::submitted) {
         r.error = sub.text;
         return;
       }
       r.started = true;
       for (const Reply& e : events_until_finished(other)) {
-        r.tokens += e.kind == "TokenEvent" && e.token >= 0;
-        if (e.kind == "RequestFinished" && e.reason != FinishReason::max_tokens) r.error = e.text;
+        r.tokens += e.kind == ReplyKind::token && e.token >= 0;
+        if (e.kind == ReplyKind::finished && e.reason != FinishReason::max_tokens) r.error = e.text;
       }
     });
   };
@@ -257,7 +257,7 @@ TEST_F(ActorsFixture, SharedWritersOfABlockAreCountedTogether) {
   EXPECT_EQ(a2.tokens, 400) << a2.error;
   ASSERT_TRUE(eventually([&] { return program_status(self, 2).held == 1 || b1.started; }));
   EXPECT_FALSE(b1.started) << "started into room the two writers of block a keep";
-  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::pause, 1).state, 1);
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::pause, 1).state, ProgramState::paused);
   b1.t.join();
   EXPECT_EQ(b1.tokens, 480) << b1.error;
 }
@@ -273,7 +273,7 @@ TEST_F(ActorsFixture, ProgramsAllWaitingForRoomAreNotStuck) {
   std::iota(text.begin(), text.end(), 3);
   const BlockId a = new_block(self, "a"), b = new_block(self, "b");
   for (auto [id, blk] : {std::pair{1, a}, std::pair{2, b}}) {
-    ASSERT_EQ(call(self, encode_request(0, Request::forward(blk, text))).kind, "Submitted");
+    ASSERT_EQ(call(self, encode_request(0, Request::forward(blk, text))).kind, ReplyKind::submitted);
     events_until_finished(self);
     ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, id, {blk}, PauseMode::drop, true).pages, 9);
   }
@@ -287,8 +287,8 @@ TEST_F(ActorsFixture, ProgramsAllWaitingForRoomAreNotStuck) {
   auto turn = [&](BlockId blk) {  // 1 + 40 tokens: 3 more pages
     return std::thread([&, blk] {
       caf::scoped_actor other{*sys};
-      if (call(other, generate_into(blk, 40)).kind != "Submitted") return;
-      for (const Reply& e : events_until_finished(other)) tokens += e.kind == "TokenEvent" && e.token >= 0;
+      if (call(other, generate_into(blk, 40)).kind != ReplyKind::submitted) return;
+      for (const Reply& e : events_until_finished(other)) tokens += e.kind == ReplyKind::token && e.token >= 0;
       ++done;
     });
   };
@@ -312,19 +312,19 @@ TEST_F(ActorsFixture, BlockOperationsOnAPausedProgramWaitForItsRestore) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf");
   caf::scoped_actor self{*sys};
   const BlockId a = new_block(self, "window");
-  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, {5, 6, 7, 8}))).kind, "Submitted");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, {5, 6, 7, 8}))).kind, ReplyKind::submitted);
   events_until_finished(self);
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 3, {a}, PauseMode::drop, true).kind, "ProgramStatus");
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 3).state, 1);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 3, {a}, PauseMode::drop, true).kind, ReplyKind::program_status);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 3).state, ProgramState::paused);
   std::string cleared;
   std::thread source([&] {
     caf::scoped_actor other{*sys};
     const Reply r = call(other, encode_clear_block(0, a));
-    cleared = r.kind + " " + std::to_string(r.blocks.empty() ? -1 : r.blocks[0].tokens);
+    cleared = reply_kind_name(r.kind) + std::string(" ") + std::to_string(r.blocks.empty() ? -1 : r.blocks[0].tokens);
   });
   ASSERT_TRUE(eventually([&] { return program_status(self, 3).held == 1; }));
   EXPECT_TRUE(cleared.empty()) << "answered while its program was paused: " << cleared;
-  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::restore, 3).state, 0);
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::restore, 3).state, ProgramState::active);
   source.join();
   EXPECT_EQ(cleared, "BlockInfo 0");
 }
@@ -335,27 +335,27 @@ TEST_F(ActorsFixture, TheBatcherWakesTheManagerWhenARequestWaits) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf");
   caf::scoped_actor self{*sys};
   const BlockId a = new_block(self, "a");
-  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, {5, 6, 7, 8}))).kind, "Submitted");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, {5, 6, 7, 8}))).kind, ReplyKind::submitted);
   events_until_finished(self);
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, "ProgramStatus");
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 1).state, 1);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 1, {a}, PauseMode::drop, true).kind, ReplyKind::program_status);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 1).state, ProgramState::paused);
   ProgramPolicyOptions po;
   po.capacity_pages = 512;
   po.check_period_s = 3600;
   ProgramManager mgr(*sys, batcher, po);
   mgr.add(1, 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its first check: nothing asked yet
-  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::phase, 1).state, 1) << "restored before it asked";
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::phase, 1).state, ProgramState::paused) << "restored before it asked";
   std::atomic<bool> done{false};
   std::thread asks([&] {
     caf::scoped_actor other{*sys};
-    if (call(other, encode_request(0, Request::forward(a, {9, 10}))).kind != "Submitted") return;
+    if (call(other, encode_request(0, Request::forward(a, {9, 10}))).kind != ReplyKind::submitted) return;
     events_until_finished(other);
     done = true;
   });
   EXPECT_TRUE(eventually([&] { return done.load(); })) << "the held request waited for the periodic check";
   asks.join();
-  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::phase, 1).state, 0);
+  EXPECT_EQ(program_cmd(self, ProgramCmd::Op::phase, 1).state, ProgramState::active);
   EXPECT_EQ(mgr.stats().admitted, 1);
 }
 
@@ -372,13 +372,13 @@ TEST_F(ActorsFixture, ToolEnvironmentsGoPastTheLeaseAndComeBackAheadOfTheRestore
   const BlockId a = block("a"), c = block("c");
   std::vector<TokenId> text(192);
   std::iota(text.begin(), text.end(), 3);
-  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, std::vector<TokenId>(text.begin(), text.begin() + 128)))).kind, "Submitted");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(a, std::vector<TokenId>(text.begin(), text.begin() + 128)))).kind, ReplyKind::submitted);
   events_until_finished(self);
-  ASSERT_EQ(call(self, encode_request(0, Request::forward(c, text))).kind, "Submitted");
+  ASSERT_EQ(call(self, encode_request(0, Request::forward(c, text))).kind, ReplyKind::submitted);
   events_until_finished(self);
   for (auto [id, b] : {std::pair{1, a}, std::pair{3, c}}) {
-    ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, id, {b}, PauseMode::drop, true).kind, "ProgramStatus");
-    ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, id).state, 1);
+    ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, id, {b}, PauseMode::drop, true).kind, ReplyKind::program_status);
+    ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, id).state, ProgramState::paused);
   }
   ProgramPolicyOptions po;
   po.capacity_pages = 20;
@@ -395,7 +395,7 @@ TEST_F(ActorsFixture, ToolEnvironmentsGoPastTheLeaseAndComeBackAheadOfTheRestore
   auto ask = [&](BlockId b) {
     return std::thread([&, b] {
       caf::scoped_actor other{*sys};
-      if (call(other, encode_request(0, Request::forward(b, {1}))).kind != "Submitted") return;
+      if (call(other, encode_request(0, Request::forward(b, {1}))).kind != ReplyKind::submitted) return;
       events_until_finished(other);
       ++written;
     });
@@ -405,16 +405,16 @@ TEST_F(ActorsFixture, ToolEnvironmentsGoPastTheLeaseAndComeBackAheadOfTheRestore
     return program_cmd(self, ProgramCmd::Op::phase, 1).held == 1 && program_cmd(self, ProgramCmd::Op::phase, 3).held == 1;
   }));
   mgr.check();
-  EXPECT_EQ(state(1), 0);
-  EXPECT_EQ(state(3), 1) << "both restored over the low watermark";
+  EXPECT_EQ(state(1), ProgramState::active);
+  EXPECT_EQ(state(3), ProgramState::paused) << "both restored over the low watermark";
   EXPECT_EQ(warmed, 1) << "next in the queue: its sandbox should be made again while it waits";
   one.join();
   EXPECT_TRUE(mgr.remove(1));
-  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::terminate, 1).state, 2);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::terminate, 1).state, ProgramState::terminated);
   mgr.check();
   three.join();
   EXPECT_EQ(written, 2);
-  EXPECT_EQ(state(3), 0);
+  EXPECT_EQ(state(3), ProgramState::active);
   EXPECT_EQ(warmed, 1) << "made twice";
   EXPECT_EQ(cooled, 1);
   const ProgramManagerStats st = mgr.stats();
@@ -436,7 +436,7 @@ TEST_F(ActorsFixture, ManyScheduledProgramsNeverRunOutAndAllFinish) {
   for (int p = 1; p <= kPrograms; ++p) {
     blocks.push_back(new_block(self, "b" + std::to_string(p)));
     ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, p, {blocks.back()}, PauseMode::drop, true).kind,
-              "ProgramStatus");
+              ReplyKind::program_status);
   }
   ProgramPolicyOptions po;
   po.capacity_pages = kPages;
@@ -459,7 +459,7 @@ TEST_F(ActorsFixture, ManyScheduledProgramsNeverRunOutAndAllFinish) {
           std::vector<TokenId> toks(static_cast<size_t>(generate ? 1 : n), 5 + turn);
           const Frame f = generate ? generate_into(blocks[p], n) : encode_request(0, Request::forward(blocks[p], toks, {blocks[p]}));
           const Reply sub = call(other, f);
-          if (sub.kind != "Submitted") {
+          if (sub.kind != ReplyKind::submitted) {
             std::lock_guard<std::mutex> l(m);
             ++errors;
             if (first_error.empty()) first_error = sub.text;
@@ -467,9 +467,9 @@ TEST_F(ActorsFixture, ManyScheduledProgramsNeverRunOutAndAllFinish) {
           }
           int got = 0;
           for (const Reply& e : events_until_finished(other)) {
-            got += e.kind == "TokenEvent" && e.token >= 0;
-            if (e.kind == "RequestFinished" && e.reason == FinishReason::context_full) ++context_full;
-            if (e.kind == "RequestFinished" && e.reason == FinishReason::error) ++errors;
+            got += e.kind == ReplyKind::token && e.token >= 0;
+            if (e.kind == ReplyKind::finished && e.reason == FinishReason::context_full) ++context_full;
+            if (e.kind == ReplyKind::finished && e.reason == FinishReason::error) ++errors;
           }
           if (generate && got != n) ++short_turns;
           ++turns;

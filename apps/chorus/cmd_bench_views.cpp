@@ -139,7 +139,7 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, Cu
       };
       auto wait_finished = [&](int n) {
         for (int done = 0; done < n;)
-          self->receive([&](event_atom, const std::vector<uint8_t>& f) { done += decode_reply(f)->kind == "RequestFinished"; });
+          self->receive([&](event_atom, const std::vector<uint8_t>& f) { done += decode_reply(f)->kind == ReplyKind::finished; });
       };
       const auto p = static_cast<BlockId>(call(encode_create_block(1, "prompt")).id);
       call(encode_request(2, Request::forward(p, prompt_toks)));

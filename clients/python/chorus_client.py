@@ -21,8 +21,18 @@ FINISH_REASONS = ["completed", "max_tokens", "stop_token", "stop_string", "end_o
                   "error"]
 
 
+# schemas/common.fbs ErrorCode, by value.
+ERROR_CODES = ["ok", "invalid_argument", "io", "bad_format", "unsupported", "not_found", "out_of_range",
+               "out_of_memory", "internal"]
+
+
 class ChorusError(RuntimeError):
-    """The node refused a command; the message says why."""
+    """The node refused a command; the message says why, `code` says what kind of failure it is
+    (a name of ERROR_CODES: "out_of_memory" when the KV pool could never hold the request)."""
+
+    def __init__(self, message, code="internal"):
+        super().__init__(message)
+        self.code = code
 
 
 def _ints(builder, values):
@@ -116,7 +126,8 @@ class ChorusClient:
                 self.pending.append(reply)
                 continue
             if reply["kind"] == "Error":
-                raise ChorusError(reply["message"])
+                c = reply["code"]
+                raise ChorusError(reply["message"], ERROR_CODES[c] if 0 <= c < len(ERROR_CODES) else "internal")
             return reply
 
     def create_block(self, name="", program=0):

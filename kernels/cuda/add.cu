@@ -18,7 +18,7 @@ __global__ void add_rows_kernel(float* __restrict__ y, const float* __restrict__
 
 }  // namespace
 
-std::string add_rows(float* y, const float* bias, int64_t rows, int64_t cols, Stream s) {
+Status add_rows(float* y, const float* bias, int64_t rows, int64_t cols, Stream s) {
   if (rows < 0 || cols <= 0) return shape_error("add_rows", std::to_string(rows) + " rows of " + std::to_string(cols));
   if (!y || !bias) return shape_error("add_rows", "a null pointer");
   if (rows == 0) return {};
@@ -26,7 +26,7 @@ std::string add_rows(float* y, const float* bias, int64_t rows, int64_t cols, St
   return launch_status("add_rows");
 }
 
-std::string add(float* y, const float* x, int64_t n, Stream s) {
+Status add(float* y, const float* x, int64_t n, Stream s) {
   if (n < 0) return shape_error("add", "n = " + std::to_string(n));
   if (!y || !x) return shape_error("add", "a null pointer");
   if (n == 0) return {};

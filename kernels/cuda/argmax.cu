@@ -52,7 +52,7 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int n, int32_t* 
 
 }  // namespace
 
-std::string argmax(const float* logits, int rows, int n, int32_t* out, Stream s) {
+Status argmax(const float* logits, int rows, int n, int32_t* out, Stream s) {
   if (rows < 0 || n < 1) return shape_error("argmax", std::to_string(rows) + " rows of " + std::to_string(n));
   if (!logits || !out) return shape_error("argmax", "a null pointer");
   if (rows == 0) return {};

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) attention_kernel(AttnArgs a) {
 }
 
 template <class T>
-std::string launch(const AttnArgs& a, cudaStream_t st) {
+Status launch(const AttnArgs& a, cudaStream_t st) {
   const int nq = a.n_heads / a.n_kv_heads;
   const size_t shared = sizeof(float) * (static_cast<size_t>(nq) * a.head_dim * (1 + kWarps) + 2 * kWarps * nq);
   const dim3 grid(a.n_kv_heads, a.n_tokens);
@@ -141,7 +141,7 @@ std::string launch(const AttnArgs& a, cudaStream_t st) {
 
 }  // namespace
 
-std::string check_attention_args(const char* op, const AttnArgs& a) {
+Status check_attention_args(const char* op, const AttnArgs& a) {
   auto bad = [op](const std::string& what) { return shape_error(op, what); };
   if (a.head_dim < 32 || a.head_dim > 256 || a.head_dim % 32 != 0)
     return bad("head_dim " + std::to_string(a.head_dim) + " (must be a multiple of 32, 32..256)");
@@ -160,8 +160,8 @@ std::string check_attention_args(const char* op, const AttnArgs& a) {
   return {};
 }
 
-std::string attention(const AttnArgs& a, Stream s) {
-  if (std::string err = check_attention_args("attention", a); !err.empty()) return err;
+Status attention(const AttnArgs& a, Stream s) {
+  if (Status err = check_attention_args("attention", a); !err.ok()) return err;
   if (a.n_tokens == 0) return {};
   return a.kv_bf16 ? launch<__nv_bfloat16>(a, stream_of(s)) : launch<float>(a, stream_of(s));
 }

@@ -154,20 +154,20 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_tiled_kernel(AttnArg
 }
 
 template <class T, int D>
-std::string launch_one(const AttnArgs& a, const AttnTile* tiles, int n_tiles, cudaStream_t st) {
+Status launch_one(const AttnArgs& a, const AttnTile* tiles, int n_tiles, cudaStream_t st) {
   const size_t shared = tiled_shared_bytes(D * 32);
   // Per launch (the attribute is per device; prefill steps only, never under graph capture).
   const cudaError_t attr = cudaFuncSetAttribute(attention_tiled_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(shared));
   if (attr != cudaSuccess)
-    return std::string("cuda attention_tiled: cudaFuncSetAttribute: ") + cudaGetErrorString(attr);
+    return make_error(Errc::internal, std::string("cuda attention_tiled: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
   const dim3 grid(a.n_heads, n_tiles);
   attention_tiled_kernel<T, D><<<grid, kWarps * 32, shared, st>>>(a, tiles);
   return launch_status("attention_tiled");
 }
 
 template <class T>
-std::string launch(const AttnArgs& a, const AttnTile* tiles, int n_tiles, cudaStream_t st) {
+Status launch(const AttnArgs& a, const AttnTile* tiles, int n_tiles, cudaStream_t st) {
   switch (a.head_dim / 32) {
     case 1: return launch_one<T, 1>(a, tiles, n_tiles, st);
     case 2: return launch_one<T, 2>(a, tiles, n_tiles, st);
@@ -182,8 +182,8 @@ std::string launch(const AttnArgs& a, const AttnTile* tiles, int n_tiles, cudaSt
 
 }  // namespace
 
-std::string attention_tiled(const AttnArgs& a, const AttnTile* tiles, int n_tiles, Stream s) {
-  if (std::string err = check_attention_args("attention_tiled", a); !err.empty()) return err;
+Status attention_tiled(const AttnArgs& a, const AttnTile* tiles, int n_tiles, Stream s) {
+  if (Status err = check_attention_args("attention_tiled", a); !err.ok()) return err;
   if (n_tiles < 0 || n_tiles > 65535) return shape_error("attention_tiled", "n_tiles " + std::to_string(n_tiles) + " (0..65535)");
   if (n_tiles > 0 && !tiles) return shape_error("attention_tiled", "a null pointer");
   if (n_tiles == 0 || a.n_tokens == 0) return {};

@@ -23,7 +23,7 @@ __global__ void sigmoid_mul_kernel(float* __restrict__ y, const float* __restric
 
 }  // namespace
 
-std::string split_query_gate(const float* qg, float* q, float* gate, int n_tokens, int n_heads, int head_dim, Stream s) {
+Status split_query_gate(const float* qg, float* q, float* gate, int n_tokens, int n_heads, int head_dim, Stream s) {
   if (n_tokens < 0 || n_heads <= 0 || head_dim <= 0)
     return shape_error("split_query_gate", std::to_string(n_tokens) + " tokens of " + std::to_string(n_heads) + " heads of " +
                                                std::to_string(head_dim));
@@ -34,7 +34,7 @@ std::string split_query_gate(const float* qg, float* q, float* gate, int n_token
   return launch_status("split_query_gate");
 }
 
-std::string sigmoid_mul(float* y, const float* g, int64_t n, Stream s) {
+Status sigmoid_mul(float* y, const float* g, int64_t n, Stream s) {
   if (n < 0) return shape_error("sigmoid_mul", "n = " + std::to_string(n));
   if (!y || !g) return shape_error("sigmoid_mul", "a null pointer");
   if (n == 0) return {};

@@ -16,16 +16,18 @@ namespace chorus::cuda {
 inline cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
 
 // "" after a good launch, else "cuda OP: <CUDA's error>".
-inline std::string launch_status(const char* op) {
+inline Status launch_status(const char* op) {
   const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return {};
-  return std::string("cuda ") + op + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+  if (e == cudaSuccess) return Status::success();
+  return make_error(Errc::internal, std::string("cuda ") + op + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
-inline std::string shape_error(const char* op, const std::string& what) { return std::string("cuda ") + op + ": " + what; }
+inline Status shape_error(const char* op, const std::string& what) {
+  return make_error(Errc::invalid_argument, std::string("cuda ") + op + ": " + what);
+}
 
 // The shape checks of both attention kernels (attention.cu): "" or what is wrong, as `op`.
-std::string check_attention_args(const char* op, const AttnArgs& a);
+Status check_attention_args(const char* op, const AttnArgs& a);
 
 // Blocks of 256 threads for a grid-stride loop over n elements (at most 65535: the loop covers
 // the rest).

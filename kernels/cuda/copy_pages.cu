@@ -13,7 +13,7 @@ __global__ void copy_pages_kernel(float* __restrict__ pool, int64_t page_floats,
 
 }  // namespace
 
-std::string copy_pages(float* pool, int64_t page_floats, const int32_t* src, const int32_t* dst, int n, Stream s) {
+Status copy_pages(float* pool, int64_t page_floats, const int32_t* src, const int32_t* dst, int n, Stream s) {
   if (n < 0 || page_floats < 1)
     return shape_error("copy_pages", std::to_string(n) + " pages of " + std::to_string(page_floats) + " floats");
   if (!pool || !src || !dst) return shape_error("copy_pages", "a null pointer");

@@ -148,7 +148,7 @@ DequantKernel kernel_for(int ggml_type) {
 
 }  // namespace
 
-std::string dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_bytes, int64_t n_rows, int64_t n_cols,
+Status dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_bytes, int64_t n_rows, int64_t n_cols,
                                  bf16_bits* dst, Stream s) {
   const auto info = tensor_type_info(static_cast<uint32_t>(ggml_type));
   if (!info) return shape_error("dequantize_rows_bf16", "unknown tensor type id " + std::to_string(ggml_type));
@@ -180,7 +180,7 @@ bool converts_to_bf16(int ggml_type) { return kernel_for(ggml_type) != nullptr; 
 
 std::string bf16_conversions() { return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K"; }
 
-std::string to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s) {
+Status to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s) {
   if (n < 0) return shape_error("to_bf16", "n = " + std::to_string(n));
   if (!x || !y) return shape_error("to_bf16", "a null pointer");
   if (n == 0) return {};
@@ -188,7 +188,7 @@ std::string to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s) {
   return launch_status("to_bf16");
 }
 
-std::string rows_to_bf16(const float* x, const int32_t* rows, int n, int cols, bf16_bits* y, Stream s) {
+Status rows_to_bf16(const float* x, const int32_t* rows, int n, int cols, bf16_bits* y, Stream s) {
   if (n < 0 || n > 65535 || cols < 1)
     return shape_error("rows_to_bf16", std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
   if (!x || !rows || !y) return shape_error("rows_to_bf16", "a null pointer");
@@ -199,7 +199,7 @@ std::string rows_to_bf16(const float* x, const int32_t* rows, int n, int cols, b
 
 namespace {
 
-std::string move_rows(const char* op, const float* x, const int32_t* rows, int n, int cols, float* y, bool gather,
+Status move_rows(const char* op, const float* x, const int32_t* rows, int n, int cols, float* y, bool gather,
                       Stream s) {
   if (n < 0 || n > 65535 || cols < 1)
     return shape_error(op, std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
@@ -211,11 +211,11 @@ std::string move_rows(const char* op, const float* x, const int32_t* rows, int n
 
 }  // namespace
 
-std::string gather_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s) {
+Status gather_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s) {
   return move_rows("gather_rows", x, rows, n, cols, y, true, s);
 }
 
-std::string scatter_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s) {
+Status scatter_rows(const float* x, const int32_t* rows, int n, int cols, float* y, Stream s) {
   return move_rows("scatter_rows", x, rows, n, cols, y, false, s);
 }
 

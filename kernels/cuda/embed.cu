@@ -19,7 +19,7 @@ __global__ void embed_kernel(const __nv_bfloat16* __restrict__ table, int64_t n_
 
 }  // namespace
 
-std::string embed_rows(const bf16_bits* table, int64_t n_rows, const int32_t* ids, int n_ids, int dim, float* out,
+Status embed_rows(const bf16_bits* table, int64_t n_rows, const int32_t* ids, int n_ids, int dim, float* out,
                        Stream s) {
   if (n_ids < 0 || dim < 1 || n_rows < 1)
     return shape_error("embed_rows", "n_ids " + std::to_string(n_ids) + ", dim " + std::to_string(dim) + ", rows " +

@@ -25,7 +25,7 @@ __global__ void fill_kernel(T* __restrict__ x, int64_t n, uint64_t seed, float s
 }
 
 template <class T>
-std::string fill(const char* op, T* x, int64_t n, uint64_t seed, float scale, Stream s) {
+Status fill(const char* op, T* x, int64_t n, uint64_t seed, float scale, Stream s) {
   if (n < 0) return shape_error(op, "n = " + std::to_string(n));
   if (!x) return shape_error(op, "a null pointer");
   if (n == 0) return {};
@@ -35,11 +35,11 @@ std::string fill(const char* op, T* x, int64_t n, uint64_t seed, float scale, St
 
 }  // namespace
 
-std::string fill_uniform_bf16(bf16_bits* x, int64_t n, uint64_t seed, float scale, Stream s) {
+Status fill_uniform_bf16(bf16_bits* x, int64_t n, uint64_t seed, float scale, Stream s) {
   return fill("fill_uniform_bf16", reinterpret_cast<__nv_bfloat16*>(x), n, seed, scale, s);
 }
 
-std::string fill_uniform_f32(float* x, int64_t n, uint64_t seed, float scale, Stream s) {
+Status fill_uniform_f32(float* x, int64_t n, uint64_t seed, float scale, Stream s) {
   return fill("fill_uniform_f32", x, n, seed, scale, s);
 }
 

@@ -98,7 +98,7 @@ __global__ void rows_to_slots_kernel(const float* __restrict__ src, int width, c
 
 }  // namespace
 
-std::string gdn_conv_slots(const float* x, int n, const int32_t* row_seq, const int32_t* first, const int32_t* slot,
+Status gdn_conv_slots(const float* x, int n, const int32_t* row_seq, const int32_t* first, const int32_t* slot,
                            const float* base, int64_t slot_floats, int64_t tail_offset, const float* w, int C, int K,
                            float* y, Stream s) {
   if (n < 0 || C < 1 || K < 2 || K > kMaxGdnKeep + 1)
@@ -113,7 +113,7 @@ std::string gdn_conv_slots(const float* x, int n, const int32_t* row_seq, const 
   return launch_status("gdn_conv_slots");
 }
 
-std::string shift_rows_slots(float* base, int64_t slot_floats, int64_t offset, const int32_t* slot, const int32_t* first,
+Status shift_rows_slots(float* base, int64_t slot_floats, int64_t offset, const int32_t* slot, const int32_t* first,
                              int n_seqs, int keep, const float* x, int C, Stream s) {
   if (n_seqs < 0 || keep < 0 || keep > kMaxGdnKeep || C < 1)
     return shape_error("shift_rows_slots", std::to_string(n_seqs) + " sequences, keep " + std::to_string(keep) + " (0.." +
@@ -127,7 +127,7 @@ std::string shift_rows_slots(float* base, int64_t slot_floats, int64_t offset, c
   return launch_status("shift_rows_slots");
 }
 
-std::string rows_to_slots(const float* src, int width, const SlotRow* rows, int n, float* base, int64_t slot_floats,
+Status rows_to_slots(const float* src, int width, const SlotRow* rows, int n, float* base, int64_t slot_floats,
                           int64_t offset, Stream s) {
   if (n < 0 || width < 1) return shape_error("rows_to_slots", std::to_string(n) + " rows of " + std::to_string(width));
   if (n == 0) return {};
@@ -137,7 +137,7 @@ std::string rows_to_slots(const float* src, int width, const SlotRow* rows, int 
   return launch_status("rows_to_slots");
 }
 
-std::string shift_rows(float* tail, int keep, const float* x, int n, int C, Stream s) {
+Status shift_rows(float* tail, int keep, const float* x, int n, int C, Stream s) {
   if (keep < 0 || keep > kMaxGdnKeep || n < 0 || C < 1)
     return shape_error("shift_rows", "keep " + std::to_string(keep) + " (0.." + std::to_string(kMaxGdnKeep) + "), " +
                                          std::to_string(n) + " rows of " + std::to_string(C));
@@ -147,7 +147,7 @@ std::string shift_rows(float* tail, int keep, const float* x, int n, int C, Stre
   return launch_status("shift_rows");
 }
 
-std::string gdn_summary_reset(float* m, int n_heads, int dk, int dv, Stream s) {
+Status gdn_summary_reset(float* m, int n_heads, int dk, int dv, Stream s) {
   if (n_heads < 1 || dk < 1 || dv < 1)
     return shape_error("gdn_summary_reset", std::to_string(n_heads) + " heads of " + std::to_string(dk) + " x " +
                                                 std::to_string(dv));
@@ -157,7 +157,7 @@ std::string gdn_summary_reset(float* m, int n_heads, int dk, int dv, Stream s) {
   return launch_status("gdn_summary_reset");
 }
 
-std::string split_qkv(const float* y, int n, int kd, int vd, float* q, float* k, float* v, Stream s) {
+Status split_qkv(const float* y, int n, int kd, int vd, float* q, float* k, float* v, Stream s) {
   if (n < 0 || kd < 1 || vd < 1)
     return shape_error("split_qkv", std::to_string(n) + " rows, key width " + std::to_string(kd) + ", value width " +
                                         std::to_string(vd));

@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) chain_read_kernel(GdnChainArgs a) {
   if (i < dk) a.out[row * vd + h * dk + i] = s.c;
 }
 
-std::string check(const char* op, const GdnChainArgs& a) {
+Status check(const char* op, const GdnChainArgs& a) {
   auto bad = [op](const std::string& what) { return shape_error(op, what); };
   if (a.dk != 16 && (a.dk < 32 || a.dk > kWidth || a.dk % 32 != 0))
     return bad("dk " + std::to_string(a.dk) + " (16, or a multiple of 32 up to 128)");
@@ -168,8 +168,8 @@ std::string check(const char* op, const GdnChainArgs& a) {
 
 }  // namespace
 
-std::string gdn_chain_inputs(const GdnChainArgs& a, Stream s) {
-  if (std::string e = check("gdn_chain_inputs", a); !e.empty()) return e;
+Status gdn_chain_inputs(const GdnChainArgs& a, Stream s) {
+  if (Status e = check("gdn_chain_inputs", a); !e.ok()) return e;
   if (a.n_reads == 0) return {};
   if (!a.reads || !a.blocks || (a.n_heads > 0 && (!a.heads || !a.head_y)) || !a.slots || !a.conv_w)
     return shape_error("gdn_chain_inputs", "a null pointer");
@@ -178,8 +178,8 @@ std::string gdn_chain_inputs(const GdnChainArgs& a, Stream s) {
   return launch_status("gdn_chain_inputs");
 }
 
-std::string gdn_chain_read(const GdnChainArgs& a, Stream s) {
-  if (std::string e = check("gdn_chain_read", a); !e.empty()) return e;
+Status gdn_chain_read(const GdnChainArgs& a, Stream s) {
+  if (Status e = check("gdn_chain_read", a); !e.ok()) return e;
   if (a.n_reads == 0) return {};
   if (!a.reads || !a.blocks || (a.n_heads > 0 && (!a.head_k || !a.head_v)) || !a.slots || !a.q || !a.k || !a.v ||
       !a.g || !a.beta || !a.out)

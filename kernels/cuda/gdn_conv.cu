@@ -21,7 +21,7 @@ __global__ void gdn_conv_kernel(const float* __restrict__ prev, const float* __r
 
 }  // namespace
 
-std::string gdn_conv(const float* prev, const float* x, int n, const float* w, int C, int K, float* y, Stream s) {
+Status gdn_conv(const float* prev, const float* x, int n, const float* w, int C, int K, float* y, Stream s) {
   if (n < 0 || C < 1 || K < 1 || K > 16)
     return shape_error("gdn_conv", std::to_string(n) + " tokens, " + std::to_string(C) + " channels, width " +
                                        std::to_string(K) + " (width 1..16)");

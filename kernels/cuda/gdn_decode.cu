@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_decode_kernel(GdnDecodeArgs a
 
 }  // namespace
 
-std::string gdn_decode(const GdnDecodeArgs& a, Stream s) {
+Status gdn_decode(const GdnDecodeArgs& a, Stream s) {
   auto bad = [](const std::string& what) { return shape_error("gdn_decode", what); };
   if (a.dk < 32 || a.dk > 256 || a.dk % 32 != 0) return bad("dk " + std::to_string(a.dk) + " (a multiple of 32, 32..256)");
   if (a.dv < 1) return bad("dv " + std::to_string(a.dv));

@@ -25,7 +25,7 @@ __global__ void gdn_gates_kernel(const float* __restrict__ alpha, const float* _
   beta[idx] = 1.0f / (1.0f + expf(-b[at_b]));
 }
 
-std::string launch_gates(const float* alpha, const float* b, int packed_r, const float* dt_bias, const float* ssm_a,
+Status launch_gates(const float* alpha, const float* b, int packed_r, const float* dt_bias, const float* ssm_a,
                          int n_tokens, int n_v_heads, float* g, float* beta, Stream s) {
   const int64_t total = static_cast<int64_t>(n_tokens) * n_v_heads;
   if (total == 0) return {};
@@ -36,7 +36,7 @@ std::string launch_gates(const float* alpha, const float* b, int packed_r, const
 
 }  // namespace
 
-std::string gdn_gates(const float* alpha, const float* b, const float* dt_bias, const float* ssm_a, int n_tokens,
+Status gdn_gates(const float* alpha, const float* b, const float* dt_bias, const float* ssm_a, int n_tokens,
                       int n_v_heads, float* g, float* beta, Stream s) {
   if (n_tokens < 0 || n_v_heads < 1)
     return shape_error("gdn_gates", std::to_string(n_tokens) + " tokens, " + std::to_string(n_v_heads) + " heads");
@@ -44,7 +44,7 @@ std::string gdn_gates(const float* alpha, const float* b, const float* dt_bias, 
   return launch_gates(alpha, b, 0, dt_bias, ssm_a, n_tokens, n_v_heads, g, beta, s);
 }
 
-std::string gdn_gates_packed(const float* ba, const float* dt_bias, const float* ssm_a, int n_tokens, int n_v_heads,
+Status gdn_gates_packed(const float* ba, const float* dt_bias, const float* ssm_a, int n_tokens, int n_v_heads,
                              int n_k_heads, float* g, float* beta, Stream s) {
   if (n_tokens < 0 || n_k_heads < 1 || n_v_heads < n_k_heads || n_v_heads % n_k_heads != 0)
     return shape_error("gdn_gates_packed", std::to_string(n_tokens) + " tokens, " + std::to_string(n_v_heads) +

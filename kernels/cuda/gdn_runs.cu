@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_runs_kernel(GdnRunsArgs a) {
 
 }  // namespace
 
-std::string gdn_runs(const GdnRunsArgs& a, Stream s) {
+Status gdn_runs(const GdnRunsArgs& a, Stream s) {
   auto bad = [](const std::string& what) { return shape_error("gdn_runs", what); };
   if (a.dk != 16 && (a.dk < 32 || a.dk > 128 || a.dk % 32 != 0))
     return bad("dk " + std::to_string(a.dk) + " (16, or a multiple of 32 up to 128)");

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_0_kernel(const uint8_t* _
 
 }  // namespace
 
-std::string gemv_q8_0(const void* w, int64_t row_bytes, int64_t m, int64_t k, const float* x, int n, float* y, Stream s) {
+Status gemv_q8_0(const void* w, int64_t row_bytes, int64_t m, int64_t k, const float* x, int n, float* y, Stream s) {
   auto bad = [](const std::string& what) { return shape_error("gemv_q8_0", what); };
   if (m < 1 || k < 32 || k % 32 != 0) return bad("m " + std::to_string(m) + ", k " + std::to_string(k) + " (k a multiple of 32)");
   if (row_bytes < k / 32 * 34) return bad("row_bytes " + std::to_string(row_bytes) + " < " + std::to_string(k / 32 * 34));

@@ -18,7 +18,7 @@ __global__ void l2norm_kernel(float* __restrict__ x, int rows, int n, float eps)
 
 }  // namespace
 
-std::string l2norm_rows(float* x, int rows, int n, float eps, Stream s) {
+Status l2norm_rows(float* x, int rows, int n, float eps, Stream s) {
   if (rows < 0 || n < 1) return shape_error("l2norm_rows", std::to_string(rows) + " rows of " + std::to_string(n));
   if (!x) return shape_error("l2norm_rows", "a null pointer");
   if (rows == 0) return {};

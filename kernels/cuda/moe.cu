@@ -179,7 +179,7 @@ __global__ void combine_kernel(const float* __restrict__ slot_out, int n_used, c
 
 }  // namespace
 
-std::string rows_dot_f32(const float* W, int rows, int cols, const float* x, int n, float* out, Stream s) {
+Status rows_dot_f32(const float* W, int rows, int cols, const float* x, int n, float* out, Stream s) {
   if (rows < 1 || cols < 1 || n < 0)
     return shape_error("rows_dot_f32", std::to_string(rows) + " rows of " + std::to_string(cols) + ", " + std::to_string(n) +
                                            " inputs");
@@ -191,7 +191,7 @@ std::string rows_dot_f32(const float* W, int rows, int cols, const float* x, int
   return launch_status("rows_dot_f32");
 }
 
-std::string moe_route(const float* logits, int n, int n_expert, int n_used, float scale, int32_t* slot_expert,
+Status moe_route(const float* logits, int n, int n_expert, int n_used, float scale, int32_t* slot_expert,
                       float* slot_weight, Stream s) {
   if (n < 0 || n_expert < 1 || n_expert > kMaxMoeExperts || n_used < 1 || n_used > kMaxMoeUsed || n_used > n_expert)
     return shape_error("moe_route", std::to_string(n_used) + " of " + std::to_string(n_expert) + " experts (1.." +
@@ -203,7 +203,7 @@ std::string moe_route(const float* logits, int n, int n_expert, int n_used, floa
   return launch_status("moe_route");
 }
 
-std::string moe_sort(const int32_t* slot_expert, int n_slots, int n_expert, int32_t* first, int32_t* slots,
+Status moe_sort(const int32_t* slot_expert, int n_slots, int n_expert, int32_t* first, int32_t* slots,
                      int32_t* active, Stream s) {
   if (n_slots < 0 || n_expert < 1 || n_expert > kMaxMoeExperts)
     return shape_error("moe_sort", std::to_string(n_slots) + " slots over " + std::to_string(n_expert) + " experts");
@@ -212,7 +212,7 @@ std::string moe_sort(const int32_t* slot_expert, int n_slots, int n_expert, int3
   return launch_status("moe_sort");
 }
 
-std::string moe_experts(const MoeExpertArgs& a, Stream s) {
+Status moe_experts(const MoeExpertArgs& a, Stream s) {
   if (a.n_expert < 1 || a.n_expert > kMaxMoeExperts || a.n_used < 1 || a.n_slots < 0 || a.rows < 1 || a.cols < 1)
     return shape_error("moe_experts", std::to_string(a.n_expert) + " experts of " + std::to_string(a.rows) + " x " +
                                           std::to_string(a.cols) + ", " + std::to_string(a.n_used) + " used");
@@ -224,7 +224,7 @@ std::string moe_experts(const MoeExpertArgs& a, Stream s) {
   return launch_status("moe_experts");
 }
 
-std::string moe_combine(const float* slot_out, int n, int n_used, int E, const float* shared, const float* shared_logit,
+Status moe_combine(const float* slot_out, int n, int n_used, int E, const float* shared, const float* shared_logit,
                         float* x, Stream s) {
   if (n < 0 || n_used < 1 || E < 1)
     return shape_error("moe_combine", std::to_string(n) + " tokens of " + std::to_string(E) + ", " +

@@ -26,7 +26,7 @@ __global__ void rope_kernel(float* __restrict__ x, const int32_t* __restrict__ p
 
 }  // namespace
 
-std::string rope(float* x, const int32_t* pos, int n_tokens, int n_heads, int head_dim, int n_rot, float theta_scale,
+Status rope(float* x, const int32_t* pos, int n_tokens, int n_heads, int head_dim, int n_rot, float theta_scale,
                  float freq_scale, bool neox, Stream s) {
   if (n_tokens < 0 || n_heads < 1 || head_dim < 2)
     return shape_error("rope", "n_tokens " + std::to_string(n_tokens) + ", n_heads " + std::to_string(n_heads) +

@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
 
 }  // namespace
 
-std::string sample_rows(const float* logits, int n_rows, int n, const SampleRow* params, int n_samples, int32_t* out,
+Status sample_rows(const float* logits, int n_rows, int n, const SampleRow* params, int n_samples, int32_t* out,
                         Stream s) {
   if (n_samples < 0 || n_rows < 0 || n < 1)
     return shape_error("sample_rows", std::to_string(n_samples) + " samples from " + std::to_string(n_rows) +

@@ -12,7 +12,7 @@ __global__ void scale_kernel(float* __restrict__ x, int64_t n, float s) {
 
 }  // namespace
 
-std::string scale(float* x, int64_t n, float s, Stream st) {
+Status scale(float* x, int64_t n, float s, Stream st) {
   if (n < 0) return shape_error("scale", "n = " + std::to_string(n));
   if (!x) return shape_error("scale", "a null pointer");
   if (n == 0) return {};

@@ -14,7 +14,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, float* out, in
 
 }  // namespace
 
-std::string swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s) {
+Status swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s) {
   if (n < 0) return shape_error("swiglu", "n = " + std::to_string(n));
   if (!gate || !up || !out) return shape_error("swiglu", "a null pointer");
   if (n == 0) return {};

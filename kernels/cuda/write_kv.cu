@@ -21,7 +21,7 @@ __global__ void write_kv_kernel(T* __restrict__ k_pool, T* __restrict__ v_pool, 
 
 }  // namespace
 
-std::string write_kv(void* k_pool, void* v_pool, bool kv_bf16, int64_t page_stride, int kv_stride, const int32_t* page,
+Status write_kv(void* k_pool, void* v_pool, bool kv_bf16, int64_t page_stride, int kv_stride, const int32_t* page,
                      const int32_t* slot, const float* k, const float* v, int n, Stream s) {
   if (n < 0 || kv_stride < 1 || page_stride < 16 * int64_t{kv_stride})
     return shape_error("write_kv", std::to_string(n) + " tokens, kv_stride " + std::to_string(kv_stride) +

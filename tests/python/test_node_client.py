@@ -15,7 +15,7 @@ from chorus.wire import CreateBlock, Payload
 
 chorus, model = sys.argv[1], sys.argv[2]
 node = subprocess.Popen([chorus, "node", "--model", model, "--endpoint", "tcp://127.0.0.1:*",
-                         "--max-frame-bytes", "100000"], stdout=subprocess.PIPE, text=True)
+                         "--max-frame-bytes", "100000", "--pages", "64"], stdout=subprocess.PIPE, text=True)
 failures = []
 passed = []
 
@@ -94,7 +94,13 @@ try:
         c.forward(12345, tokens=[1])
         check(False, "forward into a missing block is refused")
     except ChorusError as e:
-        check("does not exist" in str(e), "forward into a missing block is refused: " + str(e))
+        check("does not exist" in str(e) and e.code == "not_found", "forward into a missing block is refused: %s (%s)" % (e, e.code))
+    try:
+        c.generate(c.create_block("too long"), prefill=[1, 2, 3], max_tokens=2000)  # 64 pages hold 1024
+        check(False, "a generate that may write more than the KV pool is refused")
+    except ChorusError as e:
+        check(e.code == "out_of_memory" and "the pool has" in str(e),
+              "a generate that may write more than the KV pool is refused as out_of_memory: %s (%s)" % (e, e.code))
     check(c.create_block("after the bad frames") >= 0, "the node keeps serving")
     c.close()
     sub.close()

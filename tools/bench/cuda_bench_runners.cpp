@@ -42,18 +42,18 @@ std::string gemv_vs_bf16(CudaDevice& dev, int reps) {
     const int64_t mark = dev.mark();
     const int64_t row_bytes = ms.cols / 32 * 34;
     auto* wq = alloc<uint8_t>(dev, ms.rows * row_bytes, "q8_0 weights");
-    check(cuda::fill_uniform_f32(reinterpret_cast<float*>(wq), ms.rows * row_bytes / 4, 21, 1.0f, st));
+    check(cuda::fill_uniform_f32(reinterpret_cast<float*>(wq), ms.rows * row_bytes / 4, 21, 1.0f, st).message());
     auto* wb = alloc<bf16_bits>(dev, ms.rows * ms.cols, "bf16 weights");
-    check(cuda::fill_uniform_bf16(wb, ms.rows * ms.cols, 22, 0.02f, st));
+    check(cuda::fill_uniform_bf16(wb, ms.rows * ms.cols, 22, 0.02f, st).message());
     float* x = vec(dev, 4 * ms.cols, 23);
     auto* xb = alloc<bf16_bits>(dev, 4 * ms.cols, "x bf16");
     float* y = alloc<float>(dev, 4 * ms.rows, "y");
     for (const int n : {1, 2, 4}) {
       auto bf16 = [&] {
-        check(cuda::to_bf16(x, xb, n * ms.cols, st));
+        check(cuda::to_bf16(x, xb, n * ms.cols, st).message());
         check(cuda_gemm_bf16(dev, wb, xb, y, ms.rows, n, ms.cols));
       };
-      auto q8 = [&] { check(cuda::gemv_q8_0(wq, row_bytes, ms.rows, ms.cols, x, n, y, st)); };
+      auto q8 = [&] { check(cuda::gemv_q8_0(wq, row_bytes, ms.rows, ms.cols, x, n, y, st).message()); };
       bf16();
       q8();
       check(dev.sync("gemv warm-up"));
@@ -522,8 +522,8 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
                                   d.head_dim, 0, d.tiled_heads};
     const cuda::GdnRunsArgs fold{mats + 1, first, nullptr, k, v, g, beta, nullptr, 1, d.n_k_heads, d.n_v_heads,
                                  d.head_dim, d.head_dim, d.head_dim, d.tiled_heads};
-    auto run_state = [&] { check(cuda::gdn_runs(state, dev.stream())); };
-    auto run_fold = [&] { check(cuda::gdn_runs(fold, dev.stream())); };
+    auto run_state = [&] { check(cuda::gdn_runs(state, dev.stream()).message()); };
+    auto run_fold = [&] { check(cuda::gdn_runs(fold, dev.stream()).message()); };
     run_state();
     run_fold();
     check(dev.sync("gdn_runs warm-up"));

@@ -35,7 +35,7 @@ T* alloc(CudaDevice& dev, int64_t n, const char* what) {
 
 inline float* vec(CudaDevice& dev, int64_t n, uint64_t seed, float scale = 1.0f) {
   float* p = alloc<float>(dev, n, "vector");
-  check(cuda::fill_uniform_f32(p, n, seed, scale, dev.stream()));
+  check(cuda::fill_uniform_f32(p, n, seed, scale, dev.stream()).message());
   return p;
 }
 

@@ -86,7 +86,7 @@ struct Model {
 
 Matrix matrix(CudaDevice& dev, int64_t rows, int64_t cols, uint64_t seed) {
   Matrix m{alloc<bf16_bits>(dev, rows * cols, "weights"), rows, cols};
-  check(cuda::fill_uniform_bf16(m.w, rows * cols, seed, 0.02f, dev.stream()));
+  check(cuda::fill_uniform_bf16(m.w, rows * cols, seed, 0.02f, dev.stream()).message());
   return m;
 }
 
@@ -162,8 +162,8 @@ Batch make_batch(CudaDevice& dev, const Model& m, int n) {
     if (!L.attention) continue;
     auto* kp = alloc<bf16_bits>(dev, n_pages * b.page_stride, "KV pages");
     auto* vp = alloc<bf16_bits>(dev, n_pages * b.page_stride, "KV pages");
-    check(cuda::fill_uniform_bf16(kp, n_pages * b.page_stride, 11, 1.0f, dev.stream()));
-    check(cuda::fill_uniform_bf16(vp, n_pages * b.page_stride, 12, 1.0f, dev.stream()));
+    check(cuda::fill_uniform_bf16(kp, n_pages * b.page_stride, 11, 1.0f, dev.stream()).message());
+    check(cuda::fill_uniform_bf16(vp, n_pages * b.page_stride, 12, 1.0f, dev.stream()).message());
     b.k_pool.push_back(kp);
     b.v_pool.push_back(vp);
   }
@@ -220,21 +220,21 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
   void* st = dev.stream();
   const int n = b.n;
   // x [n][cols] to bf16 once for the products that read it; then y = x W^T.
-  auto stage = [&](const float* x, int64_t cols) { check(cuda::to_bf16(x, b.hb, n * cols, st)); };
+  auto stage = [&](const float* x, int64_t cols) { check(cuda::to_bf16(x, b.hb, n * cols, st).message()); };
   auto gemm = [&](const Matrix& w, float* y) { check(cuda_gemm_bf16(dev, w.w, b.hb, y, w.rows, n, w.cols)); };
   size_t attn_i = 0, gdn_i = 0;
   for (const Layer& L : m.layers) {
-    check(cuda::rmsnorm(b.x, L.norm1, b.h, n, s.hidden, 1e-6f, st));
+    check(cuda::rmsnorm(b.x, L.norm1, b.h, n, s.hidden, 1e-6f, st).message());
     if (L.attention) {
       stage(b.h, s.hidden);
       gemm(L.a, b.big1);  // q and gate
       gemm(L.b, b.big2);  // k
       gemm(L.c, b.big3);  // v
-      check(cuda::rmsnorm(b.big1, m.qk_norm, b.big1, n * s.n_head, s.head_dim, 1e-6f, st));
-      check(cuda::rmsnorm(b.big2, m.qk_norm, b.big2, n * s.n_kv, s.head_dim, 1e-6f, st));
-      check(cuda::rope(b.big2, b.pos, n, s.n_kv, s.head_dim, s.n_rot, 0.6f, 1.0f, true, st));
+      check(cuda::rmsnorm(b.big1, m.qk_norm, b.big1, n * s.n_head, s.head_dim, 1e-6f, st).message());
+      check(cuda::rmsnorm(b.big2, m.qk_norm, b.big2, n * s.n_kv, s.head_dim, 1e-6f, st).message());
+      check(cuda::rope(b.big2, b.pos, n, s.n_kv, s.head_dim, s.n_rot, 0.6f, 1.0f, true, st).message());
       check(cuda::write_kv(b.k_pool[attn_i], b.v_pool[attn_i], true, b.page_stride, s.n_kv * s.head_dim, b.write_page,
-                           b.write_slot, b.big2, b.big3, n, st));
+                           b.write_slot, b.big2, b.big3, n, st).message());
       cuda::AttnArgs a;
       a.q = b.big1;
       a.k_pool = b.k_pool[attn_i];
@@ -255,8 +255,8 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
       a.neox = true;
       a.scale = 0.0625f;
       a.out = b.big2;
-      check(cuda::attention(a, st));
-      check(cuda::swiglu(b.big1, b.big2, b.big3, int64_t{n} * s.n_head * s.head_dim, st));  // the output gate
+      check(cuda::attention(a, st).message());
+      check(cuda::swiglu(b.big1, b.big2, b.big3, int64_t{n} * s.n_head * s.head_dim, st).message());  // the output gate
       stage(b.big3, L.out.cols);
       gemm(L.out, b.h);
       ++attn_i;
@@ -265,32 +265,32 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
       gemm(L.a, b.big1);  // q, k, v (the conv step and L2 norms would read these)
       gemm(L.b, b.big2);  // z
       gemm(L.c, b.big3);  // beta, alpha
-      check(cuda::l2norm_rows(b.gq, n * s.hk, s.dk, 1e-6f, st));
-      check(cuda::l2norm_rows(b.gk, n * s.hk, s.dk, 1e-6f, st));
-      check(cuda::scale(b.gq, int64_t{n} * s.hk * s.dk, 0.088f, st));
-      check(cuda::gdn_gates(b.big3 + int64_t{n} * s.hv, b.big3, m.qk_norm, m.qk_norm, n, s.hv, b.gg, b.gbeta, st));
+      check(cuda::l2norm_rows(b.gq, n * s.hk, s.dk, 1e-6f, st).message());
+      check(cuda::l2norm_rows(b.gk, n * s.hk, s.dk, 1e-6f, st).message());
+      check(cuda::scale(b.gq, int64_t{n} * s.hk * s.dk, 0.088f, st).message());
+      check(cuda::gdn_gates(b.big3 + int64_t{n} * s.hv, b.big3, m.qk_norm, m.qk_norm, n, s.hv, b.gg, b.gbeta, st).message());
       cuda::GdnDecodeArgs g{b.states[gdn_i], b.gq, b.gk, b.gv, b.gg, b.gbeta, b.gout, n, s.hk, s.hv, s.dk, s.dv, true};
-      check(cuda::gdn_decode(g, st));
-      check(cuda::rmsnorm(b.gout, m.qk_norm, b.gout, n * s.hv, s.dv, 1e-6f, st));
-      check(cuda::swiglu(b.big2, b.gout, b.big3, int64_t{n} * s.hv * s.dv, st));  // RMSNorm(o) * silu(z)
+      check(cuda::gdn_decode(g, st).message());
+      check(cuda::rmsnorm(b.gout, m.qk_norm, b.gout, n * s.hv, s.dv, 1e-6f, st).message());
+      check(cuda::swiglu(b.big2, b.gout, b.big3, int64_t{n} * s.hv * s.dv, st).message());  // RMSNorm(o) * silu(z)
       stage(b.big3, L.out.cols);
       gemm(L.out, b.h);
       ++gdn_i;
     }
-    check(cuda::add(b.x, b.h, int64_t{n} * s.hidden, st));
-    check(cuda::rmsnorm(b.x, L.norm2, b.h, n, s.hidden, 1e-6f, st));
+    check(cuda::add(b.x, b.h, int64_t{n} * s.hidden, st).message());
+    check(cuda::rmsnorm(b.x, L.norm2, b.h, n, s.hidden, 1e-6f, st).message());
     stage(b.h, s.hidden);
     gemm(L.gate, b.big1);
     gemm(L.up, b.big2);
-    check(cuda::swiglu(b.big1, b.big2, b.big3, int64_t{n} * s.ff, st));
+    check(cuda::swiglu(b.big1, b.big2, b.big3, int64_t{n} * s.ff, st).message());
     stage(b.big3, s.ff);
     gemm(L.down, b.h);
-    check(cuda::add(b.x, b.h, int64_t{n} * s.hidden, st));
+    check(cuda::add(b.x, b.h, int64_t{n} * s.hidden, st).message());
   }
-  check(cuda::rmsnorm(b.x, m.out_norm, b.h, n, s.hidden, 1e-6f, st));
+  check(cuda::rmsnorm(b.x, m.out_norm, b.h, n, s.hidden, 1e-6f, st).message());
   stage(b.h, s.hidden);
   gemm(m.output, b.logits);
-  check(cuda::argmax(b.logits, n, s.vocab, b.next, st));
+  check(cuda::argmax(b.logits, n, s.vocab, b.next, st).message());
 }
 
 }  // namespace
