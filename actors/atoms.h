@@ -11,19 +11,24 @@ using event_atom = caf::atom_constant<caf::atom("event")>;          // an event 
 using stop_atom = caf::atom_constant<caf::atom("stop")>;            // end an actor's work
 using paragraph_atom = caf::atom_constant<caf::atom("paragraph")>;  // a thinker finished a paragraph
 using done_atom = caf::atom_constant<caf::atom("done")>;            // a role has nothing more to do
-using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;  // (subscribe_atom, block): tell me when it grows
-using grown_atom = caf::atom_constant<caf::atom("grown")>;          // (grown_atom, block, cached tokens)
-using text_atom = caf::atom_constant<caf::atom("text")>;            // (text_atom, string): text for a source or sink
-using step_atom = caf::atom_constant<caf::atom("step")>;            // a cooperative batcher: run one step
-using tick_atom = caf::atom_constant<caf::atom("tick")>;            // a role's own timer
-using fired_atom = caf::atom_constant<caf::atom("fired")>;          // (fired_atom, candidate, probability): a probe fired
+using subscribe_atom =
+    caf::atom_constant<caf::atom("subscribe")>;             // (subscribe_atom, block): tell me when it grows
+using grown_atom = caf::atom_constant<caf::atom("grown")>;  // (grown_atom, block, cached tokens)
+using text_atom = caf::atom_constant<caf::atom("text")>;    // (text_atom, string): text for a source or sink
+using step_atom = caf::atom_constant<caf::atom("step")>;    // a cooperative batcher: run one step
+using tick_atom = caf::atom_constant<caf::atom("tick")>;    // a role's own timer
+using fired_atom =
+    caf::atom_constant<caf::atom("fired")>;  // (fired_atom, candidate, probability): a probe fired
 // A program (actors/program.h): its roles and its controller.
-using signal_atom = caf::atom_constant<caf::atom("signal")>;        // (signal_atom, event, text): a named event fired
-using start_atom = caf::atom_constant<caf::atom("start")>;          // a role may begin (its blocks are ready)
-using tokens_atom = caf::atom_constant<caf::atom("tokens")>;        // (tokens_atom, n): a role generated n tokens
-using fail_atom = caf::atom_constant<caf::atom("fail")>;            // (fail_atom, actor, what): a role cannot go on
+using signal_atom =
+    caf::atom_constant<caf::atom("signal")>;                // (signal_atom, event, text): a named event fired
+using start_atom = caf::atom_constant<caf::atom("start")>;  // a role may begin (its blocks are ready)
+using tokens_atom = caf::atom_constant<caf::atom("tokens")>;  // (tokens_atom, n): a role generated n tokens
+using fail_atom = caf::atom_constant<caf::atom("fail")>;      // (fail_atom, actor, what): a role cannot go on
 // The scheduler of programs on a batcher (actors/program_manager.h).
-using scheduler_atom = caf::atom_constant<caf::atom("scheduler")>;  // (scheduler_atom) to the batcher: tell me ...
-using waiting_atom = caf::atom_constant<caf::atom("waiting")>;      // (waiting_atom, program): ... when its request waits
+using scheduler_atom =
+    caf::atom_constant<caf::atom("scheduler")>;  // (scheduler_atom) to the batcher: tell me ...
+using waiting_atom =
+    caf::atom_constant<caf::atom("waiting")>;  // (waiting_atom, program): ... when its request waits
 
 }  // namespace chorus

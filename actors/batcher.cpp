@@ -8,11 +8,11 @@
 #include <optional>
 
 #include "actors/atoms.h"
-#include "actors/codec.h"
-#include "actors/wire.h"
-#include "engine/detokenizer.h"
-#include "engine/engine.h"
-#include "engine/kv_cache.h"
+#include "engine/forward/kv_cache.h"
+#include "engine/step/engine.h"
+#include "engine/tokenizer/detokenizer.h"
+#include "net/codec.h"
+#include "net/wire.h"
 
 namespace chorus {
 namespace {
@@ -40,7 +40,8 @@ class BatcherCore {
   // Applies one command frame from `sender`; returns the reply frame, or nothing when the
   // request is held (a program registered with `hold` is paused): `defer()` then gave what
   // answers it when the program is restored or terminated.
-  std::optional<Frame> on_frame(const std::vector<uint8_t>& bytes, const caf::actor& sender, const Defer& defer) {
+  std::optional<Frame> on_frame(const std::vector<uint8_t>& bytes, const caf::actor& sender,
+                                const Defer& defer) {
     uint64_t rid = 0;
     auto cmd = decode_command(bytes, &rid, &engine_->model().tokenizer);
     if (!cmd) return encode_error_envelope(rid, cmd.error());
@@ -49,9 +50,11 @@ class BatcherCore {
       if (c->program != 0) {  // the block joins a program: it is paused and restored with it
         auto it = programs_.find(c->program);
         const std::string name = "program " + std::to_string(c->program);
-        if (it == programs_.end()) return encode_error_envelope(rid, make_error(Errc::not_found, name + " is not registered"));
+        if (it == programs_.end())
+          return encode_error_envelope(rid, make_error(Errc::not_found, name + " is not registered"));
         if (it->second.state != ProgramState::active)
-          return encode_error_envelope(rid, make_error(Errc::invalid_argument, name + " is paused: restore it before adding blocks"));
+          return encode_error_envelope(
+              rid, make_error(Errc::invalid_argument, name + " is paused: restore it before adding blocks"));
         owner = &it->second;
       }
       const BlockId id = engine_->blocks().create(c->name);
@@ -61,13 +64,15 @@ class BatcherCore {
     if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) {
       // On a paused program registered with `hold` (a source clearing its window, say), it waits
       // for the restore like a request.
-      if (const uint64_t p = hold_program_of({op->block, op->second}, true)) return hold(p, bytes, rid, sender, defer, 0);
+      if (const uint64_t p = hold_program_of({op->block, op->second}, true))
+        return hold(p, bytes, rid, sender, defer, 0);
       return on_block_op(rid, *op);
     }
     if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return snapshot(rid, v->view);
     if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
     const Request& req = std::get<Request>(*cmd);
-    if (const uint64_t p = hold_program_of(named(req), true)) return hold(p, bytes, rid, sender, defer, growth_pages(req));
+    if (const uint64_t p = hold_program_of(named(req), true))
+      return hold(p, bytes, rid, sender, defer, growth_pages(req));
     // A request of a program registered with `hold` starts only with room in the pool for all
     // it may write; until then it waits, in arrival order (a scheduler makes the room).
     if (const uint64_t program = hold_program_of(named(req), false)) {
@@ -95,7 +100,9 @@ class BatcherCore {
   Status step(Self* self) {
     auto events = engine_->step();
     if (!events) return events.error();
-    const bool freed = dispatch(*events, [self](const caf::actor& who, Frame f) { self->send(who, event_atom::value, std::move(f)); });
+    const bool freed = dispatch(*events, [self](const caf::actor& who, Frame f) {
+      self->send(who, event_atom::value, std::move(f));
+    });
     for (auto& [b, who] : watchers_) {  // blocks that grew in this step
       auto blk = engine_->blocks().get(b);
       if (!blk) continue;
@@ -158,8 +165,8 @@ class BatcherCore {
   }
 
   // Keeps a command for the program's restore; its reply goes out then.
-  std::optional<Frame> hold(uint64_t program, const std::vector<uint8_t>& bytes, uint64_t rid, const caf::actor& sender,
-                            const Defer& defer, int64_t growth) {
+  std::optional<Frame> hold(uint64_t program, const std::vector<uint8_t>& bytes, uint64_t rid,
+                            const caf::actor& sender, const Defer& defer, int64_t growth) {
     programs_.at(program).held.push_back(Held{bytes, rid, sender, defer(), growth, 0});
     notify(program);
     return std::nullopt;
@@ -250,7 +257,8 @@ class BatcherCore {
     auto it = reserved_.find(id);
     if (it == reserved_.end()) return false;
     if (it->second.block >= 0)
-      if (auto b = block_res_.find(it->second.block); b != block_res_.end() && --b->second.writers == 0) block_res_.erase(b);
+      if (auto b = block_res_.find(it->second.block); b != block_res_.end() && --b->second.writers == 0)
+        block_res_.erase(b);
     reserved_.erase(it);
     return true;
   }
@@ -262,7 +270,8 @@ class BatcherCore {
     subs_[*id] = Subscriber{sender, rid,
                             std::make_unique<IncrementalDecoder>(engine_->model().tokenizer,
                                                                  DecodeOptions{.render_special = false})};
-    if (program != 0 && r.kind == RequestKind::probe) reserved_[*id] = Reservation{-1, probe_pages(r), program};
+    if (program != 0 && r.kind == RequestKind::probe)
+      reserved_[*id] = Reservation{-1, probe_pages(r), program};
     if (program != 0 && r.kind != RequestKind::probe && r.kind != RequestKind::append) {
       BlockReservation& br = block_res_[r.write_to];
       br.end = end;
@@ -280,14 +289,18 @@ class BatcherCore {
       auto cmd = decode_command(h.frame, &rid, &engine_->model().tokenizer);
       const Request* req = cmd ? &std::get<Request>(*cmd) : nullptr;  // it decoded when it came
       std::optional<Error> never = req ? never_fits(*req, h.program) : std::nullopt;
-      const uint64_t paused = req ? hold_program_of(named(*req), true) : 0;  // one it reads was paused meanwhile
+      const uint64_t paused =
+          req ? hold_program_of(named(*req), true) : 0;  // one it reads was paused meanwhile
       if (req && !never && !paused && gate_pages(*req) > room()) return false;
       Held go = std::move(h);
       waiting_.pop_front();
       if (!req) continue;
-      if (never) go.deliver(encode_error_envelope(go.rid, *never));
-      else if (paused) programs_.at(paused).held.push_back(std::move(go));
-      else go.deliver(start(*req, go.rid, go.sender, go.program));
+      if (never)
+        go.deliver(encode_error_envelope(go.rid, *never));
+      else if (paused)
+        programs_.at(paused).held.push_back(std::move(go));
+      else
+        go.deliver(start(*req, go.rid, go.sender, go.program));
     }
     return true;
   }
@@ -300,8 +313,9 @@ class BatcherCore {
     int64_t own = 0;
     for (BlockId b : programs_.at(program).blocks) own += block_pages(b) + outstanding(b);
     if (need + own <= pool) return std::nullopt;
-    return make_error(Errc::out_of_memory, "KV cache too small: the request may write " + std::to_string(need) +
-                                               " pages and its program holds " + std::to_string(own) + "; the pool has " +
+    return make_error(Errc::out_of_memory, "KV cache too small: the request may write " +
+                                               std::to_string(need) + " pages and its program holds " +
+                                               std::to_string(own) + "; the pool has " +
                                                std::to_string(pool));
   }
 
@@ -323,8 +337,9 @@ class BatcherCore {
     for (BlockId b : p.blocks) wanted += outstanding(b);
     for (const auto& [rq, x] : reserved_)
       if (x.program == id) wanted += x.probe_pages;
-    return encode_program_status(rid, id, p.state, static_cast<uint32_t>(pages), static_cast<uint64_t>(tokens), p.acting,
-                                 static_cast<uint32_t>(pending), static_cast<uint32_t>(held), static_cast<uint32_t>(wanted));
+    return encode_program_status(rid, id, p.state, static_cast<uint32_t>(pages),
+                                 static_cast<uint64_t>(tokens), p.acting, static_cast<uint32_t>(pending),
+                                 static_cast<uint32_t>(held), static_cast<uint32_t>(wanted));
   }
 
   // A block as a reader sees it now: its tokens, and how many of them are cached.
@@ -360,8 +375,9 @@ class BatcherCore {
     for (BlockId b : touched) {
       auto blk = store.get(b);
       if (blk && (*blk)->paused)
-        return encode_error_envelope(rid, make_error(Errc::invalid_argument, "block " + std::to_string(b) +
-                                                                                 " is paused: restore its program first"));
+        return encode_error_envelope(
+            rid, make_error(Errc::invalid_argument,
+                            "block " + std::to_string(b) + " is paused: restore its program first"));
     }
     if (op.op == Op::free || op.op == Op::clear) {
       Status s = op.op == Op::free ? store.free(op.block) : store.clear(op.block);
@@ -371,17 +387,21 @@ class BatcherCore {
       start_waiting();  // its pages are free
       return op.op == Op::free ? encode_block_info(rid, op.block, "", 0, 0) : info(rid, op.block);
     }
-    auto made = op.op == Op::merge ? store.merge(op.block, op.second, op.name) : store.fork(op.block, op.tokens, op.name);
+    auto made = op.op == Op::merge ? store.merge(op.block, op.second, op.name)
+                                   : store.fork(op.block, op.tokens, op.name);
     if (!made) return encode_error_envelope(rid, made.error());
     return info(rid, *made);
   }
 
   Frame on_program(uint64_t rid, const ProgramCmd& pc) {
-    auto bad = [&](Errc code, const std::string& m) { return encode_error_envelope(rid, make_error(code, m)); };
+    auto bad = [&](Errc code, const std::string& m) {
+      return encode_error_envelope(rid, make_error(code, m));
+    };
     const std::string name = "program " + std::to_string(pc.program);
     if (pc.op == ProgramCmd::Op::register_program) {
       for (BlockId b : pc.blocks)
-        if (!engine_->blocks().is_live(b)) return bad(Errc::not_found, name + ": block " + std::to_string(b) + " does not exist");
+        if (!engine_->blocks().is_live(b))
+          return bad(Errc::not_found, name + ": block " + std::to_string(b) + " does not exist");
       programs_[pc.program] = Program{pc.name, pc.blocks, ProgramState::active, pc.hold, false, {}};
       return status(rid, pc.program, programs_[pc.program]);
     }
@@ -399,18 +419,22 @@ class BatcherCore {
       // takes it would make them run out.
       int64_t need = 0;
       for (BlockId b : p.blocks)
-        if (auto blk = engine_->blocks().get(b); blk && (*blk)->paused) need += KvCache::pages_for((*blk)->paused_cached);
+        if (auto blk = engine_->blocks().get(b); blk && (*blk)->paused)
+          need += KvCache::pages_for((*blk)->paused_cached);
       const int64_t free = engine_->blocks().kv().n_free(), left = room();
       if (need > left && need <= free)
-        s = make_error(Errc::out_of_memory, "KV cache full: restoring " + name + " needs " + std::to_string(need) + " pages; " +
-                                                std::to_string(free) + " are free, " + std::to_string(free - left) +
+        s = make_error(Errc::out_of_memory, "KV cache full: restoring " + name + " needs " +
+                                                std::to_string(need) + " pages; " + std::to_string(free) +
+                                                " are free, " + std::to_string(free - left) +
                                                 " of them kept for running requests; nothing was restored");
-      else s = engine_->restore(p.blocks);
+      else
+        s = engine_->restore(p.blocks);
     }
     if (pc.op == ProgramCmd::Op::terminate) {
       if (pc.cancel)  // its requests in the engine end first, their subscribers told why
-        dispatch(engine_->cancel(p.blocks, "cancelled: " + name + " was terminated"),
-                 [](const caf::actor& who, Frame f) { caf::anon_send(who, event_atom::value, std::move(f)); });
+        dispatch(
+            engine_->cancel(p.blocks, "cancelled: " + name + " was terminated"),
+            [](const caf::actor& who, Frame f) { caf::anon_send(who, event_atom::value, std::move(f)); });
       // All or nothing: a block that a pending request still holds keeps every block (the caller
       // may try again once the request is done).
       for (BlockId b : p.blocks)
@@ -437,7 +461,9 @@ class BatcherCore {
       Frame f = encode_program_status(rid, pc.program, ProgramState::terminated, 0, 0);
       programs_.erase(it);
       for (Held& h : held)  // they asked for blocks that are gone now
-        h.deliver(encode_error_envelope(h.rid, make_error(Errc::not_found, name + " was terminated while this request waited for its restore")));
+        h.deliver(encode_error_envelope(
+            h.rid,
+            make_error(Errc::not_found, name + " was terminated while this request waited for its restore")));
       start_waiting();  // its pages are free
       return f;
     }
@@ -456,12 +482,12 @@ class BatcherCore {
   std::shared_ptr<Engine> engine_;
   std::map<RequestId, Subscriber> subs_;
   std::map<uint64_t, Program> programs_;
-  std::deque<Held> waiting_;                     // requests of scheduled programs waiting for room
-  std::map<RequestId, Reservation> reserved_;    // ... and those running
+  std::deque<Held> waiting_;                   // requests of scheduled programs waiting for room
+  std::map<RequestId, Reservation> reserved_;  // ... and those running
   std::map<BlockId, BlockReservation> block_res_;
   caf::actor scheduler_;
   std::map<BlockId, std::vector<caf::actor>> watchers_;  // block -> who wants to know it grew
-  std::map<BlockId, int64_t> seen_;                       // cached length last reported
+  std::map<BlockId, int64_t> seen_;                      // cached length last reported
 };
 
 // A Deliver for the request `self` is handling now: the reply goes out when it is called.
@@ -478,7 +504,8 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
   bool stopping = false;  // stop_atom: finish what was accepted, then end
   auto on_frame = [&](frame_atom, const std::vector<uint8_t>& bytes) -> caf::result<std::vector<uint8_t>> {
     got = true;
-    auto reply = core.on_frame(bytes, caf::actor_cast<caf::actor>(self->current_sender()), [self] { return promise(self); });
+    auto reply = core.on_frame(bytes, caf::actor_cast<caf::actor>(self->current_sender()),
+                               [self] { return promise(self); });
     if (reply) return std::move(*reply);
     return caf::delegated<std::vector<uint8_t>>{};
   };
@@ -500,10 +527,13 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
   };
   while (running) {
     if (stopping && core.idle()) break;
-    if (core.idle() && !stopping) self->receive(on_frame, on_subscribe, on_scheduler, on_stop, on_exit);  // sleep until there is work
+    if (core.idle() && !stopping)
+      self->receive(on_frame, on_subscribe, on_scheduler, on_stop, on_exit);  // sleep until there is work
     do {  // then take everything already queued, without waiting
       got = false;
-      self->receive(on_frame, on_subscribe, on_scheduler, on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
+      self->receive(
+          on_frame, on_subscribe, on_scheduler, on_stop, on_exit,
+          caf::after(std::chrono::seconds(0)) >> [] {});
     } while (got && running);
     if (!running || core.idle()) continue;
     if (Status s = core.step(self); !s.ok()) {
@@ -521,7 +551,8 @@ struct CooperativeState {
 
 // One step per step_atom, sent to itself: commands that arrive meanwhile queue ahead of the next
 // step, so they are applied before it, as in the detached loop.
-caf::behavior batcher_cooperative(caf::stateful_actor<CooperativeState>* self, std::shared_ptr<Engine> engine) {
+caf::behavior batcher_cooperative(caf::stateful_actor<CooperativeState>* self,
+                                  std::shared_ptr<Engine> engine) {
   self->state.core = std::make_unique<BatcherCore>(std::move(engine));
   auto kick = [self] {
     auto& st = self->state;
@@ -540,8 +571,12 @@ caf::behavior batcher_cooperative(caf::stateful_actor<CooperativeState>* self, s
         if (reply) return std::move(*reply);
         return caf::delegated<std::vector<uint8_t>>{};
       },
-      [=](subscribe_atom, BlockId b) { self->state.core->on_subscribe(b, caf::actor_cast<caf::actor>(self->current_sender())); },
-      [=](scheduler_atom) { self->state.core->set_scheduler(caf::actor_cast<caf::actor>(self->current_sender())); },
+      [=](subscribe_atom, BlockId b) {
+        self->state.core->on_subscribe(b, caf::actor_cast<caf::actor>(self->current_sender()));
+      },
+      [=](scheduler_atom) {
+        self->state.core->set_scheduler(caf::actor_cast<caf::actor>(self->current_sender()));
+      },
       [=](stop_atom) {
         self->state.stopping = true;
         kick();

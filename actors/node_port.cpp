@@ -1,14 +1,14 @@
 #include "actors/node_port.h"
 
+#include <spdlog/spdlog.h>
 #include <caf/all.hpp>
 #include <map>
 #include <memory>
-#include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
 #include "actors/atoms.h"
-#include "actors/codec.h"
-#include "actors/wire.h"
+#include "net/codec.h"
+#include "net/wire.h"
 
 namespace chorus {
 namespace {
@@ -18,10 +18,10 @@ void send_to(zmq::socket_t& s, const std::string& identity, const std::vector<ui
   s.send(zmq::buffer(frame), zmq::send_flags::dontwait);
 }
 
-void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, std::shared_ptr<zmq::socket_t> pub,
-               caf::actor batcher, size_t max_frame_bytes) {
+void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
+               std::shared_ptr<zmq::socket_t> pub, caf::actor batcher, size_t max_frame_bytes) {
   std::map<int64_t, int32_t> request_block;  // request id -> block it writes (for topics)
-  std::map<int64_t, std::string> clients;  // request id -> client identity
+  std::map<int64_t, std::string> clients;    // request id -> client identity
   bool running = true;
   auto on_event = [&](event_atom, const std::vector<uint8_t>& frame) {
     auto r = decode_reply(frame);
@@ -31,8 +31,9 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, s
     send_to(*sock, it->second, frame);
     if (pub) {
       const auto b = request_block.find(r->id);
-      const std::string topic = b != request_block.end() && b->second >= 0 ? "block:" + std::to_string(b->second)
-                                                                            : "request:" + std::to_string(r->id);
+      const std::string topic = b != request_block.end() && b->second >= 0
+                                    ? "block:" + std::to_string(b->second)
+                                    : "request:" + std::to_string(r->id);
       pub->send(zmq::buffer(topic), zmq::send_flags::sndmore);
       pub->send(zmq::buffer(frame), zmq::send_flags::dontwait);
     }
@@ -47,8 +48,12 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, s
   while (running) {
     for (bool more = true; more && running;) {  // events from the batcher, without waiting
       more = false;
-      self->receive([&](event_atom a, const std::vector<uint8_t>& f) { more = true; on_event(a, f); }, on_stop, on_exit,
-                    caf::after(std::chrono::seconds(0)) >> [] {});
+      self->receive(
+          [&](event_atom a, const std::vector<uint8_t>& f) {
+            more = true;
+            on_event(a, f);
+          },
+          on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
     }
     zmq::pollitem_t item{sock->handle(), 0, ZMQ_POLLIN, 0};
     if (!running || zmq::poll(&item, 1, std::chrono::milliseconds(20)) <= 0) continue;
@@ -62,13 +67,15 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, s
       }
       const std::string id(identity.data<char>(), identity.size());
       if (parts.empty() || parts.back().size() == 0) continue;  // an empty delimiter alone: ignore
-      const zmq::message_t& m = parts.back();  // DEALER: [frame]; REQ-style: [empty, frame]
+      const zmq::message_t& m = parts.back();                   // DEALER: [frame]; REQ-style: [empty, frame]
       const std::span<const uint8_t> bytes(m.data<uint8_t>(), m.size());
       if (m.size() > max_frame_bytes) {
         spdlog::warn("node port: refused a {}-byte frame (limit {})", m.size(), max_frame_bytes);
-        send_to(*sock, id, encode_error_envelope(0, make_error(Errc::out_of_range, "frame of " + std::to_string(m.size()) +
-                                                                                         " bytes exceeds the limit of " +
-                                                                                         std::to_string(max_frame_bytes))));
+        send_to(
+            *sock, id,
+            encode_error_envelope(0, make_error(Errc::out_of_range, "frame of " + std::to_string(m.size()) +
+                                                                        " bytes exceeds the limit of " +
+                                                                        std::to_string(max_frame_bytes))));
         continue;
       }
       if (auto ok = decode_envelope(bytes); !ok) {
@@ -77,10 +84,12 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, s
         continue;
       }
       std::vector<uint8_t> reply;
-      self->request(batcher, std::chrono::seconds(60), frame_atom::value, std::vector<uint8_t>(bytes.begin(), bytes.end()))
+      self->request(batcher, std::chrono::seconds(60), frame_atom::value,
+                    std::vector<uint8_t>(bytes.begin(), bytes.end()))
           .receive([&](std::vector<uint8_t>& r) { reply = std::move(r); },
                    [&](caf::error& e) {
-                     reply = encode_error_envelope(0, make_error(Errc::internal, "batcher: " + caf::to_string(e)));
+                     reply = encode_error_envelope(
+                         0, make_error(Errc::internal, "batcher: " + caf::to_string(e)));
                    });
       if (auto r = decode_reply(reply); r && r->kind == ReplyKind::submitted) {
         clients[r->id] = id;
@@ -122,8 +131,9 @@ void pub_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, st
 
 }  // namespace
 
-Result<caf::actor> spawn_zmq_sub_source(caf::actor_system& sys, zmq::context_t& context, const std::string& endpoint,
-                                        const std::string& topic, caf::actor target) {
+Result<caf::actor> spawn_zmq_sub_source(caf::actor_system& sys, zmq::context_t& context,
+                                        const std::string& endpoint, const std::string& topic,
+                                        caf::actor target) {
   auto sock = std::make_shared<zmq::socket_t>(context, zmq::socket_type::sub);
   sock->set(zmq::sockopt::linger, 0);
   try {
@@ -135,8 +145,9 @@ Result<caf::actor> spawn_zmq_sub_source(caf::actor_system& sys, zmq::context_t& 
   return sys.spawn<caf::detached>(sub_main, std::move(sock), std::move(target));
 }
 
-Result<std::string> spawn_zmq_pub_sink(caf::actor_system& sys, zmq::context_t& context, const std::string& endpoint,
-                                       const std::string& topic, caf::actor* out) {
+Result<std::string> spawn_zmq_pub_sink(caf::actor_system& sys, zmq::context_t& context,
+                                       const std::string& endpoint, const std::string& topic,
+                                       caf::actor* out) {
   auto sock = std::make_shared<zmq::socket_t>(context, zmq::socket_type::pub);
   sock->set(zmq::sockopt::linger, 0);
   try {
@@ -168,11 +179,13 @@ Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor bat
     try {
       pub->bind(opts.events_endpoint);
     } catch (const zmq::error_t& e) {
-      return make_error(Errc::io, "cannot bind the events socket to " + opts.events_endpoint + ": " + e.what());
+      return make_error(Errc::io,
+                        "cannot bind the events socket to " + opts.events_endpoint + ": " + e.what());
     }
     eps.events = pub->get(zmq::sockopt::last_endpoint);
   }
-  *out = sys.spawn<caf::detached>(port_main, std::move(sock), std::move(pub), std::move(batcher), opts.max_frame_bytes);
+  *out = sys.spawn<caf::detached>(port_main, std::move(sock), std::move(pub), std::move(batcher),
+                                  opts.max_frame_bytes);
   return eps;
 }
 

@@ -23,9 +23,9 @@ class context_t;
 namespace chorus {
 
 struct NodePortOptions {
-  std::string endpoint = "tcp://127.0.0.1:5555";  // "tcp://127.0.0.1:*" picks a free port
+  std::string endpoint = "tcp://127.0.0.1:5555";      // "tcp://127.0.0.1:*" picks a free port
   std::string events_endpoint = "tcp://127.0.0.1:*";  // the PUB socket; empty: none
-  size_t max_frame_bytes = 64u << 20;             // larger frames are refused with an error
+  size_t max_frame_bytes = 64u << 20;                 // larger frames are refused with an error
 };
 
 struct NodePortEndpoints {
@@ -44,9 +44,11 @@ Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor bat
 //    message's last part to `target` as (text_atom, text) — point it at a source role;
 //  - a PUB sink: binds `endpoint` and publishes each (text_atom, text) it receives as
 //    [topic, text]. Returns the bound endpoint.
-Result<caf::actor> spawn_zmq_sub_source(caf::actor_system& sys, zmq::context_t& context, const std::string& endpoint,
-                                        const std::string& topic, caf::actor target);
-Result<std::string> spawn_zmq_pub_sink(caf::actor_system& sys, zmq::context_t& context, const std::string& endpoint,
-                                       const std::string& topic, caf::actor* out);
+Result<caf::actor> spawn_zmq_sub_source(caf::actor_system& sys, zmq::context_t& context,
+                                        const std::string& endpoint, const std::string& topic,
+                                        caf::actor target);
+Result<std::string> spawn_zmq_pub_sink(caf::actor_system& sys, zmq::context_t& context,
+                                       const std::string& endpoint, const std::string& topic,
+                                       caf::actor* out);
 
 }  // namespace chorus

@@ -1,5 +1,7 @@
 #include "actors/program.h"
 
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 #include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
@@ -11,22 +13,20 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <spdlog/spdlog.h>
-#include <unistd.h>
 #include <zmq.hpp>
 
 #include "actors/atoms.h"
 #include "actors/batcher.h"
-#include "actors/codec.h"
 #include "actors/node_port.h"
-#include "actors/roles.h"
-#include "actors/sandbox.h"
 #include "actors/program_manager.h"
 #include "actors/program_roles.h"
+#include "actors/roles.h"
+#include "actors/sandbox.h"
 #include "actors/submit.h"
-#include "engine/engine.h"
-#include "engine/kv_cache.h"
-#include "engine/model.h"
+#include "engine/forward/kv_cache.h"
+#include "engine/model/model.h"
+#include "engine/step/engine.h"
+#include "net/codec.h"
 
 namespace chorus {
 
@@ -61,8 +61,9 @@ SharedEngine::~SharedEngine() {
   self->wait_for(impl_->batcher);
 }
 
-Result<std::shared_ptr<SharedEngine>> SharedEngine::create(caf::actor_system& sys, const Model& model, CpuDevice& device,
-                                                           const EngineOptions& opts, CudaDevice* gpu) {
+Result<std::shared_ptr<SharedEngine>> SharedEngine::create(caf::actor_system& sys, const Model& model,
+                                                           CpuDevice& device, const EngineOptions& opts,
+                                                           CudaDevice* gpu) {
   auto engine = Engine::create(model, device, opts, gpu);
   if (!engine) return engine.error();
   auto impl = std::make_unique<Impl>();
@@ -72,20 +73,33 @@ Result<std::shared_ptr<SharedEngine>> SharedEngine::create(caf::actor_system& sy
   return std::shared_ptr<SharedEngine>(new SharedEngine(std::move(impl)));
 }
 
-const Model& SharedEngine::model() const { return impl_->engine->model(); }
-std::string SharedEngine::describe() const { return impl_->engine->describe(); }
-caf::actor SharedEngine::batcher() const { return impl_->batcher; }
-uint64_t SharedEngine::new_program_id() { return impl_->next_program++; }
-int64_t SharedEngine::pool_pages() const { return impl_->pool_pages; }
+const Model& SharedEngine::model() const {
+  return impl_->engine->model();
+}
+std::string SharedEngine::describe() const {
+  return impl_->engine->describe();
+}
+caf::actor SharedEngine::batcher() const {
+  return impl_->batcher;
+}
+uint64_t SharedEngine::new_program_id() {
+  return impl_->next_program++;
+}
+int64_t SharedEngine::pool_pages() const {
+  return impl_->pool_pages;
+}
 
 ProgramManager& SharedEngine::schedule(const ProgramPolicyOptions& opts, double tool_lease_s) {
   ProgramPolicyOptions o = opts;
   o.capacity_pages = pool_pages();
-  impl_->manager = std::make_unique<ProgramManager>(impl_->batcher.home_system(), impl_->batcher, o, tool_lease_s);
+  impl_->manager =
+      std::make_unique<ProgramManager>(impl_->batcher.home_system(), impl_->batcher, o, tool_lease_s);
   return *impl_->manager;
 }
 
-ProgramManager* SharedEngine::manager() const { return impl_->manager.get(); }
+ProgramManager* SharedEngine::manager() const {
+  return impl_->manager.get();
+}
 
 // ---- Program ------------------------------------------------------------------------------------
 
@@ -95,19 +109,19 @@ struct Program::Impl {
   bool own_engine = false;               // made for it (Program::start with a model)
   uint64_t program_id = 0;               // in the engine's batcher
   caf::actor batcher, ctl;
-  std::vector<caf::actor> actors;             // roles and feeders (the controller apart)
-  std::vector<caf::actor> sinks;              // stopped after the others, once their mailboxes are written out
-  std::vector<caf::actor> outlets;            // consoles and ZeroMQ PUB sockets: stopped last
+  std::vector<caf::actor> actors;   // roles and feeders (the controller apart)
+  std::vector<caf::actor> sinks;    // stopped after the others, once their mailboxes are written out
+  std::vector<caf::actor> outlets;  // consoles and ZeroMQ PUB sockets: stopped last
   std::map<topology::SinkKind, caf::actor> consoles;  // one per standard stream
   std::map<std::string, caf::actor> api_sources;
   std::map<std::string, BlockId> blocks;
   std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
-  std::unique_ptr<zmq::context_t> zmq_ctx;    // outlives the ZeroMQ actors
+  std::unique_ptr<zmq::context_t> zmq_ctx;  // outlives the ZeroMQ actors
   bool torn_down = false;
-  bool registered = false;                    // with the batcher, under program_id
+  bool registered = false;  // with the batcher, under program_id
   // Set at teardown: a tool still running is killed instead of waited for.
   std::shared_ptr<std::atomic<bool>> tools_cancel = std::make_shared<std::atomic<bool>>(false);
-  bool managed = false;                       // scheduled by the engine's ProgramManager
+  bool managed = false;  // scheduled by the engine's ProgramManager
 
   void teardown() {
     if (torn_down) return;
@@ -130,7 +144,8 @@ struct Program::Impl {
     if (batcher) {
       auto call = [&](const Frame& f) { return ask(self, batcher, f, std::chrono::seconds(60)); };
       for (const auto& [name, id] : blocks)
-        if (auto r = call(encode_snapshot_view(0, {id})); r && !r->blocks.empty()) tokens[name] = r->blocks[0].tokens;
+        if (auto r = call(encode_snapshot_view(0, {id})); r && !r->blocks.empty())
+          tokens[name] = r->blocks[0].tokens;
       // Requests its roles left in the engine end with it (their actors are gone): cancelled,
       // then every block freed. An engine of its own goes as a whole.
       if (!own_engine && registered) {
@@ -162,7 +177,9 @@ Program::~Program() {
 
 namespace {
 
-std::vector<TokenId> encode(const Tokenizer& tok, const std::string& text) { return tok.encode(text, {.parse_special = true}); }
+std::vector<TokenId> encode(const Tokenizer& tok, const std::string& text) {
+  return tok.encode(text, {.parse_special = true});
+}
 
 // The chat turn a block's text is wrapped as (ChatML, the template chorus renders).
 std::string render_block(const topology::Block& b) {
@@ -172,8 +189,9 @@ std::string render_block(const topology::Block& b) {
 
 }  // namespace
 
-Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const topology::Topology& t, const Model& model,
-                                                CpuDevice& device, ProgramHooks hooks, CudaDevice* gpu) {
+Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const topology::Topology& t,
+                                                const Model& model, CpuDevice& device, ProgramHooks hooks,
+                                                CudaDevice* gpu) {
   auto engine = SharedEngine::create(sys, model, device, engine_options(t), gpu);
   if (!engine) return engine.error();
   auto p = start(sys, t, std::move(*engine), std::move(hooks));
@@ -203,7 +221,8 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
     const char* env = std::getenv("CHORUS_SANDBOX_DIR");
     static std::atomic<int> n{0};
     tools = spawn_tools(sys, std::string(env ? env : "/tmp/chorus-sandboxes"),
-                        t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools, im.tools_cancel);
+                        t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools,
+                        im.tools_cancel);
     im.actors.push_back(tools);
   }
   // One program for the batcher: its blocks are paused and restored together.
@@ -212,7 +231,8 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
   reg.program = im.program_id;
   reg.name = t.name;
   reg.hold = manager != nullptr;  // scheduled: its requests wait while it is paused
-  if (auto r = call(encode_program(++rid, reg)); !r) return make_error(r.error().code, where + "registering the program: " + r.error().message);
+  if (auto r = call(encode_program(++rid, reg)); !r)
+    return make_error(r.error().code, where + "registering the program: " + r.error().message);
   im.registered = true;
   for (const auto& b : t.blocks) {
     auto r = call(encode_create_block(++rid, b.name, im.program_id));
@@ -224,20 +244,24 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
     // takes then is its initial texts and a first turn of each thinker and writer.
     int64_t need = 0;
     for (const auto& b : t.blocks)
-      if (!b.text.empty()) need += KvCache::pages_for(static_cast<int64_t>(encode(tok, render_block(b)).size()));
+      if (!b.text.empty())
+        need += KvCache::pages_for(static_cast<int64_t>(encode(tok, render_block(b)).size()));
     for (const auto& a : t.actors)
       if (a.kind == Kind::thinker || a.kind == Kind::writer)
         need += KvCache::pages_for(static_cast<int64_t>(encode(tok, a.prefill).size()) + a.max_tokens);
     ProgramCmd pause;
     pause.op = ProgramCmd::Op::pause;
     pause.program = im.program_id;
-    if (auto r = call(encode_program(++rid, pause)); !r) return make_error(r.error().code, where + "pausing the program until it is admitted: " + r.error().message);
+    if (auto r = call(encode_program(++rid, pause)); !r)
+      return make_error(r.error().code,
+                        where + "pausing the program until it is admitted: " + r.error().message);
     ProgramTools env;
     if (tools) {
       env.cool = [tools] { caf::anon_send(tools, cool_atom::value); };
       env.warm = [tools] { caf::anon_send(tools, warm_atom::value); };
     }
-    if (!manager->add(im.program_id, need, std::move(env))) return make_error(Errc::invalid_argument, where + "not started: the run is ending");
+    if (!manager->add(im.program_id, need, std::move(env)))
+      return make_error(Errc::invalid_argument, where + "not started: the run is ending");
     im.managed = true;
     // Its phase comes from its roles' tool calls.
     hooks.event = [inner = hooks.event, manager, id = im.program_id](const ProgramEvent& e) {
@@ -267,9 +291,11 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
           fin = *e;
         }
       });
-    if (fin.reason == FinishReason::error || fin.reason == FinishReason::context_full)  // a short text is no text
-      return make_error(fin.reason == FinishReason::context_full ? Errc::out_of_memory : Errc::invalid_argument,
-                        where + "block " + b.name + ": " + fin.text);
+    if (fin.reason == FinishReason::error ||
+        fin.reason == FinishReason::context_full)  // a short text is no text
+      return make_error(
+          fin.reason == FinishReason::context_full ? Errc::out_of_memory : Errc::invalid_argument,
+          where + "block " + b.name + ": " + fin.text);
   }
 
   // Sinks first (the roles send to them), then the roles.
@@ -282,19 +308,25 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
     sc.prefix = a.prefix;
     if (a.sink == topology::SinkKind::file) {
       std::FILE* f = std::fopen(a.path.c_str(), "w");
-      if (!f) return make_error(Errc::io, where + "actors." + a.name + ": cannot open " + a.path + ": " + std::strerror(errno));
+      if (!f)
+        return make_error(
+            Errc::io, where + "actors." + a.name + ": cannot open " + a.path + ": " + std::strerror(errno));
       sc.file = std::shared_ptr<std::FILE>(f, [](std::FILE* p) { std::fclose(p); });
     }
     if (a.sink == topology::SinkKind::zmq) {
       if (!im.zmq_ctx) im.zmq_ctx = std::make_unique<zmq::context_t>(1);
       caf::actor pub;
       auto bound = spawn_zmq_pub_sink(sys, *im.zmq_ctx, a.endpoint, a.topic, &pub);
-      if (!bound) return make_error(bound.error().code, where + "actors." + a.name + ": " + bound.error().message);
+      if (!bound)
+        return make_error(bound.error().code, where + "actors." + a.name + ": " + bound.error().message);
       im.outlets.push_back(pub);
       sc.zmq = pub;
     }
     if (a.sink == topology::SinkKind::callback) {
-      if (!hooks.sink) return make_error(Errc::invalid_argument, where + "actors." + a.name + ": a callback sink needs a sink hook (embedded use only)");
+      if (!hooks.sink)
+        return make_error(
+            Errc::invalid_argument,
+            where + "actors." + a.name + ": a callback sink needs a sink hook (embedded use only)");
       sc.callback = hooks.sink;
     }
     if (a.sink == topology::SinkKind::stdout_stream || a.sink == topology::SinkKind::stderr_stream) {
@@ -339,7 +371,8 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
         stop.max_tokens = a.max_tokens;
         stop.strings = a.stop;
         gc.prefill = RunText{a.prefill, encode(tok, a.prefill), &tok};
-        gc.request = Request::generate(im.blocks.at(a.writes), ids(a.view), gc.prefill.fixed, a.sampling, stop);
+        gc.request =
+            Request::generate(im.blocks.at(a.writes), ids(a.view), gc.prefill.fixed, a.sampling, stop);
         gc.emits = a.emits;
         gc.sinks = sinks_of(a);
         if (!a.tools.empty()) {
@@ -395,8 +428,10 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
             break;
           case topology::SourceKind::file:
             feeders.push_back([&, h, ap](const caf::actor& ctl) {
-              if (ap->follow) im.actors.push_back(spawn_file_tail(sys, ap->path, h, true));
-              else im.actors.push_back(spawn_file_reader(sys, ap->path, h, ap->name, ctl));
+              if (ap->follow)
+                im.actors.push_back(spawn_file_tail(sys, ap->path, h, true));
+              else
+                im.actors.push_back(spawn_file_reader(sys, ap->path, h, ap->name, ctl));
               return Status::success();
             });
             break;
@@ -404,7 +439,9 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
             feeders.push_back([&, h, ap](const caf::actor&) -> Status {
               if (!im.zmq_ctx) im.zmq_ctx = std::make_unique<zmq::context_t>(1);
               auto sub = spawn_zmq_sub_source(sys, *im.zmq_ctx, ap->endpoint, ap->topic, h);
-              if (!sub) return make_error(sub.error().code, where + "actors." + ap->name + ": " + sub.error().message);
+              if (!sub)
+                return make_error(sub.error().code,
+                                  where + "actors." + ap->name + ": " + sub.error().message);
               im.actors.push_back(*sub);
               return Status::success();
             });
@@ -427,7 +464,8 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
       for (const auto& ev : a.on)
         for (const auto& who : emitters.at(ev)) hears.insert(who + ".done");
     for (const auto& ev : hears) cc.subscribers[ev].push_back(by_name.at(a.name));
-    if (a.kind == Kind::thinker || a.kind == Kind::writer || a.kind == Kind::source) cc.pending.insert(a.name);
+    if (a.kind == Kind::thinker || a.kind == Kind::writer || a.kind == Kind::source)
+      cc.pending.insert(a.name);
   }
   cc.finish = {t.finish.begin(), t.finish.end()};
   cc.budget_seconds = t.budget_seconds;
@@ -446,14 +484,16 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
 
 Status Program::feed(const std::string& source, const std::string& text) {
   auto it = impl_->api_sources.find(source);
-  if (it == impl_->api_sources.end()) return make_error(Errc::not_found, "no source \"" + source + "\" with from: api");
+  if (it == impl_->api_sources.end())
+    return make_error(Errc::not_found, "no source \"" + source + "\" with from: api");
   caf::anon_send(it->second, text_atom::value, text);
   return Status::success();
 }
 
 Status Program::close(const std::string& source) {
   auto it = impl_->api_sources.find(source);
-  if (it == impl_->api_sources.end()) return make_error(Errc::not_found, "no source \"" + source + "\" with from: api");
+  if (it == impl_->api_sources.end())
+    return make_error(Errc::not_found, "no source \"" + source + "\" with from: api");
   caf::anon_send(it->second, done_atom::value);
   return Status::success();
 }

@@ -5,7 +5,7 @@
 // program — on a `finish` event, when every thinker, writer and source is done, or when the time
 // or token budget is spent.
 //
-// The format is in topologies/README.md; actors/topology.h reads it.
+// The format is in topologies/README.md; topology/topology.h reads it.
 #pragma once
 
 #include <caf/fwd.hpp>
@@ -14,9 +14,9 @@
 #include <memory>
 #include <string>
 
-#include "actors/topology.h"
 #include "base/status.h"
-#include "engine/engine.h"
+#include "engine/step/engine.h"
+#include "topology/topology.h"
 
 namespace chorus {
 
@@ -28,8 +28,8 @@ struct ProgramPolicyOptions;
 
 struct ProgramEvent {
   std::string name;
-  std::string text;      // what the event carries: a piece of text, a probability, lines
-  double seconds = 0;    // since the program started
+  std::string text;    // what the event carries: a piece of text, a probability, lines
+  double seconds = 0;  // since the program started
 };
 
 // Called from actor threads: make them thread-safe.
@@ -39,8 +39,9 @@ struct ProgramHooks {
 };
 
 struct ProgramReport {
-  std::string ended_by;   // "finish event X", "all roles done", "time budget", "token budget", "stopped", "error"
-  std::string error;      // when ended by an error: which actor, what
+  std::string
+      ended_by;       // "finish event X", "all roles done", "time budget", "token budget", "stopped", "error"
+  std::string error;  // when ended by an error: which actor, what
   double seconds = 0;
   int64_t generated_tokens = 0;
   std::map<std::string, int64_t> events;        // event -> times it fired
@@ -58,8 +59,9 @@ EngineOptions engine_options(const topology::Topology& t);
 class SharedEngine {
  public:
   // `model`, `device` (and `gpu`) must outlive it. Errors: Engine::create's.
-  static Result<std::shared_ptr<SharedEngine>> create(caf::actor_system& sys, const Model& model, CpuDevice& device,
-                                                      const EngineOptions& opts, CudaDevice* gpu = nullptr);
+  static Result<std::shared_ptr<SharedEngine>> create(caf::actor_system& sys, const Model& model,
+                                                      CpuDevice& device, const EngineOptions& opts,
+                                                      CudaDevice* gpu = nullptr);
   ~SharedEngine();  // stops the batcher
   SharedEngine(const SharedEngine&) = delete;
   SharedEngine& operator=(const SharedEngine&) = delete;
@@ -67,7 +69,7 @@ class SharedEngine {
   const Model& model() const;
   std::string describe() const;  // where its forward passes run
   caf::actor batcher() const;
-  uint64_t new_program_id();  // 1, 2, ...
+  uint64_t new_program_id();   // 1, 2, ...
   int64_t pool_pages() const;  // KV pages in its pool
 
   // Schedules the programs that start on it from now on with the program-aware policy
@@ -89,9 +91,9 @@ class Program {
   // outlive the program. Errors: the model cannot run the topology
   // (a chat block on a model without a ChatML template...), a block's initial text is refused,
   // a file sink or ZeroMQ endpoint cannot be opened — each naming the block or actor.
-  static Result<std::unique_ptr<Program>> start(caf::actor_system& sys, const topology::Topology& t, const Model& model,
-                                                CpuDevice& device, ProgramHooks hooks = {},
-                                                CudaDevice* gpu = nullptr);
+  static Result<std::unique_ptr<Program>> start(caf::actor_system& sys, const topology::Topology& t,
+                                                const Model& model, CpuDevice& device,
+                                                ProgramHooks hooks = {}, CudaDevice* gpu = nullptr);
   // The same on an engine other programs share: the topology's `engine:` section is not used
   // (the engine was made before). When the program ends its blocks are freed; the engine goes on.
   // On a scheduled engine (SharedEngine::schedule) it returns once the program is admitted and its
@@ -99,7 +101,8 @@ class Program {
   // abandoned meanwhile (ProgramManager::abandon_waiting). Call wait() as soon as it may end:
   // that is when its blocks are freed for the programs waiting.
   static Result<std::unique_ptr<Program>> start(caf::actor_system& sys, const topology::Topology& t,
-                                                std::shared_ptr<SharedEngine> engine, ProgramHooks hooks = {});
+                                                std::shared_ptr<SharedEngine> engine,
+                                                ProgramHooks hooks = {});
   ~Program();  // stops the program if it still runs
 
   // Text for a source with `from: api` (the embedded case); close() ends its input.

@@ -1,5 +1,6 @@
 // The actors at a program's edges (actors/program_roles.h): its tool actor, with the program's
 // sandbox; the reader of a whole file into a source; and the sinks that write text out.
+#include <spdlog/spdlog.h>
 #include <caf/all.hpp>
 #include <cctype>
 #include <cerrno>
@@ -7,7 +8,6 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <spdlog/spdlog.h>
 
 #include "actors/atoms.h"
 #include "actors/program_roles.h"
@@ -20,8 +20,8 @@ namespace {
 // `setup` run in it) and removed with it — and, while the program is paused past its idle lease,
 // removed (cool_atom) and made again ahead of its restore (warm_atom) or at its next call. Calls
 // run one at a time. A detached actor: a run blocks until the tool ends.
-void tool_main(caf::blocking_actor* self, std::string base, std::string name, std::vector<topology::Tool> tools,
-               std::shared_ptr<std::atomic<bool>> cancel) {
+void tool_main(caf::blocking_actor* self, std::string base, std::string name,
+               std::vector<topology::Tool> tools, std::shared_ptr<std::atomic<bool>> cancel) {
   std::optional<Sandbox> box;
   std::string broken;  // why the sandbox could not be made (its calls say so)
   auto make = [&] {
@@ -41,7 +41,8 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name, st
       lim.max_output_bytes = t.max_output_bytes;
       auto r = box->run(t.setup, lim);
       if (!r || !r->ok()) {
-        broken = "the setup of tool " + t.name + " failed: " + (r ? r->describe() + (r->output.empty() ? "" : ": " + r->output) : r.error().message);
+        broken = "the setup of tool " + t.name + " failed: " +
+                 (r ? r->describe() + (r->output.empty() ? "" : ": " + r->output) : r.error().message);
         spdlog::error("program {}: {}", name, broken);
         return;
       }
@@ -72,7 +73,8 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name, st
         },
         [&](cool_atom) -> bool {  // nothing runs now (calls run one at a time): remove it all
           if (!box) return false;
-          if (Status s = box->destroy(); !s.ok()) spdlog::warn("program {}: removing its sandbox: {}", name, s.error().message);
+          if (Status s = box->destroy(); !s.ok())
+            spdlog::warn("program {}: removing its sandbox: {}", name, s.error().message);
           box.reset();
           return true;
         },
@@ -87,7 +89,8 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name, st
 }
 
 // Reads a whole file (no following) and sends it line by line, then done_atom.
-void read_file_lines(caf::blocking_actor* self, std::string path, caf::actor target, std::string who, caf::actor ctl) {
+void read_file_lines(caf::blocking_actor* self, std::string path, caf::actor target, std::string who,
+                     caf::actor ctl) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     self->send(ctl, fail_atom::value, who, "cannot open " + path + ": " + std::strerror(errno));
@@ -99,7 +102,6 @@ void read_file_lines(caf::blocking_actor* self, std::string path, caf::actor tar
 }
 
 // ---- sink: text somewhere, a prefix at each line start -----------------------------------------
-
 
 struct SinkRoleState {
   bool at_line_start = true;
@@ -114,7 +116,9 @@ caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig
       self->send(c->console ? c->console : c->zmq, text_atom::value, s);
       return;
     }
-    std::FILE* f = c->kind == SinkKind::stdout_stream ? stdout : c->kind == SinkKind::stderr_stream ? stderr : c->file.get();
+    std::FILE* f = c->kind == SinkKind::stdout_stream   ? stdout
+                   : c->kind == SinkKind::stderr_stream ? stderr
+                                                        : c->file.get();
     std::fwrite(s.data(), 1, s.size(), f);
     std::fflush(f);
   };
@@ -152,14 +156,19 @@ caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig
 
 }  // namespace
 
-caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg) { return sys.spawn(sink_role, std::move(cfg)); }
-caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name, std::vector<topology::Tool> tools,
-                       std::shared_ptr<std::atomic<bool>> cancel) {
-  if (!cancel) cancel = std::make_shared<std::atomic<bool>>(false);
-  return sys.spawn<caf::detached>(tool_main, std::move(base), std::move(name), std::move(tools), std::move(cancel));
+caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg) {
+  return sys.spawn(sink_role, std::move(cfg));
 }
-caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who, caf::actor ctl) {
-  return sys.spawn<caf::detached>(read_file_lines, std::move(path), std::move(target), std::move(who), std::move(ctl));
+caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name,
+                       std::vector<topology::Tool> tools, std::shared_ptr<std::atomic<bool>> cancel) {
+  if (!cancel) cancel = std::make_shared<std::atomic<bool>>(false);
+  return sys.spawn<caf::detached>(tool_main, std::move(base), std::move(name), std::move(tools),
+                                  std::move(cancel));
+}
+caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who,
+                             caf::actor ctl) {
+  return sys.spawn<caf::detached>(read_file_lines, std::move(path), std::move(target), std::move(who),
+                                  std::move(ctl));
 }
 
 }  // namespace chorus::program_roles

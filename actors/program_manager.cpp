@@ -1,12 +1,12 @@
 #include "actors/program_manager.h"
 
+#include <spdlog/spdlog.h>
+#include <algorithm>
 #include <caf/all.hpp>
 #include <chrono>
 #include <condition_variable>
-#include <algorithm>
 #include <map>
 #include <mutex>
-#include <spdlog/spdlog.h>
 #include <thread>
 
 #include "actors/atoms.h"
@@ -25,17 +25,17 @@ ProgramCmd command(ProgramCmd::Op op, uint64_t program, PauseMode mode = PauseMo
 }
 
 struct Managed {
-  int tools = 0;              // its tool calls running now
-  double tool_since = 0;      // when the first of them started
-  bool admitted = false;      // resident at least once
-  int64_t need_pages = 0;     // until admitted: what its start takes
-  int64_t pages = 0;          // active: at the last check; paused: when it was paused
-  int64_t tokens = 0;         // the same, in tokens
-  bool offloaded = false;     // paused: its pages are in host memory
+  int tools = 0;           // its tool calls running now
+  double tool_since = 0;   // when the first of them started
+  bool admitted = false;   // resident at least once
+  int64_t need_pages = 0;  // until admitted: what its start takes
+  int64_t pages = 0;       // active: at the last check; paused: when it was paused
+  int64_t tokens = 0;      // the same, in tokens
+  bool offloaded = false;  // paused: its pages are in host memory
   double paused_since = 0;
-  bool starting = true;       // its Program::start has not returned
-  ProgramTools env;           // its tool environment (none: no hooks)
-  bool warm = true;           // ... made
+  bool starting = true;  // its Program::start has not returned
+  ProgramTools env;      // its tool environment (none: no hooks)
+  bool warm = true;      // ... made
 };
 
 }  // namespace
@@ -87,7 +87,9 @@ struct ProgramManager::Impl {
   void check() {
     std::lock_guard<std::mutex> one(checking);
     caf::scoped_actor self{sys};
-    auto call = [&](const ProgramCmd& c) { return ask(self, batcher, encode_program(0, c), std::chrono::seconds(30)); };
+    auto call = [&](const ProgramCmd& c) {
+      return ask(self, batcher, encode_program(0, c), std::chrono::seconds(30));
+    };
     std::map<uint64_t, Managed> table;
     {
       std::lock_guard<std::mutex> l(m);
@@ -101,7 +103,8 @@ struct ProgramManager::Impl {
     for (auto& [id, p] : table) {
       ProgramCmd phase = command(ProgramCmd::Op::phase, id);
       phase.acting = p.tools > 0;
-      asked.emplace_back(id, self->request(batcher, std::chrono::seconds(30), frame_atom::value, encode_program(0, phase)));
+      asked.emplace_back(
+          id, self->request(batcher, std::chrono::seconds(30), frame_atom::value, encode_program(0, phase)));
     }
     std::vector<ProgramSnapshot> snaps;
     std::vector<uint64_t> cool;  // tool environments to remove now
@@ -136,7 +139,8 @@ struct ProgramManager::Impl {
       // waits for room, pausing one of them is what makes it.
       s.pinned = st->pending > 0;
       // Paused, waiting for an event, no tool call, past the lease: its sandbox goes.
-      if (p.env.cool && p.warm && s.state == ProgramState::paused && !wants && p.tools == 0 && t - p.paused_since >= tool_lease_s) {
+      if (p.env.cool && p.warm && s.state == ProgramState::paused && !wants && p.tools == 0 &&
+          t - p.paused_since >= tool_lease_s) {
         cool.push_back(id);
         p.warm = false;
       }
@@ -156,8 +160,11 @@ struct ProgramManager::Impl {
     // Tool environments: removed past the lease; made again near the head of the queue, or at
     // the restore at the latest (before the restore: the program's next call may come at once).
     std::vector<std::pair<uint64_t, bool>> warm;  // (program, ahead of its restore)
-    for (uint64_t id : d.prewarm)  // near the head and asking for the engine (not one that waits for an event)
-      if (std::any_of(snaps.begin(), snaps.end(), [&](const ProgramSnapshot& x) { return x.id == id && x.phase == ProgramPhase::reasoning; }))
+    for (uint64_t id :
+         d.prewarm)  // near the head and asking for the engine (not one that waits for an event)
+      if (std::any_of(snaps.begin(), snaps.end(), [&](const ProgramSnapshot& x) {
+            return x.id == id && x.phase == ProgramPhase::reasoning;
+          }))
         warm.emplace_back(id, true);
     for (uint64_t id : d.restore)
       if (!table[id].warm && table[id].env.warm)  // the policy prewarms only programs it does not restore
@@ -206,8 +213,10 @@ struct ProgramManager::Impl {
         p.offloaded = x.mode == PauseMode::offload;
         p.paused_since = t;
       } else {
-        if (!p.admitted) ++stats.admitted;
-        else ++stats.restores;
+        if (!p.admitted)
+          ++stats.admitted;
+        else
+          ++stats.restores;
         if (p.admitted && !p.offloaded) stats.recomputed_tokens += p.tokens;
         p.admitted = true;
         p.pages = x.pages;
@@ -217,7 +226,8 @@ struct ProgramManager::Impl {
   }
 };
 
-ProgramManager::ProgramManager(caf::actor_system& sys, caf::actor batcher, ProgramPolicyOptions opts, double tool_lease_s)
+ProgramManager::ProgramManager(caf::actor_system& sys, caf::actor batcher, ProgramPolicyOptions opts,
+                               double tool_lease_s)
     : impl_(std::make_shared<Impl>(sys, std::move(batcher), opts, tool_lease_s)) {
   if (opts.check_period_s > 0) impl_->thread = std::thread([this] { impl_->loop(); });
   // The batcher says when a scheduled program's request waits: a check then, not at the next period.
@@ -312,9 +322,13 @@ void ProgramManager::abandon_waiting() {
   }
 }
 
-void ProgramManager::check_now() { impl_->poke_now(); }
+void ProgramManager::check_now() {
+  impl_->poke_now();
+}
 
-void ProgramManager::check() { impl_->check(); }
+void ProgramManager::check() {
+  impl_->check();
+}
 
 ProgramManagerStats ProgramManager::stats() const {
   std::lock_guard<std::mutex> l(impl_->m);

@@ -1,5 +1,5 @@
 // The program-aware scheduler over topology programs that share one engine (`chorus run` with
-// several programs): ProgramPolicy (engine/program_policy.h) run every check period and at each
+// several programs): ProgramPolicy (engine/sched/program_policy.h) run every check period and at each
 // phase change, fed with exact numbers from the batcher, its pauses and restores carried out
 // there. docs/scheduling.md "Topology programs" tells the rules; here is where they are applied.
 //
@@ -38,21 +38,21 @@
 #include <functional>
 #include <memory>
 
-#include "engine/program_policy.h"
+#include "engine/sched/program_policy.h"
 
 namespace chorus {
 
 struct ProgramManagerStats {
-  int64_t programs = 0;            // managed now
+  int64_t programs = 0;  // managed now
   int64_t pauses = 0, restores = 0;
-  int64_t admitted = 0;            // programs let in (their first restore)
-  int64_t refused = 0;             // pauses or restores the batcher refused (retried later)
-  int64_t recomputed_tokens = 0;   // tokens prefilled again by restores of dropped programs
-  int64_t offloaded_pauses = 0;    // pauses that kept the pages in host memory
-  int64_t tools_cooled = 0;        // tool environments removed past the idle lease
-  int64_t tools_prewarmed = 0;     // ... made again ahead of the program's restore
-  int64_t tools_warmed_late = 0;   // ... made again only at its restore
-  int64_t peak_resident_pages = 0; // the most pages the managed programs held at a check
+  int64_t admitted = 0;             // programs let in (their first restore)
+  int64_t refused = 0;              // pauses or restores the batcher refused (retried later)
+  int64_t recomputed_tokens = 0;    // tokens prefilled again by restores of dropped programs
+  int64_t offloaded_pauses = 0;     // pauses that kept the pages in host memory
+  int64_t tools_cooled = 0;         // tool environments removed past the idle lease
+  int64_t tools_prewarmed = 0;      // ... made again ahead of the program's restore
+  int64_t tools_warmed_late = 0;    // ... made again only at its restore
+  int64_t peak_resident_pages = 0;  // the most pages the managed programs held at a check
   int64_t checks = 0;
 };
 
@@ -69,7 +69,8 @@ class ProgramManager {
   // checks every `opts.check_period_s` and when poked; with a period of 0 there is no thread and
   // only check() checks (tests, or an embedding that drives it from a loop of its own).
   // `tool_lease_s`: how long a paused program's tool environment stays while nothing needs it.
-  ProgramManager(caf::actor_system& sys, caf::actor batcher, ProgramPolicyOptions opts, double tool_lease_s = 60);
+  ProgramManager(caf::actor_system& sys, caf::actor batcher, ProgramPolicyOptions opts,
+                 double tool_lease_s = 60);
   ~ProgramManager();  // stops the thread (programs still managed stay as they are)
   ProgramManager(const ProgramManager&) = delete;
   ProgramManager& operator=(const ProgramManager&) = delete;
@@ -94,8 +95,8 @@ class ProgramManager {
   // batcher, its requests cancelled, so its start fails; and no program is added after.
   void abandon_waiting();
 
-  void check_now();   // a check at once, on the manager's thread (phase changes ask for one)
-  void check();       // a check on the caller's thread (tests); returns when it is carried out
+  void check_now();  // a check at once, on the manager's thread (phase changes ask for one)
+  void check();      // a check on the caller's thread (tests); returns when it is carried out
 
   ProgramManagerStats stats() const;
 

@@ -1,5 +1,7 @@
 #include "actors/program_roles.h"
 
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 #include <caf/all.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -10,32 +12,30 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <spdlog/spdlog.h>
-#include <unistd.h>
 #include <zmq.hpp>
 #include "actors/atoms.h"
 #include "actors/batcher.h"
-#include "actors/codec.h"
 #include "actors/node_port.h"
 #include "actors/roles.h"
 #include "actors/sandbox.h"
 #include "actors/submit.h"
-#include "engine/engine.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
+#include "engine/step/engine.h"
+#include "net/codec.h"
 
 namespace chorus::program_roles {
 namespace {
-
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 // "x.done" -> "x" (the actor that emits it), else "".
-std::string done_of(const std::string& event) { return ends_with(event, ".done") ? event.substr(0, event.size() - 5) : ""; }
+std::string done_of(const std::string& event) {
+  return ends_with(event, ".done") ? event.substr(0, event.size() - 5) : "";
+}
 
 // ---- controller: routes events, counts tokens, ends the program --------------------------------
-
 
 struct ControllerState {
   int64_t tokens = 0;
@@ -57,7 +57,8 @@ caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerC
     o.cv.notify_all();
   };
   if (cfgp->budget_seconds > 0)
-    self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(cfgp->budget_seconds * 1e6)), tick_atom::value);
+    self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(cfgp->budget_seconds * 1e6)),
+                       tick_atom::value);
   return {
       [=](signal_atom, const std::string& ev, const std::string& text) {
         if (self->state.ended) return;
@@ -69,8 +70,10 @@ caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerC
         if (auto it = cfgp->subscribers.find(ev); it != cfgp->subscribers.end())
           for (const caf::actor& who : it->second) self->send(who, signal_atom::value, ev, text);
         if (const std::string who = done_of(ev); !who.empty()) cfgp->pending.erase(who);
-        if (cfgp->finish.count(ev)) end("finish event " + ev, "");
-        else if (cfgp->pending.empty() && !done_of(ev).empty()) end("all roles done", "");
+        if (cfgp->finish.count(ev))
+          end("finish event " + ev, "");
+        else if (cfgp->pending.empty() && !done_of(ev).empty())
+          end("all roles done", "");
       },
       [=](tokens_atom, int64_t n) {
         self->state.tokens += n;
@@ -81,7 +84,6 @@ caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerC
       [=](stop_atom) { end("stopped", ""); },
   };
 }
-
 
 struct TriggerState {
   std::set<std::string> after_left, upstream_left;
@@ -104,8 +106,6 @@ struct TriggerState {
 
 // ---- thinker and writer: generate into a block, announce pieces, feed sinks ---------------------
 
-
-
 // A tool call at the end of `text`: <tool_call>{"name": ..., "arguments": {...}}</tool_call>.
 // Returns false when the text does not end with one; `name` empty when the call is malformed
 // (then `error` says why).
@@ -123,7 +123,9 @@ bool parse_tool_call(const std::string& text, std::string* name, std::string* ar
       return true;
     }
     *name = j["name"];
-    const auto& a = j.contains("arguments") ? j["arguments"] : j.contains("parameters") ? j["parameters"] : nlohmann::json::object();
+    const auto& a = j.contains("arguments")    ? j["arguments"]
+                    : j.contains("parameters") ? j["parameters"]
+                                               : nlohmann::json::object();
     *args = a.is_string() ? a.get<std::string>() : a.dump();
   } catch (const nlohmann::json::exception& e) {
     *error = std::string("the tool call is not JSON: ") + e.what();
@@ -134,7 +136,7 @@ bool parse_tool_call(const std::string& text, std::string* name, std::string* ar
 struct GeneratorState {
   caf::actor ctl;
   TriggerState trig;
-  std::deque<std::string> queued;    // runs to do: the text of the event that started each
+  std::deque<std::string> queued;  // runs to do: the text of the event that started each
   int runs = 0;
   bool busy = false;
   bool done = false;
@@ -181,7 +183,8 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
         }
       },
       [=](signal_atom, const std::string& ev, const std::string& text) {
-        for (int n = self->state.trig.on_signal(c->triggers, ev); n > 0; --n) self->state.queued.push_back(text);
+        for (int n = self->state.trig.on_signal(c->triggers, ev); n > 0; --n)
+          self->state.queued.push_back(text);
         run();
         maybe_done();
       },
@@ -203,21 +206,25 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
             p += r->text;
             const auto at = p.find(c->emits[i].at, 1);  // a piece has something before its end
             if (at == std::string::npos) continue;
-            self->send(st.ctl, signal_atom::value, c->emits[i].event, p.substr(0, at + c->emits[i].at.size()));
+            self->send(st.ctl, signal_atom::value, c->emits[i].event,
+                       p.substr(0, at + c->emits[i].at.size()));
             p.erase(0, at + c->emits[i].at.size());
           }
         } else if (r->kind == ReplyKind::finished) {
-          if (r->reason == FinishReason::error || r->reason == FinishReason::context_full) {  // not a short success
+          if (r->reason == FinishReason::error ||
+              r->reason == FinishReason::context_full) {  // not a short success
             self->send(st.ctl, fail_atom::value, c->name, "generation failed: " + r->text);
             return;
           }
           std::string tool, args, error;
           if (c->tools && r->reason == FinishReason::stop_string && st.tool_calls < c->max_tool_calls &&
-              st.generated < c->request.stop.max_tokens && parse_tool_call(st.request_text, &tool, &args, &error)) {
+              st.generated < c->request.stop.max_tokens &&
+              parse_tool_call(st.request_text, &tool, &args, &error)) {
             // The program acts: the tool runs in its sandbox; its result goes into the block, and
             // the same run goes on from there.
             ++st.tool_calls;
-            self->send(st.ctl, signal_atom::value, c->name + ".tool_call", st.request_text.substr(st.request_text.rfind("<tool_call>")));
+            self->send(st.ctl, signal_atom::value, c->name + ".tool_call",
+                       st.request_text.substr(st.request_text.rfind("<tool_call>")));
             auto go_on = [=](const std::string& result) {
               auto& s2 = self->state;
               self->send(s2.ctl, signal_atom::value, c->name + ".tool_result", result);
@@ -237,8 +244,9 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
               go_on("error: " + error);
             } else {
               self->request(c->tools, caf::infinite, tool_atom::value, tool, args)
-                  .then([=](const std::string& result) { go_on(result); },
-                        [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); });
+                  .then(
+                      [=](const std::string& result) { go_on(result); },
+                      [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); });
             }
             return;
           }
@@ -268,7 +276,6 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
 }
 
 // ---- probe: ask a question over a view on triggers; fire an event past a threshold -------------
-
 
 struct ProbeRoleState {
   caf::actor ctl;
@@ -303,16 +310,21 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
             [=](const std::vector<uint8_t>& reply) {
               --self->state.submitting;
               auto rep = decode_reply(reply);
-              if (rep && rep->kind == ReplyKind::submitted) self->state.out[rep->id] = text;
-              else self->send(self->state.ctl, fail_atom::value, c->name, "probe refused: " + (rep ? rep->text : rep.error().message));
+              if (rep && rep->kind == ReplyKind::submitted)
+                self->state.out[rep->id] = text;
+              else
+                self->send(self->state.ctl, fail_atom::value, c->name,
+                           "probe refused: " + (rep ? rep->text : rep.error().message));
             },
-            [=](caf::error& e) { self->send(self->state.ctl, fail_atom::value, c->name, "probe refused: " + caf::to_string(e)); });
+            [=](caf::error& e) {
+              self->send(self->state.ctl, fail_atom::value, c->name, "probe refused: " + caf::to_string(e));
+            });
   };
   // Only a probe driven by events alone ends: when everyone emitting them is done.
   auto maybe_done = [=] {
     auto& st = self->state;
-    if (st.done || !st.out.empty() || st.submitting > 0 || !st.waiting.empty() || c->watch >= 0 || c->every_ms > 0 ||
-        !st.trig.upstream_left.empty())
+    if (st.done || !st.out.empty() || st.submitting > 0 || !st.waiting.empty() || c->watch >= 0 ||
+        c->every_ms > 0 || !st.trig.upstream_left.empty())
       return;
     st.done = true;
     self->send(st.ctl, signal_atom::value, c->name + ".done", std::string());
@@ -346,19 +358,22 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
         if (r->kind == ReplyKind::probe_result) {
           float p = 0;
           for (int i : c->fire_on)
-            if (static_cast<size_t>(i) < r->probabilities.size()) p += r->probabilities[static_cast<size_t>(i)];
+            if (static_cast<size_t>(i) < r->probabilities.size())
+              p += r->probabilities[static_cast<size_t>(i)];
           const bool above = p >= c->threshold;
           if (above && (!c->edge || !st.above)) {  // carries what was asked about, else the probability
             char buf[32];
             std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(p));
-            self->send(st.ctl, signal_atom::value, c->fires, it->second.empty() ? std::string(buf) : it->second);
+            self->send(st.ctl, signal_atom::value, c->fires,
+                       it->second.empty() ? std::string(buf) : it->second);
           }
           st.above = above;
         } else if (r->kind == ReplyKind::finished) {
           if (r->reason == FinishReason::error || r->reason == FinishReason::context_full)
             self->send(st.ctl, fail_atom::value, c->name, "probe failed: " + r->text);
           st.out.erase(it);
-          while (!st.waiting.empty() && static_cast<int>(st.out.size()) + st.submitting < kProbeQuestionsOut) {
+          while (!st.waiting.empty() &&
+                 static_cast<int>(st.out.size()) + st.submitting < kProbeQuestionsOut) {
             std::string next = std::move(st.waiting.front());
             st.waiting.pop_front();
             ask(next);
@@ -371,7 +386,6 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
 
 // ---- source: text from outside into a block, in order ------------------------------------------
 
-
 struct SourceRoleState {
   struct Forward {
     int64_t lines;
@@ -380,11 +394,11 @@ struct SourceRoleState {
   };
   caf::actor ctl;
   TriggerState trig;
-  bool sent = false;                // text_once: the text was scheduled
+  bool sent = false;  // text_once: the text was scheduled
   bool input_ended = false;
   bool done = false;
-  int64_t lines_in = 0;             // accepted
-  int64_t lines_done = 0;           // new lines cached in the block
+  int64_t lines_in = 0;    // accepted
+  int64_t lines_done = 0;  // new lines cached in the block
   int64_t next_emit = 0;
   std::deque<Forward> in_flight;    // forwards not finished, in order
   std::deque<std::string> recent;   // the last lines that are in (for events and carries)
@@ -394,9 +408,12 @@ struct SourceRoleState {
   int64_t carry_lines = 0;
 };
 
-int64_t count_lines(const std::string& s) { return static_cast<int64_t>(std::count(s.begin(), s.end(), '\n')); }
+int64_t count_lines(const std::string& s) {
+  return static_cast<int64_t>(std::count(s.begin(), s.end(), '\n'));
+}
 
-caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor batcher, SourceRoleConfig cfg) {
+caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor batcher,
+                          SourceRoleConfig cfg) {
   auto c = std::make_shared<SourceRoleConfig>(std::move(cfg));
   self->state.trig.init(c->triggers);
   self->state.next_emit = c->every_lines;
@@ -414,7 +431,8 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
     auto& st = self->state;
     st.in_flight.push_back({carry ? 0 : count_lines(text), text, carry});
     st.lines_in_block += count_lines(text);
-    submit(self, batcher, Request::forward(c->write_to, toks, c->view), [=](const std::string& why) { fail("forward refused: " + why); });
+    submit(self, batcher, Request::forward(c->write_to, toks, c->view),
+           [=](const std::string& why) { fail("forward refused: " + why); });
   };
   // A window source clears its block when the next text would overflow it, then runs the last
   // few lines again (a reader triggered by them still sees them) before going on.
@@ -510,7 +528,8 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
         auto r = decode_reply(frame);
         if (!r || r->kind != ReplyKind::finished) return;
         auto& st = self->state;
-        if (r->reason == FinishReason::error || r->reason == FinishReason::context_full) return fail("forward failed: " + r->text);
+        if (r->reason == FinishReason::error || r->reason == FinishReason::context_full)
+          return fail("forward failed: " + r->text);
         if (st.in_flight.empty()) return;
         SourceRoleState::Forward f = std::move(st.in_flight.front());
         st.in_flight.pop_front();
@@ -533,7 +552,9 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
 
 }  // namespace
 
-caf::actor spawn_controller(caf::actor_system& sys, ControllerConfig cfg) { return sys.spawn(controller, std::move(cfg)); }
+caf::actor spawn_controller(caf::actor_system& sys, ControllerConfig cfg) {
+  return sys.spawn(controller, std::move(cfg));
+}
 caf::actor spawn_generator(caf::actor_system& sys, caf::actor batcher, GeneratorConfig cfg) {
   return sys.spawn(generator, std::move(batcher), std::move(cfg));
 }

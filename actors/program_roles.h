@@ -3,15 +3,15 @@
 // program's tool actor. Internal to actors/: program.cpp wires them from a Topology.
 #pragma once
 
-#include <caf/fwd.hpp>
+#include <atomic>
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
+#include <caf/fwd.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
 #include <map>
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "actors/program.h"
-#include "actors/topology.h"
-#include "engine/engine.h"
+#include "engine/step/engine.h"
+#include "topology/topology.h"
 
 namespace chorus::program_roles {
 
@@ -80,10 +80,10 @@ struct GeneratorConfig {
   RunText prefill;
   bool stream = false;  // thinker: text goes to the sinks as it is generated; writer: whole pieces
   Triggers triggers;
-  Request request;      // the generate each run submits
+  Request request;  // the generate each run submits
   std::vector<topology::Emit> emits;
   std::vector<caf::actor> sinks;
-  caf::actor tools;                 // the program's tool actor (when it may call tools)
+  caf::actor tools;  // the program's tool actor (when it may call tools)
   int max_tool_calls = 0;
   const Tokenizer* tokenizer = nullptr;
 };
@@ -104,7 +104,7 @@ struct ProbeRoleConfig {
 
 struct SourceRoleConfig {
   std::string name;
-  Triggers triggers;     // a source of text: when to send it
+  Triggers triggers;  // a source of text: when to send it
   bool text_once = false;
   std::string text;
   int delay_ms = 0;
@@ -138,10 +138,12 @@ caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg);
 // result text, making the sandbox first if cool_atom removed it. A detached actor: while a tool
 // runs it reads no message, so its program ends it by setting `cancel` first (the run is killed
 // within about 50 ms, its result says so), then sending it an exit.
-caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name, std::vector<topology::Tool> tools,
+caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name,
+                       std::vector<topology::Tool> tools,
                        std::shared_ptr<std::atomic<bool>> cancel = nullptr);
 // Reads a whole file (not followed) into `target` line by line, then done_atom; `ctl` hears of
 // a file that cannot be opened.
-caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who, caf::actor ctl);
+caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who,
+                             caf::actor ctl);
 
 }  // namespace chorus::program_roles

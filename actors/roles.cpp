@@ -1,16 +1,16 @@
 #include "actors/roles.h"
 
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 #include <caf/all.hpp>
 #include <cerrno>
 #include <cstring>
 #include <deque>
-#include <poll.h>
-#include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include "actors/atoms.h"
-#include "actors/codec.h"
 #include "actors/submit.h"
+#include "net/codec.h"
 
 namespace chorus {
 namespace {
@@ -54,7 +54,7 @@ caf::behavior thinker(caf::stateful_actor<ThinkerState>* self, caf::actor batche
 }
 
 struct WriterState {
-  int queued = 0;        // announced pieces not written yet
+  int queued = 0;  // announced pieces not written yet
   bool busy = false;
   bool upstream_done = false;
   std::string line;
@@ -105,9 +105,9 @@ caf::behavior writer(caf::stateful_actor<WriterState>* self, caf::actor batcher,
 }
 
 struct ProbeState {
-  int64_t last = 0;     // watched block's cached length at the last question
+  int64_t last = 0;  // watched block's cached length at the last question
   bool asking = false;
-  bool again = false;   // a trigger came while asking: ask once more afterwards
+  bool again = false;  // a trigger came while asking: ask once more afterwards
 };
 
 caf::behavior probe(caf::stateful_actor<ProbeState>* self, caf::actor batcher, ProbeConfig cfg) {
@@ -118,9 +118,8 @@ caf::behavior probe(caf::stateful_actor<ProbeState>* self, caf::actor batcher, P
       return;
     }
     self->state.asking = true;
-    submit(self, batcher, Request::probe(cfg.view, cfg.question, cfg.candidates), [=](const std::string&) {
-      self->state.asking = false;
-    });
+    submit(self, batcher, Request::probe(cfg.view, cfg.question, cfg.candidates),
+           [=](const std::string&) { self->state.asking = false; });
   };
   if (cfg.watch >= 0) self->send(batcher, subscribe_atom::value, cfg.watch);
   const auto period = std::chrono::milliseconds(cfg.every_ms);
@@ -140,7 +139,8 @@ caf::behavior probe(caf::stateful_actor<ProbeState>* self, caf::actor batcher, P
       [=](event_atom, const std::vector<uint8_t>& frame) {
         auto r = decode_reply(frame);
         if (!r) return;
-        if (r->kind == ReplyKind::probe_result && static_cast<size_t>(cfg.watch_candidate) < r->probabilities.size()) {
+        if (r->kind == ReplyKind::probe_result &&
+            static_cast<size_t>(cfg.watch_candidate) < r->probabilities.size()) {
           const float p = r->probabilities[static_cast<size_t>(cfg.watch_candidate)];
           if (cfg.on_answer) cfg.on_answer(p);
           if (p >= cfg.threshold)
@@ -162,7 +162,8 @@ caf::behavior source(caf::event_based_actor* self, caf::actor batcher, SourceCon
   return {
       [=](text_atom, const std::string& text) {
         const auto toks = cfg.tokenizer->encode(text, {.parse_special = true});
-        if (!toks.empty()) submit(self, batcher, Request::forward(cfg.write_to, toks, cfg.view), [](const std::string&) {});
+        if (!toks.empty())
+          submit(self, batcher, Request::forward(cfg.write_to, toks, cfg.view), [](const std::string&) {});
       },
       [](event_atom, const std::vector<uint8_t>&) {},  // the forwards' completions
       [=](stop_atom) { self->quit(); },
@@ -239,8 +240,8 @@ caf::actor spawn_fd_lines(caf::actor_system& sys, int fd, caf::actor target, caf
   return sys.spawn<caf::detached>(fd_lines, fd, std::move(target), std::move(notify), poll_ms);
 }
 
-caf::actor spawn_file_tail(caf::actor_system& sys, const std::string& path, caf::actor target, bool from_start,
-                           int poll_ms) {
+caf::actor spawn_file_tail(caf::actor_system& sys, const std::string& path, caf::actor target,
+                           bool from_start, int poll_ms) {
   return sys.spawn<caf::detached>(file_tail, path, std::move(target), from_start, poll_ms);
 }
 
@@ -252,7 +253,9 @@ caf::actor spawn_source(caf::actor_system& sys, caf::actor batcher, SourceConfig
   return sys.spawn(source, std::move(batcher), std::move(cfg));
 }
 
-caf::actor spawn_sink(caf::actor_system& sys, SinkConfig cfg) { return sys.spawn(sink, std::move(cfg)); }
+caf::actor spawn_sink(caf::actor_system& sys, SinkConfig cfg) {
+  return sys.spawn(sink, std::move(cfg));
+}
 
 caf::actor spawn_thinker(caf::actor_system& sys, caf::actor batcher, ThinkerConfig cfg) {
   return sys.spawn(thinker, std::move(batcher), std::move(cfg));

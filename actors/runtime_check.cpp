@@ -3,7 +3,7 @@
 #include <caf/all.hpp>
 #include <chrono>
 
-#include "actors/wire.h"
+#include "net/wire.h"
 
 namespace chorus {
 namespace {
@@ -41,11 +41,13 @@ Result<RuntimeCheck> check_actor_runtime(int scheduler_threads) {
                 return;
               }
               const int v = CAF_VERSION;
-              result = RuntimeCheck{std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) +
-                                        "." + std::to_string(v % 100),
+              result = RuntimeCheck{std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+                                        std::to_string(v % 100),
                                     summary->text};
             },
-            [&](caf::error& err) { result = make_error(Errc::internal, "actor request failed: " + sys.render(err)); });
+            [&](caf::error& err) {
+              result = make_error(Errc::internal, "actor request failed: " + sys.render(err));
+            });
     self->send_exit(actor, caf::exit_reason::user_shutdown);
   }
   return result;

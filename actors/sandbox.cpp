@@ -1,20 +1,20 @@
 #include "actors/sandbox.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
-#include <poll.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 namespace chorus {
 namespace {
@@ -57,7 +57,8 @@ const std::string& bwrap_path() {
     const std::string b = find_in_path("bwrap");
     if (b.empty()) return b;
     // It must work here (user namespaces may be off): one trial run.
-    const std::string cmd = b + " --ro-bind / / --dev /dev --proc /proc --unshare-all --die-with-parent true 2>/dev/null";
+    const std::string cmd =
+        b + " --ro-bind / / --dev /dev --proc /proc --unshare-all --die-with-parent true 2>/dev/null";
     return std::system(cmd.c_str()) == 0 ? b : std::string();
   }();
   return p;
@@ -101,21 +102,28 @@ std::string ToolResult::describe() const {
   }
   if (output_truncated) return "output went past the limit (killed)";
   if (cancelled) return "cancelled: its program ended (killed)";
-  if (signal != 0) return std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) + ")";
+  if (signal != 0)
+    return std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) + ")";
   return "exited with status " + std::to_string(exit_code);
 }
 
 std::string Sandbox::isolation() {
-  std::string s = bwrap_path().empty() ? "no bubblewrap (commands run in the working directory)" : "bubblewrap";
+  std::string s =
+      bwrap_path().empty() ? "no bubblewrap (commands run in the working directory)" : "bubblewrap";
   s += cgroup_root().empty() ? " + no pids cgroup" : " + pids cgroup";
   return s + " + rlimits";
 }
 
 Result<Sandbox> Sandbox::create(const std::string& base_dir, const std::string& name) {
-  const bool plain = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-  }) && name != "." && name != "..";
-  if (!plain) return make_error(Errc::invalid_argument, "sandbox name \"" + name + "\": letters, digits, - _ . only");
+  const bool plain =
+      !name.empty() && name.size() <= 64 &&
+      std::all_of(name.begin(), name.end(),
+                  [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+                  }) &&
+      name != "." && name != "..";
+  if (!plain)
+    return make_error(Errc::invalid_argument, "sandbox name \"" + name + "\": letters, digits, - _ . only");
   std::error_code ec;
   fs::create_directories(base_dir, ec);
   const std::string dir = fs::absolute(base_dir + "/" + name, ec).string();
@@ -129,7 +137,9 @@ Result<Sandbox> Sandbox::create(const std::string& base_dir, const std::string& 
   return s;
 }
 
-Sandbox::Sandbox(Sandbox&& o) noexcept : dir_(std::move(o.dir_)), name_(std::move(o.name_)), runs_(o.runs_) { o.dir_.clear(); }
+Sandbox::Sandbox(Sandbox&& o) noexcept : dir_(std::move(o.dir_)), name_(std::move(o.name_)), runs_(o.runs_) {
+  o.dir_.clear();
+}
 
 Sandbox& Sandbox::operator=(Sandbox&& o) noexcept {
   if (this != &o) {
@@ -142,7 +152,9 @@ Sandbox& Sandbox::operator=(Sandbox&& o) noexcept {
   return *this;
 }
 
-Sandbox::~Sandbox() { (void)destroy(); }
+Sandbox::~Sandbox() {
+  (void)destroy();
+}
 
 Status Sandbox::destroy() {
   if (dir_.empty()) return Status::success();
@@ -154,8 +166,8 @@ Status Sandbox::destroy() {
   return Status::success();
 }
 
-Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const SandboxLimits& limits, const std::string& input,
-                                const std::atomic<bool>* cancel) {
+Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const SandboxLimits& limits,
+                                const std::string& input, const std::atomic<bool>* cancel) {
   if (dir_.empty()) return make_error(Errc::invalid_argument, "sandbox " + name_ + " is destroyed");
   if (argv.empty()) return make_error(Errc::invalid_argument, "sandbox " + name_ + ": empty command");
   // Everything the child needs is prepared here: between fork and exec only async-signal-safe calls.
@@ -169,8 +181,25 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
   std::vector<std::string> args;
   const std::string& bwrap = bwrap_path();
   if (!bwrap.empty())
-    args = {bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", dir_, dir_,
-            "--chdir", dir_, "--unshare-all", "--die-with-parent", "--new-session", "--"};
+    args = {bwrap,
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--bind",
+            dir_,
+            dir_,
+            "--chdir",
+            dir_,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--"};
   args.push_back(exe);
   args.insert(args.end(), argv.begin() + 1, argv.end());
   std::vector<char*> cargs;
@@ -178,8 +207,10 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
   cargs.push_back(nullptr);
   std::string cg;
   if (!cgroup_root().empty()) {
-    cg = cgroup_root() + "/chorus-" + std::to_string(::getpid()) + "-" + name_ + "-" + std::to_string(++runs_);
-    if (::mkdir(cg.c_str(), 0755) != 0 || !write_file(cg + "/pids.max", std::to_string(limits.max_processes))) {
+    cg =
+        cgroup_root() + "/chorus-" + std::to_string(::getpid()) + "-" + name_ + "-" + std::to_string(++runs_);
+    if (::mkdir(cg.c_str(), 0755) != 0 ||
+        !write_file(cg + "/pids.max", std::to_string(limits.max_processes))) {
       ::rmdir(cg.c_str());
       cg.clear();
     }
@@ -187,7 +218,8 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
   const std::string procs = cg.empty() ? "" : cg + "/cgroup.procs";
 
   int out[2], in[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return make_error(Errc::io, std::string("sandbox: pipe: ") + std::strerror(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    return make_error(Errc::io, std::string("sandbox: pipe: ") + std::strerror(errno));
   if (::pipe2(in, O_CLOEXEC) != 0) {
     ::close(out[0]);
     ::close(out[1]);
@@ -309,7 +341,8 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  if (r.timed_out || r.output_truncated || r.cancelled) r.signal = 0;  // we killed it: the reason is said above
+  if (r.timed_out || r.output_truncated || r.cancelled)
+    r.signal = 0;  // we killed it: the reason is said above
   return r;
 }
 

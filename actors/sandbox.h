@@ -30,16 +30,16 @@ struct SandboxLimits {
   int64_t memory_bytes = int64_t{1} << 30;  // address space of each process
   int cpu_seconds = 60;
   int64_t max_file_bytes = int64_t{64} << 20;
-  int max_processes = 64;                   // with a pids cgroup
+  int max_processes = 64;  // with a pids cgroup
 };
 
 struct ToolResult {
-  int exit_code = -1;            // when it exited
-  int signal = 0;                // when a signal ended it
+  int exit_code = -1;  // when it exited
+  int signal = 0;      // when a signal ended it
   bool timed_out = false;
-  bool output_truncated = false; // output went past the limit (the run was killed)
-  bool cancelled = false;        // killed because the caller asked (its program ended)
-  std::string output;            // stdout and stderr, interleaved as written, at most the limit
+  bool output_truncated = false;  // output went past the limit (the run was killed)
+  bool cancelled = false;         // killed because the caller asked (its program ended)
+  std::string output;             // stdout and stderr, interleaved as written, at most the limit
   double seconds = 0;
   bool ok() const { return exit_code == 0 && !timed_out && !output_truncated && !cancelled && signal == 0; }
   std::string describe() const;  // "exited with status 0", "timed out after 2.0 s (killed)", ...

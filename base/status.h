@@ -18,14 +18,14 @@ namespace chorus {
 // Error classes. Stable: they travel in messages (schemas/common.fbs mirrors them).
 enum class Errc : int {
   ok = 0,
-  invalid_argument = 1,   // a caller passed something malformed
-  io = 2,                 // open/read/mmap failed
-  bad_format = 3,         // a file or frame is malformed (what and where in the message)
-  unsupported = 4,        // well-formed but not supported (version, type, architecture)
-  not_found = 5,          // a named thing does not exist
-  out_of_range = 6,       // a value or size exceeds a limit
-  out_of_memory = 7,      // an allocation was refused
-  internal = 8,           // a bug: an invariant did not hold
+  invalid_argument = 1,  // a caller passed something malformed
+  io = 2,                // open/read/mmap failed
+  bad_format = 3,        // a file or frame is malformed (what and where in the message)
+  unsupported = 4,       // well-formed but not supported (version, type, architecture)
+  not_found = 5,         // a named thing does not exist
+  out_of_range = 6,      // a value or size exceeds a limit
+  out_of_memory = 7,     // an allocation was refused
+  internal = 8,          // a bug: an invariant did not hold
 };
 
 const char* errc_name(Errc c);  // for people: "out of memory"
@@ -38,14 +38,16 @@ struct Error {
   std::string to_string() const { return std::string(errc_name(code)) + ": " + message; }
 };
 
-inline Error make_error(Errc code, std::string message) { return Error{code, std::move(message)}; }
+inline Error make_error(Errc code, std::string message) {
+  return Error{code, std::move(message)};
+}
 
 // A value or an Error. Deliberately small (std::expected is C++23).
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}          // NOLINT: implicit by design
-  Result(Error error) : v_(std::move(error)) {}      // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT: implicit by design
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -90,13 +92,14 @@ class [[nodiscard]] Status {
 
 // Returns the Error of a failed Status or Result from the enclosing function (which returns a
 // Status or any Result).
-#define CHORUS_TRY(expr)                                                      \
-  do {                                                                        \
+#define CHORUS_TRY(expr)                                                            \
+  do {                                                                              \
     if (auto&& chorus_try_ = (expr); !chorus_try_.ok()) return chorus_try_.error(); \
   } while (0)
 
 // `CHORUS_ASSIGN_OR_RETURN(auto x, f());` declares x as f()'s value, or returns its Error.
-#define CHORUS_ASSIGN_OR_RETURN(decl, expr) CHORUS_ASSIGN_OR_RETURN_(CHORUS_CONCAT_(chorus_result_, __LINE__), decl, expr)
+#define CHORUS_ASSIGN_OR_RETURN(decl, expr) \
+  CHORUS_ASSIGN_OR_RETURN_(CHORUS_CONCAT_(chorus_result_, __LINE__), decl, expr)
 #define CHORUS_ASSIGN_OR_RETURN_(tmp, decl, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return tmp.error();              \

@@ -12,10 +12,10 @@
 #include <thread>
 
 #include "actors/program.h"
-#include "actors/topology.h"
-#include "engine/model.h"
-#include "engine/model_paths.h"
-#include "gpu/cpu_device.h"
+#include "device/cpu_device.h"
+#include "engine/model/model.h"
+#include "engine/model/model_paths.h"
+#include "topology/topology.h"
 
 using namespace chorus;
 
@@ -106,7 +106,8 @@ int main(int argc, char** argv) {
   (void)(*program)->close("imu");  // no more readings: the program ends once they are all read
   const ProgramReport r = (*program)->wait();
   std::lock_guard<std::mutex> l(out);
-  std::printf("[%5.2fs] %s: %d readings in, %d status lines, %lld tokens generated%s%s\n", now(), r.ended_by.c_str(), fed,
-              lines, static_cast<long long>(r.generated_tokens), r.ok() ? "" : ": ", r.error.c_str());
+  std::printf("[%5.2fs] %s: %d readings in, %d status lines, %lld tokens generated%s%s\n", now(),
+              r.ended_by.c_str(), fed, lines, static_cast<long long>(r.generated_tokens), r.ok() ? "" : ": ",
+              r.error.c_str());
   return r.ok() ? 0 : 1;
 }

@@ -9,11 +9,11 @@
 
 #include "actors/atoms.h"
 #include "actors/batcher.h"
-#include "actors/codec.h"
 #include "actors/roles.h"
-#include "engine/engine.h"
-#include "engine/model_paths.h"
-#include "gpu/cpu_device.h"
+#include "device/cpu_device.h"
+#include "engine/model/model_paths.h"
+#include "engine/step/engine.h"
+#include "net/codec.h"
 
 using namespace chorus;
 
@@ -45,16 +45,16 @@ int main(int argc, char** argv) {
     const auto prompt = static_cast<BlockId>(call(encode_create_block(1, "prompt")).id);
     const auto thoughts = static_cast<BlockId>(call(encode_create_block(2, "thoughts")).id);
     const auto answer = static_cast<BlockId>(call(encode_create_block(3, "answer")).id);
-    const std::string q = "<|im_start|>system\nYou are a helpful assistant. Think step by step.<|im_end|>\n"
-                          "<|im_start|>user\n" + question + "<|im_end|>\n";
+    const std::string q =
+        "<|im_start|>system\nYou are a helpful assistant. Think step by step.<|im_end|>\n"
+        "<|im_start|>user\n" +
+        question + "<|im_end|>\n";
     call(encode_request(4, Request::forward(prompt, tok.encode(q, {.parse_special = true}))));
     self->receive([](event_atom, const std::vector<uint8_t>&) {});  // the prompt is in
 
     std::mutex out;  // the two roles print from their own threads
     const auto t0 = std::chrono::steady_clock::now();
-    auto stamp = [&] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    };
+    auto stamp = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     ThinkerConfig tc;
     tc.view = {prompt};
     tc.write_to = thoughts;

@@ -3,11 +3,11 @@
 //   ./build/examples/tokenize_chat "What is the capital of France?"
 #include <cstdio>
 
-#include "engine/chat_template.h"
-#include "engine/detokenizer.h"
-#include "engine/gguf.h"
-#include "engine/model_paths.h"
-#include "engine/tokenizer.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model_paths.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/detokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
   const std::string question = argc > 1 ? argv[1] : "What is the capital of France?";

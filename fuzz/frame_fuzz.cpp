@@ -3,8 +3,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "actors/codec.h"
-#include "actors/wire.h"
+#include "net/codec.h"
+#include "net/wire.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> frame(data, size);

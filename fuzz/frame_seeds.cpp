@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/codec.h"
-#include "actors/wire.h"
+#include "net/codec.h"
+#include "net/wire.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

@@ -4,10 +4,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/gguf.h"
-#include "engine/model_config.h"
-#include "engine/tokenizer.h"
-#include "engine/weights.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+#include "engine/tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto g = chorus::GgufFile::parse({data, size}, "fuzz.gguf");

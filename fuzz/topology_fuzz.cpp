@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "actors/topology.h"
+#include "topology/topology.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check.require_params = false;  // as chorus check
   auto t = chorus::topology::load_string(text, "fuzz.yaml", check);
   if (!t.ok()) {
-    if (t.error().message.rfind("fuzz.yaml", 0) != 0 && t.error().message.rfind("--set", 0) != 0) __builtin_trap();
+    if (t.error().message.rfind("fuzz.yaml", 0) != 0 && t.error().message.rfind("--set", 0) != 0)
+      __builtin_trap();
     return 0;
   }
   (void)t->emitters();  // what the runner resolves next

@@ -6,8 +6,8 @@
 namespace chorus {
 namespace {
 
-constexpr uint32_t qk = 32;    // elements per block of the legacy quants
-constexpr uint32_t qk_k = 256; // elements per super-block of the k-quants
+constexpr uint32_t qk = 32;     // elements per block of the legacy quants
+constexpr uint32_t qk_k = 256;  // elements per super-block of the k-quants
 
 // Sizes follow the block layouts in ggml's ggml-common.h (read for the facts).
 constexpr std::array<TensorTypeInfo, 32> kTypes = {{
@@ -60,6 +60,8 @@ const TensorTypeInfo& tensor_type_info(TensorType type) {
   return kTypes[0];
 }
 
-std::string_view tensor_type_name(TensorType t) { return tensor_type_info(t).name; }
+std::string_view tensor_type_name(TensorType t) {
+  return tensor_type_info(t).name;
+}
 
 }  // namespace chorus

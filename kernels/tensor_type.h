@@ -47,10 +47,10 @@ enum class TensorType : uint32_t {
 
 struct TensorTypeInfo {
   TensorType type;
-  std::string_view name;   // ggml's spelling, e.g. "Q4_K"
-  uint32_t block_elems;    // elements per block (1 for plain types)
-  uint32_t block_bytes;    // bytes per block
-  bool can_dequantize;     // chorus has a dequantization kernel for it
+  std::string_view name;  // ggml's spelling, e.g. "Q4_K"
+  uint32_t block_elems;   // elements per block (1 for plain types)
+  uint32_t block_bytes;   // bytes per block
+  bool can_dequantize;    // chorus has a dequantization kernel for it
 };
 
 // The description of a known type id, or nullopt for an id that ggml never assigned

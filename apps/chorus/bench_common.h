@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/step/engine.h"
 
 namespace chorus::app {
 

@@ -9,14 +9,15 @@
 
 #include "apps/chorus/commands.h"
 #include "apps/chorus/gpu_choice.h"
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "gpu/cpu_device.h"
-#include "gpu/cpu_features.h"
+#include "device/cpu_device.h"
+#include "device/cpu_features.h"
+#include "engine/model/model.h"
+#include "engine/step/generator.h"
 
 namespace chorus::app {
 
-int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, CudaDevice* gpu, nlohmann::json& out);
+int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, CudaDevice* gpu,
+                    nlohmann::json& out);
 int run_bench_hybrid(const BenchArgs& args, const Model& m, CpuDevice& device, nlohmann::json& out);
 
 namespace {
@@ -49,7 +50,9 @@ int run_bench(const BenchArgs& args) {
   if (!report("bench", gpu_or)) return 1;
   CudaDevice* gpu = gpu_or->get();
   if (gpu && args.hybrid) {
-    std::fprintf(stderr, "chorus bench: --hybrid runs on the CPU only (the CUDA runner has no Gated DeltaNet layers yet)\n");
+    std::fprintf(
+        stderr,
+        "chorus bench: --hybrid runs on the CPU only (the CUDA runner has no Gated DeltaNet layers yet)\n");
     return 2;
   }
   const std::string where = gpu ? gpu->describe() : (*device)->describe();
@@ -60,7 +63,8 @@ int run_bench(const BenchArgs& args) {
   out["threads"] = (*device)->n_threads();
   std::printf("chorus bench: %s, %s\n", m.config.name.c_str(), where.c_str());
   if (args.views || args.hybrid) {
-    const int rc = args.hybrid ? run_bench_hybrid(args, m, **device, out) : run_bench_views(args, m, **device, gpu, out);
+    const int rc =
+        args.hybrid ? run_bench_hybrid(args, m, **device, out) : run_bench_views(args, m, **device, gpu, out);
     if (rc != 0) return rc;
     if (!args.json.empty()) {
       std::ofstream f(args.json);
@@ -115,8 +119,9 @@ int run_bench(const BenchArgs& args) {
     }
     const double tps = tokens / best;
     if (n == 1) single = tps;
-    std::printf("  decode x%-3d        %9.1f tok/s aggregate%s\n", n, tps,
-                single > 0 && n > 1 ? (" (" + std::to_string(tps / single).substr(0, 4) + "x single)").c_str() : "");
+    std::printf(
+        "  decode x%-3d        %9.1f tok/s aggregate%s\n", n, tps,
+        single > 0 && n > 1 ? (" (" + std::to_string(tps / single).substr(0, 4) + "x single)").c_str() : "");
     dec.push_back({{"sequences", n}, {"tok_s", tps}, {"tokens", tokens}, {"seconds", best}});
   }
   out["decode"] = dec;

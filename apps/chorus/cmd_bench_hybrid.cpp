@@ -11,10 +11,10 @@
 
 #include "apps/chorus/bench_common.h"
 #include "apps/chorus/commands.h"
-#include "engine/engine.h"
-#include "engine/linear_state.h"
-#include "engine/model.h"
-#include "gpu/cpu_device.h"
+#include "device/cpu_device.h"
+#include "engine/forward/linear_state.h"
+#include "engine/model/model.h"
+#include "engine/step/engine.h"
 
 namespace chorus::app {
 namespace {
@@ -22,13 +22,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::vector<TokenId> text_tokens(const Tokenizer& tok, size_t n) {
-  return repeated_tokens(tok,
-                         "A robot arm reports its joint temperatures every second; the monitor reads them, thinks "
-                         "about trends, and writes a short note when something drifts. ",
-                         n);
+  return repeated_tokens(
+      tok,
+      "A robot arm reports its joint temperatures every second; the monitor reads them, thinks "
+      "about trends, and writes a short note when something drifts. ",
+      n);
 }
 
-Request gen(BlockId w, std::vector<BlockId> view, int n) { return greedy_generate(w, std::move(view), 0, n); }
+Request gen(BlockId w, std::vector<BlockId> view, int n) {
+  return greedy_generate(w, std::move(view), 0, n);
+}
 
 struct Decode {
   double tok_s = 0;
@@ -47,20 +50,21 @@ Decode drain(Engine& e, int64_t counted_block = -1) {
     auto ev = e.step();
     if (!ev) return {};
     ++steps;
-    for (const Event& x : *ev) tokens += x.type == Event::Type::token && (counted_block < 0 || x.block != counted_block);
+    for (const Event& x : *ev)
+      tokens += x.type == Event::Type::token && (counted_block < 0 || x.block != counted_block);
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const auto& st = e.cpu_runner()->linear_stats();
-  return {static_cast<double>(tokens) / secs, st.compose_seconds / secs, st.factor_seconds / secs, st.compositions,
-          secs * 1e3 / static_cast<double>(steps)};
+  return {static_cast<double>(tokens) / secs, st.compose_seconds / secs, st.factor_seconds / secs,
+          st.compositions, secs * 1e3 / static_cast<double>(steps)};
 }
 
 }  // namespace
 
 int run_bench_hybrid(const BenchArgs& args, const Model& m, CpuDevice& device, nlohmann::json& out) {
   if (!m.config.hybrid()) {
-    std::fprintf(stderr, "chorus bench --hybrid: %s is not a hybrid model (architecture %s)\n", args.model.c_str(),
-                 m.config.arch.c_str());
+    std::fprintf(stderr, "chorus bench --hybrid: %s is not a hybrid model (architecture %s)\n",
+                 args.model.c_str(), m.config.arch.c_str());
     return 2;
   }
   const int ctx = std::max(args.pp, 3), tg = std::max(args.tg, 1), reps = std::max(1, args.reps);
@@ -94,11 +98,13 @@ int run_bench_hybrid(const BenchArgs& args, const Model& m, CpuDevice& device, n
         const Decode d = drain(**e);
         if (d.tok_s > best[v].tok_s) best[v] = d;
       }
-    std::printf("  %d generate%s  contiguous %8.2f tok/s   view of 3 %8.2f tok/s   view/contiguous %.3fx   "
-                "composing %.2f%% of decode (%lld compositions), convolution + query reads %.2f%% (contiguous %.2f%%)\n",
-                G, G == 1 ? " " : "s", best[0].tok_s, best[1].tok_s, best[1].tok_s / best[0].tok_s,
-                100.0 * best[1].compose_share, static_cast<long long>(best[1].compositions),
-                100.0 * best[1].factor_share, 100.0 * best[0].factor_share);
+    std::printf(
+        "  %d generate%s  contiguous %8.2f tok/s   view of 3 %8.2f tok/s   view/contiguous %.3fx   "
+        "composing %.2f%% of decode (%lld compositions), convolution + query reads %.2f%% (contiguous "
+        "%.2f%%)\n",
+        G, G == 1 ? " " : "s", best[0].tok_s, best[1].tok_s, best[1].tok_s / best[0].tok_s,
+        100.0 * best[1].compose_share, static_cast<long long>(best[1].compositions),
+        100.0 * best[1].factor_share, 100.0 * best[0].factor_share);
     out["decode"][std::to_string(G)] = {{"contiguous_tok_s", best[0].tok_s},
                                         {"view3_tok_s", best[1].tok_s},
                                         {"view3_over_contiguous", best[1].tok_s / best[0].tok_s},
@@ -124,10 +130,11 @@ int run_bench_hybrid(const BenchArgs& args, const Model& m, CpuDevice& device, n
       const Decode d = drain(**e, thoughts);
       if (d.tok_s > best.tok_s) best = d;
     }
-    std::printf("  8 writers + 1 thinker extending their view: writers %8.2f tok/s, composing %.2f%% of decode "
-                "(%lld compositions), convolution + query reads %.2f%%\n",
-                best.tok_s, 100.0 * best.compose_share, static_cast<long long>(best.compositions),
-                100.0 * best.factor_share);
+    std::printf(
+        "  8 writers + 1 thinker extending their view: writers %8.2f tok/s, composing %.2f%% of decode "
+        "(%lld compositions), convolution + query reads %.2f%%\n",
+        best.tok_s, 100.0 * best.compose_share, static_cast<long long>(best.compositions),
+        100.0 * best.factor_share);
     out["growing_view"] = {{"writers_tok_s", best.tok_s},
                            {"compose_share", best.compose_share},
                            {"factor_share", best.factor_share},
@@ -151,11 +158,15 @@ int run_bench_hybrid(const BenchArgs& args, const Model& m, CpuDevice& device, n
     };
     const auto [ctx_bytes, ctx_tokens] = bytes_of(view[2]);
     const auto [w_bytes, w_tokens] = bytes_of(w);
-    std::printf("  linear-layer state: context block (%lld tokens) %.1f MiB, a finished generated block (%lld tokens) %.1f MiB\n",
-                static_cast<long long>(ctx_tokens), ctx_bytes / 1048576.0, static_cast<long long>(w_tokens),
-                w_bytes / 1048576.0);
-    out["linear_state_bytes"] = {{"context_block", ctx_bytes}, {"context_tokens", ctx_tokens},
-                                 {"generated_block", w_bytes}, {"generated_tokens", w_tokens}};
+    std::printf(
+        "  linear-layer state: context block (%lld tokens) %.1f MiB, a finished generated block (%lld "
+        "tokens) %.1f MiB\n",
+        static_cast<long long>(ctx_tokens), ctx_bytes / 1048576.0, static_cast<long long>(w_tokens),
+        w_bytes / 1048576.0);
+    out["linear_state_bytes"] = {{"context_block", ctx_bytes},
+                                 {"context_tokens", ctx_tokens},
+                                 {"generated_block", w_bytes},
+                                 {"generated_tokens", w_tokens}};
   }
   return 0;
 }

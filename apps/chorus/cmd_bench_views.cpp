@@ -12,25 +12,28 @@
 
 #include "actors/atoms.h"
 #include "actors/batcher.h"
-#include "actors/codec.h"
 #include "apps/chorus/bench_common.h"
 #include "apps/chorus/commands.h"
-#include "engine/engine.h"
-#include "engine/model.h"
-#include "gpu/cpu_device.h"
+#include "device/cpu_device.h"
+#include "engine/model/model.h"
+#include "engine/step/engine.h"
+#include "net/codec.h"
 
 namespace chorus::app {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::vector<TokenId> filler(const Tokenizer& tok, size_t n) {
-  return repeated_tokens(tok,
-                         "Engineers measure before they optimize, and they keep the measurements next to the code so "
-                         "that the next person can run them again. ",
-                         n);
+  return repeated_tokens(
+      tok,
+      "Engineers measure before they optimize, and they keep the measurements next to the code so "
+      "that the next person can run them again. ",
+      n);
 }
 
 Request generate(BlockId w, std::vector<BlockId> view, TokenId start, int n) {
@@ -51,7 +54,8 @@ std::pair<int64_t, double> drain(Engine& e) {
 
 }  // namespace
 
-int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, CudaDevice* gpu, nlohmann::json& out) {
+int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, CudaDevice* gpu,
+                    nlohmann::json& out) {
   const int reps = std::max(1, args.reps);
   // 1. View of 4 blocks vs contiguous: decode 128 tokens after 1024 context tokens.
   double best_view = 1e30, best_flat = 1e30;
@@ -64,18 +68,21 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, Cu
       for (int b = 0; b < (views ? 4 : 1); ++b) {
         const BlockId id = (*e)->blocks().create();
         const size_t n = ctx.size() / (views ? 4 : 1);
-        (void)(*e)->submit(Request::forward(id, {ctx.begin() + static_cast<long>(b * n), ctx.begin() + static_cast<long>((b + 1) * n)}, view));
+        (void)(*e)->submit(Request::forward(
+            id, {ctx.begin() + static_cast<long>(b * n), ctx.begin() + static_cast<long>((b + 1) * n)},
+            view));
         drain(**e);
         view.push_back(id);
       }
       const BlockId w = (*e)->blocks().create();
       (void)(*e)->submit(generate(w, view, 198, 128));
       const auto [tokens, secs] = drain(**e);
-      (views ? best_view : best_flat) = std::min(views ? best_view : best_flat, secs / static_cast<double>(tokens));
+      (views ? best_view : best_flat) =
+          std::min(views ? best_view : best_flat, secs / static_cast<double>(tokens));
     }
   std::printf("  decode, view of 4 x 256-token blocks   %8.3f ms/token\n", best_view * 1e3);
-  std::printf("  decode, one 1024-token block           %8.3f ms/token   (view/contiguous %.3fx)\n", best_flat * 1e3,
-              best_view / best_flat);
+  std::printf("  decode, one 1024-token block           %8.3f ms/token   (view/contiguous %.3fx)\n",
+              best_flat * 1e3, best_view / best_flat);
   out["view4_ms_per_token"] = best_view * 1e3;
   out["contiguous_ms_per_token"] = best_flat * 1e3;
   out["view4_over_contiguous"] = best_view / best_flat;
@@ -95,14 +102,16 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, Cu
       }
       drain(**e);
       for (int i = 0; i < 8; ++i)
-        (void)(*e)->submit(generate((*e)->blocks().create(), {prompts[shared ? 0 : static_cast<size_t>(i)]}, 198, 64));
+        (void)(*e)->submit(
+            generate((*e)->blocks().create(), {prompts[shared ? 0 : static_cast<size_t>(i)]}, 198, 64));
       const auto [n, secs] = drain(**e);
       if (secs < best) best = secs;
       tokens = n;
       pages = (*e)->blocks().kv().n_pages() - (*e)->blocks().kv().n_free();
     }
     std::printf("  8 generations, %-8s prompt          %8.1f tok/s aggregate, %lld KV pages\n",
-                shared ? "shared" : "private", static_cast<double>(tokens) / best, static_cast<long long>(pages));
+                shared ? "shared" : "private", static_cast<double>(tokens) / best,
+                static_cast<long long>(pages));
     out[shared ? "shared_prompt" : "private_prompts"] = {{"tok_s", tokens / best}, {"pages", pages}};
   }
 
@@ -139,16 +148,20 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, Cu
       };
       auto wait_finished = [&](int n) {
         for (int done = 0; done < n;)
-          self->receive([&](event_atom, const std::vector<uint8_t>& f) { done += decode_reply(f)->kind == ReplyKind::finished; });
+          self->receive([&](event_atom, const std::vector<uint8_t>& f) {
+            done += decode_reply(f)->kind == ReplyKind::finished;
+          });
       };
       const auto p = static_cast<BlockId>(call(encode_create_block(1, "prompt")).id);
       call(encode_request(2, Request::forward(p, prompt_toks)));
       wait_finished(1);
       std::vector<BlockId> outs;
-      for (int i = 0; i < 8; ++i) outs.push_back(static_cast<BlockId>(call(encode_create_block(3, "out")).id));
+      for (int i = 0; i < 8; ++i)
+        outs.push_back(static_cast<BlockId>(call(encode_create_block(3, "out")).id));
       const int64_t s0 = engine->steps();
       const auto t0 = Clock::now();
-      for (int i = 0; i < 8; ++i) call(encode_request(4, generate(outs[static_cast<size_t>(i)], {p}, 198, 64)));
+      for (int i = 0; i < 8; ++i)
+        call(encode_request(4, generate(outs[static_cast<size_t>(i)], {p}, 198, 64)));
       wait_finished(8);
       const double secs = since(t0);
       self->send(batcher, stop_atom::value);

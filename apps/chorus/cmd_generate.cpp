@@ -2,16 +2,16 @@
 // --device picks).
 #include <cstdio>
 
-#include "apps/chorus/commands.h"
-#include "apps/chorus/gpu_choice.h"
 #include <chrono>
 #include <map>
+#include "apps/chorus/commands.h"
+#include "apps/chorus/gpu_choice.h"
 
-#include "engine/detokenizer.h"
-#include "engine/engine.h"
-#include "engine/generator.h"
-#include "engine/model.h"
-#include "gpu/cpu_device.h"
+#include "device/cpu_device.h"
+#include "engine/model/model.h"
+#include "engine/step/engine.h"
+#include "engine/step/generator.h"
+#include "engine/tokenizer/detokenizer.h"
 
 namespace chorus::app {
 namespace {
@@ -84,10 +84,12 @@ int run_parallel(const GenerateArgs& args, const Model& m, CpuDevice& device, Cu
   }
   if (args.verbose) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "[%s] %d generations over one %zu-token prompt block: %lld tokens in %lld steps, %.2f s "
-                 "(%.1f tok/s aggregate); KV pages in use %lld of %lld\n", e.describe().c_str(), args.parallel,
-                 ids.size() - 1, static_cast<long long>(generated), static_cast<long long>(e.steps()), secs,
-                 generated / std::max(secs, 1e-9), static_cast<long long>(e.blocks().kv().n_pages() - e.blocks().kv().n_free()),
+    std::fprintf(stderr,
+                 "[%s] %d generations over one %zu-token prompt block: %lld tokens in %lld steps, %.2f s "
+                 "(%.1f tok/s aggregate); KV pages in use %lld of %lld\n",
+                 e.describe().c_str(), args.parallel, ids.size() - 1, static_cast<long long>(generated),
+                 static_cast<long long>(e.steps()), secs, generated / std::max(secs, 1e-9),
+                 static_cast<long long>(e.blocks().kv().n_pages() - e.blocks().kv().n_free()),
                  static_cast<long long>(e.blocks().kv().n_pages()));
   }
   return 0;
@@ -141,12 +143,14 @@ int run_generate(const GenerateArgs& args) {
     return 1;
   }
   if (args.verbose)
-    std::fprintf(stderr, "[%s] prompt %lld tokens in %.3f s (%.1f tok/s), generated %lld tokens in %.3f s (%.1f tok/s)\n",
-                 (*gpu ? (*gpu)->describe() : (*device)->describe()).c_str(),
-                 static_cast<long long>(stats->prompt_tokens), stats->prefill_seconds,
-                 stats->prompt_tokens / std::max(stats->prefill_seconds, 1e-9),
-                 static_cast<long long>(stats->generated_tokens), stats->decode_seconds,
-                 stats->generated_tokens / std::max(stats->decode_seconds, 1e-9));
+    std::fprintf(
+        stderr,
+        "[%s] prompt %lld tokens in %.3f s (%.1f tok/s), generated %lld tokens in %.3f s (%.1f tok/s)\n",
+        (*gpu ? (*gpu)->describe() : (*device)->describe()).c_str(),
+        static_cast<long long>(stats->prompt_tokens), stats->prefill_seconds,
+        stats->prompt_tokens / std::max(stats->prefill_seconds, 1e-9),
+        static_cast<long long>(stats->generated_tokens), stats->decode_seconds,
+        stats->generated_tokens / std::max(stats->decode_seconds, 1e-9));
   return 0;
 }
 

@@ -4,13 +4,13 @@
 
 #include "actors/runtime_check.h"
 #include "apps/chorus/commands.h"
-#include "engine/cuda_runner.h"
-#include "engine/gguf.h"
-#include "engine/model_config.h"
-#include "engine/tokenizer.h"
-#include "engine/weights.h"
-#include "gpu/cpu_features.h"
-#include "gpu/cuda_info.h"
+#include "device/cpu_features.h"
+#include "device/cuda_info.h"
+#include "engine/forward/cuda/cuda_runner.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace chorus::app {
 namespace {
@@ -37,8 +37,7 @@ int run_info(const InfoArgs& args) {
   const std::string arch = meta_or(g, "general.architecture");
   std::printf("file        %s\n", g.name().c_str());
   std::printf("format      GGUF v%u, %.1f MiB, alignment %llu, %zu metadata keys\n", g.version(),
-              g.file_size() / 1048576.0, static_cast<unsigned long long>(g.alignment()),
-              g.metadata().size());
+              g.file_size() / 1048576.0, static_cast<unsigned long long>(g.alignment()), g.metadata().size());
   std::printf("name        %s\n", meta_or(g, "general.name").c_str());
   std::printf("arch        %s\n", arch.c_str());
   const std::string p = arch + ".";
@@ -57,8 +56,8 @@ int run_info(const InfoArgs& args) {
       list += (list.empty() ? "" : ", ") + std::to_string(l);
     }
     const GdnConfig& d = c->gdn;
-    std::printf("linear      layers %s: Gated DeltaNet, %d key / %d value heads of %d, conv %d\n", lin.c_str(),
-                d.n_k_heads, d.n_v_heads, d.head_dim, d.conv_kernel);
+    std::printf("linear      layers %s: Gated DeltaNet, %d key / %d value heads of %d, conv %d\n",
+                lin.c_str(), d.n_k_heads, d.n_v_heads, d.head_dim, d.conv_kernel);
     std::printf("attention   layers %s: head %d, rope over %d dims%s\n", att.c_str(), c->head_dim, c->n_rot,
                 c->attn_output_gate ? ", output gate" : "");
   }

@@ -12,13 +12,15 @@
 #include "actors/node_port.h"
 #include "apps/chorus/commands.h"
 #include "apps/chorus/served.h"
-#include "engine/engine.h"
-#include "gpu/cpu_device.h"
+#include "device/cpu_device.h"
+#include "engine/step/engine.h"
 
 namespace chorus::app {
 namespace {
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
+void on_signal(int) {
+  g_stop = true;
+}
 }  // namespace
 
 int run_node(const NodeArgs& args) {

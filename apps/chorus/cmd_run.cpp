@@ -9,22 +9,24 @@
 
 #include "actors/program.h"
 #include "actors/program_manager.h"
-#include "actors/topology.h"
 #include "apps/chorus/commands.h"
 #include "apps/chorus/gpu_choice.h"
-#include "engine/model.h"
-#include "engine/engine.h"
-#include "engine/model_paths.h"
-#include "gpu/cpu_device.h"
+#include "device/cpu_device.h"
+#include "engine/model/model.h"
+#include "engine/model/model_paths.h"
+#include "engine/step/engine.h"
+#include "topology/topology.h"
 
 namespace chorus::app {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
-void on_signal(int) { g_interrupted = true; }
+void on_signal(int) {
+  g_interrupted = true;
+}
 
-Result<topology::Topology> load(const std::string& file, const std::vector<std::string>& sets, const std::string* input,
-                                bool require) {
+Result<topology::Topology> load(const std::string& file, const std::vector<std::string>& sets,
+                                const std::string* input, bool require) {
   topology::LoadOptions lo;
   lo.require_params = require;
   for (const auto& kv : sets) {
@@ -47,9 +49,11 @@ int run_check(const RunArgs& args) {
   }
   int roles[5] = {};
   for (const auto& a : t->actors) ++roles[static_cast<int>(a.kind)];
-  std::printf("%s: ok: topology \"%s\", %zu blocks, %d thinkers, %d writers, %d probes, %d sources, %d sinks, %zu events\n",
-              args.file.c_str(), t->name.c_str(), t->blocks.size(), roles[0], roles[1], roles[2], roles[3], roles[4],
-              t->emitters().size());
+  std::printf(
+      "%s: ok: topology \"%s\", %zu blocks, %d thinkers, %d writers, %d probes, %d sources, %d sinks, %zu "
+      "events\n",
+      args.file.c_str(), t->name.c_str(), t->blocks.size(), roles[0], roles[1], roles[2], roles[3], roles[4],
+      t->emitters().size());
   return 0;
 }
 
@@ -69,19 +73,25 @@ int run_run(const RunArgs& args) {
   const topology::Topology& first = topos.front();
   for (const auto& t : topos) {
     if (args.model.empty() && t.model != first.model) {
-      std::fprintf(stderr, "chorus run: %s names model \"%s\" but %s names \"%s\": programs on one engine share one model (or pass --model)\n",
+      std::fprintf(stderr,
+                   "chorus run: %s names model \"%s\" but %s names \"%s\": programs on one engine share one "
+                   "model (or pass --model)\n",
                    t.file.c_str(), t.model.c_str(), first.file.c_str(), first.model.c_str());
       return 1;
     }
     const EngineOptions a = engine_options(t), b = engine_options(first);
-    if (a.n_pages != b.n_pages || a.token_budget != b.token_budget || a.max_view_tokens != b.max_view_tokens ||
-        t.engine.threads != first.engine.threads) {
-      std::fprintf(stderr, "chorus run: %s and %s have different engine: sections; programs on one engine share one (make them equal)\n",
+    if (a.n_pages != b.n_pages || a.token_budget != b.token_budget ||
+        a.max_view_tokens != b.max_view_tokens || t.engine.threads != first.engine.threads) {
+      std::fprintf(stderr,
+                   "chorus run: %s and %s have different engine: sections; programs on one engine share one "
+                   "(make them equal)\n",
                    t.file.c_str(), first.file.c_str());
       return 1;
     }
   }
-  const std::string model_path = !args.model.empty() ? args.model : !first.model.empty() ? first.model : default_model_path();
+  const std::string model_path = !args.model.empty()    ? args.model
+                                 : !first.model.empty() ? first.model
+                                                        : default_model_path();
   auto model = Model::load(model_path);
   if (!report("run", model)) return 1;
   CpuDeviceOptions dev;
@@ -114,8 +124,8 @@ int run_run(const RunArgs& args) {
     const topology::Topology* topo = nullptr;
     std::unique_ptr<Program> program;  // once started (under `m`)
     ProgramReport report;
-    std::string start_error;           // it did not start: why
-    bool never_started = false;        // stopped while it waited to start
+    std::string start_error;     // it did not start: why
+    bool never_started = false;  // stopped while it waited to start
   };
   std::mutex err;  // before `runs`: their hooks may use it until they are gone
   std::vector<Running> runs;
@@ -158,8 +168,10 @@ int run_run(const RunArgs& args) {
         std::lock_guard<std::mutex> l(m);
         was_stopping = stopping;
       }
-      if (was_stopping) r.never_started = true;
-      else r.start_error = program.error().message;
+      if (was_stopping)
+        r.never_started = true;
+      else
+        r.start_error = program.error().message;
       stop_all();
       return;
     }
@@ -198,11 +210,15 @@ int run_run(const RunArgs& args) {
     const ProgramReport& r = run.report;
     if (!args.quiet) {
       std::string blocks, events;
-      for (const auto& [b, n] : r.block_tokens) blocks += (blocks.empty() ? "" : ", ") + b + " " + std::to_string(n);
-      for (const auto& [e, n] : r.events) events += (events.empty() ? "" : ", ") + e + " x" + std::to_string(n);
-      std::fprintf(stderr, "%s[%s: ended by %s after %.2f s; %lld tokens generated; blocks: %s; events: %s]\n",
+      for (const auto& [b, n] : r.block_tokens)
+        blocks += (blocks.empty() ? "" : ", ") + b + " " + std::to_string(n);
+      for (const auto& [e, n] : r.events)
+        events += (events.empty() ? "" : ", ") + e + " x" + std::to_string(n);
+      std::fprintf(stderr,
+                   "%s[%s: ended by %s after %.2f s; %lld tokens generated; blocks: %s; events: %s]\n",
                    several ? "" : "\n", run.label.c_str(), r.ended_by.c_str(), r.seconds,
-                   static_cast<long long>(r.generated_tokens), blocks.c_str(), events.empty() ? "none" : events.c_str());
+                   static_cast<long long>(r.generated_tokens), blocks.c_str(),
+                   events.empty() ? "none" : events.c_str());
     }
     if (!r.ok()) {
       std::fprintf(stderr, "chorus run: %s%s\n", several ? (run.label + ": ").c_str() : "", r.error.c_str());
@@ -211,14 +227,18 @@ int run_run(const RunArgs& args) {
   }
   if (manager && !args.quiet) {
     const ProgramManagerStats st = manager->stats();
-    std::fprintf(stderr, "[scheduler: %lld programs admitted; %lld pauses (%lld offloaded), %lld restores, %lld tokens recomputed; most resident at a check %lld of %lld pages%s]\n",
-                 static_cast<long long>(st.admitted), static_cast<long long>(st.pauses), static_cast<long long>(st.offloaded_pauses),
-                 static_cast<long long>(st.restores), static_cast<long long>(st.recomputed_tokens),
-                 static_cast<long long>(st.peak_resident_pages), static_cast<long long>((*engine)->pool_pages()),
-                 st.tools_cooled == 0 ? ""
-                                      : ("; " + std::to_string(st.tools_cooled) + " tool sandboxes removed while idle, " +
-                                         std::to_string(st.tools_prewarmed) + " made again ahead of a restore")
-                                            .c_str());
+    std::fprintf(stderr,
+                 "[scheduler: %lld programs admitted; %lld pauses (%lld offloaded), %lld restores, %lld "
+                 "tokens recomputed; most resident at a check %lld of %lld pages%s]\n",
+                 static_cast<long long>(st.admitted), static_cast<long long>(st.pauses),
+                 static_cast<long long>(st.offloaded_pauses), static_cast<long long>(st.restores),
+                 static_cast<long long>(st.recomputed_tokens), static_cast<long long>(st.peak_resident_pages),
+                 static_cast<long long>((*engine)->pool_pages()),
+                 st.tools_cooled == 0
+                     ? ""
+                     : ("; " + std::to_string(st.tools_cooled) + " tool sandboxes removed while idle, " +
+                        std::to_string(st.tools_prewarmed) + " made again ahead of a restore")
+                           .c_str());
   }
   return failed > 0 ? 1 : 0;
 }

@@ -1,4 +1,4 @@
-// `chorus serve`: the OpenAI-compatible HTTP gateway (actors/gateway.h) in front of the engine's
+// `chorus serve`: the OpenAI-compatible HTTP gateway (gateway/gateway.h) in front of the engine's
 // batcher, with program-aware scheduling. Runs until SIGINT or SIGTERM.
 #include <atomic>
 #include <caf/all.hpp>
@@ -8,21 +8,24 @@
 #include <thread>
 
 #include "actors/batcher.h"
-#include "actors/gateway.h"
 #include "apps/chorus/commands.h"
 #include "apps/chorus/served.h"
-#include "engine/engine.h"
-#include "engine/model.h"
-#include "gpu/cpu_device.h"
+#include "device/cpu_device.h"
+#include "engine/model/model.h"
+#include "engine/step/engine.h"
+#include "gateway/gateway.h"
 
 namespace chorus::app {
 namespace {
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
+void on_signal(int) {
+  g_stop = true;
+}
 }  // namespace
 
 int run_serve(const ServeArgs& args) {
-  auto served = load_served("serve", args.model, args.threads, args.pages, args.budget, args.ctx, args.device);
+  auto served =
+      load_served("serve", args.model, args.threads, args.pages, args.budget, args.ctx, args.device);
   if (!served) return 1;
   const auto& model = served->model;
   const auto& device = served->device;
@@ -37,7 +40,8 @@ int run_serve(const ServeArgs& args) {
   go.model_name = args.model_name;
   if (go.model_name.empty()) {  // the file's name: SmolLM2-135M-Instruct.Q4_1
     go.model_name = args.model.substr(args.model.find_last_of('/') + 1);
-    if (go.model_name.size() > 5 && go.model_name.substr(go.model_name.size() - 5) == ".gguf") go.model_name.resize(go.model_name.size() - 5);
+    if (go.model_name.size() > 5 && go.model_name.substr(go.model_name.size() - 5) == ".gguf")
+      go.model_name.resize(go.model_name.size() - 5);
   }
   go.lease_s = args.lease_s;
   go.max_tokens_limit = args.ctx;
@@ -50,7 +54,9 @@ int run_serve(const ServeArgs& args) {
   go.threads = args.http_threads;
   go.policy.offload_displaces = args.displace;
   go.policy.host_capacity_pages = args.host_pages;
-  go.mode = args.policy == "lru" ? SchedulingMode::lru : args.policy == "ttl" ? SchedulingMode::ttl : SchedulingMode::program;
+  go.mode = args.policy == "lru"   ? SchedulingMode::lru
+            : args.policy == "ttl" ? SchedulingMode::ttl
+                                   : SchedulingMode::program;
   go.ttl_s = args.ttl_s;
   auto gw = Gateway::start(sys, batcher, *model, go);
   if (!report("serve", gw)) {

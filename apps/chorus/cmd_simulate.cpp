@@ -1,4 +1,4 @@
-// `chorus simulate`: the discrete-event simulator of engine/program_sim.h — programs sharing KV
+// `chorus simulate`: the discrete-event simulator of engine/sched/program_sim.h — programs sharing KV
 // pages under the program-aware policy and the request-level baselines — over a sweep of
 // concurrency. A model, not a measurement: it shows where a policy collapses, in seconds.
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/chorus/commands.h"
-#include "engine/program_sim.h"
+#include "engine/sched/program_sim.h"
 
 namespace chorus::app {
 
@@ -33,9 +33,15 @@ int run_simulate(const SimulateArgs& args) {
       const SimResult r = simulate(o);
       // recomp: tokens prefilled again / context tokens at the start of reason phases (can pass 100 %)
       std::printf(" | %8s %9.1f %5.0f%% %6.1f", "", r.steps_per_min, 100 * (1 - r.hit_rate), r.p99_reason_s);
-      out.push_back({{"policy", sim_policy_name(p)}, {"concurrency", n}, {"steps_per_min", r.steps_per_min},
-                     {"hit_rate", r.hit_rate}, {"recomputed_tokens", r.recomputed_tokens},
-                     {"evictions", r.evictions}, {"offloads", r.offloads}, {"p50_reason_s", r.p50_reason_s}, {"p99_reason_s", r.p99_reason_s},
+      out.push_back({{"policy", sim_policy_name(p)},
+                     {"concurrency", n},
+                     {"steps_per_min", r.steps_per_min},
+                     {"hit_rate", r.hit_rate},
+                     {"recomputed_tokens", r.recomputed_tokens},
+                     {"evictions", r.evictions},
+                     {"offloads", r.offloads},
+                     {"p50_reason_s", r.p50_reason_s},
+                     {"p99_reason_s", r.p99_reason_s},
                      {"busy_s", r.busy_s}});
     }
     std::printf("\n");

@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "apps/chorus/commands.h"
-#include "engine/chat_template.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/model/gguf.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace chorus::app {
 namespace {
@@ -27,7 +27,8 @@ Result<std::vector<TokenId>> parse_ids(const std::string& s, size_t vocab) {
     const long id = std::stol(s.substr(i, j - i));
     if (static_cast<size_t>(id) >= vocab)
       return make_error(Errc::out_of_range, "--decode: token id " + std::to_string(id) +
-                                                " is outside the vocabulary (" + std::to_string(vocab) + " tokens)");
+                                                " is outside the vocabulary (" + std::to_string(vocab) +
+                                                " tokens)");
     ids.push_back(static_cast<TokenId>(id));
     i = j;
   }
@@ -37,14 +38,18 @@ Result<std::vector<TokenId>> parse_ids(const std::string& s, size_t vocab) {
 std::string visible(const std::string& s) {
   std::string out;
   for (unsigned char c : s) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
     else if (c < 32) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
       out += buf;
-    } else out += static_cast<char>(c);
+    } else
+      out += static_cast<char>(c);
   }
   return out;
 }
@@ -75,7 +80,8 @@ int run_tokenize(const TokenizeArgs& args) {
     }
     text = tmpl->apply({{"user", text}});
   }
-  const auto ids = tok->encode(text, {.add_special = args.add_special, .parse_special = args.parse_special || args.chat});
+  const auto ids =
+      tok->encode(text, {.add_special = args.add_special, .parse_special = args.parse_special || args.chat});
   if (args.pieces) {
     for (TokenId id : ids) std::printf("%6d  %s\n", id, visible(tok->token_to_piece(id)).c_str());
     std::printf("%zu tokens\n", ids.size());

@@ -21,21 +21,21 @@ int run_info(const InfoArgs& args);
 struct TokenizeArgs {
   std::string model;
   std::string text;
-  std::string decode_ids;      // "1, 2, 3": decode instead of encode
-  bool parse_special = true;   // match <|im_start|> and other control tokens in the text
-  bool add_special = false;    // add BOS/EOS as the model asks
-  bool pieces = false;         // print one line per token: id and its text
-  bool chat = false;           // wrap TEXT as a user turn of the model's chat template
+  std::string decode_ids;     // "1, 2, 3": decode instead of encode
+  bool parse_special = true;  // match <|im_start|> and other control tokens in the text
+  bool add_special = false;   // add BOS/EOS as the model asks
+  bool pieces = false;        // print one line per token: id and its text
+  bool chat = false;          // wrap TEXT as a user turn of the model's chat template
 };
 int run_tokenize(const TokenizeArgs& args);
 
 struct GenerateArgs {
   std::string model;
   std::string prompt;
-  bool chat = false;           // wrap the prompt as a user turn of the chat template
-  std::string system;          // with chat: the system message (default: the template's own)
-  bool no_special = false;     // do not match control tokens in the prompt text
-  int n_predict = 256;         // tokens to generate (-1: until the context is full)
+  bool chat = false;        // wrap the prompt as a user turn of the chat template
+  std::string system;       // with chat: the system message (default: the template's own)
+  bool no_special = false;  // do not match control tokens in the prompt text
+  int n_predict = 256;      // tokens to generate (-1: until the context is full)
   int n_ctx = 4096;
   float temperature = 0.8f;
   int top_k = 40;
@@ -47,23 +47,23 @@ struct GenerateArgs {
   std::string isa;             // "": best for this CPU
   bool verbose = false;        // timing line on stderr
   int parallel = 1;            // generations sharing one prompt block, batched
-  std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
+  std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
 };
 int run_generate(const GenerateArgs& args);
 
 struct BenchArgs {
   std::string model;
-  int pp = 512;                   // prompt tokens for the prompt-processing test (0: skip)
-  int tg = 128;                   // tokens generated per sequence
-  int prompt = 16;                // prompt tokens per sequence before the decode test
+  int pp = 512;     // prompt tokens for the prompt-processing test (0: skip)
+  int tg = 128;     // tokens generated per sequence
+  int prompt = 16;  // prompt tokens per sequence before the decode test
   std::vector<int> seqs = {1, 2, 4, 8, 16};
-  int reps = 3;                   // timed repetitions after one warm-up (best is reported)
+  int reps = 3;  // timed repetitions after one warm-up (best is reported)
   int threads = 0;
   std::string isa;
-  std::string json;               // write results here
-  bool views = false;             // the cache-block benchmarks instead (views, sharing, probes)
-  bool hybrid = false;            // block views over a hybrid (Gated DeltaNet) model instead
-  std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
+  std::string json;            // write results here
+  bool views = false;          // the cache-block benchmarks instead (views, sharing, probes)
+  bool hybrid = false;         // block views over a hybrid (Gated DeltaNet) model instead
+  std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
 };
 int run_bench(const BenchArgs& args);
 
@@ -71,30 +71,30 @@ struct NodeArgs {
   std::string model;
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::string events_endpoint = "tcp://127.0.0.1:*";  // PUB socket for event frames; "" none
-  int64_t pages = 2048;           // KV pages of 16 positions
-  int budget = 256;               // tokens per engine step
+  int64_t pages = 2048;                               // KV pages of 16 positions
+  int budget = 256;                                   // tokens per engine step
   int threads = 0;
   size_t max_frame_bytes = 64u << 20;
-  std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
+  std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
 };
 int run_node(const NodeArgs& args);
 
 struct RunArgs {
-  std::string file;               // the topology (check)
-  std::vector<std::string> files; // the topologies (run: one program each, on one engine)
-  int copies = 1;                 // run: programs per file
-  std::vector<std::string> set;   // KEY=VALUE: parameters and key paths
-  std::string input;              // the parameter "input"
+  std::string file;                // the topology (check)
+  std::vector<std::string> files;  // the topologies (run: one program each, on one engine)
+  int copies = 1;                  // run: programs per file
+  std::vector<std::string> set;    // KEY=VALUE: parameters and key paths
+  std::string input;               // the parameter "input"
   bool input_given = false;
-  std::string model;              // overrides the topology's model
-  int threads = 0;                // overrides engine.threads
-  bool events = false;            // print every event to stderr as it fires
-  bool quiet = false;             // no report line at the end
-  std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
-  std::string policy = "program"; // several programs: program (ProgramManager) or none
-  double check_period_s = 5.0;    // the program policy's periodic check
-  int64_t host_pages = 0;         // pages host memory may hold for offloaded programs (0: drop only)
-  double tool_lease_s = 60;       // a paused program's tool sandbox is removed after this long idle
+  std::string model;               // overrides the topology's model
+  int threads = 0;                 // overrides engine.threads
+  bool events = false;             // print every event to stderr as it fires
+  bool quiet = false;              // no report line at the end
+  std::string device = "cpu";      // cpu, cuda or auto (apps/chorus/gpu_choice.h)
+  std::string policy = "program";  // several programs: program (ProgramManager) or none
+  double check_period_s = 5.0;     // the program policy's periodic check
+  int64_t host_pages = 0;          // pages host memory may hold for offloaded programs (0: drop only)
+  double tool_lease_s = 60;        // a paused program's tool sandbox is removed after this long idle
 };
 int run_check(const RunArgs& args);  // validates without loading a model
 int run_run(const RunArgs& args);
@@ -102,24 +102,24 @@ int run_run(const RunArgs& args);
 struct ServeArgs {
   std::string model;
   std::string host = "127.0.0.1";
-  int port = 8000;                // 0: any free port (printed)
-  std::string model_name;         // as /v1/models lists it ("": the model's name)
-  int64_t pages = 2048;           // KV pages of 16 positions, shared by all programs
-  int64_t host_pages = 8192;      // pages host memory may hold for offloaded programs
-  int budget = 256;               // tokens per engine step
-  int ctx = 4096;                 // longest conversation (tokens)
-  double lease_s = 600;           // idle programs are released after this long
-  double check_period_s = 5;      // the scheduling policy's period
-  double aging_s = 10;            // the restore queue's aging (a waiting program's key halves)
-  double restore_wait_s = 300;    // a request for a paused program waits this long, then 503
-  int http_threads = 128;         // requests served at once (each waits for its restore on one)
-  bool displace = false;          // ready programs displace acting ones that offload cheaply
-  std::string policy = "program"; // program, lru, ttl
-  double ttl_s = 2;               // --policy ttl: seconds an idle program stays pinned
-  double high_watermark = 0.95;   // program policy: pause above this share of the pages ...
-  double low_watermark = 0.85;    // ... restore below this one
+  int port = 8000;                 // 0: any free port (printed)
+  std::string model_name;          // as /v1/models lists it ("": the model's name)
+  int64_t pages = 2048;            // KV pages of 16 positions, shared by all programs
+  int64_t host_pages = 8192;       // pages host memory may hold for offloaded programs
+  int budget = 256;                // tokens per engine step
+  int ctx = 4096;                  // longest conversation (tokens)
+  double lease_s = 600;            // idle programs are released after this long
+  double check_period_s = 5;       // the scheduling policy's period
+  double aging_s = 10;             // the restore queue's aging (a waiting program's key halves)
+  double restore_wait_s = 300;     // a request for a paused program waits this long, then 503
+  int http_threads = 128;          // requests served at once (each waits for its restore on one)
+  bool displace = false;           // ready programs displace acting ones that offload cheaply
+  std::string policy = "program";  // program, lru, ttl
+  double ttl_s = 2;                // --policy ttl: seconds an idle program stays pinned
+  double high_watermark = 0.95;    // program policy: pause above this share of the pages ...
+  double low_watermark = 0.85;     // ... restore below this one
   int threads = 0;
-  std::string device = "cpu";     // cpu, cuda or auto (apps/chorus/gpu_choice.h)
+  std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
 };
 int run_serve(const ServeArgs& args);
 
@@ -127,11 +127,11 @@ struct SimulateArgs {
   std::vector<int> concurrency = {8, 16, 32, 64, 128, 256};
   int steps = 8;
   int64_t pages = 2048;
-  double duration_s = 600;        // simulated seconds per point
+  double duration_s = 600;  // simulated seconds per point
   double tool_scale_s = 1.0;
-  int64_t host_pages = 0;         // host memory for the program policy's offloaded pauses
-  bool displace = false;          // program policy: ready programs displace acting ones that offload cheaply
-  double aging_s = 10;            // program policy: a waiting program's key halves every aging_s
+  int64_t host_pages = 0;  // host memory for the program policy's offloaded pauses
+  bool displace = false;   // program policy: ready programs displace acting ones that offload cheaply
+  double aging_s = 10;     // program policy: a waiting program's key halves every aging_s
   uint64_t seed = 1;
   std::string json;
 };
@@ -141,8 +141,9 @@ int run_simulate(const SimulateArgs& args);
 // asks for), an engine over them.
 struct Served;
 // Loads them or prints "chorus CMD: <error>" and returns nullptr.
-std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, int threads, int64_t pages, int budget,
-                                    int64_t max_view_tokens = 0, const std::string& device = "cpu");
+std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, int threads, int64_t pages,
+                                    int budget, int64_t max_view_tokens = 0,
+                                    const std::string& device = "cpu");
 
 // Prints "chorus CMD: <error>" to stderr when `r` holds an error; returns whether it holds a value.
 template <class R>

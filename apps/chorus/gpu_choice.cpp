@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "engine/cuda_runner.h"
+#include "engine/forward/cuda/cuda_runner.h"
 
 namespace chorus::app {
 
@@ -13,12 +13,14 @@ Result<std::unique_ptr<CudaDevice>> open_gpu(const char* cmd, const std::string&
   const Status runs = CudaRunner::check(model.config, model.weights);
   if (device == "cuda" && !runs.ok()) return runs.error();
   if (!runs.ok()) {  // auto: the CPU, saying why
-    std::fprintf(stderr, "chorus %s: --device auto: running on the CPU (%s)\n", cmd, runs.error().message.c_str());
+    std::fprintf(stderr, "chorus %s: --device auto: running on the CPU (%s)\n", cmd,
+                 runs.error().message.c_str());
     return std::unique_ptr<CudaDevice>();
   }
   auto gpu = CudaDevice::create();
   if (gpu || device == "cuda") return gpu;
-  std::fprintf(stderr, "chorus %s: --device auto: running on the CPU (no GPU: %s)\n", cmd, gpu.error().message.c_str());
+  std::fprintf(stderr, "chorus %s: --device auto: running on the CPU (no GPU: %s)\n", cmd,
+               gpu.error().message.c_str());
   return std::unique_ptr<CudaDevice>();
 }
 

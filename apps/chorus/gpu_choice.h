@@ -6,8 +6,8 @@
 #include <string>
 
 #include "base/status.h"
-#include "engine/model.h"
-#include "gpu/cuda_device.h"
+#include "device/cuda_device.h"
+#include "engine/model/model.h"
 
 namespace chorus::app {
 

@@ -1,10 +1,10 @@
 // chorus: command-line entry point. Parses arguments (CLI11 lives only in this file) and
 // dispatches to the subcommands in commands.h.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "apps/chorus/commands.h"
-#include "engine/model_paths.h"
+#include "engine/model/model_paths.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -17,19 +17,23 @@ int main(int argc, char** argv) {
 
   chorus::app::InfoArgs info;
   info.model = chorus::default_model_path();
-  auto* info_cmd = app.add_subcommand("info", "Describe a GGUF model: architecture, sizes, tensor types, special tokens");
+  auto* info_cmd =
+      app.add_subcommand("info", "Describe a GGUF model: architecture, sizes, tensor types, special tokens");
   info_cmd->add_option("--model,-m", info.model, "GGUF file")->capture_default_str();
   info_cmd->add_flag("--metadata", info.metadata, "Print every metadata key and value");
   info_cmd->add_flag("--tensors", info.tensors, "List every tensor: name, type, shape, size, offset");
-  info_cmd->add_flag("--check-runtime", info.check_runtime, "Also self-test the actor runtime (CAF + FlatBuffers)");
+  info_cmd->add_flag("--check-runtime", info.check_runtime,
+                     "Also self-test the actor runtime (CAF + FlatBuffers)");
 
   chorus::app::TokenizeArgs tok;
   tok.model = chorus::default_model_path();
   auto* tok_cmd = app.add_subcommand("tokenize", "Text to token ids (or ids to text with --decode)");
   tok_cmd->add_option("--model,-m", tok.model, "GGUF file")->capture_default_str();
   tok_cmd->add_option("text", tok.text, "Text to tokenize");
-  tok_cmd->add_option("--decode,-d", tok.decode_ids, "Token ids to turn back into text, e.g. \"1, 9159, 28\"");
-  tok_cmd->add_flag("!--no-special", tok.parse_special, "Treat <|im_start|> and other control-token text as plain text");
+  tok_cmd->add_option("--decode,-d", tok.decode_ids,
+                      "Token ids to turn back into text, e.g. \"1, 9159, 28\"");
+  tok_cmd->add_flag("!--no-special", tok.parse_special,
+                    "Treat <|im_start|> and other control-token text as plain text");
   tok_cmd->add_flag("--add-special", tok.add_special, "Add BOS/EOS if the model asks for them");
   tok_cmd->add_flag("--pieces,-p", tok.pieces, "Print one line per token: id and the text it stands for");
   tok_cmd->add_flag("--chat", tok.chat, "Wrap the text as a user turn of the chat template");
@@ -40,39 +44,61 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--model,-m", gen.model, "GGUF file")->capture_default_str();
   gen_cmd->add_option("prompt", gen.prompt, "The prompt (with --chat: the user's message)")->required();
   gen_cmd->add_flag("--chat", gen.chat, "Apply the model's chat template (ChatML) to the prompt");
-  gen_cmd->add_option("--system", gen.system, "With --chat: the system message (default: the template's own, if any)");
+  gen_cmd->add_option("--system", gen.system,
+                      "With --chat: the system message (default: the template's own, if any)");
   gen_cmd->add_flag("--no-special", gen.no_special, "Treat control-token text in the prompt as plain text");
-  gen_cmd->add_option("-n,--n-predict", gen.n_predict, "Tokens to generate; -1 until the context is full")->capture_default_str();
-  gen_cmd->add_option("--ctx", gen.n_ctx, "Context size in tokens (prompt + generated)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  gen_cmd->add_option("-n,--n-predict", gen.n_predict, "Tokens to generate; -1 until the context is full")
+      ->capture_default_str();
+  gen_cmd->add_option("--ctx", gen.n_ctx, "Context size in tokens (prompt + generated)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   gen_cmd->add_option("--temp", gen.temperature, "Temperature; 0 is greedy")->capture_default_str();
   gen_cmd->add_option("--top-k", gen.top_k, "Keep the k most likely tokens; 0 off")->capture_default_str();
   gen_cmd->add_option("--top-p", gen.top_p, "Nucleus sampling threshold; 1 off")->capture_default_str();
-  gen_cmd->add_option("--min-p", gen.min_p, "Drop tokens below min-p times the best one's probability; 0 off")->capture_default_str();
-  gen_cmd->add_option("--repeat-penalty", gen.repeat_penalty, "Penalty for the last 64 tokens; 1 off")->capture_default_str();
+  gen_cmd->add_option("--min-p", gen.min_p, "Drop tokens below min-p times the best one's probability; 0 off")
+      ->capture_default_str();
+  gen_cmd->add_option("--repeat-penalty", gen.repeat_penalty, "Penalty for the last 64 tokens; 1 off")
+      ->capture_default_str();
   gen_cmd->add_option("--seed", gen.seed, "Random seed")->capture_default_str();
   gen_cmd->add_option("-t,--threads", gen.threads, "Compute threads; 0 one per core")->capture_default_str();
-  gen_cmd->add_option("--device", gen.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
+  gen_cmd
+      ->add_option(
+          "--device", gen.device,
+          "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   gen_cmd->add_option("--isa", gen.isa, "Force a kernel set: scalar, avx2, avx512");
   gen_cmd->add_flag("-v,--verbose", gen.verbose, "Print timings to stderr");
-  gen_cmd->add_option("--parallel", gen.parallel,
-                      "Generations sharing one prompt block (each writes its own block; all batched)")
-      ->capture_default_str()->check(CLI::Range(1, 64));
+  gen_cmd
+      ->add_option("--parallel", gen.parallel,
+                   "Generations sharing one prompt block (each writes its own block; all batched)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
 
   chorus::app::BenchArgs bench;
   bench.model = chorus::default_model_path();
-  auto* bench_cmd = app.add_subcommand("bench", "Measure prompt processing and decode throughput (1..N sequences)");
+  auto* bench_cmd =
+      app.add_subcommand("bench", "Measure prompt processing and decode throughput (1..N sequences)");
   bench_cmd->add_option("--model,-m", bench.model, "GGUF file")->capture_default_str();
-  bench_cmd->add_option("--pp", bench.pp, "Prompt tokens for the prompt-processing test; 0 skips it")->capture_default_str();
+  bench_cmd->add_option("--pp", bench.pp, "Prompt tokens for the prompt-processing test; 0 skips it")
+      ->capture_default_str();
   bench_cmd->add_option("--tg", bench.tg, "Tokens generated per sequence")->capture_default_str();
-  bench_cmd->add_option("--prompt", bench.prompt, "Prompt tokens of each sequence before the decode test (llama-batched-bench's -npp)")
+  bench_cmd
+      ->add_option("--prompt", bench.prompt,
+                   "Prompt tokens of each sequence before the decode test (llama-batched-bench's -npp)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  bench_cmd->add_option("--seqs", bench.seqs, "Concurrent sequence counts to measure")->delimiter(',')->capture_default_str();
-  bench_cmd->add_option("--reps", bench.reps, "Timed repetitions after a warm-up; the best is reported")->capture_default_str();
-  bench_cmd->add_option("-t,--threads", bench.threads, "Compute threads; 0 one per core")->capture_default_str();
-  bench_cmd->add_option("--device", bench.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
+  bench_cmd->add_option("--seqs", bench.seqs, "Concurrent sequence counts to measure")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench_cmd->add_option("--reps", bench.reps, "Timed repetitions after a warm-up; the best is reported")
+      ->capture_default_str();
+  bench_cmd->add_option("-t,--threads", bench.threads, "Compute threads; 0 one per core")
+      ->capture_default_str();
+  bench_cmd
+      ->add_option(
+          "--device", bench.device,
+          "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   bench_cmd->add_option("--isa", bench.isa, "Force a kernel set: scalar, avx2, avx512");
@@ -80,54 +106,81 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--views", bench.views,
                       "Cache-block benchmarks: view of 4 blocks vs contiguous, 8 generations over a shared "
                       "prompt vs private copies, probe latency under load");
-  bench_cmd->add_flag("--hybrid", bench.hybrid,
-                      "Hybrid-model benchmarks (qwen35): decode with a view of 3 blocks vs contiguous for 1 and 8 "
-                      "generates, time spent composing view states, linear-layer memory per block (--pp sets the "
-                      "context length, --tg the tokens per generate)");
+  bench_cmd->add_flag(
+      "--hybrid", bench.hybrid,
+      "Hybrid-model benchmarks (qwen35): decode with a view of 3 blocks vs contiguous for 1 and 8 "
+      "generates, time spent composing view states, linear-layer memory per block (--pp sets the "
+      "context length, --tg the tokens per generate)");
 
   chorus::app::NodeArgs node;
   node.model = chorus::default_model_path();
-  auto* node_cmd = app.add_subcommand("node", "Serve the engine on a ZeroMQ node port (FlatBuffers frames; see schemas/)");
+  auto* node_cmd =
+      app.add_subcommand("node", "Serve the engine on a ZeroMQ node port (FlatBuffers frames; see schemas/)");
   node_cmd->add_option("--model,-m", node.model, "GGUF file")->capture_default_str();
-  node_cmd->add_option("--endpoint", node.endpoint, "ZeroMQ endpoint to bind; tcp://127.0.0.1:* picks a free port")
+  node_cmd
+      ->add_option("--endpoint", node.endpoint,
+                   "ZeroMQ endpoint to bind; tcp://127.0.0.1:* picks a free port")
       ->capture_default_str();
-  node_cmd->add_option("--events-endpoint", node.events_endpoint,
-                       "ZeroMQ PUB endpoint for event frames (topics block:<id>); empty for none")
+  node_cmd
+      ->add_option("--events-endpoint", node.events_endpoint,
+                   "ZeroMQ PUB endpoint for event frames (topics block:<id>); empty for none")
       ->capture_default_str();
   node_cmd->add_option("--pages", node.pages, "KV cache pages of 16 positions")->capture_default_str();
   node_cmd->add_option("--budget", node.budget, "Tokens per engine step")->capture_default_str();
-  node_cmd->add_option("-t,--threads", node.threads, "Compute threads; 0 one per core")->capture_default_str();
-  node_cmd->add_option("--device", node.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
+  node_cmd->add_option("-t,--threads", node.threads, "Compute threads; 0 one per core")
+      ->capture_default_str();
+  node_cmd
+      ->add_option(
+          "--device", node.device,
+          "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  node_cmd->add_option("--max-frame-bytes", node.max_frame_bytes, "Larger frames are refused")->capture_default_str();
+  node_cmd->add_option("--max-frame-bytes", node.max_frame_bytes, "Larger frames are refused")
+      ->capture_default_str();
 
   chorus::app::RunArgs run;
-  auto* run_cmd = app.add_subcommand("run", "Run topology files (topologies/README.md), each as a program, on one engine until they end");
-  run_cmd->add_option("files", run.files, "Topology file(s) (YAML); several run at once on one engine")->required();
+  auto* run_cmd = app.add_subcommand(
+      "run", "Run topology files (topologies/README.md), each as a program, on one engine until they end");
+  run_cmd->add_option("files", run.files, "Topology file(s) (YAML); several run at once on one engine")
+      ->required();
   run_cmd->add_option("--copies", run.copies, "Programs per file, all at once on the one engine")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  run_cmd->add_option("--set", run.set, "KEY=VALUE: a parameter, or a key path such as budget.tokens=64 (repeatable)");
-  auto* input_opt = run_cmd->add_option("--input,-i", run.input, "The parameter \"input\" (the user's question, say)");
-  run_cmd->add_option("--model,-m", run.model, "GGUF file (default: the topology's model, else the default model)");
-  run_cmd->add_option("-t,--threads", run.threads, "Compute threads (default: the topology's engine.threads; 0 one per core)");
-  run_cmd->add_option("--device", run.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
+  run_cmd->add_option("--set", run.set,
+                      "KEY=VALUE: a parameter, or a key path such as budget.tokens=64 (repeatable)");
+  auto* input_opt =
+      run_cmd->add_option("--input,-i", run.input, "The parameter \"input\" (the user's question, say)");
+  run_cmd->add_option("--model,-m", run.model,
+                      "GGUF file (default: the topology's model, else the default model)");
+  run_cmd->add_option("-t,--threads", run.threads,
+                      "Compute threads (default: the topology's engine.threads; 0 one per core)");
+  run_cmd
+      ->add_option(
+          "--device", run.device,
+          "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  run_cmd->add_option("--policy", run.policy,
-                      "With several programs: program (admit, pause and restore whole programs by the program-aware "
-                      "policy, docs/scheduling.md) or none (every program at once; the pool must hold them all)")
+  run_cmd
+      ->add_option(
+          "--policy", run.policy,
+          "With several programs: program (admit, pause and restore whole programs by the program-aware "
+          "policy, docs/scheduling.md) or none (every program at once; the pool must hold them all)")
       ->capture_default_str()
       ->check(CLI::IsMember({"program", "none"}));
-  run_cmd->add_option("--check-period", run.check_period_s, "Program policy: seconds between periodic checks (and at each tool call and result)")
+  run_cmd
+      ->add_option("--check-period", run.check_period_s,
+                   "Program policy: seconds between periodic checks (and at each tool call and result)")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 3600.0));
-  run_cmd->add_option("--host-pages", run.host_pages, "Program policy: pages host memory may hold for offloaded programs (0: pauses drop)")
+  run_cmd
+      ->add_option("--host-pages", run.host_pages,
+                   "Program policy: pages host memory may hold for offloaded programs (0: pauses drop)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  run_cmd->add_option("--tool-lease", run.tool_lease_s,
-                      "Program policy: seconds a paused program waiting for an event keeps its tools' sandbox (made again ahead of its restore)")
+  run_cmd
+      ->add_option("--tool-lease", run.tool_lease_s,
+                   "Program policy: seconds a paused program waiting for an event keeps its tools' sandbox "
+                   "(made again ahead of its restore)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
   run_cmd->add_flag("--events", run.events, "Print every event to stderr as it fires");
@@ -139,53 +192,78 @@ int main(int argc, char** argv) {
 
   chorus::app::ServeArgs serve;
   serve.model = chorus::default_model_path();
-  auto* serve_cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP API with program-aware scheduling (docs/serve.md)");
+  auto* serve_cmd =
+      app.add_subcommand("serve", "OpenAI-compatible HTTP API with program-aware scheduling (docs/serve.md)");
   serve_cmd->add_option("--model,-m", serve.model, "GGUF file")->capture_default_str();
   serve_cmd->add_option("--host", serve.host, "Address to listen on")->capture_default_str();
   serve_cmd->add_option("--port,-p", serve.port, "Port; 0 picks a free one")->capture_default_str();
   serve_cmd->add_option("--model-name", serve.model_name, "The model's id in /v1/models (default: its name)");
-  serve_cmd->add_option("--pages", serve.pages, "KV cache pages of 16 positions, shared by all programs")->capture_default_str();
-  serve_cmd->add_option("--host-pages", serve.host_pages, "Pages host memory may hold for offloaded programs")->capture_default_str();
+  serve_cmd->add_option("--pages", serve.pages, "KV cache pages of 16 positions, shared by all programs")
+      ->capture_default_str();
+  serve_cmd->add_option("--host-pages", serve.host_pages, "Pages host memory may hold for offloaded programs")
+      ->capture_default_str();
   serve_cmd->add_option("--budget", serve.budget, "Tokens per engine step")->capture_default_str();
-  serve_cmd->add_option("--ctx", serve.ctx, "Longest conversation in tokens; also the max_tokens limit")->capture_default_str();
-  serve_cmd->add_option("--lease", serve.lease_s, "Seconds after which an idle program is released")->capture_default_str();
-  serve_cmd->add_option("--check-period", serve.check_period_s, "Seconds between scheduling checks")->capture_default_str();
+  serve_cmd->add_option("--ctx", serve.ctx, "Longest conversation in tokens; also the max_tokens limit")
+      ->capture_default_str();
+  serve_cmd->add_option("--lease", serve.lease_s, "Seconds after which an idle program is released")
+      ->capture_default_str();
+  serve_cmd->add_option("--check-period", serve.check_period_s, "Seconds between scheduling checks")
+      ->capture_default_str();
   serve_cmd->add_option("--aging", serve.aging_s, "Seconds for a waiting program's restore key to halve")
       ->capture_default_str();
-  serve_cmd->add_flag("--displace", serve.displace,
-                      "Program policy: a ready program displaces acting ones that offload cheaply (host room)");
-  serve_cmd->add_option("--restore-wait", serve.restore_wait_s,
-                        "Seconds a request for a paused program may wait for memory before a 503")
+  serve_cmd->add_flag(
+      "--displace", serve.displace,
+      "Program policy: a ready program displaces acting ones that offload cheaply (host room)");
+  serve_cmd
+      ->add_option("--restore-wait", serve.restore_wait_s,
+                   "Seconds a request for a paused program may wait for memory before a 503")
       ->capture_default_str();
-  serve_cmd->add_option("--policy", serve.policy, "program (pause idle programs, ThunderAgent), lru or ttl (baselines)")
+  serve_cmd
+      ->add_option("--policy", serve.policy,
+                   "program (pause idle programs, ThunderAgent), lru or ttl (baselines)")
       ->capture_default_str()
       ->check(CLI::IsMember({"program", "lru", "ttl"}));
-  serve_cmd->add_option("--ttl", serve.ttl_s, "With --policy ttl: seconds an idle program stays pinned")->capture_default_str();
-  serve_cmd->add_option("--high-watermark", serve.high_watermark,
-                        "Program policy: pause programs while the resident pages exceed this share of --pages")
+  serve_cmd->add_option("--ttl", serve.ttl_s, "With --policy ttl: seconds an idle program stays pinned")
+      ->capture_default_str();
+  serve_cmd
+      ->add_option("--high-watermark", serve.high_watermark,
+                   "Program policy: pause programs while the resident pages exceed this share of --pages")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 1.0));
-  serve_cmd->add_option("--low-watermark", serve.low_watermark,
-                        "Program policy: restore programs while the weighted pages stay below this share (<= high)")
+  serve_cmd
+      ->add_option(
+          "--low-watermark", serve.low_watermark,
+          "Program policy: restore programs while the weighted pages stay below this share (<= high)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 1.0));
-  serve_cmd->add_option("--http-threads", serve.http_threads,
-                        "Requests handled at once; more wait unseen by the scheduler (keep it above the programs)")
+  serve_cmd
+      ->add_option("--http-threads", serve.http_threads,
+                   "Requests handled at once; more wait unseen by the scheduler (keep it above the programs)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  serve_cmd->add_option("-t,--threads", serve.threads, "Compute threads; 0 one per core")->capture_default_str();
-  serve_cmd->add_option("--device", serve.device, "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
+  serve_cmd->add_option("-t,--threads", serve.threads, "Compute threads; 0 one per core")
+      ->capture_default_str();
+  serve_cmd
+      ->add_option(
+          "--device", serve.device,
+          "Where the forward passes run: cpu, cuda, or auto (CUDA when a GPU is present and runs the model)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
 
   chorus::app::SimulateArgs sim;
-  auto* sim_cmd = app.add_subcommand("simulate", "Simulate agent programs sharing KV pages: program-aware vs LRU vs TTL");
-  sim_cmd->add_option("--concurrency", sim.concurrency, "Programs alive at once (a sweep)")->delimiter(',')->capture_default_str();
+  auto* sim_cmd =
+      app.add_subcommand("simulate", "Simulate agent programs sharing KV pages: program-aware vs LRU vs TTL");
+  sim_cmd->add_option("--concurrency", sim.concurrency, "Programs alive at once (a sweep)")
+      ->delimiter(',')
+      ->capture_default_str();
   sim_cmd->add_option("--steps", sim.steps, "Reason/act steps per program")->capture_default_str();
   sim_cmd->add_option("--pages", sim.pages, "KV pages of 16 tokens")->capture_default_str();
   sim_cmd->add_option("--duration", sim.duration_s, "Simulated seconds per point")->capture_default_str();
-  sim_cmd->add_option("--tool-scale", sim.tool_scale_s, "Scale of the Pareto tool time (seconds)")->capture_default_str();
-  sim_cmd->add_option("--host-pages", sim.host_pages, "Host memory (pages) for the program policy's offloaded pauses")
+  sim_cmd->add_option("--tool-scale", sim.tool_scale_s, "Scale of the Pareto tool time (seconds)")
+      ->capture_default_str();
+  sim_cmd
+      ->add_option("--host-pages", sim.host_pages,
+                   "Host memory (pages) for the program policy's offloaded pauses")
       ->capture_default_str();
   sim_cmd->add_flag("--displace", sim.displace,
                     "Program policy: ready programs displace acting ones that offload cheaply");

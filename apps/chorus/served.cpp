@@ -5,8 +5,9 @@
 
 namespace chorus::app {
 
-std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_path, int threads, int64_t pages,
-                                    int budget, int64_t max_view_tokens, const std::string& device_name) {
+std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_path, int threads,
+                                    int64_t pages, int budget, int64_t max_view_tokens,
+                                    const std::string& device_name) {
   auto s = std::make_unique<Served>();
   auto model = Model::load(model_path);
   if (!report(cmd, model)) return nullptr;

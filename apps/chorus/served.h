@@ -3,10 +3,10 @@
 
 #include <memory>
 
-#include "engine/engine.h"
-#include "engine/model.h"
-#include "gpu/cpu_device.h"
-#include "gpu/cuda_device.h"
+#include "device/cpu_device.h"
+#include "device/cuda_device.h"
+#include "engine/model/model.h"
+#include "engine/step/engine.h"
 
 namespace chorus::app {
 
@@ -14,7 +14,7 @@ struct Served {
   std::unique_ptr<Model> model;
   std::unique_ptr<CpuDevice> device;
   std::unique_ptr<CudaDevice> gpu;  // --device cuda/auto found one (declared before the engine: outlives it)
-  std::unique_ptr<Engine> engine;  // moved into the batcher
+  std::unique_ptr<Engine> engine;   // moved into the batcher
 };
 
 }  // namespace chorus::app

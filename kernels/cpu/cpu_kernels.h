@@ -1,8 +1,8 @@
 // The CPU kernel table: every op chorus runs on the CPU, as function pointers. There is one
 // table per instruction set — scalar (the reference), AVX2, AVX-512 (with VNNI) — built from
 // separately compiled translation units, and the device layer picks one at start-up from the
-// CPU's features (gpu/cpu_device.h). Every table entry is tested against the scalar table
-// (tests/test_kernels.cpp).
+// CPU's features (device/cpu_device.h). Every table entry is tested against the scalar table
+// (tests/kernels/test_kernels.cpp).
 //
 // Shapes use row-major [rows, cols]; "row r" of a weight matrix is output feature r.
 // All functions are pure (no state), thread-safe, and work on row ranges so the caller can
@@ -20,18 +20,18 @@ namespace chorus {
 
 // Y[t, r] = sum_k X[t, k] * W[r, k] for tokens t in [0, n_tokens) and rows r in [r0, r1).
 struct GemmArgs {
-  TensorType type;         // storage type of the weight rows
-  const uint8_t* w;        // [n_rows, row_bytes] weight rows in their storage type
+  TensorType type;   // storage type of the weight rows
+  const uint8_t* w;  // [n_rows, row_bytes] weight rows in their storage type
   size_t w_row_bytes;
-  int64_t n_cols;          // K, a multiple of the type's block size (and of 32)
-  const BlockQ8* xq;       // [n_tokens, n_cols / 32] activations quantized (integer kernels)
-  const float* xf;         // [n_tokens, n_cols] activations in f32 (float kernels)
+  int64_t n_cols;     // K, a multiple of the type's block size (and of 32)
+  const BlockQ8* xq;  // [n_tokens, n_cols / 32] activations quantized (integer kernels)
+  const float* xf;    // [n_tokens, n_cols] activations in f32 (float kernels)
   int64_t n_tokens;
-  float* y;                // [n_tokens, y_stride]
+  float* y;  // [n_tokens, y_stride]
   int64_t y_stride;
-  int64_t r0, r1;          // rows to compute; for a panel kernel, multiples of kPanelRows
-                           // (r1 may also be the last row)
-  const uint8_t* panels;   // the rows repacked (kernels/cpu/panel.h): panel kernels only
+  int64_t r0, r1;         // rows to compute; for a panel kernel, multiples of kPanelRows
+                          // (r1 may also be the last row)
+  const uint8_t* panels;  // the rows repacked (kernels/cpu/panel.h): panel kernels only
   size_t panel_bytes;
 };
 
@@ -56,10 +56,10 @@ inline constexpr int kKvPageSize = 16;
 // offset o is rotated by i - o, since <rot(q, i), rot(k, o + j)> = <rot(q, i - o), rot(k, j)>.
 // So no block is ever re-encoded when it appears in a view at another offset.
 struct AttentionSegment {
-  const float* q;              // [n_q, head_dim], rotated by (view position - segment offset)
-  const float* const* k_pages; // per page: [kv_stride dims][16 positions] (this layer)
-  const float* const* v_pages; // per page: [16 positions][kv_stride]
-  int64_t n_kv;                // positions of this block to attend
+  const float* q;               // [n_q, head_dim], rotated by (view position - segment offset)
+  const float* const* k_pages;  // per page: [kv_stride dims][16 positions] (this layer)
+  const float* const* v_pages;  // per page: [16 positions][kv_stride]
+  int64_t n_kv;                 // positions of this block to attend
 };
 
 // The queries of one KV head (n_q of them: the query heads that share it under grouped-query
@@ -70,15 +70,15 @@ struct AttentionSegment {
 struct AttentionArgs {
   const AttentionSegment* segs;  // [n_segs], in view order
   int n_segs;
-  int n_q;                     // queries sharing this KV head, 1..8 (callers split larger groups)
-  int64_t kv_stride;           // floats per position in a value page (n_kv_heads * head_dim)
-  int64_t kv_offset;           // this head's first dimension (kv_head * head_dim)
+  int n_q;            // queries sharing this KV head, 1..8 (callers split larger groups)
+  int64_t kv_stride;  // floats per position in a value page (n_kv_heads * head_dim)
+  int64_t kv_offset;  // this head's first dimension (kv_head * head_dim)
   int head_dim;
-  float scale;                 // 1 / sqrt(head_dim)
-  float* out;                  // [n_q, head_dim]
-  float* scratch;              // attention_scratch_floats(n_q, total positions, head_dim) floats,
-                               // private to the calling thread
-  bool single_token_batch;     // the step has one token: use llama.cpp's order for that shape
+  float scale;              // 1 / sqrt(head_dim)
+  float* out;               // [n_q, head_dim]
+  float* scratch;           // attention_scratch_floats(n_q, total positions, head_dim) floats,
+                            // private to the calling thread
+  bool single_token_batch;  // the step has one token: use llama.cpp's order for that shape
 };
 
 // Scratch an attention call needs: scores [n_q, round_up(n_kv, 16)] and value accumulators
@@ -124,8 +124,8 @@ struct CpuKernels {
   // Gated DeltaNet (kernels/cpu/gdn.h has the reference, in any precision, and the algebra).
   // One token on a head's state S [dv][dk]: S <- exp(g) S + beta (v - exp(g) S k) k^T, then
   // out [dv] = S q if out != nullptr. v == nullptr means v = 0 (a summary's A: dv == dk).
-  void (*gdn_step)(float* S, const float* q, const float* k, const float* v, float g, float beta, float* out, int dk,
-                   int dv);
+  void (*gdn_step)(float* S, const float* q, const float* k, const float* v, float g, float beta, float* out,
+                   int dk, int dv);
   // C [m][dk] (+)= X [m][dk] A [dk][dk]: a state or summary times a summary's A.
   void (*gdn_mul_right)(const float* X, const float* A, float* C, int m, int dk, bool accumulate);
   // Causal depthwise convolution then SiLU: y [n][C] from x [n][C] and the K-1 inputs before it,

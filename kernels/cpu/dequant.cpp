@@ -30,7 +30,9 @@ inline uint32_t load_u32(const uint8_t* p) {
   return v;
 }
 
-inline float load_f16(const uint8_t* p) { return f16_to_f32(load_u16(p)); }
+inline float load_f16(const uint8_t* p) {
+  return f16_to_f32(load_u16(p));
+}
 
 void dequant_q4_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
@@ -113,7 +115,9 @@ void dequant_q6_k(const uint8_t* b, float* y, int64_t nb) {
 
 }  // namespace
 
-bool can_dequantize(TensorType type) { return tensor_type_info(type).can_dequantize; }
+bool can_dequantize(TensorType type) {
+  return tensor_type_info(type).can_dequantize;
+}
 
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
   const auto* b = static_cast<const uint8_t*>(src);

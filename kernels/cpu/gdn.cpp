@@ -25,8 +25,8 @@ void step(T* S, const T* q, const T* k, const T* v, T g, T beta, T* out, int dk,
 
 size_t chunk_scratch(int n, int dv) {
   const auto N = static_cast<size_t>(n);
-  return N            // G: cumulative log decay
-         + N * N      // key Gram matrix, then the query-key products
+  return N                                   // G: cumulative log decay
+         + N * N                             // key Gram matrix, then the query-key products
          + 2 * N * static_cast<size_t>(dv);  // S k_t, then delta_t
 }
 
@@ -41,9 +41,9 @@ void chunk(T* S, const T* Q, const T* K, const T* V, const T* g, const T* beta, 
   if (n <= 0) return;
   const auto N = static_cast<size_t>(n), DK = static_cast<size_t>(dk), DV = static_cast<size_t>(dv);
   T* G = scratch;
-  T* gram = G + N;        // [n][n]
-  T* sk = gram + N * N;   // [n][dv]
-  T* delta = sk + N * DV; // [n][dv]
+  T* gram = G + N;         // [n][n]
+  T* sk = gram + N * N;    // [n][dv]
+  T* delta = sk + N * DV;  // [n][dv]
   T acc = 0;
   for (size_t t = 0; t < N; ++t) G[t] = acc += g[t];
   for (size_t t = 0; t < N; ++t) {
@@ -129,8 +129,8 @@ void summary_append(T* A, T* B, const T* k, const T* v, T g, T beta, int dk, int
 }
 
 template <class T>
-void summary_append_chunk(T* A, T* B, const T* K, const T* V, const T* g, const T* beta, int n, int dk, int dv,
-                          T* scratch) {
+void summary_append_chunk(T* A, T* B, const T* K, const T* V, const T* g, const T* beta, int n, int dk,
+                          int dv, T* scratch) {
   chunk<T>(A, nullptr, K, nullptr, g, beta, n, nullptr, dk, dk, scratch);
   chunk<T>(B, nullptr, K, V, g, beta, n, nullptr, dk, dv, scratch);
 }
@@ -179,7 +179,8 @@ void conv_causal(const T* prev, const T* x, int n, const T* w, int C, int K, boo
       T acc = 0;
       for (int j = 0; j < K; ++j) {
         const int z = t + j;  // index into prev ++ x
-        const T in = z < K - 1 ? prev[static_cast<size_t>(z) * CC + c] : x[static_cast<size_t>(z - (K - 1)) * CC + c];
+        const T in =
+            z < K - 1 ? prev[static_cast<size_t>(z) * CC + c] : x[static_cast<size_t>(z - (K - 1)) * CC + c];
         acc += w[c * static_cast<size_t>(K) + static_cast<size_t>(j)] * in;
       }
       yt[c] = silu ? acc / (T(1) + std::exp(-acc)) : acc;
@@ -195,15 +196,15 @@ void l2_normalize(T* x, int n, T eps) {
   for (int i = 0; i < n; ++i) x[i] *= scale;
 }
 
-#define CHORUS_GDN_INSTANTIATE(T)                                                                              \
-  template void step<T>(T*, const T*, const T*, const T*, T, T, T*, int, int);                                 \
-  template void chunk<T>(T*, const T*, const T*, const T*, const T*, const T*, int, T*, int, int, T*);         \
-  template void summary_identity<T>(T*, T*, int, int);                                                         \
-  template void summary_append<T>(T*, T*, const T*, const T*, T, T, int, int);                                 \
-  template void summary_append_chunk<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, int, T*);    \
-  template void summary_compose<T>(const T*, const T*, const T*, const T*, T*, T*, int, int);                  \
-  template void summary_apply<T>(T*, const T*, const T*, int, int, T*);                                        \
-  template void conv_causal<T>(const T*, const T*, int, const T*, int, int, bool, T*);                         \
+#define CHORUS_GDN_INSTANTIATE(T)                                                                           \
+  template void step<T>(T*, const T*, const T*, const T*, T, T, T*, int, int);                              \
+  template void chunk<T>(T*, const T*, const T*, const T*, const T*, const T*, int, T*, int, int, T*);      \
+  template void summary_identity<T>(T*, T*, int, int);                                                      \
+  template void summary_append<T>(T*, T*, const T*, const T*, T, T, int, int);                              \
+  template void summary_append_chunk<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, int, T*); \
+  template void summary_compose<T>(const T*, const T*, const T*, const T*, T*, T*, int, int);               \
+  template void summary_apply<T>(T*, const T*, const T*, int, int, T*);                                     \
+  template void conv_causal<T>(const T*, const T*, int, const T*, int, int, bool, T*);                      \
   template void l2_normalize<T>(T*, int, T);
 CHORUS_GDN_INSTANTIATE(float)
 CHORUS_GDN_INSTANTIATE(double)

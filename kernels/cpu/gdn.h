@@ -45,8 +45,8 @@ void summary_append(T* A, T* B, const T* k, const T* v, T g, T beta, int dk, int
 // Appends n tokens (K [n][dk], V [n][dv], g, beta [n]) in the chunk-parallel form; scratch
 // holds chunk_scratch(n, max(dk, dv)) elements.
 template <class T>
-void summary_append_chunk(T* A, T* B, const T* K, const T* V, const T* g, const T* beta, int n, int dk, int dv,
-                          T* scratch);
+void summary_append_chunk(T* A, T* B, const T* K, const T* V, const T* g, const T* beta, int n, int dk,
+                          int dv, T* scratch);
 
 // (A, B) = (A_L A_R, B_L A_R + B_R). Outputs must not alias inputs.
 template <class T>

@@ -20,26 +20,46 @@ using VF = __m512;
 template <TensorType T>
 inline VF load_w(const uint8_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  if constexpr (T == TensorType::f16) return _mm512_cvtph_ps(h);
-  else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  if constexpr (T == TensorType::f16)
+    return _mm512_cvtph_ps(h);
+  else
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-inline VF load_x(const float* p) { return _mm512_loadu_ps(p); }
-inline VF fma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-inline VF zero() { return _mm512_setzero_ps(); }
-inline float hsum(VF v) { return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1))); }
+inline VF load_x(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline VF fma(VF a, VF b, VF c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline VF zero() {
+  return _mm512_setzero_ps();
+}
+inline float hsum(VF v) {
+  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
 #else
 constexpr int kLanes = 8;
 using VF = __m256;
 template <TensorType T>
 inline VF load_w(const uint8_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  if constexpr (T == TensorType::f16) return _mm256_cvtph_ps(h);
-  else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  if constexpr (T == TensorType::f16)
+    return _mm256_cvtph_ps(h);
+  else
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-inline VF load_x(const float* p) { return _mm256_loadu_ps(p); }
-inline VF fma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
-inline VF zero() { return _mm256_setzero_ps(); }
-inline float hsum(VF v) { return hsum8(v); }
+inline VF load_x(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline VF fma(VF a, VF b, VF c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline VF zero() {
+  return _mm256_setzero_ps();
+}
+inline float hsum(VF v) {
+  return hsum8(v);
+}
 #endif
 
 // R rows from r, NT tokens from t0. Columns past the last full vector one at a time.

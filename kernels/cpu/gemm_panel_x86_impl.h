@@ -29,45 +29,87 @@ constexpr int kPasses = 1;
 constexpr int kMaxTokens = 8;
 using VI = __m512i;
 using VF = __m512;
-inline VI load_q(const uint8_t* p) { return _mm512_loadu_si512(p); }
-inline VI low_nibbles(VI v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
-inline VI high_nibbles(VI v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f)); }
+inline VI load_q(const uint8_t* p) {
+  return _mm512_loadu_si512(p);
+}
+inline VI low_nibbles(VI v) {
+  return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+}
+inline VI high_nibbles(VI v) {
+  return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+}
 // +16 where the step's fifth bits (one per byte, a u64 in the panel) are set.
 inline VI add_fifth(VI v, const uint8_t* bits) {
   uint64_t m;
   std::memcpy(&m, bits, 8);
   return _mm512_mask_add_epi8(v, static_cast<__mmask64>(m), v, _mm512_set1_epi8(16));
 }
-inline VI shr16(VI v, int n) { return _mm512_srli_epi16(v, static_cast<unsigned>(n)); }
-inline VI and8(VI v, int m) { return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(m))); }
-inline VI or_shl4(VI v, VI hi) { return _mm512_or_si512(v, _mm512_slli_epi16(hi, 4)); }
-inline VI zero_i() { return _mm512_setzero_si512(); }
+inline VI shr16(VI v, int n) {
+  return _mm512_srli_epi16(v, static_cast<unsigned>(n));
+}
+inline VI and8(VI v, int m) {
+  return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(m)));
+}
+inline VI or_shl4(VI v, VI hi) {
+  return _mm512_or_si512(v, _mm512_slli_epi16(hi, 4));
+}
+inline VI zero_i() {
+  return _mm512_setzero_si512();
+}
 // acc += per lane, sum over 4 bytes of u8(w) * s8(x4), x4 the same 4 activations in every lane.
 inline VI dot4(VI acc, VI w, const int8_t* x4) {
   int32_t v;
   std::memcpy(&v, x4, 4);
   return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(v));
 }
-inline VI sub_i(VI v, int32_t c) { return _mm512_sub_epi32(v, _mm512_set1_epi32(c)); }
-inline VF cvt(VI v) { return _mm512_cvtepi32_ps(v); }
-inline VF f16s(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-inline VF u8s(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
-inline VF i8s(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
-inline VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
-inline VF neg(VF a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); }
-inline VF fma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-inline VF set1(float f) { return _mm512_set1_ps(f); }
-inline VF zero_f() { return _mm512_setzero_ps(); }
-inline void store(float* y, VF v, int n) { _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << n) - 1), v); }
+inline VI sub_i(VI v, int32_t c) {
+  return _mm512_sub_epi32(v, _mm512_set1_epi32(c));
+}
+inline VF cvt(VI v) {
+  return _mm512_cvtepi32_ps(v);
+}
+inline VF f16s(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline VF u8s(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline VF i8s(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline VF mul(VF a, VF b) {
+  return _mm512_mul_ps(a, b);
+}
+inline VF neg(VF a) {
+  return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f));
+}
+inline VF fma(VF a, VF b, VF c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline VF set1(float f) {
+  return _mm512_set1_ps(f);
+}
+inline VF zero_f() {
+  return _mm512_setzero_ps();
+}
+inline void store(float* y, VF v, int n) {
+  _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << n) - 1), v);
+}
 #else
 constexpr int kLanes = 8;
 constexpr int kPasses = 2;  // rows 0..7, then 8..15: the lower, then the upper half of each record
 constexpr int kMaxTokens = 4;
 using VI = __m256i;
 using VF = __m256;
-inline VI load_q(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-inline VI low_nibbles(VI v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
-inline VI high_nibbles(VI v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f)); }
+inline VI load_q(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline VI low_nibbles(VI v) {
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+inline VI high_nibbles(VI v) {
+  return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+}
 inline VI add_fifth(VI v, const uint8_t* bits) {  // 32 bits -> 32 bytes of 16 or 0
   uint32_t m;
   std::memcpy(&m, bits, 4);
@@ -78,30 +120,54 @@ inline VI add_fifth(VI v, const uint8_t* bits) {  // 32 bits -> 32 bytes of 16 o
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
   return _mm256_add_epi8(v, _mm256_and_si256(set, _mm256_set1_epi8(16)));
 }
-inline VI shr16(VI v, int n) { return _mm256_srli_epi16(v, n); }
-inline VI and8(VI v, int m) { return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(m))); }
-inline VI or_shl4(VI v, VI hi) { return _mm256_or_si256(v, _mm256_slli_epi16(hi, 4)); }
-inline VI zero_i() { return _mm256_setzero_si256(); }
+inline VI shr16(VI v, int n) {
+  return _mm256_srli_epi16(v, n);
+}
+inline VI and8(VI v, int m) {
+  return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(m)));
+}
+inline VI or_shl4(VI v, VI hi) {
+  return _mm256_or_si256(v, _mm256_slli_epi16(hi, 4));
+}
+inline VI zero_i() {
+  return _mm256_setzero_si256();
+}
 inline VI dot4(VI acc, VI w, const int8_t* x4) {  // u <= 63: maddubs' i16 pairs cannot saturate
   int32_t v;
   std::memcpy(&v, x4, 4);
   const __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(v));
   return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
-inline VI sub_i(VI v, int32_t c) { return _mm256_sub_epi32(v, _mm256_set1_epi32(c)); }
-inline VF cvt(VI v) { return _mm256_cvtepi32_ps(v); }
-inline VF f16s(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline VI sub_i(VI v, int32_t c) {
+  return _mm256_sub_epi32(v, _mm256_set1_epi32(c));
+}
+inline VF cvt(VI v) {
+  return _mm256_cvtepi32_ps(v);
+}
+inline VF f16s(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 inline VF u8s(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 inline VF i8s(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-inline VF mul(VF a, VF b) { return _mm256_mul_ps(a, b); }
-inline VF neg(VF a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
-inline VF fma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
-inline VF set1(float f) { return _mm256_set1_ps(f); }
-inline VF zero_f() { return _mm256_setzero_ps(); }
+inline VF mul(VF a, VF b) {
+  return _mm256_mul_ps(a, b);
+}
+inline VF neg(VF a) {
+  return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f));
+}
+inline VF fma(VF a, VF b, VF c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline VF set1(float f) {
+  return _mm256_set1_ps(f);
+}
+inline VF zero_f() {
+  return _mm256_setzero_ps();
+}
 inline void store(float* y, VF v, int n) {
   if (n == kLanes) {
     _mm256_storeu_ps(y, v);

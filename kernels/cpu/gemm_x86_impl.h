@@ -1,6 +1,6 @@
 // Integer matrix kernels for x86 (legacy 32-element formats Q4_0, Q4_1, Q8_0, in llama.cpp's
-// order of operations) against int8 activations. Included by kernels_avx2.cpp and kernels_avx512.cpp inside an anonymous
-// namespace; CHORUS_VNNI selects the dot-product instruction:
+// order of operations) against int8 activations. Included by kernels_avx2.cpp and kernels_avx512.cpp inside
+// an anonymous namespace; CHORUS_VNNI selects the dot-product instruction:
 //   AVX2:        maddubs (u8 x s8 -> i16 pairs) + madd with ones (-> i32)
 //   AVX512-VNNI: vpdpbusd (u8 x s8, four products summed into i32) on 256-bit registers
 // Tiles: 2 weight rows x up to 4 tokens, so each weight block is unpacked once per 4 tokens
@@ -89,12 +89,16 @@ constexpr bool kSigned = T == chorus::TensorType::q8_0 || T == chorus::TensorTyp
 
 // Bytes per 32-weight block.
 template <chorus::TensorType T>
-constexpr size_t kBlockBytes = T == chorus::TensorType::q4_0 ? 18 : T == chorus::TensorType::q4_1 ? 20 : 34;
+constexpr size_t kBlockBytes = T == chorus::TensorType::q4_0   ? 18
+                               : T == chorus::TensorType::q4_1 ? 20
+                                                               : 34;
 
 template <chorus::TensorType T>
 inline __m256i block_dot(const WBlock& w, __m256i x) {
-  if constexpr (kSigned<T>) return dot_u8s8(w.u, _mm256_sign_epi8(x, w.sign));
-  else return dot_u8s8(w.u, x);
+  if constexpr (kSigned<T>)
+    return dot_u8s8(w.u, _mm256_sign_epi8(x, w.sign));
+  else
+    return dot_u8s8(w.u, x);
 }
 
 template <chorus::TensorType T, int R, int NT>
@@ -115,7 +119,9 @@ void gemm_tile(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
 
   for (int64_t b = 0; b < nb; ++b) {
     {  // the rows 4 tiles ahead: rows are short and contiguous, so this runs well ahead of use
-      for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 4 * R * a.w_row_bytes + b * kBytes), _MM_HINT_T0);
+      for (int i = 0; i < R; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 4 * R * a.w_row_bytes + b * kBytes),
+                     _MM_HINT_T0);
     }
     WBlock w[R];
     for (int i = 0; i < R; ++i) w[i] = unpack<T>(rows[i] + b * kBytes);
@@ -149,7 +155,8 @@ void gemm_tile_pairs(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
   const chorus::BlockQ8* xs[2 * NP];
   for (int t = 0; t < 2 * NP; ++t) xs[t] = a.xq + (t0 + t) * nb;
   for (int64_t b = 0; b < nb; ++b) {
-    for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 4 * R * a.w_row_bytes + b * kBytes), _MM_HINT_T0);
+    for (int i = 0; i < R; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 4 * R * a.w_row_bytes + b * kBytes), _MM_HINT_T0);
     __m512i wu[R];
     __mmask64 neg[R];
     float wd[R], wmo[R];
@@ -166,15 +173,18 @@ void gemm_tile_pairs(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
       const __m512i x = _mm512_inserti64x4(
           _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0.q))),
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x1.q)), 1);
-      const __m512 dx = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(x0.d)), _mm256_set1_ps(x1.d), 1);
+      const __m512 dx =
+          _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(x0.d)), _mm256_set1_ps(x1.d), 1);
       __m512 sx;
-      if constexpr (!kSigned<T>) sx = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(x0.s)), _mm256_set1_ps(x1.s), 1);
+      if constexpr (!kSigned<T>)
+        sx = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(x0.s)), _mm256_set1_ps(x1.s), 1);
       for (int i = 0; i < R; ++i) {
         __m512i xi = x;
         if constexpr (kSigned<T>) xi = _mm512_mask_sub_epi8(x, neg[i], _mm512_setzero_si512(), x);
         const __m512 prod = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wu[i], xi));
         acc[i][p] = _mm512_fmadd_ps(prod, _mm512_mul_ps(_mm512_set1_ps(wd[i]), dx), acc[i][p]);
-        if constexpr (!kSigned<T>) summ[i][p] = _mm512_add_ps(summ[i][p], _mm512_mul_ps(_mm512_set1_ps(wmo[i]), sx));
+        if constexpr (!kSigned<T>)
+          summ[i][p] = _mm512_add_ps(summ[i][p], _mm512_mul_ps(_mm512_set1_ps(wmo[i]), sx));
       }
     }
   }
@@ -190,9 +200,9 @@ void gemm_tile_pairs(const chorus::GemmArgs& a, int64_t r, int64_t t0) {
 // Activations of 8 tokens (4 pairs) laid out for gemm_tile_8: per block, each pair's 64 quant
 // bytes, its two scales spread over the register halves, and the 8 tokens' activation sums.
 struct PairBlock {
-  __m512i x[4];   // pair p: [token 2p quants | token 2p+1 quants]
-  __m512 dx[4];   // pair p: [d of 2p x8 | d of 2p+1 x8]
-  __m512 s8;      // [s of tokens 0..7 | s of tokens 0..7]
+  __m512i x[4];  // pair p: [token 2p quants | token 2p+1 quants]
+  __m512 dx[4];  // pair p: [d of 2p x8 | d of 2p+1 x8]
+  __m512 s8;     // [s of tokens 0..7 | s of tokens 0..7]
 };
 
 inline void build_pair_blocks(const chorus::GemmArgs& a, int64_t t0, int64_t nb, PairBlock* out) {
@@ -202,8 +212,9 @@ inline void build_pair_blocks(const chorus::GemmArgs& a, int64_t t0, int64_t nb,
     for (int p = 0; p < 4; ++p) {
       const chorus::BlockQ8& x0 = a.xq[(t0 + 2 * p) * nb + b];
       const chorus::BlockQ8& x1 = a.xq[(t0 + 2 * p + 1) * nb + b];
-      pb.x[p] = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0.q))),
-                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x1.q)), 1);
+      pb.x[p] = _mm512_inserti64x4(
+          _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0.q))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x1.q)), 1);
       pb.dx[p] = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(x0.d)), _mm256_set1_ps(x1.d), 1);
       s[2 * p] = s[8 + 2 * p] = x0.s;
       s[2 * p + 1] = s[8 + 2 * p + 1] = x1.s;
@@ -226,12 +237,14 @@ void gemm_tile_8(const chorus::GemmArgs& a, int64_t r, int64_t t0, const PairBlo
   __m512 summ = _mm512_setzero_ps();
   const uint8_t* rows[R] = {a.w + r * a.w_row_bytes, a.w + (r + 1) * a.w_row_bytes};
   for (int64_t b = 0; b < nb; ++b) {
-    for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 4 * R * a.w_row_bytes + b * kBytes), _MM_HINT_T0);
+    for (int i = 0; i < R; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[i] + 4 * R * a.w_row_bytes + b * kBytes), _MM_HINT_T0);
     const PairBlock& pb = pbs[b];
     WBlock w[R];
     for (int i = 0; i < R; ++i) w[i] = unpack<T>(rows[i] + b * kBytes);
     if constexpr (!kSigned<T>) {
-      const __m512 mo = _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(w[0].mo)), _mm256_set1_ps(w[1].mo), 1);
+      const __m512 mo =
+          _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(w[0].mo)), _mm256_set1_ps(w[1].mo), 1);
       summ = _mm512_add_ps(summ, _mm512_mul_ps(mo, pb.s8));
     }
     for (int i = 0; i < R; ++i) {
@@ -252,7 +265,8 @@ void gemm_tile_8(const chorus::GemmArgs& a, int64_t r, int64_t t0, const PairBlo
   for (int i = 0; i < R; ++i)
     for (int p = 0; p < 4; ++p) {
       a.y[(t0 + 2 * p) * a.y_stride + r + i] = hsum8(_mm512_castps512_ps256(acc[i][p])) + sums[8 * i + 2 * p];
-      a.y[(t0 + 2 * p + 1) * a.y_stride + r + i] = hsum8(_mm512_extractf32x8_ps(acc[i][p], 1)) + sums[8 * i + 2 * p + 1];
+      a.y[(t0 + 2 * p + 1) * a.y_stride + r + i] =
+          hsum8(_mm512_extractf32x8_ps(acc[i][p], 1)) + sums[8 * i + 2 * p + 1];
     }
 }
 #endif

@@ -21,7 +21,9 @@ struct Scales {
 };
 
 // The types whose weights have a minimum (the mo term).
-inline bool has_min(TensorType t) { return t == TensorType::q5_1 || t == TensorType::q4_k || t == TensorType::q5_k; }
+inline bool has_min(TensorType t) {
+  return t == TensorType::q5_1 || t == TensorType::q4_k || t == TensorType::q5_k;
+}
 
 inline float f16_at(const uint8_t* p) {
   uint16_t h;
@@ -44,9 +46,15 @@ inline void quants(TensorType t, const uint8_t* row, int64_t b, uint8_t* u) {
       }
       return;
     }
-    case TensorType::q4_k: kquant::group_q45k(row + (b / 8) * kquant::kQ4KBytes, false, static_cast<int>(b % 8), u); return;
-    case TensorType::q5_k: kquant::group_q45k(row + (b / 8) * kquant::kQ5KBytes, true, static_cast<int>(b % 8), u); return;
-    case TensorType::q6_k: kquant::group_q6k(row + (b / 8) * kquant::kQ6KBytes, static_cast<int>(b % 8), u); return;
+    case TensorType::q4_k:
+      kquant::group_q45k(row + (b / 8) * kquant::kQ4KBytes, false, static_cast<int>(b % 8), u);
+      return;
+    case TensorType::q5_k:
+      kquant::group_q45k(row + (b / 8) * kquant::kQ5KBytes, true, static_cast<int>(b % 8), u);
+      return;
+    case TensorType::q6_k:
+      kquant::group_q6k(row + (b / 8) * kquant::kQ6KBytes, static_cast<int>(b % 8), u);
+      return;
     default: assert(false && "groups::quants: not a panel type");
   }
 }
@@ -61,7 +69,8 @@ inline Scales scales(TensorType t, const uint8_t* row, int64_t b) {
       uint8_t sc[8], mn[8];
       kquant::scales_mins(blk + 4, sc, mn);
       const int g = static_cast<int>(b % 8);
-      return {{f16_at(blk) * static_cast<float>(sc[g]), 0.0f}, -(f16_at(blk + 2) * static_cast<float>(mn[g])), 0};
+      return {
+          {f16_at(blk) * static_cast<float>(sc[g]), 0.0f}, -(f16_at(blk + 2) * static_cast<float>(mn[g])), 0};
     }
     case TensorType::q6_k: {
       const uint8_t* blk = row + (b / 8) * kquant::kQ6KBytes;

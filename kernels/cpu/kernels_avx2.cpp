@@ -15,6 +15,8 @@ const CpuKernels* cpu_kernels_avx2() {
 #else
 #include "kernels/cpu/cpu_kernels.h"
 namespace chorus {
-const CpuKernels* cpu_kernels_avx2() { return nullptr; }
+const CpuKernels* cpu_kernels_avx2() {
+  return nullptr;
+}
 }  // namespace chorus
 #endif

@@ -19,6 +19,8 @@ const CpuKernels* cpu_kernels_avx512() {
 #else
 #include "kernels/cpu/cpu_kernels.h"
 namespace chorus {
-const CpuKernels* cpu_kernels_avx512() { return nullptr; }
+const CpuKernels* cpu_kernels_avx512() {
+  return nullptr;
+}
 }  // namespace chorus
 #endif

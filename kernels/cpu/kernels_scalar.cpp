@@ -47,9 +47,7 @@ LegacyBlock unpack_legacy(TensorType t, const uint8_t* b, int8_t* wq) {
         wq[j + 16] = static_cast<int8_t>(b[4 + j] >> 4);
       }
       return {f16_at(b), f16_at(b + 2)};
-    case TensorType::q8_0:
-      std::memcpy(wq, b + 2, 32);
-      return {f16_at(b), 0.0f};
+    case TensorType::q8_0: std::memcpy(wq, b + 2, 32); return {f16_at(b), 0.0f};
     default: return {0, 0};
   }
 }
@@ -127,8 +125,14 @@ void gemm_dequantized(const GemmArgs& a) {
 
 GemmInput gemm_input(TensorType type) {
   switch (type) {
-    case TensorType::q4_0: case TensorType::q4_1: case TensorType::q5_0: case TensorType::q5_1:
-    case TensorType::q8_0: case TensorType::q4_k: case TensorType::q5_k: case TensorType::q6_k: return GemmInput::q8;
+    case TensorType::q4_0:
+    case TensorType::q4_1:
+    case TensorType::q5_0:
+    case TensorType::q5_1:
+    case TensorType::q8_0:
+    case TensorType::q4_k:
+    case TensorType::q5_k:
+    case TensorType::q6_k: return GemmInput::q8;
     default: return GemmInput::f32;
   }
 }
@@ -146,8 +150,10 @@ const CpuKernels& cpu_kernels_scalar() {
     k.isa = "scalar";
     fill_common_ops(k);
     k.gemm_f32 = gemm_dequantized;
-    for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q8_0}) k.gemm[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
-    for (TensorType t : {TensorType::q5_0, TensorType::q5_1, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k})
+    for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q8_0})
+      k.gemm[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
+    for (TensorType t :
+         {TensorType::q5_0, TensorType::q5_1, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k})
       k.gemm[static_cast<uint32_t>(t)] = gemm_group_scalar;
     return k;
   }();

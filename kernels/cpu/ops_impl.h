@@ -76,7 +76,9 @@ void op_add(float* y, const float* x, int64_t n) {
 // fma, explicit lane arrays), so every kernel table computes identical values.
 
 // 2^e as a float, for integer e in [-126, 127].
-inline float pow2i(int e) { return std::bit_cast<float>(static_cast<uint32_t>(e + 127) << 23); }
+inline float pow2i(int e) {
+  return std::bit_cast<float>(static_cast<uint32_t>(e + 127) << 23);
+}
 
 // exp(x) as ggml's vectorized expf: Cody-Waite range reduction n = round(x / ln 2), a degree-5
 // polynomial in the remainder b, scaled by 2^n (exactly, one rounding, as vscalefps). Within
@@ -91,9 +93,9 @@ inline __attribute__((always_inline)) float exp_approx(float x) {
   n = saturate ? 0.0f : n;
   const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
   const float u = b * b;
-  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  const float j = std::fma(
+      std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+      u, std::fma(0x1.ffffecp-1f, b, 1.0f));
   // j * 2^n with a single rounding: split the power so each factor is a normal float and
   // only the last product can round.
   const int ni = static_cast<int>(n);
@@ -227,7 +229,8 @@ void op_attention(const chorus::AttentionArgs& a) {
       for (int l = 0; l < 16; ++l)
         for (int ii = 0; ii < 16; ++ii) {
           const int i = i0 + (ii < w ? ii : 0);
-          ln[l][ii] = chains == 4 ? (acc_row(g, 0, l)[i] + acc_row(g, 2, l)[i]) + (acc_row(g, 1, l)[i] + acc_row(g, 3, l)[i])
+          ln[l][ii] = chains == 4 ? (acc_row(g, 0, l)[i] + acc_row(g, 2, l)[i]) +
+                                        (acc_row(g, 1, l)[i] + acc_row(g, 3, l)[i])
                                   : acc_row(g, 0, l)[i];
         }
       float t8[8][16], t4[4][16];
@@ -235,14 +238,17 @@ void op_attention(const chorus::AttentionArgs& a) {
         for (int ii = 0; ii < 16; ++ii) t8[k][ii] = ln[8 + k][ii] + ln[k][ii];
       for (int k = 0; k < 4; ++k)
         for (int ii = 0; ii < 16; ++ii) t4[k][ii] = t8[4 + k][ii] + t8[k][ii];
-      for (int ii = 0; ii < w; ++ii) a.out[g * d + i0 + ii] = (t4[0][ii] + t4[2][ii]) + (t4[1][ii] + t4[3][ii]);
+      for (int ii = 0; ii < w; ++ii)
+        a.out[g * d + i0 + ii] = (t4[0][ii] + t4[2][ii]) + (t4[1][ii] + t4[3][ii]);
     }
 }
 
 // Matches llama.cpp's activation quantization (q8_0 / q8_1) bit for bit, so that logits agree:
 // q = round-half-even(x * 127 / amax); the scale d = amax / 127 and s = d * sum(q) are kept
 // at fp16 precision (llama.cpp stores them as fp16).
-inline float round_to_f16(float f) { return chorus::f16_to_f32(chorus::f32_to_f16(f)); }
+inline float round_to_f16(float f) {
+  return chorus::f16_to_f32(chorus::f32_to_f16(f));
+}
 
 void quantize_q8_generic(const float* x, chorus::BlockQ8* out, int64_t n) {
   for (int64_t b = 0; b < n / chorus::kQ8Block; ++b) {
@@ -289,8 +295,8 @@ inline float dot_ggml(const float* a, const float* b, int n) {
   return s;
 }
 
-void op_gdn_step(float* S, const float* q, const float* k, const float* v, float g, float beta, float* out, int dk,
-                 int dv) {
+void op_gdn_step(float* S, const float* q, const float* k, const float* v, float g, float beta, float* out,
+                 int dk, int dv) {
   const float alpha = std::exp(g);
   for (int i = 0; i < dv; ++i) {
     float* s = S + static_cast<size_t>(i) * dk;
@@ -321,7 +327,8 @@ void op_gdn_conv(const float* prev, const float* x, int n, const float* w, int C
     for (int c = 0; c < C; ++c) yt[c] = 0.0f;
     for (int j = 0; j < K; ++j) {
       const int z = t + j;  // index into prev ++ x
-      const float* in = z < K - 1 ? prev + static_cast<size_t>(z) * C : x + static_cast<size_t>(z - (K - 1)) * C;
+      const float* in =
+          z < K - 1 ? prev + static_cast<size_t>(z) * C : x + static_cast<size_t>(z - (K - 1)) * C;
       const float* wj = w + static_cast<size_t>(j) * C;
       for (int c = 0; c < C; ++c) yt[c] = std::fma(wj[c], in[c], yt[c]);
     }

@@ -9,10 +9,13 @@
 namespace chorus {
 namespace {
 
-void put16(uint8_t* p, const uint8_t* from) { std::memcpy(p, from, 2); }
+void put16(uint8_t* p, const uint8_t* from) {
+  std::memcpy(p, from, 2);
+}
 
 // The scales before k-block b (legacy) or super-block b / 8 (k-quants), rows r0 .. r0 + n.
-void pack_scales(TensorType t, const uint8_t* rows, size_t row_bytes, int64_t r0, int n, int64_t b, uint8_t* out) {
+void pack_scales(TensorType t, const uint8_t* rows, size_t row_bytes, int64_t r0, int n, int64_t b,
+                 uint8_t* out) {
   for (int r = 0; r < n; ++r) {
     const uint8_t* row = rows + static_cast<size_t>(r0 + r) * row_bytes;
     switch (t) {
@@ -47,7 +50,9 @@ void pack_scales(TensorType t, const uint8_t* rows, size_t row_bytes, int64_t r0
 
 }  // namespace
 
-bool panel_type(TensorType type) { return panel_scale_bytes(type) != 0; }
+bool panel_type(TensorType type) {
+  return panel_scale_bytes(type) != 0;
+}
 
 PanelLayout panel_layout(TensorType type, int64_t rows, int64_t cols) {
   assert(panel_type(type));
@@ -58,12 +63,14 @@ PanelLayout panel_layout(TensorType type, int64_t rows, int64_t cols) {
   l.n_panels = (rows + kPanelRows - 1) / kPanelRows;
   const int64_t nkb = cols / 32;
   const int64_t n_scales = panel_kquant(type) ? nkb / 8 : nkb;
-  const size_t bytes = static_cast<size_t>(n_scales) * panel_scale_bytes(type) + static_cast<size_t>(nkb) * panel_quant_bytes(type);
+  const size_t bytes = static_cast<size_t>(n_scales) * panel_scale_bytes(type) +
+                       static_cast<size_t>(nkb) * panel_quant_bytes(type);
   l.panel_bytes = (bytes + 63) & ~size_t{63};
   return l;
 }
 
-void pack_panels(const PanelLayout& l, const uint8_t* rows, size_t row_bytes, uint8_t* out, int64_t p0, int64_t p1) {
+void pack_panels(const PanelLayout& l, const uint8_t* rows, size_t row_bytes, uint8_t* out, int64_t p0,
+                 int64_t p1) {
   const TensorType t = l.type;
   const int64_t nkb = l.cols / 32;
   const int bits = panel_quant_bits(t);

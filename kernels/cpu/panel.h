@@ -54,7 +54,8 @@ inline constexpr size_t panel_scale_bytes(TensorType t) {
   switch (t) {
     case TensorType::q5_0: return 32;
     case TensorType::q5_1: return 64;
-    case TensorType::q4_k: case TensorType::q5_k: return 64 + 256;
+    case TensorType::q4_k:
+    case TensorType::q5_k: return 64 + 256;
     case TensorType::q6_k: return 32 + 256;
     default: return 0;
   }
@@ -63,8 +64,8 @@ inline constexpr size_t panel_scale_bytes(TensorType t) {
 struct PanelLayout {
   TensorType type = TensorType::f32;
   int64_t rows = 0, cols = 0;
-  int64_t n_panels = 0;     // ceil(rows / kPanelRows)
-  size_t panel_bytes = 0;   // bytes per panel, a multiple of 64
+  int64_t n_panels = 0;    // ceil(rows / kPanelRows)
+  size_t panel_bytes = 0;  // bytes per panel, a multiple of 64
   size_t bytes() const { return static_cast<size_t>(n_panels) * panel_bytes; }
 };
 

@@ -7,7 +7,9 @@
 namespace chorus::cuda {
 namespace {
 
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
 
 // The best (value, index) over the warp, on every lane.
 __device__ __forceinline__ void warp_best(float& bv, int& bi) {

@@ -19,10 +19,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) attention_kernel(AttnArgs a) {
   extern __shared__ float smem[];
   const int hd = D * 32;
   const int nq = a.n_heads / a.n_kv_heads;
-  float* qs = smem;                                  // [nq][hd] the rotated queries
-  float* part_acc = qs + nq * hd;                    // [kWarps][nq][hd]
-  float* part_m = part_acc + kWarps * nq * hd;       // [kWarps][nq]
-  float* part_l = part_m + kWarps * nq;              // [kWarps][nq]
+  float* qs = smem;                             // [nq][hd] the rotated queries
+  float* part_acc = qs + nq * hd;               // [kWarps][nq][hd]
+  float* part_m = part_acc + kWarps * nq * hd;  // [kWarps][nq]
+  float* part_l = part_m + kWarps * nq;         // [kWarps][nq]
 
   const int kvh = blockIdx.x, t = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -124,7 +124,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4) attention_kernel(AttnArgs a) {
 template <class T>
 Status launch(const AttnArgs& a, cudaStream_t st) {
   const int nq = a.n_heads / a.n_kv_heads;
-  const size_t shared = sizeof(float) * (static_cast<size_t>(nq) * a.head_dim * (1 + kWarps) + 2 * kWarps * nq);
+  const size_t shared =
+      sizeof(float) * (static_cast<size_t>(nq) * a.head_dim * (1 + kWarps) + 2 * kWarps * nq);
   const dim3 grid(a.n_kv_heads, a.n_tokens);
   switch (a.head_dim / 32) {
     case 1: attention_kernel<T, 1><<<grid, kWarps * 32, shared, st>>>(a); break;
@@ -155,8 +156,10 @@ Status check_attention_args(const char* op, const AttnArgs& a) {
     return bad("kv_stride " + std::to_string(a.kv_stride) + " < n_kv_heads * head_dim");
   if (a.page_stride < static_cast<int64_t>(kPage) * a.kv_stride)
     return bad("page_stride " + std::to_string(a.page_stride) + " < 16 * kv_stride");
-  if (a.n_tokens < 0 || a.n_tokens > 65535) return bad("n_tokens " + std::to_string(a.n_tokens) + " (0..65535)");
-  if (!a.q || !a.k_pool || !a.v_pool || !a.page_ids || !a.segs || !a.tokens || !a.out) return bad("a null pointer");
+  if (a.n_tokens < 0 || a.n_tokens > 65535)
+    return bad("n_tokens " + std::to_string(a.n_tokens) + " (0..65535)");
+  if (!a.q || !a.k_pool || !a.v_pool || !a.page_ids || !a.segs || !a.tokens || !a.out)
+    return bad("a null pointer");
   return {};
 }
 

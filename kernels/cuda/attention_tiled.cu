@@ -13,25 +13,27 @@
 namespace chorus::cuda {
 namespace {
 
-constexpr int kRows = 8;            // query rows per warp
+constexpr int kRows = 8;  // query rows per warp
 constexpr int kWarps = 4;
 constexpr int kTile = kRows * kWarps;  // 32 query tokens per block
-constexpr int kKeys = 32;           // positions per shared-memory tile
+constexpr int kKeys = 32;              // positions per shared-memory tile
 constexpr int kPage = 16;
 
 size_t tiled_shared_bytes(int hd) {
   // Q [32][hd], K [32][hd + 1] (padded: lane j reads row j), V [32][hd], row n_kv / q_pos [32] x 2.
-  return sizeof(float) * (static_cast<size_t>(kTile) * hd + kKeys * (hd + 1) + kKeys * static_cast<size_t>(hd)) +
+  return sizeof(float) *
+             (static_cast<size_t>(kTile) * hd + kKeys * (hd + 1) + kKeys * static_cast<size_t>(hd)) +
          sizeof(int) * 2 * kTile;
 }
 
 template <class T, int D>  // D = head_dim / 32
-__global__ void __launch_bounds__(kWarps * 32, 1) attention_tiled_kernel(AttnArgs a, const AttnTile* __restrict__ tiles) {
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    attention_tiled_kernel(AttnArgs a, const AttnTile* __restrict__ tiles) {
   extern __shared__ float smem[];
   constexpr int hd = D * 32;
-  float* qs = smem;                    // [kTile][hd]
-  float* ks = qs + kTile * hd;         // [kKeys][hd + 1]
-  float* vs = ks + kKeys * (hd + 1);   // [kKeys][hd]
+  float* qs = smem;                                       // [kTile][hd]
+  float* ks = qs + kTile * hd;                            // [kKeys][hd + 1]
+  float* vs = ks + kKeys * (hd + 1);                      // [kKeys][hd]
   int* row_kv = reinterpret_cast<int*>(vs + kKeys * hd);  // [kTile] this segment's n_kv per row
   int* row_pos = row_kv + kTile;                          // [kTile] its q_pos per row
 
@@ -72,7 +74,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attention_tiled_kernel(AttnArg
     // Rotate every row's query by its own q_pos (as rope_cache + rope on the CPU).
     for (int idx = threadIdx.x; idx < kTile * hd; idx += blockDim.x) {
       const int r = idx / hd, i = idx % hd;
-      const float* q_raw = a.q + (static_cast<int64_t>(tile.first_token + min(r, tile.n_tokens - 1)) * a.n_heads + head) * hd;
+      const float* q_raw =
+          a.q + (static_cast<int64_t>(tile.first_token + min(r, tile.n_tokens - 1)) * a.n_heads + head) * hd;
       if (i >= a.n_rot) {
         qs[r * hd + i] = q_raw[i];
         continue;
@@ -157,10 +160,11 @@ template <class T, int D>
 Status launch_one(const AttnArgs& a, const AttnTile* tiles, int n_tiles, cudaStream_t st) {
   const size_t shared = tiled_shared_bytes(D * 32);
   // Per launch (the attribute is per device; prefill steps only, never under graph capture).
-  const cudaError_t attr = cudaFuncSetAttribute(attention_tiled_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(shared));
+  const cudaError_t attr = cudaFuncSetAttribute(
+      attention_tiled_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   if (attr != cudaSuccess)
-    return make_error(Errc::internal, std::string("cuda attention_tiled: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
+    return make_error(Errc::internal,
+                      std::string("cuda attention_tiled: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
   const dim3 grid(a.n_heads, n_tiles);
   attention_tiled_kernel<T, D><<<grid, kWarps * 32, shared, st>>>(a, tiles);
   return launch_status("attention_tiled");
@@ -184,10 +188,12 @@ Status launch(const AttnArgs& a, const AttnTile* tiles, int n_tiles, cudaStream_
 
 Status attention_tiled(const AttnArgs& a, const AttnTile* tiles, int n_tiles, Stream s) {
   if (Status err = check_attention_args("attention_tiled", a); !err.ok()) return err;
-  if (n_tiles < 0 || n_tiles > 65535) return shape_error("attention_tiled", "n_tiles " + std::to_string(n_tiles) + " (0..65535)");
+  if (n_tiles < 0 || n_tiles > 65535)
+    return shape_error("attention_tiled", "n_tiles " + std::to_string(n_tiles) + " (0..65535)");
   if (n_tiles > 0 && !tiles) return shape_error("attention_tiled", "a null pointer");
   if (n_tiles == 0 || a.n_tokens == 0) return {};
-  return a.kv_bf16 ? launch<__nv_bfloat16>(a, tiles, n_tiles, stream_of(s)) : launch<float>(a, tiles, n_tiles, stream_of(s));
+  return a.kv_bf16 ? launch<__nv_bfloat16>(a, tiles, n_tiles, stream_of(s))
+                   : launch<float>(a, tiles, n_tiles, stream_of(s));
 }
 
 }  // namespace chorus::cuda

@@ -5,8 +5,8 @@
 namespace chorus::cuda {
 namespace {
 
-__global__ void split_query_gate_kernel(const float* __restrict__ qg, float* __restrict__ q, float* __restrict__ gate,
-                                        int64_t n, int head_dim) {
+__global__ void split_query_gate_kernel(const float* __restrict__ qg, float* __restrict__ q,
+                                        float* __restrict__ gate, int64_t n, int head_dim) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / head_dim, d = i % head_dim;  // row: a (token, head)
@@ -23,9 +23,11 @@ __global__ void sigmoid_mul_kernel(float* __restrict__ y, const float* __restric
 
 }  // namespace
 
-Status split_query_gate(const float* qg, float* q, float* gate, int n_tokens, int n_heads, int head_dim, Stream s) {
+Status split_query_gate(const float* qg, float* q, float* gate, int n_tokens, int n_heads, int head_dim,
+                        Stream s) {
   if (n_tokens < 0 || n_heads <= 0 || head_dim <= 0)
-    return shape_error("split_query_gate", std::to_string(n_tokens) + " tokens of " + std::to_string(n_heads) + " heads of " +
+    return shape_error("split_query_gate", std::to_string(n_tokens) + " tokens of " +
+                                               std::to_string(n_heads) + " heads of " +
                                                std::to_string(head_dim));
   if (!qg || !q || !gate) return shape_error("split_query_gate", "a null pointer");
   const int64_t n = int64_t{n_tokens} * n_heads * head_dim;

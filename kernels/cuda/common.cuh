@@ -13,13 +13,16 @@
 
 namespace chorus::cuda {
 
-inline cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
+inline cudaStream_t stream_of(Stream s) {
+  return static_cast<cudaStream_t>(s);
+}
 
 // "" after a good launch, else "cuda OP: <CUDA's error>".
 inline Status launch_status(const char* op) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::success();
-  return make_error(Errc::internal, std::string("cuda ") + op + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+  return make_error(Errc::internal,
+                    std::string("cuda ") + op + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
 inline Status shape_error(const char* op, const std::string& what) {
@@ -47,8 +50,12 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-__device__ __forceinline__ float load_f(const float* p) { return *p; }
-__device__ __forceinline__ float load_f(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float load_f(const float* p) {
+  return *p;
+}
+__device__ __forceinline__ float load_f(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
 
 // Sum over a block of blockDim.x threads (a multiple of 32, <= 1024); every thread gets it.
 // `shared` holds 32 floats. Ends with a barrier, so `shared` may be reused right after.

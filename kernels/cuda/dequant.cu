@@ -11,7 +11,8 @@ namespace chorus::cuda {
 namespace {
 
 __device__ __forceinline__ float half_at(const uint8_t* p) {
-  return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));  // 2-byte aligned in every layout
+  return __half2float(
+      __ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));  // 2-byte aligned in every layout
 }
 
 // Element j (0..31) of a Q5_0 (offset 16, no min) or Q5_1 block.
@@ -42,7 +43,8 @@ __device__ __forceinline__ float q45k_at(const uint8_t* blk, int e) {
   const uint8_t* qs = blk + (kFive ? 48 : 16) + sub * 32;
   int q = within < 32 ? (qs[l] & 0x0f) : (qs[l] >> 4);
   if (kFive) q |= ((blk[16 + l] >> j) & 1) << 4;
-  const float d = __fmul_rn(half_at(blk), static_cast<float>(sc)), m = __fmul_rn(half_at(blk + 2), static_cast<float>(mn));
+  const float d = __fmul_rn(half_at(blk), static_cast<float>(sc)),
+              m = __fmul_rn(half_at(blk + 2), static_cast<float>(mn));
   return __fsub_rn(__fmul_rn(d, static_cast<float>(q)), m);
 }
 
@@ -55,12 +57,13 @@ __device__ __forceinline__ float q6k_at(const uint8_t* blk, int e) {
   const auto* sc = reinterpret_cast<const int8_t*>(blk + 192 + half * 8);
   const int low = quarter & 1 ? ql[l + 32] : ql[l];
   const int q = ((quarter < 2 ? low & 0x0f : low >> 4) | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
-  return __fmul_rn(__fmul_rn(half_at(blk + 208), static_cast<float>(sc[l / 16 + 2 * quarter])), static_cast<float>(q));
+  return __fmul_rn(__fmul_rn(half_at(blk + 208), static_cast<float>(sc[l / 16 + 2 * quarter])),
+                   static_cast<float>(q));
 }
 
 template <int kType>
-__global__ void dequant_kernel(const uint8_t* __restrict__ src, int64_t row_bytes, int64_t n_rows, int64_t n_cols,
-                               __nv_bfloat16* __restrict__ dst) {
+__global__ void dequant_kernel(const uint8_t* __restrict__ src, int64_t row_bytes, int64_t n_rows,
+                               int64_t n_cols, __nv_bfloat16* __restrict__ dst) {
   const int64_t n = n_rows * n_cols;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -149,16 +152,19 @@ DequantKernel kernel_for(int ggml_type) {
 }  // namespace
 
 Status dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_bytes, int64_t n_rows, int64_t n_cols,
-                                 bf16_bits* dst, Stream s) {
+                            bf16_bits* dst, Stream s) {
   const auto info = tensor_type_info(static_cast<uint32_t>(ggml_type));
-  if (!info) return shape_error("dequantize_rows_bf16", "unknown tensor type id " + std::to_string(ggml_type));
+  if (!info)
+    return shape_error("dequantize_rows_bf16", "unknown tensor type id " + std::to_string(ggml_type));
   if (n_rows < 0 || n_cols < 1 || n_cols % info->block_elems != 0)
-    return shape_error("dequantize_rows_bf16", std::string(info->name) + ": " + std::to_string(n_rows) + " rows of " +
-                                                   std::to_string(n_cols) + " (columns must be a positive multiple of " +
+    return shape_error("dequantize_rows_bf16", std::string(info->name) + ": " + std::to_string(n_rows) +
+                                                   " rows of " + std::to_string(n_cols) +
+                                                   " (columns must be a positive multiple of " +
                                                    std::to_string(info->block_elems) + ")");
   if (row_bytes < static_cast<int64_t>(tensor_row_bytes(*info, static_cast<uint64_t>(n_cols))))
-    return shape_error("dequantize_rows_bf16", std::string(info->name) + ": row_bytes " + std::to_string(row_bytes) +
-                                                   " is less than a row of " + std::to_string(n_cols) + " values");
+    return shape_error("dequantize_rows_bf16", std::string(info->name) + ": row_bytes " +
+                                                   std::to_string(row_bytes) + " is less than a row of " +
+                                                   std::to_string(n_cols) + " values");
   const DequantKernel kernel = kernel_for(ggml_type);
   if (!kernel)
     return shape_error("dequantize_rows_bf16", std::string("type ") + std::string(info->name) +
@@ -171,14 +177,18 @@ Status dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_bytes, i
                                                    std::to_string(row_bytes) + ")");
   const int64_t n = n_rows * n_cols;
   if (n == 0) return {};
-  kernel<<<grid_stride_blocks(n), 256, 0, stream_of(s)>>>(static_cast<const uint8_t*>(src), row_bytes, n_rows, n_cols,
-                                                         reinterpret_cast<__nv_bfloat16*>(dst));
+  kernel<<<grid_stride_blocks(n), 256, 0, stream_of(s)>>>(static_cast<const uint8_t*>(src), row_bytes, n_rows,
+                                                          n_cols, reinterpret_cast<__nv_bfloat16*>(dst));
   return launch_status("dequantize_rows_bf16");
 }
 
-bool converts_to_bf16(int ggml_type) { return kernel_for(ggml_type) != nullptr; }
+bool converts_to_bf16(int ggml_type) {
+  return kernel_for(ggml_type) != nullptr;
+}
 
-std::string bf16_conversions() { return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K"; }
+std::string bf16_conversions() {
+  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K";
+}
 
 Status to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s) {
   if (n < 0) return shape_error("to_bf16", "n = " + std::to_string(n));
@@ -190,7 +200,8 @@ Status to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s) {
 
 Status rows_to_bf16(const float* x, const int32_t* rows, int n, int cols, bf16_bits* y, Stream s) {
   if (n < 0 || n > 65535 || cols < 1)
-    return shape_error("rows_to_bf16", std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
+    return shape_error("rows_to_bf16",
+                       std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
   if (!x || !rows || !y) return shape_error("rows_to_bf16", "a null pointer");
   if (n == 0) return {};
   rows_to_bf16_kernel<<<n, 256, 0, stream_of(s)>>>(x, rows, cols, reinterpret_cast<__nv_bfloat16*>(y));
@@ -200,7 +211,7 @@ Status rows_to_bf16(const float* x, const int32_t* rows, int n, int cols, bf16_b
 namespace {
 
 Status move_rows(const char* op, const float* x, const int32_t* rows, int n, int cols, float* y, bool gather,
-                      Stream s) {
+                 Stream s) {
   if (n < 0 || n > 65535 || cols < 1)
     return shape_error(op, std::to_string(n) + " rows of " + std::to_string(cols) + " (1..65535 rows)");
   if (!x || !rows || !y) return shape_error(op, "a null pointer");

@@ -15,7 +15,8 @@ __device__ __forceinline__ float* part_of(const GdnChainArgs& a, int32_t slot, i
 }
 
 // Channel c of the raw input at position p of block i of read r (gdn_chain_source).
-__device__ __forceinline__ float chain_input(const GdnChainArgs& a, const GdnChainRead& r, int i, int p, int c) {
+__device__ __forceinline__ float chain_input(const GdnChainArgs& a, const GdnChainRead& r, int i, int p,
+                                             int c) {
   const GdnChainBlock* blocks = a.blocks + r.first_block;
   const GdnChainSource s = gdn_chain_source(blocks, i, p, a.keep, r.has_base != 0);
   int64_t at = 0;
@@ -45,7 +46,8 @@ __global__ void chain_inputs_kernel(GdnChainArgs a) {
   } else {
     const int at = row - a.n_heads, j = at % a.keep;
     const GdnChainRead r = a.reads[at / a.keep];
-    part_of(a, r.slot, a.parts.run_tail)[static_cast<int64_t>(j) * a.C + c] = chain_input(a, r, r.n_blocks, j - a.keep, c);
+    part_of(a, r.slot, a.parts.run_tail)[static_cast<int64_t>(j) * a.C + c] =
+        chain_input(a, r, r.n_blocks, j - a.keep, c);
   }
 }
 
@@ -62,8 +64,9 @@ struct Shared {
 
 // Tokens [0, n) of a run (k, v rows at the given strides from already-offset pointers; g as log
 // decay, beta), last first: the query through each token's map.
-__device__ void tokens_back(const float* k, int64_t k_stride, const float* v, int64_t v_stride, const float* g,
-                            const float* beta, int64_t gb_stride, int n, int dk, Carry& s, Shared& sh) {
+__device__ void tokens_back(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+                            const float* g, const float* beta, int64_t gb_stride, int n, int dk, Carry& s,
+                            Shared& sh) {
   const int i = threadIdx.x, lane = i & 31, warp = i >> 5;
   for (int end = n; end > 0; end -= kChunk) {
     const int beg = max(0, end - kChunk), m = end - beg;
@@ -103,7 +106,8 @@ __device__ void affine_back(const float* A, const float* B, int dk, Carry& s, Sh
   __syncthreads();
   const int rows = A ? 2 * dk : dk;
   for (int row = warp; row < rows; row += kThreads / 32) {
-    const float* R = row < dk && A ? A + static_cast<int64_t>(row) * dk : B + static_cast<int64_t>(row % dk) * dk;
+    const float* R =
+        row < dk && A ? A + static_cast<int64_t>(row) * dk : B + static_cast<int64_t>(row % dk) * dk;
     float acc = 0.0f;
     for (int d = lane; d < dk; d += 32) acc = fmaf(R[d], sh.y[d], acc);
     acc = warp_sum(acc);
@@ -129,15 +133,15 @@ __global__ void __launch_bounds__(kThreads) chain_read_kernel(GdnChainArgs a) {
   const int64_t kd = static_cast<int64_t>(a.n_k_heads) * dk, vd = static_cast<int64_t>(a.n_v_heads) * dk;
   const int64_t Hv = a.n_v_heads, row = r.row;
   Carry s{i < dk ? a.q[row * kd + kh * dk + i] : 0.0f, 0.0f, 0};
-  tokens_back(a.k + row * kd + kh * dk, kd, a.v + row * vd + h * dk, vd, a.g + row * Hv + h, a.beta + row * Hv + h, Hv,
-              1, dk, s, sh);
+  tokens_back(a.k + row * kd + kh * dk, kd, a.v + row * vd + h * dk, vd, a.g + row * Hv + h,
+              a.beta + row * Hv + h, Hv, 1, dk, s, sh);
   const int64_t per_head = static_cast<int64_t>(dk) * dk;
   for (int b = r.n_blocks - 1; b >= 0; --b) {
     const GdnChainBlock blk = a.blocks[r.first_block + b];
     const int n_head = min(blk.n, a.keep), n_buffered = blk.n - n_head - blk.dense;
     const float* B0 = part_of(a, blk.slot, 0);
-    tokens_back(B0 + a.parts.ck + kh * dk, kd, B0 + a.parts.cv + h * dk, vd, B0 + a.parts.cg + h, B0 + a.parts.cb + h, Hv,
-                n_buffered, dk, s, sh);
+    tokens_back(B0 + a.parts.ck + kh * dk, kd, B0 + a.parts.cv + h * dk, vd, B0 + a.parts.cg + h,
+                B0 + a.parts.cb + h, Hv, n_buffered, dk, s, sh);
     if (blk.dense > 0) {
       const float* AB = B0 + a.parts.AB + h * 2 * per_head;
       affine_back(AB, AB + per_head, dk, s, sh);
@@ -154,15 +158,17 @@ Status check(const char* op, const GdnChainArgs& a) {
   auto bad = [op](const std::string& what) { return shape_error(op, what); };
   if (a.dk != 16 && (a.dk < 32 || a.dk > kWidth || a.dk % 32 != 0))
     return bad("dk " + std::to_string(a.dk) + " (16, or a multiple of 32 up to 128)");
-  if (a.keep < 1 || a.keep > kMaxGdnKeep) return bad("keep " + std::to_string(a.keep) + " (1.." + std::to_string(kMaxGdnKeep) + ")");
+  if (a.keep < 1 || a.keep > kMaxGdnKeep)
+    return bad("keep " + std::to_string(a.keep) + " (1.." + std::to_string(kMaxGdnKeep) + ")");
   if (a.n_k_heads < 1 || a.n_v_heads < a.n_k_heads || a.n_v_heads % a.n_k_heads != 0)
-    return bad(std::to_string(a.n_v_heads) + " value heads over " + std::to_string(a.n_k_heads) + " key heads");
+    return bad(std::to_string(a.n_v_heads) + " value heads over " + std::to_string(a.n_k_heads) +
+               " key heads");
   if (a.C != (2 * a.n_k_heads + a.n_v_heads) * a.dk)  // value heads as wide as key heads (dv = dk)
     return bad(std::to_string(a.C) + " channels for " + std::to_string(a.n_k_heads) + " key and " +
                std::to_string(a.n_v_heads) + " value heads of " + std::to_string(a.dk) + " (2 kd + vd)");
   if (a.n_reads < 0 || a.n_heads < 0 || a.n_heads + static_cast<int64_t>(a.n_reads) * a.keep > kMaxChainRows)
-    return bad(std::to_string(a.n_reads) + " reads and " + std::to_string(a.n_heads) + " head rows (at most " +
-               std::to_string(kMaxChainRows) + " rows)");
+    return bad(std::to_string(a.n_reads) + " reads and " + std::to_string(a.n_heads) +
+               " head rows (at most " + std::to_string(kMaxChainRows) + " rows)");
   return {};
 }
 
@@ -181,8 +187,8 @@ Status gdn_chain_inputs(const GdnChainArgs& a, Stream s) {
 Status gdn_chain_read(const GdnChainArgs& a, Stream s) {
   if (Status e = check("gdn_chain_read", a); !e.ok()) return e;
   if (a.n_reads == 0) return {};
-  if (!a.reads || !a.blocks || (a.n_heads > 0 && (!a.head_k || !a.head_v)) || !a.slots || !a.q || !a.k || !a.v ||
-      !a.g || !a.beta || !a.out)
+  if (!a.reads || !a.blocks || (a.n_heads > 0 && (!a.head_k || !a.head_v)) || !a.slots || !a.q || !a.k ||
+      !a.v || !a.g || !a.beta || !a.out)
     return shape_error("gdn_chain_read", "a null pointer");
   chain_read_kernel<<<dim3(a.n_v_heads, a.n_reads), kThreads, 0, stream_of(s)>>>(a);
   return launch_status("gdn_chain_read");

@@ -1,6 +1,6 @@
 // Chain reads of Gated DeltaNet views on the device (kernels/cuda/gdn_chain.cu): where the raw
 // convolution inputs around a block of a view come from. Plain arithmetic, compiled for the
-// device by the kernels and for the host by the tests (tests/test_cuda_step_plan.cpp), so the
+// device by the kernels and for the host by the tests (tests/engine/test_cuda_step_plan.cpp), so the
 // index rules are checked without a GPU.
 #pragma once
 
@@ -14,7 +14,7 @@
 
 namespace chorus::cuda {
 
-// One block of a chain read, in view order (engine/cuda_linear.h): its slot, its length as the
+// One block of a chain read, in view order (engine/forward/cuda/cuda_linear.h): its slot, its length as the
 // step found it, the body tokens in its summary, and where its head tokens' factors are in the
 // step's head rows (min(n, keep) rows from head_row).
 struct GdnChainBlock {

@@ -13,7 +13,8 @@ __global__ void gdn_conv_kernel(const float* __restrict__ prev, const float* __r
   float acc = 0.0f;
   for (int j = 0; j < K; ++j) {
     const int z = t + j;  // index into prev ++ x
-    const float in = z < K - 1 ? prev[static_cast<int64_t>(z) * C + c] : x[static_cast<int64_t>(z - (K - 1)) * C + c];
+    const float in =
+        z < K - 1 ? prev[static_cast<int64_t>(z) * C + c] : x[static_cast<int64_t>(z - (K - 1)) * C + c];
     acc = fmaf(w[static_cast<int64_t>(j) * C + c], in, acc);
   }
   y[idx] = acc / (1.0f + expf(-acc));

@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_decode_kernel(GdnDecodeArgs a
 
 Status gdn_decode(const GdnDecodeArgs& a, Stream s) {
   auto bad = [](const std::string& what) { return shape_error("gdn_decode", what); };
-  if (a.dk < 32 || a.dk > 256 || a.dk % 32 != 0) return bad("dk " + std::to_string(a.dk) + " (a multiple of 32, 32..256)");
+  if (a.dk < 32 || a.dk > 256 || a.dk % 32 != 0)
+    return bad("dk " + std::to_string(a.dk) + " (a multiple of 32, 32..256)");
   if (a.dv < 1) return bad("dv " + std::to_string(a.dv));
   if (a.n_k_heads < 1 || a.n_v_heads < a.n_k_heads || a.n_v_heads % a.n_k_heads != 0)
     return bad(std::to_string(a.n_v_heads) + " value heads over " + std::to_string(a.n_k_heads) +

@@ -108,7 +108,8 @@ Status gdn_runs(const GdnRunsArgs& a, Stream s) {
     return bad(std::to_string(a.n_v_heads) + " value heads over " + std::to_string(a.n_k_heads) +
                " key heads (must be a multiple)");
   if (a.n_runs < 0 || a.n_runs > 65535) return bad("n_runs " + std::to_string(a.n_runs) + " (0..65535)");
-  if (!a.mats || !a.run_first || !a.k || !a.v || !a.g || !a.beta || (a.out && !a.q)) return bad("a null pointer");
+  if (!a.mats || !a.run_first || !a.k || !a.v || !a.g || !a.beta || (a.out && !a.q))
+    return bad("a null pointer");
   if (a.n_runs == 0) return {};
   const int n_rows = a.n_zero_rows + a.dv;
   const dim3 grid(a.n_v_heads, a.n_runs, (n_rows + kRowsPerBlock - 1) / kRowsPerBlock);

@@ -13,9 +13,9 @@ namespace {
 constexpr int kWarps = 8;
 
 template <int N>
-__global__ void __launch_bounds__(kWarps * 32) gemv_q8_0_kernel(const uint8_t* __restrict__ w, int64_t row_bytes,
-                                                                int64_t m, int64_t k, const float* __restrict__ x,
-                                                                float* __restrict__ y) {
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_q8_0_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t m, int64_t k,
+                     const float* __restrict__ x, float* __restrict__ y) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (row >= m) return;  // whole warps only: no barrier below
@@ -34,8 +34,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_0_kernel(const uint8_t* _
 #pragma unroll
     for (int j = 0; j < 8; ++j) {  // 4 quants (two pairs) against one float4 of each input row
       const uint16_t lo = q2[2 * j], hi = q2[2 * j + 1];
-      const float q0 = static_cast<float>(static_cast<int8_t>(lo & 0xff)), q1 = static_cast<float>(static_cast<int8_t>(lo >> 8));
-      const float q2f = static_cast<float>(static_cast<int8_t>(hi & 0xff)), q3 = static_cast<float>(static_cast<int8_t>(hi >> 8));
+      const float q0 = static_cast<float>(static_cast<int8_t>(lo & 0xff)),
+                  q1 = static_cast<float>(static_cast<int8_t>(lo >> 8));
+      const float q2f = static_cast<float>(static_cast<int8_t>(hi & 0xff)),
+                  q3 = static_cast<float>(static_cast<int8_t>(hi >> 8));
 #pragma unroll
       for (int v = 0; v < N; ++v) {
         const float4 xv = reinterpret_cast<const float4*>(x + v * k + b * 32)[j];
@@ -57,11 +59,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_q8_0_kernel(const uint8_t* _
 
 }  // namespace
 
-Status gemv_q8_0(const void* w, int64_t row_bytes, int64_t m, int64_t k, const float* x, int n, float* y, Stream s) {
+Status gemv_q8_0(const void* w, int64_t row_bytes, int64_t m, int64_t k, const float* x, int n, float* y,
+                 Stream s) {
   auto bad = [](const std::string& what) { return shape_error("gemv_q8_0", what); };
-  if (m < 1 || k < 32 || k % 32 != 0) return bad("m " + std::to_string(m) + ", k " + std::to_string(k) + " (k a multiple of 32)");
-  if (row_bytes < k / 32 * 34) return bad("row_bytes " + std::to_string(row_bytes) + " < " + std::to_string(k / 32 * 34));
-  if (row_bytes % 2 != 0) return bad("row_bytes " + std::to_string(row_bytes) + " (must be even: 2-byte aligned blocks)");
+  if (m < 1 || k < 32 || k % 32 != 0)
+    return bad("m " + std::to_string(m) + ", k " + std::to_string(k) + " (k a multiple of 32)");
+  if (row_bytes < k / 32 * 34)
+    return bad("row_bytes " + std::to_string(row_bytes) + " < " + std::to_string(k / 32 * 34));
+  if (row_bytes % 2 != 0)
+    return bad("row_bytes " + std::to_string(row_bytes) + " (must be even: 2-byte aligned blocks)");
   if (n < 1 || n > 4) return bad("n " + std::to_string(n) + " (1..4 rows: a GEMM serves more)");
   if (!w || !x || !y) return bad("a null pointer");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0) return bad("x must be 16-byte aligned");

@@ -19,11 +19,13 @@ __global__ void l2norm_kernel(float* __restrict__ x, int rows, int n, float eps)
 }  // namespace
 
 Status l2norm_rows(float* x, int rows, int n, float eps, Stream s) {
-  if (rows < 0 || n < 1) return shape_error("l2norm_rows", std::to_string(rows) + " rows of " + std::to_string(n));
+  if (rows < 0 || n < 1)
+    return shape_error("l2norm_rows", std::to_string(rows) + " rows of " + std::to_string(n));
   if (!x) return shape_error("l2norm_rows", "a null pointer");
   if (rows == 0) return {};
   constexpr int kRowsPerBlock = 8;  // a warp each
-  l2norm_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, stream_of(s)>>>(x, rows, n, eps);
+  l2norm_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, 32 * kRowsPerBlock, 0, stream_of(s)>>>(x, rows,
+                                                                                                     n, eps);
   return launch_status("l2norm_rows");
 }
 

@@ -1,5 +1,5 @@
 // Mixture-of-experts feed-forward on the device (ops.h rows_dot_f32, moe_route, moe_sort,
-// moe_experts, moe_combine), in the CPU's order of operations (engine/model_runner_moe.cpp).
+// moe_experts, moe_combine), in the CPU's order of operations (engine/forward/cpu/cpu_runner_moe.cpp).
 #include "kernels/cuda/common.cuh"
 
 namespace chorus::cuda {
@@ -10,8 +10,8 @@ constexpr int kRowsPerBlock = 8;  // moe_experts: a warp per row
 constexpr int kSortThreads = 1024;
 
 // A warp per (token, row), lanes over the columns.
-__global__ void rows_dot_kernel(const float* __restrict__ W, int rows, int cols, const float* __restrict__ x, int n,
-                                float* __restrict__ out) {
+__global__ void rows_dot_kernel(const float* __restrict__ W, int rows, int cols, const float* __restrict__ x,
+                                int n, float* __restrict__ out) {
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (warp >= static_cast<int64_t>(rows) * n) return;  // the whole warp
@@ -26,9 +26,9 @@ __global__ void rows_dot_kernel(const float* __restrict__ W, int rows, int cols,
 
 // One block per token: softmax over the experts (the sum in double, as the CPU), then the
 // n_used most probable one at a time (ties: the lower id), their probabilities renormalised.
-__global__ void __launch_bounds__(kRouteThreads) route_kernel(const float* __restrict__ logits, int n_expert, int n_used,
-                                                              float scale, int32_t* __restrict__ slot_expert,
-                                                              float* __restrict__ slot_weight) {
+__global__ void __launch_bounds__(kRouteThreads)
+    route_kernel(const float* __restrict__ logits, int n_expert, int n_used, float scale,
+                 int32_t* __restrict__ slot_expert, float* __restrict__ slot_weight) {
   __shared__ float p[kMaxMoeExperts];
   __shared__ float best_p[32];
   __shared__ int best_e[32];
@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const float* __res
     float bp = -1.0f;
     int be = n_expert;
     for (int e = tid; e < n_expert; e += blockDim.x) {
-      const float v = p[e] == p[e] ? p[e] : -0.5f;  // NaN (a NaN hidden state): below every number, above taken
+      const float v =
+          p[e] == p[e] ? p[e] : -0.5f;  // NaN (a NaN hidden state): below every number, above taken
       if (v > bp || (v == bp && e < be)) {
         bp = v;
         be = e;
@@ -108,8 +109,9 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const float* __res
 // One block: each expert's slots, counted then placed (the order within an expert is free:
 // every slot's output is its own), and the experts chosen at all, in id order. Expert ids
 // outside 0..n_expert-1 are clamped into it (moe_route makes none).
-__global__ void sort_kernel(const int32_t* __restrict__ slot_expert, int n_slots, int n_expert, int32_t* __restrict__ first,
-                            int32_t* __restrict__ slots, int32_t* __restrict__ active) {
+__global__ void sort_kernel(const int32_t* __restrict__ slot_expert, int n_slots, int n_expert,
+                            int32_t* __restrict__ first, int32_t* __restrict__ slots,
+                            int32_t* __restrict__ active) {
   __shared__ int at[kMaxMoeExperts];
   auto expert = [&](int i) { return min(max(slot_expert[i], 0), n_expert - 1); };
   for (int e = threadIdx.x; e < n_expert; e += blockDim.x) at[e] = 0;
@@ -161,8 +163,9 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) experts_kernel(MoeExpertAr
   }
 }
 
-__global__ void combine_kernel(const float* __restrict__ slot_out, int n_used, const float* __restrict__ shared,
-                               const float* __restrict__ shared_logit, int64_t total, int E, float* __restrict__ x) {
+__global__ void combine_kernel(const float* __restrict__ slot_out, int n_used,
+                               const float* __restrict__ shared, const float* __restrict__ shared_logit,
+                               int64_t total, int E, float* __restrict__ x) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / E, c = i % E;
@@ -181,58 +184,66 @@ __global__ void combine_kernel(const float* __restrict__ slot_out, int n_used, c
 
 Status rows_dot_f32(const float* W, int rows, int cols, const float* x, int n, float* out, Stream s) {
   if (rows < 1 || cols < 1 || n < 0)
-    return shape_error("rows_dot_f32", std::to_string(rows) + " rows of " + std::to_string(cols) + ", " + std::to_string(n) +
-                                           " inputs");
+    return shape_error("rows_dot_f32", std::to_string(rows) + " rows of " + std::to_string(cols) + ", " +
+                                           std::to_string(n) + " inputs");
   if (n == 0) return {};
   if (!W || !x || !out) return shape_error("rows_dot_f32", "a null pointer");
   const int64_t threads = static_cast<int64_t>(rows) * n * 32;
   if ((threads + 255) / 256 > 0x7fffffff) return shape_error("rows_dot_f32", "too many rows");
-  rows_dot_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream_of(s)>>>(W, rows, cols, x, n, out);
+  rows_dot_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream_of(s)>>>(W, rows, cols, x, n,
+                                                                                          out);
   return launch_status("rows_dot_f32");
 }
 
 Status moe_route(const float* logits, int n, int n_expert, int n_used, float scale, int32_t* slot_expert,
-                      float* slot_weight, Stream s) {
-  if (n < 0 || n_expert < 1 || n_expert > kMaxMoeExperts || n_used < 1 || n_used > kMaxMoeUsed || n_used > n_expert)
-    return shape_error("moe_route", std::to_string(n_used) + " of " + std::to_string(n_expert) + " experts (1.." +
-                                        std::to_string(kMaxMoeUsed) + " of at most " + std::to_string(kMaxMoeExperts) +
-                                        ")");
+                 float* slot_weight, Stream s) {
+  if (n < 0 || n_expert < 1 || n_expert > kMaxMoeExperts || n_used < 1 || n_used > kMaxMoeUsed ||
+      n_used > n_expert)
+    return shape_error("moe_route", std::to_string(n_used) + " of " + std::to_string(n_expert) +
+                                        " experts (1.." + std::to_string(kMaxMoeUsed) + " of at most " +
+                                        std::to_string(kMaxMoeExperts) + ")");
   if (n == 0) return {};
   if (!logits || !slot_expert || !slot_weight) return shape_error("moe_route", "a null pointer");
-  route_kernel<<<n, kRouteThreads, 0, stream_of(s)>>>(logits, n_expert, n_used, scale, slot_expert, slot_weight);
+  route_kernel<<<n, kRouteThreads, 0, stream_of(s)>>>(logits, n_expert, n_used, scale, slot_expert,
+                                                      slot_weight);
   return launch_status("moe_route");
 }
 
 Status moe_sort(const int32_t* slot_expert, int n_slots, int n_expert, int32_t* first, int32_t* slots,
-                     int32_t* active, Stream s) {
+                int32_t* active, Stream s) {
   if (n_slots < 0 || n_expert < 1 || n_expert > kMaxMoeExperts)
-    return shape_error("moe_sort", std::to_string(n_slots) + " slots over " + std::to_string(n_expert) + " experts");
+    return shape_error("moe_sort",
+                       std::to_string(n_slots) + " slots over " + std::to_string(n_expert) + " experts");
   if (!slot_expert || !first || !slots || !active) return shape_error("moe_sort", "a null pointer");
   sort_kernel<<<1, kSortThreads, 0, stream_of(s)>>>(slot_expert, n_slots, n_expert, first, slots, active);
   return launch_status("moe_sort");
 }
 
 Status moe_experts(const MoeExpertArgs& a, Stream s) {
-  if (a.n_expert < 1 || a.n_expert > kMaxMoeExperts || a.n_used < 1 || a.n_slots < 0 || a.rows < 1 || a.cols < 1)
-    return shape_error("moe_experts", std::to_string(a.n_expert) + " experts of " + std::to_string(a.rows) + " x " +
-                                          std::to_string(a.cols) + ", " + std::to_string(a.n_used) + " used");
+  if (a.n_expert < 1 || a.n_expert > kMaxMoeExperts || a.n_used < 1 || a.n_slots < 0 || a.rows < 1 ||
+      a.cols < 1)
+    return shape_error("moe_experts", std::to_string(a.n_expert) + " experts of " + std::to_string(a.rows) +
+                                          " x " + std::to_string(a.cols) + ", " + std::to_string(a.n_used) +
+                                          " used");
   if (a.n_slots == 0) return {};
-  if (!a.w || !a.x || !a.first || !a.slots || !a.active || !a.out) return shape_error("moe_experts", "a null pointer");
+  if (!a.w || !a.x || !a.first || !a.slots || !a.active || !a.out)
+    return shape_error("moe_experts", "a null pointer");
   // At most n_slots experts are chosen in a step: a block row for each, whatever the routing.
   const dim3 grid((a.rows + kRowsPerBlock - 1) / kRowsPerBlock, std::min(a.n_expert, a.n_slots));
   experts_kernel<<<grid, kRowsPerBlock * 32, 0, stream_of(s)>>>(a);
   return launch_status("moe_experts");
 }
 
-Status moe_combine(const float* slot_out, int n, int n_used, int E, const float* shared, const float* shared_logit,
-                        float* x, Stream s) {
+Status moe_combine(const float* slot_out, int n, int n_used, int E, const float* shared,
+                   const float* shared_logit, float* x, Stream s) {
   if (n < 0 || n_used < 1 || E < 1)
     return shape_error("moe_combine", std::to_string(n) + " tokens of " + std::to_string(E) + ", " +
                                           std::to_string(n_used) + " slots each");
   if (n == 0) return {};
   if (!slot_out || !x || (shared && !shared_logit)) return shape_error("moe_combine", "a null pointer");
   const int64_t total = static_cast<int64_t>(n) * E;
-  combine_kernel<<<grid_stride_blocks(total), 256, 0, stream_of(s)>>>(slot_out, n_used, shared, shared_logit, total, E, x);
+  combine_kernel<<<grid_stride_blocks(total), 256, 0, stream_of(s)>>>(slot_out, n_used, shared, shared_logit,
+                                                                      total, E, x);
   return launch_status("moe_combine");
 }
 

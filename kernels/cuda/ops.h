@@ -1,13 +1,13 @@
 // The CUDA ops, as host launchers over device pointers. This header stays free of CUDA headers
-// so plain C++ (gpu/, tests) can include it; streams travel as `Stream` (a cudaStream_t).
+// so plain C++ (device/, tests) can include it; streams travel as `Stream` (a cudaStream_t).
 //
 // Every launcher checks its shapes before it launches and returns a Status: success, or what is
 // wrong and where (Errc::invalid_argument, "cuda rmsnorm: n = 0 (must be 1..1048576)"); a launch
-// error comes back as Errc::internal with the CUDA error string. Launches are asynchronous on the given stream: an error in
-// the kernel itself shows at the next synchronization (gpu/cuda_device.h checks it).
+// error comes back as Errc::internal with the CUDA error string. Launches are asynchronous on the given
+// stream: an error in the kernel itself shows at the next synchronization (device/cuda_device.h checks it).
 //
 // Each op has the same semantics as its CPU counterpart in kernels/cpu/cpu_kernels.h, which is
-// its reference (tests/test_cuda_ops.cpp compares them); the layouts differ where the GPU wants
+// its reference (tests/gpu/test_cuda_ops.cpp compares them); the layouts differ where the GPU wants
 // them to (attention pages are position-major), and say so below.
 #pragma once
 
@@ -24,15 +24,15 @@ using Stream = void*;  // a cudaStream_t; nullptr is the default stream
 // A bf16 value's bits (the upper half of a float's), so that host code needs no cuda_bf16.h.
 using bf16_bits = uint16_t;
 
-// y[r] = x[r] / rms(x[r]) * w for rows r < rows of n values each; y may be x (in place). One block per row; the sum of
-// squares in float per thread, then a tree (the CPU reference sums in double: within 2e-6).
+// y[r] = x[r] / rms(x[r]) * w for rows r < rows of n values each; y may be x (in place). One block per row;
+// the sum of squares in float per thread, then a tree (the CPU reference sums in double: within 2e-6).
 Status rmsnorm(const float* x, const float* w, float* y, int rows, int n, float eps, Stream s);
 
 // Rotary embedding in place on x [n_tokens][n_heads][head_dim] at pos[t] (device, per token):
 // angles freq_scale * pos * theta_scale^i, the power by repeated multiplication in float as the
 // CPU's rope_cache; pairs (2i, 2i+1) or, neox, (i, i + n_rot/2); dims from n_rot on unchanged.
-Status rope(float* x, const int32_t* pos, int n_tokens, int n_heads, int head_dim, int n_rot, float theta_scale,
-                 float freq_scale, bool neox, Stream s);
+Status rope(float* x, const int32_t* pos, int n_tokens, int n_heads, int head_dim, int n_rot,
+            float theta_scale, float freq_scale, bool neox, Stream s);
 
 // out = silu(gate) * up, n values; out may be gate or up.
 Status swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s);
@@ -43,21 +43,22 @@ Status add_rows(float* y, const float* bias, int64_t rows, int64_t cols, Stream 
 
 // Attention output gates (qwen35): qg [n_tokens][n_heads][2][head_dim] (each head's query, then
 // its gate, as attn_q yields them) into q and gate, both [n_tokens][n_heads][head_dim].
-Status split_query_gate(const float* qg, float* q, float* gate, int n_tokens, int n_heads, int head_dim, Stream s);
+Status split_query_gate(const float* qg, float* q, float* gate, int n_tokens, int n_heads, int head_dim,
+                        Stream s);
 // y *= sigmoid(g), n values (1 / (1 + e^-g) in float, as the CPU).
 Status sigmoid_mul(float* y, const float* g, int64_t n, Stream s);
 
 // out[t] = table row ids[t] (bf16 rows of `dim`) as float; an id outside [0, n_rows) gives a
 // row of NaN (the caller validated ids; NaN makes a bug loud instead of reading out of bounds).
 Status embed_rows(const bf16_bits* table, int64_t n_rows, const int32_t* ids, int n_ids, int dim, float* out,
-                       Stream s);
+                  Stream s);
 
 // Weight rows of a GGUF type to bf16, for weights uploaded once at load. `src` holds n_rows
 // rows of `n_cols` values in the GGUF type's blocks (row_bytes each); dst [n_rows][n_cols].
 // Types: those bf16_conversions() names, every type the CPU dequantizes (kernels/cpu/dequant.h),
 // each value the CPU's rounded to bf16; others: an error naming it.
 Status dequantize_rows_bf16(int ggml_type, const void* src, int64_t row_bytes, int64_t n_rows, int64_t n_cols,
-                                 bf16_bits* dst, Stream s);
+                            bf16_bits* dst, Stream s);
 // Whether dequantize_rows_bf16 converts this GGUF type (a host-side check, no device needed),
 // and the types it converts, for messages.
 bool converts_to_bf16(int ggml_type);
@@ -66,7 +67,8 @@ std::string bf16_conversions();
 // {f16 d; i8 q[32]}), for n = 1..4 input rows (decode of a few sequences): the dequantizing GEMV
 // that reads 1.06 bytes per weight instead of a bf16 copy's 2 (chorus_cuda_step_bench measures
 // it against cuBLAS on bf16). f32 accumulation; x 16-byte aligned, row_bytes even.
-Status gemv_q8_0(const void* w, int64_t row_bytes, int64_t m, int64_t k, const float* x, int n, float* y, Stream s);
+Status gemv_q8_0(const void* w, int64_t row_bytes, int64_t m, int64_t k, const float* x, int n, float* y,
+                 Stream s);
 
 // f32 -> bf16 (round to nearest even), n values: activations before a bf16 matrix product.
 Status to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s);
@@ -99,27 +101,27 @@ struct AttnSegment {
 };
 
 struct AttnToken {
-  int32_t first_seg;   // index into `segs`
+  int32_t first_seg;  // index into `segs`
   int32_t n_segs;
 };
 
 struct AttnArgs {
-  const float* q;             // [n_tokens][n_heads][head_dim], unrotated
-  const void* k_pool;         // float or bf16, per kv_bf16
+  const float* q;      // [n_tokens][n_heads][head_dim], unrotated
+  const void* k_pool;  // float or bf16, per kv_bf16
   const void* v_pool;
   bool kv_bf16 = false;
-  int64_t page_stride;        // elements from one page to the next (>= 16 * kv_stride)
-  int kv_stride;              // elements per position: n_kv_heads * head_dim
-  const int32_t* page_ids;    // device: pages of all segments
-  const AttnSegment* segs;    // device
-  const AttnToken* tokens;    // device, [n_tokens]
+  int64_t page_stride;      // elements from one page to the next (>= 16 * kv_stride)
+  int kv_stride;            // elements per position: n_kv_heads * head_dim
+  const int32_t* page_ids;  // device: pages of all segments
+  const AttnSegment* segs;  // device
+  const AttnToken* tokens;  // device, [n_tokens]
   int n_tokens;
   int n_heads, n_kv_heads, head_dim;  // head_dim a multiple of 32, <= 256; n_heads / n_kv_heads <= 8
-  int n_rot;                  // rotary dims (<= head_dim, even)
+  int n_rot;                          // rotary dims (<= head_dim, even)
   float theta_scale, freq_scale;
   bool neox;
-  float scale;                // 1 / sqrt(head_dim)
-  float* out;                 // [n_tokens][n_heads][head_dim]
+  float scale;  // 1 / sqrt(head_dim)
+  float* out;   // [n_tokens][n_heads][head_dim]
 };
 Status attention(const AttnArgs& a, Stream s);
 
@@ -138,8 +140,8 @@ Status attention_tiled(const AttnArgs& a, const AttnTile* tiles, int n_tiles, St
 // Writes the keys and values of n tokens into their page slots: token i's [kv_stride] key and
 // value go to position slot[i] (0..15) of page page[i], in the layout `attention` reads (keys
 // already rotated and normed by the caller). bf16 pages round to nearest even.
-Status write_kv(void* k_pool, void* v_pool, bool kv_bf16, int64_t page_stride, int kv_stride, const int32_t* page,
-                     const int32_t* slot, const float* k, const float* v, int n, Stream s);
+Status write_kv(void* k_pool, void* v_pool, bool kv_bf16, int64_t page_stride, int kv_stride,
+                const int32_t* page, const int32_t* slot, const float* k, const float* v, int n, Stream s);
 
 // x *= s, n values.
 Status scale(float* x, int64_t n, float s, Stream st);
@@ -156,11 +158,11 @@ Status l2norm_rows(float* x, int rows, int n, float eps, Stream s);
 // Per token t and value head h: g = ssm_a[h] * softplus(alpha + dt_bias[h]) (softplus(a) = a
 // above 20) and beta = sigmoid(b). alpha, b, g, beta: [n_tokens][n_v_heads].
 Status gdn_gates(const float* alpha, const float* b, const float* dt_bias, const float* ssm_a, int n_tokens,
-                      int n_v_heads, float* g, float* beta, Stream s);
+                 int n_v_heads, float* g, float* beta, Stream s);
 // The same from qwen3next's packed rows ba [n_tokens][n_k_heads][b x r | alpha x r], r =
 // n_v_heads / n_k_heads (value head h = key head h / r, place h % r).
-Status gdn_gates_packed(const float* ba, const float* dt_bias, const float* ssm_a, int n_tokens, int n_v_heads,
-                             int n_k_heads, float* g, float* beta, Stream s);
+Status gdn_gates_packed(const float* ba, const float* dt_bias, const float* ssm_a, int n_tokens,
+                        int n_v_heads, int n_k_heads, float* g, float* beta, Stream s);
 
 // Gated DeltaNet, one token per sequence (decode), on each sequence's state
 // [n_v_heads][dv][dk] (f32, in place): for v-head h with key head kh,
@@ -207,7 +209,7 @@ struct GdnRunsArgs {
 };
 Status gdn_runs(const GdnRunsArgs& a, Stream s);
 
-// A block's Gated DeltaNet state on the device (engine/cuda_linear.h). Every op that holds a
+// A block's Gated DeltaNet state on the device (engine/forward/cuda/cuda_linear.h). Every op that holds a
 // convolution's input window keeps at most kMaxGdnKeep rows (a kernel of width 16).
 constexpr int kMaxGdnKeep = 15;
 //
@@ -226,21 +228,21 @@ Status split_qkv(const float* y, int n, int kd, int vd, float* q, float* k, floa
 // sequence r owns rows [first[r], first[r+1]) and row_seq[t] is the sequence of row t.
 // gdn_conv over every sequence's rows, each with its own K-1 inputs before them (the part at
 // tail_offset of its slot, [K-1][C]).
-Status gdn_conv_slots(const float* x, int n, const int32_t* row_seq, const int32_t* first, const int32_t* slot,
-                           const float* base, int64_t slot_floats, int64_t tail_offset, const float* w, int C, int K,
-                           float* y, Stream s);
+Status gdn_conv_slots(const float* x, int n, const int32_t* row_seq, const int32_t* first,
+                      const int32_t* slot, const float* base, int64_t slot_floats, int64_t tail_offset,
+                      const float* w, int C, int K, float* y, Stream s);
 // shift_rows of each sequence's tail (the part at `offset`) by its rows of x.
-Status shift_rows_slots(float* base, int64_t slot_floats, int64_t offset, const int32_t* slot, const int32_t* first,
-                             int n_seqs, int keep, const float* x, int C, Stream s);
+Status shift_rows_slots(float* base, int64_t slot_floats, int64_t offset, const int32_t* slot,
+                        const int32_t* first, int n_seqs, int keep, const float* x, int C, Stream s);
 // Row src_row of src [..][width] to row dst_row of the part at `offset` of slot `slot`, for each
 // of n entries (a block's appended head or compact rows).
 struct SlotRow {
   int32_t src_row, slot, dst_row;
 };
-Status rows_to_slots(const float* src, int width, const SlotRow* rows, int n, float* base, int64_t slot_floats,
-                          int64_t offset, Stream s);
+Status rows_to_slots(const float* src, int width, const SlotRow* rows, int n, float* base,
+                     int64_t slot_floats, int64_t offset, Stream s);
 
-// Chain reads (engine/cuda_linear.h): a one-token writer whose view has a block written in the
+// Chain reads (engine/forward/cuda/cuda_linear.h): a one-token writer whose view has a block written in the
 // same step reads the view through its query instead of composing the view's state, as the
 // CPU's GdnBlockOps::query_through. Per value head: y = the token's q, c = 0; y and c through
 // the token's own map (y <- e^g (y - beta (k.y) k), c += beta (k.y) v), then back through each
@@ -288,7 +290,7 @@ Status gdn_chain_inputs(const GdnChainArgs& a, Stream s);
 // value heads as wide as key heads (C = 2 kd + vd).
 Status gdn_chain_read(const GdnChainArgs& a, Stream s);
 
-// Mixture-of-experts feed-forward (engine/cuda_moe.h; the CPU's moe_feed_forward):
+// Mixture-of-experts feed-forward (engine/forward/cuda/cuda_moe.h; the CPU's moe_feed_forward):
 //
 // out [n][rows] = x [n][cols] W^T for an f32 W [rows][cols] (routers, kept in f32 so that the
 // experts chosen are the CPU's). A warp per (input, row).
@@ -299,12 +301,12 @@ Status rows_dot_f32(const float* W, int rows, int cols, const float* x, int n, f
 constexpr int kMaxMoeExperts = 1024;
 constexpr int kMaxMoeUsed = 16;
 Status moe_route(const float* logits, int n, int n_expert, int n_used, float scale, int32_t* slot_expert,
-                      float* slot_weight, Stream s);
+                 float* slot_weight, Stream s);
 // The slots (t * n_used + s) grouped by expert: expert e's are slots[first[e] .. first[e+1]),
 // first [n_expert + 1]; active [1 + n_expert]: how many experts were chosen, then they, in id
 // order. One block.
 Status moe_sort(const int32_t* slot_expert, int n_slots, int n_expert, int32_t* first, int32_t* slots,
-                     int32_t* active, Stream s);
+                int32_t* active, Stream s);
 // Every chosen expert's rows over the slots that chose it (moe_sort's lists): out [slot][rows] =
 // silu(W_e x) * (W2_e x) with w2, else W_e x times slot_weight[slot] when given; W, W2 bf16
 // [n_expert][rows][cols]; x's row is the slot's (x_per_slot) or its token's (slot / n_used).
@@ -323,21 +325,22 @@ struct MoeExpertArgs {
 Status moe_experts(const MoeExpertArgs& a, Stream s);
 // x[t] += sum over slots s of slot_out[t * n_used + s] (in slot order) + sigmoid(shared_logit[t])
 // * shared[t] (no shared expert: null). slot_out [n * n_used][E], shared and x [n][E].
-Status moe_combine(const float* slot_out, int n, int n_used, int E, const float* shared, const float* shared_logit,
-                        float* x, Stream s);
+Status moe_combine(const float* slot_out, int n, int n_used, int E, const float* shared,
+                   const float* shared_logit, float* x, Stream s);
 
 // out[r] = the index of the largest of logits[r] (n values; the lowest index among equals; NaN
 // never wins).
 Status argmax(const float* logits, int rows, int n, int32_t* out, Stream s);
 
-// Sampling on the device, as the CPU Sampler (engine/sampler.h) without its repetition penalty
+// Sampling on the device, as the CPU Sampler (engine/forward/sampler.h) without its repetition penalty
 // and forbidden tokens: temperature <= 0 is greedy (argmax, lowest id among equals); else top-k
 // (1..kMaxSampleTopK, at most n) -> top-p (>= 1 off) -> min-p (<= 0 off) -> temperature -> the
 // draw at u in [0, 1) (the CPU draws r = u * total), with the CPU's loops and precisions. The
 // device's expf/exp may differ from the host's by an ulp or two, so a pick can differ where u,
-// a top-p cumulative sum or a min-p ratio falls within that of a boundary. NaN logits rank lowest. The parameters are device memory, one per sample; sample
-// i reads logits row params[i].row and writes out[i] (-1 for a row outside [0, n_rows)); a
-// top_k outside 1..kMaxSampleTopK is clamped into it (callers check it: engine/sampler.h).
+// a top-p cumulative sum or a min-p ratio falls within that of a boundary. NaN logits rank lowest. The
+// parameters are device memory, one per sample; sample i reads logits row params[i].row and writes out[i] (-1
+// for a row outside [0, n_rows)); a top_k outside 1..kMaxSampleTopK is clamped into it (callers check it:
+// engine/forward/sampler.h).
 inline constexpr int kMaxSampleTopK = 256;
 struct SampleRow {
   float temperature = 0.0f;
@@ -347,8 +350,8 @@ struct SampleRow {
   double u = 0.0;
   int32_t row = 0;
 };
-Status sample_rows(const float* logits, int n_rows, int n, const SampleRow* params, int n_samples, int32_t* out,
-                        Stream s);
+Status sample_rows(const float* logits, int n_rows, int n, const SampleRow* params, int n_samples,
+                   int32_t* out, Stream s);
 
 // Fills x with uniform values in [-scale, scale) from a counter hash of (seed, index): random
 // weights made on the device (benchmarks need shapes, not values) without a host round trip.

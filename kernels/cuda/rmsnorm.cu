@@ -21,7 +21,8 @@ __global__ void rmsnorm_kernel(const float* x, const float* __restrict__ w, floa
 
 Status rmsnorm(const float* x, const float* w, float* y, int rows, int n, float eps, Stream s) {
   if (rows < 0) return shape_error("rmsnorm", "rows = " + std::to_string(rows) + " (must be >= 0)");
-  if (n < 1 || n > (1 << 20)) return shape_error("rmsnorm", "n = " + std::to_string(n) + " (must be 1..1048576)");
+  if (n < 1 || n > (1 << 20))
+    return shape_error("rmsnorm", "n = " + std::to_string(n) + " (must be 1..1048576)");
   if (!x || !w || !y) return shape_error("rmsnorm", "a null pointer");
   if (rows == 0) return {};
   rmsnorm_kernel<<<rows, 256, 0, stream_of(s)>>>(x, w, y, n, eps);

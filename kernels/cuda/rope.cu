@@ -26,21 +26,23 @@ __global__ void rope_kernel(float* __restrict__ x, const int32_t* __restrict__ p
 
 }  // namespace
 
-Status rope(float* x, const int32_t* pos, int n_tokens, int n_heads, int head_dim, int n_rot, float theta_scale,
-                 float freq_scale, bool neox, Stream s) {
+Status rope(float* x, const int32_t* pos, int n_tokens, int n_heads, int head_dim, int n_rot,
+            float theta_scale, float freq_scale, bool neox, Stream s) {
   if (n_tokens < 0 || n_heads < 1 || head_dim < 2)
-    return shape_error("rope", "n_tokens " + std::to_string(n_tokens) + ", n_heads " + std::to_string(n_heads) +
-                                   ", head_dim " + std::to_string(head_dim) + " (need n_tokens >= 0, heads >= 1, head_dim >= 2)");
+    return shape_error("rope", "n_tokens " + std::to_string(n_tokens) + ", n_heads " +
+                                   std::to_string(n_heads) + ", head_dim " + std::to_string(head_dim) +
+                                   " (need n_tokens >= 0, heads >= 1, head_dim >= 2)");
   if (n_rot < 2 || n_rot > head_dim || n_rot % 2 != 0)
-    return shape_error("rope", "n_rot = " + std::to_string(n_rot) + " (must be even, 2.." + std::to_string(head_dim) + ")");
+    return shape_error(
+        "rope", "n_rot = " + std::to_string(n_rot) + " (must be even, 2.." + std::to_string(head_dim) + ")");
   if (!x || !pos) return shape_error("rope", "a null pointer");
   const int64_t n = static_cast<int64_t>(n_tokens) * n_heads * (n_rot / 2);
   if (n == 0) return {};
   const int threads = 256;
   const int64_t blocks = (n + threads - 1) / threads;
   if (blocks > 0x7fffffff) return shape_error("rope", "too many elements");
-  rope_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream_of(s)>>>(x, pos, n_tokens, n_heads, head_dim, n_rot,
-                                                                           theta_scale, freq_scale, neox);
+  rope_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream_of(s)>>>(
+      x, pos, n_tokens, n_heads, head_dim, n_rot, theta_scale, freq_scale, neox);
   return launch_status("rope");
 }
 

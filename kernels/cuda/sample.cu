@@ -1,5 +1,5 @@
 // Sampling on the device: each row's token from its logits with the CPU Sampler's filters and
-// arithmetic (engine/sampler.cpp: top-k -> top-p -> min-p -> temperature -> draw at u), so only
+// arithmetic (engine/forward/sampler.cpp: top-k -> top-p -> min-p -> temperature -> draw at u), so only
 // one int per sequence comes back to the host instead of a row of logits.
 //
 // One block of 256 threads per row:
@@ -28,9 +28,9 @@ __device__ __forceinline__ uint32_t order_key(float v) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int n_rows, int n,
-                                                          const SampleRow* __restrict__ params,
-                                                          int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float* __restrict__ logits, int n_rows, int n, const SampleRow* __restrict__ params,
+                  int32_t* __restrict__ out) {
   __shared__ uint32_t hist[256];
   __shared__ uint32_t n_gt[kThreads], n_eq[kThreads];  // per thread, then exclusive prefixes
   __shared__ uint32_t ckey[kThreads];
@@ -194,8 +194,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
 
 }  // namespace
 
-Status sample_rows(const float* logits, int n_rows, int n, const SampleRow* params, int n_samples, int32_t* out,
-                        Stream s) {
+Status sample_rows(const float* logits, int n_rows, int n, const SampleRow* params, int n_samples,
+                   int32_t* out, Stream s) {
   if (n_samples < 0 || n_rows < 0 || n < 1)
     return shape_error("sample_rows", std::to_string(n_samples) + " samples from " + std::to_string(n_rows) +
                                           " rows of " + std::to_string(n));

@@ -4,7 +4,8 @@
 namespace chorus::cuda {
 namespace {
 
-__global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n) {  // out may be gate or up
+__global__ void swiglu_kernel(const float* gate, const float* up, float* out,
+                              int64_t n) {  // out may be gate or up
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = gate[i];

@@ -5,7 +5,7 @@ Without a usable GPU: `auto` runs on the CPU, says why on stderr and prints exac
 prints; `cuda` fails with a message naming the reason. With one: both run, on a dense, a hybrid
 and a mixture-of-experts model alike. Either way `chorus info` says, without a device, that the
 CUDA runner takes each of them (or that CUDA is not built), and an unknown device is refused. (What the runner refuses by
-name is checked by tests/test_cuda_runner.cpp, CudaRunner.CheckSaysWhatItRunsWithoutADevice.)
+name is checked by tests/gpu/test_cuda_runner.cpp, CudaRunner.CheckSaysWhatItRunsWithoutADevice.)
 
 usage: test_device_flag.py CHORUS GOLDENS_DIR
 """

@@ -5,17 +5,17 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <tuple>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include "engine/cuda_runner.h"
-#include "engine/kv_cache.h"
-#include "engine/model_config.h"
-#include "engine/model_runner.h"
-#include "engine/weights.h"
-#include "gpu/cpu_device.h"
+#include "device/cpu_device.h"
+#include "engine/forward/cpu/cpu_runner.h"
+#include "engine/forward/cuda/cuda_runner.h"
+#include "engine/forward/kv_cache.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 #include "tools/bench/cuda_bench_util.h"
 
 namespace chorus::bench {
@@ -32,7 +32,9 @@ std::string gemv_vs_bf16(CudaDevice& dev, int reps) {
     const char* name;
     int64_t rows, cols;
   };
-  const MatShape shapes[] = {{"ffn_up/gate", 12288, 4096}, {"ffn_down", 4096, 12288}, {"gdn_qkv", 8192, 4096},
+  const MatShape shapes[] = {{"ffn_up/gate", 12288, 4096},
+                             {"ffn_down", 4096, 12288},
+                             {"gdn_qkv", 8192, 4096},
                              {"output", 248320, 4096}};
   std::string rows;
   std::printf("\nGEMV on GGUF Q8_0 vs cuBLAS on bf16 (us per product, median of %d runs of 20)\n", reps);
@@ -42,7 +44,8 @@ std::string gemv_vs_bf16(CudaDevice& dev, int reps) {
     const int64_t mark = dev.mark();
     const int64_t row_bytes = ms.cols / 32 * 34;
     auto* wq = alloc<uint8_t>(dev, ms.rows * row_bytes, "q8_0 weights");
-    check(cuda::fill_uniform_f32(reinterpret_cast<float*>(wq), ms.rows * row_bytes / 4, 21, 1.0f, st).message());
+    check(cuda::fill_uniform_f32(reinterpret_cast<float*>(wq), ms.rows * row_bytes / 4, 21, 1.0f, st)
+              .message());
     auto* wb = alloc<bf16_bits>(dev, ms.rows * ms.cols, "bf16 weights");
     check(cuda::fill_uniform_bf16(wb, ms.rows * ms.cols, 22, 0.02f, st).message());
     float* x = vec(dev, 4 * ms.cols, 23);
@@ -57,10 +60,12 @@ std::string gemv_vs_bf16(CudaDevice& dev, int reps) {
       bf16();
       q8();
       check(dev.sync("gemv warm-up"));
-      const double t_b = 1000.0 * time_steps(dev, bf16, 20, reps), t_q = 1000.0 * time_steps(dev, q8, 20, reps);
+      const double t_b = 1000.0 * time_steps(dev, bf16, 20, reps),
+                   t_q = 1000.0 * time_steps(dev, q8, 20, reps);
       std::printf("%12s %5d | %10.1f %10.1f | %8.2fx\n", ms.name, n, t_b, t_q, t_b / t_q);
       char row[200];
-      std::snprintf(row, sizeof row, "%s{\"matrix\": \"%s\", \"batch\": %d, \"bf16_us\": %.2f, \"q8_0_us\": %.2f}",
+      std::snprintf(row, sizeof row,
+                    "%s{\"matrix\": \"%s\", \"batch\": %d, \"bf16_us\": %.2f, \"q8_0_us\": %.2f}",
                     rows.empty() ? "" : ", ", ms.name, n, t_b, t_q);
       rows += row;
     }
@@ -73,7 +78,7 @@ std::string gemv_vs_bf16(CudaDevice& dev, int reps) {
 //
 // A random-weight model of SmolLM2-135M-Instruct's shapes (Q8_0 matrices; the real file is too
 // large to carry to a lent GPU machine) runs the same decode through CudaRunner and the CPU
-// ModelRunner (every core of the machine): `batch` sequences of a 128-token prompt each, then
+// CpuRunner (every core of the machine): `batch` sequences of a 128-token prompt each, then
 // `steps` decode steps of one token per sequence.
 
 struct RandomModel {
@@ -140,7 +145,7 @@ std::unique_ptr<RandomModel> smollm2_shaped() {
   return m;
 }
 
-// Decode tokens per second of `batch` sequences through `forward` (a ModelRunner or CudaRunner
+// Decode tokens per second of `batch` sequences through `forward` (a CpuRunner or CudaRunner
 // call), after their prompts.
 template <class Forward>
 double decode_rate(const RandomModel& m, KvCache& kv, int batch, int prompt, int steps, Forward&& forward) {
@@ -150,17 +155,20 @@ double decode_rate(const RandomModel& m, KvCache& kv, int batch, int prompt, int
   std::vector<float> logits(static_cast<size_t>(batch) * m.c.n_vocab);
   std::mt19937 rng(9);
   for (int b = 0; b < batch; ++b) {
-    if (Status st = kv.reserve(seqs[static_cast<size_t>(b)], prompt + steps); !st.ok()) die(st.error().to_string());
+    if (Status st = kv.reserve(seqs[static_cast<size_t>(b)], prompt + steps); !st.ok())
+      die(st.error().to_string());
     std::vector<BatchToken> toks;
     for (int i = 0; i < prompt; ++i)
-      toks.push_back({static_cast<TokenId>(rng() % static_cast<uint32_t>(m.c.n_vocab)), i, b, i + 1 == prompt, -1});
+      toks.push_back(
+          {static_cast<TokenId>(rng() % static_cast<uint32_t>(m.c.n_vocab)), i, b, i + 1 == prompt, -1});
     check(forward(toks, ptrs, logits.data()));
   }
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < steps; ++s) {
     std::vector<BatchToken> toks;
     for (int b = 0; b < batch; ++b)
-      toks.push_back({static_cast<TokenId>(rng() % static_cast<uint32_t>(m.c.n_vocab)), prompt + s, b, true, -1});
+      toks.push_back(
+          {static_cast<TokenId>(rng() % static_cast<uint32_t>(m.c.n_vocab)), prompt + s, b, true, -1});
     check(forward(toks, ptrs, logits.data()));
   }
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -190,7 +198,8 @@ PrefillTimes prefill_while_decoding(const RandomModel& m, KvCache& kv, Forward&&
     const int steps_max = kLong / (kBudget - kDecoders) + 2;
     if (with_decode)
       for (int b = 0; b < kDecoders; ++b) {
-        if (Status st = kv.reserve(seqs[static_cast<size_t>(b)], kPrompt + steps_max); !st.ok()) die(st.error().to_string());
+        if (Status st = kv.reserve(seqs[static_cast<size_t>(b)], kPrompt + steps_max); !st.ok())
+          die(st.error().to_string());
         std::vector<BatchToken> toks;
         for (int i = 0; i < kPrompt; ++i) toks.push_back({token(), i, b, i + 1 == kPrompt, -1});
         check(forward(toks, ptrs, logits.data()));
@@ -203,7 +212,8 @@ PrefillTimes prefill_while_decoding(const RandomModel& m, KvCache& kv, Forward&&
       if (with_decode)
         for (int b = 0; b < kDecoders; ++b) toks.push_back({token(), kPrompt + steps, b, true, -1});
       const int chunk = std::min(kLong - done, kBudget - static_cast<int>(toks.size()));
-      for (int i = 0; i < chunk; ++i) toks.push_back({token(), done + i, kDecoders, done + i + 1 == kLong, -1});
+      for (int i = 0; i < chunk; ++i)
+        toks.push_back({token(), done + i, kDecoders, done + i + 1 == kLong, -1});
       check(forward(toks, ptrs, logits.data()));
       done += chunk;
       ++steps;
@@ -230,38 +240,43 @@ std::string smollm2_gpu_vs_cpu(CudaDevice* dev) {
   if (!kv) die(kv.error().to_string());
   const int64_t mark = dev ? dev->mark() : 0;
   std::string rows;
-  ModelRunner cpu_runner(m->c, m->w, **cpu, prompt);
+  CpuRunner cpu_runner(m->c, m->w, **cpu, prompt);
   std::printf("\nSmolLM2-135M shapes (random Q8_0), prompt %d, %d decode steps, CPU: %s\n", prompt, steps,
               (*cpu)->describe().c_str());
-  std::printf("%8s | %14s %14s %12s | %8s\n", "batch", "gpu graph t/s", "gpu direct t/s", "cpu tok/s", "gpu/cpu");
+  std::printf("%8s | %14s %14s %12s | %8s\n", "batch", "gpu graph t/s", "gpu direct t/s", "cpu tok/s",
+              "gpu/cpu");
   for (const int batch : {1, 8}) {
     double g[2] = {0, 0};  // with graphs, without
     if (dev)
       for (int k = 0; k < 2; ++k) {
-        auto r = CudaRunner::create(m->c, m->w, *dev, {.max_tokens = prompt, .n_pages = 512, .graphs = k == 0});
+        auto r =
+            CudaRunner::create(m->c, m->w, *dev, {.max_tokens = prompt, .n_pages = 512, .graphs = k == 0});
         if (!r) die(r.error().to_string());
         g[k] = decode_rate(*m, *kv, batch, prompt, steps,
                            [&](auto& t, auto& p, float* l) { return (*r)->forward(t, p, l); });
       }
-    const double c = decode_rate(*m, *kv, batch, prompt, steps,
-                                 [&](auto& t, auto& p, float* l) { return cpu_runner.forward(t, p, *kv, l); });
+    const double c = decode_rate(*m, *kv, batch, prompt, steps, [&](auto& t, auto& p, float* l) {
+      return cpu_runner.forward(t, p, *kv, l);
+    });
     std::printf("%8d | %14.1f %14.1f %12.1f | %7.2fx\n", batch, g[0], g[1], c, g[0] / c);
     char row[240];
-    std::snprintf(row, sizeof row,
-                  "%s{\"batch\": %d, \"gpu_graph_tok_s\": %.2f, \"gpu_direct_tok_s\": %.2f, \"cpu_tok_s\": %.2f}",
-                  rows.empty() ? "" : ", ", batch, g[0], g[1], c);
+    std::snprintf(
+        row, sizeof row,
+        "%s{\"batch\": %d, \"gpu_graph_tok_s\": %.2f, \"gpu_direct_tok_s\": %.2f, \"cpu_tok_s\": %.2f}",
+        rows.empty() ? "" : ", ", batch, g[0], g[1], c);
     rows += row;
   }
   // A 4k prompt's prefill while 8 sequences decode (512-token steps).
   {
     auto kv_long = KvCache::create(m->c, 640);
     if (!kv_long) die(kv_long.error().to_string());
-    ModelRunner cpu_long(m->c, m->w, **cpu, 512);
+    CpuRunner cpu_long(m->c, m->w, **cpu, 512);
     PrefillTimes g;
     if (dev) {
       auto r = CudaRunner::create(m->c, m->w, *dev, {.max_tokens = 512, .n_pages = 640});
       if (!r) die(r.error().to_string());
-      g = prefill_while_decoding(*m, *kv_long, [&](auto& t, auto& p, float* l) { return (*r)->forward(t, p, l); });
+      g = prefill_while_decoding(*m, *kv_long,
+                                 [&](auto& t, auto& p, float* l) { return (*r)->forward(t, p, l); });
     }
     const PrefillTimes c = prefill_while_decoding(
         *m, *kv_long, [&](auto& t, auto& p, float* l) { return cpu_long.forward(t, p, *kv_long, l); });
@@ -272,16 +287,16 @@ std::string smollm2_gpu_vs_cpu(CudaDevice* dev) {
                 g.mixed_s > 0 ? c.mixed_s / g.mixed_s : 0.0);
     std::printf("  decode step meanwhile  (ms)      | %10.2f %10.2f |\n", g.step_ms, c.step_ms);
     char row[320];
-    std::snprintf(row, sizeof row,
-                  ", {\"prefill_4k\": {\"gpu_alone_s\": %.4f, \"gpu_while_8_decode_s\": %.4f, \"gpu_step_ms\": %.3f, "
-                  "\"cpu_alone_s\": %.4f, \"cpu_while_8_decode_s\": %.4f, \"cpu_step_ms\": %.3f}}",
-                  g.alone_s, g.mixed_s, g.step_ms, c.alone_s, c.mixed_s, c.step_ms);
+    std::snprintf(
+        row, sizeof row,
+        ", {\"prefill_4k\": {\"gpu_alone_s\": %.4f, \"gpu_while_8_decode_s\": %.4f, \"gpu_step_ms\": %.3f, "
+        "\"cpu_alone_s\": %.4f, \"cpu_while_8_decode_s\": %.4f, \"cpu_step_ms\": %.3f}}",
+        g.alone_s, g.mixed_s, g.step_ms, c.alone_s, c.mixed_s, c.step_ms);
     rows += row;
   }
   if (dev) dev->reset_to(mark);
   return rows;
 }
-
 
 // ---- A Qwen3.5-9B-shaped hybrid model through the CUDA runner (the benchmark) ----------
 //
@@ -325,7 +340,8 @@ std::unique_ptr<RandomModel> qwen35_9b_shaped() {
     const auto h = static_cast<uint16_t>(bits >> 16);
     std::memcpy(&buf[i], &h, 2);
   }
-  for (size_t at = tile; at < buf.size(); at += tile) std::memcpy(&buf[at], buf.data(), std::min(tile, buf.size() - at));
+  for (size_t at = tile; at < buf.size(); at += tile)
+    std::memcpy(&buf[at], buf.data(), std::min(tile, buf.size() - at));
   m->bytes.push_back(std::move(buf));
   const uint8_t* data = m->bytes.back().data();
   auto mat = [data](int64_t rows, int64_t cols) {
@@ -384,13 +400,15 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
   const int kWarm = c.gdn.conv_kernel + 1;
   const int64_t mark = dev.mark();
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = CudaRunner::create(c, m->w, dev, {.max_tokens = kChunk, .n_pages = kPages, .kv_bf16 = true, .linear_slots = 40});
+  auto r = CudaRunner::create(c, m->w, dev,
+                              {.max_tokens = kChunk, .n_pages = kPages, .kv_bf16 = true, .linear_slots = 40});
   if (!r) die(r.error().to_string());
   CudaRunner& runner = **r;
   auto kv = KvCache::create(c, kPages, &runner);  // the page bookkeeping; the pages are the runner's
   if (!kv) die(kv.error().to_string());
-  std::printf("\nQwen3.5-9B shapes through the CUDA runner (random bf16 weights uploaded in %.1f s; bf16 KV)\n",
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::printf(
+      "\nQwen3.5-9B shapes through the CUDA runner (random bf16 weights uploaded in %.1f s; bf16 KV)\n",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::mt19937 rng(5);
   auto token = [&] { return static_cast<TokenId>(rng() % static_cast<uint32_t>(c.n_vocab)); };
   std::vector<float> logits(static_cast<size_t>(c.n_vocab));
@@ -403,7 +421,8 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
     check(kv->reserve(blocks[static_cast<size_t>(seq)], n));
     for (int done = 0; done < n; done += kChunk) {
       std::vector<BatchToken> toks;
-      for (int i = done; i < std::min(n, done + kChunk); ++i) toks.push_back({token(), i, seq, i + 1 == n, view});
+      for (int i = done; i < std::min(n, done + kChunk); ++i)
+        toks.push_back({token(), i, seq, i + 1 == n, view});
       check(runner.forward(toks, ptrs, logits.data(), context));
     }
   }
@@ -420,7 +439,8 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
     for (auto& t : cur) t = token();
     auto step = [&](int pos) {
       std::vector<BatchToken> toks;
-      for (size_t i = 0; i < n; ++i) toks.push_back({cur[i], pos, static_cast<int32_t>(2 + i), true, static_cast<int32_t>(i)});
+      for (size_t i = 0; i < n; ++i)
+        toks.push_back({cur[i], pos, static_cast<int32_t>(2 + i), true, static_cast<int32_t>(i)});
       check(runner.forward(toks, ptrs, nullptr, views, draws, next.data()));
       cur = next;
     };
@@ -449,7 +469,8 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
     std::printf("%8d | %10.2f %10.1f | %12.2f %10.1f | %s\n", batch, direct, batch * 1000.0 / direct, graphed,
                 batch * 1000.0 / graphed, paper[bi++]);
     char row[240];
-    std::snprintf(row, sizeof row, "%s{\"batch\": %d, \"runner_step_ms\": %.4f, \"runner_graph_step_ms\": %.4f}",
+    std::snprintf(row, sizeof row,
+                  "%s{\"batch\": %d, \"runner_step_ms\": %.4f, \"runner_graph_step_ms\": %.4f}",
                   rows.empty() ? "" : ", ", batch, direct, graphed);
     rows += row;
   }
@@ -459,7 +480,8 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
   // each view composed afresh before the step.
   std::vector<View> live;
   constexpr int kPairs = 8;
-  for (int i = 0; i < 2 * kPairs; ++i) live.push_back(i < kPairs ? View{0, 1, 2 + i} : View{0, 1, 2 + i - kPairs, 2 + i});
+  for (int i = 0; i < 2 * kPairs; ++i)
+    live.push_back(i < kPairs ? View{0, 1, 2 + i} : View{0, 1, 2 + i - kPairs, 2 + i});
   auto live_ms = [&](bool chain) {
     runner.set_chain_reads(chain);
     return decode_ms(live);
@@ -467,25 +489,30 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
   const int64_t reads0 = runner.chain_reads().reads;
   const double chain_ms = live_ms(true), composed_ms = live_ms(false);
   runner.set_chain_reads(true);
-  std::printf("8 writers reading 8 live thinkers (16 tokens a step, graphs on): step %.2f ms with chain reads "
-              "(%lld reads, warm-up included), %.2f ms composing each view (%.2fx)\n",
-              chain_ms, static_cast<long long>(runner.chain_reads().reads - reads0), composed_ms, composed_ms / chain_ms);
+  std::printf(
+      "8 writers reading 8 live thinkers (16 tokens a step, graphs on): step %.2f ms with chain reads "
+      "(%lld reads, warm-up included), %.2f ms composing each view (%.2fx)\n",
+      chain_ms, static_cast<long long>(runner.chain_reads().reads - reads0), composed_ms,
+      composed_ms / chain_ms);
   {
     char row[200];
-    std::snprintf(row, sizeof row, ", {\"live_thinkers_8\": {\"chain_step_ms\": %.4f, \"composed_step_ms\": %.4f}}",
-                  chain_ms, composed_ms);
+    std::snprintf(row, sizeof row,
+                  ", {\"live_thinkers_8\": {\"chain_step_ms\": %.4f, \"composed_step_ms\": %.4f}}", chain_ms,
+                  composed_ms);
     rows += row;
   }
   std::printf("(%d graphs captured; %s)\n", runner.graphs(), runner.describe().c_str());
   for (auto& b : blocks) kv->release(b);
   const PrefillTimes p =
       prefill_while_decoding(*m, *kv, [&](auto& t, auto& q, float* l) { return runner.forward(t, q, l); });
-  std::printf("4096-token prefill, 512-token steps: alone %.3f s, while 8 decode %.3f s (decode step meanwhile %.2f ms)\n",
-              p.alone_s, p.mixed_s, p.step_ms);
+  std::printf(
+      "4096-token prefill, 512-token steps: alone %.3f s, while 8 decode %.3f s (decode step meanwhile %.2f "
+      "ms)\n",
+      p.alone_s, p.mixed_s, p.step_ms);
   char row[240];
   std::snprintf(row, sizeof row,
-                ", {\"prefill_4k\": {\"alone_s\": %.4f, \"while_8_decode_s\": %.4f, \"step_ms\": %.3f}}", p.alone_s,
-                p.mixed_s, p.step_ms);
+                ", {\"prefill_4k\": {\"alone_s\": %.4f, \"while_8_decode_s\": %.4f, \"step_ms\": %.3f}}",
+                p.alone_s, p.mixed_s, p.step_ms);
   rows += row;
   // The Gated DeltaNet recurrence of a 4096-token prompt in one linear layer: its two gdn_runs
   // passes (exact, token after token, rows in registers), the state with outputs and the fold
@@ -518,10 +545,12 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
     const int32_t range[2] = {0, kLong};
     check(dev.upload(mats, both, sizeof both));
     check(dev.upload(first, range, sizeof range));
-    const cuda::GdnRunsArgs state{mats, first, q, k, v, g, beta, out, 1, d.n_k_heads, d.n_v_heads, d.head_dim,
-                                  d.head_dim, 0, d.tiled_heads};
-    const cuda::GdnRunsArgs fold{mats + 1, first, nullptr, k, v, g, beta, nullptr, 1, d.n_k_heads, d.n_v_heads,
-                                 d.head_dim, d.head_dim, d.head_dim, d.tiled_heads};
+    const cuda::GdnRunsArgs state{mats,        first,      q,          k, v,
+                                  g,           beta,       out,        1, d.n_k_heads,
+                                  d.n_v_heads, d.head_dim, d.head_dim, 0, d.tiled_heads};
+    const cuda::GdnRunsArgs fold{mats + 1,    first,      nullptr,    k,          v,
+                                 g,           beta,       nullptr,    1,          d.n_k_heads,
+                                 d.n_v_heads, d.head_dim, d.head_dim, d.head_dim, d.tiled_heads};
     auto run_state = [&] { check(cuda::gdn_runs(state, dev.stream()).message()); };
     auto run_fold = [&] { check(cuda::gdn_runs(fold, dev.stream()).message()); };
     run_state();
@@ -531,11 +560,12 @@ std::string qwen35_9b_gpu(CudaDevice& dev) {
     int n_linear = 0;
     for (int l = 0; l < c.n_layer; ++l) n_linear += c.is_linear(l);
     const double total = (state_ms + fold_ms) * n_linear;
-    std::printf("gdn_runs over a 4096-token prompt, a linear layer: state %.3f ms + fold %.3f ms; x%d = %.1f ms of "
-                "the %.3f s prefill (%.1f %%)\n",
-                state_ms, fold_ms, n_linear, total, p.alone_s, 100.0 * total / (1000.0 * p.alone_s));
-    std::snprintf(row, sizeof row, ", {\"gdn_runs_4k_layer_ms\": {\"state\": %.4f, \"fold\": %.4f}}", state_ms,
-                  fold_ms);
+    std::printf(
+        "gdn_runs over a 4096-token prompt, a linear layer: state %.3f ms + fold %.3f ms; x%d = %.1f ms of "
+        "the %.3f s prefill (%.1f %%)\n",
+        state_ms, fold_ms, n_linear, total, p.alone_s, 100.0 * total / (1000.0 * p.alone_s));
+    std::snprintf(row, sizeof row, ", {\"gdn_runs_4k_layer_ms\": {\"state\": %.4f, \"fold\": %.4f}}",
+                  state_ms, fold_ms);
     rows += row;
   }
   r->reset();

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "gpu/cuda_device.h"
+#include "device/cuda_device.h"
 #include "kernels/cuda/ops.h"
 
 namespace chorus::bench {

@@ -7,8 +7,8 @@
 // 8 attention layers' view attention (bf16 KV pages, query rotation in the kernel) and KV
 // writes, the 24 Gated DeltaNet layers' recurrent update, every RMSNorm, residual add, SwiGLU,
 // the output projection over the 248,320-token vocabulary and greedy sampling on the device.
-// What it is not: the full model runner (measured after it: cuda_bench_runners.cpp, qwen35_9b_gpu). The GDN layers' L2
-// norms, query scale and gates are in it; their causal conv step is not (per token it touches
+// What it is not: the full model runner (measured after it: cuda_bench_runners.cpp, qwen35_9b_gpu). The GDN
+// layers' L2 norms, query scale and gates are in it; their causal conv step is not (per token it touches
 // 8,192 channels x 4 taps per layer, against the 4 x 16.8 M-weight products of the same layer),
 // and the conv's outputs are stood in for by fixed buffers. So the times are a floor for the
 // runner's step, not its measurement.
@@ -31,13 +31,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "engine/cuda_runner.h"
-#include "engine/kv_cache.h"
-#include "engine/model_config.h"
-#include "engine/model_runner.h"
-#include "engine/weights.h"
-#include "gpu/cpu_device.h"
-#include "gpu/cuda_device.h"
+#include "device/cpu_device.h"
+#include "device/cuda_device.h"
+#include "engine/forward/cpu/cpu_runner.h"
+#include "engine/forward/cuda/cuda_runner.h"
+#include "engine/forward/kv_cache.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
 #include "kernels/cuda/ops.h"
 #include "tools/bench/cuda_bench_util.h"
 
@@ -56,12 +56,12 @@ using namespace chorus::bench;
 using cuda::bf16_bits;
 
 struct Shape {
-  int hidden = 4096, layers = 32, interval = 4;        // every 4th layer is full attention
+  int hidden = 4096, layers = 32, interval = 4;  // every 4th layer is full attention
   int n_head = 16, n_kv = 4, head_dim = 256, n_rot = 64;
   int hk = 16, hv = 32, dk = 128, dv = 128;
   int ff = 12288;
   int vocab = 248320;
-  int prompt = 1024, notes = 128, own = 32;            // the view: shared prompt, shared notes, own block
+  int prompt = 1024, notes = 128, own = 32;  // the view: shared prompt, shared notes, own block
 };
 
 struct Matrix {
@@ -72,7 +72,7 @@ struct Matrix {
 struct Layer {
   bool attention = false;
   float *norm1 = nullptr, *norm2 = nullptr;
-  Matrix a, b, c, out;        // GDN: qkv, z, ba; attention: q(+gate), k, v
+  Matrix a, b, c, out;  // GDN: qkv, z, ba; attention: q(+gate), k, v
   Matrix gate, up, down;
 };
 
@@ -81,7 +81,7 @@ struct Model {
   std::vector<Layer> layers;
   float* out_norm = nullptr;
   Matrix output;
-  float* qk_norm = nullptr;   // shared by q-norm and k-norm here (values do not matter)
+  float* qk_norm = nullptr;  // shared by q-norm and k-norm here (values do not matter)
 };
 
 Matrix matrix(CudaDevice& dev, int64_t rows, int64_t cols, uint64_t seed) {
@@ -233,8 +233,9 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
       check(cuda::rmsnorm(b.big1, m.qk_norm, b.big1, n * s.n_head, s.head_dim, 1e-6f, st).message());
       check(cuda::rmsnorm(b.big2, m.qk_norm, b.big2, n * s.n_kv, s.head_dim, 1e-6f, st).message());
       check(cuda::rope(b.big2, b.pos, n, s.n_kv, s.head_dim, s.n_rot, 0.6f, 1.0f, true, st).message());
-      check(cuda::write_kv(b.k_pool[attn_i], b.v_pool[attn_i], true, b.page_stride, s.n_kv * s.head_dim, b.write_page,
-                           b.write_slot, b.big2, b.big3, n, st).message());
+      check(cuda::write_kv(b.k_pool[attn_i], b.v_pool[attn_i], true, b.page_stride, s.n_kv * s.head_dim,
+                           b.write_page, b.write_slot, b.big2, b.big3, n, st)
+                .message());
       cuda::AttnArgs a;
       a.q = b.big1;
       a.k_pool = b.k_pool[attn_i];
@@ -256,7 +257,8 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
       a.scale = 0.0625f;
       a.out = b.big2;
       check(cuda::attention(a, st).message());
-      check(cuda::swiglu(b.big1, b.big2, b.big3, int64_t{n} * s.n_head * s.head_dim, st).message());  // the output gate
+      check(cuda::swiglu(b.big1, b.big2, b.big3, int64_t{n} * s.n_head * s.head_dim, st)
+                .message());  // the output gate
       stage(b.big3, L.out.cols);
       gemm(L.out, b.h);
       ++attn_i;
@@ -268,11 +270,15 @@ void step(CudaDevice& dev, const Model& m, Batch& b) {
       check(cuda::l2norm_rows(b.gq, n * s.hk, s.dk, 1e-6f, st).message());
       check(cuda::l2norm_rows(b.gk, n * s.hk, s.dk, 1e-6f, st).message());
       check(cuda::scale(b.gq, int64_t{n} * s.hk * s.dk, 0.088f, st).message());
-      check(cuda::gdn_gates(b.big3 + int64_t{n} * s.hv, b.big3, m.qk_norm, m.qk_norm, n, s.hv, b.gg, b.gbeta, st).message());
-      cuda::GdnDecodeArgs g{b.states[gdn_i], b.gq, b.gk, b.gv, b.gg, b.gbeta, b.gout, n, s.hk, s.hv, s.dk, s.dv, true};
+      check(cuda::gdn_gates(b.big3 + int64_t{n} * s.hv, b.big3, m.qk_norm, m.qk_norm, n, s.hv, b.gg, b.gbeta,
+                            st)
+                .message());
+      cuda::GdnDecodeArgs g{
+          b.states[gdn_i], b.gq, b.gk, b.gv, b.gg, b.gbeta, b.gout, n, s.hk, s.hv, s.dk, s.dv, true};
       check(cuda::gdn_decode(g, st).message());
       check(cuda::rmsnorm(b.gout, m.qk_norm, b.gout, n * s.hv, s.dv, 1e-6f, st).message());
-      check(cuda::swiglu(b.big2, b.gout, b.big3, int64_t{n} * s.hv * s.dv, st).message());  // RMSNorm(o) * silu(z)
+      check(cuda::swiglu(b.big2, b.gout, b.big3, int64_t{n} * s.hv * s.dv, st)
+                .message());  // RMSNorm(o) * silu(z)
       stage(b.big3, L.out.cols);
       gemm(L.out, b.h);
       ++gdn_i;
@@ -311,7 +317,8 @@ int main(int argc, char** argv) {
       smollm2_gpu_vs_cpu(nullptr);
       return 0;
     } else {
-      std::fprintf(stderr, "usage: chorus_cuda_step_bench [--steps N] [--reps N] [--json FILE] [--cpu-only]\n");
+      std::fprintf(stderr,
+                   "usage: chorus_cuda_step_bench [--steps N] [--reps N] [--json FILE] [--cpu-only]\n");
       return 2;
     }
   }
@@ -322,10 +329,12 @@ int main(int argc, char** argv) {
   const Shape shape;
   const auto t0 = std::chrono::steady_clock::now();
   const Model model = make_model(dev, shape);
-  std::printf("weights: %.1f GiB bf16 made on the device in %.1f s\n", static_cast<double>(dev.pool_used()) / (1 << 30),
+  std::printf("weights: %.1f GiB bf16 made on the device in %.1f s\n",
+              static_cast<double>(dev.pool_used()) / (1 << 30),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::string rows;
-  std::printf("%8s | %12s %10s | %12s %10s | %s\n", "batch", "step ms", "tok/s", "graph ms", "tok/s", "paper tok/s");
+  std::printf("%8s | %12s %10s | %12s %10s | %s\n", "batch", "step ms", "tok/s", "graph ms", "tok/s",
+              "paper tok/s");
   const char* paper[] = {"106", "552", "1085"};
   for (size_t bi = 0; bi < batches.size(); ++bi) {
     const int n = batches[bi];
@@ -333,7 +342,8 @@ int main(int argc, char** argv) {
     Batch b = make_batch(dev, model, n);
     step(dev, model, b);  // warm-up (cuBLAS picks its kernels)
     check(dev.sync("warm-up step"));
-    const double plain = time_steps(dev, [&] { step(dev, model, b); }, steps, reps);
+    const double plain = time_steps(
+        dev, [&] { step(dev, model, b); }, steps, reps);
     check(dev.sync("steps"));
     auto st = static_cast<cudaStream_t>(dev.stream());
     cudaGraph_t graph;
@@ -342,15 +352,16 @@ int main(int argc, char** argv) {
     step(dev, model, b);
     cuda_ok(cudaStreamEndCapture(st, &graph), "cudaStreamEndCapture");
     cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    const double graphed = time_steps(dev, [&] { cuda_ok(cudaGraphLaunch(exec, st), "cudaGraphLaunch"); }, steps, reps);
+    const double graphed = time_steps(
+        dev, [&] { cuda_ok(cudaGraphLaunch(exec, st), "cudaGraphLaunch"); }, steps, reps);
     check(dev.sync("graph steps"));
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     std::printf("%8d | %12.2f %10.1f | %12.2f %10.1f | %s\n", n, plain, n * 1000.0 / plain, graphed,
                 n * 1000.0 / graphed, bi < 3 ? paper[bi] : "-");
     char row[256];
-    std::snprintf(row, sizeof row, "%s{\"batch\": %d, \"step_ms\": %.4f, \"graph_step_ms\": %.4f}", rows.empty() ? "" : ", ",
-                  n, plain, graphed);
+    std::snprintf(row, sizeof row, "%s{\"batch\": %d, \"step_ms\": %.4f, \"graph_step_ms\": %.4f}",
+                  rows.empty() ? "" : ", ", n, plain, graphed);
     rows += row;
     dev.reset_to(mark);
   }
@@ -358,8 +369,9 @@ int main(int argc, char** argv) {
   const std::string smol = smollm2_gpu_vs_cpu(&dev);
   const std::string runner = qwen35_9b_gpu(dev);
   if (!json.empty()) {
-    std::ofstream(json) << "{\"device\": \"" << dev.describe() << "\", \"shape\": \"qwen3.5-9b\", \"rows\": [" << rows
-                        << "], \"gemv_q8_0_vs_bf16\": [" << gemv << "], \"smollm2_shaped\": [" << smol << "], \"qwen35_9b_runner\": [" << runner << "]}\n";
+    std::ofstream(json) << "{\"device\": \"" << dev.describe() << "\", \"shape\": \"qwen3.5-9b\", \"rows\": ["
+                        << rows << "], \"gemv_q8_0_vs_bf16\": [" << gemv << "], \"smollm2_shaped\": [" << smol
+                        << "], \"qwen35_9b_runner\": [" << runner << "]}\n";
   }
   return 0;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record pre-tokenizer split goldens with the Python `regex` package.
 
-An oracle for chorus's pre-tokenizer (engine/pretokenizer.cpp) that is independent
+An oracle for chorus's pre-tokenizer (engine/tokenizer/pretokenizer.cpp) that is independent
 of PCRE2: the same regexes llama.cpp uses for each `tokenizer.ggml.pre` kind are run
 by the `regex` package (whose pattern semantics HuggingFace tokenizers follow), and
 the resulting word lists are recorded.

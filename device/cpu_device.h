@@ -1,0 +1,38 @@
+// The CPU device: the kernel table chosen for this CPU and the compute thread pool.
+// The ISA is picked once, at construction, from the CPU's features; CHORUS_ISA=scalar|avx2|
+// avx512 (environment) or DeviceOptions::isa forces one (an unavailable choice is an error).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "device/thread_pool.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace chorus {
+
+struct CpuDeviceOptions {
+  int n_threads = 0;  // 0: one per core (also $CHORUS_THREADS)
+  std::string isa;    // "", "scalar", "avx2", "avx512" (also $CHORUS_ISA)
+};
+
+class CpuDevice {
+ public:
+  static Result<std::unique_ptr<CpuDevice>> create(const CpuDeviceOptions& opts = {});
+
+  const CpuKernels& kernels() const { return *kernels_; }
+  ThreadPool& pool() { return pool_; }
+  int n_threads() const { return pool_.size(); }
+  std::string describe() const;  // e.g. "cpu avx512, 2 threads"
+
+ private:
+  CpuDevice(const CpuKernels* k, int n_threads) : kernels_(k), pool_(n_threads) {}
+  const CpuKernels* kernels_;
+  ThreadPool pool_;
+};
+
+// The best kernel table this CPU supports.
+const CpuKernels& best_cpu_kernels();
+
+}  // namespace chorus

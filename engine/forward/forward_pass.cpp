@@ -1,0 +1,33 @@
+#include "engine/forward/forward_pass.h"
+
+#include "engine/forward/cpu/cpu_runner.h"
+#include "engine/forward/cuda/cuda_runner.h"
+
+namespace chorus {
+
+Result<std::unique_ptr<ForwardPass>> ForwardPass::create(const Model& m, CpuDevice& cpu, int max_tokens,
+                                                         int64_t n_pages, CudaDevice* gpu) {
+  if (!gpu) {
+    CHORUS_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(m.config, n_pages));
+    return std::unique_ptr<ForwardPass>(
+        new ForwardPass(std::make_unique<CpuRunner>(m.config, m.weights, cpu, max_tokens), std::move(kv)));
+  }
+  CudaRunnerOptions ro;
+  ro.max_tokens = max_tokens;
+  ro.n_pages = n_pages;
+  CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner,
+                          CudaRunner::create(m.config, m.weights, *gpu, ro));
+  CHORUS_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(m.config, n_pages, runner.get()));
+  return std::unique_ptr<ForwardPass>(new ForwardPass(std::move(runner), std::move(kv)));
+}
+
+ForwardPass::ForwardPass(std::unique_ptr<Runner> runner, KvCache kv)
+    : runner_(std::move(runner)), kv_(std::move(kv)) {}
+
+ForwardPass::~ForwardPass() = default;
+
+CpuRunner* ForwardPass::cpu_runner() {
+  return dynamic_cast<CpuRunner*>(runner_.get());
+}
+
+}  // namespace chorus

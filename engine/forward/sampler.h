@@ -1,0 +1,74 @@
+// Picks the next token from logits. Order (as llama.cpp's default chain): forbidden-token mask
+// -> repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw. temperature <= 0 is
+// greedy (argmax, lowest id on ties), and then the other filters do not matter.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/tokenizer/tokenizer.h"
+
+namespace chorus {
+
+struct SamplingParams {
+  float temperature = 0.8f;     // <= 0: greedy
+  int top_k = 40;               // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off; keep tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;  // 1: off; > 1 divides positive logits (multiplies negative) of recent tokens
+  int repeat_last_n = 64;       // how many recent tokens the penalty looks at
+  uint64_t seed = 0;            // same seed, same logits, same history -> same token
+  std::vector<TokenId> forbidden;  // never sampled
+
+  static SamplingParams greedy() {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+  }
+};
+
+// A draw made elsewhere (on a GPU, kernels/cuda/ops.h sample_rows): the filters, and the
+// uniform u in [0, 1) that picks among the tokens they keep.
+struct PlannedDraw {
+  float temperature = 0.0f;  // <= 0: greedy
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  int top_k = 1;
+  double u = 0.0;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(SamplingParams params);
+
+  // `history` is the sequence so far (for the repetition penalty). Never returns a forbidden
+  // token unless every token is forbidden (then the argmax of the unmasked logits).
+  TokenId sample(std::span<const float> logits, std::span<const TokenId> history);
+  // The token sample() picks when its uniform draw is u (the generator is not touched).
+  TokenId sample_at(std::span<const float> logits, std::span<const TokenId> history, double u);
+  // When the next token depends on the logits only through the filters a device sampler has
+  // (no repetition penalty, no forbidden tokens, greedy or top_k in 1..max_top_k): the draw,
+  // taken from the generator exactly as sample() would take it, so that a device pick equals
+  // sample()'s (up to the last bit of an exponential at a boundary). Else nothing (and the
+  // generator is not touched): sample() on the logits instead.
+  std::optional<PlannedDraw> plan_draw(int max_top_k);
+
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  // Above this many candidates with no top-p/min-p filter, the draw sorts lazily (draw_unfiltered).
+  static constexpr size_t kSortedDrawFrom = 512;
+  TokenId draw_unfiltered(size_t keep, double u);
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, TokenId>> cand_;  // scratch, reused
+  std::vector<uint8_t> forbidden_mask_;
+};
+
+// Index of the largest value (lowest index on ties).
+TokenId argmax(std::span<const float> logits);
+
+}  // namespace chorus

@@ -1,0 +1,29 @@
+// A loaded model: the mapped GGUF file and everything derived from it (config, weight views,
+// tokenizer, chat template). Immutable after load; share it between runners and threads.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace chorus {
+
+struct Model {
+  GgufFile gguf;  // owns the mapping every view below points into
+  ModelConfig config;
+  Weights weights;
+  Tokenizer tokenizer;
+  std::optional<ChatTemplate> chat;  // absent when the file's template is not ChatML
+
+  // Errors name the file and what is wrong (see GgufFile, ModelConfig, Weights, Tokenizer).
+  static Result<std::unique_ptr<Model>> load(const std::string& path);
+};
+
+}  // namespace chorus

@@ -1,0 +1,182 @@
+#include "engine/sched/program_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace chorus {
+
+ProgramPolicy::ProgramPolicy(ProgramPolicyOptions opts) : opts_(opts) {
+  opts_.low_watermark = std::min(opts_.low_watermark, opts_.high_watermark);
+}
+
+bool ProgramPolicy::due(double now) {
+  if (now - last_check_ < opts_.check_period_s) return false;
+  last_check_ = now;
+  return true;
+}
+
+double ProgramPolicy::decay(double acting_s) const {
+  return std::exp2(-std::max(0.0, acting_s) / opts_.decay_tau_s);
+}
+
+double ProgramPolicy::pause_key(const ProgramSnapshot& p, double now) const {
+  const double c = static_cast<double>(p.pages);
+  return p.phase == ProgramPhase::acting ? c * decay(now - p.phase_since) : c;
+}
+
+double ProgramPolicy::restore_key(const ProgramSnapshot& p, double now) const {
+  return static_cast<double>(p.pages) * std::exp2(-std::max(0.0, now - p.paused_since) / opts_.aging_s);
+}
+
+PauseMode ProgramPolicy::pause_mode(int64_t pages, int64_t host_free_pages) const {
+  const double c = static_cast<double>(pages);
+  const double drop = opts_.recompute_linear * c + opts_.recompute_quadratic * c * c;
+  const double offload = 2 * opts_.offload_per_page * c;
+  return pages <= host_free_pages && offload < drop ? PauseMode::offload : PauseMode::drop;
+}
+
+PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot> programs) const {
+  PolicyDecision d;
+  const double cap = static_cast<double>(opts_.capacity_pages);
+  int64_t resident = 0, host_used = 0, running = 0;  // running: pages of pinned programs
+  double weighted = 0;
+  std::vector<const ProgramSnapshot*> active, waiting;
+  for (const ProgramSnapshot& p : programs) {
+    if (p.state == ProgramState::active) {
+      resident += p.pages;
+      if (p.pinned) running += p.pages;
+      weighted += pause_key(p, now);
+      active.push_back(&p);
+    } else if (p.state == ProgramState::paused) {
+      if (p.offloaded) host_used += p.pages;
+      waiting.push_back(&p);
+    }
+  }
+
+  // Restore: one queue, ready to reason first, then the smallest aged size; in order.
+  std::stable_sort(waiting.begin(), waiting.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
+    const bool ar = a->phase == ProgramPhase::reasoning, br = b->phase == ProgramPhase::reasoning;
+    if (ar != br) return ar;
+    const double ka = restore_key(*a, now), kb = restore_key(*b, now);
+    return ka != kb ? ka < kb : a->id < b->id;
+  });
+  // Victim order: acting before reasoning; within each, the smallest weighted size first.
+  auto victim_order = [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
+    const bool aa = a->phase == ProgramPhase::acting, ba = b->phase == ProgramPhase::acting;
+    if (aa != ba) return aa;
+    const double ka = pause_key(*a, now), kb = pause_key(*b, now);
+    return ka != kb ? ka < kb : a->id < b->id;
+  };
+  // Acting programs that would go to host memory, cheaper than a re-prefill, in victim order:
+  // their weight does not hold a ready program back (it displaces them).
+  double held = weighted;
+  if (opts_.offload_displaces) {
+    std::vector<const ProgramSnapshot*> movable;
+    for (const ProgramSnapshot* p : active)
+      if (p->phase == ProgramPhase::acting && !p->pinned) movable.push_back(p);
+    std::stable_sort(movable.begin(), movable.end(), victim_order);
+    int64_t room = opts_.host_capacity_pages - host_used;
+    for (const ProgramSnapshot* p : movable)
+      if (pause_mode(p->pages, room) == PauseMode::offload) {
+        room -= p->pages;
+        held -= pause_key(*p, now);
+      }
+  }
+  const double low = opts_.low_watermark * cap;
+  size_t next = 0;
+  if (held < low) {
+    for (; next < waiting.size(); ++next) {
+      const ProgramSnapshot* p = waiting[next];
+      // Only a program ready to reason comes back: an acting one has nothing to run, and with its
+      // decayed weight it would be the first victim of the next check (a pause/restore ping-pong).
+      if (p->phase != ProgramPhase::reasoning) break;
+      // A program larger than the budget comes back when nothing is running: the programs
+      // resident then are idle (or waiting to start), and the pause step below makes way.
+      const bool alone = running == 0 && d.restore.empty();
+      if (held + static_cast<double>(p->pages) > low && !alone) break;  // in order: no skipping
+      d.restore.push_back(p->id);
+      resident += p->pages;
+      held += static_cast<double>(p->pages);  // restored to run: weight 1
+    }
+  }
+  for (size_t i = next; i < waiting.size() && static_cast<int>(i - next) < opts_.prewarm_depth; ++i)
+    if (!waiting[i]->tools_warm) d.prewarm.push_back(waiting[i]->id);
+
+  // Over the high watermark: pause, acting before reasoning, smallest weighted size first.
+  const double high = opts_.high_watermark * cap;
+  if (static_cast<double>(resident) <= high) return d;
+  std::vector<const ProgramSnapshot*> candidates;
+  for (const ProgramSnapshot* p : active)
+    if (!p->pinned) candidates.push_back(p);
+  std::stable_sort(candidates.begin(), candidates.end(), victim_order);
+  std::vector<const ProgramSnapshot*> victims;
+  int64_t left = resident;
+  for (const ProgramSnapshot* p : candidates) {
+    if (static_cast<double>(left) <= high) break;
+    victims.push_back(p);
+    left -= p->pages;
+  }
+  // Victims that are not needed to get below the watermark stay, the largest first (the greedy
+  // can overshoot: freeing 1 then 10 pages when 10 alone would do).
+  std::vector<const ProgramSnapshot*> by_size = victims;
+  std::stable_sort(by_size.begin(), by_size.end(), [](auto* a, auto* b) { return a->pages > b->pages; });
+  for (const ProgramSnapshot* p : by_size)
+    if (static_cast<double>(left + p->pages) <= high) {
+      left += p->pages;
+      std::erase(victims, p);
+    }
+  for (const ProgramSnapshot* p : victims) {
+    const PauseMode m = pause_mode(p->pages, opts_.host_capacity_pages - host_used);
+    if (m == PauseMode::offload) host_used += p->pages;
+    d.pause.emplace_back(p->id, m);
+  }
+  return d;
+}
+
+PolicyDecision decide_baseline(BaselinePolicy kind, double ttl_s, int64_t cap, double t,
+                               std::span<const ProgramSnapshot> programs) {
+  PolicyDecision d;
+  int64_t resident = 0;
+  std::vector<const ProgramSnapshot*> idle, queued, wanted;
+  for (const auto& p : programs) {
+    if (p.state == ProgramState::active) {
+      resident += p.pages;
+      if (p.pinned) continue;
+      if (p.phase == ProgramPhase::reasoning)
+        queued.push_back(&p);  // a request not started yet
+      else if (kind == BaselinePolicy::lru || t - p.phase_since >= ttl_s)
+        idle.push_back(&p);
+    } else if (p.state == ProgramState::paused && p.phase == ProgramPhase::reasoning) {
+      wanted.push_back(&p);  // paused, with a request waiting
+    }
+  }
+  auto older = [](const ProgramSnapshot* a, const ProgramSnapshot* b) {
+    return a->phase_since < b->phase_since;
+  };
+  std::sort(idle.begin(), idle.end(), older);  // LRU
+  std::sort(wanted.begin(), wanted.end(), older);
+  // When idle programs do not make room for the requests that have not started, the newest of
+  // those waits (a request-level engine preempts its newest request).
+  std::sort(queued.begin(), queued.end(), [&](auto* a, auto* b) { return older(b, a); });
+  std::vector<const ProgramSnapshot*> victims = idle;
+  victims.insert(victims.end(), queued.begin(), queued.end());
+  size_t next = 0;
+  auto make_room = [&](int64_t need, size_t limit) {
+    while (resident + need > cap && next < limit) {
+      d.pause.emplace_back(victims[next]->id, PauseMode::drop);
+      resident -= victims[next++]->pages;
+    }
+  };
+  make_room(0, victims.size());  // requests in flight growing, new ones
+  for (const ProgramSnapshot* w : wanted) {
+    int64_t idle_left = 0;  // what the idle programs not yet dropped hold
+    for (size_t i = next; i < idle.size(); ++i) idle_left += idle[i]->pages;
+    if (resident - idle_left + w->pages > cap) break;  // it waits for room; nothing is dropped for nothing
+    make_room(w->pages, idle.size());  // a waiting request takes the place of idle programs only
+    d.restore.push_back(w->id);
+    resident += w->pages;
+  }
+  return d;
+}
+
+}  // namespace chorus

@@ -1,0 +1,227 @@
+// Engine: what each block's tokens were written under (record_run), and pausing and restoring
+// blocks (ThunderAgent's pause/restore at the engine level): offload copies KV pages to host
+// memory and back; drop frees them and rebuilds them by replaying the recorded runs.
+#include <algorithm>
+#include <tuple>
+
+#include "engine/forward/linear_state.h"
+#include "engine/step/engine.h"
+
+namespace chorus {
+
+void Engine::record_run(BlockId block, int64_t start, int64_t count, const std::vector<BlockId>& view) {
+  WriteRun run{next_run_++, block, start, count, {}, false, 0, steps_};
+  for (size_t i = 0; i < view.size(); ++i) {
+    if (view[i] == block) {
+      run.target_in_view = true;
+      run.target_index = i;
+      continue;
+    }
+    run.view.emplace_back(view[i], (*blocks_->get(view[i]))->n_cached());
+  }
+  // Consecutive tokens of one block under an unchanged view extend the previous run, when
+  // nothing was written in between: then no other run read the block at a length between the
+  // two, and replaying the longer run in bigger pieces changes nothing anyone saw.
+  if (!runs_.empty()) {
+    WriteRun& last = runs_.back();
+    if (last.block == block && last.start + last.count == start && last.view == run.view &&
+        last.target_in_view == run.target_in_view && last.target_index == run.target_index) {
+      last.count += count;
+      return;
+    }
+  }
+  runs_.push_back(std::move(run));
+}
+
+Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
+  for (BlockId id : ids) {  // check everything first: a refused pause changes nothing
+    auto b = blocks_->get(id);
+    if (!b) return b.error();
+    const Block& blk = **b;
+    if (blk.paused)
+      return make_error(Errc::invalid_argument, "block " + std::to_string(id) + " is already paused");
+    if (blk.holds > 0)
+      return make_error(Errc::invalid_argument, "cannot pause block " + std::to_string(id) + ": " +
+                                                    std::to_string(blk.holds) + " pending request(s) use it");
+    if (blk.extents.size() > 1)
+      return make_error(Errc::unsupported, "cannot pause block " + std::to_string(id) +
+                                               ": it was built by merge/fork (pause its sources instead)");
+    for (const Extent& e : blk.extents)
+      for (int32_t pg : e.kv.pages)
+        if (kv_.refs(pg) > 1)
+          return make_error(Errc::unsupported, "cannot pause block " + std::to_string(id) +
+                                                   ": it shares KV pages with another block (merge/fork)");
+  }
+  // Offload copies first, so that a failed copy leaves every block as it was.
+  std::vector<std::vector<std::byte>> saved(ids.size());
+  if (mode == PauseMode::offload)
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Block& b = **blocks_->get(ids[i]);
+      if (b.extents.empty()) continue;
+      const SequenceKv& kv = b.extents.back().kv;
+      const std::span<const int32_t> pages(kv.pages.data(),
+                                           static_cast<size_t>(KvCache::pages_for(kv.n_tokens)));
+      saved[i].resize(pages.size() * kv_.page_bytes());
+      if (Status s = kv_.save_pages(pages, saved[i].data()); !s.ok())
+        return make_error(s.error().code,
+                          "pausing block " + std::to_string(ids[i]) + ": " + s.error().message);
+    }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Block& b = **blocks_->get(ids[i]);
+    b.paused = true;
+    b.paused_cached = b.n_cached();
+    b.last_logits.clear();
+    if (b.extents.empty()) continue;
+    SequenceKv& kv = b.extents.back().kv;
+    if (mode == PauseMode::offload) {
+      b.offloaded = std::move(saved[i]);
+      b.offloaded_linear = kv.linear;  // hybrid models: the linear state stays (host memory, or its GPU slot)
+    }
+    kv_.release(kv);
+  }
+  return Status::success();
+}
+
+Status Engine::restore(std::span<const BlockId> ids) {
+  for (BlockId id : ids) {
+    auto b = blocks_->get(id);
+    if (!b) return b.error();
+    if (!(*b)->paused)
+      return make_error(Errc::invalid_argument, "block " + std::to_string(id) + " is not paused");
+  }
+  // Dropped runs read their views' blocks: those must be resident or restored here too.
+  auto restoring = [&](BlockId x) { return std::find(ids.begin(), ids.end(), x) != ids.end(); };
+  for (const WriteRun& r : runs_) {
+    if (!restoring(r.block) || !(*blocks_->get(r.block))->offloaded.empty()) continue;
+    for (const auto& [vb, len] : r.view) {
+      auto b = blocks_->get(vb);
+      if (!b)
+        return make_error(Errc::not_found, "cannot restore block " + std::to_string(r.block) +
+                                               ": it was written seeing a block that is gone (" +
+                                               b.error().message + ")");
+      if ((*b)->paused && !restoring(vb))
+        return make_error(Errc::invalid_argument, "cannot restore block " + std::to_string(r.block) +
+                                                      ": it was written seeing block " + std::to_string(vb) +
+                                                      ", which is paused; restore both together");
+    }
+  }
+  // Room for all of them first: a restore that ran out of pages halfway would leave blocks
+  // neither paused nor whole.
+  int64_t need = 0;
+  for (BlockId id : ids) need += KvCache::pages_for((*blocks_->get(id))->paused_cached);
+  if (need > kv_.n_free())
+    return make_error(Errc::out_of_memory, "KV cache full: restoring needs " + std::to_string(need) +
+                                               " pages, " + std::to_string(kv_.n_free()) + " of " +
+                                               std::to_string(kv_.n_pages()) +
+                                               " are free; nothing was restored");
+  // Offloaded blocks: copy back.
+  std::vector<BlockId> dropped;
+  for (BlockId id : ids) {
+    Block& b = **blocks_->get(id);
+    if (b.offloaded.empty()) {
+      dropped.push_back(id);
+      if (!b.extents.empty()) b.extents.back().kv.n_tokens = 0;
+      continue;
+    }
+    SequenceKv& kv = b.extents.back().kv;
+    const int64_t n = b.paused_cached;
+    if (Status s = kv_.reserve(kv, n); !s.ok()) return s;
+    const std::span<const int32_t> pages(kv.pages.data(), static_cast<size_t>(KvCache::pages_for(n)));
+    if (pages.size() * kv_.page_bytes() != b.offloaded.size())
+      return make_error(Errc::internal, "block " + std::to_string(id) + ": its offloaded copy holds " +
+                                            std::to_string(b.offloaded.size()) + " bytes, not " +
+                                            std::to_string(pages.size()) + " pages");
+    if (Status s = kv_.load_pages(pages, b.offloaded.data()); !s.ok())
+      return make_error(s.error().code, "restoring block " + std::to_string(id) + ": " + s.error().message);
+    kv.n_tokens = n;
+    kv.linear = std::move(b.offloaded_linear);
+    b.offloaded.clear();
+    b.offloaded.shrink_to_fit();
+    b.paused = false;
+  }
+  // Dropped blocks: run their runs again, in their first order, under their recorded views;
+  // runs of one step together in one forward (readers of a block written in the same step saw
+  // it as the step found it: the same-step rule reproduces that, and a hybrid model's linear
+  // layers cannot read a block at an earlier length than it has).
+  for (BlockId id : ids) (*blocks_->get(id))->paused = false;
+  std::vector<const WriteRun*> todo;
+  for (const WriteRun& r : runs_) {
+    if (std::find(dropped.begin(), dropped.end(), r.block) == dropped.end()) continue;  // offloaded: back
+    if (r.start >= (*blocks_->get(r.block))->paused_cached) continue;  // written after the pause
+    todo.push_back(&r);
+  }
+  for (size_t i = 0; i < todo.size();) {
+    size_t j = i + 1;
+    while (j < todo.size() && todo[j]->step == todo[i]->step) ++j;
+    auto count_of = [&](const WriteRun* r) {
+      return std::min(r->count, (*blocks_->get(r->block))->paused_cached - r->start);
+    };
+    if (j == i + 1) {  // one run: in pieces of the token budget
+      const int64_t count = count_of(todo[i]);
+      for (int64_t done = 0; done < count;) {
+        const int64_t k = std::min<int64_t>(count - done, opts_.token_budget);
+        if (Status s = replay({{todo[i], done, k}}); !s.ok()) return s;
+        done += k;
+      }
+    } else {
+      std::vector<std::tuple<const WriteRun*, int64_t, int64_t>> pieces;
+      for (size_t k = i; k < j; ++k) pieces.emplace_back(todo[k], 0, count_of(todo[k]));
+      if (Status s = replay(pieces); !s.ok()) return s;
+    }
+    i = j;
+  }
+  return Status::success();
+}
+
+Status Engine::replay(const std::vector<std::tuple<const WriteRun*, int64_t, int64_t>>& pieces) {
+  std::deque<SequenceKv> cut;  // context blocks cut to the lengths they had (stable addresses)
+  std::vector<SequenceKv*> seqs;
+  std::vector<View> views;
+  std::vector<BatchToken> batch;
+  std::vector<std::pair<Block*, size_t>> last_logits;  // blocks whose last token is in this forward
+  for (const auto& [r, done, k] : pieces) {
+    Block& w = **blocks_->get(r->block);
+    auto e = blocks_->prepare_write(r->block, k);
+    if (!e) return e.error();
+    View v;
+    auto add_block = [&](BlockId b, int64_t len) {
+      for (Extent& x : (*blocks_->get(b))->extents) {
+        if (x.first >= len) break;
+        SequenceKv c = x.kv;
+        c.n_tokens = std::min(x.kv.n_tokens, len - x.first);
+        // The linear-layer state is read, not owned: an alias that does not count as a holder
+        // (a holder would make the block's own writer copy it).
+        c.linear = std::shared_ptr<LinearState>(std::shared_ptr<LinearState>(), x.kv.linear.get());
+        cut.push_back(std::move(c));
+        v.push_back(static_cast<int32_t>(seqs.size()));
+        seqs.push_back(&cut.back());
+      }
+    };
+    for (size_t i = 0; i <= r->view.size(); ++i) {
+      if (r->target_in_view && i == r->target_index) v.push_back(-2);  // placeholder for the write block
+      if (i < r->view.size()) add_block(r->view[i].first, r->view[i].second);
+    }
+    const auto write_seq = static_cast<int32_t>(seqs.size());
+    seqs.push_back(&e.value()->kv);
+    if (r->target_in_view)
+      std::replace(v.begin(), v.end(), -2, write_seq);
+    else
+      v.push_back(write_seq);
+    const int64_t base = e.value()->kv.n_tokens;
+    const bool last = r->start + done + k == w.paused_cached;
+    for (int64_t i = 0; i < k; ++i)
+      batch.push_back({w.tokens[static_cast<size_t>(r->start + done + i)], static_cast<int32_t>(base + i),
+                       write_seq, last && i + 1 == k, static_cast<int32_t>(views.size())});
+    if (last) last_logits.emplace_back(&w, last_logits.size());
+    views.push_back(std::move(v));
+  }
+  logits_.resize(static_cast<size_t>(model_.config.n_vocab) * std::max<size_t>(1, last_logits.size()));
+  if (Status s = forward(batch, seqs, views); !s.ok()) return s;
+  const auto V = static_cast<size_t>(model_.config.n_vocab);
+  for (const auto& [b, i] : last_logits)
+    b->last_logits.assign(logits_.begin() + static_cast<long>(i * V),
+                          logits_.begin() + static_cast<long>((i + 1) * V));
+  return Status::success();
+}
+
+}  // namespace chorus

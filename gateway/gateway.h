@@ -1,0 +1,76 @@
+// The HTTP gateway: an OpenAI-compatible API in front of a batcher, with programs.
+//
+//   POST /v1/chat/completions   chat completions, streamed (SSE) or not, with usage counts; a
+//                               `program_id` (top level, or in `extra_body`) makes the request
+//                               part of a program: its conversation stays in the program's
+//                               block between requests, and a request that repeats the
+//                               history only runs what is new
+//   GET  /v1/models             the one model served
+//   POST /programs/release      {"program_id": ...}: the program ends, its blocks are freed
+//   GET  /programs              each program: tokens, pages, state, phase, idle time
+//   GET  /metrics               Prometheus text: resident pages, paused programs, recomputed and
+//                               reused tokens, KV hit rate, requests per minute
+//
+// Between requests a program is *acting* (its client is running tools); with a request in flight
+// it is *reasoning*. Every check period and at each request boundary the program policy
+// (engine/sched/program_policy.h) decides which programs to pause and restore, counting each request's
+// room (its prompt and max_tokens) before it starts: a request whose program is paused, new or
+// short of room waits until the policy lets it run, so a request never runs out of KV pages
+// half-way. Idle programs expire after a lease. The program table is gateway/gateway_programs.h.
+//
+// Bad requests get OpenAI-style JSON errors: 400 (malformed JSON, bad fields, with `param`), 404
+// (unknown model or program), 409 (a program already has a request in flight), 413 (body too
+// large), 503 (`program_paused`: the program could not be restored in time; `kv_cache_full`: the
+// pool ran out under a request anyway — the reply is not a short "length").
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "engine/sched/program_policy.h"
+
+namespace chorus {
+
+class Model;
+
+// How programs share the KV pages: the program-aware policy (engine/sched/program_policy.h), or one
+// of the baselines the benchmark compares it with.
+enum class SchedulingMode { program, lru, ttl };
+
+struct GatewayOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;         // 0: any free port (see Gateway::port())
+  std::string model_name;  // as /v1/models lists it ("" : the model's own name)
+  size_t max_body_bytes = 1 << 20;
+  int default_max_tokens = 256;
+  int max_tokens_limit = 4096;
+  double lease_s = 600;         // an idle program is released after this long
+  double restore_wait_s = 300;  // a request for a paused program waits this long at most
+  // HTTP worker threads: the requests handled at once. A request waiting for its program's
+  // restore holds one, and so does an idle keep-alive connection (a few seconds); requests beyond
+  // them wait in a queue the scheduler does not see — their programs look idle and get paused.
+  int threads = 128;
+  ProgramPolicyOptions policy;  // capacity_pages: the engine's KV pages
+  SchedulingMode mode = SchedulingMode::program;
+  double ttl_s = 2.0;  // SchedulingMode::ttl: how long an idle program stays pinned
+};
+
+class Gateway {
+ public:
+  // Binds and starts serving on its own threads. Errors: the address cannot be bound.
+  static Result<std::unique_ptr<Gateway>> start(caf::actor_system& sys, caf::actor batcher,
+                                                const Model& model, GatewayOptions opts);
+  ~Gateway();  // stop()
+
+  int port() const;
+  void stop();  // stops serving, releases every program
+
+ private:
+  struct Impl;
+  explicit Gateway(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chorus

@@ -1,0 +1,146 @@
+#include "gateway/openai_request.h"
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+namespace chorus {
+
+using json = nlohmann::json;
+
+// An OpenAI-style error body.
+HttpError http_error(const Error& e) {
+  switch (e.code) {
+    case Errc::out_of_memory: return {503, error_body(e.message, "server_error", "", "kv_cache_full")};
+    case Errc::not_found: return {404, error_body(e.message, "invalid_request_error", "", errc_id(e.code))};
+    case Errc::invalid_argument:
+    case Errc::out_of_range:
+    case Errc::unsupported: return {400, error_body(e.message, "invalid_request_error", "", errc_id(e.code))};
+    default: return {500, error_body(e.message, "server_error", "", errc_id(e.code))};
+  }
+}
+
+std::string error_body(const std::string& message, const std::string& type, const std::string& param,
+                       const std::string& code) {
+  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return json_text(json{{"error", e}});
+}
+
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+[[noreturn]] void bad_request(const std::string& message, const std::string& param) {
+  throw HttpError{400, error_body(message, "invalid_request_error", param)};
+}
+
+ChatRequest parse_chat_request(const std::string& body, const std::string& model_name, int default_max_tokens,
+                               int max_tokens_limit) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    bad_request(std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad_request("the body must be a JSON object");
+  ChatRequest r;
+  if (!j.contains("model") || !j["model"].is_string()) bad_request("`model` is required (a string)", "model");
+  const std::string model_id = j["model"];
+  if (model_id != model_name && model_id != "default")
+    throw HttpError{
+        404, error_body("The model `" + model_id + "` does not exist (this server has `" + model_name + "`)",
+                        "invalid_request_error", "model", "model_not_found")};
+  if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
+    bad_request("`messages` must be a non-empty array", "messages");
+  for (size_t i = 0; i < j["messages"].size(); ++i) {
+    const json& m = j["messages"][i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      bad_request(where + ".role is required", where);
+    const std::string role = m["role"];
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
+      bad_request(where + ".role: unknown role `" + role + "`", where + ".role");
+    std::string content;
+    if (m.contains("content") && m["content"].is_string()) {
+      content = m["content"];
+    } else if (m.contains("content") && m["content"].is_array()) {  // [{type: text, text: ...}]
+      for (const json& part : m["content"]) {
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          bad_request(where + ".content: only text parts are supported", where + ".content");
+        content += part["text"].get<std::string>();
+      }
+    } else if (!(m.contains("content") && m["content"].is_null() && role == "assistant")) {
+      bad_request(where + ".content must be a string or an array of text parts", where + ".content");
+    }
+    r.messages.push_back({role == "developer" ? "system" : role, content});
+  }
+  auto integer = [&](const char* key, int lo, int hi, int dflt) {
+    if (!j.contains(key) || j[key].is_null()) return dflt;
+    if (!j[key].is_number_integer()) bad_request(std::string("`") + key + "` must be an integer", key);
+    const int64_t v = j[key];
+    if (v < lo || v > hi)
+      bad_request(std::string("`") + key + "` must be between " + std::to_string(lo) + " and " +
+                      std::to_string(hi) + " (got " + std::to_string(v) + ")",
+                  key);
+    return static_cast<int>(v);
+  };
+  auto number = [&](const char* key, double lo, double hi, double dflt) {
+    if (!j.contains(key) || j[key].is_null()) return dflt;
+    if (!j[key].is_number()) bad_request(std::string("`") + key + "` must be a number", key);
+    const double v = j[key];
+    if (v < lo || v > hi)
+      bad_request(
+          std::string("`") + key + "` must be between " + std::to_string(lo) + " and " + std::to_string(hi),
+          key);
+    return v;
+  };
+  r.max_tokens = integer("max_tokens", 1, max_tokens_limit, default_max_tokens);
+  r.max_tokens = integer("max_completion_tokens", 1, max_tokens_limit, r.max_tokens);
+  if (integer("n", 1, 1, 1) != 1) bad_request("only n = 1 is supported", "n");
+  r.sampling.temperature = static_cast<float>(number("temperature", 0, 2, 1.0));
+  r.sampling.top_p = static_cast<float>(number("top_p", 0, 1, 1.0));
+  r.sampling.top_k = 0;
+  r.sampling.min_p = 0;
+  r.sampling.seed = static_cast<uint64_t>(integer("seed", 0, INT32_MAX, 0));
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    if (j["stop"].is_string())
+      r.stop = {j["stop"].get<std::string>()};
+    else if (j["stop"].is_array() && j["stop"].size() <= 4) {
+      for (const json& s : j["stop"]) {
+        if (!s.is_string() || s.get<std::string>().empty())
+          bad_request("`stop` entries must be non-empty strings", "stop");
+        r.stop.push_back(s);
+      }
+    } else {
+      bad_request("`stop` must be a string or an array of at most 4 strings", "stop");
+    }
+  }
+  if (j.contains("stream") && !j["stream"].is_null()) {
+    if (!j["stream"].is_boolean()) bad_request("`stream` must be a boolean", "stream");
+    r.stream = j["stream"];
+  }
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    const json& so = j["stream_options"];
+    if (!so.is_object()) bad_request("`stream_options` must be an object", "stream_options");
+    if (so.contains("include_usage") && !so["include_usage"].is_null()) {
+      if (!so["include_usage"].is_boolean())
+        bad_request("`stream_options.include_usage` must be a boolean", "stream_options.include_usage");
+      r.include_usage = so["include_usage"];
+    }
+  }
+  const json* pid = nullptr;
+  if (j.contains("program_id"))
+    pid = &j["program_id"];
+  else if (j.contains("extra_body") && j["extra_body"].is_object() && j["extra_body"].contains("program_id"))
+    pid = &j["extra_body"]["program_id"];
+  if (pid && !pid->is_null()) {
+    if (!pid->is_string() || pid->get<std::string>().empty() || pid->get<std::string>().size() > 128)
+      bad_request("`program_id` must be a non-empty string of at most 128 characters", "program_id");
+    r.program_id = *pid;
+  }
+  return r;
+}
+
+}  // namespace chorus

@@ -1,0 +1,343 @@
+#include "net/codec.h"
+
+#include "net/wire.h"
+#include "schemas/envelope_generated.h"
+
+namespace chorus {
+namespace {
+
+Frame finish(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id, wire::Payload type,
+             flatbuffers::Offset<void> payload) {
+  wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, kWireVersion, request_id, type, payload));
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+template <class T>
+std::vector<T> to_vec(const flatbuffers::Vector<T>* v) {
+  return v ? std::vector<T>(v->begin(), v->end()) : std::vector<T>{};
+}
+
+}  // namespace
+
+Frame encode_create_block(uint64_t request_id, const std::string& name, uint64_t program) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto n = fbb.CreateString(name);
+  return finish(fbb, request_id, wire::Payload::CreateBlock,
+                wire::CreateCreateBlock(fbb, n, program).Union());
+}
+
+Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
+  flatbuffers::FlatBufferBuilder fbb;
+  switch (c.op) {
+    case ProgramCmd::Op::register_program: {
+      const auto name = fbb.CreateString(c.name);
+      const auto blocks = fbb.CreateVector(c.blocks);
+      return finish(fbb, request_id, wire::Payload::RegisterProgram,
+                    wire::CreateRegisterProgram(fbb, c.program, name, blocks, c.hold).Union());
+    }
+    case ProgramCmd::Op::pause:
+      return finish(
+          fbb, request_id, wire::Payload::PauseProgram,
+          wire::CreatePauseProgram(
+              fbb, c.program, c.mode == PauseMode::offload ? wire::PauseMode::offload : wire::PauseMode::drop)
+              .Union());
+    case ProgramCmd::Op::restore:
+      return finish(fbb, request_id, wire::Payload::RestoreProgram,
+                    wire::CreateRestoreProgram(fbb, c.program).Union());
+    case ProgramCmd::Op::terminate:
+      return finish(fbb, request_id, wire::Payload::TerminateProgram,
+                    wire::CreateTerminateProgram(fbb, c.program, c.cancel).Union());
+    case ProgramCmd::Op::phase:
+      return finish(
+          fbb, request_id, wire::Payload::ProgramPhase,
+          wire::CreateProgramPhase(fbb, c.program, c.acting ? wire::Phase::acting : wire::Phase::reasoning, 0)
+              .Union());
+  }
+  return {};
+}
+
+Frame encode_program_status(uint64_t request_id, uint64_t program, ProgramState state,
+                            uint32_t resident_pages, uint64_t tokens, bool acting, uint32_t pending,
+                            uint32_t held, uint32_t wanted_pages) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(fbb, request_id, wire::Payload::ProgramStatus,
+                wire::CreateProgramStatus(fbb, program, static_cast<wire::ProgramState>(state),
+                                          acting ? wire::Phase::acting : wire::Phase::reasoning,
+                                          resident_pages, tokens, pending, held, wanted_pages)
+                    .Union());
+}
+
+Frame encode_free_block(uint64_t request_id, BlockId block) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(fbb, request_id, wire::Payload::FreeBlock, wire::CreateFreeBlock(fbb, block).Union());
+}
+
+Frame encode_clear_block(uint64_t request_id, BlockId block) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(fbb, request_id, wire::Payload::ClearBlock, wire::CreateClearBlock(fbb, block).Union());
+}
+
+Frame encode_merge_blocks(uint64_t request_id, BlockId a, BlockId b, const std::string& name) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto n = fbb.CreateString(name);
+  return finish(fbb, request_id, wire::Payload::MergeBlocks, wire::CreateMergeBlocks(fbb, a, b, n).Union());
+}
+
+Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto n = fbb.CreateString(name);
+  return finish(fbb, request_id, wire::Payload::ForkBlock,
+                wire::CreateForkBlock(fbb, block, tokens, n).Union());
+}
+
+Frame encode_request(uint64_t request_id, const Request& r) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto view = fbb.CreateVector(r.view);
+  const auto tokens = fbb.CreateVector(r.tokens);
+  switch (r.kind) {
+    case RequestKind::forward:
+      return finish(fbb, request_id, wire::Payload::Forward,
+                    wire::CreateForward(fbb, view, r.write_to, tokens).Union());
+    case RequestKind::append:
+      return finish(fbb, request_id, wire::Payload::AppendTokens,
+                    wire::CreateAppendTokens(fbb, r.write_to, view, tokens).Union());
+    case RequestKind::generate: {
+      const auto& s = r.sampling;
+      const auto sampling = wire::CreateSampling(fbb, s.temperature, s.top_k, s.top_p, s.min_p,
+                                                 s.repeat_penalty, s.seed, fbb.CreateVector(s.forbidden));
+      const auto stop =
+          wire::CreateStop(fbb, fbb.CreateVectorOfStrings(r.stop.strings), fbb.CreateVector(r.stop.token_ids),
+                           r.stop.max_tokens, r.stop.at_end_of_generation);
+      return finish(fbb, request_id, wire::Payload::Generate,
+                    wire::CreateGenerate(fbb, view, r.write_to, tokens, sampling, stop).Union());
+    }
+    case RequestKind::probe: {
+      std::vector<flatbuffers::Offset<wire::Candidate>> cands;
+      for (const auto& c : r.candidates) cands.push_back(wire::CreateCandidate(fbb, fbb.CreateVector(c)));
+      return finish(fbb, request_id, wire::Payload::Probe,
+                    wire::CreateProbe(fbb, view, tokens, fbb.CreateVector(cands)).Union());
+    }
+  }
+  return {};
+}
+
+Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request_id,
+                               const Tokenizer* tokenizer) {
+  auto summary = decode_envelope(frame);
+  if (!summary) return summary.error();
+  *request_id = summary->request_id;
+  const wire::Envelope* env = wire::GetEnvelope(frame.data());
+  if (const auto* c = env->payload_as_CreateBlock())
+    return Command{CreateBlockCmd{c->name() ? c->name()->str() : "", c->program()}};
+  if (const auto* v = env->payload_as_SnapshotView()) return Command{SnapshotViewCmd{to_vec(v->view())}};
+  using Op = BlockOpCmd::Op;
+  if (const auto* f = env->payload_as_FreeBlock())
+    return Command{BlockOpCmd{.op = Op::free, .block = f->block()}};
+  if (const auto* c = env->payload_as_ClearBlock())
+    return Command{BlockOpCmd{.op = Op::clear, .block = c->block()}};
+  if (const auto* m = env->payload_as_MergeBlocks())
+    return Command{BlockOpCmd{Op::merge, m->a(), m->b(), 0, m->name() ? m->name()->str() : ""}};
+  if (const auto* f = env->payload_as_ForkBlock())
+    return Command{BlockOpCmd{Op::fork, f->block(), -1, f->tokens(), f->name() ? f->name()->str() : ""}};
+  if (const auto* p = env->payload_as_RegisterProgram()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::register_program;
+    c.program = p->program();
+    c.name = p->name() ? p->name()->str() : "";
+    c.blocks = to_vec(p->blocks());
+    c.hold = p->hold();
+    return Command{std::move(c)};
+  }
+  if (const auto* p = env->payload_as_PauseProgram()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::pause;
+    c.program = p->program();
+    c.mode = p->mode() == wire::PauseMode::offload ? PauseMode::offload : PauseMode::drop;
+    return Command{std::move(c)};
+  }
+  if (const auto* p = env->payload_as_RestoreProgram()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::restore;
+    c.program = p->program();
+    return Command{std::move(c)};
+  }
+  if (const auto* p = env->payload_as_TerminateProgram()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::terminate;
+    c.program = p->program();
+    c.cancel = p->cancel();
+    return Command{std::move(c)};
+  }
+  if (const auto* p = env->payload_as_ProgramPhase()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::phase;
+    c.program = p->program();
+    c.acting = p->phase() == wire::Phase::acting;
+    return Command{std::move(c)};
+  }
+  if (const auto* a = env->payload_as_AppendTokens()) {
+    if (a->view() && a->view()->size() > 0)
+      return make_error(Errc::invalid_argument,
+                        "AppendTokens takes no view: its tokens run under the view of the next writer");
+    return Command{Request::append(a->block(), to_vec(a->tokens()))};
+  }
+  Request r;
+  const flatbuffers::String* text = nullptr;
+  if (const auto* f = env->payload_as_Forward()) {
+    r = Request::forward(f->write_to(), to_vec(f->tokens()), to_vec(f->view()));
+    text = f->text();
+  } else if (const auto* g = env->payload_as_Generate()) {
+    SamplingParams sp;
+    if (const auto* s = g->sampling()) {
+      sp.temperature = s->temperature();
+      sp.top_k = s->top_k();
+      sp.top_p = s->top_p();
+      sp.min_p = s->min_p();
+      sp.repeat_penalty = s->repeat_penalty();
+      sp.seed = s->seed();
+      sp.forbidden = to_vec(s->forbidden());
+    }
+    StopCondition st;
+    if (const auto* s = g->stop()) {
+      if (s->strings())
+        for (const auto* str : *s->strings()) st.strings.push_back(str->str());
+      st.token_ids = to_vec(s->token_ids());
+      st.max_tokens = s->max_tokens();
+      st.at_end_of_generation = s->at_end_of_generation();
+    }
+    r = Request::generate(g->write_to(), to_vec(g->view()), to_vec(g->prefill()), sp, st);
+    text = g->prefill_text();
+  } else if (const auto* p = env->payload_as_Probe()) {
+    std::vector<std::vector<TokenId>> cands;
+    if (p->candidates())
+      for (const auto* c : *p->candidates()) cands.push_back(to_vec(c->tokens()));
+    r = Request::probe(to_vec(p->view()), to_vec(p->question()), std::move(cands));
+    text = p->question_text();
+  } else {
+    return make_error(Errc::invalid_argument,
+                      "a " + summary->payload_type + " frame is not a command for the batcher");
+  }
+  if (text && text->size() > 0) {
+    if (tokenizer == nullptr)
+      return make_error(Errc::invalid_argument, "this receiver cannot tokenize text fields");
+    const auto more = tokenizer->encode(text->string_view(), {.parse_special = true});
+    r.tokens.insert(r.tokens.end(), more.begin(), more.end());
+  }
+  return Command{std::move(r)};
+}
+
+Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& name, int64_t tokens,
+                        int64_t cached) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto n = fbb.CreateString(name);
+  return finish(fbb, request_id, wire::Payload::BlockInfo,
+                wire::CreateBlockInfo(fbb, block, n, tokens, cached).Union());
+}
+
+Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto v = fbb.CreateVector(view);
+  return finish(fbb, request_id, wire::Payload::SnapshotView, wire::CreateSnapshotView(fbb, v).Union());
+}
+
+Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<wire::BlockInfo>> infos;
+  for (const BlockSummary& b : blocks)
+    infos.push_back(wire::CreateBlockInfo(fbb, b.block, fbb.CreateString(b.name), b.tokens, b.cached));
+  const auto v = fbb.CreateVector(infos);
+  return finish(fbb, request_id, wire::Payload::ViewSnapshot, wire::CreateViewSnapshot(fbb, v).Union());
+}
+
+Frame encode_submitted(uint64_t request_id, RequestId request) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(fbb, request_id, wire::Payload::Submitted, wire::CreateSubmitted(fbb, request).Union());
+}
+
+Frame encode_event(uint64_t request_id, const Event& e, const std::string& text) {
+  flatbuffers::FlatBufferBuilder fbb;
+  switch (e.type) {
+    case Event::Type::token:
+      return finish(
+          fbb, request_id, wire::Payload::TokenEvent,
+          wire::CreateTokenEvent(fbb, e.request, e.block, e.token, fbb.CreateString(text), e.step).Union());
+    case Event::Type::probe_result:
+      return finish(
+          fbb, request_id, wire::Payload::ProbeResult,
+          wire::CreateProbeResult(fbb, e.request, fbb.CreateVector(e.probabilities), e.step).Union());
+    case Event::Type::finished:
+      return finish(fbb, request_id, wire::Payload::RequestFinished,
+                    wire::CreateRequestFinished(fbb, e.request, e.block, static_cast<wire::Finish>(e.reason),
+                                                fbb.CreateString(e.error), e.step)
+                        .Union());
+  }
+  return {};
+}
+
+Result<Reply> decode_reply(std::span<const uint8_t> frame) {
+  auto summary = decode_envelope(frame);
+  if (!summary) return summary.error();
+  const wire::Envelope* env = wire::GetEnvelope(frame.data());
+  Reply r;
+  static const std::pair<const char*, ReplyKind> kinds[] = {
+      {"BlockInfo", ReplyKind::block_info},         {"ViewSnapshot", ReplyKind::view_snapshot},
+      {"Submitted", ReplyKind::submitted},          {"TokenEvent", ReplyKind::token},
+      {"ProbeResult", ReplyKind::probe_result},     {"RequestFinished", ReplyKind::finished},
+      {"ProgramStatus", ReplyKind::program_status}, {"Error", ReplyKind::error}};
+  for (const auto& [name, kind] : kinds)
+    if (summary->payload_type == name) r.kind = kind;
+  auto summary_of = [](const wire::BlockInfo* b) {
+    return BlockSummary{b->block(), b->name() ? b->name()->str() : "", b->tokens(), b->cached()};
+  };
+  if (const auto* b = env->payload_as_BlockInfo()) {
+    r.id = b->block();
+    r.blocks = {summary_of(b)};
+  } else if (const auto* v = env->payload_as_ViewSnapshot()) {
+    if (v->blocks())
+      for (const auto* b : *v->blocks()) r.blocks.push_back(summary_of(b));
+  } else if (const auto* s = env->payload_as_Submitted())
+    r.id = s->request();
+  else if (const auto* t = env->payload_as_TokenEvent()) {
+    r.id = t->request();
+    r.token = t->token();
+    r.text = t->text() ? t->text()->str() : "";
+  } else if (const auto* p = env->payload_as_ProbeResult()) {
+    r.id = p->request();
+    r.probabilities = to_vec(p->probabilities());
+  } else if (const auto* f = env->payload_as_RequestFinished()) {
+    r.id = f->request();
+    r.reason = static_cast<FinishReason>(f->reason());
+    r.text = f->error() ? f->error()->str() : "";
+  } else if (const auto* ps = env->payload_as_ProgramStatus()) {
+    r.id = static_cast<int64_t>(ps->program());
+    r.state = static_cast<ProgramState>(ps->state());
+    r.pages = ps->resident_pages();
+    r.acting = ps->phase() == wire::Phase::acting;
+    r.pending = ps->pending();
+    r.held = ps->held();
+    r.tokens = static_cast<int64_t>(ps->tokens());
+    r.wanted_pages = ps->wanted_pages();
+  } else if (const auto* e = env->payload_as_Error()) {
+    r.text = e->message() ? e->message()->str() : "";
+    const int code = static_cast<int>(e->code());
+    r.code = code > 0 && code <= static_cast<int>(Errc::internal) ? static_cast<Errc>(code) : Errc::internal;
+  }
+  return r;
+}
+
+const char* reply_kind_name(ReplyKind k) {
+  switch (k) {
+    case ReplyKind::block_info: return "BlockInfo";
+    case ReplyKind::view_snapshot: return "ViewSnapshot";
+    case ReplyKind::submitted: return "Submitted";
+    case ReplyKind::token: return "TokenEvent";
+    case ReplyKind::probe_result: return "ProbeResult";
+    case ReplyKind::finished: return "RequestFinished";
+    case ReplyKind::program_status: return "ProgramStatus";
+    case ReplyKind::error: return "Error";
+    case ReplyKind::other: return "other";
+  }
+  return "?";
+}
+
+}  // namespace chorus

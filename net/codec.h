@@ -1,0 +1,114 @@
+// FlatBuffers <-> engine types for the batcher's protocol (schemas/requests.fbs, blocks.fbs,
+// events.fbs). Clients (role actors, the node port, the Python client) build frames with the
+// encode_* functions or the generated code; the batcher decodes them with decode_command().
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/sched/program_state.h"
+#include "engine/step/engine.h"
+
+namespace chorus {
+
+using Frame = std::vector<uint8_t>;
+
+// Client side.
+Frame encode_create_block(uint64_t request_id, const std::string& name, uint64_t program = 0);
+Frame encode_free_block(uint64_t request_id, BlockId block);
+Frame encode_clear_block(uint64_t request_id, BlockId block);
+Frame encode_merge_blocks(uint64_t request_id, BlockId a, BlockId b, const std::string& name);
+Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name);
+Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view);
+Frame encode_request(uint64_t request_id, const Request& r);  // Forward, Generate or Probe
+
+// What a frame asks the batcher to do.
+struct CreateBlockCmd {
+  std::string name;
+  uint64_t program = 0;  // a registered program the block joins (0: none)
+};
+struct BlockOpCmd {  // FreeBlock, ClearBlock, MergeBlocks, ForkBlock
+  enum class Op { free, clear, merge, fork } op = Op::free;
+  BlockId block = -1;     // free, clear, fork: the block; merge: the first block
+  BlockId second = -1;    // merge: the second block
+  int64_t tokens = 0;     // fork: how many leading tokens
+  std::string name = {};  // merge, fork: the new block's name
+};
+struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram, ProgramPhase
+  enum class Op { register_program, pause, restore, terminate, phase } op = Op::register_program;
+  uint64_t program = 0;
+  std::string name;
+  std::vector<BlockId> blocks;  // register
+  PauseMode mode = PauseMode::drop;
+  bool hold = false;    // register: requests wait while it is paused (schemas/programs.fbs)
+  bool acting = false;  // phase: a tool runs (else reasoning)
+  bool cancel = false;  // terminate: end the requests that use its blocks first
+};
+struct SnapshotViewCmd {
+  std::vector<BlockId> view;
+};
+using Command = std::variant<CreateBlockCmd, BlockOpCmd, Request, ProgramCmd, SnapshotViewCmd>;
+Frame encode_program(uint64_t request_id, const ProgramCmd& cmd);
+
+// Verifies the frame (decode_envelope) and extracts the command; text fields are tokenized with
+// `tokenizer` (control tokens recognised). Errors name what is wrong (a frame that is not a
+// command, text without a tokenizer).
+Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request_id,
+                               const Tokenizer* tokenizer = nullptr);
+
+// Batcher side: replies and events.
+Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& name, int64_t tokens,
+                        int64_t cached);
+Frame encode_submitted(uint64_t request_id, RequestId request);
+Frame encode_program_status(uint64_t request_id, uint64_t program, ProgramState state,
+                            uint32_t resident_pages, uint64_t tokens, bool acting = false,
+                            uint32_t pending = 0, uint32_t held = 0, uint32_t wanted_pages = 0);
+Frame encode_event(uint64_t request_id, const Event& e, const std::string& text);
+struct BlockSummary {  // a BlockInfo
+  BlockId block = -1;
+  std::string name;
+  int64_t tokens = 0;  // in the block's log
+  int64_t cached = 0;  // of which have KV (what readers see)
+  bool operator==(const BlockSummary&) const = default;
+};
+Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks);
+
+// Client side: what came back, by the frame's payload (schemas/envelope.fbs).
+enum class ReplyKind {
+  block_info,      // BlockInfo
+  view_snapshot,   // ViewSnapshot
+  submitted,       // Submitted
+  token,           // TokenEvent
+  probe_result,    // ProbeResult
+  finished,        // RequestFinished
+  program_status,  // ProgramStatus
+  error,           // Error
+  other,           // a payload that is not a reply (a command, Hello, Heartbeat)
+};
+const char* reply_kind_name(ReplyKind k);  // the payload's name, e.g. "BlockInfo"
+
+struct Reply {
+  ReplyKind kind = ReplyKind::other;
+  Errc code = Errc::ok;                           // Error: its class, as the batcher (or node) gave it
+  int64_t id = -1;                                // block id (BlockInfo) or request id (others)
+  TokenId token = -1;                             // TokenEvent
+  std::string text;                               // TokenEvent text, Error message
+  std::vector<float> probabilities;               // ProbeResult
+  FinishReason reason = FinishReason::completed;  // RequestFinished
+  ProgramState state = ProgramState::active;      // ProgramStatus
+  int64_t pages = 0;                              // ProgramStatus: resident pages
+  bool acting = false;                            // ProgramStatus: its last reported phase
+  int64_t pending = 0, held = 0;                  // ProgramStatus: request holds on its blocks; requests held
+  int64_t tokens = 0;                             // ProgramStatus: tokens in its blocks
+  int64_t wanted_pages = 0;                       // ProgramStatus: pages its requests may still take
+  std::vector<BlockSummary> blocks;               // BlockInfo (one), ViewSnapshot (one per block)
+};
+// A frame that does not verify is an error; an Error frame is a Reply of kind error (its code
+// and message kept). ask() (actors/submit.h) turns the latter into the same Error.
+Result<Reply> decode_reply(std::span<const uint8_t> frame);
+
+}  // namespace chorus

@@ -1,0 +1,62 @@
+#include "net/wire.h"
+
+#include "schemas/envelope_generated.h"
+
+namespace chorus {
+namespace {
+
+std::vector<uint8_t> finish(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id, wire::Payload type,
+                            flatbuffers::Offset<void> payload) {
+  const auto env = wire::CreateEnvelope(fbb, kWireVersion, request_id, type, payload);
+  wire::FinishEnvelopeBuffer(fbb, env);
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_error_envelope(uint64_t request_id, const Error& error) {
+  flatbuffers::FlatBufferBuilder fbb(256);
+  const auto msg = fbb.CreateString(error.message);
+  const auto err = wire::CreateError(fbb, static_cast<wire::ErrorCode>(error.code), msg);
+  return finish(fbb, request_id, wire::Payload::Error, err.Union());
+}
+
+std::vector<uint8_t> encode_hello_envelope(uint64_t request_id, const std::string& node_id) {
+  flatbuffers::FlatBufferBuilder fbb(256);
+  const auto id = fbb.CreateString(node_id);
+  const auto ver = fbb.CreateString(CHORUS_VERSION_STRING);
+  const auto hello = wire::CreateHello(fbb, kWireVersion, id, ver);
+  return finish(fbb, request_id, wire::Payload::Hello, hello.Union());
+}
+
+Result<EnvelopeSummary> decode_envelope(std::span<const uint8_t> frame) {
+  if (frame.size() > kMaxFrameBytes)
+    return make_error(Errc::out_of_range, "frame of " + std::to_string(frame.size()) +
+                                              " bytes exceeds the limit of " +
+                                              std::to_string(kMaxFrameBytes));
+  if (frame.size() < 8)
+    return make_error(Errc::bad_format, "frame of " + std::to_string(frame.size()) + " bytes is too short");
+  if (!wire::EnvelopeBufferHasIdentifier(frame.data()))
+    return make_error(Errc::bad_format, "frame does not carry the chorus identifier 'CHR1'");
+  flatbuffers::Verifier verifier(frame.data(), frame.size(), /*max_depth=*/16, /*max_tables=*/10000);
+  if (!wire::VerifyEnvelopeBuffer(verifier))
+    return make_error(Errc::bad_format, "frame failed FlatBuffers verification");
+  const wire::Envelope* env = wire::GetEnvelope(frame.data());
+  if (env->version() != kWireVersion)
+    return make_error(Errc::unsupported, "wire version " + std::to_string(env->version()) +
+                                             " is not supported (this node speaks " +
+                                             std::to_string(kWireVersion) + ")");
+  EnvelopeSummary s;
+  s.version = env->version();
+  s.request_id = env->request_id();
+  s.payload_type = wire::EnumNamePayload(env->payload_type());
+  if (env->payload_type() == wire::Payload::NONE || env->payload() == nullptr)
+    return make_error(Errc::bad_format, "envelope has no payload");
+  if (const auto* e = env->payload_as_Error())
+    s.text = e->message() ? e->message()->str() : "";
+  else if (const auto* h = env->payload_as_Hello())
+    s.text = h->node_id() ? h->node_id()->str() : "";
+  return s;
+}
+
+}  // namespace chorus

@@ -1,0 +1,556 @@
+// The shipped topologies, run end to end with the default model and small budgets. The tests
+// assert structure — events fired, blocks written, sinks fed, the order of things in time — not
+// the model's wording.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <caf/all.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <zmq.hpp>
+
+#include "actors/program.h"
+#include "actors/program_roles.h"
+#include "actors/submit.h"
+#include "device/cpu_device.h"
+#include "engine/model/model.h"
+#include "net/codec.h"
+#include "tests/support/model_fixture.h"
+#include "tests/support/test_util.h"
+
+namespace chorus {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Seen {
+  std::string name;  // event name, or "sink:<sink>"
+  std::string text;
+  double at = 0;  // seconds since the run started (one clock for events and sinks)
+};
+
+struct Outcome {
+  std::vector<Seen> seen;
+  ProgramReport report;
+
+  std::vector<Seen> named(const std::string& n) const {
+    std::vector<Seen> out;
+    for (const auto& s : seen)
+      if (s.name == n) out.push_back(s);
+    return out;
+  }
+  double first(const std::string& n) const {
+    for (const auto& s : seen)
+      if (s.name == n) return s.at;
+    return -1;
+  }
+};
+
+class ProgramTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+    (void)gguf;
+    ASSERT_NO_FATAL_FAILURE(test::load_model(default_model_path(), &model_, &device_));
+  }
+
+  // Runs topologies/<file> with `sets`; `during` (if any) runs on this thread while it does.
+  Outcome run_topology(const std::string& file, std::vector<std::pair<std::string, std::string>> sets,
+                       const std::function<void(Program&)>& during = {}) {
+    Outcome out;
+    topology::LoadOptions lo;
+    lo.set = std::move(sets);
+    auto t = topology::load_file(std::string(CHORUS_TOPOLOGIES_DIR) + "/" + file, lo);
+    EXPECT_TRUE(t.ok()) << t.error().message;
+    if (!t) return out;
+    std::mutex m;
+    const auto t0 = Clock::now();
+    auto note = [&](std::string name, std::string text) {
+      std::lock_guard<std::mutex> l(m);
+      out.seen.push_back(
+          {std::move(name), std::move(text), std::chrono::duration<double>(Clock::now() - t0).count()});
+    };
+    ProgramHooks hooks;
+    hooks.event = [&](const ProgramEvent& e) { note(e.name, e.text); };
+    hooks.sink = [&](const std::string& sink, const std::string& text) { note("sink:" + sink, text); };
+    caf::actor_system_config cfg;
+    cfg.set("scheduler.max-threads", 2);
+    caf::actor_system sys{cfg};
+    auto p = Program::start(sys, *t, *model_, *device_, hooks);
+    EXPECT_TRUE(p.ok()) << p.error().message;
+    if (!p) return out;
+    if (during) during(**p);
+    out.report = (*p)->wait();
+    EXPECT_TRUE(out.report.ok()) << out.report.error;
+    return out;
+  }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<CpuDevice> device_;
+};
+
+TEST_F(ProgramTest, ThinkerWriterInterleaves) {
+  Outcome r = run_topology("thinker_writer.yaml", {{"actors.thinker.max_tokens", "64"},
+                                                   {"actors.notes_out.to", "callback"},
+                                                   {"actors.thoughts_out.to", "callback"}});
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  EXPECT_GE(r.named("paragraph").size(), 1u);
+  const auto notes = r.named("sink:notes_out");
+  ASSERT_GE(notes.size(), 1u);
+  EXPECT_FALSE(notes[0].text.empty());
+  EXPECT_FALSE(r.named("sink:thoughts_out").empty());
+  EXPECT_GT(r.report.block_tokens.at("thoughts"), 0);
+  EXPECT_GT(r.report.block_tokens.at("notes"), 0);
+  // The writer's first line comes while the thinker is still generating.
+  ASSERT_GE(r.first("thinker.done"), 0);
+  EXPECT_LT(notes[0].at, r.first("thinker.done"));
+  EXPECT_GE(r.first("writer.done"), r.first("thinker.done"));
+}
+
+TEST_F(ProgramTest, ParallelSolversShareAndAnswer) {
+  Outcome r = run_topology("parallel_solvers.yaml", {{"actors.worker1.max_tokens", "24"},
+                                                     {"actors.worker2.max_tokens", "24"},
+                                                     {"actors.worker3.max_tokens", "24"},
+                                                     {"actors.final.max_tokens", "16"},
+                                                     {"actors.out.to", "callback"}});
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  for (const char* w : {"w1", "w2", "w3", "answer"}) EXPECT_GT(r.report.block_tokens.at(w), 0) << w;
+  for (const char* n : {"note1", "note2", "note3"}) EXPECT_GE(r.named(n).size(), 1u) << n;
+  // The workers ran at the same time: each finished after all three had started writing notes
+  // (their steps were batched together), and the answer came after the last one.
+  const double last_done =
+      std::max({r.first("worker1.done"), r.first("worker2.done"), r.first("worker3.done")});
+  const auto answer = r.named("sink:out");
+  ASSERT_FALSE(answer.empty());
+  const Seen& final_piece = answer.back();
+  EXPECT_GT(final_piece.at, last_done);
+  EXPECT_LE(r.report.generated_tokens, 3 * 24 + 16);
+}
+
+TEST_F(ProgramTest, ClarificationArrivesMidReasoning) {
+  Outcome r = run_topology("clarification.yaml",
+                           {{"actors.thinker.max_tokens", "80"}, {"actors.out.to", "callback"}});
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  const double in = r.first("user_more.done");
+  ASSERT_GE(in, 0);
+  EXPECT_LT(in, r.first("thinker.done")) << "the second part must arrive while the thinker reasons";
+  int lines_after = 0;
+  for (const auto& s : r.named("line")) lines_after += s.at > in;
+  EXPECT_GE(lines_after, 1) << "the thinker must go on after the second part is in";
+  // The prompt block holds both parts: the first turn and the appended second one.
+  EXPECT_GT(r.report.block_tokens.at("prompt"), 20);
+  EXPECT_FALSE(r.named("sink:out").empty());
+}
+
+// 5 incidents in 500 lines from the shipped generator: the probe must catch at least 4, each
+// within a bounded number of lines; printed: detection rate, delays, false alarms.
+TEST_F(ProgramTest, LogMonitorCatchesIncidents) {
+  char dir[] = "/tmp/chorus-logmon-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string log = std::string(dir) + "/app.log";
+  const std::string cmd = "python3 " + std::string(CHORUS_TOPOLOGIES_DIR) + "/loggen.py " + log +
+                          " --lines 500 --incidents 5 --rate 0 --seed 7";
+  std::FILE* gen = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(gen, nullptr);
+  std::vector<std::pair<int, std::string>> truth;  // line number, text
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, gen)) {
+    auto j = nlohmann::json::parse(buf);
+    truth.emplace_back(j["line"].get<int>(), j["text"].get<std::string>());
+  }
+  ASSERT_EQ(::pclose(gen), 0);
+  ASSERT_EQ(truth.size(), 5u);
+
+  Outcome r =
+      run_topology("log_monitor.yaml",
+                   {{"log", log}, {"actors.tail.max_lines", "500"}, {"actors.alerts_out.to", "callback"}});
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  // Line n of the log is in the block (and asked about) from the n-th new_line event on.
+  std::vector<double> line_at;
+  for (const auto& s : r.named("new_line")) line_at.push_back(s.at);
+  ASSERT_EQ(line_at.size(), 500u);
+  int caught = 0, false_alarms = 0;
+  std::vector<double> delay_lines, delay_ms;
+  std::vector<bool> matched(truth.size());
+  for (const auto& s : r.named("incident")) {
+    size_t k = 0;
+    while (k < truth.size() && s.text.find(truth[k].second) == std::string::npos) ++k;
+    if (k == truth.size()) {
+      ++false_alarms;
+      continue;
+    }
+    if (matched[k]) continue;
+    matched[k] = true;
+    ++caught;
+    const int line = truth[k].first;
+    int in = 0;  // lines in when it fired
+    while (in < static_cast<int>(line_at.size()) && line_at[static_cast<size_t>(in)] <= s.at) ++in;
+    delay_lines.push_back(in - line);
+    delay_ms.push_back(1000 * (s.at - line_at[static_cast<size_t>(line - 1)]));
+  }
+  std::string dl, dm;
+  for (double d : delay_lines) dl += " " + std::to_string(static_cast<int>(d));
+  for (double d : delay_ms) dm += " " + std::to_string(static_cast<int>(d));
+  std::printf(
+      "log_monitor: caught %d of 5 incidents in 500 lines (%.1f s), false alarms %d; delay in lines:%s; in "
+      "ms:%s\n",
+      caught, r.report.seconds, false_alarms, dl.c_str(), dm.c_str());
+  EXPECT_GE(caught, 4);
+  EXPECT_LE(false_alarms, 5);
+  for (double d : delay_lines) EXPECT_LE(d, 64) << "a probe must keep up with the log";
+  EXPECT_GE(r.named("sink:alerts_out").size(), 4u)
+      << "a writer's alert per incident (and the incident lines)";
+  std::remove(log.c_str());
+  ::rmdir(dir);
+}
+
+// A pipeline of processes around the agent: readings in on one ZeroMQ socket, status lines out
+// on another.
+TEST_F(ProgramTest, ZmqBridgeAnswersEachReading) {
+  const std::string base = "ipc:///tmp/chorus-bridge-" + std::to_string(::getpid());
+  zmq::context_t ctx(1);
+  zmq::socket_t pub(ctx, zmq::socket_type::pub);
+  pub.set(zmq::sockopt::linger, 0);
+  pub.bind(base + "-in");
+  std::vector<std::string> got;
+  Outcome r =
+      run_topology("zmq_bridge.yaml",
+                   {{"in", base + "-in"}, {"out", base + "-out"}, {"budget.seconds", "60"}}, [&](Program& p) {
+                     zmq::socket_t sub(ctx, zmq::socket_type::sub);
+                     sub.set(zmq::sockopt::linger, 0);
+                     sub.set(zmq::sockopt::rcvtimeo, 200);
+                     sub.set(zmq::sockopt::subscribe, "status");
+                     sub.connect(base + "-out");
+                     // Publish until answers come back (a SUB socket misses what is sent before it joins).
+                     for (int i = 0; i < 100 && got.size() < 2; ++i) {
+                       const std::string reading =
+                           "battery=" + std::to_string(90 - i) + "% obstacle=" + (i % 3 ? "no" : "yes");
+                       pub.send(zmq::buffer(std::string("sensor")), zmq::send_flags::sndmore);
+                       pub.send(zmq::buffer(reading), zmq::send_flags::none);
+                       zmq::message_t topic, text;
+                       if (sub.recv(topic) && topic.more() && sub.recv(text)) got.push_back(text.to_string());
+                     }
+                     p.stop();
+                   });
+  EXPECT_EQ(r.report.ended_by, "stopped");
+  ASSERT_GE(got.size(), 2u);
+  for (const auto& g : got) EXPECT_FALSE(g.empty());
+  EXPECT_GE(r.named("reading").size(), got.size());
+}
+
+// A thinker calls a tool: the call is parsed, the tool runs in the program's sandbox, its result
+// goes into the block and the thinker goes on with it; the sandbox is gone with the program.
+TEST_F(ProgramTest, ToolAgentCallsATool) {
+  char dir[] = "/tmp/chorus-tools-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ::setenv("CHORUS_SANDBOX_DIR", dir, 1);
+  Outcome r = run_topology("tool_agent.yaml", {{"a", "1234"}, {"b", "4321"}, {"actors.out.to", "callback"}});
+  ::unsetenv("CHORUS_SANDBOX_DIR");
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  const auto calls = r.named("solver.tool_call");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_NE(calls[0].text.find("\"name\": \"add\""), std::string::npos) << calls[0].text;
+  const auto results = r.named("solver.tool_result");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].text, "5555") << "the tool's own answer, not the model's";
+  std::string out;
+  for (const auto& s : r.named("sink:out")) out += s.text;
+  EXPECT_NE(out.find("<tool_response>\n5555\n</tool_response>"), std::string::npos) << out;
+  EXPECT_GT(r.first("solver.done"), results[0].at) << "the thinker went on after the result";
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the program's sandbox is removed with it";
+  std::filesystem::remove_all(dir);
+}
+
+// Programs on the tiny random-weight model: their wording means nothing, their structure does.
+class TinyProgram : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(
+        test::load_model(test::goldens_dir() + "/tiny_llama_f32.gguf", &model_, &device_));
+    cfg_.set("scheduler.max-threads", 2);
+    sys_ = std::make_unique<caf::actor_system>(cfg_);
+  }
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<CpuDevice> device_;
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+};
+
+// Run-time errors name the block or actor, and nothing is left running.
+TEST_F(TinyProgram, RefusedBlocksAndSinksAreNamed) {
+  Model* model = model_.get();
+  CpuDevice* device = device_.get();
+  caf::actor_system& sys = *sys_;
+  const std::string base = R"(engine: {max_view_tokens: 16}
+blocks:
+  a:
+    text: "TEXT"
+actors:
+  s:
+    kind: sink
+    to: {file: "/nonexistent/dir/out.txt"}
+)";
+  auto load = [](const std::string& text) { return topology::load_string(text, "e.yaml"); };
+  auto t = load(std::string(base).replace(base.find("TEXT"), 4, std::string(200, 'x')));
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  auto p = Program::start(sys, *t, *model, *device);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().message.find("e.yaml: block a: "), std::string::npos) << p.error().message;
+  t = load(std::string(base).replace(base.find("TEXT"), 4, "hi"));
+  ASSERT_TRUE(t.ok());
+  p = Program::start(sys, *t, *model, *device);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().message,
+            "e.yaml: actors.s: cannot open /nonexistent/dir/out.txt: No such file or directory");
+}
+
+// One thinker writing block b after the text in a: `max_tokens` tokens, with no stop.
+topology::Topology thinker_topology(int max_tokens, const std::string& engine = "") {
+  auto t = topology::load_string(engine + R"(blocks:
+  a: {text: "hello world"}
+  b:
+actors:
+  think:
+    kind: thinker
+    view: [a, b]
+    writes: b
+    prefill: " the"
+    stop: []
+    max_tokens: )" + std::to_string(max_tokens) +
+                                     "\n",
+                                 "e.yaml");
+  EXPECT_TRUE(t.ok()) << t.error().message;
+  return t.ok() ? *t : topology::Topology{};
+}
+
+// Several programs on one engine (chorus run with several files): each registers under an id of
+// its own, they run at once, and one that ends frees its blocks while the others go on. The
+// pool holds two of these programs but not a third beside them: the third runs only because
+// the first two gave their pages back.
+TEST_F(TinyProgram, ProgramsShareOneEngineAndFreeTheirBlocks) {
+  EngineOptions eo;
+  eo.n_pages = 24;  // 384 positions
+  eo.token_budget = 32;
+  auto engine = SharedEngine::create(*sys_, *model_, *device_, eo);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  const topology::Topology t1 = thinker_topology(60), t2 = thinker_topology(120), t3 = thinker_topology(250);
+  auto p1 = Program::start(*sys_, t1, *engine);
+  auto p2 = Program::start(*sys_, t2, *engine);
+  ASSERT_TRUE(p1.ok()) << p1.error().message;
+  ASSERT_TRUE(p2.ok()) << p2.error().message;
+  const ProgramReport r1 = (*p1)->wait();
+  const ProgramReport r2 = (*p2)->wait();
+  EXPECT_EQ(r1.ended_by, "all roles done") << r1.error;
+  EXPECT_EQ(r2.ended_by, "all roles done") << r2.error;
+  EXPECT_GT(r1.block_tokens.at("b"), 1);
+  EXPECT_LE(r1.block_tokens.at("b"), 1 + 60);
+  EXPECT_GT(r2.block_tokens.at("b"), 1);
+  EXPECT_LE(r2.block_tokens.at("b"), 1 + 120);
+  EXPECT_GT(r1.generated_tokens + r2.generated_tokens, 0);
+  // 1 + 250 + the context: 17 pages of 24, after 5 and 9 were given back.
+  auto p3 = Program::start(*sys_, t3, *engine);
+  ASSERT_TRUE(p3.ok()) << p3.error().message;
+  const ProgramReport r3 = (*p3)->wait();
+  EXPECT_EQ(r3.ended_by, "all roles done") << r3.error;
+  EXPECT_EQ(r3.block_tokens.at("b"), 1 + 250)
+      << "the pool ran out: blocks of the programs before were not freed";
+}
+
+// A program that ends on a shared engine while its thinker is mid-generation (a time budget,
+// here) ends at once: the terminate cancels the generation its role left running, rather than
+// waiting for its 20000 tokens (or leaving its blocks behind), and its blocks are freed.
+TEST_F(TinyProgram, EndingOnASharedEngineCancelsWhatItsRolesLeftRunning) {
+  EngineOptions eo;
+  eo.n_pages = 1300;  // 20000 tokens and the context
+  eo.token_budget = 32;
+  eo.max_view_tokens = 32768;
+  auto engine = SharedEngine::create(*sys_, *model_, *device_, eo);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  topology::Topology t = thinker_topology(20000);
+  t.budget_seconds = 0.3;
+  auto p = Program::start(*sys_, t, *engine);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  const ProgramReport r = (*p)->wait();
+  EXPECT_EQ(r.ended_by, "time budget") << r.error;
+  EXPECT_LT(r.block_tokens.at("b"), 1 + 20000)
+      << "the generation was over before the program ended: nothing to cancel";
+  // Its blocks are gone from the engine: the terminate went through, with the generation still
+  // running (without cancel it is refused, and the blocks stay).
+  caf::scoped_actor self{*sys_};
+  ProgramCmd where;
+  where.op = ProgramCmd::Op::phase;
+  where.program = 1;
+  EXPECT_FALSE(ask(self, (*engine)->batcher(), encode_program(0, where)).ok())
+      << "program 1 is still registered";
+}
+
+// A program's tool actor: its sandbox made with each tool's `setup` run in it; removed on
+// cool_atom (the program paused past its lease) and made again, setup and all, on warm_atom or at
+// the next call; a setup that fails is what the calls answer.
+TEST(ToolActor, ItsSandboxGoesAndComesBackWithItsSetup) {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  const std::string base = ::testing::TempDir() + "chorus-tool-actor-" + std::to_string(::getpid());
+  std::filesystem::create_directories(base);
+  topology::Tool probe;
+  probe.name = "probe";
+  probe.command = {"sh", "-c", "cat marker"};
+  probe.setup = {"sh", "-c", "echo ready > marker"};
+  probe.timeout_s = 10;
+  caf::actor tools = program_roles::spawn_tools(sys, base, "t1", {probe});
+  caf::scoped_actor self{sys};
+  auto call = [&](auto... msg) {
+    std::string out;
+    self->request(tools, std::chrono::seconds(20), msg...)
+        .receive([&](const std::string& r) { out = r; },
+                 [&](caf::error& e) { out = "failed: " + caf::to_string(e); });
+    return out;
+  };
+  auto cool = [&] {
+    bool out = false;
+    self->request(tools, std::chrono::seconds(20), program_roles::cool_atom::value)
+        .receive([&](bool r) { out = r; }, [&](caf::error&) {});
+    return out;
+  };
+  const std::string dir = base + "/t1";
+  EXPECT_EQ(call(program_roles::tool_atom::value, std::string("probe"), std::string("{}")), "ready");
+  EXPECT_TRUE(cool());
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "its sandbox is still there";
+  EXPECT_FALSE(cool()) << "nothing to remove twice";
+  EXPECT_EQ(call(program_roles::warm_atom::value), "");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/marker")) << "made again without its setup";
+  EXPECT_TRUE(cool());
+  EXPECT_EQ(call(program_roles::tool_atom::value, std::string("probe"), std::string("{}")), "ready")
+      << "not made again at the call";
+  self->send_exit(tools, caf::exit_reason::user_shutdown);
+  self->wait_for(tools);
+  EXPECT_FALSE(std::filesystem::exists(dir));
+
+  // A tool still running when its program ends is killed, not waited for.
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  topology::Tool slow = probe;
+  slow.name = "slow";
+  slow.command = {"sh", "-c", "sleep 30"};
+  slow.setup.clear();
+  slow.timeout_s = 60;
+  caf::actor sleeper = program_roles::spawn_tools(sys, base, "t3", {slow}, cancel);
+  auto asked = self->request(sleeper, std::chrono::seconds(20), program_roles::tool_atom::value,
+                             std::string("slow"), std::string("{}"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  cancel->store(true);
+  std::string slow_out;
+  asked.receive([&](const std::string& r) { slow_out = r; },
+                [&](caf::error& e) { slow_out = caf::to_string(e); });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_EQ(slow_out, "[cancelled: its program ended (killed)]");
+  self->send_exit(sleeper, caf::exit_reason::user_shutdown);
+  self->wait_for(sleeper);
+  EXPECT_FALSE(std::filesystem::exists(base + "/t3"));
+
+  probe.setup = {"sh", "-c", "echo no network here; exit 3"};
+  caf::actor broken = program_roles::spawn_tools(sys, base, "t2", {probe});
+  std::string out;
+  self->request(broken, std::chrono::seconds(20), program_roles::tool_atom::value, std::string("probe"),
+                std::string("{}"))
+      .receive([&](const std::string& r) { out = r; }, [&](caf::error&) {});
+  EXPECT_EQ(out, "error: the setup of tool probe failed: exited with status 3: no network here\n");
+  self->send_exit(broken, caf::exit_reason::user_shutdown);
+  self->wait_for(broken);
+  std::filesystem::remove_all(base);
+}
+
+// A thinker whose block runs out of KV pages (16 pages, 256 positions, for 400 tokens) fails the program,
+// naming itself and the cause, rather than ending as if it had said all it had to say. Both are errors, never
+// a short answer: a thinker that may write more than the whole pool is refused at once (out_of_memory); one
+// that fits the pool alone but not beside its long prompt runs until the pool is full.
+TEST_F(TinyProgram, RunningOutOfKvPagesIsAnErrorNotAShortAnswer) {
+  auto p = Program::start(*sys_, thinker_topology(400, "engine: {pages: 16}\n"), *model_, *device_);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  ProgramReport r = (*p)->wait();
+  EXPECT_EQ(r.ended_by, "error");
+  EXPECT_NE(r.error.find("think"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("the pool has 16 pages"), std::string::npos) << r.error;
+
+  std::string text;
+  for (int i = 0; i < 24; ++i) text += "hello world ";
+  auto t =
+      topology::load_string("engine: {pages: 16}\nblocks:\n  a: {text: \"" + text + "\"}\n  b:\n" + R"(actors:
+  think:
+    kind: thinker
+    view: [a, b]
+    writes: b
+    prefill: " the"
+    stop: []
+    max_tokens: 120
+)",
+                            "e.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  p = Program::start(*sys_, *t, *model_, *device_);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  r = (*p)->wait();
+  EXPECT_EQ(r.ended_by, "error");
+  EXPECT_NE(r.error.find("think"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("KV cache full"), std::string::npos) << r.error;
+}
+
+// How a program ends, on the tiny model: a token budget, a finish event, a time budget.
+TEST_F(TinyProgram, EndsByTokenBudgetFinishEventAndTime) {
+  Model* model = model_.get();
+  CpuDevice* device = device_.get();
+  caf::actor_system& sys = *sys_;
+  auto run = [&](const std::string& text) {
+    auto t = topology::load_string(text, "e.yaml");
+    EXPECT_TRUE(t.ok()) << t.error().message;
+    auto p = Program::start(sys, *t, *model, *device);
+    EXPECT_TRUE(p.ok()) << p.error().message;
+    return (*p)->wait();
+  };
+  const std::string base = R"(blocks:
+  a: {text: "hello world"}
+  b:
+  c:
+actors:
+  long:
+    kind: thinker
+    view: [a, b]
+    writes: b
+    prefill: " the"
+    max_tokens: 400
+    stop: []
+  short:
+    kind: thinker
+    view: [a, c]
+    writes: c
+    prefill: " a"
+    max_tokens: 3
+)";
+  ProgramReport r = run(base + "budget: {tokens: 20}\n");
+  EXPECT_EQ(r.ended_by, "token budget");
+  EXPECT_GE(r.generated_tokens, 20);
+  EXPECT_LT(r.generated_tokens, 400);
+  r = run(base + "finish: [short.done]\n");
+  EXPECT_EQ(r.ended_by, "finish event short.done");
+  EXPECT_LE(r.block_tokens.at("c"), 1 + 3);
+  EXPECT_LT(r.block_tokens.at("b"), 1 + 400) << "the long thinker was cut short";
+  r = run(R"(budget: {seconds: 0.3}
+blocks:
+  log:
+actors:
+  tail:
+    kind: source
+    from: {file: /nonexistent/never.log}
+    writes: log
+)");
+  EXPECT_EQ(r.ended_by, "time budget");
+  EXPECT_GE(r.seconds, 0.3);
+  EXPECT_LT(r.seconds, 5.0);
+}
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,199 @@
+// Tool sandboxes: a tool that hangs, floods output, forks, detaches or writes outside its
+// directory gets a clear result, and nothing of it is left afterwards.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "actors/sandbox.h"
+
+namespace chorus {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Processes whose command line contains `marker` (the tests tag their commands with one).
+int processes_with(const std::string& marker) {
+  int n = 0;
+  DIR* d = opendir("/proc");
+  for (dirent* e; d && (e = readdir(d)) != nullptr;) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(marker) != std::string::npos && cmd.find("gtest") == std::string::npos) ++n;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+class SandboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = fs::temp_directory_path() / ("chorus-sandbox-test-" + std::to_string(::getpid()));
+    auto s = Sandbox::create(base_.string(), "prog-1");
+    ASSERT_TRUE(s.ok()) << s.error().to_string();
+    box_ = std::make_unique<Sandbox>(std::move(*s));
+    std::printf("isolation: %s\n", Sandbox::isolation().c_str());
+  }
+  void TearDown() override {
+    box_.reset();
+    fs::remove_all(base_);
+  }
+  ToolResult sh(const std::string& script, SandboxLimits lim = {}, const std::string& input = "") {
+    auto r = box_->run({"sh", "-c", script}, lim, input);
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+    return r.ok() ? *r : ToolResult{};
+  }
+  bool bubblewrap() const { return Sandbox::isolation().rfind("bubblewrap", 0) == 0; }
+
+  fs::path base_;
+  std::unique_ptr<Sandbox> box_;
+};
+
+TEST_F(SandboxTest, RunsInItsOwnDirectoryAndKeepsFilesBetweenRuns) {
+  ToolResult r = sh("pwd; echo hello > note.txt; cat -", {}, "from stdin\n");
+  EXPECT_TRUE(r.ok()) << r.describe() << ": " << r.output;
+  EXPECT_EQ(r.output, box_->dir() + "\nfrom stdin\n");
+  EXPECT_EQ(sh("cat note.txt").output, "hello\n");
+  r = sh("exit 3");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.describe(), "exited with status 3");
+  auto missing = box_->run({"no-such-command-chorus"});
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->exit_code, 127);
+}
+
+TEST_F(SandboxTest, AHangingToolIsKilledAtItsTimeout) {
+  SandboxLimits lim;
+  lim.timeout_s = 0.5;
+  ToolResult r = sh("echo started; sleep 30 # chorus-hang-marker", lim);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.output, "started\n");  // what it wrote before is kept
+  EXPECT_LT(r.seconds, 3.0);
+  EXPECT_NE(r.describe().find("timed out after 0."), std::string::npos) << r.describe();
+  EXPECT_EQ(processes_with("chorus-hang-marker"), 0);
+}
+
+TEST_F(SandboxTest, FloodingOutputIsCutAndKilled) {
+  SandboxLimits lim;
+  lim.max_output_bytes = 64 << 10;
+  ToolResult r = sh("yes chorus-flood-marker", lim);
+  EXPECT_TRUE(r.output_truncated);
+  EXPECT_EQ(r.output.size(), 64u << 10);
+  EXPECT_LT(r.seconds, 5.0);
+  EXPECT_EQ(r.describe(), "output went past the limit (killed)");
+  EXPECT_EQ(processes_with("chorus-flood-marker"), 0);
+}
+
+TEST_F(SandboxTest, DetachedAndForkedProcessesDoNotOutliveTheRun) {
+  // A tool that starts a daemon in a new session and returns at once.
+  ToolResult r =
+      sh("setsid sh -c 'sleep 300; true' chorus-detach-marker >/dev/null 2>&1 & "
+         "sh -c 'sleep 300; true' chorus-bg-marker & echo started");
+  EXPECT_EQ(r.output, "started\n");
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_LT(r.seconds, 5.0);
+  EXPECT_EQ(processes_with("chorus-detach-marker"), 0);
+  EXPECT_EQ(processes_with("chorus-bg-marker"), 0);
+}
+
+TEST_F(SandboxTest, AForkBombHitsTheProcessCap) {
+  if (Sandbox::isolation().find("+ pids cgroup") == std::string::npos) GTEST_SKIP() << "no pids cgroup here";
+  SandboxLimits lim;
+  lim.max_processes = 16;
+  lim.timeout_s = 10;
+  ToolResult r =
+      sh("n=0; while [ $n -lt 200 ]; do sh -c 'sleep 30; true' chorus-fork-marker >/dev/null 2>&1 & "
+         "n=$((n+1)); done; echo forks-done",
+         lim);
+  // The shell is refused a fork past the cap and gives up (dash exits); what it started is gone.
+  EXPECT_NE(r.output.find("Cannot fork"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("forks-done"), std::string::npos) << "200 processes must not have been possible";
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.seconds, 5.0);
+  EXPECT_EQ(processes_with("chorus-fork-marker"), 0);
+}
+
+TEST_F(SandboxTest, WritingOutsideItsDirectoryFails) {
+  if (!bubblewrap()) GTEST_SKIP() << "no bubblewrap here: " << Sandbox::isolation();
+  const std::string outside = "/var/tmp/chorus-sandbox-escape-" + std::to_string(::getpid());
+  ToolResult r = sh("echo x > " + outside);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("Read-only file system"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(outside));
+  // Its /tmp is its own and goes away with the run.
+  EXPECT_TRUE(sh("echo y > /tmp/chorus-private && cat /tmp/chorus-private").ok());
+  EXPECT_FALSE(fs::exists("/tmp/chorus-private"));
+}
+
+TEST_F(SandboxTest, NoNetwork) {
+  if (!bubblewrap()) GTEST_SKIP() << "no bubblewrap here: " << Sandbox::isolation();
+  // A port listening on this machine's loopback cannot be reached from inside.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  ToolResult r = sh("python3 -c \"import socket; socket.create_connection(('127.0.0.1', " +
+                    std::to_string(port) + "), timeout=2); print('connected')\"");
+  ::close(fd);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.output.find("connected\n"), std::string::npos) << r.output;
+}
+
+TEST_F(SandboxTest, DestroyRemovesEverything) {
+  ASSERT_TRUE(sh("mkdir -p a/b && echo z > a/b/c").ok());
+  const std::string dir = box_->dir();
+  ASSERT_TRUE(fs::exists(dir + "/a/b/c"));
+  EXPECT_TRUE(box_->destroy().ok());
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_TRUE(box_->destroy().ok());  // again: nothing to do
+  auto r = box_->run({"true"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "sandbox prog-1 is destroyed");
+  EXPECT_FALSE(Sandbox::create(base_.string(), "../escape").ok());
+}
+
+// 1000 programs, each with its own sandbox that runs a tool (leaving a file and a background
+// process behind) and is then destroyed: no directory, process or cgroup is left.
+TEST(SandboxLifecycle, AThousandProgramsLeaveNothing) {
+  const fs::path base = fs::temp_directory_path() / ("chorus-sandbox-1000-" + std::to_string(::getpid()));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) {
+    auto box = Sandbox::create(base.string(), "program-" + std::to_string(i));
+    ASSERT_TRUE(box.ok()) << box.error().to_string();
+    auto r = box->run(
+        {"sh", "-c", "echo data > out.txt; sh -c 'sleep 60; true' chorus-thousand-marker >/dev/null 2>&1 &"});
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->exit_code, 0) << r->output;
+    ASSERT_TRUE(box->destroy().ok());
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("1000 sandboxes created, run and destroyed in %.1f s (%s)\n", s, Sandbox::isolation().c_str());
+  EXPECT_TRUE(fs::is_empty(base)) << "directories left in " << base;
+  EXPECT_EQ(processes_with("chorus-thousand-marker"), 0);
+  int cgroups = 0;
+  for (const char* root : {"/sys/fs/cgroup/pids", "/sys/fs/cgroup"}) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root, ec))
+      cgroups += e.path().filename().string().rfind("chorus-" + std::to_string(::getpid()) + "-", 0) == 0;
+  }
+  EXPECT_EQ(cgroups, 0) << "cgroups left";
+  fs::remove_all(base);
+}
+
+}  // namespace
+}  // namespace chorus

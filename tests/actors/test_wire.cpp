@@ -1,0 +1,151 @@
+// Envelopes: round trip, and every malformed frame rejected with a reason. Also the actor
+// runtime self-test (CAF spawns, replies through FlatBuffers).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "actors/runtime_check.h"
+#include "net/wire.h"
+#include "schemas/envelope_generated.h"
+
+namespace chorus {
+namespace {
+
+TEST(Wire, ErrorEnvelopeRoundTrips) {
+  const auto bytes = encode_error_envelope(42, make_error(Errc::bad_format, "frame too short"));
+  auto s = decode_envelope(bytes);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_EQ(s->request_id, 42u);
+  EXPECT_EQ(s->payload_type, "Error");
+  EXPECT_EQ(s->text, "frame too short");
+}
+
+TEST(Wire, RejectsBadFrames) {
+  const auto good = encode_hello_envelope(1, "node-a");
+  ASSERT_TRUE(decode_envelope(good).ok());
+  // Truncated at every length.
+  // Truncated at every length: rejected, unless only trailing padding was cut (then the
+  // content must be intact).
+  for (size_t n = 0; n < good.size(); ++n) {
+    auto r = decode_envelope({good.data(), n});
+    if (r.ok()) {
+      EXPECT_EQ(r->text, "node-a") << "prefix " << n;
+      EXPECT_GE(n, good.size() - 8) << "prefix " << n << " accepted";
+    }
+  }
+  // Wrong identifier.
+  auto wrong = good;
+  wrong[4] = 'X';
+  auto r = decode_envelope(wrong);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("identifier"), std::string::npos);
+  // Oversized.
+  std::vector<uint8_t> huge(kMaxFrameBytes + 1);
+  r = decode_envelope(huge);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::out_of_range);
+  // Random garbage and bit flips never crash.
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    auto f = good;
+    f[rng() % f.size()] ^= static_cast<uint8_t>(1u << (rng() % 8));
+    (void)decode_envelope(f);
+  }
+}
+
+TEST(Wire, RejectsOtherVersions) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto hello = wire::CreateHello(fbb, 9, fbb.CreateString("future-node"));
+  wire::FinishEnvelopeBuffer(
+      fbb, wire::CreateEnvelope(fbb, /*version=*/9, 3, wire::Payload::Hello, hello.Union()));
+  auto r = decode_envelope({fbb.GetBufferPointer(), fbb.GetSize()});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::unsupported);
+  EXPECT_NE(r.error().message.find("wire version 9 is not supported"), std::string::npos)
+      << r.error().message;
+}
+
+TEST(Wire, EnvelopeWithoutPayloadIsRejected) {
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, 1, 3));
+  auto r = decode_envelope({fbb.GetBufferPointer(), fbb.GetSize()});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("no payload"), std::string::npos);
+}
+
+// Every protocol message fits in an envelope and passes the verifier; each names its kind.
+TEST(Wire, EveryProtocolMessageRoundTrips) {
+  using namespace wire;
+  auto check = [](flatbuffers::FlatBufferBuilder& fbb, Payload type, flatbuffers::Offset<void> payload) {
+    FinishEnvelopeBuffer(fbb, CreateEnvelope(fbb, 1, 77, type, payload));
+    auto s = decode_envelope({fbb.GetBufferPointer(), fbb.GetSize()});
+    ASSERT_TRUE(s.ok()) << EnumNamePayload(type) << ": " << s.error().to_string();
+    EXPECT_EQ(s->payload_type, EnumNamePayload(type));
+    EXPECT_EQ(s->request_id, 77u);
+  };
+  {
+    flatbuffers::FlatBufferBuilder f;
+    check(f, Payload::Heartbeat, CreateHeartbeat(f, f.CreateString("n1"), 123, 10, 20).Union());
+  }
+  {
+    flatbuffers::FlatBufferBuilder f;
+    check(f, Payload::CreateBlock, CreateCreateBlock(f, f.CreateString("thoughts"), 5).Union());
+  }
+  {
+    flatbuffers::FlatBufferBuilder f;
+    check(f, Payload::MergeBlocks, CreateMergeBlocks(f, 1, 2, f.CreateString("ab")).Union());
+  }
+  {
+    flatbuffers::FlatBufferBuilder f;
+    const std::vector<int32_t> view = {0, 1}, toks = {5, 6, 7};
+    check(f, Payload::AppendTokens,
+          CreateAppendTokens(f, 2, f.CreateVector(view), f.CreateVector(toks)).Union());
+  }
+  {
+    flatbuffers::FlatBufferBuilder f;
+    const std::vector<int32_t> view = {0}, prefill = {1};
+    const auto sampling = CreateSampling(f, 0.7f, 40, 0.9f, 0.05f, 1.1f, 42);
+    const auto stop = CreateStop(f, f.CreateVectorOfStrings({"\n\n"}), 0, 64, true);
+    check(f, Payload::Generate,
+          CreateGenerate(f, f.CreateVector(view), 3, f.CreateVector(prefill), sampling, stop).Union());
+  }
+  {
+    flatbuffers::FlatBufferBuilder f;
+    const std::vector<int32_t> q = {9, 10}, yes = {11}, no = {12, 13};
+    const std::vector<flatbuffers::Offset<Candidate>> cands = {CreateCandidate(f, f.CreateVector(yes)),
+                                                               CreateCandidate(f, f.CreateVector(no))};
+    check(f, Payload::Probe, CreateProbe(f, 0, f.CreateVector(q), f.CreateVector(cands)).Union());
+  }
+  {
+    flatbuffers::FlatBufferBuilder f;
+    check(f, Payload::TokenEvent, CreateTokenEvent(f, 4, 3, 99, f.CreateString("Paris"), 12).Union());
+  }
+  {
+    flatbuffers::FlatBufferBuilder f;
+    const std::vector<float> p = {0.9f, 0.1f};
+    check(f, Payload::ProbeResult, CreateProbeResult(f, 5, f.CreateVector(p), 13).Union());
+  }
+  {
+    flatbuffers::FlatBufferBuilder f;
+    check(f, Payload::RequestFinished, CreateRequestFinished(f, 4, 3, Finish::stop_string, 0, 14).Union());
+  }
+  {
+    flatbuffers::FlatBufferBuilder f;
+    check(f, Payload::PauseProgram, CreatePauseProgram(f, 8, PauseMode::offload).Union());
+  }
+  {
+    flatbuffers::FlatBufferBuilder f;
+    check(f, Payload::ProgramStatus,
+          CreateProgramStatus(f, 8, ProgramState::paused, Phase::acting, 0, 1234).Union());
+  }
+}
+
+TEST(ActorRuntime, SelfTestRepliesThroughAnActor) {
+  auto r = check_actor_runtime(2);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->reply, "self-test");
+  EXPECT_EQ(r->caf_version.rfind("0.17", 0), 0u);
+}
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,106 @@
+// The request parser of `chorus serve` (gateway/openai_request.h): what it reads, and the errors
+// it gives — OpenAI-style JSON naming the field — for bodies that are not what it wants. The
+// cases below the first were found by fuzz/chat_request_fuzz.cpp: each used to escape as an
+// exception other than HttpError (the gateway answered 500 "internal error").
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "gateway/openai_request.h"
+
+namespace chorus {
+namespace {
+
+using json = nlohmann::json;
+
+// The error a body gets: its status, and its parsed JSON error object.
+std::pair<int, json> refusal(const std::string& body) {
+  try {
+    (void)parse_chat_request(body, "m", 256, 4096);
+  } catch (const HttpError& e) {
+    const json j = json::parse(e.body);  // must be JSON, whatever the body held
+    return {e.status, j.at("error")};
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return {0, json()};
+}
+
+TEST(OpenAiRequest, ReadsEveryField) {
+  const ChatRequest r = parse_chat_request(
+      R"({"model":"default","messages":[{"role":"developer","content":"terse"},)"
+      R"({"role":"user","content":[{"type":"text","text":"Hi"},{"type":"text","text":" there"}]},)"
+      R"({"role":"assistant","content":null}],"max_completion_tokens":16,"temperature":0.5,"top_p":0.9,"seed":7,)"
+      R"("stop":["END"],"stream":true,"stream_options":{"include_usage":true},"extra_body":{"program_id":"a7"}})",
+      "m", 256, 4096);
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "Hi there");
+  EXPECT_EQ(r.max_tokens, 16);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.program_id, "a7");
+}
+
+TEST(OpenAiRequest, ClassicRefusalsNameTheField) {
+  EXPECT_EQ(refusal(R"({"model":"x","messages":[{"role":"user","content":"a"}]})").first, 404);
+  auto [status, e] = refusal(R"({"model":"m","messages":[{"role":"user","content":"a"}],"max_tokens":-5})");
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["param"], "max_tokens");
+  EXPECT_EQ(
+      refusal(R"({"model":"m","messages":[{"role":"user","content":"a"}],"stop":["a","b","c","d","e"]})")
+          .second["param"],
+      "stop");
+}
+
+// A malformed body quoting bytes that are not UTF-8: the error message quotes them, and
+// serializing it threw (nlohmann type_error 316). Now they become U+FFFD.
+TEST(OpenAiRequest, MalformedBodyWithInvalidUtf8GetsAJsonError) {
+  auto [status, e] = refusal("{\"model\":\"other\"\xff\xff\xff,\"messages\":[]}");
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(e["message"].get<std::string>().find("not valid JSON"), std::string::npos);
+  EXPECT_EQ(json_text(json("a\xff"
+                           "b")),
+            "\"a\xef\xbf\xbd"
+            "b\"");
+}
+
+// A content part whose `type` is not a string, and stream options of the wrong types: `value()`
+// threw type_error 302. Now each is a 400 naming the field.
+TEST(OpenAiRequest, FieldsOfTheWrongTypeAre400s) {
+  auto [s1, e1] = refusal(R"({"model":"m","messages":[{"role":"user","content":[{"type":1,"text":"a"}]}]})");
+  EXPECT_EQ(s1, 400);
+  EXPECT_EQ(e1["param"], "messages[0].content");
+  auto [s2, e2] = refusal(
+      R"({"model":"m","messages":[{"role":"user","content":"a"}],"stream_options":{"include_usage":"yes"}})");
+  EXPECT_EQ(s2, 400);
+  EXPECT_EQ(e2["param"], "stream_options.include_usage");
+  auto [s3, e3] = refusal(R"({"model":"m","messages":[{"role":"user","content":"a"}],"stream_options":[1]})");
+  EXPECT_EQ(s3, 400);
+  EXPECT_EQ(e3["param"], "stream_options");
+}
+
+// Engine and batcher errors reach HTTP clients as a status and a code: the KV pool running out
+// is the retryable 503.
+TEST(OpenAiRequest, ErrorsMapToHttpStatusesAndCodes) {
+  struct Case {
+    Errc code;
+    int status;
+    const char* body_code;
+  };
+  for (const Case& c :
+       {Case{Errc::out_of_memory, 503, "kv_cache_full"}, Case{Errc::not_found, 404, "not_found"},
+        Case{Errc::invalid_argument, 400, "invalid_argument"}, Case{Errc::out_of_range, 400, "out_of_range"},
+        Case{Errc::internal, 500, "internal"}, Case{Errc::io, 500, "io"}}) {
+    const HttpError h = http_error(make_error(c.code, "what happened"));
+    EXPECT_EQ(h.status, c.status) << errc_name(c.code);
+    const auto j = nlohmann::json::parse(h.body);
+    EXPECT_EQ(j["error"]["code"], c.body_code) << errc_name(c.code);
+    EXPECT_EQ(j["error"]["message"], "what happened");
+  }
+}
+
+}  // namespace
+}  // namespace chorus

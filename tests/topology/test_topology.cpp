@@ -1,0 +1,326 @@
+// The topology reader: every error class names file, line, column and key path; shipped
+// topologies load; hostile files fail fast. No model, no actors.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <chrono>
+#include <string>
+
+#include "topology/topology.h"
+
+namespace chorus::topology {
+namespace {
+
+// A small valid topology; tests break one thing in it.
+const char* kBase = R"(name: t
+params:
+  input: "hello"
+blocks:
+  system:
+    text: "You are terse."
+  prompt:
+    chat: user
+    text: "{{input}}"
+  thoughts:
+  notes:
+actors:
+  thinker:
+    kind: thinker
+    view: [system, prompt, thoughts]
+    writes: thoughts
+    prefill: "<|im_start|>assistant\n"
+    emit:
+      - {at: "\n", event: paragraph}
+  writer:
+    kind: writer
+    on: [paragraph]
+    view: [system, prompt, thoughts, notes]
+    writes: notes
+    to: [out]
+  out:
+    kind: sink
+    to: stdout
+)";
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const auto at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+// The error message of loading `text`, which must fail.
+std::string error_of(const std::string& text, const LoadOptions& opts = {}) {
+  auto t = load_string(text, "t.yaml", opts);
+  EXPECT_FALSE(t.ok()) << "loaded, but should not have";
+  return t.ok() ? "" : t.error().message;
+}
+
+TEST(Topology, BaseLoadsWithEverythingResolved) {
+  auto t = load_string(kBase, "t.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->name, "t");
+  ASSERT_EQ(t->blocks.size(), 4u);
+  EXPECT_EQ(t->blocks[1].text, "hello");  // {{input}} substituted
+  EXPECT_EQ(t->blocks[1].chat, "user");
+  EXPECT_EQ(t->blocks[1].view, (std::vector<std::string>{"system", "prompt"}));  // blocks before it, then it
+  ASSERT_EQ(t->actors.size(), 3u);
+  EXPECT_EQ(t->actors[1].kind, Kind::writer);
+  EXPECT_EQ(t->actors[1].stop, std::vector<std::string>{"\n"});  // a writer's default
+  EXPECT_EQ(t->actors[0].sampling.temperature, 0.0f);            // greedy unless told
+  const auto ev = t->emitters();
+  EXPECT_EQ(ev.at("paragraph"), std::vector<std::string>{"thinker"});
+  EXPECT_EQ(ev.at("writer.done"), std::vector<std::string>{"writer"});
+  EXPECT_EQ(ev.count("out.done"), 0u);  // sinks emit nothing
+}
+
+TEST(Topology, UnknownBlockInAViewNamesLineColumnAndTheBlocks) {
+  const auto e = error_of(
+      replace(kBase, "view: [system, prompt, thoughts, notes]", "view: [system, log, thoughts, notes]"));
+  EXPECT_EQ(
+      e,
+      "t.yaml:23:20: actors.writer.view[1]: unknown block \"log\" (blocks: system, prompt, thoughts, notes)");
+}
+
+TEST(Topology, AnEventNobodyEmitsListsTheEvents) {
+  const auto e = error_of(replace(kBase, "on: [paragraph]", "on: [paragraf]"));
+  EXPECT_EQ(e,
+            "t.yaml:22:10: actors.writer.on[0]: no actor emits event \"paragraf\" "
+            "(events: paragraph, thinker.done, writer.done)");
+}
+
+TEST(Topology, UnknownRoleKindListsTheKinds) {
+  const auto e = error_of(replace(kBase, "kind: writer", "kind: scribe"));
+  EXPECT_EQ(e,
+            "t.yaml:21:11: actors.writer.kind: unknown role kind \"scribe\" (kinds: thinker, writer, probe, "
+            "source, sink)");
+}
+
+TEST(Topology, ABlockWrittenByTwoRolesNeedsThemDeclared) {
+  const std::string two = replace(kBase, "writes: notes", "writes: thoughts");
+  auto e =
+      error_of(replace(two, "view: [system, prompt, thoughts, notes]", "view: [system, prompt, thoughts]"));
+  EXPECT_EQ(e,
+            "t.yaml:16:13: actors.thinker.writes: block \"thoughts\" is written by thinker, writer: declare "
+            "them in "
+            "blocks.thoughts.writers to let them share it (each write then goes in whole, in arrival order)");
+  // Declared: fine.
+  std::string ok =
+      replace(two, "view: [system, prompt, thoughts, notes]", "view: [system, prompt, thoughts]");
+  ok = replace(ok, "  thoughts:\n", "  thoughts:\n    writers: [thinker, writer]\n");
+  auto t = load_string(ok, "t.yaml");
+  EXPECT_TRUE(t.ok()) << t.error().message;
+  // A declared writer that does not write it.
+  const auto e2 = error_of(replace(kBase, "  notes:\n", "  notes:\n    writers: [thinker]\n"));
+  EXPECT_EQ(e2, "t.yaml:12:15: blocks.notes.writers[0]: actor \"thinker\" does not write this block");
+}
+
+TEST(Topology, UnknownKeysListTheValidOnes) {
+  const auto e = error_of(replace(kBase, "    prefill:", "    prefil: x\n    prefill:"));
+  EXPECT_EQ(
+      e,
+      "t.yaml:17:5: actors.thinker.prefil: unknown key (valid here: kind, view, writes, prefill, max_tokens, "
+      "stop, sampling, emit, to, on, after, tools, max_tool_calls)");
+  const auto top = error_of(std::string(kBase) + "budgett: {seconds: 1}\n");
+  EXPECT_EQ(
+      top,
+      "t.yaml:29:1: (top level).budgett: unknown key (valid here: name, description, model, engine, params, "
+      "budget, finish, blocks, tools, actors)");
+}
+
+TEST(Topology, WrongTypesAndRangesSayWhatWasExpected) {
+  EXPECT_EQ(error_of(replace(kBase, "    prefill:", "    max_tokens: lots\n    prefill:")),
+            "t.yaml:17:17: actors.thinker.max_tokens: expected an integer, found \"lots\"");
+  EXPECT_EQ(error_of(replace(kBase, "    prefill:", "    max_tokens: 0\n    prefill:")),
+            "t.yaml:17:17: actors.thinker.max_tokens: 0 is out of range [1, 1048576]");
+  EXPECT_EQ(error_of(replace(kBase, "    prefill:", "    sampling: {temperature: hot}\n    prefill:")),
+            "t.yaml:17:29: actors.thinker.sampling.temperature: expected a number, found \"hot\"");
+  EXPECT_EQ(error_of(replace(kBase, "view: [system, prompt, thoughts]", "view: {a: 1}")),
+            "t.yaml:15:11: actors.thinker.view: expected a name or a list of names, found a mapping");
+  EXPECT_EQ(error_of(replace(kBase, "    kind: sink\n    to: stdout", "    kind: sink\n    to: printer")),
+            "t.yaml:28:9: actors.out.to: unknown sink \"printer\" (stdout, stderr, callback, {file: PATH}, "
+            "{zmq: ENDPOINT})");
+}
+
+TEST(Topology, MissingKeysSayWhatTheyAreFor) {
+  EXPECT_EQ(error_of(replace(kBase, "    writes: thoughts\n", "")),
+            "t.yaml:14:5: actors.thinker.writes: missing: the block it writes");
+  EXPECT_EQ(error_of(replace(kBase, "    on: [paragraph]\n", "")),
+            "t.yaml:21:5: actors.writer: a writer needs a trigger: `on: [event, ...]` (a piece per event) or "
+            "`after: "
+            "[...]` (one piece)");
+  EXPECT_EQ(error_of("name: x\nactors: {}\n"),
+            "t.yaml:1:1: blocks: missing: a topology needs at least one block");
+}
+
+TEST(Topology, CrossReferencesAreChecked) {
+  EXPECT_EQ(error_of(replace(kBase, "to: [out]", "to: [thinker]")),
+            "t.yaml:25:10: actors.writer.to[0]: \"thinker\" is a thinker, not a sink (sinks: out)");
+  EXPECT_EQ(error_of(replace(kBase, "writes: thoughts", "writes: notes")),
+            "t.yaml:16:13: actors.thinker.writes: block \"notes\" must be in the actor's view (it reads what "
+            "it writes)");
+}
+
+TEST(Topology, ParametersAreDeclaredAndSet) {
+  EXPECT_EQ(error_of(replace(kBase, "{{input}}", "{{inptu}}")),
+            "t.yaml:9:11: blocks.prompt.text: unknown parameter \"inptu\" (params: input)");
+  const std::string required = replace(kBase, "input: \"hello\"", "input:");
+  EXPECT_EQ(error_of(required),
+            "t.yaml:9:11: blocks.prompt.text: parameter \"input\" has no value: give one with --set "
+            "input=... or --input");
+  LoadOptions check;
+  check.require_params = false;  // chorus check: a parameter without a value is fine
+  EXPECT_TRUE(load_string(required, "t.yaml", check).ok());
+  LoadOptions set;
+  set.set = {{"input", "why?"}, {"actors.thinker.max_tokens", "7"}};
+  auto t = load_string(required, "t.yaml", set);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->blocks[1].text, "why?");
+  EXPECT_EQ(t->actors[0].max_tokens, 7);
+  set.set = {{"actors.thinker.max_tokens", "-3"}};
+  EXPECT_EQ(
+      error_of(kBase, set),
+      "t.yaml: --set actors.thinker.max_tokens: actors.thinker.max_tokens: -3 is out of range [1, 1048576]");
+  set.set = {{"inptu", "x"}};
+  EXPECT_EQ(
+      error_of(kBase, set),
+      "t.yaml: --set inptu: no such parameter (params: input; a key path has dots, e.g. budget.tokens)");
+  set.set = {{"actors.nobody.max_tokens", "3"}};
+  EXPECT_EQ(error_of(kBase, set), "--set actors.nobody.max_tokens: no actors.nobody in the file");
+  EXPECT_EQ(error_of(replace(kBase, "text: \"You are terse.\"", "text: \"{{event}}\"")),
+            "t.yaml:6:11: blocks.system.text: {{event}} is only for a prefill or a probe's question (the "
+            "text of the "
+            "event that starts the run)");
+}
+
+TEST(Topology, RoleRulesAreChecked) {
+  EXPECT_EQ(
+      error_of(replace(kBase, "on: [paragraph]", "on: [writer.done]")),
+      "t.yaml:22:10: actors.writer.on[0]: an actor cannot be triggered by its own event \"writer.done\"");
+  EXPECT_EQ(error_of(replace(kBase, "on: [paragraph]", "on: [paragraph]\n    after: [thinker.done]")),
+            "t.yaml:23:12: actors.writer.after: give `on` (a run per event) or `after` (one run), not both");
+  const char* probe = R"(blocks:
+  log:
+actors:
+  p:
+    kind: probe
+    view: [log]
+    question: "Bad?"
+    candidates: [" Yes", " No"]
+    fire_on: " Maybe"
+    every_ms: 100
+)";
+  EXPECT_EQ(error_of(probe),
+            "t.yaml:9:14: actors.p.fire_on: \" Maybe\" is not a candidate (candidates: \" Yes\", \" No\")");
+  EXPECT_EQ(error_of(replace(replace(probe, "    every_ms: 100\n", ""), "    fire_on: \" Maybe\"\n", "")),
+            "t.yaml:5:5: actors.p: a probe needs a trigger: `watch: BLOCK` (every_new_tokens), `every_ms: N` "
+            "or `on: "
+            "[event, ...]`");
+  const char* source = R"(blocks:
+  log:
+actors:
+  s:
+    kind: source
+    from: {file: /tmp/x.log}
+    writes: log
+    every_lines: 5
+    emit: lines
+    keep_lines: 6
+)";
+  EXPECT_EQ(error_of(source),
+            "t.yaml:10:17: actors.s.keep_lines: must be at least twice every_lines (5): the last "
+            "every_lines lines are kept when the window is cleared");
+  EXPECT_EQ(error_of(replace(source, "{file: /tmp/x.log}", "{file: /tmp/x.log, zmq: \"tcp://a:1\"}")),
+            "t.yaml:6:11: actors.s.from: give exactly one of file, zmq, text");
+}
+
+TEST(Topology, ToolsAreDeclaredAndNamed) {
+  const std::string with_tools =
+      replace(kBase, "actors:\n",
+              "tools:\n  add:\n    command: [python3, add.py]\n  clock: {command: date}\nactors:\n");
+  auto t = load_string(
+      replace(with_tools, "    writes: thoughts\n", "    writes: thoughts\n    tools: [add, clock]\n"),
+      "t.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ASSERT_EQ(t->tools.size(), 2u);
+  EXPECT_EQ(t->tools[0].command, (std::vector<std::string>{"python3", "add.py"}));
+  EXPECT_EQ(t->tools[1].command, (std::vector<std::string>{"sh", "-c", "date"}));
+  EXPECT_EQ(t->actors[0].stop, std::vector<std::string>{"</tool_call>"});  // a call ends a run
+  EXPECT_EQ(t->emitters().count("thinker.tool_result"), 1u);
+  EXPECT_EQ(
+      error_of(replace(with_tools, "    writes: thoughts\n", "    writes: thoughts\n    tools: [ad]\n")),
+      "t.yaml:21:13: actors.thinker.tools[0]: unknown tool \"ad\" (tools: add, clock)");
+  EXPECT_EQ(error_of(replace(with_tools, "command: date", "command: \"\"")),
+            "t.yaml:15:20: tools.clock.command: must not be empty");
+  // `setup`: run in the sandbox each time it is made; the same forms as `command`.
+  auto s = load_string(replace(replace(with_tools, "command: date", "command: date, setup: \"touch ready\""),
+                               "    writes: thoughts\n", "    writes: thoughts\n    tools: [add, clock]\n"),
+                       "t.yaml");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_TRUE(s->tools[0].setup.empty());
+  EXPECT_EQ(s->tools[1].setup, (std::vector<std::string>{"sh", "-c", "touch ready"}));
+  EXPECT_EQ(error_of(replace(with_tools, "command: date", "command: date, setup: []")),
+            "t.yaml:15:33: tools.clock.setup: needs a program to run");
+}
+
+TEST(Topology, SyntaxErrorsHaveLineAndColumn) {
+  EXPECT_EQ(error_of("blocks:\n  a: [x, y\nactors: {}\n"), "t.yaml:3:7: end of sequence flow not found");
+  EXPECT_EQ(error_of(""), "t.yaml: empty: a topology needs blocks and actors");
+  EXPECT_EQ(error_of("- a\n- b\n"),
+            "t.yaml:1:1: (top level): expected a mapping (name:, blocks:, actors:, ...), found a list");
+}
+
+TEST(Topology, HostileFilesFailCleanlyAndFast) {
+  const auto t0 = std::chrono::steady_clock::now();
+  // Deep nesting: flow and block style.
+  EXPECT_NE(error_of("blocks: " + std::string(100000, '[') + std::string(100000, ']') + "\n")
+                .find("t.yaml:1:200009: nested too deeply (yaml-cpp stops at 500 levels)"),
+            std::string::npos);
+  std::string dashes = "blocks:\n";
+  for (int i = 0; i < 50000; ++i) dashes += "- ";
+  EXPECT_NE(error_of(dashes + "x\n").find("nested too deeply"), std::string::npos);
+  // A billion laughs: aliases are shared, never expanded; the reader looks only where it expects.
+  // (4^25 leaves if expanded), used where a list of names is expected.
+  std::string bomb = "blocks:\n  x:\n    writers:\n      - &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'z'; ++c)
+    bomb += std::string("      - &") + c + " [*" + static_cast<char>(c - 1) + ", *" +
+            static_cast<char>(c - 1) + ", *" + static_cast<char>(c - 1) + ", *" + static_cast<char>(c - 1) +
+            "]\n";
+  bomb += "actors:\n  s:\n    kind: sink\n    to: stdout\n    on: *z\n";
+  EXPECT_EQ(error_of(bomb), "t.yaml:4:9: blocks.x.writers[0]: expected a string, found a list");
+  // Too large; not UTF-8.
+  EXPECT_EQ(error_of(std::string(kMaxFileBytes + 1, '#')),
+            "t.yaml: 1048577 bytes: a topology may have at most 1048576 bytes");
+  EXPECT_EQ(error_of("blocks:\n  a:\n    text: \"caf\xE9\"\n"),
+            "t.yaml:3:15: not UTF-8 text (a topology file is UTF-8)");
+  EXPECT_EQ(error_of("blocks:\n  \xC0\xAF: x\n"), "t.yaml:2:3: not UTF-8 text (a topology file is UTF-8)");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 5.0) << "hostile inputs must fail fast";
+}
+
+TEST(Topology, MissingFileIsAnIoError) {
+  auto t = load_file("/nonexistent/t.yaml");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().code, Errc::io);
+  EXPECT_EQ(t.error().message, "/nonexistent/t.yaml: cannot open: No such file or directory");
+}
+
+// Every topology shipped in topologies/ passes the checks `chorus check` makes.
+TEST(Topology, ShippedTopologiesLoad) {
+  const std::string dir = CHORUS_TOPOLOGIES_DIR;
+  DIR* d = opendir(dir.c_str());
+  ASSERT_NE(d, nullptr) << dir;
+  int n = 0;
+  for (dirent* e; (e = readdir(d)) != nullptr;) {
+    const std::string f = e->d_name;
+    if (f.size() < 5 || f.substr(f.size() - 5) != ".yaml") continue;
+    auto t = load_file(dir + "/" + f);
+    EXPECT_TRUE(t.ok()) << f << ": " << t.error().message;
+    ++n;
+  }
+  closedir(d);
+  EXPECT_GE(n, 5);
+}
+
+}  // namespace
+}  // namespace chorus::topology

@@ -1,0 +1,147 @@
+// Topologies: an asynchronous agent described in a YAML file (format: topologies/README.md).
+// This half reads and validates a file into a Topology — every name resolved, every error with
+// file:line:column and the key path — without loading a model or starting an actor, so
+// `chorus check` and the fuzzer use it alone. actors/program.h runs a Topology.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/forward/sampler.h"
+
+namespace chorus::topology {
+
+struct Block {
+  std::string name;
+  std::string text;                  // initial text, parameters substituted ("" = starts empty)
+  std::string chat;                  // "", or the chat role the text is wrapped as a turn of
+  std::vector<std::string> view;     // blocks the initial text is read under (ends with this block)
+  std::vector<std::string> writers;  // roles declared to share writing this block
+};
+
+enum class Kind { thinker, writer, probe, source, sink };
+const char* kind_name(Kind k);
+
+// A tool: a command run in the program's sandbox (actors/sandbox.h), with the call's arguments
+// (JSON) on its stdin; what it prints is the result.
+struct Tool {
+  std::string name;
+  std::vector<std::string> command;  // argv; a string in the file runs as sh -c STRING
+  std::vector<std::string> setup;    // the same; run in the sandbox each time it is made (empty: none)
+  std::string description;
+  double timeout_s = 30;
+  size_t max_output_bytes = 16 << 10;
+};
+
+struct Emit {
+  std::string at;     // when the generated text passes this string...
+  std::string event;  // ...this event fires, carrying the text since the last one
+};
+
+enum class SourceKind { stdin_lines, file, zmq, text, api };
+enum class SinkKind { stdout_stream, stderr_stream, file, zmq, callback };
+
+struct Actor {
+  std::string name;
+  Kind kind = Kind::thinker;
+  int line = 0;  // where it is declared (1-based), for run-time messages
+
+  // thinker, writer, probe, source
+  std::vector<std::string> view;
+  std::string writes;  // thinker, writer, source
+
+  // thinker, writer: one generation per start
+  std::string prefill;  // text run before each generation
+  int max_tokens = 0;
+  std::vector<std::string> stop;
+  SamplingParams sampling;
+  std::vector<Emit> emits;
+  std::vector<std::string> to;  // sinks: a thinker streams its text, a writer sends each piece
+  std::vector<std::string>
+      tools;               // tools it may call: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+  int max_tool_calls = 4;  // per run
+
+  // Triggers: start on each of `on` (thinker, writer, probe; the text of a source of kind text),
+  // or once when every one of `after` has fired. A thinker with neither starts at once.
+  std::vector<std::string> on;
+  std::vector<std::string> after;
+
+  // probe
+  std::string question;
+  std::vector<std::string> candidates;
+  std::vector<int> fire_on;  // indices into candidates: their probabilities are summed
+  float threshold = 0.5f;
+  std::string fires;  // the event it emits
+  bool edge = true;   // fire when the probability crosses the threshold, not on every answer above
+  std::string watch;  // block whose growth triggers it
+  int64_t every_new_tokens = 0;
+  int every_ms = 0;
+
+  // source
+  SourceKind from = SourceKind::api;
+  std::string path;      // file
+  bool follow = true;    // file: keep reading what is appended (tail -f)
+  std::string endpoint;  // zmq (SUB for a source, PUB for a sink)
+  std::string topic;     // zmq
+  std::string text;      // source of kind text
+  int delay_ms = 0;      // source of kind text: wait this long after its trigger
+  int every_lines = 0;   // emit `emit_event` every this many lines (0: never)
+  std::string emit_event;
+  int64_t max_lines = 0;   // end after this many lines (0: at the end of input)
+  int64_t keep_lines = 0;  // > 0: the block keeps a window of about this many recent lines
+
+  // sink
+  SinkKind sink = SinkKind::stdout_stream;
+  std::string prefix;  // written before each text
+  // (`on` for a sink: events whose text it writes too; `endpoint`/`path` as above)
+};
+
+struct Engine {
+  int threads = 0;         // 0: one per core
+  int64_t pages = 1024;    // KV pages of 16 positions
+  int token_budget = 256;  // tokens per step
+  int64_t max_view_tokens = 8192;
+};
+
+struct Topology {
+  std::string file;  // where it was read from ("<string>" for load_string)
+  std::string name;
+  std::string description;
+  std::string model;  // a GGUF path ("" = the default model)
+  Engine engine;
+  std::map<std::string, std::string> params;
+  std::vector<Block> blocks;
+  std::vector<Tool> tools;
+  std::vector<Actor> actors;
+  std::vector<std::string> finish;  // any of these events ends the program
+  double budget_seconds = 300;      // the program ends after this long (0: no limit)
+  int64_t budget_tokens = 0;        // ... or after this many generated tokens in all (0: no limit)
+
+  const Block* block(const std::string& name) const;
+  const Actor* actor(const std::string& name) const;
+  const Tool* tool(const std::string& name) const;
+  // Who emits each event: "<actor>.done" for every role but sinks, each thinker/writer `emit`,
+  // "<actor>.tool_call" and "<actor>.tool_result" for one with tools, each probe's `fires`, each
+  // source's `emit`.
+  std::map<std::string, std::vector<std::string>> emitters() const;
+};
+
+struct LoadOptions {
+  // --set key=value: a declared parameter, or a dotted key path (budget.tokens,
+  // actors.thinker.max_tokens) whose value replaces the file's.
+  std::vector<std::pair<std::string, std::string>> set;
+  // A parameter without a value is an error when true (run); `chorus check` passes false.
+  bool require_params = true;
+};
+
+constexpr size_t kMaxFileBytes = 1 << 20;  // a topology is a page of YAML, not a data file
+
+// Errors (Errc::bad_format, Errc::not_found, Errc::io): "file:line:column: key.path: what".
+Result<Topology> load_file(const std::string& path, const LoadOptions& opts = {});
+Result<Topology> load_string(const std::string& text, const std::string& file_name,
+                             const LoadOptions& opts = {});
+
+}  // namespace chorus::topology
