@@ -8,6 +8,9 @@
 #include <optional>
 
 #include "actors/atoms.h"
+#include "actors/memory/pool_view.h"
+#include "actors/memory/program_table.h"
+#include "actors/memory/room_gate.h"
 #include "engine/forward/kv_cache.h"
 #include "engine/step/engine.h"
 #include "engine/tokenizer/detokenizer.h"
@@ -28,7 +31,8 @@ struct Subscriber {
 // scheduler) both drive this.
 class BatcherCore {
  public:
-  explicit BatcherCore(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  explicit BatcherCore(std::shared_ptr<Engine> engine)
+      : engine_(std::move(engine)), pool_(engine_->blocks()) {}
 
   bool idle() const { return engine_->idle(); }
 
@@ -46,16 +50,15 @@ class BatcherCore {
     auto cmd = decode_command(bytes, &rid, &engine_->model().tokenizer);
     if (!cmd) return encode_error_envelope(rid, cmd.error());
     if (auto* c = std::get_if<CreateBlockCmd>(&*cmd)) {
-      Program* owner = nullptr;
+      ProgramRecord* owner = nullptr;
       if (c->program != 0) {  // the block joins a program: it is paused and restored with it
-        auto it = programs_.find(c->program);
+        owner = programs_.find(c->program);
         const std::string name = "program " + std::to_string(c->program);
-        if (it == programs_.end())
+        if (!owner)
           return encode_error_envelope(rid, make_error(Errc::not_found, name + " is not registered"));
-        if (it->second.state != ProgramState::active)
+        if (owner->state != ProgramState::active)
           return encode_error_envelope(
               rid, make_error(Errc::invalid_argument, name + " is paused: restore it before adding blocks"));
-        owner = &it->second;
       }
       const BlockId id = engine_->blocks().create(c->name);
       if (owner) owner->blocks.push_back(id);
@@ -64,21 +67,23 @@ class BatcherCore {
     if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) {
       // On a paused program registered with `hold` (a source clearing its window, say), it waits
       // for the restore like a request.
-      if (const uint64_t p = hold_program_of({op->block, op->second}, true))
+      const BlockId touched[] = {op->block, op->second};
+      if (const uint64_t p = programs_.hold_owner(touched, true))
         return hold(p, bytes, rid, sender, defer, 0);
       return on_block_op(rid, *op);
     }
     if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return snapshot(rid, v->view);
     if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
     const Request& req = std::get<Request>(*cmd);
-    if (const uint64_t p = hold_program_of(named(req), true))
-      return hold(p, bytes, rid, sender, defer, growth_pages(req));
+    if (const uint64_t p = programs_.hold_owner(named(req), true))
+      return hold(p, bytes, rid, sender, defer, gate_.growth_pages(req, pool_));
     // A request of a program registered with `hold` starts only with room in the pool for all
     // it may write; until then it waits, in arrival order (a scheduler makes the room).
-    if (const uint64_t program = hold_program_of(named(req), false)) {
-      if (auto never = never_fits(req, program)) return encode_error_envelope(rid, *never);
-      if (!waiting_.empty() || gate_pages(req) > room()) {
-        waiting_.push_back(Held{bytes, rid, sender, defer(), growth_pages(req), program});
+    if (const uint64_t program = programs_.hold_owner(named(req), false)) {
+      if (auto never = gate_.never_fits(req, programs_.find(program)->blocks, pool_))
+        return encode_error_envelope(rid, *never);
+      if (!waiting_.empty() || gate_.gate_pages(req, pool_) > gate_.room(pool_)) {
+        waiting_.push_back(Held{bytes, rid, sender, defer(), gate_.growth_pages(req, pool_), program});
         notify(program);
         return std::nullopt;
       }
@@ -124,28 +129,6 @@ class BatcherCore {
     int64_t growth = 0;    // pages its block may grow by (what it wants, for the status)
     uint64_t program = 0;  // waiting for room: whose it is
   };
-  // Room kept for the requests of scheduled programs while they run. Per block written: the
-  // length (tokens) it may reach once each reserved writer has written all it may, kept until
-  // the last of them ends (shared writers of one block are counted together). A probe's scratch
-  // block apart.
-  struct BlockReservation {
-    int64_t end = 0;
-    int writers = 0;
-  };
-  struct Reservation {
-    BlockId block = -1;       // the block it writes (-1: a probe)
-    int64_t probe_pages = 0;  // a probe's scratch block
-    uint64_t program = 0;
-  };
-  struct Program {
-    std::string name;
-    std::vector<BlockId> blocks;
-    ProgramState state = ProgramState::active;
-    bool hold = false;
-    bool acting = false;  // its last reported phase (ProgramPhase)
-    std::vector<Held> held;
-  };
-
   // The blocks a request names: its view, and the block it writes.
   static std::vector<BlockId> named(const Request& r) {
     std::vector<BlockId> v = r.view;
@@ -153,21 +136,10 @@ class BatcherCore {
     return v;
   }
 
-  // The id of the program registered with `hold` (and paused, when `paused`) that owns one of
-  // `blocks` (0: none).
-  uint64_t hold_program_of(const std::vector<BlockId>& blocks, bool paused) const {
-    for (const auto& [id, p] : programs_) {
-      if (!p.hold || (paused && p.state != ProgramState::paused)) continue;
-      for (BlockId b : p.blocks)
-        if (std::find(blocks.begin(), blocks.end(), b) != blocks.end()) return id;
-    }
-    return 0;
-  }
-
   // Keeps a command for the program's restore; its reply goes out then.
   std::optional<Frame> hold(uint64_t program, const std::vector<uint8_t>& bytes, uint64_t rid,
                             const caf::actor& sender, const Defer& defer, int64_t growth) {
-    programs_.at(program).held.push_back(Held{bytes, rid, sender, defer(), growth, 0});
+    held_[program].push_back(Held{bytes, rid, sender, defer(), growth, 0});
     notify(program);
     return std::nullopt;
   }
@@ -182,7 +154,7 @@ class BatcherCore {
   bool dispatch(const std::vector<Event>& events, Send send) {
     bool freed = false;
     for (const Event& e : events) {
-      if (e.type == Event::Type::finished) freed |= release(e.request);
+      if (e.type == Event::Type::finished) freed |= gate_.release(e.request);
       auto it = subs_.find(e.request);
       if (it == subs_.end()) continue;
       std::string text;
@@ -201,83 +173,14 @@ class BatcherCore {
     return freed;
   }
 
-  int64_t block_pages(BlockId b) const {
-    int64_t n = 0;
-    if (auto blk = engine_->blocks().get(b))
-      for (const Extent& e : (*blk)->extents) n += static_cast<int64_t>(e.kv.pages.size());
-    return n;
-  }
-
-  // The length (tokens) a block may reach: what its reserved writers may take it to, or its log.
-  int64_t reserved_end(BlockId b) const {
-    int64_t n = 0;
-    if (auto blk = engine_->blocks().get(b)) n = static_cast<int64_t>((*blk)->tokens.size());
-    if (auto it = block_res_.find(b); it != block_res_.end()) n = std::max(n, it->second.end);
-    return n;
-  }
-  static int64_t adds(const Request& r) {  // tokens a request may add to its block
-    return static_cast<int64_t>(r.tokens.size()) + (r.kind == RequestKind::generate ? r.stop.max_tokens : 0);
-  }
-  static int64_t probe_pages(const Request& r) {
-    size_t longest = 0;
-    for (const auto& c : r.candidates) longest = std::max(longest, c.size());
-    return KvCache::pages_for(static_cast<int64_t>(r.tokens.size() + longest));
-  }
-  // Pages a reserved block may still take beyond those it has.
-  int64_t outstanding(BlockId b) const {
-    auto it = block_res_.find(b);
-    if (it == block_res_.end()) return 0;
-    return std::max<int64_t>(0, KvCache::pages_for(it->second.end) - block_pages(b));
-  }
-  // Pages a request's block may grow by (for what a program wants).
-  int64_t growth_pages(const Request& r) const {
-    if (r.kind == RequestKind::append) return 0;
-    if (r.kind == RequestKind::probe) return probe_pages(r);
-    const int64_t end = reserved_end(r.write_to);
-    return KvCache::pages_for(end + adds(r)) - KvCache::pages_for(end);
-  }
-  // The room a request needs to start: the pages its block may take once it has written all it
-  // may (and its reserved writers before it), beyond those it has and those already kept.
-  int64_t gate_pages(const Request& r) const {
-    if (r.kind == RequestKind::append) return 0;
-    if (r.kind == RequestKind::probe) return probe_pages(r);
-    const int64_t after = KvCache::pages_for(reserved_end(r.write_to) + adds(r)) - block_pages(r.write_to);
-    return std::max<int64_t>(0, after) - outstanding(r.write_to);
-  }
-
-  // Free pages less what running scheduled requests may still write.
-  int64_t room() const {
-    int64_t n = engine_->blocks().kv().n_free();
-    for (const auto& [b, x] : block_res_) n -= outstanding(b);
-    for (const auto& [id, x] : reserved_) n -= x.probe_pages;
-    return n;
-  }
-
-  bool release(RequestId id) {  // a scheduled request ended: its block's room goes when its last writer does
-    auto it = reserved_.find(id);
-    if (it == reserved_.end()) return false;
-    if (it->second.block >= 0)
-      if (auto b = block_res_.find(it->second.block); b != block_res_.end() && --b->second.writers == 0)
-        block_res_.erase(b);
-    reserved_.erase(it);
-    return true;
-  }
-
   Frame start(const Request& r, uint64_t rid, const caf::actor& sender, uint64_t program) {
-    const int64_t end = r.kind == RequestKind::probe ? 0 : reserved_end(r.write_to) + adds(r);
+    const int64_t end = gate_.end_after(r, pool_);
     auto id = engine_->submit(r);
     if (!id) return encode_error_envelope(rid, id.error());
     subs_[*id] = Subscriber{sender, rid,
                             std::make_unique<IncrementalDecoder>(engine_->model().tokenizer,
                                                                  DecodeOptions{.render_special = false})};
-    if (program != 0 && r.kind == RequestKind::probe)
-      reserved_[*id] = Reservation{-1, probe_pages(r), program};
-    if (program != 0 && r.kind != RequestKind::probe && r.kind != RequestKind::append) {
-      BlockReservation& br = block_res_[r.write_to];
-      br.end = end;
-      ++br.writers;
-      reserved_[*id] = Reservation{r.write_to, 0, program};
-    }
+    if (program != 0) gate_.reserve(*id, r, program, end);
     return encode_submitted(rid, *id);
   }
 
@@ -288,57 +191,42 @@ class BatcherCore {
       uint64_t rid = 0;
       auto cmd = decode_command(h.frame, &rid, &engine_->model().tokenizer);
       const Request* req = cmd ? &std::get<Request>(*cmd) : nullptr;  // it decoded when it came
-      std::optional<Error> never = req ? never_fits(*req, h.program) : std::nullopt;
+      const ProgramRecord* owner = programs_.find(h.program);
+      std::optional<Error> never = req && owner ? gate_.never_fits(*req, owner->blocks, pool_) : std::nullopt;
       const uint64_t paused =
-          req ? hold_program_of(named(*req), true) : 0;  // one it reads was paused meanwhile
-      if (req && !never && !paused && gate_pages(*req) > room()) return false;
+          req ? programs_.hold_owner(named(*req), true) : 0;  // one it reads was paused meanwhile
+      if (req && !never && !paused && gate_.gate_pages(*req, pool_) > gate_.room(pool_)) return false;
       Held go = std::move(h);
       waiting_.pop_front();
       if (!req) continue;
       if (never)
         go.deliver(encode_error_envelope(go.rid, *never));
       else if (paused)
-        programs_.at(paused).held.push_back(std::move(go));
+        held_[paused].push_back(std::move(go));
       else
         go.deliver(start(*req, go.rid, go.sender, go.program));
     }
     return true;
   }
 
-  // A request that could never start: what it may write beside its program's pages — theirs
-  // now, or as far as their reserved writers may take them, which stay while it runs — is more
-  // than the pool.
-  std::optional<Error> never_fits(const Request& r, uint64_t program) const {
-    const int64_t need = gate_pages(r), pool = engine_->blocks().kv().n_pages();
-    int64_t own = 0;
-    for (BlockId b : programs_.at(program).blocks) own += block_pages(b) + outstanding(b);
-    if (need + own <= pool) return std::nullopt;
-    return make_error(Errc::out_of_memory, "KV cache too small: the request may write " +
-                                               std::to_string(need) + " pages and its program holds " +
-                                               std::to_string(own) + "; the pool has " +
-                                               std::to_string(pool));
-  }
-
-  Frame status(uint64_t rid, uint64_t id, const Program& p) const {
-    int64_t pages = 0, tokens = 0, pending = 0, wanted = 0;
-    for (BlockId b : p.blocks)
-      if (auto blk = engine_->blocks().get(b)) {
-        pages += block_pages(b);
-        tokens += static_cast<int64_t>((*blk)->tokens.size());
-        pending += (*blk)->holds;
-      }
-    size_t held = p.held.size();
-    for (const Held& h : p.held) wanted += h.growth;
-    for (const Held& h : waiting_)
-      if (h.program == id) {
+  // Where a program stands: what it holds, its requests held or waiting, and the pages they and
+  // its running requests may still take.
+  Frame status(uint64_t rid, uint64_t id, const ProgramRecord& p) const {
+    const ProgramTable::Holdings h = programs_.holdings(id, pool_);
+    int64_t wanted = gate_.kept_for(id, p.blocks, pool_);
+    size_t held = 0;
+    if (auto it = held_.find(id); it != held_.end())
+      for (const Held& x : it->second) {
         ++held;
-        wanted += h.growth;
+        wanted += x.growth;
       }
-    for (BlockId b : p.blocks) wanted += outstanding(b);
-    for (const auto& [rq, x] : reserved_)
-      if (x.program == id) wanted += x.probe_pages;
-    return encode_program_status(rid, id, p.state, static_cast<uint32_t>(pages),
-                                 static_cast<uint64_t>(tokens), p.acting, static_cast<uint32_t>(pending),
+    for (const Held& x : waiting_)
+      if (x.program == id) {
+        ++held;
+        wanted += x.growth;
+      }
+    return encode_program_status(rid, id, p.state, static_cast<uint32_t>(h.pages),
+                                 static_cast<uint64_t>(h.tokens), p.acting, static_cast<uint32_t>(h.pending),
                                  static_cast<uint32_t>(held), static_cast<uint32_t>(wanted));
   }
 
@@ -382,9 +270,8 @@ class BatcherCore {
     if (op.op == Op::free || op.op == Op::clear) {
       Status s = op.op == Op::free ? store.free(op.block) : store.clear(op.block);
       if (!s.ok()) return encode_error_envelope(rid, s.error());
-      if (op.op == Op::free)  // a freed block leaves its program
-        for (auto& [id, p] : programs_) std::erase(p.blocks, op.block);
-      start_waiting();  // its pages are free
+      if (op.op == Op::free) programs_.forget_block(op.block);  // a freed block leaves its program
+      start_waiting();                                          // its pages are free
       return op.op == Op::free ? encode_block_info(rid, op.block, "", 0, 0) : info(rid, op.block);
     }
     auto made = op.op == Op::merge ? store.merge(op.block, op.second, op.name)
@@ -402,12 +289,13 @@ class BatcherCore {
       for (BlockId b : pc.blocks)
         if (!engine_->blocks().is_live(b))
           return bad(Errc::not_found, name + ": block " + std::to_string(b) + " does not exist");
-      programs_[pc.program] = Program{pc.name, pc.blocks, ProgramState::active, pc.hold, false, {}};
-      return status(rid, pc.program, programs_[pc.program]);
+      held_.erase(pc.program);
+      return status(rid, pc.program,
+                    programs_.add(pc.program, {pc.name, pc.blocks, ProgramState::active, pc.hold}));
     }
-    auto it = programs_.find(pc.program);
-    if (it == programs_.end()) return bad(Errc::not_found, name + " is not registered");
-    Program& p = it->second;
+    ProgramRecord* found = programs_.find(pc.program);
+    if (!found) return bad(Errc::not_found, name + " is not registered");
+    ProgramRecord& p = *found;
     if (pc.op == ProgramCmd::Op::phase) {  // recorded; the answer is where the program stands
       p.acting = pc.acting;
       return status(rid, pc.program, p);
@@ -417,11 +305,8 @@ class BatcherCore {
     if (pc.op == ProgramCmd::Op::restore) {
       // The pool's room is what running scheduled requests will not write: a restore that
       // takes it would make them run out.
-      int64_t need = 0;
-      for (BlockId b : p.blocks)
-        if (auto blk = engine_->blocks().get(b); blk && (*blk)->paused)
-          need += KvCache::pages_for((*blk)->paused_cached);
-      const int64_t free = engine_->blocks().kv().n_free(), left = room();
+      const int64_t need = programs_.restore_pages(pc.program, pool_);
+      const int64_t free = pool_.n_free(), left = gate_.room(pool_);
       if (need > left && need <= free)
         s = make_error(Errc::out_of_memory, "KV cache full: restoring " + name + " needs " +
                                                 std::to_string(need) + " pages; " + std::to_string(free) +
@@ -450,16 +335,19 @@ class BatcherCore {
     for (auto it = waiting_.begin(); it != waiting_.end();)
       if (it->program == pc.program) {
         it->program = 0;
-        p.held.push_back(std::move(*it));
+        held_[pc.program].push_back(std::move(*it));
         it = waiting_.erase(it);
       } else {
         ++it;
       }
     std::vector<Held> held;
-    if (pc.op != ProgramCmd::Op::pause) held.swap(p.held);
+    if (pc.op != ProgramCmd::Op::pause) {
+      held.swap(held_[pc.program]);
+      held_.erase(pc.program);
+    }
     if (pc.op == ProgramCmd::Op::terminate) {
       Frame f = encode_program_status(rid, pc.program, ProgramState::terminated, 0, 0);
-      programs_.erase(it);
+      programs_.erase(pc.program);
       for (Held& h : held)  // they asked for blocks that are gone now
         h.deliver(encode_error_envelope(
             h.rid,
@@ -480,11 +368,12 @@ class BatcherCore {
   }
 
   std::shared_ptr<Engine> engine_;
+  StoreView pool_;  // the engine's blocks, as the memory side counts them
   std::map<RequestId, Subscriber> subs_;
-  std::map<uint64_t, Program> programs_;
-  std::deque<Held> waiting_;                   // requests of scheduled programs waiting for room
-  std::map<RequestId, Reservation> reserved_;  // ... and those running
-  std::map<BlockId, BlockReservation> block_res_;
+  ProgramTable programs_;
+  std::map<uint64_t, std::vector<Held>> held_;  // per paused program: requests held for its restore
+  std::deque<Held> waiting_;                    // requests of scheduled programs waiting for room
+  RoomGate gate_;                               // ... and the room kept for those running
   caf::actor scheduler_;
   std::map<BlockId, std::vector<caf::actor>> watchers_;  // block -> who wants to know it grew
   std::map<BlockId, int64_t> seen_;                      // cached length last reported

@@ -15,9 +15,15 @@ bool BlockStore::is_live(BlockId id) const {
 }
 
 Result<Block*> BlockStore::get(BlockId id) {
+  auto b = static_cast<const BlockStore*>(this)->get(id);
+  if (!b) return b.error();
+  return const_cast<Block*>(*b);
+}
+
+Result<const Block*> BlockStore::get(BlockId id) const {
   if (id < 0 || static_cast<size_t>(id) >= blocks_.size())
     return make_error(Errc::not_found, "block " + std::to_string(id) + " does not exist");
-  Block& b = blocks_[static_cast<size_t>(id)];
+  const Block& b = blocks_[static_cast<size_t>(id)];
   if (!b.live) return make_error(Errc::not_found, "block " + std::to_string(id) + " was freed");
   return &b;
 }

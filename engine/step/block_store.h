@@ -72,6 +72,7 @@ class BlockStore {
 
   // Looks a block up. Errors: Errc::not_found naming the id (and "freed" if it was).
   Result<Block*> get(BlockId id);
+  Result<const Block*> get(BlockId id) const;
   bool is_live(BlockId id) const;
   void hold(BlockId id) { blocks_[static_cast<size_t>(id)].holds++; }
   void unhold(BlockId id) { blocks_[static_cast<size_t>(id)].holds--; }
@@ -83,6 +84,7 @@ class BlockStore {
 
   size_t n_blocks() const;  // live blocks
   KvCache& kv() { return kv_; }
+  const KvCache& kv() const { return kv_; }
 
  private:
   Status check_free(BlockId id, const char* what);
