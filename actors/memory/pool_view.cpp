@@ -2,8 +2,12 @@
 
 namespace chorus {
 
-int64_t StoreView::n_pages() const { return store_.kv().n_pages(); }
-int64_t StoreView::n_free() const { return store_.kv().n_free(); }
+int64_t StoreView::n_pages() const {
+  return store_.kv().n_pages();
+}
+int64_t StoreView::n_free() const {
+  return store_.kv().n_free();
+}
 
 std::optional<BlockStat> StoreView::stat(BlockId b) const {
   auto blk = store_.get(b);

@@ -13,10 +13,10 @@
 namespace chorus {
 
 struct BlockStat {
-  int64_t pages = 0;          // KV pages its extents hold now
-  int64_t tokens = 0;         // tokens in its log
-  int64_t cached = 0;         // of which have KV
-  int holds = 0;              // pending requests naming it
+  int64_t pages = 0;   // KV pages its extents hold now
+  int64_t tokens = 0;  // tokens in its log
+  int64_t cached = 0;  // of which have KV
+  int holds = 0;       // pending requests naming it
   bool paused = false;
   int64_t paused_cached = 0;  // paused: the positions a restore rebuilds
 };

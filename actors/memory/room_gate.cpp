@@ -88,7 +88,8 @@ bool RoomGate::release(RequestId id) {
   return true;
 }
 
-int64_t RoomGate::kept_for(uint64_t program, std::span<const BlockId> program_blocks, const PoolView& pool) const {
+int64_t RoomGate::kept_for(uint64_t program, std::span<const BlockId> program_blocks,
+                           const PoolView& pool) const {
   int64_t n = 0;
   for (BlockId b : program_blocks) n += outstanding(b, pool);
   for (const auto& [id, x] : reserved_)

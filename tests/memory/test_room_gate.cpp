@@ -18,7 +18,8 @@ PoolSnapshot pool(int64_t free, std::map<BlockId, BlockStat> blocks) {
 Request generate(BlockId b, int prefill, int max_tokens) {
   StopCondition stop;
   stop.max_tokens = max_tokens;
-  return Request::generate(b, {b}, std::vector<TokenId>(static_cast<size_t>(prefill), 1), SamplingParams::greedy(), stop);
+  return Request::generate(b, {b}, std::vector<TokenId>(static_cast<size_t>(prefill), 1),
+                           SamplingParams::greedy(), stop);
 }
 
 // Pages a request needs to start and what it wants, for a block of `tokens` holding `pages`.
@@ -29,19 +30,20 @@ TEST(RoomGate, GateAndGrowthPagesFollowTheBlockLength) {
     int64_t gate, growth;
   };
   const Case cases[] = {
-      {0, 0, 10, 20, 2, 2},     // 30 tokens: 2 pages, none held
-      {16, 1, 0, 16, 1, 1},     // 16 -> 32 tokens: one more page
-      {20, 2, 5, 0, 0, 0},      // 20 -> 25 tokens: within the 2 pages held
-      {100, 7, 1, 60, 4, 4},    // 161 tokens: 11 pages, 7 held (100 tokens need 7 too)
-      {100, 9, 1, 60, 2, 4},    // the same with 9 pages held (a shared extent): 2 beyond them
-      {0, 0, 0, 1, 1, 1},       // one token
+      {0, 0, 10, 20, 2, 2},   // 30 tokens: 2 pages, none held
+      {16, 1, 0, 16, 1, 1},   // 16 -> 32 tokens: one more page
+      {20, 2, 5, 0, 0, 0},    // 20 -> 25 tokens: within the 2 pages held
+      {100, 7, 1, 60, 4, 4},  // 161 tokens: 11 pages, 7 held (100 tokens need 7 too)
+      {100, 9, 1, 60, 2, 4},  // the same with 9 pages held (a shared extent): 2 beyond them
+      {0, 0, 0, 1, 1, 1},     // one token
   };
   for (const Case& c : cases) {
     RoomGate g;
     const PoolSnapshot p = pool(64 - c.pages, {{1, BlockStat{c.pages, c.tokens, c.tokens}}});
     const Request r = generate(1, c.prefill, c.max_tokens);
     EXPECT_EQ(g.gate_pages(r, p), c.gate) << c.tokens << " tokens + " << c.prefill << " + " << c.max_tokens;
-    EXPECT_EQ(g.growth_pages(r, p), c.growth) << c.tokens << " tokens + " << c.prefill << " + " << c.max_tokens;
+    EXPECT_EQ(g.growth_pages(r, p), c.growth)
+        << c.tokens << " tokens + " << c.prefill << " + " << c.max_tokens;
   }
 }
 
@@ -93,10 +95,11 @@ TEST(RoomGate, ARequestLargerThanThePoolBesideItsProgramNeverFits) {
   // Block 1 of a program that also holds block 2 (50 pages): 14 more pages fit 64, 15 do not.
   const std::vector<BlockId> program = {1, 2};
   EXPECT_FALSE(g.never_fits(generate(1, 0, 244), program, p).has_value());  // 544 tokens: 34 pages, 14 more
-  auto never = g.never_fits(generate(1, 0, 260), program, p);              // 560 tokens: 35 pages, 15 more
+  auto never = g.never_fits(generate(1, 0, 260), program, p);               // 560 tokens: 35 pages, 15 more
   ASSERT_TRUE(never.has_value());
   EXPECT_EQ(never->code, Errc::out_of_memory);
-  EXPECT_NE(never->message.find("may write 15 pages and its program holds 50; the pool has 64"), std::string::npos)
+  EXPECT_NE(never->message.find("may write 15 pages and its program holds 50; the pool has 64"),
+            std::string::npos)
       << never->message;
   // Appends compute nothing: they need no room.
   EXPECT_EQ(g.gate_pages(Request::append(1, std::vector<TokenId>(1000, 1)), p), 0);
