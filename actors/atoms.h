@@ -31,4 +31,11 @@ using scheduler_atom =
 using waiting_atom =
     caf::atom_constant<caf::atom("waiting")>;  // (waiting_atom, program): ... when its request waits
 
+// Between a node's memory actor and its batcher (actors/engine_link.h).
+using link_atom = caf::atom_constant<caf::atom("link")>;      // (link_atom, LinkOp) -> LinkResult
+using report_atom = caf::atom_constant<caf::atom("report")>;  // (report_atom, StepReport): after a step
+using memory_atom = caf::atom_constant<caf::atom("memory")>;  // (memory_atom) to the batcher: report to me
+using release_atom =
+    caf::atom_constant<caf::atom("release")>;  // (release_atom, ids): their Submitted went out; send events
+
 }  // namespace chorus

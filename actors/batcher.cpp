@@ -1,470 +1,279 @@
 #include "actors/batcher.h"
 
-#include <algorithm>
 #include <caf/all.hpp>
-#include <deque>
+#include <chrono>
 #include <functional>
-#include <map>
-#include <optional>
+#include <memory>
 
 #include "actors/atoms.h"
-#include "actors/memory/pool_view.h"
-#include "actors/memory/program_table.h"
-#include "actors/memory/room_gate.h"
-#include "engine/forward/kv_cache.h"
+#include "actors/engine_side.h"
+#include "actors/memory_side.h"
 #include "engine/step/engine.h"
-#include "engine/tokenizer/detokenizer.h"
-#include "net/codec.h"
 #include "net/wire.h"
 
 namespace chorus {
 namespace {
 
-struct Subscriber {
-  caf::actor who;
-  uint64_t correlation;
-  std::unique_ptr<IncrementalDecoder> text;
-};
-
-// The batcher's state and rules, apart from how it waits: the detached actor (its own thread,
-// sleeping on the mailbox when idle) and the cooperative one (a step per message, on the CAF
-// scheduler) both drive this.
-class BatcherCore {
- public:
-  explicit BatcherCore(std::shared_ptr<Engine> engine)
-      : engine_(std::move(engine)), pool_(engine_->blocks()) {}
-
-  bool idle() const { return engine_->idle(); }
-
-  // Delivers a reply later (a response promise of the actor that asked).
-  using Deliver = std::function<void(Frame)>;
-  // Makes a Deliver for the message being handled; called only when a request is held.
-  using Defer = std::function<Deliver()>;
-
-  // Applies one command frame from `sender`; returns the reply frame, or nothing when the
-  // request is held (a program registered with `hold` is paused): `defer()` then gave what
-  // answers it when the program is restored or terminated.
-  std::optional<Frame> on_frame(const std::vector<uint8_t>& bytes, const caf::actor& sender,
-                                const Defer& defer) {
-    uint64_t rid = 0;
-    auto cmd = decode_command(bytes, &rid, &engine_->model().tokenizer);
-    if (!cmd) return encode_error_envelope(rid, cmd.error());
-    if (auto* c = std::get_if<CreateBlockCmd>(&*cmd)) {
-      ProgramRecord* owner = nullptr;
-      if (c->program != 0) {  // the block joins a program: it is paused and restored with it
-        owner = programs_.find(c->program);
-        const std::string name = "program " + std::to_string(c->program);
-        if (!owner)
-          return encode_error_envelope(rid, make_error(Errc::not_found, name + " is not registered"));
-        if (owner->state != ProgramState::active)
-          return encode_error_envelope(
-              rid, make_error(Errc::invalid_argument, name + " is paused: restore it before adding blocks"));
-      }
-      const BlockId id = engine_->blocks().create(c->name);
-      if (owner) owner->blocks.push_back(id);
-      return encode_block_info(rid, id, c->name, 0, 0);
-    }
-    if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) {
-      // On a paused program registered with `hold` (a source clearing its window, say), it waits
-      // for the restore like a request.
-      const BlockId touched[] = {op->block, op->second};
-      if (const uint64_t p = programs_.hold_owner(touched, true))
-        return hold(p, bytes, rid, sender, defer, 0);
-      return on_block_op(rid, *op);
-    }
-    if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return snapshot(rid, v->view);
-    if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
-    const Request& req = std::get<Request>(*cmd);
-    if (const uint64_t p = programs_.hold_owner(named(req), true))
-      return hold(p, bytes, rid, sender, defer, gate_.growth_pages(req, pool_));
-    // A request of a program registered with `hold` starts only with room in the pool for all
-    // it may write; until then it waits, in arrival order (a scheduler makes the room).
-    if (const uint64_t program = programs_.hold_owner(named(req), false)) {
-      if (auto never = gate_.never_fits(req, programs_.find(program)->blocks, pool_))
-        return encode_error_envelope(rid, *never);
-      if (!waiting_.empty() || gate_.gate_pages(req, pool_) > gate_.room(pool_)) {
-        waiting_.push_back(Held{bytes, rid, sender, defer(), gate_.growth_pages(req, pool_), program});
-        notify(program);
-        return std::nullopt;
-      }
-      return start(req, rid, sender, program);
-    }
-    return start(req, rid, sender, 0);
-  }
-
-  // Who hears when a request of a scheduled program waits (a ProgramManager's actor).
-  void set_scheduler(caf::actor who) { scheduler_ = std::move(who); }
-
-  void on_subscribe(BlockId b, const caf::actor& who) {
-    watchers_[b].push_back(who);
-    if (auto blk = engine_->blocks().get(b)) seen_[b] = (*blk)->n_cached();
-  }
-
-  // Runs one engine step and sends its events (and block growth) from `self`.
-  template <class Self>
-  Status step(Self* self) {
-    auto events = engine_->step();
-    if (!events) return events.error();
-    const bool freed = dispatch(*events, [self](const caf::actor& who, Frame f) {
-      self->send(who, event_atom::value, std::move(f));
-    });
-    for (auto& [b, who] : watchers_) {  // blocks that grew in this step
-      auto blk = engine_->blocks().get(b);
-      if (!blk) continue;
-      const int64_t n = (*blk)->n_cached();
-      if (n == seen_[b]) continue;
-      seen_[b] = n;
-      for (const caf::actor& w : who) self->send(w, grown_atom::value, b, n);
-    }
-    if (freed && !start_waiting()) notify(waiting_.front().program);  // still no room: the scheduler makes it
-    return Status::success();
-  }
-
- private:
-  struct Held {  // a request that waits: for its program's restore, or for room
-    std::vector<uint8_t> frame;
-    uint64_t rid = 0;  // the requester's id for it
-    caf::actor sender;
-    Deliver deliver;
-    int64_t growth = 0;    // pages its block may grow by (what it wants, for the status)
-    uint64_t program = 0;  // waiting for room: whose it is
-  };
-  // The blocks a request names: its view, and the block it writes.
-  static std::vector<BlockId> named(const Request& r) {
-    std::vector<BlockId> v = r.view;
-    if (r.kind != RequestKind::probe) v.push_back(r.write_to);
-    return v;
-  }
-
-  // Keeps a command for the program's restore; its reply goes out then.
-  std::optional<Frame> hold(uint64_t program, const std::vector<uint8_t>& bytes, uint64_t rid,
-                            const caf::actor& sender, const Defer& defer, int64_t growth) {
-    held_[program].push_back(Held{bytes, rid, sender, defer(), growth, 0});
-    notify(program);
-    return std::nullopt;
-  }
-
-  void notify(uint64_t program) const {
-    if (scheduler_) caf::anon_send(scheduler_, waiting_atom::value, program);
-  }
-
-  // Sends each event to the request's subscriber (through `send(who, frame)`) and forgets the
-  // finished requests; true when one of them had room kept for it.
-  template <class Send>
-  bool dispatch(const std::vector<Event>& events, Send send) {
-    bool freed = false;
-    for (const Event& e : events) {
-      if (e.type == Event::Type::finished) freed |= gate_.release(e.request);
-      auto it = subs_.find(e.request);
-      if (it == subs_.end()) continue;
-      std::string text;
-      if (e.type == Event::Type::token) text = it->second.text->push(e.token);
-      if (e.type == Event::Type::finished) text = it->second.text->flush();
-      if (e.type == Event::Type::finished && !text.empty()) {  // the held-back tail, as a last token event
-        Event tail = e;
-        tail.type = Event::Type::token;
-        tail.token = -1;
-        send(it->second.who, encode_event(it->second.correlation, tail, text));
-        text.clear();
-      }
-      send(it->second.who, encode_event(it->second.correlation, e, text));
-      if (e.type == Event::Type::finished) subs_.erase(it);
-    }
-    return freed;
-  }
-
-  Frame start(const Request& r, uint64_t rid, const caf::actor& sender, uint64_t program) {
-    const int64_t end = gate_.end_after(r, pool_);
-    auto id = engine_->submit(r);
-    if (!id) return encode_error_envelope(rid, id.error());
-    subs_[*id] = Subscriber{sender, rid,
-                            std::make_unique<IncrementalDecoder>(engine_->model().tokenizer,
-                                                                 DecodeOptions{.render_special = false})};
-    if (program != 0) gate_.reserve(*id, r, program, end);
-    return encode_submitted(rid, *id);
-  }
-
-  // Requests waiting for room start, in order, while it is there; false when one is left.
-  bool start_waiting() {
-    while (!waiting_.empty()) {
-      Held& h = waiting_.front();
-      uint64_t rid = 0;
-      auto cmd = decode_command(h.frame, &rid, &engine_->model().tokenizer);
-      const Request* req = cmd ? &std::get<Request>(*cmd) : nullptr;  // it decoded when it came
-      const ProgramRecord* owner = programs_.find(h.program);
-      std::optional<Error> never = req && owner ? gate_.never_fits(*req, owner->blocks, pool_) : std::nullopt;
-      const uint64_t paused =
-          req ? programs_.hold_owner(named(*req), true) : 0;  // one it reads was paused meanwhile
-      if (req && !never && !paused && gate_.gate_pages(*req, pool_) > gate_.room(pool_)) return false;
-      Held go = std::move(h);
-      waiting_.pop_front();
-      if (!req) continue;
-      if (never)
-        go.deliver(encode_error_envelope(go.rid, *never));
-      else if (paused)
-        held_[paused].push_back(std::move(go));
-      else
-        go.deliver(start(*req, go.rid, go.sender, go.program));
-    }
-    return true;
-  }
-
-  // Where a program stands: what it holds, its requests held or waiting, and the pages they and
-  // its running requests may still take.
-  Frame status(uint64_t rid, uint64_t id, const ProgramRecord& p) const {
-    const ProgramTable::Holdings h = programs_.holdings(id, pool_);
-    int64_t wanted = gate_.kept_for(id, p.blocks, pool_);
-    size_t held = 0;
-    if (auto it = held_.find(id); it != held_.end())
-      for (const Held& x : it->second) {
-        ++held;
-        wanted += x.growth;
-      }
-    for (const Held& x : waiting_)
-      if (x.program == id) {
-        ++held;
-        wanted += x.growth;
-      }
-    return encode_program_status(rid, id, p.state, static_cast<uint32_t>(h.pages),
-                                 static_cast<uint64_t>(h.tokens), p.acting, static_cast<uint32_t>(h.pending),
-                                 static_cast<uint32_t>(held), static_cast<uint32_t>(wanted));
-  }
-
-  // A block as a reader sees it now: its tokens, and how many of them are cached.
-  Result<BlockSummary> summarize(BlockId id) {
-    auto blk = engine_->blocks().get(id);
-    if (!blk) return blk.error();
-    return BlockSummary{id, (*blk)->name, static_cast<int64_t>((*blk)->tokens.size()), (*blk)->n_cached()};
-  }
-
-  Frame info(uint64_t rid, BlockId id) {
-    auto b = summarize(id);
-    if (!b) return encode_error_envelope(rid, b.error());
-    return encode_block_info(rid, b->block, b->name, b->tokens, b->cached);
-  }
-
-  // Each block of the view as it is now; an unknown block is an error naming it.
-  Frame snapshot(uint64_t rid, const std::vector<BlockId>& view) {
-    std::vector<BlockSummary> out;
-    for (BlockId id : view) {
-      auto b = summarize(id);
-      if (!b) return encode_error_envelope(rid, b.error());
-      out.push_back(std::move(*b));
-    }
-    return encode_view_snapshot(rid, out);
-  }
-
-  // Free answers with the freed id; clear with the emptied block; merge and fork with the new one.
-  Frame on_block_op(uint64_t rid, const BlockOpCmd& op) {
-    BlockStore& store = engine_->blocks();
-    using Op = BlockOpCmd::Op;
-    std::vector<BlockId> touched = {op.block};
-    if (op.op == Op::merge) touched.push_back(op.second);
-    for (BlockId b : touched) {
-      auto blk = store.get(b);
-      if (blk && (*blk)->paused)
-        return encode_error_envelope(
-            rid, make_error(Errc::invalid_argument,
-                            "block " + std::to_string(b) + " is paused: restore its program first"));
-    }
-    if (op.op == Op::free || op.op == Op::clear) {
-      Status s = op.op == Op::free ? store.free(op.block) : store.clear(op.block);
-      if (!s.ok()) return encode_error_envelope(rid, s.error());
-      if (op.op == Op::free) programs_.forget_block(op.block);  // a freed block leaves its program
-      start_waiting();                                          // its pages are free
-      return op.op == Op::free ? encode_block_info(rid, op.block, "", 0, 0) : info(rid, op.block);
-    }
-    auto made = op.op == Op::merge ? store.merge(op.block, op.second, op.name)
-                                   : store.fork(op.block, op.tokens, op.name);
-    if (!made) return encode_error_envelope(rid, made.error());
-    return info(rid, *made);
-  }
-
-  Frame on_program(uint64_t rid, const ProgramCmd& pc) {
-    auto bad = [&](Errc code, const std::string& m) {
-      return encode_error_envelope(rid, make_error(code, m));
-    };
-    const std::string name = "program " + std::to_string(pc.program);
-    if (pc.op == ProgramCmd::Op::register_program) {
-      for (BlockId b : pc.blocks)
-        if (!engine_->blocks().is_live(b))
-          return bad(Errc::not_found, name + ": block " + std::to_string(b) + " does not exist");
-      held_.erase(pc.program);
-      return status(rid, pc.program,
-                    programs_.add(pc.program, {pc.name, pc.blocks, ProgramState::active, pc.hold}));
-    }
-    ProgramRecord* found = programs_.find(pc.program);
-    if (!found) return bad(Errc::not_found, name + " is not registered");
-    ProgramRecord& p = *found;
-    if (pc.op == ProgramCmd::Op::phase) {  // recorded; the answer is where the program stands
-      p.acting = pc.acting;
-      return status(rid, pc.program, p);
-    }
-    Status s = Status::success();
-    if (pc.op == ProgramCmd::Op::pause) s = engine_->pause(p.blocks, pc.mode);
-    if (pc.op == ProgramCmd::Op::restore) {
-      // The pool's room is what running scheduled requests will not write: a restore that
-      // takes it would make them run out.
-      const int64_t need = programs_.restore_pages(pc.program, pool_);
-      const int64_t free = pool_.n_free(), left = gate_.room(pool_);
-      if (need > left && need <= free)
-        s = make_error(Errc::out_of_memory, "KV cache full: restoring " + name + " needs " +
-                                                std::to_string(need) + " pages; " + std::to_string(free) +
-                                                " are free, " + std::to_string(free - left) +
-                                                " of them kept for running requests; nothing was restored");
-      else
-        s = engine_->restore(p.blocks);
-    }
-    if (pc.op == ProgramCmd::Op::terminate) {
-      if (pc.cancel)  // its requests in the engine end first, their subscribers told why
-        dispatch(
-            engine_->cancel(p.blocks, "cancelled: " + name + " was terminated"),
-            [](const caf::actor& who, Frame f) { caf::anon_send(who, event_atom::value, std::move(f)); });
-      // All or nothing: a block that a pending request still holds keeps every block (the caller
-      // may try again once the request is done).
-      for (BlockId b : p.blocks)
-        if (auto blk = engine_->blocks().get(b); blk && (*blk)->holds > 0 && s.ok())
-          s = make_error(Errc::invalid_argument, name + ": block " + std::to_string(b) + " has " +
-                                                     std::to_string((*blk)->holds) + " pending request(s)");
-      for (BlockId b : p.blocks)
-        if (s.ok() && engine_->blocks().is_live(b)) s = engine_->blocks().free(b);
-    }
-    if (!s.ok()) return encode_error_envelope(rid, s.error());
-    p.state = pc.op == ProgramCmd::Op::pause ? ProgramState::paused : ProgramState::active;
-    // Its requests waiting for room: held for its restore now (paused), or ended with it.
-    for (auto it = waiting_.begin(); it != waiting_.end();)
-      if (it->program == pc.program) {
-        it->program = 0;
-        held_[pc.program].push_back(std::move(*it));
-        it = waiting_.erase(it);
-      } else {
-        ++it;
-      }
-    std::vector<Held> held;
-    if (pc.op != ProgramCmd::Op::pause) {
-      held.swap(held_[pc.program]);
-      held_.erase(pc.program);
-    }
-    if (pc.op == ProgramCmd::Op::terminate) {
-      Frame f = encode_program_status(rid, pc.program, ProgramState::terminated, 0, 0);
-      programs_.erase(pc.program);
-      for (Held& h : held)  // they asked for blocks that are gone now
-        h.deliver(encode_error_envelope(
-            h.rid,
-            make_error(Errc::not_found, name + " was terminated while this request waited for its restore")));
-      start_waiting();  // its pages are free
-      return f;
-    }
-    Frame f = status(rid, pc.program, p);
-    if (pc.op == ProgramCmd::Op::pause) start_waiting();  // its pages are free
-    // Restored: the held requests go in now, in the order they came (none is held again: the
-    // program is active; one may wait for room, or be held by another paused program it names:
-    // the same promise waits there).
-    for (Held& h : held) {
-      h.program = 0;
-      if (auto reply = on_frame(h.frame, h.sender, [&h] { return h.deliver; })) h.deliver(std::move(*reply));
-    }
-    return f;
-  }
-
-  std::shared_ptr<Engine> engine_;
-  StoreView pool_;  // the engine's blocks, as the memory side counts them
-  std::map<RequestId, Subscriber> subs_;
-  ProgramTable programs_;
-  std::map<uint64_t, std::vector<Held>> held_;  // per paused program: requests held for its restore
-  std::deque<Held> waiting_;                    // requests of scheduled programs waiting for room
-  RoomGate gate_;                               // ... and the room kept for those running
-  caf::actor scheduler_;
-  std::map<BlockId, std::vector<caf::actor>> watchers_;  // block -> who wants to know it grew
-  std::map<BlockId, int64_t> seen_;                      // cached length last reported
-};
-
 // A Deliver for the request `self` is handling now: the reply goes out when it is called.
 template <class Self>
-BatcherCore::Deliver promise(Self* self) {
+MemorySide::Deliver promise(Self* self) {
   auto rp = self->make_response_promise();
   return [rp](Frame f) mutable { rp.deliver(std::move(f)); };
 }
 
+// The batcher: the engine side on a thread of its own. Between steps it answers the memory
+// actor's operations (and block subscriptions); after each step it sends the memory actor a
+// report (what finished, the pool as it is now). Sleeps on its mailbox when idle.
 void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
-  BatcherCore core(std::move(engine));
-  bool running = true;
-  bool got = false;
-  bool stopping = false;  // stop_atom: finish what was accepted, then end
-  auto on_frame = [&](frame_atom, const std::vector<uint8_t>& bytes) -> caf::result<std::vector<uint8_t>> {
-    got = true;
-    auto reply = core.on_frame(bytes, caf::actor_cast<caf::actor>(self->current_sender()),
-                               [self] { return promise(self); });
-    if (reply) return std::move(*reply);
-    return caf::delegated<std::vector<uint8_t>>{};
+  EngineSide side(std::move(engine));
+  caf::actor memory;
+  uint64_t version = 0;
+  auto stamped = [&](PoolSnapshot p) {
+    p.version = ++version;
+    return p;
   };
-  auto on_subscribe = [&](subscribe_atom, BlockId b) {
+  bool running = true, got = false, stopping = false;  // stop_atom: finish what was accepted, then end
+  auto on_link = [&](link_atom, const LinkOp& op) {
     got = true;
-    core.on_subscribe(b, caf::actor_cast<caf::actor>(self->current_sender()));
+    LinkResult r = side.apply(op);
+    r.pool.version = ++version;
+    return r;
   };
-  auto on_scheduler = [&](scheduler_atom) {
+  auto on_memory = [&](memory_atom) { memory = caf::actor_cast<caf::actor>(self->current_sender()); };
+  auto on_subscribe = [&](subscribe_atom, BlockId b, const caf::actor& who) {
     got = true;
-    core.set_scheduler(caf::actor_cast<caf::actor>(self->current_sender()));
+    side.subscribe(b, who);
   };
   auto on_stop = [&](stop_atom) {
     got = true;
     stopping = true;
   };
+  const auto send = [self](const caf::actor& who, Frame f) {
+    self->send(who, event_atom::value, std::move(f));
+  };
+  auto on_release = [&](release_atom, const std::vector<RequestId>& ids) {
+    got = true;
+    for (RequestId id : ids) side.release(id, send);
+  };
   auto on_exit = [&](caf::exit_msg& m) {
     running = false;
     self->fail_state(m.reason);
   };
+  std::vector<std::function<void()>> outbox;  // a step's messages, sent after its report
+  const auto later = [&](const caf::actor& who, Frame f) {
+    outbox.emplace_back([&send, who, f = std::move(f)]() mutable { send(who, std::move(f)); });
+  };
+  const auto grown = [&outbox, self](const caf::actor& who, BlockId b, int64_t n) {
+    outbox.emplace_back([self, who, b, n] { self->send(who, grown_atom::value, b, n); });
+  };
   while (running) {
-    if (stopping && core.idle()) break;
-    if (core.idle() && !stopping)
-      self->receive(on_frame, on_subscribe, on_scheduler, on_stop, on_exit);  // sleep until there is work
+    if (side.idle()) {
+      if (stopping && !side.awaiting_release()) break;
+      self->receive(on_link, on_release, on_memory, on_subscribe, on_stop,
+                    on_exit);  // sleep until there is work
+    }
     do {  // then take everything already queued, without waiting
       got = false;
       self->receive(
-          on_frame, on_subscribe, on_scheduler, on_stop, on_exit,
+          on_link, on_release, on_memory, on_subscribe, on_stop, on_exit,
           caf::after(std::chrono::seconds(0)) >> [] {});
     } while (got && running);
-    if (!running || core.idle()) continue;
-    if (Status s = core.step(self); !s.ok()) {
-      self->fail_state(caf::make_error(caf::sec::runtime_error, s.error().to_string()));
+    if (!running || side.idle()) continue;
+    // The report goes to the memory actor before the step's events go out: whoever has seen
+    // an event and then asks the memory actor is answered with the step counted.
+    outbox.clear();
+    auto finished = side.step(later, grown);
+    if (!finished) {
+      self->fail_state(caf::make_error(caf::sec::runtime_error, finished.error().to_string()));
       break;
     }
+    if (memory)
+      self->send(memory, report_atom::value, StepReport{std::move(*finished), stamped(side.snapshot_pool())});
+    for (auto& out : outbox) out();
   }
 }
 
+// The memory actor's link: each operation asks the batcher and waits for its answer (the
+// batcher answers between steps); the pool is the newest snapshot that came back with an
+// answer or a step report.
+class ActorLink final : public EngineLink {
+ public:
+  ActorLink(caf::blocking_actor* self, caf::actor batcher, const Tokenizer& tok)
+      : self_(self), batcher_(std::move(batcher)), tok_(tok) {}
+  const Tokenizer& tokenizer() const override { return tok_; }
+  const PoolView& pool() override { return pool_; }
+  void update(PoolSnapshot p) {
+    if (p.version > pool_.version) pool_ = std::move(p);
+  }
+
+  BlockId create_block(const std::string& name) override {
+    LinkOp o = op(LinkOp::Kind::create);
+    o.name = name;
+    return ask(std::move(o)).block;
+  }
+  bool is_live(BlockId b) override {
+    LinkOp o = op(LinkOp::Kind::is_live);
+    o.block = b;
+    return ask(std::move(o)).live;
+  }
+  Frame block_op(uint64_t rid, const BlockOpCmd& cmd) override {
+    LinkOp o = op(LinkOp::Kind::block_op, rid);
+    o.op = cmd;
+    return ask(std::move(o)).reply;
+  }
+  Frame snapshot(uint64_t rid, const std::vector<BlockId>& view) override {
+    LinkOp o = op(LinkOp::Kind::snapshot, rid);
+    o.blocks = view;
+    return ask(std::move(o)).reply;
+  }
+  // The request's events wait in the batcher until release_started(), called once its
+  // Submitted has gone out.
+  Result<RequestId> submit(const Request& r, const caf::actor& subscriber, uint64_t rid) override {
+    LinkOp o = op(LinkOp::Kind::submit, rid);
+    o.request = r;
+    o.subscriber = subscriber;
+    o.hold_events = true;
+    LinkResult res = ask(std::move(o));
+    if (!res.status.ok()) return res.status.error();
+    started_.push_back(res.id);
+    return res.id;
+  }
+  void release_started() {
+    if (started_.empty()) return;
+    self_->send(batcher_, release_atom::value, std::move(started_));
+    started_.clear();
+  }
+  Status pause(const std::vector<BlockId>& blocks, PauseMode mode) override {
+    LinkOp o = op(LinkOp::Kind::pause);
+    o.blocks = blocks;
+    o.mode = mode;
+    return ask(std::move(o)).status;
+  }
+  Status restore(const std::vector<BlockId>& blocks) override {
+    LinkOp o = op(LinkOp::Kind::restore);
+    o.blocks = blocks;
+    return ask(std::move(o)).status;
+  }
+  Status end_blocks(const std::vector<BlockId>& blocks, bool cancel, const std::string& name,
+                    std::vector<RequestId>* cancelled) override {
+    LinkOp o = op(LinkOp::Kind::end_blocks);
+    o.blocks = blocks;
+    o.cancel = cancel;
+    o.name = name;
+    LinkResult res = ask(std::move(o));
+    if (cancelled) *cancelled = std::move(res.cancelled);
+    return res.status;
+  }
+
+ private:
+  static LinkOp op(LinkOp::Kind k, uint64_t rid = 0) {
+    LinkOp o;
+    o.kind = k;
+    o.rid = rid;
+    return o;
+  }
+  LinkResult ask(LinkOp op) {
+    LinkResult out;
+    out.status = make_error(Errc::internal, "no answer from the batcher");
+    out.reply = encode_error_envelope(op.rid, out.status.error());
+    self_->request(batcher_, caf::infinite, link_atom::value, std::move(op))
+        .receive([&](LinkResult& r) { out = std::move(r); },
+                 [&](caf::error& e) {
+                   out.status = make_error(Errc::internal, "batcher: " + caf::to_string(e));
+                   out.reply = encode_error_envelope(0, out.status.error());
+                 });
+    update(out.pool);
+    return out;
+  }
+
+  caf::blocking_actor* self_;
+  caf::actor batcher_;
+  const Tokenizer& tok_;
+  PoolSnapshot pool_;
+  std::vector<RequestId> started_;  // submitted; their answers not yet out
+};
+
+// The memory actor: the node's front door. Every command frame comes here; the memory side
+// answers it, asking the batcher for what touches the engine. On a thread of its own (it waits
+// for the batcher's answers), linked to the batcher, and gone once the batcher is.
+void memory_main(caf::blocking_actor* self, caf::actor batcher, const Tokenizer* tok) {
+  self->link_to(batcher);
+  self->monitor(batcher);
+  self->send(batcher, memory_atom::value);
+  ActorLink link(self, batcher, *tok);
+  MemorySide side(link);
+  bool running = true;
+  self->receive_while([&] { return running; })(
+      // Every answer goes out (a promise delivered at once, or later for a request that waits)
+      // before the batcher may send the events of the requests it started.
+      [&](frame_atom, const std::vector<uint8_t>& bytes) -> caf::result<std::vector<uint8_t>> {
+        std::optional<MemorySide::Deliver> rp;
+        auto once = [&] {
+          if (!rp) rp = promise(self);
+          return *rp;
+        };
+        if (auto reply = side.on_frame(bytes, caf::actor_cast<caf::actor>(self->current_sender()), once))
+          once()(std::move(*reply));
+        link.release_started();
+        return caf::delegated<std::vector<uint8_t>>{};
+      },
+      [&](report_atom, StepReport& r) {
+        link.update(std::move(r.pool));
+        side.on_finished(r.finished);  // may start requests that waited for room
+        link.release_started();
+      },
+      [&](subscribe_atom, BlockId b) {
+        self->send(batcher, subscribe_atom::value, b, caf::actor_cast<caf::actor>(self->current_sender()));
+      },
+      [&](scheduler_atom) { side.set_scheduler(caf::actor_cast<caf::actor>(self->current_sender())); },
+      [&](stop_atom) {
+        self->send(batcher, stop_atom::value);
+      },  // it ends once its work is done; then so does this
+      [&](caf::down_msg&) { running = false; },
+      [&](caf::exit_msg& m) {
+        running = false;
+        self->fail_state(m.reason);
+      });
+}
+
 struct CooperativeState {
-  std::unique_ptr<BatcherCore> core;
+  std::unique_ptr<EngineSide> engine;
+  std::unique_ptr<LocalLink> link;
+  std::unique_ptr<MemorySide> memory;
   bool step_queued = false;  // a step_atom is in the mailbox
   bool stopping = false;
 };
 
-// One step per step_atom, sent to itself: commands that arrive meanwhile queue ahead of the next
-// step, so they are applied before it, as in the detached loop.
-caf::behavior batcher_cooperative(caf::stateful_actor<CooperativeState>* self,
-                                  std::shared_ptr<Engine> engine) {
-  self->state.core = std::make_unique<BatcherCore>(std::move(engine));
+// The cooperative node: both sides in one actor on the CAF scheduler, one step per step_atom
+// sent to itself; commands that arrive meanwhile queue ahead of the next step, so they are
+// applied before it, as in the two-actor node.
+caf::behavior node_cooperative(caf::stateful_actor<CooperativeState>* self, std::shared_ptr<Engine> engine) {
+  auto& st = self->state;
+  st.engine = std::make_unique<EngineSide>(std::move(engine));
+  st.link = std::make_unique<LocalLink>(*st.engine);
+  st.memory = std::make_unique<MemorySide>(*st.link);
   auto kick = [self] {
-    auto& st = self->state;
-    if (!st.step_queued && !st.core->idle()) {
-      st.step_queued = true;
+    auto& s = self->state;
+    if (!s.step_queued && !s.engine->idle()) {
+      s.step_queued = true;
       self->send(self, step_atom::value);
-    } else if (st.stopping && st.core->idle()) {
+    } else if (s.stopping && s.engine->idle()) {
       self->quit();
     }
   };
   return {
       [=](frame_atom, const std::vector<uint8_t>& bytes) -> caf::result<std::vector<uint8_t>> {
-        auto reply = self->state.core->on_frame(bytes, caf::actor_cast<caf::actor>(self->current_sender()),
-                                                [self] { return promise(self); });
+        auto reply = self->state.memory->on_frame(bytes, caf::actor_cast<caf::actor>(self->current_sender()),
+                                                  [self] { return promise(self); });
         kick();
         if (reply) return std::move(*reply);
         return caf::delegated<std::vector<uint8_t>>{};
       },
       [=](subscribe_atom, BlockId b) {
-        self->state.core->on_subscribe(b, caf::actor_cast<caf::actor>(self->current_sender()));
+        self->state.engine->subscribe(b, caf::actor_cast<caf::actor>(self->current_sender()));
       },
       [=](scheduler_atom) {
-        self->state.core->set_scheduler(caf::actor_cast<caf::actor>(self->current_sender()));
+        self->state.memory->set_scheduler(caf::actor_cast<caf::actor>(self->current_sender()));
       },
       [=](stop_atom) {
         self->state.stopping = true;
@@ -472,10 +281,16 @@ caf::behavior batcher_cooperative(caf::stateful_actor<CooperativeState>* self,
       },
       [=](step_atom) {
         self->state.step_queued = false;
-        if (Status s = self->state.core->step(self); !s.ok()) {
-          self->quit(caf::make_error(caf::sec::runtime_error, s.error().to_string()));
+        auto finished = self->state.engine->step(
+            [self](const caf::actor& who, Frame f) { self->send(who, event_atom::value, std::move(f)); },
+            [self](const caf::actor& who, BlockId b, int64_t n) {
+              self->send(who, grown_atom::value, b, n);
+            });
+        if (!finished) {
+          self->quit(caf::make_error(caf::sec::runtime_error, finished.error().to_string()));
           return;
         }
+        self->state.memory->on_finished(*finished);
         kick();
       },
   };
@@ -483,16 +298,23 @@ caf::behavior batcher_cooperative(caf::stateful_actor<CooperativeState>* self,
 
 }  // namespace
 
+NodeActors spawn_node_actors(caf::actor_system& sys, std::shared_ptr<Engine> engine) {
+  const Tokenizer* tok = &engine->model().tokenizer;
+  caf::actor batcher = sys.spawn<caf::detached>(batcher_main, std::move(engine));
+  caf::actor memory = sys.spawn<caf::detached>(memory_main, batcher, tok);
+  return {memory, batcher};
+}
+
 caf::actor spawn_batcher(caf::actor_system& sys, std::unique_ptr<Engine> engine) {
   return spawn_batcher(sys, std::shared_ptr<Engine>(std::move(engine)));
 }
 
 caf::actor spawn_batcher(caf::actor_system& sys, std::shared_ptr<Engine> engine) {
-  return sys.spawn<caf::detached>(batcher_main, std::move(engine));
+  return spawn_node_actors(sys, std::move(engine)).memory;
 }
 
 caf::actor spawn_batcher_cooperative(caf::actor_system& sys, std::shared_ptr<Engine> engine) {
-  return sys.spawn(batcher_cooperative, std::move(engine));
+  return sys.spawn(node_cooperative, std::move(engine));
 }
 
 }  // namespace chorus

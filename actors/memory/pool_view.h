@@ -35,6 +35,7 @@ class PoolView {
 
 // A copy of the numbers.
 struct PoolSnapshot final : PoolView {
+  uint64_t version = 0;  // a later snapshot of the same pool has a larger one
   int64_t pool_pages = 0, free_pages = 0;
   std::map<BlockId, BlockStat> blocks;
   int64_t n_pages() const override { return pool_pages; }

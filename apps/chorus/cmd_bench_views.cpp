@@ -1,7 +1,7 @@
 // `chorus bench --views`: what cache blocks and views cost and save, on the engine.
 //   1. decode with a view of 4 blocks vs the same tokens in one block
 //   2. 8 generations over one shared 1k-token prompt block vs 8 private copies of the prompt
-//   3. per-step overhead of the batcher actor against the bare engine (8 decodes)
+//   3. per-step overhead of the node's actors (memory actor + batcher) against the bare engine (8 decodes)
 //   4. probe latency with a 4k-token prefill queued and 4 generates running
 #include <chrono>
 #include <cstdio>
@@ -115,7 +115,8 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, Cu
     out[shared ? "shared_prompt" : "private_prompts"] = {{"tok_s", tokens / best}, {"pages", pages}};
   }
 
-  // 3. Actor overhead: the same decode workload on the bare engine and through the batcher actor.
+  // 3. Actor overhead: the same decode workload on the bare engine and through the node's actors
+  // (frames to the memory actor, which submits them to the batcher; events back from the batcher).
   {
     const auto prompt_toks = filler(m.tokenizer, 256);
     double bare = 1e30, actors = 1e30;
@@ -168,7 +169,7 @@ int run_bench_views(const BenchArgs& args, const Model& m, CpuDevice& device, Cu
       self->wait_for(batcher);
       actors = std::min(actors, secs / static_cast<double>(engine->steps() - s0));
     }
-    std::printf("  step time, 8 decodes: bare engine %.3f ms, through the batcher actor %.3f ms (%+.1f %%)\n",
+    std::printf("  step time, 8 decodes: bare engine %.3f ms, through the node's actors %.3f ms (%+.1f %%)\n",
                 bare * 1e3, actors * 1e3, (actors / bare - 1) * 100);
     out["step_ms_bare"] = bare * 1e3;
     out["step_ms_actors"] = actors * 1e3;

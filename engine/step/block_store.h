@@ -82,7 +82,8 @@ class BlockStore {
   // another block. Returns the extent that receives them. Errors: Errc::out_of_memory.
   Result<Extent*> prepare_write(BlockId id, int64_t n);
 
-  size_t n_blocks() const;  // live blocks
+  size_t n_blocks() const;                                                // live blocks
+  BlockId n_ids() const { return static_cast<BlockId>(blocks_.size()); }  // ids given so far: [0, n_ids)
   KvCache& kv() { return kv_; }
   const KvCache& kv() const { return kv_; }
 
