@@ -35,82 +35,92 @@ PauseMode ProgramPolicy::pause_mode(int64_t pages, int64_t host_free_pages) cons
   return pages <= host_free_pages && offload < drop ? PauseMode::offload : PauseMode::drop;
 }
 
-PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot> programs) const {
-  PolicyDecision d;
-  const double cap = static_cast<double>(opts_.capacity_pages);
-  int64_t resident = 0, host_used = 0, running = 0;  // running: pages of pinned programs
-  double weighted = 0;
-  std::vector<const ProgramSnapshot*> active, waiting;
+// Victim order: acting before reasoning; within each, the smallest weighted size first.
+bool ProgramPolicy::victim_before(const ProgramSnapshot& a, const ProgramSnapshot& b, double now) const {
+  const bool aa = a.phase == ProgramPhase::acting, ba = b.phase == ProgramPhase::acting;
+  if (aa != ba) return aa;
+  const double ka = pause_key(a, now), kb = pause_key(b, now);
+  return ka != kb ? ka < kb : a.id < b.id;
+}
+
+ProgramPolicy::Tally ProgramPolicy::tally(double now, std::span<const ProgramSnapshot> programs) const {
+  Tally t;
   for (const ProgramSnapshot& p : programs) {
     if (p.state == ProgramState::active) {
-      resident += p.pages;
-      if (p.pinned) running += p.pages;
-      weighted += pause_key(p, now);
-      active.push_back(&p);
+      t.resident += p.pages;
+      if (p.pinned) t.running += p.pages;
+      t.weighted += pause_key(p, now);
+      t.active.push_back(&p);
     } else if (p.state == ProgramState::paused) {
-      if (p.offloaded) host_used += p.pages;
-      waiting.push_back(&p);
+      if (p.offloaded) t.host_used += p.pages;
+      t.waiting.push_back(&p);
     }
   }
-
   // Restore: one queue, ready to reason first, then the smallest aged size; in order.
-  std::stable_sort(waiting.begin(), waiting.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
-    const bool ar = a->phase == ProgramPhase::reasoning, br = b->phase == ProgramPhase::reasoning;
-    if (ar != br) return ar;
-    const double ka = restore_key(*a, now), kb = restore_key(*b, now);
-    return ka != kb ? ka < kb : a->id < b->id;
-  });
-  // Victim order: acting before reasoning; within each, the smallest weighted size first.
+  std::stable_sort(
+      t.waiting.begin(), t.waiting.end(), [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
+        const bool ar = a->phase == ProgramPhase::reasoning, br = b->phase == ProgramPhase::reasoning;
+        if (ar != br) return ar;
+        const double ka = restore_key(*a, now), kb = restore_key(*b, now);
+        return ka != kb ? ka < kb : a->id < b->id;
+      });
+  return t;
+}
+
+// Under the low watermark, the restore queue's head comes back, in order, while it fits; the
+// next ones' tools are made ready.
+void ProgramPolicy::choose_restores(double now, Tally& t, PolicyDecision& d) const {
   auto victim_order = [&](const ProgramSnapshot* a, const ProgramSnapshot* b) {
-    const bool aa = a->phase == ProgramPhase::acting, ba = b->phase == ProgramPhase::acting;
-    if (aa != ba) return aa;
-    const double ka = pause_key(*a, now), kb = pause_key(*b, now);
-    return ka != kb ? ka < kb : a->id < b->id;
+    return victim_before(*a, *b, now);
   };
   // Acting programs that would go to host memory, cheaper than a re-prefill, in victim order:
   // their weight does not hold a ready program back (it displaces them).
-  double held = weighted;
+  double held = t.weighted;
   if (opts_.offload_displaces) {
     std::vector<const ProgramSnapshot*> movable;
-    for (const ProgramSnapshot* p : active)
+    for (const ProgramSnapshot* p : t.active)
       if (p->phase == ProgramPhase::acting && !p->pinned) movable.push_back(p);
     std::stable_sort(movable.begin(), movable.end(), victim_order);
-    int64_t room = opts_.host_capacity_pages - host_used;
+    int64_t room = opts_.host_capacity_pages - t.host_used;
     for (const ProgramSnapshot* p : movable)
       if (pause_mode(p->pages, room) == PauseMode::offload) {
         room -= p->pages;
         held -= pause_key(*p, now);
       }
   }
-  const double low = opts_.low_watermark * cap;
+  const double low = opts_.low_watermark * static_cast<double>(opts_.capacity_pages);
   size_t next = 0;
   if (held < low) {
-    for (; next < waiting.size(); ++next) {
-      const ProgramSnapshot* p = waiting[next];
+    for (; next < t.waiting.size(); ++next) {
+      const ProgramSnapshot* p = t.waiting[next];
       // Only a program ready to reason comes back: an acting one has nothing to run, and with its
       // decayed weight it would be the first victim of the next check (a pause/restore ping-pong).
       if (p->phase != ProgramPhase::reasoning) break;
       // A program larger than the budget comes back when nothing is running: the programs
       // resident then are idle (or waiting to start), and the pause step below makes way.
-      const bool alone = running == 0 && d.restore.empty();
+      const bool alone = t.running == 0 && d.restore.empty();
       if (held + static_cast<double>(p->pages) > low && !alone) break;  // in order: no skipping
       d.restore.push_back(p->id);
-      resident += p->pages;
+      t.resident += p->pages;
       held += static_cast<double>(p->pages);  // restored to run: weight 1
     }
   }
-  for (size_t i = next; i < waiting.size() && static_cast<int>(i - next) < opts_.prewarm_depth; ++i)
-    if (!waiting[i]->tools_warm) d.prewarm.push_back(waiting[i]->id);
+  for (size_t i = next; i < t.waiting.size() && static_cast<int>(i - next) < opts_.prewarm_depth; ++i)
+    if (!t.waiting[i]->tools_warm) d.prewarm.push_back(t.waiting[i]->id);
+}
 
-  // Over the high watermark: pause, acting before reasoning, smallest weighted size first.
-  const double high = opts_.high_watermark * cap;
-  if (static_cast<double>(resident) <= high) return d;
+// Over the high watermark: pause, acting before reasoning, smallest weighted size first.
+void ProgramPolicy::choose_pauses(double now, const Tally& t, PolicyDecision& d) const {
+  const double high = opts_.high_watermark * static_cast<double>(opts_.capacity_pages);
+  if (static_cast<double>(t.resident) <= high) return;
   std::vector<const ProgramSnapshot*> candidates;
-  for (const ProgramSnapshot* p : active)
+  for (const ProgramSnapshot* p : t.active)
     if (!p->pinned) candidates.push_back(p);
-  std::stable_sort(candidates.begin(), candidates.end(), victim_order);
+  std::stable_sort(
+      candidates.begin(), candidates.end(),
+      [&](const ProgramSnapshot* a, const ProgramSnapshot* b) { return victim_before(*a, *b, now); });
   std::vector<const ProgramSnapshot*> victims;
-  int64_t left = resident;
+  int64_t left = t.resident;
   for (const ProgramSnapshot* p : candidates) {
     if (static_cast<double>(left) <= high) break;
     victims.push_back(p);
@@ -125,11 +135,19 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
       left += p->pages;
       std::erase(victims, p);
     }
+  int64_t host_used = t.host_used;
   for (const ProgramSnapshot* p : victims) {
     const PauseMode m = pause_mode(p->pages, opts_.host_capacity_pages - host_used);
     if (m == PauseMode::offload) host_used += p->pages;
     d.pause.emplace_back(p->id, m);
   }
+}
+
+PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot> programs) const {
+  PolicyDecision d;
+  Tally t = tally(now, programs);
+  choose_restores(now, t, d);
+  choose_pauses(now, t, d);
   return d;
 }
 

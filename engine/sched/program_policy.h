@@ -95,6 +95,16 @@ class ProgramPolicy {
   const ProgramPolicyOptions& options() const { return opts_; }
 
  private:
+  struct Tally {                                          // what decide() counts first
+    int64_t resident = 0, host_used = 0, running = 0;     // running: pages of pinned programs
+    double weighted = 0;                                  // resident programs' weighted sizes
+    std::vector<const ProgramSnapshot*> active, waiting;  // waiting: in restore order
+  };
+  Tally tally(double now, std::span<const ProgramSnapshot> programs) const;
+  bool victim_before(const ProgramSnapshot& a, const ProgramSnapshot& b, double now) const;
+  void choose_restores(double now, Tally& t, PolicyDecision& d) const;
+  void choose_pauses(double now, const Tally& t, PolicyDecision& d) const;
+
   ProgramPolicyOptions opts_;
   double last_check_ = -1e300;
 };

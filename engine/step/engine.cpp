@@ -60,15 +60,28 @@ Status Engine::forward(std::span<const BatchToken> batch, std::span<SequenceKv* 
   return pass_->run(batch, seqs, logits_.data(), views, draws, drawn);
 }
 
-Result<RequestId> Engine::submit(Request r) {
-  auto bad = [](const std::string& m) { return make_error(Errc::invalid_argument, m); };
+namespace {
+
+Error bad(const std::string& m) {
+  return make_error(Errc::invalid_argument, m);
+}
+
+std::vector<BlockId> named_blocks(const Request& r) {  // its view and the block it writes
   std::vector<BlockId> named = r.view;
   if (r.kind != RequestKind::probe) named.push_back(r.write_to);
-  int64_t view_tokens = 0;
-  for (BlockId id : named) {
+  return named;
+}
+
+}  // namespace
+
+// The blocks it names exist, none is paused, none twice in the view; the view stays within
+// max_view_tokens with all it may add.
+Status Engine::check_view(const Request& r) const {
+  for (BlockId id : named_blocks(r)) {
     auto b = blocks_->get(id);
     if (b && (*b)->paused) return bad("block " + std::to_string(id) + " is paused: restore it first");
   }
+  int64_t view_tokens = 0;
   for (size_t i = 0; i < r.view.size(); ++i) {
     auto b = blocks_->get(r.view[i]);
     if (!b) return make_error(b.error().code, "view: " + b.error().message);
@@ -91,39 +104,43 @@ Result<RequestId> Engine::submit(Request r) {
   for (TokenId t : r.tokens)
     if (t < 0 || t >= model_.config.n_vocab)
       return bad("token id " + std::to_string(t) + " is outside the vocabulary");
-  // A request that may write more than the whole pool could never finish: refuse it now rather
-  // than run it until the pool is full (Errc::out_of_memory travels to node and HTTP clients).
-  {
-    int64_t have = 0, add = static_cast<int64_t>(r.tokens.size());
-    if (r.kind == RequestKind::probe) {
-      size_t longest = 0;
-      for (const auto& c : r.candidates) longest = std::max(longest, c.size());
-      add += static_cast<int64_t>(longest);
-    } else {
-      have = static_cast<int64_t>((*blocks_->get(r.write_to))->tokens.size());
-      if (r.kind == RequestKind::generate) add += r.stop.max_tokens;
-    }
-    const int64_t pages = KvCache::pages_for(have + add) - KvCache::pages_for(have);
-    if (r.kind != RequestKind::append && pages > kv_.n_pages())
-      return make_error(Errc::out_of_memory, "the request may write " + std::to_string(add) + " tokens (" +
-                                                 std::to_string(pages) + " KV pages); the pool has " +
-                                                 std::to_string(kv_.n_pages()) + " pages");
+  return Status::success();
+}
+
+// A request that may write more than the whole pool could never finish: refuse it now rather
+// than run it until the pool is full (Errc::out_of_memory travels to node and HTTP clients).
+Status Engine::check_fits_pool(const Request& r) const {
+  if (r.kind == RequestKind::append) return Status::success();
+  int64_t have = 0, add = static_cast<int64_t>(r.tokens.size());
+  if (r.kind == RequestKind::probe) {
+    size_t longest = 0;
+    for (const auto& c : r.candidates) longest = std::max(longest, c.size());
+    add += static_cast<int64_t>(longest);
+  } else {
+    have = static_cast<int64_t>((*blocks_->get(r.write_to))->tokens.size());
+    if (r.kind == RequestKind::generate) add += r.stop.max_tokens;
   }
-  auto a = std::make_unique<Active>();
-  a->id = next_id_++;
+  const int64_t pages = KvCache::pages_for(have + add) - KvCache::pages_for(have);
+  if (pages > kv_.n_pages())
+    return make_error(Errc::out_of_memory, "the request may write " + std::to_string(add) + " tokens (" +
+                                               std::to_string(pages) + " KV pages); the pool has " +
+                                               std::to_string(kv_.n_pages()) + " pages");
+  return Status::success();
+}
+
+// What each kind needs: tokens; a generate something to start from; a probe candidates.
+Status Engine::check_kind(const Request& r) const {
   switch (r.kind) {
     case RequestKind::forward:
       if (r.tokens.empty()) return bad("forward with no tokens");
-      a->target = r.write_to;
       break;
     case RequestKind::append:
       if (r.tokens.empty()) return bad("append with no tokens");
       if (!r.view.empty())
         return bad("append takes no view: its tokens run under the view of the next writer");
-      a->target = r.write_to;
       break;
     case RequestKind::generate: {
-      Block* w = *blocks_->get(r.write_to);
+      const Block* w = *blocks_->get(r.write_to);
       // Without prefill it starts from the block's last logits, or from those a forward or
       // generate still writing the block leaves when it ends (its last token runs with logits).
       const auto writing = writers_.find(r.write_to);
@@ -136,10 +153,6 @@ Result<RequestId> Engine::submit(Request r) {
         return bad("generate into block " + std::to_string(r.write_to) +
                    " has nothing to start from: give it prefill tokens");
       if (r.stop.max_tokens < 1) return bad("generate with max_tokens < 1");
-      a->target = r.write_to;
-      a->sampler = std::make_unique<Sampler>(r.sampling);
-      a->detok =
-          std::make_unique<IncrementalDecoder>(model_.tokenizer, DecodeOptions{.render_special = false});
       break;
     }
     case RequestKind::probe:
@@ -151,10 +164,23 @@ Result<RequestId> Engine::submit(Request r) {
           if (t < 0 || t >= model_.config.n_vocab)
             return bad("probe candidate token " + std::to_string(t) + " is outside the vocabulary");
       }
-      a->target = blocks_->create("probe scratch");
       break;
   }
-  for (BlockId b : named) blocks_->hold(b);
+  return Status::success();
+}
+
+Result<RequestId> Engine::submit(Request r) {
+  CHORUS_TRY(check_view(r));
+  CHORUS_TRY(check_fits_pool(r));
+  CHORUS_TRY(check_kind(r));
+  auto a = std::make_unique<Active>();
+  a->id = next_id_++;
+  a->target = r.kind == RequestKind::probe ? blocks_->create("probe scratch") : r.write_to;
+  if (r.kind == RequestKind::generate) {
+    a->sampler = std::make_unique<Sampler>(r.sampling);
+    a->detok = std::make_unique<IncrementalDecoder>(model_.tokenizer, DecodeOptions{.render_special = false});
+  }
+  for (BlockId b : named_blocks(r)) blocks_->hold(b);
   a->req = std::move(r);
   writers_[a->target].push_back(a.get());
   active_.push_back(std::move(a));
@@ -258,9 +284,29 @@ void Engine::start_writers(std::vector<Event>& events) {
   }
 }
 
+// Balanced batching (AsyncLLM §3.3: a fair-queueing variant, so that a short prefill is not held
+// behind a long one). Water-filling: the smaller wants are served whole while they are below an
+// equal share of what is left.
+std::vector<int64_t> fair_shares(const std::vector<int64_t>& wants, int64_t budget, int64_t min_chunk) {
+  std::vector<int64_t> shares(wants.size(), 0);
+  const size_t served = std::min(wants.size(), static_cast<size_t>(std::max<int64_t>(1, budget / min_chunk)));
+  std::vector<size_t> order(served);
+  for (size_t i = 0; i < served; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return wants[a] < wants[b]; });
+  int64_t left = budget;
+  for (size_t j = 0; j < served && left > 0; ++j) {
+    const int64_t share = left / static_cast<int64_t>(served - j);
+    const int64_t g = std::min(wants[order[j]], std::max<int64_t>(share, 1));
+    shares[order[j]] = g;
+    left -= g;
+  }
+  return shares;
+}
+
 // Who runs what in this step, within the token budget: 1. one decode token per generate that
-// has one pending (drains included), 2. probes, 3. prefill chunks, oldest first. A generate with
-// no prefill starts now from the logits its block has (its first token needs no forward).
+// has one pending (drains included), 2. probes, oldest first, 3. prefill chunks, shared fairly
+// (fair_shares). A generate with no prefill starts now from the logits its block has (its first
+// token needs no forward).
 std::vector<Engine::Planned> Engine::plan_step(std::vector<Event>& events) {
   std::vector<Planned> plan;
   int budget = opts_.token_budget;
@@ -272,21 +318,31 @@ std::vector<Engine::Planned> Engine::plan_step(std::vector<Event>& events) {
       plan.push_back({a.get(), {a->pending}, true});
       --budget;
     }
-  for (RequestKind kind : {RequestKind::probe, RequestKind::forward}) {
-    for (auto& a : active_) {
-      if (budget == 0) break;
-      if (a->done || !runnable(*a)) continue;
-      const bool prefill =
-          a->req.kind == RequestKind::forward || (a->req.kind == RequestKind::generate && !a->decoding);
-      if (kind == RequestKind::probe ? a->req.kind != RequestKind::probe : !prefill) continue;
-      const size_t left = a->req.tokens.size() - a->fed;
-      if (left == 0) continue;
+  auto chunk = [&plan](Active* a, size_t k) {
+    const size_t left = a->req.tokens.size() - a->fed;
+    const auto from = a->req.tokens.begin() + static_cast<long>(a->fed);
+    plan.push_back({a, {from, from + static_cast<long>(k)}, k == left});
+  };
+  std::vector<Active*> prefills;
+  std::vector<int64_t> wants;
+  for (auto& a : active_) {
+    if (a->done || !runnable(*a)) continue;
+    const size_t left = a->req.tokens.size() - a->fed;
+    if (left == 0) continue;
+    if (a->req.kind == RequestKind::probe) {
+      if (budget == 0) continue;
       const size_t k = std::min(left, static_cast<size_t>(budget));
-      const auto from = a->req.tokens.begin() + static_cast<long>(a->fed);
-      plan.push_back({a.get(), {from, from + static_cast<long>(k)}, k == left});
+      chunk(a.get(), k);
       budget -= static_cast<int>(k);
+    } else if (a->req.kind == RequestKind::forward ||
+               (a->req.kind == RequestKind::generate && !a->decoding)) {
+      prefills.push_back(a.get());
+      wants.push_back(static_cast<int64_t>(left));
     }
   }
+  const std::vector<int64_t> shares = fair_shares(wants, budget, std::max(1, opts_.min_prefill_chunk));
+  for (size_t i = 0; i < prefills.size(); ++i)
+    if (shares[i] > 0) chunk(prefills[i], static_cast<size_t>(shares[i]));
   for (auto& a : active_)
     if (!a->done && a->req.kind == RequestKind::generate && !a->decoding && a->req.tokens.empty() &&
         runnable(*a))

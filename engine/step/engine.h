@@ -5,9 +5,10 @@
 // Each step() runs ONE forward pass over tokens of many requests:
 //   1. every active generate contributes its next token (decode),
 //   2. probes come next (their question, chunked to the budget if long),
-//   3. prefill chunks of forward requests and generate prefills fill the remaining token
-//      budget, oldest first (chunked prefill),
-// so a long prefill never delays a decode or a probe by more than one step.
+//   3. prefill chunks of forward requests and generate prefills share the remaining token
+//      budget fairly (balanced batching, fair_shares: chunked prefill),
+// so a long prefill never delays a decode or a probe by more than one step, nor a short
+// prefill (a writer's, a source's line) by more than the steps its fair share takes.
 // A block has at most one writer at a time: requests writing the same block run one after
 // another in submission order (a later one waits; it is not an error).
 // Same-step rule: a request sees the other blocks of its view as they were when the step
@@ -123,7 +124,16 @@ struct EngineOptions {
   // On a GPU: draw generates' tokens on the device where their sampling allows (only the token
   // comes back); off, every row of logits comes back and the host samples.
   bool sample_on_device = true;
+  // Balanced batching: a step's prefill budget is shared fairly between the requests that
+  // prefill (fair_shares); a chunk is shorter than this only when its request has less left.
+  int min_prefill_chunk = 16;
 };
+
+// Balanced batching: `budget` tokens shared max-min fairly among requests wanting `wants[i]`
+// tokens (oldest first): each gets what it wants or an equal share, the integer remainder going
+// to the larger wants. When more ask than budget / min_chunk chunks hold, the oldest that many
+// share it and the others wait a step. Returns each request's share (0: it waits).
+std::vector<int64_t> fair_shares(const std::vector<int64_t>& wants, int64_t budget, int64_t min_chunk);
 
 class Engine {
  public:
@@ -176,6 +186,12 @@ class Engine {
   // The phases of step(), in order (engine.cpp).
   void start_writers(std::vector<Event>& events);
   std::vector<Planned> plan_step(std::vector<Event>& events);
+  Status check_view(const Request& r) const;  // submit's checks
+  Status check_fits_pool(const Request& r) const;
+  Status check_kind(const Request& r) const;
+  Status check_restore(std::span<const BlockId> ids) const;  // restore's steps (engine_pause.cpp)
+  Result<std::vector<BlockId>> load_offloaded(std::span<const BlockId> ids);
+  Status replay_dropped(const std::vector<BlockId>& dropped);
   void start_from_logits(Active& a, std::vector<Event>& events);
   void reserve(std::vector<Planned>& plan, std::vector<Event>& events);
   StepBatch build_batch(const std::vector<Planned>& plan);

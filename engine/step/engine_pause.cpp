@@ -82,7 +82,9 @@ Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
   return Status::success();
 }
 
-Status Engine::restore(std::span<const BlockId> ids) {
+// Each is paused; the blocks their dropped runs read are resident or restored with them; all
+// their pages fit.
+Status Engine::check_restore(std::span<const BlockId> ids) const {
   for (BlockId id : ids) {
     auto b = blocks_->get(id);
     if (!b) return b.error();
@@ -114,7 +116,11 @@ Status Engine::restore(std::span<const BlockId> ids) {
                                                " pages, " + std::to_string(kv_.n_free()) + " of " +
                                                std::to_string(kv_.n_pages()) +
                                                " are free; nothing was restored");
-  // Offloaded blocks: copy back.
+  return Status::success();
+}
+
+// Offloaded blocks are copied back; the dropped ones are returned, to be run again.
+Result<std::vector<BlockId>> Engine::load_offloaded(std::span<const BlockId> ids) {
   std::vector<BlockId> dropped;
   for (BlockId id : ids) {
     Block& b = **blocks_->get(id);
@@ -125,7 +131,7 @@ Status Engine::restore(std::span<const BlockId> ids) {
     }
     SequenceKv& kv = b.extents.back().kv;
     const int64_t n = b.paused_cached;
-    if (Status s = kv_.reserve(kv, n); !s.ok()) return s;
+    CHORUS_TRY(kv_.reserve(kv, n));
     const std::span<const int32_t> pages(kv.pages.data(), static_cast<size_t>(KvCache::pages_for(n)));
     if (pages.size() * kv_.page_bytes() != b.offloaded.size())
       return make_error(Errc::internal, "block " + std::to_string(id) + ": its offloaded copy holds " +
@@ -139,11 +145,14 @@ Status Engine::restore(std::span<const BlockId> ids) {
     b.offloaded.shrink_to_fit();
     b.paused = false;
   }
+  return dropped;
+}
+
+Status Engine::replay_dropped(const std::vector<BlockId>& dropped) {
   // Dropped blocks: run their runs again, in their first order, under their recorded views;
   // runs of one step together in one forward (readers of a block written in the same step saw
   // it as the step found it: the same-step rule reproduces that, and a hybrid model's linear
   // layers cannot read a block at an earlier length than it has).
-  for (BlockId id : ids) (*blocks_->get(id))->paused = false;
   std::vector<const WriteRun*> todo;
   for (const WriteRun& r : runs_) {
     if (std::find(dropped.begin(), dropped.end(), r.block) == dropped.end()) continue;  // offloaded: back
@@ -171,6 +180,13 @@ Status Engine::restore(std::span<const BlockId> ids) {
     i = j;
   }
   return Status::success();
+}
+
+Status Engine::restore(std::span<const BlockId> ids) {
+  CHORUS_TRY(check_restore(ids));
+  CHORUS_ASSIGN_OR_RETURN(const std::vector<BlockId> dropped, load_offloaded(ids));
+  for (BlockId id : ids) (*blocks_->get(id))->paused = false;
+  return replay_dropped(dropped);
 }
 
 Status Engine::replay(const std::vector<std::tuple<const WriteRun*, int64_t, int64_t>>& pieces) {

@@ -119,8 +119,18 @@ TEST_F(ProgramTest, ParallelSolversShareAndAnswer) {
                                                      {"actors.final.max_tokens", "16"},
                                                      {"actors.out.to", "callback"}});
   EXPECT_EQ(r.report.ended_by, "all roles done");
-  for (const char* w : {"w1", "w2", "w3", "answer"}) EXPECT_GT(r.report.block_tokens.at(w), 0) << w;
-  for (const char* n : {"note1", "note2", "note3"}) EXPECT_GE(r.named(n).size(), 1u) << n;
+  EXPECT_GT(r.report.block_tokens.at("answer"), 0);
+  // Each worker generated: its block holds more than its prefill. What it wrote is the model's
+  // (sampled, over views that change with the timing of the steps): a worker may end its turn
+  // before its first line, so the lines are counted together.
+  size_t notes = 0;
+  for (int w = 1; w <= 3; ++w) {
+    const std::string prefill = "<|im_start|>assistant\nWorker " + std::to_string(w) + ": ";
+    const auto n = static_cast<int64_t>(model_->tokenizer.encode(prefill, {.parse_special = true}).size());
+    EXPECT_GT(r.report.block_tokens.at("w" + std::to_string(w)), n) << "worker " << w;
+    notes += r.named("note" + std::to_string(w)).size();
+  }
+  EXPECT_GE(notes, 1u);
   // The workers ran at the same time: each finished after all three had started writing notes
   // (their steps were batched together), and the answer came after the last one.
   const double last_done =

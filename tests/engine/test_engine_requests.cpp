@@ -201,6 +201,89 @@ TEST_F(EngineRequests, ProbeReturnsWithinTwoStepsBehindALongPrefillAndDecodes) {
   EXPECT_LE(answered, s + 2);
 }
 
+// Balanced batching: a short forward (a writer's prefill, a source's line) submitted behind a
+// 4,000-token prefill runs in the next step, not after it; two long prefills advance together;
+// the budget is used whole. With chunks as long as the budget (min_prefill_chunk = 64: one
+// prefill a step, oldest first, as before balanced batching) the short one waits 62 steps, until
+// the long one is done.
+TEST_F(EngineRequests, AShortPrefillIsNotHeldBehindALongOne) {
+  for (int min_chunk : {16, 64}) {
+    load_tiny({.n_pages = 1024, .token_budget = 64, .min_prefill_chunk = min_chunk});
+    const BlockId big = engine_->blocks().create("document");
+    ASSERT_TRUE(engine_->submit(forward(big, random_tokens(4000))).ok());
+    ASSERT_TRUE(engine_->step().ok());
+    const BlockId small = engine_->blocks().create("line");
+    auto id = engine_->submit(forward(small, random_tokens(20)));
+    ASSERT_TRUE(id.ok());
+    const int64_t submitted = engine_->steps();
+    int64_t finished = -1;
+    for (int i = 0; i < 100 && finished < 0; ++i) {
+      auto ev = engine_->step();
+      ASSERT_TRUE(ev.ok());
+      for (const Event& e : *ev)
+        if (e.type == Event::Type::finished && e.request == *id) finished = e.step;
+    }
+    ASSERT_GE(finished, 0);
+    // Steps count from 0: the next step after the submission is number `submitted`.
+    EXPECT_EQ(finished - submitted, min_chunk == 16 ? 0 : 62) << "steps the short prefill waited";
+    if (min_chunk != 16) continue;
+    // The long one had the rest of that step: 64 + 44 cached now.
+    EXPECT_EQ((*engine_->blocks().get(big))->n_cached(), 64 + 44);
+    // A second long prefill: from now on each gets 32 a step.
+    const BlockId other = engine_->blocks().create("other");
+    ASSERT_TRUE(engine_->submit(forward(other, random_tokens(1000))).ok());
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(engine_->step().ok());
+    EXPECT_EQ((*engine_->blocks().get(big))->n_cached(), 64 + 44 + 320);
+    EXPECT_EQ((*engine_->blocks().get(other))->n_cached(), 320);
+  }
+}
+
+// fair_shares against the definition of a max-min fair split: nobody gets more than it wants,
+// the budget is used whole when the served want it, and a request cut short gets no less than
+// any other served request but one token (the integer remainder); only the oldest
+// budget / min_chunk are served.
+TEST(FairShares, IsAMaxMinFairSplit) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(fair_shares({}, 256, 16), V{});
+  EXPECT_EQ(fair_shares({4000}, 256, 16), V{256});
+  EXPECT_EQ(fair_shares({4000, 20}, 256, 16), (V{236, 20}));
+  EXPECT_EQ(fair_shares({100, 100}, 256, 16), (V{100, 100}));
+  EXPECT_EQ(fair_shares({300, 300}, 256, 16), (V{128, 128}));
+  EXPECT_EQ(fair_shares({300, 300, 300}, 256, 16), (V{85, 85, 86}));
+  EXPECT_EQ(fair_shares({50, 50}, 10, 16), (V{10, 0}));  // a budget under one chunk: the oldest
+  EXPECT_EQ(fair_shares({5, 5}, 0, 16), (V{0, 0}));
+  V many(20, 1000), want(20, 0);
+  for (size_t i = 0; i < 16; ++i) want[i] = 16;
+  EXPECT_EQ(fair_shares(many, 256, 16), want);  // 16 chunks of 16: the oldest 16
+
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> n_of(1, 24), want_of(1, 400), budget_of(0, 600);
+  for (int round = 0; round < 2000; ++round) {
+    V wants(static_cast<size_t>(n_of(rng)));
+    for (auto& w : wants) w = want_of(rng);
+    const int64_t budget = budget_of(rng), min_chunk = 16;
+    const V got = fair_shares(wants, budget, min_chunk);
+    ASSERT_EQ(got.size(), wants.size());
+    const size_t served =
+        std::min(wants.size(), static_cast<size_t>(std::max<int64_t>(1, budget / min_chunk)));
+    int64_t sum = 0, served_want = 0;
+    for (size_t i = 0; i < wants.size(); ++i) {
+      ASSERT_GE(got[i], 0);
+      ASSERT_LE(got[i], wants[i]);
+      if (i >= served) {
+        ASSERT_EQ(got[i], 0) << "a younger request got a chunk before an older one";
+      }
+      sum += got[i];
+      if (i < served) served_want += wants[i];
+    }
+    ASSERT_EQ(sum, std::min(budget, served_want)) << "round " << round;
+    for (size_t i = 0; i < served; ++i)
+      if (got[i] < wants[i]) {
+        for (size_t j = 0; j < served; ++j) ASSERT_GE(got[i], got[j] - 1) << "round " << round;
+      }
+  }
+}
+
 TEST_F(EngineRequests, NoRequestStarvesUnderAMixedWorkload) {
   load_tiny({.n_pages = 2048, .token_budget = 32});
   std::uniform_int_distribution<int> kind(0, 2), len(1, 60);

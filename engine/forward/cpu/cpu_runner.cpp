@@ -129,183 +129,203 @@ Status CpuRunner::run(std::span<const BatchToken> batch, std::span<SequenceKv* c
   return forward(batch, seqs, kv, logits_out, views);
 }
 
+// What the attention layers of one step share: each token's segments (the same-step rule:
+// context lengths as the step starts) and how the query heads are split into calls.
+struct CpuRunner::StepAttention {
+  // Query heads sharing a KV head go to one attention call (their keys and values are read
+  // once), at most kMaxQueries at a time.
+  static constexpr int kMaxQueries = 8;
+  std::vector<std::vector<AttendSegment>> segs;
+  size_t max_segs = 1;
+  int64_t max_kv = 0;
+  bool any_view = false;  // some token attends a view: each segment gets its own query rotation
+  int q_per_call = 1, calls_per_kv_head = 1;
+  size_t scratch_stride = 0;  // attention scratch floats per thread
+  // Page pointer tables per sequence, rebuilt per layer (cheap: a few pointers per page).
+  std::vector<std::vector<const float*>> kp, vp;
+};
+
+Status CpuRunner::plan_step_attention(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
+                                      std::span<const View> views, StepAttention& sa) {
+  sa.segs = plan_attention(batch, seqs, views);
+  for (const auto& out : sa.segs) {
+    int64_t n = 0;
+    for (const AttendSegment& sg : out) n += sg.n_kv;
+    sa.max_kv = std::max(sa.max_kv, n);
+    sa.max_segs = std::max(sa.max_segs, out.size());
+  }
+  if (sa.max_segs > static_cast<size_t>(kMaxSegments))
+    return make_error(Errc::invalid_argument, "a view of " + std::to_string(sa.max_segs) +
+                                                  " blocks exceeds the limit of " +
+                                                  std::to_string(kMaxSegments));
+  sa.any_view = sa.max_segs > 1 ||
+                std::any_of(batch.begin(), batch.end(), [](const BatchToken& b) { return b.view >= 0; });
+  if (sa.any_view) q_seg_.resize(batch.size() * sa.max_segs * static_cast<size_t>(c_.q_dim()));
+  const int group = c_.n_head / c_.n_head_kv;
+  sa.q_per_call = std::min(group, StepAttention::kMaxQueries);
+  sa.calls_per_kv_head = (group + sa.q_per_call - 1) / sa.q_per_call;
+  // Attention scratch: per thread, as long as the longest view (rounded to 16).
+  sa.scratch_stride = static_cast<size_t>(attention_scratch_floats(sa.q_per_call, sa.max_kv, c_.head_dim));
+  if (scratch_.size() < sa.scratch_stride * static_cast<size_t>(dev_.n_threads()))
+    scratch_.resize(sa.scratch_stride * static_cast<size_t>(dev_.n_threads()));
+  sa.kp.resize(seqs.size());
+  sa.vp.resize(seqs.size());
+  return Status::success();
+}
+
 Status CpuRunner::forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, KvCache& kv,
                           float* logits_out, std::span<const View> views) {
   const int64_t T = static_cast<int64_t>(batch.size());
   if (T == 0) return Status::success();
-  if (Status st = check_forward_args(c_, max_tokens_, batch, seqs, views); !st.ok()) return st;
-
+  CHORUS_TRY(check_forward_args(c_, max_tokens_, batch, seqs, views));
   std::vector<LinearGroup> groups;
   if (c_.hybrid())
-    if (Status st = plan_linear_groups(chain_reads_, batch, seqs, views, own_linear_state(c_), &groups);
-        !st.ok())
-      return st;
+    CHORUS_TRY(plan_linear_groups(chain_reads_, batch, seqs, views, own_linear_state(c_), &groups));
+  StepAttention sa;
+  CHORUS_TRY(plan_step_attention(batch, seqs, views, sa));
 
-  // Segments of each token (the same-step rule: context lengths as the step starts).
-  using Seg = AttendSegment;
-  const std::vector<std::vector<Seg>> segs = plan_attention(batch, seqs, views);
-  size_t max_segs = 1;
-  int64_t max_kv = 0;
-  for (const auto& out : segs) {
-    int64_t n = 0;
-    for (const Seg& sg : out) n += sg.n_kv;
-    max_kv = std::max(max_kv, n);
-    max_segs = std::max(max_segs, out.size());
-  }
-  const bool any_view = max_segs > 1 || std::any_of(batch.begin(), batch.end(),
-                                                    [](const BatchToken& b) { return b.view >= 0; });
-  if (any_view) {
-    q_seg_.resize(static_cast<size_t>(T) * max_segs * c_.q_dim());
-  }
   const CpuKernels& K = dev_.kernels();
-  const int E = c_.n_embd, QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim;
-  const int group = c_.n_head / c_.n_head_kv;
-  const bool neox = c_.rope_layout == RopeLayout::rope_neox;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  const int ps = kv.page_size();
-  const float theta_scale = c_.rope_theta_scale();
-
-  // Embeddings.
-  for (int64_t t = 0; t < T; ++t) {
+  const int E = c_.n_embd;
+  for (int64_t t = 0; t < T; ++t) {  // embeddings
     const WeightMatrix& e = w_.token_embd;
     dequantize_row(e.type, e.data + static_cast<size_t>(batch[t].token) * e.row_bytes, x_.data() + t * E, E);
   }
-
-  // Attention scratch: per thread, as long as the longest view (rounded to 16).
-  // Query heads sharing a KV head go to one attention call (their keys and values are read
-  // once), at most kMaxQueries at a time.
-  constexpr int kMaxQueries = 8;
-  if (max_segs > static_cast<size_t>(kMaxSegments))
-    return make_error(Errc::invalid_argument, "a view of " + std::to_string(max_segs) +
-                                                  " blocks exceeds the limit of " +
-                                                  std::to_string(kMaxSegments));
-  const int q_per_call = std::min(group, kMaxQueries);
-  const int calls_per_kv_head = (group + q_per_call - 1) / q_per_call;
-  const auto scratch_stride = static_cast<size_t>(attention_scratch_floats(q_per_call, max_kv, c_.head_dim));
-  if (scratch_.size() < scratch_stride * static_cast<size_t>(dev_.n_threads()))
-    scratch_.resize(scratch_stride * static_cast<size_t>(dev_.n_threads()));
-
-  // Page pointer tables per sequence, rebuilt per layer (cheap: a few pointers per page).
-  std::vector<std::vector<const float*>> kp(seqs.size()), vp(seqs.size());
-
   for (int l = 0; l < c_.n_layer; ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
     per_token(
         T, [&](int64_t t) { K.rmsnorm(x_.data() + t * E, L.attn_norm, h_.data() + t * E, E, c_.norm_eps); });
-    if (c_.is_linear(l)) {
-      linear_layer(l, T, seqs, groups);
-      for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
-      feed_forward(L, T);
-      continue;
-    }
-    const int kv_slot = c_.kv_layer[static_cast<size_t>(l)];
-    // Attention block.
-    if (c_.attn_output_gate) {
-      // attn_q yields each head's query then its gate: split them (gate kept in qg_).
-      gemm({{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
-      for (int64_t t = 0; t < T; ++t)
-        for (int h = 0; h < c_.n_head; ++h) {
-          const float* src = qg_.data() + (t * 2 * c_.n_head + 2 * h) * HD;
-          std::copy(src, src + HD, q_.data() + t * QD + h * HD);
-        }
-    } else {
-      gemm({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      float* q = q_.data() + t * QD;
-      float* k = k_.data() + t * KVD;
-      float* v = v_.data() + t * KVD;
-      if (L.bq) K.add(q, L.bq, QD);
-      if (L.bk) K.add(k, L.bk, KVD);
-      if (L.bv) K.add(v, L.bv, KVD);
-      if (L.q_norm)
-        for (int h = 0; h < c_.n_head; ++h) K.rmsnorm(q + h * HD, L.q_norm, q + h * HD, HD, c_.norm_eps);
-      if (L.k_norm)
-        for (int h = 0; h < c_.n_head_kv; ++h) K.rmsnorm(k + h * HD, L.k_norm, k + h * HD, HD, c_.norm_eps);
-      if (any_view) {  // each segment gets its own rotation of the query
-        const auto& ts = segs[static_cast<size_t>(t)];
-        for (size_t sg = 0; sg < ts.size(); ++sg) {
-          float* qs = q_seg_.data() + (static_cast<size_t>(t) * max_segs + sg) * QD;
-          std::copy(q, q + QD, qs);
-          K.rope_cache(rope_cs_.data(), c_.n_rot, theta_scale, 1.0f / c_.rope_scale, ts[sg].rotation);
-          for (int h = 0; h < c_.n_head; ++h) K.rope(qs + h * HD, c_.n_rot, rope_cs_.data(), neox);
-        }
-      }
-      K.rope_cache(rope_cs_.data(), c_.n_rot, theta_scale, 1.0f / c_.rope_scale,
-                   static_cast<float>(batch[t].pos));
-      for (int h = 0; h < c_.n_head; ++h) K.rope(q + h * HD, c_.n_rot, rope_cs_.data(), neox);
-      for (int h = 0; h < c_.n_head_kv; ++h) K.rope(k + h * HD, c_.n_rot, rope_cs_.data(), neox);
-      const SequenceKv& s = *seqs[static_cast<size_t>(batch[t].seq)];
-      const int32_t page = s.pages[static_cast<size_t>(batch[t].pos / ps)];
-      const int pos_slot = batch[t].pos % ps;
-      float* kpage = kv.k(kv_slot, page);  // dimension-major
-      for (int i = 0; i < KVD; ++i) kpage[static_cast<size_t>(i) * ps + pos_slot] = k[i];
-      std::copy(v, v + KVD, kv.v(kv_slot, page) + static_cast<size_t>(pos_slot) * KVD);
-    }
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      kp[s].clear();
-      vp[s].clear();
-      for (int32_t p : seqs[s]->pages) {
-        kp[s].push_back(kv.k(kv_slot, p));
-        vp[s].push_back(kv.v(kv_slot, p));
-      }
-    }
-    dev_.pool().run(T * c_.n_head_kv * calls_per_kv_head, [&](int64_t i, int thread) {
-      const int64_t t = i / (c_.n_head_kv * calls_per_kv_head);
-      const int rest = static_cast<int>(i % (c_.n_head_kv * calls_per_kv_head));
-      const int kvh = rest / calls_per_kv_head;
-      const int h0 = kvh * group + (rest % calls_per_kv_head) * q_per_call;  // first query head
-      const int nq = std::min(q_per_call, (kvh + 1) * group - h0);
-      const auto& ts = segs[static_cast<size_t>(t)];
-      AttentionSegment seg[kMaxSegments];
-      for (size_t sg = 0; sg < ts.size(); ++sg) {
-        const auto b = static_cast<size_t>(ts[sg].block);
-        const float* q =
-            any_view ? q_seg_.data() + (static_cast<size_t>(t) * max_segs + sg) * QD : q_.data() + t * QD;
-        seg[sg] = {q + static_cast<int64_t>(h0) * HD, kp[b].data(), vp[b].data(), ts[sg].n_kv};
-      }
-      AttentionArgs a{seg,
-                      static_cast<int>(ts.size()),
-                      nq,
-                      KVD,
-                      static_cast<int64_t>(kvh) * HD,
-                      HD,
-                      scale,
-                      att_.data() + t * QD + static_cast<int64_t>(h0) * HD,
-                      scratch_.data() + static_cast<size_t>(thread) * scratch_stride,
-                      T == 1};
-      K.attention(a);
-    });
-    if (c_.attn_output_gate)  // out *= sigmoid(gate), per head
-      per_token(T, [&](int64_t t) {
-        for (int h = 0; h < c_.n_head; ++h) {
-          const float* g = qg_.data() + (t * 2 * c_.n_head + 2 * h + 1) * HD;
-          float* o = att_.data() + t * QD + h * HD;
-          for (int i = 0; i < HD; ++i) o[i] *= 1.0f / (1.0f + std::exp(-g[i]));  // ggml's sigmoid, then mul
-        }
-      });
-    gemm({{&L.wo, h_.data()}}, att_.data(), T);
+    if (c_.is_linear(l))
+      linear_layer(l, T, seqs, groups);  // h_ -> h_
+    else
+      attention_layer(L, c_.kv_layer[static_cast<size_t>(l)], batch, seqs, kv, sa);  // h_ -> h_
     for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
     feed_forward(L, T);
   }
-
   for (const BatchToken& b : batch) {
     SequenceKv& s = *seqs[static_cast<size_t>(b.seq)];
     s.n_tokens = std::max<int64_t>(s.n_tokens, b.pos + 1);
   }
   finish_linear_groups(groups, seqs);
 
-  // Logits for the tokens that want them.
-  int64_t n_out = 0;
+  int64_t n_out = 0;  // logits for the tokens that want them
   for (int64_t t = 0; t < T; ++t) {
     if (!batch[t].logits) continue;
     K.rmsnorm(x_.data() + t * E, w_.output_norm, h_.data() + n_out * E, E, c_.norm_eps);
     ++n_out;
   }
-  if (n_out > 0) {
-    gemm({{&w_.output, logits_out}}, h_.data(), n_out);
-  }
+  if (n_out > 0) gemm({{&w_.output, logits_out}}, h_.data(), n_out);
   return Status::success();
+}
+
+// The q, k and v products of h_ into q_, k_, v_ (with an output gate: the gate into qg_).
+void CpuRunner::project_qkv(const LayerWeights& L, int64_t T) {
+  if (!c_.attn_output_gate) {
+    gemm({{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
+    return;
+  }
+  // attn_q yields each head's query then its gate: split them (gate kept in qg_).
+  gemm({{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, h_.data(), T);
+  const int HD = c_.head_dim, QD = c_.q_dim();
+  for (int64_t t = 0; t < T; ++t)
+    for (int h = 0; h < c_.n_head; ++h) {
+      const float* src = qg_.data() + (t * 2 * c_.n_head + 2 * h) * HD;
+      std::copy(src, src + HD, q_.data() + t * QD + h * HD);
+    }
+}
+
+// Token t's biases, q/k norms and rotary embedding; its query rotated per segment of a view;
+// its key and value written into its sequence's page.
+void CpuRunner::rotate_and_store(int64_t t, const LayerWeights& L, int kv_slot, const BatchToken& tok,
+                                 const SequenceKv& s, KvCache& kv, const StepAttention& sa) {
+  const CpuKernels& K = dev_.kernels();
+  const int QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim;
+  const bool neox = c_.rope_layout == RopeLayout::rope_neox;
+  const float theta_scale = c_.rope_theta_scale();
+  float* q = q_.data() + t * QD;
+  float* k = k_.data() + t * KVD;
+  float* v = v_.data() + t * KVD;
+  if (L.bq) K.add(q, L.bq, QD);
+  if (L.bk) K.add(k, L.bk, KVD);
+  if (L.bv) K.add(v, L.bv, KVD);
+  if (L.q_norm)
+    for (int h = 0; h < c_.n_head; ++h) K.rmsnorm(q + h * HD, L.q_norm, q + h * HD, HD, c_.norm_eps);
+  if (L.k_norm)
+    for (int h = 0; h < c_.n_head_kv; ++h) K.rmsnorm(k + h * HD, L.k_norm, k + h * HD, HD, c_.norm_eps);
+  if (sa.any_view) {  // each segment gets its own rotation of the query
+    const auto& ts = sa.segs[static_cast<size_t>(t)];
+    for (size_t sg = 0; sg < ts.size(); ++sg) {
+      float* qs = q_seg_.data() + (static_cast<size_t>(t) * sa.max_segs + sg) * QD;
+      std::copy(q, q + QD, qs);
+      K.rope_cache(rope_cs_.data(), c_.n_rot, theta_scale, 1.0f / c_.rope_scale, ts[sg].rotation);
+      for (int h = 0; h < c_.n_head; ++h) K.rope(qs + h * HD, c_.n_rot, rope_cs_.data(), neox);
+    }
+  }
+  K.rope_cache(rope_cs_.data(), c_.n_rot, theta_scale, 1.0f / c_.rope_scale, static_cast<float>(tok.pos));
+  for (int h = 0; h < c_.n_head; ++h) K.rope(q + h * HD, c_.n_rot, rope_cs_.data(), neox);
+  for (int h = 0; h < c_.n_head_kv; ++h) K.rope(k + h * HD, c_.n_rot, rope_cs_.data(), neox);
+  const int ps = kv.page_size();
+  const int32_t page = s.pages[static_cast<size_t>(tok.pos / ps)];
+  const int pos_slot = tok.pos % ps;
+  float* kpage = kv.k(kv_slot, page);  // dimension-major
+  for (int i = 0; i < KVD; ++i) kpage[static_cast<size_t>(i) * ps + pos_slot] = k[i];
+  std::copy(v, v + KVD, kv.v(kv_slot, page) + static_cast<size_t>(pos_slot) * KVD);
+}
+
+// One attention layer over the batch: h_ (normed input) -> h_ (the layer's output).
+void CpuRunner::attention_layer(const LayerWeights& L, int kv_slot, std::span<const BatchToken> batch,
+                                std::span<SequenceKv* const> seqs, KvCache& kv, StepAttention& sa) {
+  const CpuKernels& K = dev_.kernels();
+  const int64_t T = static_cast<int64_t>(batch.size());
+  const int QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim;
+  const int group = c_.n_head / c_.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  project_qkv(L, T);
+  for (int64_t t = 0; t < T; ++t)
+    rotate_and_store(t, L, kv_slot, batch[t], *seqs[static_cast<size_t>(batch[t].seq)], kv, sa);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    sa.kp[s].clear();
+    sa.vp[s].clear();
+    for (int32_t p : seqs[s]->pages) {
+      sa.kp[s].push_back(kv.k(kv_slot, p));
+      sa.vp[s].push_back(kv.v(kv_slot, p));
+    }
+  }
+  const int calls = sa.calls_per_kv_head, qpc = sa.q_per_call;
+  dev_.pool().run(T * c_.n_head_kv * calls, [&](int64_t i, int thread) {
+    const int64_t t = i / (c_.n_head_kv * calls);
+    const int rest = static_cast<int>(i % (c_.n_head_kv * calls));
+    const int kvh = rest / calls;
+    const int h0 = kvh * group + (rest % calls) * qpc;  // first query head
+    const int nq = std::min(qpc, (kvh + 1) * group - h0);
+    const auto& ts = sa.segs[static_cast<size_t>(t)];
+    AttentionSegment seg[kMaxSegments];
+    for (size_t sg = 0; sg < ts.size(); ++sg) {
+      const auto b = static_cast<size_t>(ts[sg].block);
+      const float* q =
+          sa.any_view ? q_seg_.data() + (static_cast<size_t>(t) * sa.max_segs + sg) * QD : q_.data() + t * QD;
+      seg[sg] = {q + static_cast<int64_t>(h0) * HD, sa.kp[b].data(), sa.vp[b].data(), ts[sg].n_kv};
+    }
+    AttentionArgs a{seg,
+                    static_cast<int>(ts.size()),
+                    nq,
+                    KVD,
+                    static_cast<int64_t>(kvh) * HD,
+                    HD,
+                    scale,
+                    att_.data() + t * QD + static_cast<int64_t>(h0) * HD,
+                    scratch_.data() + static_cast<size_t>(thread) * sa.scratch_stride,
+                    T == 1};
+    K.attention(a);
+  });
+  if (c_.attn_output_gate)  // out *= sigmoid(gate), per head
+    per_token(T, [&](int64_t t) {
+      for (int h = 0; h < c_.n_head; ++h) {
+        const float* g = qg_.data() + (t * 2 * c_.n_head + 2 * h + 1) * HD;
+        float* o = att_.data() + t * QD + h * HD;
+        for (int i = 0; i < HD; ++i) o[i] *= 1.0f / (1.0f + std::exp(-g[i]));  // ggml's sigmoid, then mul
+      }
+    });
+  gemm({{&L.wo, h_.data()}}, att_.data(), T);
 }
 
 }  // namespace chorus

@@ -93,11 +93,29 @@ class CpuRunner final : public Runner {
   void gemm(std::initializer_list<Product> products, const float* x, int64_t n_tokens);
   void feed_forward(const LayerWeights& L, int64_t n_tokens);
   void moe_feed_forward(const LayerWeights& L, int64_t n_tokens);  // engine/forward/cpu/cpu_runner_moe.cpp
+  void moe_router(const LayerWeights& L, int64_t n_tokens);
+  void moe_route(int64_t n_tokens);
+  void moe_experts(const LayerWeights& L, int64_t n_tokens);
   // One Gated DeltaNet layer over the batch: h_ (normed input) -> h_ (the layer's output).
   void linear_layer(int layer, int64_t n_tokens, std::span<SequenceKv* const> seqs,
                     std::vector<LinearGroup>& groups);
+  // Its phases (engine/forward/cpu/cpu_runner_linear.cpp, numbered there).
+  void linear_projections(const LayerWeights& L, int64_t n_tokens);
+  void linear_view_states(int layer, std::span<SequenceKv* const> seqs, std::vector<LinearGroup>& groups);
+  void linear_factors(int layer, std::span<SequenceKv* const> seqs, std::vector<LinearGroup>& groups);
+  void linear_recurrence(int layer, std::span<SequenceKv* const> seqs, std::vector<LinearGroup>& groups);
+  void linear_output(const LayerWeights& L, int64_t n_tokens);
   template <class Fn>
   void per_token(int64_t n_tokens, const Fn& fn);
+  // One attention layer over the batch: h_ (normed input) -> h_ (the layer's output).
+  struct StepAttention;
+  Status plan_step_attention(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
+                             std::span<const View> views, StepAttention& sa);
+  void attention_layer(const LayerWeights& L, int kv_slot, std::span<const BatchToken> batch,
+                       std::span<SequenceKv* const> seqs, KvCache& kv, StepAttention& sa);
+  void project_qkv(const LayerWeights& L, int64_t n_tokens);
+  void rotate_and_store(int64_t t, const LayerWeights& L, int kv_slot, const BatchToken& tok,
+                        const SequenceKv& s, KvCache& kv, const StepAttention& sa);
 
   const ModelConfig& c_;
   const Weights& w_;

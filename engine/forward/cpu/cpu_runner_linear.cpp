@@ -18,14 +18,22 @@
 
 namespace chorus {
 
+using Clock = std::chrono::steady_clock;
+
 void CpuRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> seqs,
                              std::vector<LinearGroup>& groups) {
-  const GdnConfig& d = c_.gdn;
   const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
-  const CpuKernels& K = dev_.kernels();
-  const int C = d.conv_dim(), Hv = d.n_v_heads, dk = d.head_dim, kd = d.key_dim(), vd = d.value_dim();
-  const size_t state = static_cast<size_t>(dk) * dk;  // one head's state, dv == dk
-  const int keep = d.conv_kernel - 1;
+  linear_projections(L, T);
+  linear_view_states(l, seqs, groups);
+  linear_factors(l, seqs, groups);
+  linear_recurrence(l, seqs, groups);
+  linear_output(L, T);
+}
+
+// 1. Projections of every token: [q | k | v], z, and each head's decay g and strength beta.
+void CpuRunner::linear_projections(const LayerWeights& L, int64_t T) {
+  const GdnConfig& d = c_.gdn;
+  const int Hv = d.n_v_heads;
   if (L.w_ba.data != nullptr) {  // qwen3next: [beta x r | alpha x r] per key head, unpacked
     l_ba_.resize(static_cast<size_t>(T) * 2 * Hv);
     gemm({{&L.w_qkv, l_qkv_.data()}, {&L.w_z, l_z_.data()}, {&L.w_ba, l_ba_.data()}}, h_.data(), T);
@@ -52,17 +60,24 @@ void CpuRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> seqs
       l_gb_[static_cast<size_t>(t * Hv + h) * 2 + 1] =
           1.0f / (1.0f + std::exp(-l_beta_[static_cast<size_t>(t * Hv + h)]));
     }
+}
 
-  // 2. Each written sequence's view state, its tokens' factors and, when its view goes on after
-  // it, their queries through the rest of the view. Reads other blocks' summaries as the step
-  // found them; writes only the sequence's own cached state.
-  const auto G = static_cast<int64_t>(groups.size());
-  using Clock = std::chrono::steady_clock;
-  auto t0 = Clock::now();
+void CpuRunner::linear_view_states(int l, std::span<SequenceKv* const> seqs,
+                                   std::vector<LinearGroup>& groups) {
+  const GdnConfig& d = c_.gdn;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  const int C = d.conv_dim(), Hv = d.n_v_heads, dk = d.head_dim;
+  const size_t state = static_cast<size_t>(dk) * dk;  // one head's state, dv == dk
+  const size_t tail_floats = static_cast<size_t>(d.conv_kernel - 1) * C;
   using Mode = LinearGroup::Mode;
   auto layer_of = [&](int32_t blk) -> const LinearLayerState& {
     return seqs[static_cast<size_t>(blk)]->linear->layers[static_cast<size_t>(l)];
   };
+  // 2. Each written sequence's view state, its tokens' factors and, when its view goes on after
+  // it, their queries through the rest of the view. Reads other blocks' summaries as the step
+  // found them; writes only the sequence's own cached state.
+  const auto G = static_cast<int64_t>(groups.size());
+  const auto t0 = Clock::now();
   for (const LinearGroup& g : groups) linear_stats_.compositions += g.compose;
   // Each distinct run of first blocks is composed once, its heads in parallel: 8 generates over
   // one context compose it once, not 8 times.
@@ -82,7 +97,6 @@ void CpuRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> seqs
   }
   if (prefix_S_.size() < reps.size()) prefix_S_.resize(reps.size());
   if (prefix_tails_.size() < reps.size()) prefix_tails_.resize(reps.size());
-  const size_t tail_floats = static_cast<size_t>(keep) * C;
   for (size_t p = 0; p < reps.size(); ++p) {  // the tail before each block, and after the last
     prefix_S_[p].assign(state * Hv, 0.0f);
     auto& tails = prefix_tails_[p];
@@ -128,7 +142,22 @@ void CpuRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> seqs
     ops.advance_tail(own, g.start, own.run_tail.data());
   });
   linear_stats_.compose_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  t0 = Clock::now();
+}
+
+// The tokens' factors (q, k, v after the convolution) and, where the view goes on after the
+// writer, their queries through the rest of it; a chain's output at once.
+void CpuRunner::linear_factors(int l, std::span<SequenceKv* const> seqs, std::vector<LinearGroup>& groups) {
+  const GdnConfig& d = c_.gdn;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  const CpuKernels& K = dev_.kernels();
+  const int C = d.conv_dim(), Hv = d.n_v_heads, dk = d.head_dim, kd = d.key_dim(), vd = d.value_dim();
+  const size_t state = static_cast<size_t>(dk) * dk;  // one head's state, dv == dk
+  using Mode = LinearGroup::Mode;
+  auto layer_of = [&](int32_t blk) -> const LinearLayerState& {
+    return seqs[static_cast<size_t>(blk)]->linear->layers[static_cast<size_t>(l)];
+  };
+  const auto G = static_cast<int64_t>(groups.size());
+  const auto t0 = Clock::now();
   dev_.pool().run(G, [&](int64_t i, int thread) {
     LinearGroup& g = groups[static_cast<size_t>(i)];
     LinearLayerState& own = seqs[static_cast<size_t>(g.seq)]->linear->layers[static_cast<size_t>(l)];
@@ -187,7 +216,16 @@ void CpuRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> seqs
   });
 
   linear_stats_.factor_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
+void CpuRunner::linear_recurrence(int l, std::span<SequenceKv* const> seqs,
+                                  std::vector<LinearGroup>& groups) {
+  const GdnConfig& d = c_.gdn;
+  const CpuKernels& K = dev_.kernels();
+  const int Hv = d.n_v_heads, dk = d.head_dim, kd = d.key_dim(), vd = d.value_dim();
+  const size_t state = static_cast<size_t>(dk) * dk;  // one head's state, dv == dk
+  using Mode = LinearGroup::Mode;
+  const auto G = static_cast<int64_t>(groups.size());
   // 3. The new tokens of each sequence, in order, from its view state; then into its block's
   // summary.
   dev_.pool().run(G, [&](int64_t i, int thread) {
@@ -216,7 +254,12 @@ void CpuRunner::linear_layer(int l, int64_t T, std::span<SequenceKv* const> seqs
     ops.append(own, g.start, g.x.data(), g.k.data(), g.v.data(), g.gb.data(), n);
     ops.shift_tail(own.run_tail.data(), g.x.data(), n);
   });
+}
 
+void CpuRunner::linear_output(const LayerWeights& L, int64_t T) {
+  const GdnConfig& d = c_.gdn;
+  const CpuKernels& K = dev_.kernels();
+  const int Hv = d.n_v_heads, dk = d.head_dim, vd = d.value_dim();
   // 4. The 1/sqrt(dk) query scale, gated norm per head, then the output projection into h_.
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   dev_.pool().run(T, [&](int64_t t, int) {

@@ -13,9 +13,10 @@
 
 namespace chorus {
 
-void CpuRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
+// The router's probabilities of each token (h_ normed from x_).
+void CpuRunner::moe_router(const LayerWeights& L, int64_t T) {
   const CpuKernels& K = dev_.kernels();
-  const int E = c_.n_embd, NE = c_.n_expert, NU = c_.n_expert_used, FE = c_.n_ff_exp, FS = c_.n_ff_shexp;
+  const int E = c_.n_embd, NE = c_.n_expert;
   const auto ut = static_cast<size_t>(T);
   dev_.pool().run(T, [&](int64_t t, int) {
     K.rmsnorm(x_.data() + t * E, L.ffn_norm, h_.data() + t * E, E, c_.norm_eps);
@@ -31,8 +32,12 @@ void CpuRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
   } else {
     gemm({{&L.router, moe_logits_.data()}}, h_.data(), T);
   }
+}
 
-  // Routing: softmax, the top n_expert_used (ties: the lower id), renormalised.
+// Routing: softmax, the top n_expert_used (ties: the lower id), renormalised.
+void CpuRunner::moe_route(int64_t T) {
+  const int NE = c_.n_expert, NU = c_.n_expert_used;
+  const auto ut = static_cast<size_t>(T);
   moe_slot_expert_.resize(ut * NU);
   moe_slot_weight_.resize(ut * NU);
   std::vector<int> order(static_cast<size_t>(NE));
@@ -57,8 +62,13 @@ void CpuRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
       moe_slot_weight_[static_cast<size_t>(t * NU + s)] = w;
     }
   }
+}
 
-  // Experts: each over the rows that chose it; slot outputs kept apart, then summed in slot order.
+// Experts: each over the rows that chose it; slot outputs kept apart.
+void CpuRunner::moe_experts(const LayerWeights& L, int64_t T) {
+  const CpuKernels& K = dev_.kernels();
+  const int E = c_.n_embd, NE = c_.n_expert, NU = c_.n_expert_used, FE = c_.n_ff_exp;
+  const auto ut = static_cast<size_t>(T);
   moe_slot_out_.resize(ut * NU * E);
   moe_rows_.resize(ut * E);
   // Slots (t * NU + s) bucketed by expert, in slot order: one pass.
@@ -91,7 +101,15 @@ void CpuRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
       for (int i = 0; i < E; ++i) out[i] = y[i] * w;
     }
   }
+}
 
+void CpuRunner::moe_feed_forward(const LayerWeights& L, int64_t T) {
+  const CpuKernels& K = dev_.kernels();
+  const int E = c_.n_embd, NU = c_.n_expert_used, FS = c_.n_ff_shexp;
+  const auto ut = static_cast<size_t>(T);
+  moe_router(L, T);
+  moe_route(T);
+  moe_experts(L, T);  // then summed in slot order, below
   // Shared expert, gated per token.
   gemm({{&L.sh_gate, gate_.data()}, {&L.sh_up, up_.data()}}, h_.data(), T);
   dev_.pool().run(T, [&](int64_t t, int) {
