@@ -84,20 +84,47 @@ struct ProgramManager::Impl {
     }
   }
 
-  void check() {
-    std::lock_guard<std::mutex> one(checking);
-    caf::scoped_actor self{sys};
-    auto call = [&](const ProgramCmd& c) {
-      return ask(self, batcher, encode_program(0, c), std::chrono::seconds(30));
-    };
-    std::map<uint64_t, Managed> table;
-    {
-      std::lock_guard<std::mutex> l(m);
-      table = programs;
+  // One program as the policy sees it, from its ProgramStatus; a paused one past the tool lease
+  // is added to `cool`.
+  ProgramSnapshot snapshot_of(uint64_t id, Managed& p, const Reply& st, double t,
+                              std::vector<uint64_t>& cool) {
+    ProgramSnapshot s;
+    s.id = id;
+    s.state = st.state == ProgramState::paused ? ProgramState::paused : ProgramState::active;
+    if (s.state == ProgramState::active) {
+      p.pages = st.pages;
+      p.tokens = st.tokens;
+      p.admitted = true;
     }
-    // Where each program stands, from the batcher (its phase told on the way): the questions go
-    // out together and are answered between two steps, not one per step.
-    const double t = now();
+    // What it takes: its pages (resident, or to restore) and what its requests may still write
+    // or need to start; one never admitted, at least what its start was said to take.
+    s.pages = p.admitted ? p.pages + st.wanted_pages
+                         : std::max(p.need_pages, static_cast<int64_t>(st.wanted_pages));
+    // Reasoning while it has a request in the engine or one waiting for its restore; acting
+    // otherwise: in a tool call (its pages weigh less the longer the tool runs) or waiting for
+    // an event (its pages weigh fully: nothing says how long it will wait).
+    const bool wants = st.pending > 0 || st.held > 0;
+    s.phase = wants ? ProgramPhase::reasoning : ProgramPhase::acting;
+    s.phase_since = !wants && p.tools > 0 ? p.tool_since : t;
+    s.paused_since = p.paused_since;
+    s.offloaded = p.offloaded;
+    // Pinned: a request in the engine. One waiting for room is not: when every resident program
+    // waits for room, pausing one of them is what makes it.
+    s.pinned = st.pending > 0;
+    // Paused, waiting for an event, no tool call, past the lease: its sandbox goes.
+    if (p.env.cool && p.warm && s.state == ProgramState::paused && !wants && p.tools == 0 &&
+        t - p.paused_since >= tool_lease_s) {
+      cool.push_back(id);
+      p.warm = false;
+    }
+    s.tools_warm = p.warm || !p.env.warm;
+    return s;
+  }
+
+  // Where each program stands, from the memory actor (its phase told on the way): the
+  // questions go out together and are answered between two steps, not one per step.
+  std::vector<ProgramSnapshot> snapshots(caf::scoped_actor& self, std::map<uint64_t, Managed>& table,
+                                         double t, std::vector<uint64_t>& cool, int64_t& resident) {
     using Handle = decltype(self->request(batcher, std::chrono::seconds(30), frame_atom::value, Frame{}));
     std::vector<std::pair<uint64_t, Handle>> asked;
     for (auto& [id, p] : table) {
@@ -107,47 +134,15 @@ struct ProgramManager::Impl {
           id, self->request(batcher, std::chrono::seconds(30), frame_atom::value, encode_program(0, phase)));
     }
     std::vector<ProgramSnapshot> snaps;
-    std::vector<uint64_t> cool;  // tool environments to remove now
-    int64_t resident = 0;
     for (auto& [id, handle] : asked) {
       Result<Reply> st = make_error(Errc::internal, "no reply from the batcher");
       std::move(handle).receive([&](const std::vector<uint8_t>& r) { st = decode_reply(r); },
                                 [&](caf::error& e) { st = make_error(Errc::internal, caf::to_string(e)); });
       if (!st || st->kind != ReplyKind::program_status) continue;  // ending: terminated under us
-      Managed& p = table[id];
-      ProgramSnapshot s;
-      s.id = id;
-      s.state = st->state == ProgramState::paused ? ProgramState::paused : ProgramState::active;
-      if (s.state == ProgramState::active) {
-        p.pages = st->pages;
-        p.tokens = st->tokens;
-        p.admitted = true;
-        resident += st->pages;
-      }
-      // What it takes: its pages (resident, or to restore) and what its requests may still write
-      // or need to start; one never admitted, at least what its start was said to take.
-      s.pages = p.admitted ? p.pages + st->wanted_pages : std::max(p.need_pages, st->wanted_pages);
-      // Reasoning while it has a request in the engine or one waiting for its restore; acting
-      // otherwise: in a tool call (its pages weigh less the longer the tool runs) or waiting for
-      // an event (its pages weigh fully: nothing says how long it will wait).
-      const bool wants = st->pending > 0 || st->held > 0;
-      s.phase = wants ? ProgramPhase::reasoning : ProgramPhase::acting;
-      s.phase_since = !wants && p.tools > 0 ? p.tool_since : t;
-      s.paused_since = p.paused_since;
-      s.offloaded = p.offloaded;
-      // Pinned: a request in the engine. One waiting for room is not: when every resident program
-      // waits for room, pausing one of them is what makes it.
-      s.pinned = st->pending > 0;
-      // Paused, waiting for an event, no tool call, past the lease: its sandbox goes.
-      if (p.env.cool && p.warm && s.state == ProgramState::paused && !wants && p.tools == 0 &&
-          t - p.paused_since >= tool_lease_s) {
-        cool.push_back(id);
-        p.warm = false;
-      }
-      s.tools_warm = p.warm || !p.env.warm;
-      snaps.push_back(s);
+      snaps.push_back(snapshot_of(id, table[id], *st, t, cool));
+      if (snaps.back().state == ProgramState::active) resident += st->pages;
     }
-    {  // what the batcher said stays for the next check (a paused program's pages: its last)
+    {  // what the memory actor said stays for the next check (a paused program's pages: its last)
       std::lock_guard<std::mutex> l(m);
       for (const ProgramSnapshot& x : snaps)
         if (auto it = programs.find(x.id); it != programs.end() && x.state == ProgramState::active) {
@@ -156,12 +151,17 @@ struct ProgramManager::Impl {
           it->second.admitted = true;
         }
     }
-    const PolicyDecision d = policy.decide(t, snaps);
-    // Tool environments: removed past the lease; made again near the head of the queue, or at
-    // the restore at the latest (before the restore: the program's next call may come at once).
-    std::vector<std::pair<uint64_t, bool>> warm;  // (program, ahead of its restore)
-    for (uint64_t id :
-         d.prewarm)  // near the head and asking for the engine (not one that waits for an event)
+    return snaps;
+  }
+
+  // Tool environments made again: near the head of the queue and asking for the engine (not
+  // one that waits for an event), or at the restore at the latest (before the restore: the
+  // program's next call may come at once). (program, ahead of its restore)
+  static std::vector<std::pair<uint64_t, bool>> to_warm(const PolicyDecision& d,
+                                                        const std::vector<ProgramSnapshot>& snaps,
+                                                        std::map<uint64_t, Managed>& table) {
+    std::vector<std::pair<uint64_t, bool>> warm;
+    for (uint64_t id : d.prewarm)
       if (std::any_of(snaps.begin(), snaps.end(), [&](const ProgramSnapshot& x) {
             return x.id == id && x.phase == ProgramPhase::reasoning;
           }))
@@ -169,15 +169,21 @@ struct ProgramManager::Impl {
     for (uint64_t id : d.restore)
       if (!table[id].warm && table[id].env.warm)  // the policy prewarms only programs it does not restore
         warm.emplace_back(id, false);
-    for (uint64_t id : cool) table[id].env.cool();
-    for (const auto& [id, ahead] : warm) table[id].env.warm();
-    // Carried out: pauses first, then restores (which need the room the pauses made).
-    struct Done {
-      uint64_t id;
-      bool pause;
-      PauseMode mode;
-      bool ok;
-      int64_t pages, tokens;
+    return warm;
+  }
+
+  struct Done {  // a pause or restore carried out (or refused)
+    uint64_t id;
+    bool pause;
+    PauseMode mode;
+    bool ok;
+    int64_t pages, tokens;
+  };
+  // Pauses first, then restores (which need the room the pauses made).
+  std::vector<Done> carry_out(caf::scoped_actor& self, const PolicyDecision& d,
+                              std::map<uint64_t, Managed>& table) {
+    auto call = [&](const ProgramCmd& c) {
+      return ask(self, batcher, encode_program(0, c), std::chrono::seconds(30));
     };
     std::vector<Done> done;
     for (const auto& [id, mode] : d.pause) {
@@ -190,16 +196,11 @@ struct ProgramManager::Impl {
       if (!r) spdlog::debug("scheduler: restoring program {}: {}", id, r.error().message);
       done.push_back({id, false, PauseMode::drop, bool(r), r ? r->pages : 0, table[id].tokens});
     }
-    std::lock_guard<std::mutex> l(m);
-    ++stats.checks;
-    stats.tools_cooled += static_cast<int64_t>(cool.size());
-    for (uint64_t id : cool)
-      if (auto it = programs.find(id); it != programs.end()) it->second.warm = false;
-    for (const auto& [id, ahead] : warm) {
-      ++(ahead ? stats.tools_prewarmed : stats.tools_warmed_late);
-      if (auto it = programs.find(id); it != programs.end()) it->second.warm = true;
-    }
-    stats.peak_resident_pages = std::max(stats.peak_resident_pages, resident);
+    return done;
+  }
+
+  // The outcome into the table and the statistics. REQUIRES: m held.
+  void account(double t, const std::vector<Done>& done) {
     for (const Done& x : done) {
       auto it = programs.find(x.id);
       if (!x.ok) ++stats.refused;
@@ -213,16 +214,43 @@ struct ProgramManager::Impl {
         p.offloaded = x.mode == PauseMode::offload;
         p.paused_since = t;
       } else {
-        if (!p.admitted)
-          ++stats.admitted;
-        else
-          ++stats.restores;
+        ++(p.admitted ? stats.restores : stats.admitted);
         if (p.admitted && !p.offloaded) stats.recomputed_tokens += p.tokens;
         p.admitted = true;
         p.pages = x.pages;
         p.offloaded = false;
       }
     }
+  }
+
+  void check() {
+    std::lock_guard<std::mutex> one(checking);
+    caf::scoped_actor self{sys};
+    std::map<uint64_t, Managed> table;
+    {
+      std::lock_guard<std::mutex> l(m);
+      table = programs;
+    }
+    const double t = now();
+    std::vector<uint64_t> cool;  // tool environments to remove now
+    int64_t resident = 0;
+    const std::vector<ProgramSnapshot> snaps = snapshots(self, table, t, cool, resident);
+    const PolicyDecision d = policy.decide(t, snaps);
+    const std::vector<std::pair<uint64_t, bool>> warm = to_warm(d, snaps, table);
+    for (uint64_t id : cool) table[id].env.cool();
+    for (const auto& [id, ahead] : warm) table[id].env.warm();
+    const std::vector<Done> done = carry_out(self, d, table);
+    std::lock_guard<std::mutex> l(m);
+    ++stats.checks;
+    stats.tools_cooled += static_cast<int64_t>(cool.size());
+    for (uint64_t id : cool)
+      if (auto it = programs.find(id); it != programs.end()) it->second.warm = false;
+    for (const auto& [id, ahead] : warm) {
+      ++(ahead ? stats.tools_prewarmed : stats.tools_warmed_late);
+      if (auto it = programs.find(id); it != programs.end()) it->second.warm = true;
+    }
+    stats.peak_resident_pages = std::max(stats.peak_resident_pages, resident);
+    account(t, done);
   }
 };
 

@@ -147,6 +147,92 @@ struct GeneratorState {
   std::vector<std::string> pending;  // per emit: text since its last event
 };
 
+using GeneratorSelf = caf::stateful_actor<GeneratorState>*;
+using GeneratorConf = std::shared_ptr<const GeneratorConfig>;
+
+// A token of the run: counted, streamed to the sinks, and into each emit's pending text (an
+// event when its separator comes).
+void on_generated(GeneratorSelf self, const GeneratorConf& c, const Reply& r) {
+  auto& st = self->state;
+  if (r.token >= 0) {
+    self->send(st.ctl, tokens_atom::value, int64_t{1});
+    ++st.generated;
+  }
+  st.piece += r.text;
+  st.request_text += r.text;
+  if (c->stream)
+    for (const auto& s : c->sinks) self->send(s, text_atom::value, r.text);
+  for (size_t i = 0; i < c->emits.size(); ++i) {
+    std::string& p = st.pending[i];
+    p += r.text;
+    const auto at = p.find(c->emits[i].at, 1);  // a piece has something before its end
+    if (at == std::string::npos) continue;
+    self->send(st.ctl, signal_atom::value, c->emits[i].event, p.substr(0, at + c->emits[i].at.size()));
+    p.erase(0, at + c->emits[i].at.size());
+  }
+}
+
+// When the request stopped at a tool call (and the run may make one more): the program acts —
+// the tool runs in its sandbox, its result goes into the block, and the same run goes on from
+// there. False when it did not.
+bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::actor& batcher, const Reply& r) {
+  auto& st = self->state;
+  std::string tool, args, error;
+  if (!c->tools || r.reason != FinishReason::stop_string || st.tool_calls >= c->max_tool_calls ||
+      st.generated >= c->request.stop.max_tokens || !parse_tool_call(st.request_text, &tool, &args, &error))
+    return false;
+  ++st.tool_calls;
+  self->send(st.ctl, signal_atom::value, c->name + ".tool_call",
+             st.request_text.substr(st.request_text.rfind("<tool_call>")));
+  auto go_on = [=](const std::string& result) {
+    auto& s2 = self->state;
+    self->send(s2.ctl, signal_atom::value, c->name + ".tool_result", result);
+    const std::string response = "\n<tool_response>\n" + result + "\n</tool_response>\n";
+    s2.piece += response;
+    if (c->stream)
+      for (const auto& sk : c->sinks) self->send(sk, text_atom::value, response);
+    Request next = c->request;
+    next.tokens = c->tokenizer->encode(response, {.parse_special = true});
+    next.stop.max_tokens = std::max(1, c->request.stop.max_tokens - s2.generated);
+    s2.request_text.clear();
+    submit(self, batcher, next, [=](const std::string& why) {
+      self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
+    });
+  };
+  if (tool.empty()) {
+    go_on("error: " + error);
+  } else {
+    self->request(c->tools, caf::infinite, tool_atom::value, tool, args)
+        .then([=](const std::string& result) { go_on(result); },
+              [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); });
+  }
+  return true;
+}
+
+// The run is over: what is left of each emit is its last piece; the sinks get the run's text
+// as one line (not streaming) or its closing newline.
+void end_run(GeneratorSelf self, const GeneratorConf& c) {
+  auto& st = self->state;
+  for (size_t i = 0; i < c->emits.size(); ++i) {
+    if (st.pending[i].find_first_not_of(" \t\r\n") != std::string::npos)
+      self->send(st.ctl, signal_atom::value, c->emits[i].event, st.pending[i]);
+    st.pending[i].clear();
+  }
+  if (!c->stream) {
+    std::string line = st.piece;
+    for (const auto& s : c->request.stop.strings)
+      if (ends_with(line, s)) line.erase(line.size() - s.size());
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) line.erase(0, 1);
+    if (!line.empty())
+      for (const auto& s : c->sinks) self->send(s, text_atom::value, line + "\n");
+  } else if (!st.piece.empty() && st.piece.back() != '\n') {
+    for (const auto& s : c->sinks) self->send(s, text_atom::value, std::string("\n"));
+  }
+  st.busy = false;
+  ++st.runs;
+}
+
 caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor batcher, GeneratorConfig cfg) {
   auto c = std::make_shared<GeneratorConfig>(std::move(cfg));
   self->state.trig.init(c->triggers);
@@ -191,83 +277,16 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
       [=](event_atom, const std::vector<uint8_t>& frame) {
         auto r = decode_reply(frame);
         if (!r) return;
-        auto& st = self->state;
         if (r->kind == ReplyKind::token) {
-          if (r->token >= 0) {
-            self->send(st.ctl, tokens_atom::value, int64_t{1});
-            ++st.generated;
-          }
-          st.piece += r->text;
-          st.request_text += r->text;
-          if (c->stream)
-            for (const auto& s : c->sinks) self->send(s, text_atom::value, r->text);
-          for (size_t i = 0; i < c->emits.size(); ++i) {
-            std::string& p = st.pending[i];
-            p += r->text;
-            const auto at = p.find(c->emits[i].at, 1);  // a piece has something before its end
-            if (at == std::string::npos) continue;
-            self->send(st.ctl, signal_atom::value, c->emits[i].event,
-                       p.substr(0, at + c->emits[i].at.size()));
-            p.erase(0, at + c->emits[i].at.size());
-          }
+          on_generated(self, c, *r);
         } else if (r->kind == ReplyKind::finished) {
           if (r->reason == FinishReason::error ||
               r->reason == FinishReason::context_full) {  // not a short success
-            self->send(st.ctl, fail_atom::value, c->name, "generation failed: " + r->text);
+            self->send(self->state.ctl, fail_atom::value, c->name, "generation failed: " + r->text);
             return;
           }
-          std::string tool, args, error;
-          if (c->tools && r->reason == FinishReason::stop_string && st.tool_calls < c->max_tool_calls &&
-              st.generated < c->request.stop.max_tokens &&
-              parse_tool_call(st.request_text, &tool, &args, &error)) {
-            // The program acts: the tool runs in its sandbox; its result goes into the block, and
-            // the same run goes on from there.
-            ++st.tool_calls;
-            self->send(st.ctl, signal_atom::value, c->name + ".tool_call",
-                       st.request_text.substr(st.request_text.rfind("<tool_call>")));
-            auto go_on = [=](const std::string& result) {
-              auto& s2 = self->state;
-              self->send(s2.ctl, signal_atom::value, c->name + ".tool_result", result);
-              const std::string response = "\n<tool_response>\n" + result + "\n</tool_response>\n";
-              s2.piece += response;
-              if (c->stream)
-                for (const auto& sk : c->sinks) self->send(sk, text_atom::value, response);
-              Request next = c->request;
-              next.tokens = c->tokenizer->encode(response, {.parse_special = true});
-              next.stop.max_tokens = std::max(1, c->request.stop.max_tokens - s2.generated);
-              s2.request_text.clear();
-              submit(self, batcher, next, [=](const std::string& why) {
-                self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
-              });
-            };
-            if (tool.empty()) {
-              go_on("error: " + error);
-            } else {
-              self->request(c->tools, caf::infinite, tool_atom::value, tool, args)
-                  .then(
-                      [=](const std::string& result) { go_on(result); },
-                      [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); });
-            }
-            return;
-          }
-          for (size_t i = 0; i < c->emits.size(); ++i) {  // what is left is the run's last piece
-            if (st.pending[i].find_first_not_of(" \t\r\n") != std::string::npos)
-              self->send(st.ctl, signal_atom::value, c->emits[i].event, st.pending[i]);
-            st.pending[i].clear();
-          }
-          if (!c->stream) {
-            std::string line = st.piece;
-            for (const auto& s : c->request.stop.strings)
-              if (ends_with(line, s)) line.erase(line.size() - s.size());
-            while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-            while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) line.erase(0, 1);
-            if (!line.empty())
-              for (const auto& s : c->sinks) self->send(s, text_atom::value, line + "\n");
-          } else if (!st.piece.empty() && st.piece.back() != '\n') {
-            for (const auto& s : c->sinks) self->send(s, text_atom::value, std::string("\n"));
-          }
-          st.busy = false;
-          ++st.runs;
+          if (go_on_with_tool(self, c, batcher, *r)) return;
+          end_run(self, c);
           run();
           maybe_done();
         }
@@ -292,6 +311,23 @@ struct ProbeRoleState {
 // Up to this many questions of one probe run at once (batched into the same steps); answers are
 // judged in the order they come.
 constexpr int kProbeQuestionsOut = 8;
+
+// An answer: past the threshold (on the rising edge only, with `edge`) the probe fires, its
+// event carrying what was asked about, else the probability.
+void judge(caf::stateful_actor<ProbeRoleState>* self, const ProbeRoleConfig& c, const Reply& r,
+           const std::string& asked) {
+  auto& st = self->state;
+  float p = 0;
+  for (int i : c.fire_on)
+    if (static_cast<size_t>(i) < r.probabilities.size()) p += r.probabilities[static_cast<size_t>(i)];
+  const bool above = p >= c.threshold;
+  if (above && (!c.edge || !st.above)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(p));
+    self->send(st.ctl, signal_atom::value, c.fires, asked.empty() ? std::string(buf) : asked);
+  }
+  st.above = above;
+}
 
 caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor batcher, ProbeRoleConfig cfg) {
   auto c = std::make_shared<ProbeRoleConfig>(std::move(cfg));
@@ -356,18 +392,7 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
         auto it = st.out.find(r->id);
         if (it == st.out.end()) return;
         if (r->kind == ReplyKind::probe_result) {
-          float p = 0;
-          for (int i : c->fire_on)
-            if (static_cast<size_t>(i) < r->probabilities.size())
-              p += r->probabilities[static_cast<size_t>(i)];
-          const bool above = p >= c->threshold;
-          if (above && (!c->edge || !st.above)) {  // carries what was asked about, else the probability
-            char buf[32];
-            std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(p));
-            self->send(st.ctl, signal_atom::value, c->fires,
-                       it->second.empty() ? std::string(buf) : it->second);
-          }
-          st.above = above;
+          judge(self, *c, *r, it->second);
         } else if (r->kind == ReplyKind::finished) {
           if (r->reason == FinishReason::error || r->reason == FinishReason::context_full)
             self->send(st.ctl, fail_atom::value, c->name, "probe failed: " + r->text);
@@ -412,6 +437,70 @@ int64_t count_lines(const std::string& s) {
   return static_cast<int64_t>(std::count(s.begin(), s.end(), '\n'));
 }
 
+// What of the backlog goes in next, merged, up to 256 lines. A window source clears its block
+// when the next text would overflow it (then `rotating` is set and nothing is taken), and runs
+// the last few lines again after the clear (a reader triggered by them still sees them).
+std::string next_from_backlog(SourceRoleState& st, const SourceRoleConfig& c) {
+  auto fits = [&](int64_t more_lines) {
+    return c.keep_lines == 0 || st.lines_in_block + more_lines <= c.keep_lines;
+  };
+  std::string merged;
+  int64_t merged_lines = 0;
+  while (!st.backlog.empty() && merged_lines < 256) {
+    const std::string& t = st.backlog.front();
+    const int64_t n = count_lines(t);
+    if (!fits(merged_lines + n)) {
+      if (!merged.empty()) break;
+      if (st.lines_in_block > st.carry_lines) {
+        st.rotating = true;
+        return {};
+      }  // else a text longer than the window: it goes in whole
+    }
+    merged += t;
+    merged_lines += n;
+    st.backlog.pop_front();
+  }
+  return merged;
+}
+
+// Text that arrived, as whole lines up to max_lines (then the input has ended); false when it
+// comes past that.
+bool take_text(SourceRoleState& st, const SourceRoleConfig& c, std::string& text) {
+  if (st.input_ended && !c.text_once) return false;  // past max_lines
+  if (c.records && !text.empty() && text.back() != '\n') text += '\n';
+  if (c.text_once) st.input_ended = true;
+  if (c.max_lines > 0) {  // whole lines up to the limit
+    size_t cut = 0;
+    int64_t n = 0;
+    while (st.lines_in + n < c.max_lines && (cut = text.find('\n', cut)) != std::string::npos) {
+      ++cut;
+      ++n;
+    }
+    if (st.lines_in + n >= c.max_lines) {
+      text.resize(cut);
+      st.input_ended = true;
+    }
+  }
+  st.lines_in += count_lines(text);
+  return true;
+}
+
+// A forward of new lines is in: each goes into the recent lines, and every every_lines of them
+// the recent lines go out as the source's event.
+void lines_in(caf::stateful_actor<SourceRoleState>* self, const SourceRoleConfig& c, const std::string& text,
+              size_t keep_recent) {
+  auto& st = self->state;
+  for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+    st.recent.push_back(text.substr(at, nl + 1 - at));
+    if (st.recent.size() > keep_recent) st.recent.pop_front();
+    if (++st.lines_done < st.next_emit || c.every_lines == 0) continue;
+    std::string lines_text;
+    for (const auto& l : st.recent) lines_text += l;
+    self->send(st.ctl, signal_atom::value, c.emit_event, lines_text);
+    st.next_emit += c.every_lines;
+  }
+}
+
 caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor batcher,
                           SourceRoleConfig cfg) {
   auto c = std::make_shared<SourceRoleConfig>(std::move(cfg));
@@ -434,33 +523,13 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
     submit(self, batcher, Request::forward(c->write_to, toks, c->view),
            [=](const std::string& why) { fail("forward refused: " + why); });
   };
-  // A window source clears its block when the next text would overflow it, then runs the last
-  // few lines again (a reader triggered by them still sees them) before going on.
-  auto fits = [=](int64_t more_lines) {
-    return c->keep_lines == 0 || self->state.lines_in_block + more_lines <= c->keep_lines;
-  };
   auto try_clear = std::make_shared<std::function<void()>>();
   // One forward at a time: what arrived meanwhile goes in as one (fewer, fuller steps).
   auto drain = [=] {
     auto& st = self->state;
     if (st.rotating || !st.in_flight.empty()) return maybe_done();
-    std::string merged;
-    int64_t merged_lines = 0;
-    while (!st.backlog.empty() && merged_lines < 256) {
-      const std::string& t = st.backlog.front();
-      const int64_t n = count_lines(t);
-      if (!fits(merged_lines + n)) {
-        if (!merged.empty()) break;
-        if (st.lines_in_block > st.carry_lines) {
-          st.rotating = true;
-          (*try_clear)();
-          return;
-        }  // else a text longer than the window: it goes in whole
-      }
-      merged += t;
-      merged_lines += n;
-      st.backlog.pop_front();
-    }
+    const std::string merged = next_from_backlog(st, *c);
+    if (st.rotating) return (*try_clear)();
     if (!merged.empty()) forward(merged, false);
     maybe_done();
   };
@@ -500,24 +569,8 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
       },
       [=](tick_atom) { (*try_clear)(); },
       [=](text_atom, std::string text) {
-        auto& st = self->state;
-        if (st.input_ended && !c->text_once) return;  // past max_lines
-        if (c->records && !text.empty() && text.back() != '\n') text += '\n';
-        if (c->text_once) st.input_ended = true;
-        if (c->max_lines > 0) {  // whole lines up to the limit
-          size_t cut = 0;
-          int64_t n = 0;
-          while (st.lines_in + n < c->max_lines && (cut = text.find('\n', cut)) != std::string::npos) {
-            ++cut;
-            ++n;
-          }
-          if (st.lines_in + n >= c->max_lines) {
-            text.resize(cut);
-            st.input_ended = true;
-          }
-        }
-        st.lines_in += count_lines(text);
-        st.backlog.push_back(std::move(text));
+        if (!take_text(self->state, *c, text)) return;
+        self->state.backlog.push_back(std::move(text));
         drain();
       },
       [=](done_atom) {
@@ -533,17 +586,7 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
         if (st.in_flight.empty()) return;
         SourceRoleState::Forward f = std::move(st.in_flight.front());
         st.in_flight.pop_front();
-        if (!f.carry) {  // each new line: into the recent lines, and an event every every_lines
-          for (size_t at = 0, nl; (nl = f.text.find('\n', at)) != std::string::npos; at = nl + 1) {
-            st.recent.push_back(f.text.substr(at, nl + 1 - at));
-            if (st.recent.size() > keep_recent) st.recent.pop_front();
-            if (++st.lines_done < st.next_emit || c->every_lines == 0) continue;
-            std::string lines_text;
-            for (const auto& l : st.recent) lines_text += l;
-            self->send(st.ctl, signal_atom::value, c->emit_event, lines_text);
-            st.next_emit += c->every_lines;
-          }
-        }
+        if (!f.carry) lines_in(self, *c, f.text, keep_recent);
         if (st.rotating) (*try_clear)();
         drain();
       },

@@ -154,42 +154,10 @@ Status read_experts(const GgufFile& g, const std::string& p, ModelConfig& c) {
 
 }  // namespace
 
-Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
-  ModelConfig c;
-  auto arch = g.get_string("general.architecture");
-  if (!arch) return arch.error();
-  c.arch = std::string(*arch);
-  bool known = false;
-  std::string list;
-  for (const auto& a : supported_architectures()) {
-    known |= a == c.arch;
-    list += (list.empty() ? "" : ", ") + a;
-  }
-  if (!known)
-    return make_error(Errc::unsupported, g.name() + ": architecture '" + c.arch +
-                                             "' is not supported (supported: " + list + ")");
-  if (auto n = g.get_string("general.name")) c.name = std::string(*n);
-  const std::string p = c.arch + ".";
-#define CHORUS_INT(field, key)        \
-  {                                   \
-    auto v = get_int_key(g, p + key); \
-    if (!v) return v.error();         \
-    c.field = *v;                     \
-  }
-  CHORUS_INT(n_embd, "embedding_length");
-  CHORUS_INT(n_layer, "block_count");
-  CHORUS_INT(n_head, "attention.head_count");
-  const bool experts = c.arch == "qwen35moe" || c.arch == "qwen3next";
-  if (!experts || g.find(p + "feed_forward_length")) CHORUS_INT(n_ff, "feed_forward_length");
-  CHORUS_INT(n_ctx_train, "context_length");
-#undef CHORUS_INT
-  for (auto [k, v, most] : {std::tuple{"attention.head_count", c.n_head, 65536},
-                            {"block_count", c.n_layer, 65536},
-                            {"embedding_length", c.n_embd, 1 << 20}})
-    if (v > most)
-      return make_error(Errc::unsupported, g.name() + ": " + p + k + " " + std::to_string(v) +
-                                               " is larger than " + std::to_string(most) +
-                                               ", which chorus supports");
+namespace {
+
+// Heads: how many (and of keys and values), their size, and the rotated part of it.
+Status read_heads(const GgufFile& g, const std::string& p, ModelConfig& c) {
   c.n_head_kv = c.n_head;
   if (g.find(p + "attention.head_count_kv")) {
     auto v = get_int_key(g, p + "attention.head_count_kv");
@@ -226,6 +194,11 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
   if (c.n_rot > c.head_dim || c.n_rot % 2 != 0)
     return make_error(Errc::bad_format, g.name() + ": rope.dimension_count " + std::to_string(c.n_rot) +
                                             " does not fit the head dimension " + std::to_string(c.head_dim));
+  return Status::success();
+}
+
+// The norms' epsilon and the rotary embedding's base and scaling.
+Status read_rope_and_norm(const GgufFile& g, const std::string& p, ModelConfig& c) {
   if (g.find(p + "attention.layer_norm_rms_epsilon")) {
     auto v = g.get_float(p + "attention.layer_norm_rms_epsilon");
     if (!v) return v.error();
@@ -248,6 +221,49 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
                                                "' is not supported yet (supported: none, linear)");
     }
   }
+  return Status::success();
+}
+
+}  // namespace
+
+Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
+  ModelConfig c;
+  auto arch = g.get_string("general.architecture");
+  if (!arch) return arch.error();
+  c.arch = std::string(*arch);
+  bool known = false;
+  std::string list;
+  for (const auto& a : supported_architectures()) {
+    known |= a == c.arch;
+    list += (list.empty() ? "" : ", ") + a;
+  }
+  if (!known)
+    return make_error(Errc::unsupported, g.name() + ": architecture '" + c.arch +
+                                             "' is not supported (supported: " + list + ")");
+  if (auto n = g.get_string("general.name")) c.name = std::string(*n);
+  const std::string p = c.arch + ".";
+#define CHORUS_INT(field, key)        \
+  {                                   \
+    auto v = get_int_key(g, p + key); \
+    if (!v) return v.error();         \
+    c.field = *v;                     \
+  }
+  CHORUS_INT(n_embd, "embedding_length");
+  CHORUS_INT(n_layer, "block_count");
+  CHORUS_INT(n_head, "attention.head_count");
+  const bool experts = c.arch == "qwen35moe" || c.arch == "qwen3next";
+  if (!experts || g.find(p + "feed_forward_length")) CHORUS_INT(n_ff, "feed_forward_length");
+  CHORUS_INT(n_ctx_train, "context_length");
+#undef CHORUS_INT
+  for (auto [k, v, most] : {std::tuple{"attention.head_count", c.n_head, 65536},
+                            {"block_count", c.n_layer, 65536},
+                            {"embedding_length", c.n_embd, 1 << 20}})
+    if (v > most)
+      return make_error(Errc::unsupported, g.name() + ": " + p + k + " " + std::to_string(v) +
+                                               " is larger than " + std::to_string(most) +
+                                               ", which chorus supports");
+  CHORUS_TRY(read_heads(g, p, c));
+  CHORUS_TRY(read_rope_and_norm(g, p, c));
   c.rope_layout = c.arch == "llama" ? RopeLayout::rope_normal : RopeLayout::rope_neox;
   const GgufTensor* emb = g.find_tensor("token_embd.weight");
   if (emb == nullptr)

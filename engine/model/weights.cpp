@@ -76,10 +76,17 @@ std::string shape_str(int64_t a, int64_t b) {
 
 }  // namespace
 
-Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
-  Weights w;
+namespace {
+
+// Reads the model's tensors by name, checking their shapes and types; vectors of another type
+// than f32 are dequantized into buffers kept in `owned`.
+struct TensorReader {
+  const GgufFile& g;
+  const ModelConfig& c;
+  std::vector<std::unique_ptr<float[]>>& owned;
+
   // GGUF shapes list the contiguous dimension first: a matrix [rows, cols] is ne = {cols, rows}.
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, WeightMatrix* out) -> Status {
+  Status matrix(const std::string& name, int64_t rows, int64_t cols, WeightMatrix* out) const {
     const GgufTensor* t = g.find_tensor(name);
     if (t == nullptr) return make_error(Errc::not_found, g.name() + ": tensor '" + name + "' is missing");
     if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
@@ -94,8 +101,8 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
                                                " columns, not a multiple of 32");
     *out = WeightMatrix{t->type, rows, cols, t->data, t->n_bytes / static_cast<size_t>(rows)};
     return Status::success();
-  };
-  auto vec = [&](const std::string& name, int64_t n, bool required, const float** out) -> Status {
+  }
+  Status vec(const std::string& name, int64_t n, bool required, const float** out) const {
     const GgufTensor* t = g.find_tensor(name);
     if (t == nullptr) {
       if (!required) return Status::success();
@@ -115,12 +122,11 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
     auto buf = std::make_unique<float[]>(static_cast<size_t>(n));
     dequantize_row(t->type, t->data, buf.get(), n);
     *out = buf.get();
-    w.owned_.push_back(std::move(buf));
+    owned.push_back(std::move(buf));
     return Status::success();
-  };
+  }
   // Expert matrices: one 3-d tensor [cols, rows, n_expert], cut into n_expert matrices.
-  auto experts = [&](const std::string& name, int64_t rows, int64_t cols,
-                     std::vector<WeightMatrix>* out) -> Status {
+  Status experts(const std::string& name, int64_t rows, int64_t cols, std::vector<WeightMatrix>* out) const {
     const GgufTensor* t = g.find_tensor(name);
     if (t == nullptr) {
       const std::string layer = name.substr(0, name.find("ffn_"));
@@ -145,81 +151,101 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
       out->push_back(
           WeightMatrix{t->type, rows, cols, t->data + static_cast<size_t>(e) * rows * row_bytes, row_bytes});
     return Status::success();
-  };
-  CHORUS_TRY(matrix("token_embd.weight", c.n_vocab, c.n_embd, &w.token_embd));
-  CHORUS_TRY(vec("output_norm.weight", c.n_embd, true, &w.output_norm));
+  }
+};
+
+// A Gated DeltaNet layer's projections, convolution (taps transposed to [K][conv_dim]) and norms.
+Status read_linear_layer(const TensorReader& r, const std::string& p, LayerWeights& l) {
+  const ModelConfig& c = r.c;
+  const GdnConfig& d = c.gdn;
+  const int64_t K = d.conv_kernel;
+  CHORUS_TRY(r.matrix(p + "attn_qkv.weight", d.conv_dim(), c.n_embd, &l.w_qkv));
+  CHORUS_TRY(r.matrix(p + "attn_gate.weight", d.value_dim(), c.n_embd, &l.w_z));
+  if (c.arch == "qwen3next") {
+    if (r.g.find_tensor(p + "ssm_in.weight") != nullptr && r.g.find_tensor(p + "attn_qkv.weight") == nullptr)
+      return make_error(Errc::unsupported,
+                        r.g.name() + ": tensor '" + p +
+                            "ssm_in.weight' is the packed [q k v z] "
+                            "projection of older converters; chorus reads attn_qkv and "
+                            "attn_gate (convert the model again with a current llama.cpp)");
+    CHORUS_TRY(r.matrix(p + "ssm_ba.weight", 2 * d.n_v_heads, c.n_embd, &l.w_ba));
+  } else {
+    CHORUS_TRY(r.matrix(p + "ssm_beta.weight", d.n_v_heads, c.n_embd, &l.w_beta));
+    CHORUS_TRY(r.matrix(p + "ssm_alpha.weight", d.n_v_heads, c.n_embd, &l.w_alpha));
+  }
+  const float* taps = nullptr;  // [conv_dim][K] as stored
+  CHORUS_TRY(r.vec(p + "ssm_conv1d.weight", d.conv_dim() * K, true, &taps));
+  if (const GgufTensor* t = r.g.find_tensor(p + "ssm_conv1d.weight"); t->ne[0] != K)
+    return make_error(Errc::bad_format, r.g.name() + ": tensor '" + p + "ssm_conv1d.weight' has shape " +
+                                            t->shape_string() + ", expected " + shape_str(K, d.conv_dim()));
+  auto transposed = std::make_unique<float[]>(static_cast<size_t>(d.conv_dim() * K));
+  for (int64_t c = 0; c < d.conv_dim(); ++c)
+    for (int64_t j = 0; j < K; ++j) transposed[static_cast<size_t>(j * d.conv_dim() + c)] = taps[c * K + j];
+  l.conv = transposed.get();
+  r.owned.push_back(std::move(transposed));
+  CHORUS_TRY(r.vec(p + "ssm_a", d.n_v_heads, true, &l.ssm_a));
+  CHORUS_TRY(r.vec(p + "ssm_dt.bias", d.n_v_heads, true, &l.dt_bias));
+  CHORUS_TRY(r.vec(p + "ssm_norm.weight", d.head_dim, true, &l.ssm_norm));
+  CHORUS_TRY(r.matrix(p + "ssm_out.weight", c.n_embd, d.value_dim(), &l.w_ssm_out));
+  return Status::success();
+}
+
+Status read_attention_layer(const TensorReader& r, const std::string& p, LayerWeights& l) {
+  const ModelConfig& c = r.c;
+  CHORUS_TRY(r.matrix(p + "attn_q.weight", c.attn_output_gate ? 2 * c.q_dim() : c.q_dim(), c.n_embd, &l.wq));
+  CHORUS_TRY(r.matrix(p + "attn_k.weight", c.kv_dim(), c.n_embd, &l.wk));
+  CHORUS_TRY(r.matrix(p + "attn_v.weight", c.kv_dim(), c.n_embd, &l.wv));
+  CHORUS_TRY(r.matrix(p + "attn_output.weight", c.n_embd, c.q_dim(), &l.wo));
+  CHORUS_TRY(r.vec(p + "attn_q.bias", c.q_dim(), false, &l.bq));
+  CHORUS_TRY(r.vec(p + "attn_k.bias", c.kv_dim(), false, &l.bk));
+  CHORUS_TRY(r.vec(p + "attn_v.bias", c.kv_dim(), false, &l.bv));
+  CHORUS_TRY(r.vec(p + "attn_q_norm.weight", c.head_dim, c.qk_norm, &l.q_norm));
+  CHORUS_TRY(r.vec(p + "attn_k_norm.weight", c.head_dim, c.qk_norm, &l.k_norm));
+  return Status::success();
+}
+
+// The feed-forward: dense, or experts with a shared expert (MoE).
+Status read_feed_forward(const TensorReader& r, const std::string& p, LayerWeights& l) {
+  const ModelConfig& c = r.c;
+  if (c.moe()) {
+    CHORUS_TRY(r.matrix(p + "ffn_gate_inp.weight", c.n_expert, c.n_embd, &l.router));
+    CHORUS_TRY(r.experts(p + "ffn_gate_exps.weight", c.n_ff_exp, c.n_embd, &l.exp_gate));
+    CHORUS_TRY(r.experts(p + "ffn_up_exps.weight", c.n_ff_exp, c.n_embd, &l.exp_up));
+    CHORUS_TRY(r.experts(p + "ffn_down_exps.weight", c.n_embd, c.n_ff_exp, &l.exp_down));
+    CHORUS_TRY(r.vec(p + "ffn_gate_inp_shexp.weight", c.n_embd, true, &l.sh_router));
+    CHORUS_TRY(r.matrix(p + "ffn_gate_shexp.weight", c.n_ff_shexp, c.n_embd, &l.sh_gate));
+    CHORUS_TRY(r.matrix(p + "ffn_up_shexp.weight", c.n_ff_shexp, c.n_embd, &l.sh_up));
+    CHORUS_TRY(r.matrix(p + "ffn_down_shexp.weight", c.n_embd, c.n_ff_shexp, &l.sh_down));
+    return Status::success();
+  }
+  CHORUS_TRY(r.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd, &l.w_gate));
+  CHORUS_TRY(r.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd, &l.w_up));
+  CHORUS_TRY(r.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff, &l.w_down));
+  return Status::success();
+}
+
+}  // namespace
+
+Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
+  Weights w;
+  const TensorReader r{g, c, w.owned_};
+  CHORUS_TRY(r.matrix("token_embd.weight", c.n_vocab, c.n_embd, &w.token_embd));
+  CHORUS_TRY(r.vec("output_norm.weight", c.n_embd, true, &w.output_norm));
   if (c.tied_output)
     w.output = w.token_embd;
   else
-    CHORUS_TRY(matrix("output.weight", c.n_vocab, c.n_embd, &w.output));
+    CHORUS_TRY(r.matrix("output.weight", c.n_vocab, c.n_embd, &w.output));
   // The Qwen3.5 / Qwen3-Next family names the pre-FFN norm post_attention_norm.
   const bool qwen35_family = c.arch == "qwen35" || c.arch == "qwen35moe" || c.arch == "qwen3next";
   w.layers.resize(static_cast<size_t>(c.n_layer));
   for (int i = 0; i < c.n_layer; ++i) {
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     const std::string p = "blk." + std::to_string(i) + ".";
-    CHORUS_TRY(vec(p + "attn_norm.weight", c.n_embd, true, &l.attn_norm));
-    if (c.is_linear(i)) {
-      const GdnConfig& d = c.gdn;
-      const int64_t K = d.conv_kernel;
-      CHORUS_TRY(matrix(p + "attn_qkv.weight", d.conv_dim(), c.n_embd, &l.w_qkv));
-      CHORUS_TRY(matrix(p + "attn_gate.weight", d.value_dim(), c.n_embd, &l.w_z));
-      if (c.arch == "qwen3next") {
-        if (g.find_tensor(p + "ssm_in.weight") != nullptr && g.find_tensor(p + "attn_qkv.weight") == nullptr)
-          return make_error(Errc::unsupported,
-                            g.name() + ": tensor '" + p +
-                                "ssm_in.weight' is the packed [q k v z] "
-                                "projection of older converters; chorus reads attn_qkv and "
-                                "attn_gate (convert the model again with a current llama.cpp)");
-        CHORUS_TRY(matrix(p + "ssm_ba.weight", 2 * d.n_v_heads, c.n_embd, &l.w_ba));
-      } else {
-        CHORUS_TRY(matrix(p + "ssm_beta.weight", d.n_v_heads, c.n_embd, &l.w_beta));
-        CHORUS_TRY(matrix(p + "ssm_alpha.weight", d.n_v_heads, c.n_embd, &l.w_alpha));
-      }
-      const float* taps = nullptr;  // [conv_dim][K] as stored
-      CHORUS_TRY(vec(p + "ssm_conv1d.weight", d.conv_dim() * K, true, &taps));
-      if (const GgufTensor* t = g.find_tensor(p + "ssm_conv1d.weight"); t->ne[0] != K)
-        return make_error(Errc::bad_format, g.name() + ": tensor '" + p + "ssm_conv1d.weight' has shape " +
-                                                t->shape_string() + ", expected " +
-                                                shape_str(K, d.conv_dim()));
-      auto transposed = std::make_unique<float[]>(static_cast<size_t>(d.conv_dim() * K));
-      for (int64_t c = 0; c < d.conv_dim(); ++c)
-        for (int64_t j = 0; j < K; ++j)
-          transposed[static_cast<size_t>(j * d.conv_dim() + c)] = taps[c * K + j];
-      l.conv = transposed.get();
-      w.owned_.push_back(std::move(transposed));
-      CHORUS_TRY(vec(p + "ssm_a", d.n_v_heads, true, &l.ssm_a));
-      CHORUS_TRY(vec(p + "ssm_dt.bias", d.n_v_heads, true, &l.dt_bias));
-      CHORUS_TRY(vec(p + "ssm_norm.weight", d.head_dim, true, &l.ssm_norm));
-      CHORUS_TRY(matrix(p + "ssm_out.weight", c.n_embd, d.value_dim(), &l.w_ssm_out));
-    } else {
-      CHORUS_TRY(
-          matrix(p + "attn_q.weight", c.attn_output_gate ? 2 * c.q_dim() : c.q_dim(), c.n_embd, &l.wq));
-      CHORUS_TRY(matrix(p + "attn_k.weight", c.kv_dim(), c.n_embd, &l.wk));
-      CHORUS_TRY(matrix(p + "attn_v.weight", c.kv_dim(), c.n_embd, &l.wv));
-      CHORUS_TRY(matrix(p + "attn_output.weight", c.n_embd, c.q_dim(), &l.wo));
-      CHORUS_TRY(vec(p + "attn_q.bias", c.q_dim(), false, &l.bq));
-      CHORUS_TRY(vec(p + "attn_k.bias", c.kv_dim(), false, &l.bk));
-      CHORUS_TRY(vec(p + "attn_v.bias", c.kv_dim(), false, &l.bv));
-      CHORUS_TRY(vec(p + "attn_q_norm.weight", c.head_dim, c.qk_norm, &l.q_norm));
-      CHORUS_TRY(vec(p + "attn_k_norm.weight", c.head_dim, c.qk_norm, &l.k_norm));
-    }
-    CHORUS_TRY(vec(p + (qwen35_family ? "post_attention_norm.weight" : "ffn_norm.weight"), c.n_embd, true,
-                   &l.ffn_norm));
-    if (c.moe()) {
-      CHORUS_TRY(matrix(p + "ffn_gate_inp.weight", c.n_expert, c.n_embd, &l.router));
-      CHORUS_TRY(experts(p + "ffn_gate_exps.weight", c.n_ff_exp, c.n_embd, &l.exp_gate));
-      CHORUS_TRY(experts(p + "ffn_up_exps.weight", c.n_ff_exp, c.n_embd, &l.exp_up));
-      CHORUS_TRY(experts(p + "ffn_down_exps.weight", c.n_embd, c.n_ff_exp, &l.exp_down));
-      CHORUS_TRY(vec(p + "ffn_gate_inp_shexp.weight", c.n_embd, true, &l.sh_router));
-      CHORUS_TRY(matrix(p + "ffn_gate_shexp.weight", c.n_ff_shexp, c.n_embd, &l.sh_gate));
-      CHORUS_TRY(matrix(p + "ffn_up_shexp.weight", c.n_ff_shexp, c.n_embd, &l.sh_up));
-      CHORUS_TRY(matrix(p + "ffn_down_shexp.weight", c.n_embd, c.n_ff_shexp, &l.sh_down));
-      continue;
-    }
-    CHORUS_TRY(matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd, &l.w_gate));
-    CHORUS_TRY(matrix(p + "ffn_up.weight", c.n_ff, c.n_embd, &l.w_up));
-    CHORUS_TRY(matrix(p + "ffn_down.weight", c.n_embd, c.n_ff, &l.w_down));
+    CHORUS_TRY(r.vec(p + "attn_norm.weight", c.n_embd, true, &l.attn_norm));
+    CHORUS_TRY(c.is_linear(i) ? read_linear_layer(r, p, l) : read_attention_layer(r, p, l));
+    CHORUS_TRY(r.vec(p + (qwen35_family ? "post_attention_norm.weight" : "ffn_norm.weight"), c.n_embd, true,
+                     &l.ffn_norm));
+    CHORUS_TRY(read_feed_forward(r, p, l));
   }
   return w;
 }

@@ -33,6 +33,84 @@ std::optional<TokenId> optional_id(const GgufFile& g, std::string_view key, size
 
 }  // namespace
 
+// The vocabulary and each token's type.
+Status Tokenizer::read_vocab(const GgufFile& g) {
+  const auto tokens = g.get_array("tokenizer.ggml.tokens", GgufValueType::string);
+  if (!tokens) return tokens.error();
+  const size_t n = (*tokens)->count;
+  if (n == 0) return make_error(Errc::bad_format, g.name() + ": the vocabulary is empty");
+  if (n > static_cast<size_t>(INT32_MAX))
+    return make_error(Errc::out_of_range, g.name() + ": vocabulary of " + std::to_string(n) + " tokens");
+  tokens_.assign((*tokens)->strings.begin(), (*tokens)->strings.end());
+  types_.assign(n, TokenType::token_normal);
+  if (g.find("tokenizer.ggml.token_type")) {
+    const auto types = g.get_array("tokenizer.ggml.token_type", GgufValueType::i32);
+    if (!types) return types.error();
+    if ((*types)->count != n)
+      return make_error(Errc::bad_format, g.name() + ": tokenizer.ggml.token_type has " +
+                                              std::to_string((*types)->count) + " entries for " +
+                                              std::to_string(n) + " tokens");
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t ty = (*types)->int_at(i);
+      types_[i] = (ty >= 0 && ty <= 6) ? static_cast<TokenType>(ty) : TokenType::token_undefined;
+    }
+  }
+  token_id_.reserve(n);
+  for (size_t i = 0; i < n; ++i) token_id_[tokens_[i]] = static_cast<TokenId>(i);  // last wins
+
+  return Status::success();
+}
+
+// The BPE merges, by rank.
+Status Tokenizer::read_merges(const GgufFile& g) {
+  const auto merges = g.get_array("tokenizer.ggml.merges", GgufValueType::string);
+  if (!merges) return merges.error();
+  merge_rank_.reserve((*merges)->count);
+  for (size_t i = 0; i < (*merges)->count; ++i) {
+    const std::string_view m = (*merges)->strings[i];
+    const size_t sp = m.find(' ', 1);
+    if (sp == std::string_view::npos)
+      return make_error(Errc::bad_format, g.name() + ": tokenizer.ggml.merges[" + std::to_string(i) +
+                                              "] has no space separating the pair");
+    merge_rank_.emplace(std::string(m), static_cast<int32_t>(i));  // first rank wins
+  }
+
+  return Status::success();
+}
+
+// End of generation, BOS and EOS, and whether encode() adds them.
+Status Tokenizer::read_special_ids(const GgufFile& g, PreTokenizerKind kind) {
+  const size_t n = tokens_.size();
+  for (std::string_view text : kEndOfGenerationTexts) {
+    if (auto id = find_token(text)) {
+      types_[*id] = TokenType::token_control;
+      end_of_generation_.push_back(*id);
+    }
+  }
+
+  Error err{Errc::ok, {}};
+  bos_ = optional_id(g, "tokenizer.ggml.bos_token_id", n, &err);
+  if (err.code == Errc::ok) eos_ = optional_id(g, "tokenizer.ggml.eos_token_id", n, &err);
+  if (err.code != Errc::ok) return err;
+  if (eos_) end_of_generation_.push_back(*eos_);
+  add_bos_ = kind == PreTokenizerKind::pre_llama3;
+  if (g.find("tokenizer.ggml.add_bos_token")) {
+    const auto b = g.get_bool("tokenizer.ggml.add_bos_token");
+    if (!b) return b.error();
+    add_bos_ = *b;
+  }
+  if (g.find("tokenizer.ggml.add_eos_token")) {
+    const auto b = g.get_bool("tokenizer.ggml.add_eos_token");
+    if (!b) return b.error();
+    add_eos_ = *b;
+  }
+  if (add_bos_ && !bos_)
+    return make_error(Errc::bad_format, g.name() + ": add_bos_token is set but bos_token_id is missing");
+  if (add_eos_ && !eos_)
+    return make_error(Errc::bad_format, g.name() + ": add_eos_token is set but eos_token_id is missing");
+  return Status::success();
+}
+
 Result<Tokenizer> Tokenizer::from_gguf(const GgufFile& g, std::optional<std::string_view> pre_override) {
   const auto model = g.get_string("tokenizer.ggml.model");
   if (!model) return model.error();
@@ -53,71 +131,12 @@ Result<Tokenizer> Tokenizer::from_gguf(const GgufFile& g, std::optional<std::str
   if (!pre) return pre.error();
 
   Tokenizer t(std::move(*pre));
-  const auto tokens = g.get_array("tokenizer.ggml.tokens", GgufValueType::string);
-  if (!tokens) return tokens.error();
-  const size_t n = (*tokens)->count;
-  if (n == 0) return make_error(Errc::bad_format, g.name() + ": the vocabulary is empty");
-  if (n > static_cast<size_t>(INT32_MAX))
-    return make_error(Errc::out_of_range, g.name() + ": vocabulary of " + std::to_string(n) + " tokens");
-  t.tokens_.assign((*tokens)->strings.begin(), (*tokens)->strings.end());
-  t.types_.assign(n, TokenType::token_normal);
-  if (g.find("tokenizer.ggml.token_type")) {
-    const auto types = g.get_array("tokenizer.ggml.token_type", GgufValueType::i32);
-    if (!types) return types.error();
-    if ((*types)->count != n)
-      return make_error(Errc::bad_format, g.name() + ": tokenizer.ggml.token_type has " +
-                                              std::to_string((*types)->count) + " entries for " +
-                                              std::to_string(n) + " tokens");
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t ty = (*types)->int_at(i);
-      t.types_[i] = (ty >= 0 && ty <= 6) ? static_cast<TokenType>(ty) : TokenType::token_undefined;
-    }
-  }
-  t.token_id_.reserve(n);
-  for (size_t i = 0; i < n; ++i) t.token_id_[t.tokens_[i]] = static_cast<TokenId>(i);  // last wins
-
-  const auto merges = g.get_array("tokenizer.ggml.merges", GgufValueType::string);
-  if (!merges) return merges.error();
-  t.merge_rank_.reserve((*merges)->count);
-  for (size_t i = 0; i < (*merges)->count; ++i) {
-    const std::string_view m = (*merges)->strings[i];
-    const size_t sp = m.find(' ', 1);
-    if (sp == std::string_view::npos)
-      return make_error(Errc::bad_format, g.name() + ": tokenizer.ggml.merges[" + std::to_string(i) +
-                                              "] has no space separating the pair");
-    t.merge_rank_.emplace(std::string(m), static_cast<int32_t>(i));  // first rank wins
-  }
-
-  for (std::string_view text : kEndOfGenerationTexts) {
-    if (auto id = t.find_token(text)) {
-      t.types_[*id] = TokenType::token_control;
-      t.end_of_generation_.push_back(*id);
-    }
-  }
-
-  Error err{Errc::ok, {}};
-  t.bos_ = optional_id(g, "tokenizer.ggml.bos_token_id", n, &err);
-  if (err.code == Errc::ok) t.eos_ = optional_id(g, "tokenizer.ggml.eos_token_id", n, &err);
-  if (err.code != Errc::ok) return err;
-  if (t.eos_) t.end_of_generation_.push_back(*t.eos_);
-  t.add_bos_ = *kind == PreTokenizerKind::pre_llama3;
-  if (g.find("tokenizer.ggml.add_bos_token")) {
-    const auto b = g.get_bool("tokenizer.ggml.add_bos_token");
-    if (!b) return b.error();
-    t.add_bos_ = *b;
-  }
-  if (g.find("tokenizer.ggml.add_eos_token")) {
-    const auto b = g.get_bool("tokenizer.ggml.add_eos_token");
-    if (!b) return b.error();
-    t.add_eos_ = *b;
-  }
-  if (t.add_bos_ && !t.bos_)
-    return make_error(Errc::bad_format, g.name() + ": add_bos_token is set but bos_token_id is missing");
-  if (t.add_eos_ && !t.eos_)
-    return make_error(Errc::bad_format, g.name() + ": add_eos_token is set but eos_token_id is missing");
+  CHORUS_TRY(t.read_vocab(g));
+  CHORUS_TRY(t.read_merges(g));
+  CHORUS_TRY(t.read_special_ids(g, *kind));
   t.ignore_merges_ = *kind == PreTokenizerKind::pre_llama3;
 
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < t.tokens_.size(); ++i)
     if (t.is_special(static_cast<TokenId>(i)) && !t.tokens_[i].empty())
       t.specials_.push_back(static_cast<TokenId>(i));
   std::stable_sort(t.specials_.begin(), t.specials_.end(),

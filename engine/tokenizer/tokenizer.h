@@ -78,6 +78,9 @@ class Tokenizer {
 
  private:
   Tokenizer(PreTokenizer pre) : pre_(std::move(pre)) {}
+  Status read_vocab(const GgufFile& g);  // from_gguf's parts
+  Status read_merges(const GgufFile& g);
+  Status read_special_ids(const GgufFile& g, PreTokenizerKind kind);
   void bpe_word(const std::string& word, std::vector<TokenId>* out) const;
   void encode_text(std::string_view text, std::vector<TokenId>* out) const;
 
