@@ -35,6 +35,8 @@ using waiting_atom =
 using link_atom = caf::atom_constant<caf::atom("link")>;      // (link_atom, LinkOp) -> LinkResult
 using report_atom = caf::atom_constant<caf::atom("report")>;  // (report_atom, StepReport): after a step
 using memory_atom = caf::atom_constant<caf::atom("memory")>;  // (memory_atom) to the batcher: report to me
+using ready_atom = caf::atom_constant<caf::atom("ready")>;  // (ready_atom) to the memory actor: a step is due
+using go_atom = caf::atom_constant<caf::atom("go")>;  // ... its answer, once what came before is applied
 using release_atom =
     caf::atom_constant<caf::atom("release")>;  // (release_atom, ids): their Submitted went out; send events
 

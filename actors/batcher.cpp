@@ -22,8 +22,9 @@ MemorySide::Deliver promise(Self* self) {
 }
 
 // The batcher: the engine side on a thread of its own. Between steps it answers the memory
-// actor's operations (and block subscriptions); after each step it sends the memory actor a
-// report (what finished, the pool as it is now). Sleeps on its mailbox when idle.
+// actor's operations (and block subscriptions); before each step it waits until the memory
+// actor has applied what it had; after each step it sends the memory actor a report (what
+// finished, the pool as it is now). Sleeps on its mailbox when idle.
 void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
   EngineSide side(std::move(engine));
   caf::actor memory;
@@ -79,6 +80,18 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
           caf::after(std::chrono::seconds(0)) >> [] {});
     } while (got && running);
     if (!running || side.idle()) continue;
+    // Before each step, every command the memory actor had when it was asked is applied: it
+    // answers (go_atom) once it has handled what came before the question, and the batcher
+    // answers its operations meanwhile (as when one actor held both sides, whatever the
+    // scheduling of the memory actor's thread).
+    if (memory) {
+      self->send(memory, ready_atom::value);
+      for (bool go = false; !go && running;)
+        self->receive(on_link, on_release, on_memory, on_subscribe, on_stop, on_exit,
+                      [&](go_atom) { go = true; });
+      if (!running) break;
+      if (side.idle()) continue;
+    }
     // The report goes to the memory actor before the step's events go out: whoever has seen
     // an event and then asks the memory actor is answered with the step counted.
     outbox.clear();
@@ -226,6 +239,7 @@ void memory_main(caf::blocking_actor* self, caf::actor batcher, const Tokenizer*
         self->send(batcher, subscribe_atom::value, b, caf::actor_cast<caf::actor>(self->current_sender()));
       },
       [&](scheduler_atom) { side.set_scheduler(caf::actor_cast<caf::actor>(self->current_sender())); },
+      [&](ready_atom) { self->send(batcher, go_atom::value); },  // what came before is applied
       [&](stop_atom) {
         self->send(batcher, stop_atom::value);
       },  // it ends once its work is done; then so does this
