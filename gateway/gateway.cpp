@@ -11,6 +11,7 @@
 #include "engine/model/model.h"
 #include "engine/step/engine.h"
 #include "engine/tokenizer/chat_template.h"
+#include "gateway/auth.h"
 #include "gateway/gateway_programs.h"
 #include "gateway/openai_request.h"
 #include "net/codec.h"
@@ -262,6 +263,22 @@ struct Gateway::Impl {
     });
   }
 
+  // With API keys: a request without one of them is answered 401 here, before any route.
+  httplib::Server::HandlerResponse authorize(const httplib::Request& q, httplib::Response& r) const {
+    if (opts.metrics_public && (q.path == "/metrics" || q.path == "/health"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string header = q.get_header_value("Authorization");  // the token points into it
+    const auto token = bearer_token(header);
+    if (token && key_allowed(*token, opts.api_keys)) return httplib::Server::HandlerResponse::Unhandled;
+    r.status = 401;
+    r.set_header("WWW-Authenticate", "Bearer");
+    r.set_content(error_body(token ? "Incorrect API key provided"
+                                   : "No API key provided: send `Authorization: Bearer KEY`",
+                             "invalid_request_error", "", "invalid_api_key"),
+                  "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
   void routes() {
     auto guarded = [this](auto handler) {
       return [this, handler](const httplib::Request& req, httplib::Response& res) {
@@ -303,6 +320,11 @@ struct Gateway::Impl {
                programs->release_by_client(id);
                r.set_content(json_text(json{{"program_id", id}, {"released", true}}), "application/json");
              }));
+    svr.Get("/health", guarded([](const httplib::Request&, httplib::Response& r) {
+              r.set_content(json_text(json{{"status", "ok"}}), "application/json");
+            }));
+    if (!opts.api_keys.empty())
+      svr.set_pre_routing_handler([this](auto& q, auto& r) { return authorize(q, r); });
     svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       if (res.status == 413)

@@ -10,6 +10,12 @@
 //   GET  /programs              each program: tokens, pages, state, phase, idle time
 //   GET  /metrics               Prometheus text: resident pages, paused programs, recomputed and
 //                               reused tokens, KV hit rate, requests per minute
+//   GET  /health                {"status": "ok"} while it serves
+//
+// With API keys (GatewayOptions::api_keys), every route asks for `Authorization: Bearer KEY`
+// (one of them; compared in constant time): without it, 401 with an OpenAI-style body (code
+// `invalid_api_key`) and `WWW-Authenticate: Bearer`. /metrics and /health too, unless
+// `metrics_public`.
 //
 // Between requests a program is *acting* (its client is running tools); with a request in flight
 // it is *reasoning*. Every check period and at each request boundary the program policy
@@ -27,6 +33,7 @@
 #include <caf/fwd.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "engine/sched/program_policy.h"
@@ -54,7 +61,9 @@ struct GatewayOptions {
   int threads = 128;
   ProgramPolicyOptions policy;  // capacity_pages: the engine's KV pages
   SchedulingMode mode = SchedulingMode::program;
-  double ttl_s = 2.0;  // SchedulingMode::ttl: how long an idle program stays pinned
+  double ttl_s = 2.0;                 // SchedulingMode::ttl: how long an idle program stays pinned
+  std::vector<std::string> api_keys;  // empty: no authentication
+  bool metrics_public = false;        // /metrics and /health without a key
 };
 
 class Gateway {

@@ -21,6 +21,8 @@ case "$TARGET" in
   frame_fuzz) cmake --build "$BUILD" --target frame_seeds && "$BUILD/fuzz/frame_seeds" "$CORPUS" ;;
   topology_fuzz) cp "$ROOT"/topologies/*.yaml "$CORPUS"/ ;;
   chat_request_fuzz) cp "$ROOT"/fuzz/seeds-chat_request/*.json "$CORPUS"/ ;;
+  auth_fuzz) printf 'Bearer sk-one\nsk-one\nsk-two' >"$CORPUS/good"; printf 'bearer  x \ny' >"$CORPUS/other"
+    printf 'Basic dXNlcg==\n' >"$CORPUS/basic" ;;
   *) python3 "$ROOT/fuzz/make_seeds.py" "$TARGET" "$CORPUS" ;;
 esac
 DICT=()

@@ -13,6 +13,7 @@
 #include "device/cpu_device.h"
 #include "engine/model/model.h"
 #include "engine/step/engine.h"
+#include "gateway/auth.h"
 #include "gateway/gateway.h"
 
 namespace chorus::app {
@@ -58,6 +59,22 @@ int run_serve(const ServeArgs& args) {
             : args.policy == "ttl" ? SchedulingMode::ttl
                                    : SchedulingMode::program;
   go.ttl_s = args.ttl_s;
+  go.api_keys = args.api_keys;
+  for (const std::string& f : args.key_files) {
+    auto keys = read_key_file(f);
+    if (!report("serve", keys)) {
+      caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+      return 1;
+    }
+    go.api_keys.insert(go.api_keys.end(), keys->begin(), keys->end());
+  }
+  for (const std::string& k : go.api_keys)
+    if (k.empty()) {
+      std::fprintf(stderr, "chorus serve: an empty --api-key would let anyone in\n");
+      caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+      return 2;
+    }
+  go.metrics_public = args.metrics_public;
   auto gw = Gateway::start(sys, batcher, *model, go);
   if (!report("serve", gw)) {
     caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
@@ -68,6 +85,13 @@ int run_serve(const ServeArgs& args) {
   std::printf("chorus serve: %s on http://%s:%d/v1 (%lld KV pages, policy %s, %s)\n", go.model_name.c_str(),
               args.host.c_str(), (*gw)->port(), static_cast<long long>(args.pages), args.policy.c_str(),
               device->describe().c_str());
+  if (go.api_keys.empty())
+    std::printf(
+        "chorus serve: no API key: anyone who can reach %s:%d may use it (--api-key, --api-key-file)\n",
+        args.host.c_str(), (*gw)->port());
+  else
+    std::printf("chorus serve: %zu API key(s) required (Authorization: Bearer)%s\n", go.api_keys.size(),
+                go.metrics_public ? "; /metrics and /health public" : "");
   std::fflush(stdout);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   (*gw)->stop();

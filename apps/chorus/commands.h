@@ -119,7 +119,10 @@ struct ServeArgs {
   double high_watermark = 0.95;    // program policy: pause above this share of the pages ...
   double low_watermark = 0.85;     // ... restore below this one
   int threads = 0;
-  std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
+  std::string device = "cpu";          // cpu, cuda or auto (apps/chorus/gpu_choice.h)
+  std::vector<std::string> api_keys;   // --api-key (repeatable)
+  std::vector<std::string> key_files;  // --api-key-file (one key per line)
+  bool metrics_public = false;         // /metrics and /health without a key
 };
 int run_serve(const ServeArgs& args);
 

@@ -198,6 +198,12 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--host", serve.host, "Address to listen on")->capture_default_str();
   serve_cmd->add_option("--port,-p", serve.port, "Port; 0 picks a free one")->capture_default_str();
   serve_cmd->add_option("--model-name", serve.model_name, "The model's id in /v1/models (default: its name)");
+  serve_cmd->add_option("--api-key", serve.api_keys,
+                        "A key clients must send (Authorization: Bearer KEY); repeat for several");
+  serve_cmd->add_option("--api-key-file", serve.key_files,
+                        "A file of keys, one per line (# comments); repeat for several files");
+  serve_cmd->add_flag("--metrics-public", serve.metrics_public,
+                      "With keys: /metrics and /health answer without one");
   serve_cmd->add_option("--pages", serve.pages, "KV cache pages of 16 positions, shared by all programs")
       ->capture_default_str();
   serve_cmd->add_option("--host-pages", serve.host_pages, "Pages host memory may hold for offloaded programs")

@@ -1,6 +1,6 @@
 """The official `openai` Python client against `chorus serve`: non-streaming and streaming
 completions, usage counts, a multi-turn program that reuses its block, two programs at once,
-/programs, /metrics, releasing, and the errors a client gets for bad requests.
+/programs, /metrics, releasing, the errors a client gets for bad requests, and API keys.
 
   python tests/python/test_openai_client.py build/chorus MODEL.gguf
 """
@@ -243,6 +243,65 @@ try:
                                                  "%s, %d tokens" % (r.choices[0].finish_reason, r.usage.completion_tokens)))
 finally:
     stop_server(server)
+
+# API keys: --api-key and --api-key-file; the official client with api_key=; every route behind
+# the key, /metrics and /health too unless --metrics-public.
+import os
+import tempfile
+
+keys = tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False)
+keys.write("# keys for the test\nsk-from-file\n")
+keys.close()
+bad = subprocess.run([CHORUS, "serve", "--model", MODEL, "--port", "0", "--api-key-file", "/nonexistent/keys"],
+                     capture_output=True, text=True, timeout=60)
+check(bad.returncode != 0 and "cannot read the API key file /nonexistent/keys" in bad.stderr,
+      "a missing key file stops serve with its name (%r)" % bad.stderr.strip())
+
+
+def http_auth(method, url, key=None, body=None):
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = "Bearer " + key
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body else None, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
+
+
+for public in (False, True):
+    options = ["--pages", "128", "--api-key", "sk-on-the-line", "--api-key-file", keys.name]
+    server, base = start_server(*(options + (["--metrics-public"] if public else [])))
+    try:
+        if not public:
+            for key in ("sk-on-the-line", "sk-from-file"):
+                client = openai.OpenAI(base_url=base + "/v1", api_key=key)
+                r = client.chat.completions.create(model=client.models.list().data[0].id, max_tokens=4,
+                                                   messages=[{"role": "user", "content": "Hi"}], temperature=0)
+                check(r.usage.completion_tokens > 0, "the openai client with a right key (%s) is served" % key)
+            try:
+                openai.OpenAI(base_url=base + "/v1", api_key="sk-wrong", max_retries=0).models.list()
+                check(False, "a wrong key is refused")
+            except openai.AuthenticationError as e:
+                check(e.status_code == 401 and e.body.get("code") == "invalid_api_key",
+                      "a wrong key: the openai client raises AuthenticationError, 401 invalid_api_key")
+            code, body, headers = http_auth("POST", base + "/v1/chat/completions",
+                                            body={"model": "x", "messages": [{"role": "user", "content": "Hi"}]})
+            check(code == 401 and json.loads(body)["error"]["code"] == "invalid_api_key"
+                  and headers.get("WWW-Authenticate") == "Bearer",
+                  "no key: 401 invalid_api_key with WWW-Authenticate: Bearer (%d)" % code)
+            code, _, _ = http_auth("POST", base + "/programs/release", key="sk-wrong", body={"program_id": "p"})
+            check(code == 401, "program routes are behind the key too (%d)" % code)
+        for path in ("/metrics", "/health"):
+            code, _, _ = http_auth("GET", base + path)
+            check(code == (200 if public else 401),
+                  "%s without a key: %d%s" % (path, code, " (--metrics-public)" if public else ""))
+            code, _, _ = http_auth("GET", base + path, key="sk-from-file")
+            check(code == 200, "%s with a key: %d" % (path, code))
+    finally:
+        stop_server(server)
+os.unlink(keys.name)
 
 print("%d failures" % len(failures))
 sys.exit(1 if failures else 0)
