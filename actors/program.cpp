@@ -218,6 +218,12 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
   // it is paused past a lease).
   caf::actor tools;
   if (!t.tools.empty()) {
+    if (const std::string missing = Sandbox::missing_isolation(); !missing.empty() && !hooks.unsafe_tools)
+      return make_error(Errc::unsupported,
+                        where + "its tools need the sandbox, and this machine lacks " + missing +
+                            "; nothing was started. To run them anyway with what isolation there is (" +
+                            Sandbox::isolation() +
+                            "; a tool could then read and change what this user can), pass --unsafe-tools");
     const char* env = std::getenv("CHORUS_SANDBOX_DIR");
     static std::atomic<int> n{0};
     tools = spawn_tools(sys, std::string(env ? env : "/tmp/chorus-sandboxes"),

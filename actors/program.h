@@ -36,6 +36,9 @@ struct ProgramEvent {
 struct ProgramHooks {
   std::function<void(const std::string& sink, const std::string& text)> sink;  // sinks with `to: callback`
   std::function<void(const ProgramEvent&)> event;                              // every event, as it fires
+  // Run the topology's tools even where the sandbox's isolation is missing
+  // (Sandbox::missing_isolation()); otherwise a program with tools refuses to start there.
+  bool unsafe_tools = false;
 };
 
 struct ProgramReport {

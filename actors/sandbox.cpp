@@ -51,9 +51,15 @@ std::string find_in_path(const std::string& name) {
   return "";
 }
 
+bool plain_requested() {  // read at each use: a test may set it
+  const char* e = std::getenv("CHORUS_SANDBOX");
+  return e && std::string(e) == "plain";
+}
+
 const std::string& bwrap_path() {
+  static const std::string none;
+  if (plain_requested()) return none;
   static const std::string p = [] {
-    if (const char* e = std::getenv("CHORUS_SANDBOX"); e && std::string(e) == "plain") return std::string();
     const std::string b = find_in_path("bwrap");
     if (b.empty()) return b;
     // It must work here (user namespaces may be off): one trial run.
@@ -105,6 +111,19 @@ std::string ToolResult::describe() const {
   if (signal != 0)
     return std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) + ")";
   return "exited with status " + std::to_string(exit_code);
+}
+
+std::string Sandbox::missing_isolation() {
+  std::string missing;
+  if (plain_requested())
+    missing = "bubblewrap (CHORUS_SANDBOX=plain turns it off)";
+  else if (bwrap_path().empty())
+    missing =
+        "bubblewrap (`bwrap` is not installed, or cannot make user namespaces here; Debian: apt-get "
+        "install bubblewrap, and allow unprivileged user namespaces)";
+  if (cgroup_root().empty())
+    missing += std::string(missing.empty() ? "" : "; ") + "a pids cgroup (no writable pids controller)";
+  return missing;
 }
 
 std::string Sandbox::isolation() {

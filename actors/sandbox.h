@@ -9,7 +9,9 @@
 //    used to kill every process of the run, however it detached;
 //  - rlimits on every run: address space, CPU seconds, file size, open files, no core dumps.
 // Without bubblewrap (or with CHORUS_SANDBOX=plain), commands run in the working directory with
-// the cgroup and rlimits only.
+// the cgroup and rlimits only: a program with tools then refuses to start unless the user asked
+// for it (ProgramHooks::unsafe_tools, `chorus run --unsafe-tools`), so isolation is never lost
+// silently.
 //
 // A run ends with a ToolResult that says what happened — exit status, a signal, a timeout, an
 // output limit — and never throws; the caller's program goes on.
@@ -65,6 +67,9 @@ class Sandbox {
 
   const std::string& dir() const { return dir_; }
   static std::string isolation();  // "bubblewrap + pids cgroup + rlimits", or what is missing
+  // What of the full isolation this machine lacks ("" : nothing): bubblewrap that works here,
+  // a pids cgroup.
+  static std::string missing_isolation();
 
  private:
   Sandbox() = default;

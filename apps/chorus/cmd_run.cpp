@@ -9,6 +9,7 @@
 
 #include "actors/program.h"
 #include "actors/program_manager.h"
+#include "actors/sandbox.h"
 #include "apps/chorus/commands.h"
 #include "apps/chorus/gpu_choice.h"
 #include "device/cpu_device.h"
@@ -148,8 +149,14 @@ int run_run(const RunArgs& args) {
     }
     if (manager) manager->abandon_waiting();  // the starts still waiting to be admitted fail
   };
+  if (args.unsafe_tools)
+    std::fprintf(
+        stderr, "chorus run: --unsafe-tools: tools run with what isolation there is here (%s)%s\n",
+        Sandbox::isolation().c_str(),
+        Sandbox::missing_isolation().empty() ? "" : "; a tool can read and change what this user can");
   auto run_one = [&](Running& r) {
     ProgramHooks hooks;
+    hooks.unsafe_tools = args.unsafe_tools;
     if (args.events)
       hooks.event = [&err, label = several ? r.label + " " : std::string()](const ProgramEvent& e) {
         std::lock_guard<std::mutex> l(err);

@@ -95,6 +95,7 @@ struct RunArgs {
   double check_period_s = 5.0;     // the program policy's periodic check
   int64_t host_pages = 0;          // pages host memory may hold for offloaded programs (0: drop only)
   double tool_lease_s = 60;        // a paused program's tool sandbox is removed after this long idle
+  bool unsafe_tools = false;       // run tools even where the sandbox's isolation is missing
 };
 int run_check(const RunArgs& args);  // validates without loading a model
 int run_run(const RunArgs& args);

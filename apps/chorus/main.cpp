@@ -185,6 +185,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 86400.0));
   run_cmd->add_flag("--events", run.events, "Print every event to stderr as it fires");
   run_cmd->add_flag("-q,--quiet", run.quiet, "No report line at the end");
+  run_cmd->add_flag("--unsafe-tools", run.unsafe_tools,
+                    "Run tools even where the sandbox cannot isolate them (no bubblewrap or no pids cgroup): "
+                    "a tool can then read and change what this user can");
   chorus::app::RunArgs check;
   auto* check_cmd = app.add_subcommand("check", "Validate a topology file without loading a model");
   check_cmd->add_option("file", check.file, "Topology file (YAML)")->required();

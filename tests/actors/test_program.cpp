@@ -76,6 +76,7 @@ class ProgramTest : public ::testing::Test {
           {std::move(name), std::move(text), std::chrono::duration<double>(Clock::now() - t0).count()});
     };
     ProgramHooks hooks;
+    hooks.unsafe_tools = unsafe_tools_;
     hooks.event = [&](const ProgramEvent& e) { note(e.name, e.text); };
     hooks.sink = [&](const std::string& sink, const std::string& text) { note("sink:" + sink, text); };
     caf::actor_system_config cfg;
@@ -92,6 +93,7 @@ class ProgramTest : public ::testing::Test {
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<CpuDevice> device_;
+  bool unsafe_tools_ = false;  // ProgramHooks::unsafe_tools for run_topology
 };
 
 TEST_F(ProgramTest, ThinkerWriterInterleaves) {
@@ -274,6 +276,43 @@ TEST_F(ProgramTest, ToolAgentCallsATool) {
   EXPECT_GT(r.first("solver.done"), results[0].at) << "the thinker went on after the result";
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the program's sandbox is removed with it";
   std::filesystem::remove_all(dir);
+}
+
+// Without the sandbox's isolation (CHORUS_SANDBOX=plain stands in for a machine without
+// bubblewrap), a program with tools refuses to start, saying what is missing and how to go on
+// anyway; with unsafe_tools (`chorus run --unsafe-tools`) it runs; a program without tools
+// needs nothing.
+TEST_F(ProgramTest, ToolsWithoutIsolationStartOnlyWhenAskedFor) {
+  struct Plain {
+    Plain() { ::setenv("CHORUS_SANDBOX", "plain", 1); }
+    ~Plain() { ::unsetenv("CHORUS_SANDBOX"); }
+  } plain;
+  topology::LoadOptions lo;
+  lo.set = {{"a", "1234"}, {"b", "4321"}, {"actors.out.to", "callback"}};
+  auto t = topology::load_file(std::string(CHORUS_TOPOLOGIES_DIR) + "/tool_agent.yaml", lo);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  {
+    caf::actor_system_config cfg;
+    cfg.set("scheduler.max-threads", 2);
+    caf::actor_system sys{cfg};
+    auto p = Program::start(sys, *t, *model_, *device_, ProgramHooks{});
+    ASSERT_FALSE(p.ok()) << "tools started without isolation and without --unsafe-tools";
+    EXPECT_EQ(p.error().code, Errc::unsupported);
+    for (const char* part :
+         {"its tools need the sandbox", "CHORUS_SANDBOX=plain", "nothing was started", "--unsafe-tools"})
+      EXPECT_NE(p.error().message.find(part), std::string::npos) << p.error().message;
+  }
+  unsafe_tools_ = true;
+  Outcome r = run_topology("tool_agent.yaml", {{"a", "1234"}, {"b", "4321"}, {"actors.out.to", "callback"}});
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  const auto results = r.named("solver.tool_result");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].text, "5555");
+  unsafe_tools_ = false;
+  Outcome none = run_topology("thinker_writer.yaml", {{"actors.thinker.max_tokens", "16"},
+                                                      {"actors.notes_out.to", "callback"},
+                                                      {"actors.thoughts_out.to", "callback"}});
+  EXPECT_EQ(none.report.ended_by, "all roles done");
 }
 
 // Programs on the tiny random-weight model: their wording means nothing, their structure does.
