@@ -47,15 +47,7 @@ class Sim {
     bool boundary = true;
     int stuck = 0;
     while (t < o_.duration_s) {
-      for (Prog& p : progs_)  // tools that are done
-        if (!p.reasoning && p.act_end <= t) {
-          p.reasoning = true;
-          p.reason_start = p.phase_since = t;
-          r_.context_tokens += p.ctx;
-          p.ctx += o_.tool_tokens;
-          p.remaining = o_.reason_tokens;
-          boundary = true;
-        }
+      boundary |= tools_done(t);
       if (o_.policy == SimPolicy::program) {
         if (boundary || t - last_check >= o_.program.check_period_s) {
           apply_policy(t);
@@ -65,25 +57,9 @@ class Sim {
         admit_baseline(t);
       }
       boundary = false;
-      // One engine step: decode first, then prefill chunks, within the token budget.
-      int64_t budget = o_.token_budget, tokens = 0;
+      int64_t tokens = 0;
       double pairs = 0;
-      std::vector<std::pair<Prog*, int64_t>> work;
-      for (Prog& p : progs_) p.in_step = false;
-      for (int pass = 0; pass < 2; ++pass)
-        for (Prog& p : progs_) {
-          if (!p.resident || !p.reasoning || budget == 0) continue;
-          const bool decode = p.pending() == 0;
-          if ((pass == 0) != decode) continue;
-          const int64_t n = decode ? 1 : std::min(p.pending(), budget);
-          if (!room_for(p, n, t)) continue;
-          used_ += pages_of(p.cached + n) - pages_of(p.cached);
-          p.in_step = true;
-          work.emplace_back(&p, n);
-          budget -= n;
-          tokens += n;
-          pairs += static_cast<double>(n) * (static_cast<double>(p.cached) + static_cast<double>(n) / 2);
-        }
+      const std::vector<std::pair<Prog*, int64_t>> work = plan_step(t, tokens, pairs);
       if (work.empty()) {  // nothing can run: jump to the next tool that ends (or the next check)
         double next = std::numeric_limits<double>::infinity();
         for (const Prog& p : progs_)
@@ -103,33 +79,82 @@ class Sim {
       t += dt;
       r_.busy_s += dt;
       ++r_.engine_steps;
-      for (auto& [p, n] : work) {
-        const bool decode = p->pending() == 0;
-        p->cached += n;
-        if (!decode) continue;
-        ++p->ctx;
-        if (--p->remaining > 0) continue;
-        // A reason phase is over: a step done; act next (or end, and a new program comes).
-        latencies_.push_back(t - p->reason_start);
-        ++r_.steps_done;
-        boundary = true;
-        if (++p->step >= o_.steps) {
-          used_ -= pages_of(p->cached);
-          *p = Prog{};
-          p->id = 0;  // replaced below
-        } else {
-          p->reasoning = false;
-          p->phase_since = t;
-          p->act_end = t + std::min(o_.tool_cap_s, o_.tool_scale_s * pareto());
-        }
-      }
-      for (size_t i = 0; i < progs_.size(); ++i)
-        if (progs_[i].id == 0) {
-          progs_.erase(progs_.begin() + static_cast<std::ptrdiff_t>(i));
-          spawn(t);
-          --i;
-        }
+      boundary |= apply_step(work, t);
     }
+    return results();
+  }
+
+ private:
+  // Programs whose tool is done reason again, with the tool's output added. True if any.
+  bool tools_done(double t) {
+    bool any = false;
+    for (Prog& p : progs_)
+      if (!p.reasoning && p.act_end <= t) {
+        p.reasoning = true;
+        p.reason_start = p.phase_since = t;
+        r_.context_tokens += p.ctx;
+        p.ctx += o_.tool_tokens;
+        p.remaining = o_.reason_tokens;
+        any = true;
+      }
+    return any;
+  }
+
+  // One engine step: decode first, then prefill chunks, within the token budget.
+  std::vector<std::pair<Prog*, int64_t>> plan_step(double t, int64_t& tokens, double& pairs) {
+    int64_t budget = o_.token_budget;
+    std::vector<std::pair<Prog*, int64_t>> work;
+    for (Prog& p : progs_) p.in_step = false;
+    for (int pass = 0; pass < 2; ++pass)
+      for (Prog& p : progs_) {
+        if (!p.resident || !p.reasoning || budget == 0) continue;
+        const bool decode = p.pending() == 0;
+        if ((pass == 0) != decode) continue;
+        const int64_t n = decode ? 1 : std::min(p.pending(), budget);
+        if (!room_for(p, n, t)) continue;
+        used_ += pages_of(p.cached + n) - pages_of(p.cached);
+        p.in_step = true;
+        work.emplace_back(&p, n);
+        budget -= n;
+        tokens += n;
+        pairs += static_cast<double>(n) * (static_cast<double>(p.cached) + static_cast<double>(n) / 2);
+      }
+    return work;
+  }
+
+  // The step's tokens go in; a reason phase that ends is a step done (act next, or end: a new
+  // program comes). True when one ended.
+  bool apply_step(const std::vector<std::pair<Prog*, int64_t>>& work, double t) {
+    bool boundary = false;
+    for (auto& [p, n] : work) {
+      const bool decode = p->pending() == 0;
+      p->cached += n;
+      if (!decode) continue;
+      ++p->ctx;
+      if (--p->remaining > 0) continue;
+      latencies_.push_back(t - p->reason_start);
+      ++r_.steps_done;
+      boundary = true;
+      if (++p->step >= o_.steps) {
+        used_ -= pages_of(p->cached);
+        *p = Prog{};
+        p->id = 0;  // replaced below
+      } else {
+        p->reasoning = false;
+        p->phase_since = t;
+        p->act_end = t + std::min(o_.tool_cap_s, o_.tool_scale_s * pareto());
+      }
+    }
+    for (size_t i = 0; i < progs_.size(); ++i)
+      if (progs_[i].id == 0) {
+        progs_.erase(progs_.begin() + static_cast<std::ptrdiff_t>(i));
+        spawn(t);
+        --i;
+      }
+    return boundary;
+  }
+
+  SimResult results() {
     r_.steps_per_min = 60.0 * static_cast<double>(r_.steps_done) / o_.duration_s;
     r_.hit_rate = r_.context_tokens > 0 ? 1.0 - static_cast<double>(r_.recomputed_tokens) /
                                                     static_cast<double>(r_.context_tokens)
@@ -142,7 +167,6 @@ class Sim {
     return r_;
   }
 
- private:
   static ProgramPolicyOptions policy_opts(const SimOptions& o) {
     ProgramPolicyOptions p = o.program;
     p.capacity_pages = o.capacity_pages;
