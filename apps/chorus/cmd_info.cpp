@@ -102,6 +102,16 @@ int run_info(const InfoArgs& args) {
 
   const CpuFeatures& cpu = cpu_features();
   std::printf("cpu         %s: %s\n", cpu.model_name.c_str(), cpu.summary().c_str());
+  // Whether chorus runs this model on the CPU (the default device), and if not, why: the first
+  // refusal of the config, the weights or the tokenizer, as a load would report it.
+  std::string cpu_verdict = "runs this model";
+  if (auto c = ModelConfig::from_gguf(g); !c)
+    cpu_verdict = "refuses it: " + c.error().message;
+  else if (auto w = Weights::from_gguf(g, *c); !w)
+    cpu_verdict = "refuses it: " + w.error().message;
+  else if (!tok)
+    cpu_verdict = "refuses it: " + tok.error().message;
+  std::printf("cpu runner  %s\n", cpu_verdict.c_str());
   const CudaInfo cuda = cuda_info();
   if (!cuda.built) {
     std::printf("cuda        not built\n");

@@ -9,7 +9,9 @@ name is checked by tests/gpu/test_cuda_runner.cpp, CudaRunner.CheckSaysWhatItRun
 
 usage: test_device_flag.py CHORUS GOLDENS_DIR
 """
+import os
 import subprocess
+import tempfile
 import sys
 
 
@@ -56,6 +58,26 @@ def main():
         info = subprocess.run([chorus, "info", "--model", model], capture_output=True, text=True, timeout=60)
         assert info.returncode == 0, info.stderr
         assert want in info.stdout or "cuda        not built" in info.stdout, (model, info.stdout)
+
+    # ... and what the CPU runner does with each: runs it, or refuses it and says why (here an
+    # architecture it does not know: the file's own name for it, patched).
+    for model in (dense, hybrid, moe):
+        info = subprocess.run([chorus, "info", "--model", model], capture_output=True, text=True, timeout=60)
+        assert "cpu runner  runs this model" in info.stdout, (model, info.stdout)
+    data = bytearray(open(dense, "rb").read())
+    key = data.find(b"general.architecture")
+    at = data.find(b"llama", key + len("general.architecture"))
+    assert key >= 0 and at > key, "the dense model's architecture entry"
+    data[at:at + 5] = b"zzzzz"
+    with tempfile.NamedTemporaryFile(suffix=".gguf", delete=False) as f:
+        f.write(data)
+    try:
+        info = subprocess.run([chorus, "info", "--model", f.name], capture_output=True, text=True, timeout=60)
+        assert info.returncode == 0, info.stderr
+        assert "cpu runner  refuses it:" in info.stdout and "architecture 'zzzzz' is not supported" in info.stdout, \
+            info.stdout
+    finally:
+        os.unlink(f.name)
 
     bad = run(chorus, dense, "--device", "tpu")
     assert bad.returncode != 0 and "cpu" in bad.stderr and "cuda" in bad.stderr, bad.stderr
