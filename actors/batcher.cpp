@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <tuple>
 
 #include "actors/atoms.h"
 #include "actors/engine_side.h"
@@ -60,12 +61,13 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
     running = false;
     self->fail_state(m.reason);
   };
-  std::vector<std::function<void()>> outbox;  // a step's messages, sent after its report
-  const auto later = [&](const caf::actor& who, Frame f) {
-    outbox.emplace_back([&send, who, f = std::move(f)]() mutable { send(who, std::move(f)); });
-  };
-  const auto grown = [&outbox, self](const caf::actor& who, BlockId b, int64_t n) {
-    outbox.emplace_back([self, who, b, n] { self->send(who, grown_atom::value, b, n); });
+  // A step's messages, sent after its report: its events, then the growth of watched blocks
+  // (EngineSide::step makes them in that order). Kept across steps (no allocation once warm).
+  std::vector<std::pair<caf::actor, Frame>> events;
+  std::vector<std::tuple<caf::actor, BlockId, int64_t>> growth;
+  const auto later = [&events](const caf::actor& who, Frame f) { events.emplace_back(who, std::move(f)); };
+  const auto grown = [&growth](const caf::actor& who, BlockId b, int64_t n) {
+    growth.emplace_back(who, b, n);
   };
   while (running) {
     if (side.idle()) {
@@ -94,7 +96,8 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
     }
     // The report goes to the memory actor before the step's events go out: whoever has seen
     // an event and then asks the memory actor is answered with the step counted.
-    outbox.clear();
+    events.clear();
+    growth.clear();
     auto finished = side.step(later, grown);
     if (!finished) {
       self->fail_state(caf::make_error(caf::sec::runtime_error, finished.error().to_string()));
@@ -102,7 +105,8 @@ void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
     }
     if (memory)
       self->send(memory, report_atom::value, StepReport{std::move(*finished), stamped(side.snapshot_pool())});
-    for (auto& out : outbox) out();
+    for (auto& [who, f] : events) send(who, std::move(f));
+    for (const auto& [who, b, n] : growth) self->send(who, grown_atom::value, b, n);
   }
 }
 
@@ -195,7 +199,7 @@ class ActorLink final : public EngineLink {
                    out.status = make_error(Errc::internal, "batcher: " + caf::to_string(e));
                    out.reply = encode_error_envelope(0, out.status.error());
                  });
-    update(out.pool);
+    update(std::move(out.pool));  // the callers read the rest
     return out;
   }
 
