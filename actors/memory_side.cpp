@@ -172,6 +172,7 @@ Frame MemorySide::on_program(uint64_t rid, const ProgramCmd& pc) {
     p.acting = pc.acting;
     return status(rid, pc.program, p);
   }
+  if (pc.op == ProgramCmd::Op::withdraw) return withdraw(rid, pc.program, pc.request);
   Status s = Status::success();
   if (pc.op == ProgramCmd::Op::pause) s = link_.pause(p.blocks, pc.mode);
   if (pc.op == ProgramCmd::Op::restore) s = restore(pc.program, p, name);
@@ -200,6 +201,33 @@ Frame MemorySide::on_program(uint64_t rid, const ProgramCmd& pc) {
     if (auto reply = on_frame(h.frame, h.sender, [&h] { return h.deliver; })) h.deliver(std::move(*reply));
   }
   return f;
+}
+
+// A waiting request of `program` taken back by its client: it ends with an error saying so.
+Frame MemorySide::withdraw(uint64_t rid, uint64_t program, uint64_t request) {
+  const std::string name = "program " + std::to_string(program);
+  std::optional<Held> found;
+  if (auto it = held_.find(program); it != held_.end())
+    for (auto h = it->second.begin(); h != it->second.end(); ++h)
+      if (h->rid == request) {
+        found = std::move(*h);
+        it->second.erase(h);
+        break;
+      }
+  for (auto h = waiting_.begin(); !found && h != waiting_.end(); ++h)
+    if (h->program == program && h->rid == request) {
+      found = std::move(*h);
+      waiting_.erase(h);
+      start_waiting();  // those behind it may fit
+      break;
+    }
+  if (!found)
+    return encode_error_envelope(
+        rid, make_error(Errc::not_found, "no request " + std::to_string(request) + " of " + name + " waits"));
+  found->deliver(encode_error_envelope(
+      found->rid, make_error(Errc::out_of_memory, "withdrawn by its client while it waited for " + name +
+                                                      " to be restored or for room in the KV pool")));
+  return status(rid, program, *programs_.find(program));
 }
 
 // The pool's room is what running scheduled requests will not write: a restore that takes it

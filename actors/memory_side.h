@@ -62,6 +62,7 @@ class MemorySide {
   Frame status(uint64_t rid, uint64_t id, const ProgramRecord& p);
 
   Frame on_program(uint64_t rid, const ProgramCmd& pc);
+  Frame withdraw(uint64_t rid, uint64_t program, uint64_t request);
   Status restore(uint64_t program, const ProgramRecord& p, const std::string& name);
   // After a pause, restore or terminate: its requests waiting for room are held for its restore
   // (paused); after a restore or terminate those held are handed back (to go in, or to end).

@@ -83,17 +83,20 @@ caf::actor SharedEngine::batcher() const {
   return impl_->batcher;
 }
 uint64_t SharedEngine::new_program_id() {
-  return impl_->next_program++;
+  // Scheduled: the scheduler's ids, which its other clients (a gateway) draw from too.
+  return impl_->manager ? impl_->manager->new_program_id() : impl_->next_program++;
 }
 int64_t SharedEngine::pool_pages() const {
   return impl_->pool_pages;
 }
 
 ProgramManager& SharedEngine::schedule(const ProgramPolicyOptions& opts, double tool_lease_s) {
-  ProgramPolicyOptions o = opts;
-  o.capacity_pages = pool_pages();
-  impl_->manager =
-      std::make_unique<ProgramManager>(impl_->batcher.home_system(), impl_->batcher, o, tool_lease_s);
+  SchedulerOptions o;
+  o.policy = opts;
+  o.policy.capacity_pages = pool_pages();
+  o.tool_lease_s = tool_lease_s;
+  o.first_program_id = impl_->next_program;  // after those given out already
+  impl_->manager = std::make_unique<ProgramManager>(impl_->batcher.home_system(), impl_->batcher, o);
   return *impl_->manager;
 }
 

@@ -4,16 +4,30 @@
 #include <algorithm>
 #include <caf/all.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "actors/atoms.h"
 #include "actors/submit.h"
 
 namespace chorus {
 
+namespace {
+
+// What the handle tells the scheduler actor.
+struct SchedulerMsg {
+  enum class Op { add, started, remove, tool_started, tool_ended, abandon, check, poke, stop } op = Op::poke;
+  uint64_t program = 0;
+  int64_t need_pages = 0;
+  ProgramTools tools;
+};
+
+}  // namespace
+}  // namespace chorus
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(chorus::SchedulerMsg)
+
+namespace chorus {
 namespace {
 
 ProgramCmd command(ProgramCmd::Op op, uint64_t program, PauseMode mode = PauseMode::drop) {
@@ -27,12 +41,17 @@ ProgramCmd command(ProgramCmd::Op op, uint64_t program, PauseMode mode = PauseMo
 struct Managed {
   int tools = 0;           // its tool calls running now
   double tool_since = 0;   // when the first of them started
+  double tool_end = -1;    // when the last of them ended
+  bool wanting = false;    // it wanted the engine at the last check ...
+  double wants_since = 0;  // ... since then
   bool admitted = false;   // resident at least once
+  bool paused = true;      // registered paused; then as the memory actor last said
   int64_t need_pages = 0;  // until admitted: what its start takes
   int64_t pages = 0;       // active: at the last check; paused: when it was paused
   int64_t tokens = 0;      // the same, in tokens
   bool offloaded = false;  // paused: its pages are in host memory
   double paused_since = 0;
+  int64_t pauses = 0, restores = 0;
   bool starting = true;  // its Program::start has not returned
   ProgramTools env;      // its tool environment (none: no hooks)
   bool warm = true;      // ... made
@@ -40,48 +59,113 @@ struct Managed {
 
 }  // namespace
 
-struct ProgramManager::Impl {
-  caf::actor_system& sys;
-  caf::actor batcher;
-  ProgramPolicy policy;
-  double tool_lease_s;
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-
-  mutable std::mutex m;  // programs, stats, poke, stopping
-  std::condition_variable cv;
-  std::map<uint64_t, Managed> programs;
+// What the actor publishes after each message, for the handle's readers.
+struct ProgramManager::Shared {
+  SchedulerOptions opts;
+  std::atomic<uint64_t> next_program{1};
+  mutable std::mutex m;
   ProgramManagerStats stats;
-  bool poke = false, stopping = false;
-  bool closed = false;  // abandon_waiting() ran
+  std::vector<ScheduledProgram> programs;
+};
 
-  std::mutex checking;  // one check at a time; remove() waits for the one under way
-  std::thread thread;
-  caf::actor listener;  // hears the batcher's (waiting_atom, program)
+namespace {
 
-  void poke_now() {
-    {
-      std::lock_guard<std::mutex> l(m);
-      poke = true;
+// The scheduler actor's state: plain members, touched by its thread only.
+class Scheduler {
+ public:
+  Scheduler(caf::blocking_actor* self, caf::actor memory, std::shared_ptr<ProgramManager::Shared> shared)
+      : self_(self),
+        memory_(std::move(memory)),
+        shared_(std::move(shared)),
+        opts_(shared_->opts),
+        policy_(opts_.policy) {}
+
+  void run() {
+    self_->send(memory_, scheduler_atom::value);  // it tells us when a scheduled request waits
+    const double period = opts_.policy.check_period_s;
+    bool running = true, due = false;
+    double last = now();
+    while (running) {
+      // Periodic checks every period; news asks for one once the mailbox is empty (after(0)).
+      double wait_s = period > 0 ? std::max(0.0, last + period - now()) : 3600;
+      if (due) wait_s = 0;
+      auto checked = [&] {
+        last = now();
+        due = false;
+        publish();
+      };
+      // News that never stops coming does not put a check off past its period.
+      auto overdue = [&] {
+        if (due && now() - last >= period) {
+          check();
+          checked();
+        }
+      };
+      self_->receive(
+          [&](waiting_atom, uint64_t) {
+            due = period > 0;
+            overdue();
+          },
+          [&](SchedulerMsg& m) -> bool {
+            using Op = SchedulerMsg::Op;
+            const bool r = on(m, running);
+            if (m.op == Op::check) {
+              checked();
+              return r;
+            }
+            due = due || (period > 0 && m.op != Op::stop && m.op != Op::started);
+            publish();
+            overdue();
+            return r;
+          },
+          caf::after(std::chrono::microseconds(static_cast<int64_t>(wait_s * 1e6))) >>
+              [&] {
+                if (period <= 0) return;
+                check();
+                checked();
+              });
     }
-    cv.notify_all();
   }
 
-  Impl(caf::actor_system& s, caf::actor b, ProgramPolicyOptions opts, double lease)
-      : sys(s), batcher(std::move(b)), policy(opts), tool_lease_s(lease) {}
+ private:
+  double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
-  double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  Result<Reply> call(const ProgramCmd& c) {
+    return ask(self_, memory_, encode_program(0, c), std::chrono::seconds(30));
+  }
 
-  void loop() {
-    std::unique_lock<std::mutex> l(m);
-    const auto period = std::chrono::duration<double>(policy.options().check_period_s);
-    while (!stopping) {
-      cv.wait_for(l, period, [&] { return poke || stopping; });
-      if (stopping) break;
-      poke = false;
-      l.unlock();
-      check();
-      l.lock();
+  // One message from the handle; its answer (add, remove: whether it was done).
+  bool on(SchedulerMsg& m, bool& running) {
+    using Op = SchedulerMsg::Op;
+    switch (m.op) {
+      case Op::add: {
+        if (closed_) return false;
+        Managed& p = programs_[m.program];
+        p.need_pages = m.need_pages;
+        p.env = std::move(m.tools);
+        p.paused_since = now();
+        return true;
+      }
+      case Op::started:
+        if (auto it = programs_.find(m.program); it != programs_.end()) it->second.starting = false;
+        return true;
+      case Op::remove: return programs_.erase(m.program) > 0;
+      case Op::tool_started:
+        if (auto it = programs_.find(m.program); it != programs_.end() && it->second.tools++ == 0)
+          it->second.tool_since = now();
+        return true;
+      case Op::tool_ended:
+        if (auto it = programs_.find(m.program); it != programs_.end()) {
+          if (it->second.tools > 0) --it->second.tools;
+          it->second.tool_end = now();
+        }
+        return true;
+      case Op::abandon: abandon(); return true;
+      case Op::check: check(); return true;
+      case Op::poke: return true;
+      case Op::stop: running = false; return true;
     }
+    return true;
   }
 
   // One program as the policy sees it, from its ProgramStatus; a paused one past the tool lease
@@ -91,6 +175,7 @@ struct ProgramManager::Impl {
     ProgramSnapshot s;
     s.id = id;
     s.state = st.state == ProgramState::paused ? ProgramState::paused : ProgramState::active;
+    p.paused = s.state == ProgramState::paused;
     if (s.state == ProgramState::active) {
       p.pages = st.pages;
       p.tokens = st.tokens;
@@ -104,8 +189,10 @@ struct ProgramManager::Impl {
     // otherwise: in a tool call (its pages weigh less the longer the tool runs) or waiting for
     // an event (its pages weigh fully: nothing says how long it will wait).
     const bool wants = st.pending > 0 || st.held > 0;
+    if (wants && !p.wanting) p.wants_since = p.tool_end > last_check_ ? p.tool_end : t;  // arrival order
+    p.wanting = wants;
     s.phase = wants ? ProgramPhase::reasoning : ProgramPhase::acting;
-    s.phase_since = !wants && p.tools > 0 ? p.tool_since : t;
+    s.phase_since = wants ? p.wants_since : p.tools > 0 ? p.tool_since : t;
     s.paused_since = p.paused_since;
     s.offloaded = p.offloaded;
     // Pinned: a request in the engine. One waiting for room is not: when every resident program
@@ -113,7 +200,7 @@ struct ProgramManager::Impl {
     s.pinned = st.pending > 0;
     // Paused, waiting for an event, no tool call, past the lease: its sandbox goes.
     if (p.env.cool && p.warm && s.state == ProgramState::paused && !wants && p.tools == 0 &&
-        t - p.paused_since >= tool_lease_s) {
+        t - p.paused_since >= opts_.tool_lease_s) {
       cool.push_back(id);
       p.warm = false;
     }
@@ -123,43 +210,38 @@ struct ProgramManager::Impl {
 
   // Where each program stands, from the memory actor (its phase told on the way): the
   // questions go out together and are answered between two steps, not one per step.
-  std::vector<ProgramSnapshot> snapshots(caf::scoped_actor& self, std::map<uint64_t, Managed>& table,
-                                         double t, std::vector<uint64_t>& cool, int64_t& resident) {
-    using Handle = decltype(self->request(batcher, std::chrono::seconds(30), frame_atom::value, Frame{}));
+  std::vector<ProgramSnapshot> snapshots(double t, std::vector<uint64_t>& cool, int64_t& resident) {
+    using Handle = decltype(self_->request(memory_, std::chrono::seconds(30), frame_atom::value, Frame{}));
     std::vector<std::pair<uint64_t, Handle>> asked;
-    for (auto& [id, p] : table) {
+    for (auto& [id, p] : programs_) {
       ProgramCmd phase = command(ProgramCmd::Op::phase, id);
       phase.acting = p.tools > 0;
       asked.emplace_back(
-          id, self->request(batcher, std::chrono::seconds(30), frame_atom::value, encode_program(0, phase)));
+          id, self_->request(memory_, std::chrono::seconds(30), frame_atom::value, encode_program(0, phase)));
     }
     std::vector<ProgramSnapshot> snaps;
     for (auto& [id, handle] : asked) {
-      Result<Reply> st = make_error(Errc::internal, "no reply from the batcher");
+      Result<Reply> st = make_error(Errc::internal, "no reply from the memory actor");
       std::move(handle).receive([&](const std::vector<uint8_t>& r) { st = decode_reply(r); },
                                 [&](caf::error& e) { st = make_error(Errc::internal, caf::to_string(e)); });
       if (!st || st->kind != ReplyKind::program_status) continue;  // ending: terminated under us
-      snaps.push_back(snapshot_of(id, table[id], *st, t, cool));
+      snaps.push_back(snapshot_of(id, programs_[id], *st, t, cool));
       if (snaps.back().state == ProgramState::active) resident += st->pages;
     }
-    {  // what the memory actor said stays for the next check (a paused program's pages: its last)
-      std::lock_guard<std::mutex> l(m);
-      for (const ProgramSnapshot& x : snaps)
-        if (auto it = programs.find(x.id); it != programs.end() && x.state == ProgramState::active) {
-          it->second.pages = table[x.id].pages;
-          it->second.tokens = table[x.id].tokens;
-          it->second.admitted = true;
-        }
-    }
     return snaps;
+  }
+
+  PolicyDecision decide(double t, const std::vector<ProgramSnapshot>& snaps) const {
+    if (opts_.mode == SchedulingMode::program) return policy_.decide(t, snaps);
+    return decide_baseline(opts_.mode == SchedulingMode::ttl ? BaselinePolicy::ttl : BaselinePolicy::lru,
+                           opts_.ttl_s, opts_.policy.capacity_pages, t, snaps);
   }
 
   // Tool environments made again: near the head of the queue and asking for the engine (not
   // one that waits for an event), or at the restore at the latest (before the restore: the
   // program's next call may come at once). (program, ahead of its restore)
-  static std::vector<std::pair<uint64_t, bool>> to_warm(const PolicyDecision& d,
-                                                        const std::vector<ProgramSnapshot>& snaps,
-                                                        std::map<uint64_t, Managed>& table) {
+  std::vector<std::pair<uint64_t, bool>> to_warm(const PolicyDecision& d,
+                                                 const std::vector<ProgramSnapshot>& snaps) {
     std::vector<std::pair<uint64_t, bool>> warm;
     for (uint64_t id : d.prewarm)
       if (std::any_of(snaps.begin(), snaps.end(), [&](const ProgramSnapshot& x) {
@@ -167,202 +249,194 @@ struct ProgramManager::Impl {
           }))
         warm.emplace_back(id, true);
     for (uint64_t id : d.restore)
-      if (!table[id].warm && table[id].env.warm)  // the policy prewarms only programs it does not restore
+      if (!programs_[id].warm &&
+          programs_[id].env.warm)  // the policy prewarms only programs it does not restore
         warm.emplace_back(id, false);
     return warm;
   }
 
-  struct Done {  // a pause or restore carried out (or refused)
-    uint64_t id;
-    bool pause;
-    PauseMode mode;
-    bool ok;
-    int64_t pages, tokens;
-  };
-  // Pauses first, then restores (which need the room the pauses made).
-  std::vector<Done> carry_out(caf::scoped_actor& self, const PolicyDecision& d,
-                              std::map<uint64_t, Managed>& table) {
-    auto call = [&](const ProgramCmd& c) {
-      return ask(self, batcher, encode_program(0, c), std::chrono::seconds(30));
-    };
-    std::vector<Done> done;
+  // Pauses first, then restores (which need the room the pauses made); the outcome into the
+  // table and the statistics.
+  void carry_out(double t, const PolicyDecision& d) {
     for (const auto& [id, mode] : d.pause) {
       auto r = call(command(ProgramCmd::Op::pause, id, mode));
       if (!r) spdlog::debug("scheduler: pausing program {}: {}", id, r.error().message);
-      done.push_back({id, true, mode, bool(r), table[id].pages, table[id].tokens});
+      Managed& p = programs_[id];
+      if (!r) {
+        ++stats_.refused;
+        continue;
+      }
+      ++stats_.pauses;
+      ++p.pauses;
+      if (mode == PauseMode::offload) ++stats_.offloaded_pauses;
+      p.paused = true;
+      p.offloaded = mode == PauseMode::offload;
+      p.paused_since = t;
+      stats_.resident_pages -= p.pages;
     }
     for (uint64_t id : d.restore) {
       auto r = call(command(ProgramCmd::Op::restore, id));
       if (!r) spdlog::debug("scheduler: restoring program {}: {}", id, r.error().message);
-      done.push_back({id, false, PauseMode::drop, bool(r), r ? r->pages : 0, table[id].tokens});
-    }
-    return done;
-  }
-
-  // The outcome into the table and the statistics. REQUIRES: m held.
-  void account(double t, const std::vector<Done>& done) {
-    for (const Done& x : done) {
-      auto it = programs.find(x.id);
-      if (!x.ok) ++stats.refused;
-      if (!x.ok || it == programs.end()) continue;
-      Managed& p = it->second;
-      if (x.pause) {
-        ++stats.pauses;
-        if (x.mode == PauseMode::offload) ++stats.offloaded_pauses;
-        p.pages = x.pages;
-        p.tokens = x.tokens;
-        p.offloaded = x.mode == PauseMode::offload;
-        p.paused_since = t;
-      } else {
-        ++(p.admitted ? stats.restores : stats.admitted);
-        if (p.admitted && !p.offloaded) stats.recomputed_tokens += p.tokens;
-        p.admitted = true;
-        p.pages = x.pages;
-        p.offloaded = false;
+      Managed& p = programs_[id];
+      if (!r) {
+        ++stats_.refused;
+        continue;
       }
+      if (p.admitted) ++p.restores;
+      ++(p.admitted ? stats_.restores : stats_.admitted);
+      if (p.admitted && !p.offloaded) stats_.recomputed_tokens += p.tokens;
+      p.admitted = true;
+      p.paused = false;
+      p.pages = r->pages;
+      p.offloaded = false;
+      stats_.resident_pages += p.pages;
     }
   }
 
   void check() {
-    std::lock_guard<std::mutex> one(checking);
-    caf::scoped_actor self{sys};
-    std::map<uint64_t, Managed> table;
-    {
-      std::lock_guard<std::mutex> l(m);
-      table = programs;
-    }
     const double t = now();
     std::vector<uint64_t> cool;  // tool environments to remove now
     int64_t resident = 0;
-    const std::vector<ProgramSnapshot> snaps = snapshots(self, table, t, cool, resident);
-    const PolicyDecision d = policy.decide(t, snaps);
-    const std::vector<std::pair<uint64_t, bool>> warm = to_warm(d, snaps, table);
-    for (uint64_t id : cool) table[id].env.cool();
-    for (const auto& [id, ahead] : warm) table[id].env.warm();
-    const std::vector<Done> done = carry_out(self, d, table);
-    std::lock_guard<std::mutex> l(m);
-    ++stats.checks;
-    stats.tools_cooled += static_cast<int64_t>(cool.size());
-    for (uint64_t id : cool)
-      if (auto it = programs.find(id); it != programs.end()) it->second.warm = false;
+    const std::vector<ProgramSnapshot> snaps = snapshots(t, cool, resident);
+    last_check_ = t;
+    const PolicyDecision d = decide(t, snaps);
+    const std::vector<std::pair<uint64_t, bool>> warm = to_warm(d, snaps);
+    for (uint64_t id : cool) programs_[id].env.cool();
     for (const auto& [id, ahead] : warm) {
-      ++(ahead ? stats.tools_prewarmed : stats.tools_warmed_late);
-      if (auto it = programs.find(id); it != programs.end()) it->second.warm = true;
+      programs_[id].env.warm();
+      programs_[id].warm = true;
+      ++(ahead ? stats_.tools_prewarmed : stats_.tools_warmed_late);
     }
-    stats.peak_resident_pages = std::max(stats.peak_resident_pages, resident);
-    account(t, done);
+    ++stats_.checks;
+    stats_.tools_cooled += static_cast<int64_t>(cool.size());
+    stats_.peak_resident_pages = std::max(stats_.peak_resident_pages, resident);
+    stats_.resident_pages = resident;
+    carry_out(t, d);
   }
-};
 
-ProgramManager::ProgramManager(caf::actor_system& sys, caf::actor batcher, ProgramPolicyOptions opts,
-                               double tool_lease_s)
-    : impl_(std::make_shared<Impl>(sys, std::move(batcher), opts, tool_lease_s)) {
-  if (opts.check_period_s > 0) impl_->thread = std::thread([this] { impl_->loop(); });
-  // The batcher says when a scheduled program's request waits: a check then, not at the next period.
-  std::weak_ptr<Impl> weak = impl_;
-  impl_->listener = sys.spawn([weak](caf::event_based_actor* self) -> caf::behavior {
-    if (auto impl = weak.lock()) self->send(impl->batcher, scheduler_atom::value);
-    return {[weak](waiting_atom, uint64_t) {
-      if (auto impl = weak.lock()) impl->poke_now();
-    }};
-  });
-}
-
-ProgramManager::~ProgramManager() {
-  caf::anon_send_exit(impl_->listener, caf::exit_reason::user_shutdown);
-  {
-    std::lock_guard<std::mutex> l(impl_->m);
-    impl_->stopping = true;
-  }
-  impl_->cv.notify_all();
-  if (impl_->thread.joinable()) impl_->thread.join();
-}
-
-bool ProgramManager::add(uint64_t program, int64_t need_pages, ProgramTools tools) {
-  {
-    std::lock_guard<std::mutex> l(impl_->m);
-    if (impl_->closed) return false;
-    Managed& p = impl_->programs[program];
-    p.need_pages = need_pages;
-    p.env = std::move(tools);
-    p.paused_since = impl_->now();
-  }
-  check_now();
-  return true;
-}
-
-void ProgramManager::started(uint64_t program) {
-  std::lock_guard<std::mutex> l(impl_->m);
-  if (auto it = impl_->programs.find(program); it != impl_->programs.end()) it->second.starting = false;
-}
-
-bool ProgramManager::remove(uint64_t program) {
-  bool was = false;
-  {
-    std::lock_guard<std::mutex> l(impl_->m);
-    was = impl_->programs.erase(program) > 0;
-  }
-  std::lock_guard<std::mutex> settled(impl_->checking);  // a check that had it in its table is over
-  return was;
-}
-
-void ProgramManager::tool_started(uint64_t program) {
-  {
-    std::lock_guard<std::mutex> l(impl_->m);
-    auto it = impl_->programs.find(program);
-    if (it == impl_->programs.end()) return;
-    if (it->second.tools++ == 0) it->second.tool_since = impl_->now();
-  }
-  check_now();
-}
-
-void ProgramManager::tool_ended(uint64_t program) {
-  {
-    std::lock_guard<std::mutex> l(impl_->m);
-    auto it = impl_->programs.find(program);
-    if (it == impl_->programs.end() || it->second.tools == 0) return;
-    --it->second.tools;
-  }
-  check_now();
-}
-
-void ProgramManager::abandon_waiting() {
-  std::lock_guard<std::mutex> one(impl_->checking);  // none is admitted under us
-  std::vector<uint64_t> waiting;
-  {
-    std::lock_guard<std::mutex> l(impl_->m);
-    impl_->closed = true;
-    for (auto it = impl_->programs.begin(); it != impl_->programs.end();) {
+  // The programs whose start is not over end; none is added after.
+  void abandon() {
+    closed_ = true;
+    std::vector<uint64_t> waiting;
+    for (auto it = programs_.begin(); it != programs_.end();) {
       if (!it->second.starting) {
         ++it;
         continue;
       }
       waiting.push_back(it->first);
-      it = impl_->programs.erase(it);
+      it = programs_.erase(it);
+    }
+    for (uint64_t id : waiting) {
+      ProgramCmd end = command(ProgramCmd::Op::terminate, id);
+      end.cancel = true;
+      if (auto r = call(end); !r)
+        spdlog::warn("scheduler: ending program {}, which was waiting to start: {}", id, r.error().message);
     }
   }
-  caf::scoped_actor self{impl_->sys};
-  for (uint64_t id : waiting) {
-    ProgramCmd end = command(ProgramCmd::Op::terminate, id);
-    end.cancel = true;
-    if (auto r = ask(self, impl_->batcher, encode_program(0, end), std::chrono::seconds(30)); !r)
-      spdlog::warn("scheduler: ending program {}, which was waiting to start: {}", id, r.error().message);
+
+  void publish() {
+    std::vector<ScheduledProgram> list;
+    list.reserve(programs_.size());
+    for (const auto& [id, p] : programs_)
+      list.push_back(
+          {id, p.admitted, p.paused, p.paused && p.offloaded, p.pages, p.tokens, p.pauses, p.restores});
+    std::lock_guard<std::mutex> l(shared_->m);
+    shared_->stats = stats_;
+    shared_->stats.programs = static_cast<int64_t>(programs_.size());
+    shared_->programs = std::move(list);
   }
+
+  caf::blocking_actor* self_;
+  caf::actor memory_;
+  std::shared_ptr<ProgramManager::Shared> shared_;
+  SchedulerOptions opts_;
+  ProgramPolicy policy_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  std::map<uint64_t, Managed> programs_;
+  ProgramManagerStats stats_;
+  double last_check_ = -1;
+  bool closed_ = false;  // abandon() ran
+};
+
+// Sends `m` and waits for the scheduler's answer.
+bool ask_scheduler(caf::actor_system& sys, const caf::actor& scheduler, SchedulerMsg m) {
+  caf::scoped_actor self{sys};
+  bool out = false;
+  self->request(scheduler, caf::infinite, std::move(m))
+      .receive([&](bool r) { out = r; }, [&](caf::error&) { out = false; });
+  return out;
+}
+
+}  // namespace
+
+ProgramManager::ProgramManager(caf::actor_system& sys, caf::actor memory, SchedulerOptions opts)
+    : shared_(std::make_shared<Shared>()) {
+  shared_->opts = opts;
+  shared_->next_program = opts.first_program_id;
+  actor_ = sys.spawn([memory = std::move(memory), shared = shared_](caf::blocking_actor* self) {
+    Scheduler(self, memory, shared).run();
+  });
+}
+
+ProgramManager::ProgramManager(caf::actor_system& sys, caf::actor memory, ProgramPolicyOptions opts,
+                               double tool_lease_s)
+    : ProgramManager(
+          sys, std::move(memory),
+          SchedulerOptions{.policy = opts, .mode = SchedulingMode::program, .tool_lease_s = tool_lease_s}) {}
+
+ProgramManager::~ProgramManager() {
+  ask_scheduler(actor_.home_system(), actor_, SchedulerMsg{SchedulerMsg::Op::stop});
+}
+
+bool ProgramManager::add(uint64_t program, int64_t need_pages, ProgramTools tools) {
+  return ask_scheduler(actor_.home_system(), actor_,
+                       SchedulerMsg{SchedulerMsg::Op::add, program, need_pages, std::move(tools)});
+}
+
+void ProgramManager::started(uint64_t program) {
+  caf::anon_send(actor_, SchedulerMsg{SchedulerMsg::Op::started, program});
+}
+
+bool ProgramManager::remove(uint64_t program) {
+  return ask_scheduler(actor_.home_system(), actor_, SchedulerMsg{SchedulerMsg::Op::remove, program});
+}
+
+void ProgramManager::tool_started(uint64_t program) {
+  caf::anon_send(actor_, SchedulerMsg{SchedulerMsg::Op::tool_started, program});
+}
+
+void ProgramManager::tool_ended(uint64_t program) {
+  caf::anon_send(actor_, SchedulerMsg{SchedulerMsg::Op::tool_ended, program});
+}
+
+void ProgramManager::abandon_waiting() {
+  ask_scheduler(actor_.home_system(), actor_, SchedulerMsg{SchedulerMsg::Op::abandon});
 }
 
 void ProgramManager::check_now() {
-  impl_->poke_now();
+  caf::anon_send(actor_, SchedulerMsg{SchedulerMsg::Op::poke});
 }
 
 void ProgramManager::check() {
-  impl_->check();
+  ask_scheduler(actor_.home_system(), actor_, SchedulerMsg{SchedulerMsg::Op::check});
+}
+
+uint64_t ProgramManager::new_program_id() {
+  return shared_->next_program++;
 }
 
 ProgramManagerStats ProgramManager::stats() const {
-  std::lock_guard<std::mutex> l(impl_->m);
-  ProgramManagerStats s = impl_->stats;
-  s.programs = static_cast<int64_t>(impl_->programs.size());
-  return s;
+  std::lock_guard<std::mutex> l(shared_->m);
+  return shared_->stats;
+}
+
+std::vector<ScheduledProgram> ProgramManager::programs() const {
+  std::lock_guard<std::mutex> l(shared_->m);
+  return shared_->programs;
+}
+
+const SchedulerOptions& ProgramManager::options() const {
+  return shared_->opts;
 }
 
 }  // namespace chorus

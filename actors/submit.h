@@ -24,10 +24,9 @@ void submit(Self* self, const caf::actor& batcher, const Request& r, Fail failed
 }
 
 // Sends a command frame to the batcher and waits for the reply, decoded; an Error reply, or no
-// reply within `timeout`, is an error.
-template <class Timeout = caf::infinite_t>
-Result<Reply> ask(caf::scoped_actor& self, const caf::actor& batcher, const Frame& f,
-                  Timeout timeout = caf::infinite) {
+// reply within `timeout`, is an error. `self`: a caf::scoped_actor, or a blocking actor.
+template <class Self, class Timeout = caf::infinite_t>
+Result<Reply> ask(Self&& self, const caf::actor& batcher, const Frame& f, Timeout timeout = caf::infinite) {
   Result<Reply> out = make_error(Errc::internal, "no reply from the batcher");
   self->request(batcher, timeout, frame_atom::value, f)
       .receive([&](const std::vector<uint8_t>& r) { out = decode_reply(r); },

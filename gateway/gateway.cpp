@@ -1,6 +1,7 @@
 #include "gateway/gateway.h"
 
 #include <httplib.h>
+#include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
 #include <ctime>
@@ -21,6 +22,27 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+
+// Ends a streamed request's turn once: when its reply is over, or — when the reply never ran
+// (the client went away before it began) — when the reply is dropped; the generation then ran
+// unseen, so what the block holds is not known and the next request starts it again.
+class TurnEnd {
+ public:
+  TurnEnd(GatewayPrograms& programs, std::string id) : programs_(programs), id_(std::move(id)) {}
+  ~TurnEnd() {
+    if (done_) return;
+    programs_.set_contents(id_, "", 1);  // not known (tokens > 0: the next request clears it)
+    end();
+  }
+  void end() {
+    if (!done_.exchange(true)) programs_.end(id_);
+  }
+
+ private:
+  GatewayPrograms& programs_;
+  std::string id_;
+  std::atomic<bool> done_{false};
+};
 
 }  // namespace
 
@@ -61,19 +83,48 @@ struct Gateway::Impl {
     return p;
   }
 
-  // Takes the program for a request, plans the request (counting the room it needs), waits until
-  // it may run.
-  std::pair<GatewayPrograms::Turn, Plan> acquire(const ChatRequest& req) {
-    GatewayPrograms::Turn turn = programs->begin(req.program_id);
-    Plan p;
+  // A request admitted to run: its program, its plan, and the actor that sent its generation
+  // (which hears its events).
+  struct Admitted {
+    GatewayPrograms::Turn turn;
+    Plan plan;
+    std::shared_ptr<caf::scoped_actor> self;
+  };
+
+  // Takes the program for a request, plans the request (counting the room it needs), and sends
+  // it to the memory actor, returning once it runs: while its program is paused or short of
+  // room it waits there for the scheduler (503 program_paused when that takes too long).
+  // Before a streamed reply begins, so that a client gets that as an HTTP status.
+  Admitted acquire(const ChatRequest& req) {
+    Admitted a;
+    a.turn = programs->begin(req.program_id);
     try {
-      p = plan(req, turn.block, turn.text, turn.tokens);
+      a.plan = plan(req, a.turn.block, a.turn.text, a.turn.tokens);
     } catch (...) {
-      programs->end(turn.id);
+      programs->end(a.turn.id);
       throw;
     }
-    programs->wait_to_run(turn.id, p.have_tokens + static_cast<int64_t>(p.toks.size()) + req.max_tokens);
-    return {std::move(turn), std::move(p)};
+    const int64_t need = a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size()) + req.max_tokens;
+    a.self = std::make_shared<caf::scoped_actor>(*sys);
+    auto fail = [&](const Error& e) {
+      programs->end(a.turn.id);
+      throw http_error(e);
+    };
+    if (a.plan.restart) {  // the history changed: start the block again
+      auto r = programs->admit(*a.self, a.turn.id, need,
+                               [&](uint64_t rid) { return encode_clear_block(rid, a.plan.block); });
+      if (!r) fail(make_error(r.error().code, "cannot clear the program's block: " + r.error().message));
+      programs->count(0, 0, 0, a.turn.tokens);
+    }
+    StopCondition stop;
+    stop.max_tokens = req.max_tokens;
+    stop.strings = req.stop;
+    const Request gen = Request::generate(a.plan.block, {a.plan.block}, a.plan.toks, req.sampling, stop);
+    auto r =
+        programs->admit(*a.self, a.turn.id, need, [&](uint64_t rid) { return encode_request(rid, gen); });
+    if (!r) fail(make_error(r.error().code, "generation failed: " + r.error().message));
+    if (r->kind != ReplyKind::submitted) fail(make_error(Errc::internal, "the batcher answered " + r->text));
+    return a;
   }
 
   // Runs the request on its session; calls `on_text` with each piece of text as it comes.
@@ -88,40 +139,17 @@ struct Gateway::Impl {
     HttpError failure() const { return http_error(make_error(code, "generation failed: " + error)); }
   };
 
-  Outcome generate(const GatewayPrograms::Turn& turn, const ChatRequest& req, const Plan& plan,
+  Outcome generate(const Admitted& a, const ChatRequest& req,
                    const std::function<bool(const std::string&)>& on_text) {
     Outcome out;
-    int64_t have_tokens = plan.have_tokens;
-    if (plan.restart) {  // the history changed: start the block again
-      if (auto r = programs->call(encode_clear_block(0, plan.block)); !r) {
-        out.error = "cannot clear the program's block: " + r.error().message;
-        return out;
-      }
-      programs->count(0, 0, 0, turn.tokens);
-    }
+    const GatewayPrograms::Turn& turn = a.turn;
+    const Plan& plan = a.plan;
+    const int64_t have_tokens = plan.have_tokens;
     out.cached_tokens = have_tokens;
     const std::vector<TokenId>& toks = plan.toks;
-    StopCondition stop;
-    stop.max_tokens = req.max_tokens;
-    stop.strings = req.stop;
-    Request gen = Request::generate(plan.block, {plan.block}, toks, req.sampling, stop);
-    caf::scoped_actor self{*sys};
+    caf::scoped_actor& self = *a.self;
     std::string raw;
     bool finished = false, eog = false, client_gone = false;
-    self->request(batcher, std::chrono::seconds(600), frame_atom::value, encode_request(0, gen))
-        .receive(
-            [&](const std::vector<uint8_t>& r) {
-              auto rep = decode_reply(r);
-              if (!rep || rep->kind != ReplyKind::submitted) {
-                out.error = rep ? rep->text : rep.error().message;
-                out.code = rep ? rep->code : rep.error().code;
-                finished = true;
-              }
-            },
-            [&](caf::error& e) {
-              out.error = caf::to_string(e);
-              finished = true;
-            });
     std::string held;  // text that may be the start of a stop string: not sent yet
     auto emit = [&](const std::string& text) {
       if (client_gone || text.empty()) return;
@@ -203,7 +231,8 @@ struct Gateway::Impl {
   void on_chat(const httplib::Request& hreq, httplib::Response& res) {
     const ChatRequest req =
         parse_chat_request(hreq.body, model_name, opts.default_max_tokens, opts.max_tokens_limit);
-    auto [turn, plan] = acquire(req);
+    Admitted adm = acquire(req);
+    const GatewayPrograms::Turn& turn = adm.turn;
     const std::string id = turn.id;
     const std::string rid = "chatcmpl-" + std::to_string(programs->requests_served() + 1) + "-" +
                             std::to_string(Clock::now().time_since_epoch().count() % 1000000);
@@ -211,7 +240,7 @@ struct Gateway::Impl {
     if (!req.stream) {
       Outcome o;
       try {
-        o = generate(turn, req, plan, [](const std::string&) { return true; });
+        o = generate(adm, req, [](const std::string&) { return true; });
       } catch (...) {
         programs->end(id);
         throw;
@@ -223,8 +252,10 @@ struct Gateway::Impl {
     }
     // Streaming: the generation runs in the content provider (this worker thread).
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, turn = turn, req, plan = std::move(plan),
-                                                           rid, ephemeral](size_t, httplib::DataSink& sink) {
+    auto turn_end = std::make_shared<TurnEnd>(*programs, id);
+    res.set_chunked_content_provider("text/event-stream", [this, adm = std::move(adm), req, rid, ephemeral,
+                                                           turn_end](size_t, httplib::DataSink& sink) {
+      const GatewayPrograms::Turn& turn = adm.turn;
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       auto chunk = [&](const json& delta, const json& finish_reason) {
         json c = {{"id", rid},
@@ -241,10 +272,10 @@ struct Gateway::Impl {
         return sink.write(line.data(), line.size());
       };
       bool ok = send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-      Outcome o = generate(turn, req, plan, [&](const std::string& text) {
+      Outcome o = generate(adm, req, [&](const std::string& text) {
         return ok = ok && send(chunk({{"content", text}}, nullptr));
       });
-      programs->end(turn.id);
+      turn_end->end();
       if (!o.error.empty()) {
         send(json::parse(o.failure().body));
       } else {
@@ -351,7 +382,8 @@ int Gateway::port() const {
 }
 
 Result<std::unique_ptr<Gateway>> Gateway::start(caf::actor_system& sys, caf::actor batcher,
-                                                const Model& model, GatewayOptions opts) {
+                                                const Model& model, GatewayOptions opts,
+                                                ProgramManager* scheduler) {
   auto impl = std::make_unique<Impl>();
   impl->sys = &sys;
   impl->batcher = batcher;
@@ -372,7 +404,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(caf::actor_system& sys, caf::act
                         "gateway: cannot bind " + p->opts.host + ":" + std::to_string(p->opts.port));
     p->port = p->opts.port;
   }
-  p->programs = std::make_unique<GatewayPrograms>(sys, std::move(batcher), p->opts);
+  p->programs = std::make_unique<GatewayPrograms>(sys, std::move(batcher), p->opts, scheduler);
   p->http = std::thread([p] { p->svr.listen_after_bind(); });
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }

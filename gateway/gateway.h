@@ -18,11 +18,11 @@
 // `metrics_public`.
 //
 // Between requests a program is *acting* (its client is running tools); with a request in flight
-// it is *reasoning*. Every check period and at each request boundary the program policy
-// (engine/sched/program_policy.h) decides which programs to pause and restore, counting each request's
-// room (its prompt and max_tokens) before it starts: a request whose program is paused, new or
-// short of room waits until the policy lets it run, so a request never runs out of KV pages
-// half-way. Idle programs expire after a lease. The program table is gateway/gateway_programs.h.
+// it is *reasoning*. The node's program scheduler (actors/program_manager.h) schedules the
+// gateway's programs beside any other of the node: a request waits in the memory actor until its
+// program is resident with room for all it may write (its prompt and max_tokens), so a request
+// never runs out of KV pages half-way; it is taken back after restore_wait_s (503). Idle programs
+// expire after a lease. The HTTP session table is gateway/gateway_programs.h.
 //
 // Bad requests get OpenAI-style JSON errors: 400 (malformed JSON, bad fields, with `param`), 404
 // (unknown model or program), 409 (a program already has a request in flight), 413 (body too
@@ -41,10 +41,7 @@
 namespace chorus {
 
 class Model;
-
-// How programs share the KV pages: the program-aware policy (engine/sched/program_policy.h), or one
-// of the baselines the benchmark compares it with.
-enum class SchedulingMode { program, lru, ttl };
+class ProgramManager;
 
 struct GatewayOptions {
   std::string host = "127.0.0.1";
@@ -59,8 +56,8 @@ struct GatewayOptions {
   // restore holds one, and so does an idle keep-alive connection (a few seconds); requests beyond
   // them wait in a queue the scheduler does not see — their programs look idle and get paused.
   int threads = 128;
-  ProgramPolicyOptions policy;  // capacity_pages: the engine's KV pages
-  SchedulingMode mode = SchedulingMode::program;
+  ProgramPolicyOptions policy;  // capacity_pages: the engine's KV pages (with the gateway's own scheduler)
+  SchedulingMode mode = SchedulingMode::program;  // ... and its policy
   double ttl_s = 2.0;                 // SchedulingMode::ttl: how long an idle program stays pinned
   std::vector<std::string> api_keys;  // empty: no authentication
   bool metrics_public = false;        // /metrics and /health without a key
@@ -68,9 +65,13 @@ struct GatewayOptions {
 
 class Gateway {
  public:
-  // Binds and starts serving on its own threads. Errors: the address cannot be bound.
+  // Binds and starts serving on its own threads. `scheduler`: the node's program scheduler, which
+  // then schedules the gateway's programs beside the node's others (it must outlive the
+  // gateway); null: the gateway makes one of its own over `batcher` from opts.policy, mode and
+  // ttl_s. Errors: the address cannot be bound.
   static Result<std::unique_ptr<Gateway>> start(caf::actor_system& sys, caf::actor batcher,
-                                                const Model& model, GatewayOptions opts);
+                                                const Model& model, GatewayOptions opts,
+                                                ProgramManager* scheduler = nullptr);
   ~Gateway();  // stop()
 
   int port() const;

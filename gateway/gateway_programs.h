@@ -1,17 +1,21 @@
-// The gateway's programs (gateway/gateway.h): each one a block holding its conversation, paused
-// and restored through the batcher as the program policy (engine/sched/program_policy.h) or a
-// baseline decides. Internal to the gateway library; its HTTP side is gateway.cpp. Every method
-// is safe to call from any HTTP worker thread; a scheduler thread of its own runs the periodic
-// checks and expires idle programs.
+// The gateway's HTTP session table (gateway/gateway.h): each program one block holding its
+// conversation. The node's program scheduler (actors/program_manager.h) schedules them beside
+// any other program of the node — pauses, restores, room — and this table keeps only what HTTP
+// needs: which program and block a `program_id` names, what the block holds as text, whether a
+// request is in flight, and the idle lease. Internal to the gateway library; its HTTP side is
+// gateway.cpp. Every method is safe to call from any HTTP worker thread; a thread of its own
+// expires idle programs.
 //
-// A request's life: begin() takes its program (reasoning from then on), wait_to_run() counts the
-// room it will fill and blocks until the program is resident with that room counted (from then on
-// it is pinned: never paused), set_contents() records what the block holds, end() makes the
-// program acting again (a one-shot program is released).
+// A request's life: begin() takes its program (from then on its client waits: a request
+// boundary for the scheduler), admit() counts the room it will fill and sends its commands to
+// the memory actor, where they wait while the program is paused or short of room (the scheduler
+// hears of it and makes the room) — taken back after restore_wait_s; set_contents() records
+// what the block holds, end() makes the program acting again (a one-shot program is released).
 #pragma once
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -22,12 +26,16 @@
 
 namespace chorus {
 
+class ProgramManager;
+
 class GatewayPrograms {
  public:
-  GatewayPrograms(caf::actor_system& sys, caf::actor batcher, const GatewayOptions& opts);
+  // `scheduler`: the node's (null: the gateway makes one over `batcher` from `opts`).
+  GatewayPrograms(caf::actor_system& sys, caf::actor batcher, const GatewayOptions& opts,
+                  ProgramManager* scheduler);
   ~GatewayPrograms();  // stop()
 
-  // A command to the batcher; its reply decoded (an Error reply is an error).
+  // A command to the memory actor; its reply decoded (an Error reply is an error).
   Result<Reply> call(const Frame& f);
 
   // What a request starts from.
@@ -39,13 +47,18 @@ class GatewayPrograms {
     bool ephemeral = false;
   };
   // Takes program `program_id` ("" : a new one-shot program) for a request, creating it (a
-  // program and its block in the batcher) when new. Throws HttpError: 500 when it cannot be
-  // created, 409 when it has a request already.
+  // program registered with `hold`, its block, scheduled) when new. Throws HttpError: 500 when
+  // it cannot be created, 409 when it has a request already.
   Turn begin(const std::string& program_id);
-  // The request will fill the block up to `need_tokens`. A request boundary for the policy; then
-  // waits (up to restore_wait_s) until the program is resident and its room counted. Throws
-  // HttpError 503 when that does not happen in time (the program stays, its request is over).
-  void wait_to_run(const std::string& id, int64_t need_tokens);
+  // The request will fill the block up to `need_tokens` (400 context_length_exceeded when the
+  // pool can never hold that). Then sends the command `make(request_id)` builds to the memory
+  // actor and waits for its reply: at once when the program is resident with room, else once the
+  // scheduler made it so. Taken back when that takes longer than restore_wait_s (or the gateway
+  // stops): HttpError 503 `program_paused` (the program stays; the request is over). Called
+  // once per command of the request (a clear of the block, then its generation), on `self`,
+  // which then hears the command's events.
+  Result<Reply> admit(caf::scoped_actor& self, const std::string& id, int64_t need_tokens,
+                      const std::function<Frame(uint64_t request_id)>& make);
   // What the block holds now ("" when not known: the next request starts it again).
   void set_contents(const std::string& id, std::string text, int64_t tokens);
   // The request is over: the program acts until its next one (one-shot programs are released).
@@ -60,8 +73,8 @@ class GatewayPrograms {
   nlohmann::json list() const;       // GET /programs
   std::string metrics_text() const;  // GET /metrics
 
-  void stop_waiting();  // requests waiting in wait_to_run() end (503); new ones do not wait
-  void stop();          // stop_waiting(), ends the scheduler thread, releases every program (once)
+  void stop_waiting();  // requests waiting in admit() end (503); new ones do not wait
+  void stop();          // stop_waiting(), ends the lease thread, releases every program (once)
 
  private:
   struct Impl;

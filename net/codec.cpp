@@ -52,6 +52,9 @@ Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
           fbb, request_id, wire::Payload::ProgramPhase,
           wire::CreateProgramPhase(fbb, c.program, c.acting ? wire::Phase::acting : wire::Phase::reasoning, 0)
               .Union());
+    case ProgramCmd::Op::withdraw:
+      return finish(fbb, request_id, wire::Payload::WithdrawRequest,
+                    wire::CreateWithdrawRequest(fbb, c.program, c.request).Union());
   }
   return {};
 }
@@ -166,6 +169,13 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
     c.op = ProgramCmd::Op::terminate;
     c.program = p->program();
     c.cancel = p->cancel();
+    return Command{std::move(c)};
+  }
+  if (const auto* p = env->payload_as_WithdrawRequest()) {
+    ProgramCmd c;
+    c.op = ProgramCmd::Op::withdraw;
+    c.program = p->program();
+    c.request = p->request_id();
     return Command{std::move(c)};
   }
   if (const auto* p = env->payload_as_ProgramPhase()) {

@@ -38,15 +38,17 @@ struct BlockOpCmd {  // FreeBlock, ClearBlock, MergeBlocks, ForkBlock
   int64_t tokens = 0;     // fork: how many leading tokens
   std::string name = {};  // merge, fork: the new block's name
 };
-struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram, ProgramPhase
-  enum class Op { register_program, pause, restore, terminate, phase } op = Op::register_program;
+struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram, ProgramPhase,
+                     // WithdrawRequest
+  enum class Op { register_program, pause, restore, terminate, phase, withdraw } op = Op::register_program;
   uint64_t program = 0;
   std::string name;
   std::vector<BlockId> blocks;  // register
   PauseMode mode = PauseMode::drop;
-  bool hold = false;    // register: requests wait while it is paused (schemas/programs.fbs)
-  bool acting = false;  // phase: a tool runs (else reasoning)
-  bool cancel = false;  // terminate: end the requests that use its blocks first
+  bool hold = false;     // register: requests wait while it is paused (schemas/programs.fbs)
+  bool acting = false;   // phase: a tool runs (else reasoning)
+  bool cancel = false;   // terminate: end the requests that use its blocks first
+  uint64_t request = 0;  // withdraw: the envelope request id of the waiting request
 };
 struct SnapshotViewCmd {
   std::vector<BlockId> view;

@@ -114,6 +114,8 @@ class ProgramPolicy {
 // recently used first; nothing is restored ahead of a request, nothing is offloaded. LRU: any
 // idle program may go; TTL (Continuum-like): one stays pinned for ttl_s after its request.
 enum class BaselinePolicy { lru, ttl };
+// What a node's scheduler runs (`--policy`): the program policy, or one of the baselines.
+enum class SchedulingMode { program, lru, ttl };
 PolicyDecision decide_baseline(BaselinePolicy kind, double ttl_s, int64_t capacity_pages, double now,
                                std::span<const ProgramSnapshot> programs);
 

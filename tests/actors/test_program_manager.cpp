@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "actors/program_manager.h"
+#include "actors/submit.h"
 #include "tests/support/actors_fixture.h"
 #include "tests/support/test_util.h"
 
@@ -342,6 +343,55 @@ TEST_F(ActorsFixture, BlockOperationsOnAPausedProgramWaitForItsRestore) {
   EXPECT_EQ(program_cmd(self, ProgramCmd::Op::restore, 3).state, ProgramState::active);
   source.join();
   EXPECT_EQ(cleared, "BlockInfo 0");
+}
+
+// A client gives up waiting for a restore: WithdrawRequest takes back exactly the request it
+// names (by its envelope's request id) while it waits — it ends with out_of_memory, saying so —
+// and finds nothing once a request has started (that one runs on).
+TEST_F(ActorsFixture, AWaitingRequestCanBeWithdrawnAndAStartedOneRunsOn) {
+  start(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  caf::scoped_actor self{*sys};
+  const BlockId a = new_block(self, "a");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 4, {a}, PauseMode::drop, true).kind,
+            ReplyKind::program_status);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 4).state, ProgramState::paused);
+  auto withdraw = [&](uint64_t request) {
+    ProgramCmd w;
+    w.op = ProgramCmd::Op::withdraw;
+    w.program = 4;
+    w.request = request;
+    caf::scoped_actor other{*sys};
+    return ask(other, batcher, encode_program(0, w), std::chrono::seconds(30));
+  };
+  StopCondition stop;
+  stop.max_tokens = 4;
+  stop.at_end_of_generation = false;
+  const Request gen = Request::generate(a, {a}, {3}, SamplingParams::greedy(), stop);
+  auto held = self->request(batcher, std::chrono::seconds(30), frame_atom::value, encode_request(7, gen));
+  ASSERT_TRUE(eventually([&] {
+    caf::scoped_actor other{*sys};
+    return program_status(other, 4).held == 1;
+  }));
+  EXPECT_EQ(withdraw(8).error().code, Errc::not_found) << "another request id: nothing to take back";
+  auto w = withdraw(7);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  EXPECT_EQ(w->held, 0);
+  Result<Reply> r = make_error(Errc::internal, "no reply");
+  std::move(held).receive([&](const std::vector<uint8_t>& f) { r = decode_reply(f); },
+                          [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, ReplyKind::error);
+  EXPECT_EQ(r->code, Errc::out_of_memory);
+  EXPECT_NE(r->text.find("withdrawn"), std::string::npos) << r->text;
+  EXPECT_EQ(withdraw(7).error().code, Errc::not_found) << "taken back once";
+
+  // Restored, the next request starts at once: nothing waits, and it runs to its end.
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::restore, 4).state, ProgramState::active);
+  ASSERT_EQ(call(self, encode_request(9, gen)).kind, ReplyKind::submitted);
+  EXPECT_EQ(withdraw(9).error().code, Errc::not_found);
+  const std::vector<Reply> events = events_until_finished(self);
+  EXPECT_EQ(events.back().reason, FinishReason::max_tokens);
+  EXPECT_EQ(events.size(), 5u);  // 4 tokens, then the end
 }
 
 // The batcher tells the manager when a scheduled program's request waits, so a paused program
