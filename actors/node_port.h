@@ -38,8 +38,8 @@ struct NodePortEndpoints {
 Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
                                           const NodePortOptions& opts, caf::actor* out);
 
-// ZeroMQ variants of the source and sink roles (actors/roles.h), each a detached actor that owns
-// its socket:
+// The ZeroMQ feeders of a program's source and sink roles (actors/feeders.h has the others),
+// each a detached actor that owns its socket:
 //  - a SUB source: connects to `endpoint`, subscribes to `topic`, and sends the text of each
 //    message's last part to `target` as (text_atom, text) — point it at a source role;
 //  - a PUB sink: binds `endpoint` and publishes each (text_atom, text) it receives as

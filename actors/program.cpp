@@ -17,10 +17,10 @@
 
 #include "actors/atoms.h"
 #include "actors/batcher.h"
+#include "actors/feeders.h"
 #include "actors/node_port.h"
 #include "actors/program_manager.h"
 #include "actors/program_roles.h"
-#include "actors/roles.h"
 #include "actors/sandbox.h"
 #include "actors/submit.h"
 #include "engine/forward/kv_cache.h"

@@ -15,9 +15,9 @@
 #include <zmq.hpp>
 #include "actors/atoms.h"
 #include "actors/batcher.h"
+#include "actors/feeders.h"
 #include "actors/node_port.h"
 #include "actors/program_triggers.h"
-#include "actors/roles.h"
 #include "actors/sandbox.h"
 #include "actors/submit.h"
 #include "engine/model/model.h"

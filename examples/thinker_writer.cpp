@@ -1,19 +1,18 @@
-// The AsyncLLM paper's thinker-writer agent (its Figure 2) on chorus's actors: a thinker
-// reasons into its block; a writer, seeing the thinker's block live through its view, writes
-// one short line after each sentence or line the thinker finishes — while the thinker goes on.
+// The AsyncLLM paper's thinker-writer agent (its Figure 2), written in C++: a thinker reasons
+// into its block; a writer, seeing the thinker's block live through its view, writes one short
+// line after each line the thinker finishes — while the thinker goes on. The same program as
+// topologies/thinker_writer.yaml, built with topology::Builder and run by Program::start.
 //   ./build/examples/thinker_writer "Why is the sky blue?"
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
 
-#include "actors/atoms.h"
-#include "actors/batcher.h"
-#include "actors/roles.h"
+#include "actors/program.h"
 #include "device/cpu_device.h"
+#include "engine/model/model.h"
 #include "engine/model/model_paths.h"
-#include "engine/step/engine.h"
-#include "net/codec.h"
+#include "topology/builder.h"
 
 using namespace chorus;
 
@@ -25,64 +24,54 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", (!model ? model.error() : device.error()).to_string().c_str());
     return 1;
   }
-  auto engine = Engine::create(**model, **device);
-  if (!engine) return 1;
-  const Tokenizer& tok = (*model)->tokenizer;
 
+  // Three blocks: the question (a chat turn), the thinker's thoughts, the writer's notes.
+  topology::Builder b("thinker_writer");
+  b.topology().budget_seconds = 120;
+  b.block("prompt", question + " Think step by step.").chat = "user";
+  b.block("thoughts");
+  b.block("notes");
+  topology::Actor& thinker = b.thinker("thinker", {"prompt", "thoughts"}, "thoughts");
+  thinker.prefill = "<|im_start|>assistant\n";
+  thinker.max_tokens = 160;
+  thinker.emits = {{"\n", "paragraph"}};  // a line of reasoning is done
+  thinker.to = {"thoughts_out"};
+  topology::Actor& writer = b.writer("writer", {"prompt", "thoughts", "notes"}, "notes", {"paragraph"});
+  writer.prefill =
+      "<|im_start|>user\nSum up your last line in a few words.<|im_end|>\n<|im_start|>assistant\n";
+  writer.max_tokens = 24;
+  writer.stop = {"\n", "<|im_end|>"};
+  writer.to = {"notes_out"};
+  b.sink("thoughts_out", topology::SinkKind::callback);
+  b.sink("notes_out", topology::SinkKind::callback);
+  auto topology = b.build();
+  if (!topology) {
+    std::fprintf(stderr, "%s\n", topology.error().to_string().c_str());
+    return 1;
+  }
+
+  std::mutex out;  // the sinks are called from the roles' threads
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stamp = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  ProgramHooks hooks;
+  hooks.sink = [&](const std::string& sink, const std::string& text) {
+    std::lock_guard<std::mutex> l(out);
+    if (sink == "thoughts_out")
+      std::printf("%s", text.c_str());
+    else
+      std::printf("\n    [writer %.2fs] %s\n", stamp(), text.c_str());
+    std::fflush(stdout);
+  };
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
-  caf::actor batcher = spawn_batcher(sys, std::move(*engine));
-  {
-    caf::scoped_actor self{sys};
-    auto call = [&](const Frame& f) {
-      Reply out;
-      self->request(batcher, caf::infinite, frame_atom::value, f)
-          .receive([&](const std::vector<uint8_t>& r) { out = *decode_reply(r); }, [](caf::error&) {});
-      return out;
-    };
-    // Three blocks: the question, the thinker's thoughts, the writer's answer.
-    const auto prompt = static_cast<BlockId>(call(encode_create_block(1, "prompt")).id);
-    const auto thoughts = static_cast<BlockId>(call(encode_create_block(2, "thoughts")).id);
-    const auto answer = static_cast<BlockId>(call(encode_create_block(3, "answer")).id);
-    const std::string q =
-        "<|im_start|>system\nYou are a helpful assistant. Think step by step.<|im_end|>\n"
-        "<|im_start|>user\n" +
-        question + "<|im_end|>\n";
-    call(encode_request(4, Request::forward(prompt, tok.encode(q, {.parse_special = true}))));
-    self->receive([](event_atom, const std::vector<uint8_t>&) {});  // the prompt is in
-
-    std::mutex out;  // the two roles print from their own threads
-    const auto t0 = std::chrono::steady_clock::now();
-    auto stamp = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-    ThinkerConfig tc;
-    tc.view = {prompt};
-    tc.write_to = thoughts;
-    tc.prefill = tok.encode("<|im_start|>assistant\n", {.parse_special = true});
-    tc.max_tokens = 120;
-    tc.separators = {"\n", ". "};
-    tc.on_text = [&](const std::string& text) {
-      std::lock_guard<std::mutex> l(out);
-      std::printf("%s", text.c_str());
-      std::fflush(stdout);
-    };
-    WriterConfig wc;
-    wc.view = {prompt, thoughts, answer};
-    wc.write_to = answer;
-    wc.prefill = tok.encode("\nIn one line:", {.parse_special = true});
-    wc.max_tokens = 24;
-    wc.sink = [&](const std::string& line) {
-      std::lock_guard<std::mutex> l(out);
-      std::printf("\n    [writer %.2fs]%s\n", stamp(), line.c_str());
-      std::fflush(stdout);
-    };
-    wc.notify = caf::actor_cast<caf::actor>(self);
-    tc.subscribers = {spawn_writer(sys, batcher, wc)};
-    std::printf("[thinker]\n");
-    spawn_thinker(sys, batcher, tc);
-    self->receive([](done_atom) {});
-    std::printf("\n[done in %.2fs]\n", stamp());
+  std::printf("[thinker]\n");
+  auto program = Program::start(sys, *topology, **model, **device, hooks);
+  if (!program) {
+    std::fprintf(stderr, "%s\n", program.error().to_string().c_str());
+    return 1;
   }
-  caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
-  return 0;
+  const ProgramReport report = (*program)->wait();
+  std::printf("\n[%s in %.2fs]\n", report.ended_by.c_str(), stamp());
+  return report.ok() ? 0 : 1;
 }

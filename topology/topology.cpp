@@ -375,80 +375,51 @@ void Loader::read_triggers(Actor& a, const YAML::Node& n, const std::string& pat
     r.fail(n["after"], path + ".after", "give `on` (a run per event) or `after` (one run), not both");
 }
 
+// The node a key path names ("actors.w.on[1]"; names may hold dots: the longest key that fits
+// is taken) and the path as the reader spells it (an entry of a value given as one scalar is the
+// scalar: no "[0]"). Where no node fits, the deepest one that does, with the whole path.
+std::pair<YAML::Node, std::string> node_at(const YAML::Node& root, const std::string& path) {
+  YAML::Node n;
+  n.reset(root);
+  std::string canon;
+  size_t i = 0;
+  while (i < path.size()) {
+    if (path[i] == '[') {
+      const size_t j = path.find(']', i);
+      if (j == std::string::npos) break;
+      if (n.IsSequence()) {
+        const YAML::Node next = n[std::stoul(path.substr(i + 1, j - i - 1))];
+        n.reset(next);
+        canon += path.substr(i, j - i + 1);
+      }
+      i = j + 1;
+      continue;
+    }
+    if (path[i] == '.') ++i;
+    std::string best;
+    if (n.IsMap())
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        const std::string k = it->first.IsScalar() ? it->first.Scalar() : "";
+        const size_t end = i + k.size();
+        if (!k.empty() && k.size() > best.size() && path.compare(i, k.size(), k) == 0 &&
+            (end == path.size() || path[end] == '.' || path[end] == '['))
+          best = k;
+      }
+    if (best.empty()) return {n, path};
+    const YAML::Node next = n[best];
+    n.reset(next);
+    canon += (canon.empty() ? "" : ".") + best;
+    i += best.size();
+  }
+  return {n, canon};
+}
+
 void Loader::resolve(const YAML::Node& root) {
-  const auto emitters = t.emitters();
-  std::vector<std::string> events;
-  for (const auto& [e, who] : emitters) events.push_back(e);
-  const YAML::Node actors = root["actors"];
-  auto check_event = [&](const YAML::Node& at, const std::string& path, const std::string& e) {
-    if (!emitters.count(e))
-      r.fail(at, path, "no actor emits event \"" + e + "\" (events: " + join(events) + ")", Errc::not_found);
-  };
-  std::map<std::string, std::vector<std::string>> writers_of;  // block -> actors writing it
-  size_t k = 0;
-  for (auto it = actors.begin(); it != actors.end(); ++it, ++k) {
-    const Actor& a = t.actors[k];
-    const std::string path = "actors." + a.name;
-    for (const char* key : {"on", "after"}) {
-      const YAML::Node n = it->second[key];
-      const auto& list = std::string(key) == "on" ? a.on : a.after;
-      for (size_t i = 0; i < list.size(); ++i) {
-        check_event(Reader::item(n, i), Reader::item_path(n, path + "." + key, i), list[i]);
-        const auto& who = emitters.at(list[i]);
-        if (a.kind != Kind::sink && who.size() == 1 && who[0] == a.name)
-          r.fail(Reader::item(n, i), Reader::item_path(n, path + "." + key, i),
-                 "an actor cannot be triggered by its own event \"" + list[i] + "\"");
-      }
-    }
-    const YAML::Node to = it->second["to"];
-    for (size_t i = 0; a.kind != Kind::sink && i < a.to.size(); ++i) {
-      const Actor* s = t.actor(a.to[i]);
-      if (s && s->kind == Kind::sink) continue;
-      std::vector<std::string> sinks;
-      for (const Actor& o : t.actors)
-        if (o.kind == Kind::sink) sinks.push_back(o.name);
-      r.fail(Reader::item(to, i), Reader::item_path(to, path + ".to", i),
-             (s ? "\"" + a.to[i] + "\" is a " + kind_name(s->kind) + ", not a sink"
-                : "unknown sink \"" + a.to[i] + "\"") +
-                 " (sinks: " + join(sinks) + ")",
-             s ? Errc::bad_format : Errc::not_found);
-    }
-    if (!a.writes.empty()) writers_of[a.writes].push_back(a.name);
-  }
-  for (const auto& [b, who] : writers_of) {
-    if (who.size() < 2) continue;
-    const Block& blk = *t.block(b);
-    for (const auto& w : who)
-      if (std::find(blk.writers.begin(), blk.writers.end(), w) == blk.writers.end()) {
-        const YAML::Node at = actors[w]["writes"];
-        r.fail(at, "actors." + w + ".writes",
-               "block \"" + b + "\" is written by " + join(who) + ": declare them in blocks." + b +
-                   ".writers to let them share it (each write then goes in whole, in arrival order)");
-      }
-  }
-  for (const Block& b : t.blocks) {
-    for (size_t i = 0; i < b.writers.size(); ++i) {
-      const Actor* a = t.actor(b.writers[i]);
-      if (a && a->writes == b.name) continue;
-      const YAML::Node n = root["blocks"][b.name]["writers"];
-      r.fail(Reader::item(n, i), Reader::item_path(n, "blocks." + b.name + ".writers", i),
-             a ? "actor \"" + a->name + "\" does not write this block"
-               : "unknown actor \"" + b.writers[i] + "\"",
-             a ? Errc::bad_format : Errc::not_found);
-    }
-  }
-  const YAML::Node fin = root["finish"];
-  for (size_t i = 0; i < t.finish.size(); ++i)
-    check_event(Reader::item(fin, i), Reader::item_path(fin, "finish", i), t.finish[i]);
-  for (const Actor& a : t.actors)
-    for (const Emit& e : a.emits)
-      if (e.event.size() > 5 && e.event.compare(e.event.size() - 5, 5, ".done") == 0 &&
-          e.event != a.name + ".done") {
-        // "x.done" belongs to actor x; emitting it from another would end x's listeners early
-        r.fail(actors[a.name]["emit"], "actors." + a.name + ".emit",
-               "event \"" + e.event + "\" is reserved for actor \"" + e.event.substr(0, e.event.size() - 5) +
-                   "\"");
-      }
+  const Status s = check(t, [&](const std::string& path) {
+    const auto [n, spelled] = node_at(root, path);
+    return r.where(n, spelled) + ": " + spelled;
+  });
+  if (!s.ok()) throw LoadError{s.error()};
 }
 
 }  // namespace detail

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -136,6 +137,16 @@ struct LoadOptions {
   // A parameter without a value is an error when true (run); `chorus check` passes false.
   bool require_params = true;
 };
+
+// Where a key path (e.g. "actors.writer.on[0]") is, as an error message starts with it:
+// "t.yaml:22:10: actors.writer.on[0]" for a file. The checks' messages are WHERE + ": " + what.
+using Locate = std::function<std::string(const std::string& path)>;
+// The checks every topology passes whatever it was written in: names resolve and are unique,
+// each role has what its kind needs (a view, the block it writes in that view, a trigger where
+// one is needed, a probe's question and candidates...), events have emitters, `to` names sinks,
+// shared writers are declared, `x.done` is x's own. load_file()/load_string() run them on what
+// they read; topology/builder.h on what C++ built. Errors: Errc::bad_format, Errc::not_found.
+Status check(const Topology& t, const Locate& where);
 
 constexpr size_t kMaxFileBytes = 1 << 20;  // a topology is a page of YAML, not a data file
 

@@ -14,8 +14,9 @@
 
 #include "actors/atoms.h"
 #include "actors/batcher.h"
+#include "actors/feeders.h"
 #include "actors/node_port.h"
-#include "actors/roles.h"
+#include "actors/program_roles.h"
 #include "actors/submit.h"
 #include "device/cpu_device.h"
 #include "engine/step/engine.h"
@@ -82,65 +83,6 @@ TEST_F(ActorsFixture, BatcherAnswersBadFramesWithErrorsAndKeepsServing) {
   auto asked = ask(self, batcher, encode_request(9, Request::forward(b, std::vector<TokenId>(2000, 1))));
   ASSERT_FALSE(asked.ok());
   EXPECT_EQ(asked.error().code, Errc::out_of_memory) << asked.error().message;
-}
-
-// The paper's Figure 2 agent with the default model: the writer writes while the thinker is
-// still generating (interleaving in time is asserted, not the text).
-TEST_F(ActorsFixture, ThinkerAndWriterInterleave) {
-  CHORUS_REQUIRE_DEFAULT_MODEL(g);
-  (void)g;
-  start(default_model_path());
-  caf::scoped_actor self{*sys};
-  const Tokenizer& tok = model->tokenizer;
-  const BlockId prompt = static_cast<BlockId>(call(self, encode_create_block(1, "prompt")).id);
-  const BlockId thoughts = static_cast<BlockId>(call(self, encode_create_block(2, "thoughts")).id);
-  const BlockId answer = static_cast<BlockId>(call(self, encode_create_block(3, "answer")).id);
-  const std::string q =
-      "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
-      "List three facts about the Moon, one per line.<|im_end|>\n";
-  ASSERT_EQ(
-      call(self, encode_request(4, Request::forward(prompt, tok.encode(q, {.parse_special = true})))).kind,
-      ReplyKind::submitted);
-  events_until_finished(self);
-
-  using Clock = std::chrono::steady_clock;
-  std::mutex mu;
-  std::vector<Clock::time_point> thinker_times, writer_times;
-  std::vector<std::string> lines;
-  ThinkerConfig tc;
-  tc.view = {prompt};
-  tc.write_to = thoughts;
-  tc.prefill = tok.encode("<|im_start|>assistant\n", {.parse_special = true});
-  tc.sampling = SamplingParams::greedy();
-  tc.max_tokens = 60;
-  tc.separators = {"\n", ". "};
-  tc.on_text = [&](const std::string&) {
-    std::lock_guard<std::mutex> l(mu);
-    thinker_times.push_back(Clock::now());
-  };
-  WriterConfig wc;
-  wc.view = {prompt, thoughts, answer};
-  wc.write_to = answer;
-  wc.prefill = tok.encode("\nIn short:", {.parse_special = true});
-  wc.sampling = SamplingParams::greedy();
-  wc.max_tokens = 12;
-  wc.sink = [&](const std::string& line) {
-    std::lock_guard<std::mutex> l(mu);
-    writer_times.push_back(Clock::now());
-    lines.push_back(line);
-  };
-  wc.notify = caf::actor_cast<caf::actor>(self);
-  auto writer = spawn_writer(*sys, batcher, wc);
-  tc.subscribers = {writer};
-  spawn_thinker(*sys, batcher, tc);
-  bool done = false;
-  self->receive([&](done_atom) { done = true; }, caf::after(std::chrono::seconds(120)) >> [] {});
-  ASSERT_TRUE(done) << "the writer did not finish";
-  std::lock_guard<std::mutex> l(mu);
-  ASSERT_FALSE(writer_times.empty()) << "the writer wrote nothing";
-  ASSERT_FALSE(thinker_times.empty());
-  EXPECT_LT(writer_times.front(), thinker_times.back())
-      << "the writer's first line must come while the thinker is still generating";
 }
 
 // Programs through the batcher: pause (drop or offload) frees their pages, loses no token, and
@@ -295,75 +237,50 @@ TEST_F(ActorsFixture, HeldRequestsWaitForTheirProgramsRestore) {
   // Without `hold`, a paused program's blocks refuse at once (ProgramsPauseAndRestoreThroughTheBatcher).
 }
 
-// A file being appended to feeds a source, which runs each line into a log block; a probe
-// watching the block asks its question every 8 new tokens; a sink collects text.
-TEST(ActorsRoles, FileTailSourceProbeAndSink) {
-  auto m = Model::load(test::goldens_dir() + "/tiny_llama_f32.gguf");
-  ASSERT_TRUE(m.ok());
-  auto d = CpuDevice::create();
-  ASSERT_TRUE(d.ok());
-  auto e = Engine::create(**m, **d, {.n_pages = 64, .token_budget = 64});
-  ASSERT_TRUE(e.ok());
-  std::shared_ptr<Engine> engine = std::move(*e);
-  const BlockId log = engine->blocks().create("logs");
+// The file tail follows a file while it grows: each line once, whole, in order — the lines
+// written before it started and those appended after.
+TEST(ActorsFeeders, FileTailFollowsAGrowingFile) {
   const std::string path = ::testing::TempDir() + "chorus_tail_test.log";
   std::remove(path.c_str());
+  auto append = [&](int i) {
+    std::FILE* f = std::fopen(path.c_str(), "ab");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "line %d: disk usage at %d%%\n", i, 50 + 8 * i);
+    std::fclose(f);
+  };
+  append(0);
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  caf::actor tail = spawn_file_tail(sys, path, caf::actor_cast<caf::actor>(self));
   std::vector<std::string> lines;
-  {
-    caf::actor_system sys{cfg};
-    caf::actor batcher = spawn_batcher(sys, engine);
-    caf::scoped_actor self{sys};
-    std::mutex mu;
-    caf::actor sink = spawn_sink(sys, {nullptr, [&](const std::string& t) {
-                                         std::lock_guard<std::mutex> l(mu);
-                                         lines.push_back(t);
-                                       }});
-    caf::actor source = spawn_source(sys, batcher, {{}, log, &(*m)->tokenizer});
-    ProbeConfig pc;
-    pc.view = {log};
-    pc.question = {10, 11, 12};
-    pc.candidates = {{1}, {2}};
-    pc.threshold = 0.0f;  // report every answer: this test is about the mechanics
-    pc.watch = log;
-    pc.every_new_tokens = 8;
-    pc.subscribers = {caf::actor_cast<caf::actor>(self)};
-    caf::actor probe = spawn_probe(sys, batcher, pc);
-    // The tail feeds both the source (into the block) and the sink (a copy of the text).
-    caf::actor fanout = sys.spawn([source, sink](caf::event_based_actor*) -> caf::behavior {
-      return {[=](text_atom, const std::string& t) {
-        caf::anon_send(source, text_atom::value, t);
-        caf::anon_send(sink, text_atom::value, t);
-      }};
-    });
-    caf::actor tail = spawn_file_tail(sys, path, fanout);
-    for (int i = 0; i < 6; ++i) {  // the file grows while everything runs
+  for (int i = 1; i < 6; ++i) {  // the file grows while the tail runs; a line written in two parts
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    if (i == 3) {
       std::FILE* f = std::fopen(path.c_str(), "ab");
-      std::fprintf(f, "line %d: disk usage at %d%%\n", i, 50 + 8 * i);
+      std::fputs("line 3: disk ", f);
       std::fclose(f);
-      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+      f = std::fopen(path.c_str(), "ab");
+      std::fputs("usage at 74%\n", f);
+      std::fclose(f);
+    } else {
+      append(i);
     }
-    int fired = 0;
-    for (bool more = true; more;)
-      self->receive(
-          [&](fired_atom, int, float p) {
-            ++fired;
-            EXPECT_GE(p, 0.0f);
-            EXPECT_LE(p, 1.0f);
-          },
-          caf::after(std::chrono::milliseconds(500)) >> [&] { more = false; });
-    EXPECT_GE(fired, 3) << "the probe should answer as the log grows";
-    for (const caf::actor& a : {tail, probe, source, sink}) self->send(a, stop_atom::value);
-    self->send_exit(fanout, caf::exit_reason::user_shutdown);
-    self->send(batcher, stop_atom::value);
-    self->wait_for(batcher);
   }
-  EXPECT_EQ(lines.size(), 6u);
-  std::string all;
-  for (const auto& l : lines) all += l;
-  EXPECT_EQ((*m)->tokenizer.decode((*engine->blocks().get(log))->tokens), all)
-      << "the block holds exactly the file's lines";
+  while (lines.size() < 6)
+    self->receive([&](text_atom, const std::string& t) { lines.push_back(t); },
+                  caf::after(std::chrono::seconds(10)) >>
+                      [&] {
+                        ADD_FAILURE() << "no line within 10 s";
+                        lines.resize(6);
+                      });
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(lines[static_cast<size_t>(i)],
+              "line " + std::to_string(i) + ": disk usage at " + std::to_string(50 + 8 * i) + "%\n");
+  self->send(tail, stop_atom::value);
+  self->wait_for(tail);
   std::remove(path.c_str());
 }
 
@@ -525,43 +442,61 @@ TEST(ActorsDeterministic, ThinkerAnnouncesParagraphsAndWriterWritesOnePiecePerPa
         },
     };
   });
+  // The topology roles (actors/program_roles.h) with a controller that routes the thinker's
+  // `paragraph` events to the writer, as Program::start wires them.
+  using namespace program_roles;
   bool writer_done = false;
-  auto notify = sys.spawn([&writer_done, &log](caf::event_based_actor*) -> caf::behavior {
-    return {[&](done_atom) {
-      log.push_back("notify: writer done");
+  SinkRoleConfig out;
+  out.name = "out";
+  out.kind = topology::SinkKind::callback;
+  out.callback = [&log](const std::string&, const std::string& s) { log.push_back("sink: " + s); };
+  caf::actor sink = program_roles::spawn_sink(sys, out);
+  GeneratorConfig wc;
+  wc.name = "writer";
+  wc.prefill.fixed = {1};
+  wc.triggers.on = {"paragraph"};
+  wc.triggers.upstream = {"thinker"};
+  wc.request = Request::generate(kWriting, {kThinking, kWriting}, {}, SamplingParams::greedy(), {});
+  wc.sinks = {sink};
+  caf::actor writer = spawn_generator(sys, fake_batcher, wc);
+  GeneratorConfig tc;
+  tc.name = "thinker";
+  tc.prefill.fixed = {1};
+  tc.stream = true;
+  tc.request = Request::generate(kThinking, {kThinking}, {}, SamplingParams::greedy(), {});
+  tc.emits = {{"\n\n", "paragraph"}};
+  caf::actor thinker = spawn_generator(sys, fake_batcher, tc);
+  ControllerConfig cc;
+  cc.subscribers = {{"paragraph", {writer}}, {"thinker.done", {writer}}};
+  cc.pending = {"thinker", "writer"};
+  cc.outcome = std::make_shared<Outcome>();
+  cc.hook = [&](const ProgramEvent& e) {
+    if (e.name == "writer.done") {
+      log.push_back("writer done");
       writer_done = true;
-    }};
-  });
-  WriterConfig wc;
-  wc.view = {kThinking, kWriting};
-  wc.write_to = kWriting;
-  wc.prefill = {1};
-  wc.sink = [&log](const std::string& s) { log.push_back("sink: " + s); };
-  wc.notify = notify;
-  auto writer = spawn_writer(sys, fake_batcher, wc);
-  ThinkerConfig tc;
-  tc.view = {kThinking};
-  tc.write_to = kThinking;
-  tc.prefill = {1};
-  tc.subscribers = {writer};
-  tc.on_text = [](const std::string&) {};
-  spawn_thinker(sys, fake_batcher, tc);
-
+    }
+  };
+  caf::actor ctl = spawn_controller(sys, cc);
+  caf::anon_send(writer, start_atom::value, ctl);
+  caf::anon_send(thinker, start_atom::value, ctl);
   sched.run();
   EXPECT_TRUE(writer_done);
   // Three pieces: two paragraphs ended by the separator, and the unterminated tail at the end.
   // The writer runs one request at a time, and writes each piece before it starts the next.
-  const std::vector<std::string> expected = {"batcher: thinker generate",
-                                             "batcher: writer generate",
-                                             "sink: piece 1",
-                                             "batcher: writer generate",
-                                             "sink: piece 2",
-                                             "batcher: writer generate",
-                                             "sink: piece 3",
-                                             "notify: writer done"};
-  EXPECT_EQ(log, expected);
-  caf::anon_send_exit(fake_batcher, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(notify, caf::exit_reason::user_shutdown);
+  const std::vector<std::string> expected = {
+      "batcher: thinker generate", "batcher: writer generate", "sink: piece 1\n", "batcher: writer generate",
+      "sink: piece 2\n",           "batcher: writer generate", "sink: piece 3\n"};
+  // The writer's done event goes to the controller, its last piece to the sink: two actors, so
+  // the done may come before the sink has written the piece — but after the writer's last run.
+  std::vector<std::string> pieces = log;
+  const auto done_at = std::find(pieces.begin(), pieces.end(), "writer done");
+  ASSERT_NE(done_at, pieces.end());
+  EXPECT_GT(done_at - pieces.begin(), 5) << "done before the writer's third run";
+  pieces.erase(done_at);
+  EXPECT_EQ(pieces, expected);
+  EXPECT_EQ(cc.outcome->report.ended_by, "all roles done");
+  for (const caf::actor& x : {fake_batcher, writer, thinker, ctl, sink})
+    caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
   sched.run();
 }
 
@@ -801,37 +736,48 @@ TEST(ActorsDeterministic, ProbeAsksOnEachTimerTickAndFiresAtTheThreshold) {
   auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   int questions = 0;
   auto fake_batcher = sys.spawn([&questions](caf::event_based_actor* self) -> caf::behavior {
-    return {[=, &questions](frame_atom, const std::vector<uint8_t>& frame) -> std::vector<uint8_t> {
-      uint64_t rid = 0;
-      auto cmd = decode_command(frame, &rid);
-      EXPECT_TRUE(cmd.ok() && std::get<Request>(*cmd).kind == RequestKind::probe);
-      const RequestId id = ++questions;
-      Event answer, fin;
-      answer.type = Event::Type::probe_result;
-      answer.request = fin.request = id;
-      answer.probabilities = {questions % 2 == 1 ? 0.9f : 0.2f, 0.1f};
-      fin.type = Event::Type::finished;
-      auto to = caf::actor_cast<caf::actor>(self->current_sender());
-      self->send(to, event_atom::value, encode_event(0, answer, ""));
-      self->send(to, event_atom::value, encode_event(0, fin, ""));
-      return encode_submitted(rid, id);
-    }};
+    return {
+        [=, &questions](frame_atom, const std::vector<uint8_t>& frame) -> caf::result<std::vector<uint8_t>> {
+          uint64_t rid = 0;
+          auto cmd = decode_command(frame, &rid);
+          EXPECT_TRUE(cmd.ok() && std::get<Request>(*cmd).kind == RequestKind::probe);
+          const RequestId id = ++questions;
+          Event answer, fin;
+          answer.type = Event::Type::probe_result;
+          answer.request = fin.request = id;
+          answer.probabilities = {questions % 2 == 1 ? 0.9f : 0.2f, 0.1f};
+          fin.type = Event::Type::finished;
+          auto to = caf::actor_cast<caf::actor>(self->current_sender());
+          // As the batcher does: the Submitted reply first (the probe knows its request by it), then
+          // the events.
+          auto rp = self->make_response_promise<std::vector<uint8_t>>();
+          rp.deliver(encode_submitted(rid, id));
+          self->send(to, event_atom::value, encode_event(0, answer, ""));
+          self->send(to, event_atom::value, encode_event(0, fin, ""));
+          return rp;
+        }};
   });
-  std::vector<float> fired;
-  auto listener = sys.spawn([&fired](caf::event_based_actor*) -> caf::behavior {
-    return {[&](fired_atom, int candidate, float p) {
-      EXPECT_EQ(candidate, 0);
-      fired.push_back(p);
-    }};
-  });
-  ProbeConfig pc;
-  pc.view = {0};
-  pc.question = {5};
-  pc.candidates = {{1}, {2}};
+  // The topology probe (actors/program_roles.h): each firing is an event to its controller.
+  using namespace program_roles;
+  std::vector<std::string> fired;
+  ControllerConfig cc;
+  cc.pending = {"never"};  // nothing ends this program
+  cc.outcome = std::make_shared<Outcome>();
+  cc.hook = [&fired](const ProgramEvent& e) {
+    if (e.name == "p.fired") fired.push_back(e.text);
+  };
+  caf::actor ctl = spawn_controller(sys, cc);
+  ProbeRoleConfig pc;
+  pc.name = "p";
+  pc.request = Request::probe({0}, {5}, {{1}, {2}});
+  pc.question.fixed = {5};
+  pc.fire_on = {0};
   pc.threshold = 0.5f;
+  pc.edge = false;  // every answer at or above the threshold fires
+  pc.fires = "p.fired";
   pc.every_ms = 1000;
-  pc.subscribers = {listener};
-  caf::actor probe = spawn_probe(sys, fake_batcher, pc);
+  caf::actor probe = program_roles::spawn_probe(sys, fake_batcher, pc);
+  caf::anon_send(probe, start_atom::value, ctl);
   sched.run();
   EXPECT_EQ(questions, 0) << "nothing asks before the first tick";
   for (int tick = 1; tick <= 4; ++tick) {
@@ -839,9 +785,9 @@ TEST(ActorsDeterministic, ProbeAsksOnEachTimerTickAndFiresAtTheThreshold) {
     sched.run();
     EXPECT_EQ(questions, tick);
   }
-  EXPECT_EQ(fired, (std::vector<float>{0.9f, 0.9f})) << "ticks 1 and 3 answered 0.9, ticks 2 and 4 0.2";
-  caf::anon_send(probe, stop_atom::value);
-  for (const caf::actor& x : {fake_batcher, listener})
+  ASSERT_EQ(fired.size(), 2u) << "ticks 1 and 3 answered 0.9, ticks 2 and 4 0.2";
+  for (const std::string& p : fired) EXPECT_EQ(std::stof(p), 0.9f) << p;
+  for (const caf::actor& x : {fake_batcher, probe, ctl})
     caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
   sched.run();
 }

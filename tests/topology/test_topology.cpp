@@ -4,8 +4,10 @@
 
 #include <dirent.h>
 #include <chrono>
+#include <functional>
 #include <string>
 
+#include "topology/builder.h"
 #include "topology/topology.h"
 
 namespace chorus::topology {
@@ -320,6 +322,137 @@ TEST(Topology, ShippedTopologiesLoad) {
   }
   closedir(d);
   EXPECT_GE(n, 5);
+}
+
+// A program built in C++ is the topology its file gives: topologies/thinker_writer.yaml, built
+// field by field with the Builder, compares equal where it matters to what the reader made.
+TEST(Builder, BuildsWhatTheFileGives) {
+  LoadOptions lo;
+  lo.set = {{"input", "Why is the sky blue?"}};
+  auto file = load_file(std::string(CHORUS_TOPOLOGIES_DIR) + "/thinker_writer.yaml", lo);
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  Builder b("thinker_writer");
+  b.topology().budget_seconds = 120;
+  b.block("prompt", "Why is the sky blue? Think step by step.").chat = "user";
+  b.block("thoughts");
+  b.block("notes");
+  Actor& thinker = b.thinker("thinker", {"prompt", "thoughts"}, "thoughts");
+  thinker.prefill = "<|im_start|>assistant\n";
+  thinker.max_tokens = 160;
+  thinker.emits = {{"\n", "paragraph"}};
+  thinker.to = {"thoughts_out"};
+  Actor& writer = b.writer("writer", {"prompt", "thoughts", "notes"}, "notes", {"paragraph"});
+  writer.prefill =
+      "<|im_start|>user\nSum up your last line in a few words.<|im_end|>\n<|im_start|>assistant\n";
+  writer.max_tokens = 24;
+  writer.stop = {"\n", "<|im_end|>"};
+  writer.to = {"notes_out"};
+  b.sink("thoughts_out");
+  b.sink("notes_out").prefix = "    [writer] ";
+  auto built = b.build();
+  ASSERT_TRUE(built.ok()) << built.error().message;
+  EXPECT_EQ(built->budget_seconds, file->budget_seconds);
+  ASSERT_EQ(built->blocks.size(), file->blocks.size());
+  for (size_t i = 0; i < file->blocks.size(); ++i) {
+    EXPECT_EQ(built->blocks[i].name, file->blocks[i].name);
+    EXPECT_EQ(built->blocks[i].text, file->blocks[i].text);
+    EXPECT_EQ(built->blocks[i].chat, file->blocks[i].chat);
+  }
+  ASSERT_EQ(built->actors.size(), file->actors.size());
+  for (size_t i = 0; i < file->actors.size(); ++i) {
+    const Actor &x = built->actors[i], &y = file->actors[i];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.kind, y.kind) << y.name;
+    EXPECT_EQ(x.view, y.view) << y.name;
+    EXPECT_EQ(x.writes, y.writes) << y.name;
+    EXPECT_EQ(x.prefill, y.prefill) << y.name;
+    EXPECT_EQ(x.max_tokens, y.max_tokens) << y.name;
+    EXPECT_EQ(x.stop, y.stop) << y.name;
+    EXPECT_EQ(x.to, y.to) << y.name;
+    EXPECT_EQ(x.on, y.on) << y.name;
+    EXPECT_EQ(x.sink, y.sink) << y.name;
+    EXPECT_EQ(x.prefix, y.prefix) << y.name;
+    ASSERT_EQ(x.emits.size(), y.emits.size()) << y.name;
+    for (size_t k = 0; k < y.emits.size(); ++k) {
+      EXPECT_EQ(x.emits[k].at, y.emits[k].at);
+      EXPECT_EQ(x.emits[k].event, y.emits[k].event);
+    }
+  }
+}
+
+// What a file would be refused for, a built topology is refused for, with the key path.
+TEST(Builder, RefusesWhatAFileWouldBeRefusedFor) {
+  auto error_of = [](const std::function<void(Builder&)>& change) {
+    Builder b("b");
+    b.block("a", "hello");
+    b.block("out_block");
+    Actor& t = b.thinker("t", {"a", "out_block"}, "out_block");
+    t.emits = {{"\n", "line"}};
+    t.to = {"out"};
+    b.sink("out");
+    change(b);
+    auto r = b.build();
+    return r.ok() ? std::string("ok") : r.error().message;
+  };
+  EXPECT_EQ(error_of([](Builder&) {}), "ok");
+  EXPECT_EQ(
+      error_of([](Builder& b) {
+        b.writer("w", {"a", "out_block"}, "out_block", {"line"});
+      }),
+      "b: actors.t.writes: block \"out_block\" is written by t, w: declare them in blocks.out_block.writers "
+      "to let them share it (each write then goes in whole, in arrival order)");
+  EXPECT_EQ(error_of([](Builder& b) { b.thinker("u", {"a"}, "zzz"); }),
+            "b: actors.u.writes: unknown block \"zzz\" (blocks: a, out_block)");
+  EXPECT_EQ(error_of([](Builder& b) { b.thinker("t", {"a"}, "a"); }),
+            "b: actors.t: a second actor of this name");
+  EXPECT_EQ(error_of([](Builder& b) { b.block("a"); }), "b: blocks.a: a second block of this name");
+  EXPECT_EQ(error_of([](Builder& b) {
+              b.thinker("u", {"a", "nope"}, "a");
+            }),
+            "b: actors.u.view[1]: unknown block \"nope\" (blocks: a, out_block)");
+  EXPECT_EQ(error_of([](Builder& b) { b.thinker("u", {"a"}, "out_block"); }),
+            "b: actors.u.writes: block \"out_block\" must be in the actor's view (it reads what it writes)");
+  EXPECT_EQ(error_of([](Builder& b) { b.writer("u", {"a"}, "a", {"nobody.said"}); }),
+            "b: actors.u.on[0]: no actor emits event \"nobody.said\" (events: line, t.done, u.done)");
+  EXPECT_EQ(error_of([](Builder& b) { b.writer("u", {"a"}, "a", {"u.done"}); }),
+            "b: actors.u.on[0]: an actor cannot be triggered by its own event \"u.done\"");
+  EXPECT_EQ(
+      error_of([](Builder& b) { b.writer("u", {"a"}, "a", {}); }),
+      "b: actors.u: a writer needs a trigger: `on: [event, ...]` (a piece per event) or `after: [...]` (one "
+      "piece)");
+  EXPECT_EQ(error_of([](Builder& b) {
+              b.probe("p", {"a"}, "Is it? Answer:", {" Yes", " No"});
+            }),
+            "b: actors.p: a probe needs a trigger: `watch: BLOCK` (every_new_tokens), `every_ms: N` or `on: "
+            "[event, "
+            "...]`");
+  EXPECT_EQ(error_of([](Builder& b) { b.probe("p", {"a"}, "Is it?", {" Yes"}).fire_on = {1}; }),
+            "b: actors.p.fire_on: candidate 1 does not exist");
+  EXPECT_EQ(error_of([](Builder& b) { b.thinker("u", {"a"}, "a").to = {"t"}; }),
+            "b: actors.u.to[0]: \"t\" is a thinker, not a sink (sinks: out)");
+  EXPECT_EQ(error_of([](Builder& b) { b.thinker("u", {"a"}, "a").tools = {"calc"}; }),
+            "b: actors.u.tools: unknown tool \"calc\"");
+  EXPECT_EQ(error_of([](Builder& b) { b.source("s", SourceKind::zmq, "a"); }),
+            "b: actors.s.endpoint: expected an endpoint such as tcp://127.0.0.1:5556");
+  EXPECT_EQ(error_of([](Builder& b) { b.topology().finish = {"never"}; }),
+            "b: finish[0]: no actor emits event \"never\" (events: line, t.done)");
+}
+
+// Declared writers share a block; a built program with tools stops at the end of a call, as one
+// read from a file does.
+TEST(Builder, SharedWritersAndToolsAsAFileHasThem) {
+  Builder b("b");
+  b.block("a", "hello");
+  b.block("out_block").writers = {"t", "w"};
+  Actor& t = b.thinker("t", {"a", "out_block"}, "out_block");
+  t.emits = {{"\n", "line"}};
+  b.tool("calc", {"sh", "-c", "cat"});
+  t.tools = {"calc"};
+  b.writer("w", {"a", "out_block"}, "out_block", {"line"});
+  auto built = b.build();
+  ASSERT_TRUE(built.ok()) << built.error().message;
+  EXPECT_EQ(built->actors[0].stop, std::vector<std::string>{"</tool_call>"});
+  EXPECT_EQ(built->tools.size(), 1u);
 }
 
 }  // namespace
