@@ -202,292 +202,348 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
   return p;
 }
 
-Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const topology::Topology& t,
-                                                std::shared_ptr<SharedEngine> engine, ProgramHooks hooks) {
-  auto impl = std::make_unique<Impl>();
-  impl->sys = &sys;
-  const Tokenizer& tok = engine->model().tokenizer;
-  impl->batcher = engine->batcher();
-  impl->program_id = engine->new_program_id();
-  impl->engine = std::move(engine);
-  Program prog(std::move(impl));  // from here on, an error tears everything down
-  Impl& im = *prog.impl_;
-  const std::string where = t.file + ": ";
+// Program::start's phases, in order: the tools' sandbox, the program and its blocks in the
+// memory actor, its admission (on a scheduled engine), the blocks' initial texts, the sinks,
+// the roles (and the feeders of their sources), the controller; then every role starts. Each
+// phase returns an error that names the file and the block or actor; the Program being built
+// tears down whatever was made when one fails.
+class Program::Starter {
+ public:
+  Starter(caf::actor_system& sys, const topology::Topology& t, ProgramHooks& hooks, Program::Impl& im)
+      : sys_(sys),
+        t_(t),
+        hooks_(hooks),
+        im_(im),
+        tok_(im.engine->model().tokenizer),
+        self_(sys),
+        where_(t.file + ": "),
+        manager_(im.engine->manager()),
+        emitters_(t.emitters()) {}
 
-  caf::scoped_actor self{sys};
-  uint64_t rid = 0;
-  auto call = [&](const Frame& f) { return ask(self, im.batcher, f); };
+  Status run() {
+    for (auto phase : {&Starter::make_tools, &Starter::register_blocks, &Starter::await_admission,
+                       &Starter::initial_texts, &Starter::make_sinks, &Starter::make_roles, &Starter::go})
+      if (Status s = (this->*phase)(); !s.ok()) return s;
+    return Status::success();
+  }
+
+ private:
+  Result<Reply> call(const Frame& f) { return ask(self_, im_.batcher, f); }
+  Error failed(const Error& e, const std::string& what) const {
+    return make_error(e.code, where_ + what + ": " + e.message);
+  }
+  std::vector<BlockId> ids(const std::vector<std::string>& names) const {
+    std::vector<BlockId> v;
+    for (const auto& n : names) v.push_back(im_.blocks.at(n));
+    return v;
+  }
+
   // The program's sandbox, made with it and removed with it (and, on a scheduled engine, while
   // it is paused past a lease).
-  caf::actor tools;
-  if (!t.tools.empty()) {
-    if (const std::string missing = Sandbox::missing_isolation(); !missing.empty() && !hooks.unsafe_tools)
+  Status make_tools() {
+    if (t_.tools.empty()) return Status::success();
+    if (const std::string missing = Sandbox::missing_isolation(); !missing.empty() && !hooks_.unsafe_tools)
       return make_error(Errc::unsupported,
-                        where + "its tools need the sandbox, and this machine lacks " + missing +
+                        where_ + "its tools need the sandbox, and this machine lacks " + missing +
                             "; nothing was started. To run them anyway with what isolation there is (" +
                             Sandbox::isolation() +
                             "; a tool could then read and change what this user can), pass --unsafe-tools");
     const char* env = std::getenv("CHORUS_SANDBOX_DIR");
     static std::atomic<int> n{0};
-    tools = spawn_tools(sys, std::string(env ? env : "/tmp/chorus-sandboxes"),
-                        t.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t.tools,
-                        im.tools_cancel);
-    im.actors.push_back(tools);
+    tools_ = spawn_tools(sys_, std::string(env ? env : "/tmp/chorus-sandboxes"),
+                         t_.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t_.tools,
+                         im_.tools_cancel);
+    im_.actors.push_back(tools_);
+    return Status::success();
   }
-  // One program for the batcher: its blocks are paused and restored together.
-  ProgramManager* manager = im.engine->manager();
-  ProgramCmd reg;
-  reg.program = im.program_id;
-  reg.name = t.name;
-  reg.hold = manager != nullptr;  // scheduled: its requests wait while it is paused
-  if (auto r = call(encode_program(++rid, reg)); !r)
-    return make_error(r.error().code, where + "registering the program: " + r.error().message);
-  im.registered = true;
-  for (const auto& b : t.blocks) {
-    auto r = call(encode_create_block(++rid, b.name, im.program_id));
-    if (!r) return make_error(r.error().code, where + "block " + b.name + ": " + r.error().message);
-    im.blocks[b.name] = static_cast<BlockId>(r->id);
+
+  // One program for the memory actor: its blocks are paused and restored together.
+  Status register_blocks() {
+    ProgramCmd reg;
+    reg.program = im_.program_id;
+    reg.name = t_.name;
+    reg.hold = manager_ != nullptr;  // scheduled: its requests wait while it is paused
+    if (auto r = call(encode_program(++rid_, reg)); !r) return failed(r.error(), "registering the program");
+    im_.registered = true;
+    for (const auto& b : t_.blocks) {
+      auto r = call(encode_create_block(++rid_, b.name, im_.program_id));
+      if (!r) return failed(r.error(), "block " + b.name);
+      im_.blocks[b.name] = static_cast<BlockId>(r->id);
+    }
+    return Status::success();
   }
-  if (manager) {
-    // It waits to be admitted, paused while its blocks are empty (nothing to move): what it
-    // takes then is its initial texts and a first turn of each thinker and writer.
+
+  // On a scheduled engine it waits to be admitted, paused while its blocks are empty (nothing to
+  // move): what it takes then is its initial texts and a first turn of each thinker and writer.
+  // Its phase comes from its roles' tool calls.
+  Status await_admission() {
+    if (!manager_) return Status::success();
     int64_t need = 0;
-    for (const auto& b : t.blocks)
+    for (const auto& b : t_.blocks)
       if (!b.text.empty())
-        need += KvCache::pages_for(static_cast<int64_t>(encode(tok, render_block(b)).size()));
-    for (const auto& a : t.actors)
+        need += KvCache::pages_for(static_cast<int64_t>(encode(tok_, render_block(b)).size()));
+    for (const auto& a : t_.actors)
       if (a.kind == Kind::thinker || a.kind == Kind::writer)
-        need += KvCache::pages_for(static_cast<int64_t>(encode(tok, a.prefill).size()) + a.max_tokens);
+        need += KvCache::pages_for(static_cast<int64_t>(encode(tok_, a.prefill).size()) + a.max_tokens);
     ProgramCmd pause;
     pause.op = ProgramCmd::Op::pause;
-    pause.program = im.program_id;
-    if (auto r = call(encode_program(++rid, pause)); !r)
-      return make_error(r.error().code,
-                        where + "pausing the program until it is admitted: " + r.error().message);
+    pause.program = im_.program_id;
+    if (auto r = call(encode_program(++rid_, pause)); !r)
+      return failed(r.error(), "pausing the program until it is admitted");
     ProgramTools env;
-    if (tools) {
-      env.cool = [tools] { caf::anon_send(tools, cool_atom::value); };
-      env.warm = [tools] { caf::anon_send(tools, warm_atom::value); };
+    if (tools_) {
+      env.cool = [tools = tools_] { caf::anon_send(tools, cool_atom::value); };
+      env.warm = [tools = tools_] { caf::anon_send(tools, warm_atom::value); };
     }
-    if (!manager->add(im.program_id, need, std::move(env)))
-      return make_error(Errc::invalid_argument, where + "not started: the run is ending");
-    im.managed = true;
-    // Its phase comes from its roles' tool calls.
-    hooks.event = [inner = hooks.event, manager, id = im.program_id](const ProgramEvent& e) {
+    if (!manager_->add(im_.program_id, need, std::move(env)))
+      return make_error(Errc::invalid_argument, where_ + "not started: the run is ending");
+    im_.managed = true;
+    hooks_.event = [inner = hooks_.event, manager = manager_, id = im_.program_id](const ProgramEvent& e) {
       if (e.name.ends_with(".tool_call")) manager->tool_started(id);
       if (e.name.ends_with(".tool_result")) manager->tool_ended(id);
       if (inner) inner(e);
     };
-  }
-  auto ids = [&](const std::vector<std::string>& names) {
-    std::vector<BlockId> v;
-    for (const auto& n : names) v.push_back(im.blocks.at(n));
-    return v;
-  };
-  // Initial texts, one block after the other: each is read under a view of the blocks before it.
-  for (const auto& b : t.blocks) {
-    if (b.text.empty()) continue;
-    const auto toks = encode(tok, render_block(b));
-    if (toks.empty()) continue;
-    auto r = call(encode_request(++rid, Request::forward(im.blocks.at(b.name), toks, ids(b.view))));
-    if (!r) return make_error(r.error().code, where + "block " + b.name + ": " + r.error().message);
-    Reply fin;
-    for (bool finished = false; !finished;)
-      self->receive([&](event_atom, const std::vector<uint8_t>& f) {
-        auto e = decode_reply(f);
-        if (e && e->kind == ReplyKind::finished) {
-          finished = true;
-          fin = *e;
-        }
-      });
-    if (fin.reason == FinishReason::error ||
-        fin.reason == FinishReason::context_full)  // a short text is no text
-      return make_error(
-          fin.reason == FinishReason::context_full ? Errc::out_of_memory : Errc::invalid_argument,
-          where + "block " + b.name + ": " + fin.text);
+    return Status::success();
   }
 
-  // Sinks first (the roles send to them), then the roles.
-  std::map<std::string, caf::actor> by_name;
-  for (const auto& a : t.actors) {
-    if (a.kind != Kind::sink) continue;
-    SinkRoleConfig sc;
-    sc.name = a.name;
-    sc.kind = a.sink;
-    sc.prefix = a.prefix;
-    if (a.sink == topology::SinkKind::file) {
-      std::FILE* f = std::fopen(a.path.c_str(), "w");
-      if (!f)
+  // Initial texts, one block after the other: each is read under a view of the blocks before it.
+  Status initial_texts() {
+    for (const auto& b : t_.blocks) {
+      if (b.text.empty()) continue;
+      const auto toks = encode(tok_, render_block(b));
+      if (toks.empty()) continue;
+      auto r = call(encode_request(++rid_, Request::forward(im_.blocks.at(b.name), toks, ids(b.view))));
+      if (!r) return failed(r.error(), "block " + b.name);
+      Reply fin;
+      for (bool finished = false; !finished;)
+        self_->receive([&](event_atom, const std::vector<uint8_t>& f) {
+          auto e = decode_reply(f);
+          if (e && e->kind == ReplyKind::finished) {
+            finished = true;
+            fin = *e;
+          }
+        });
+      if (fin.reason == FinishReason::error ||
+          fin.reason == FinishReason::context_full)  // a short text is no text
         return make_error(
-            Errc::io, where + "actors." + a.name + ": cannot open " + a.path + ": " + std::strerror(errno));
-      sc.file = std::shared_ptr<std::FILE>(f, [](std::FILE* p) { std::fclose(p); });
+            fin.reason == FinishReason::context_full ? Errc::out_of_memory : Errc::invalid_argument,
+            where_ + "block " + b.name + ": " + fin.text);
     }
-    if (a.sink == topology::SinkKind::zmq) {
-      if (!im.zmq_ctx) im.zmq_ctx = std::make_unique<zmq::context_t>(1);
-      caf::actor pub;
-      auto bound = spawn_zmq_pub_sink(sys, *im.zmq_ctx, a.endpoint, a.topic, &pub);
-      if (!bound)
-        return make_error(bound.error().code, where + "actors." + a.name + ": " + bound.error().message);
-      im.outlets.push_back(pub);
-      sc.zmq = pub;
-    }
-    if (a.sink == topology::SinkKind::callback) {
-      if (!hooks.sink)
-        return make_error(
-            Errc::invalid_argument,
-            where + "actors." + a.name + ": a callback sink needs a sink hook (embedded use only)");
-      sc.callback = hooks.sink;
-    }
-    if (a.sink == topology::SinkKind::stdout_stream || a.sink == topology::SinkKind::stderr_stream) {
-      caf::actor& console = im.consoles[a.sink];
-      if (!console) {
-        SinkRoleConfig cc;
-        cc.name = a.sink == topology::SinkKind::stdout_stream ? "stdout" : "stderr";
-        cc.kind = a.sink;
-        console = spawn_sink(sys, std::move(cc));
-        im.outlets.push_back(console);
-      }
-      sc.console = console;
-    }
-    by_name[a.name] = spawn_sink(sys, std::move(sc));
-    im.sinks.push_back(by_name[a.name]);
+    return Status::success();
   }
-  const auto emitters = t.emitters();
-  auto triggers = [&](const topology::Actor& a) {
+
+  // Sinks first (the roles send to them).
+  Status make_sinks() {
+    for (const auto& a : t_.actors) {
+      if (a.kind != Kind::sink) continue;
+      SinkRoleConfig sc;
+      sc.name = a.name;
+      sc.kind = a.sink;
+      sc.prefix = a.prefix;
+      if (Status s = sink_outlet(a, sc); !s.ok()) return s;
+      by_name_[a.name] = spawn_sink(sys_, std::move(sc));
+      im_.sinks.push_back(by_name_[a.name]);
+    }
+    return Status::success();
+  }
+
+  // Where a sink's text goes: its file, its PUB socket, the hook, or its stream's one console.
+  Status sink_outlet(const topology::Actor& a, SinkRoleConfig& sc) {
+    const std::string at = where_ + "actors." + a.name + ": ";
+    switch (a.sink) {
+      case topology::SinkKind::file: {
+        std::FILE* f = std::fopen(a.path.c_str(), "w");
+        if (!f) return make_error(Errc::io, at + "cannot open " + a.path + ": " + std::strerror(errno));
+        sc.file = std::shared_ptr<std::FILE>(f, [](std::FILE* p) { std::fclose(p); });
+        break;
+      }
+      case topology::SinkKind::zmq: {
+        if (!im_.zmq_ctx) im_.zmq_ctx = std::make_unique<zmq::context_t>(1);
+        caf::actor pub;
+        auto bound = spawn_zmq_pub_sink(sys_, *im_.zmq_ctx, a.endpoint, a.topic, &pub);
+        if (!bound) return make_error(bound.error().code, at + bound.error().message);
+        im_.outlets.push_back(pub);
+        sc.zmq = pub;
+        break;
+      }
+      case topology::SinkKind::callback:
+        if (!hooks_.sink)
+          return make_error(Errc::invalid_argument,
+                            at + "a callback sink needs a sink hook (embedded use only)");
+        sc.callback = hooks_.sink;
+        break;
+      case topology::SinkKind::stdout_stream:
+      case topology::SinkKind::stderr_stream: {
+        caf::actor& console = im_.consoles[a.sink];
+        if (!console) {
+          SinkRoleConfig cc;
+          cc.name = a.sink == topology::SinkKind::stdout_stream ? "stdout" : "stderr";
+          cc.kind = a.sink;
+          console = spawn_sink(sys_, std::move(cc));
+          im_.outlets.push_back(console);
+        }
+        sc.console = console;
+        break;
+      }
+    }
+    return Status::success();
+  }
+
+  Triggers triggers(const topology::Actor& a) const {
     Triggers tr;
     tr.on = {a.on.begin(), a.on.end()};
     tr.after = {a.after.begin(), a.after.end()};
     for (const auto& ev : a.on)
-      for (const auto& who : emitters.at(ev)) tr.upstream.insert(who);
+      for (const auto& who : emitters_.at(ev)) tr.upstream.insert(who);
     return tr;
-  };
-  auto sinks_of = [&](const topology::Actor& a) {
-    std::vector<caf::actor> v;
-    for (const auto& s : a.to) v.push_back(by_name.at(s));
-    return v;
-  };
-  std::vector<std::function<Status(const caf::actor& ctl)>> feeders;  // started once the controller exists
-  for (const auto& a : t.actors) {
-    caf::actor h;
-    switch (a.kind) {
-      case Kind::thinker:
-      case Kind::writer: {
-        GeneratorConfig gc;
-        gc.name = a.name;
-        gc.stream = a.kind == Kind::thinker;
-        gc.triggers = triggers(a);
-        StopCondition stop;
-        stop.max_tokens = a.max_tokens;
-        stop.strings = a.stop;
-        gc.prefill = RunText{a.prefill, encode(tok, a.prefill), &tok};
-        gc.request =
-            Request::generate(im.blocks.at(a.writes), ids(a.view), gc.prefill.fixed, a.sampling, stop);
-        gc.emits = a.emits;
-        gc.sinks = sinks_of(a);
-        if (!a.tools.empty()) {
-          gc.tools = tools;
-          gc.max_tool_calls = a.max_tool_calls;
-        }
-        gc.tokenizer = &tok;
-        h = spawn_generator(sys, im.batcher, std::move(gc));
-        break;
-      }
-      case Kind::probe: {
-        ProbeRoleConfig pc;
-        pc.name = a.name;
-        pc.triggers = triggers(a);
-        std::vector<std::vector<TokenId>> cands;
-        for (const auto& s : a.candidates) cands.push_back(encode(tok, s));
-        pc.question = RunText{a.question, encode(tok, a.question), &tok};
-        pc.request = Request::probe(ids(a.view), pc.question.fixed, cands);
-        pc.fire_on = a.fire_on;
-        pc.threshold = a.threshold;
-        pc.edge = a.edge;
-        pc.fires = a.fires;
-        pc.watch = a.watch.empty() ? -1 : im.blocks.at(a.watch);
-        pc.every_new_tokens = a.every_new_tokens;
-        pc.every_ms = a.every_ms;
-        h = spawn_probe(sys, im.batcher, std::move(pc));
-        break;
-      }
-      case Kind::source: {
-        SourceRoleConfig sc;
-        sc.name = a.name;
-        sc.triggers = triggers(a);
-        sc.text_once = a.from == topology::SourceKind::text;
-        sc.text = a.text;
-        sc.delay_ms = a.delay_ms;
-        sc.write_to = im.blocks.at(a.writes);
-        sc.view = ids(a.view);
-        sc.every_lines = a.every_lines;
-        sc.emit_event = a.emit_event;
-        sc.max_lines = a.max_lines;
-        sc.keep_lines = a.keep_lines;
-        sc.records = a.from == topology::SourceKind::zmq || a.from == topology::SourceKind::api;
-        sc.tokenizer = &tok;
-        h = spawn_source(sys, im.batcher, std::move(sc));
-        const topology::Actor* ap = &a;
-        switch (a.from) {
-          case topology::SourceKind::api: im.api_sources[a.name] = h; break;
-          case topology::SourceKind::stdin_lines:
-            feeders.push_back([&, h](const caf::actor&) {
-              im.actors.push_back(spawn_fd_lines(sys, 0, h, h));
-              return Status::success();
-            });
-            break;
-          case topology::SourceKind::file:
-            feeders.push_back([&, h, ap](const caf::actor& ctl) {
-              if (ap->follow)
-                im.actors.push_back(spawn_file_tail(sys, ap->path, h, true));
-              else
-                im.actors.push_back(spawn_file_reader(sys, ap->path, h, ap->name, ctl));
-              return Status::success();
-            });
-            break;
-          case topology::SourceKind::zmq:
-            feeders.push_back([&, h, ap](const caf::actor&) -> Status {
-              if (!im.zmq_ctx) im.zmq_ctx = std::make_unique<zmq::context_t>(1);
-              auto sub = spawn_zmq_sub_source(sys, *im.zmq_ctx, ap->endpoint, ap->topic, h);
-              if (!sub)
-                return make_error(sub.error().code,
-                                  where + "actors." + ap->name + ": " + sub.error().message);
-              im.actors.push_back(*sub);
-              return Status::success();
-            });
-            break;
-          case topology::SourceKind::text: break;
-        }
-        break;
-      }
-      case Kind::sink: continue;
-    }
-    by_name[a.name] = h;
-    im.actors.push_back(h);
   }
 
-  ControllerConfig cc;
-  for (const auto& a : t.actors) {
-    std::set<std::string> hears(a.on.begin(), a.on.end());
-    hears.insert(a.after.begin(), a.after.end());
-    if (a.kind != Kind::sink)  // a role also hears when those who trigger it are done
-      for (const auto& ev : a.on)
-        for (const auto& who : emitters.at(ev)) hears.insert(who + ".done");
-    for (const auto& ev : hears) cc.subscribers[ev].push_back(by_name.at(a.name));
-    if (a.kind == Kind::thinker || a.kind == Kind::writer || a.kind == Kind::source)
-      cc.pending.insert(a.name);
+  caf::actor generator(const topology::Actor& a) {
+    GeneratorConfig gc;
+    gc.name = a.name;
+    gc.stream = a.kind == Kind::thinker;
+    gc.triggers = triggers(a);
+    StopCondition stop;
+    stop.max_tokens = a.max_tokens;
+    stop.strings = a.stop;
+    gc.prefill = RunText{a.prefill, encode(tok_, a.prefill), &tok_};
+    gc.request = Request::generate(im_.blocks.at(a.writes), ids(a.view), gc.prefill.fixed, a.sampling, stop);
+    gc.emits = a.emits;
+    for (const auto& s : a.to) gc.sinks.push_back(by_name_.at(s));
+    if (!a.tools.empty()) {
+      gc.tools = tools_;
+      gc.max_tool_calls = a.max_tool_calls;
+    }
+    gc.tokenizer = &tok_;
+    return spawn_generator(sys_, im_.batcher, std::move(gc));
   }
-  cc.finish = {t.finish.begin(), t.finish.end()};
-  cc.budget_seconds = t.budget_seconds;
-  cc.budget_tokens = t.budget_tokens;
-  cc.outcome = im.outcome;
-  cc.hook = hooks.event;
-  im.outcome->t0 = Clock::now();
-  im.ctl = spawn_controller(sys, std::move(cc));
-  for (auto& f : feeders)
-    if (Status s = f(im.ctl); !s.ok()) return s.error();
-  for (const auto& a : t.actors)
-    if (a.kind != Kind::sink) self->send(by_name.at(a.name), start_atom::value, im.ctl);
-  if (im.managed) manager->started(im.program_id);
+
+  caf::actor probe(const topology::Actor& a) {
+    ProbeRoleConfig pc;
+    pc.name = a.name;
+    pc.triggers = triggers(a);
+    std::vector<std::vector<TokenId>> cands;
+    for (const auto& s : a.candidates) cands.push_back(encode(tok_, s));
+    pc.question = RunText{a.question, encode(tok_, a.question), &tok_};
+    pc.request = Request::probe(ids(a.view), pc.question.fixed, cands);
+    pc.fire_on = a.fire_on;
+    pc.threshold = a.threshold;
+    pc.edge = a.edge;
+    pc.fires = a.fires;
+    pc.watch = a.watch.empty() ? -1 : im_.blocks.at(a.watch);
+    pc.every_new_tokens = a.every_new_tokens;
+    pc.every_ms = a.every_ms;
+    return spawn_probe(sys_, im_.batcher, std::move(pc));
+  }
+
+  caf::actor source(const topology::Actor& a) {
+    SourceRoleConfig sc;
+    sc.name = a.name;
+    sc.triggers = triggers(a);
+    sc.text_once = a.from == topology::SourceKind::text;
+    sc.text = a.text;
+    sc.delay_ms = a.delay_ms;
+    sc.write_to = im_.blocks.at(a.writes);
+    sc.view = ids(a.view);
+    sc.every_lines = a.every_lines;
+    sc.emit_event = a.emit_event;
+    sc.max_lines = a.max_lines;
+    sc.keep_lines = a.keep_lines;
+    sc.records = a.from == topology::SourceKind::zmq || a.from == topology::SourceKind::api;
+    sc.tokenizer = &tok_;
+    caf::actor h = spawn_source(sys_, im_.batcher, std::move(sc));
+    if (a.from == topology::SourceKind::api) im_.api_sources[a.name] = h;
+    if (a.from != topology::SourceKind::api && a.from != topology::SourceKind::text)
+      feeding_.emplace_back(&a, h);
+    return h;
+  }
+
+  // Its feeder, once the controller exists (a file reader tells it of a file it cannot open).
+  Status feed(const topology::Actor& a, const caf::actor& h) {
+    switch (a.from) {
+      case topology::SourceKind::stdin_lines: im_.actors.push_back(spawn_fd_lines(sys_, 0, h, h)); break;
+      case topology::SourceKind::file:
+        im_.actors.push_back(a.follow ? spawn_file_tail(sys_, a.path, h, true)
+                                      : spawn_file_reader(sys_, a.path, h, a.name, im_.ctl));
+        break;
+      case topology::SourceKind::zmq: {
+        if (!im_.zmq_ctx) im_.zmq_ctx = std::make_unique<zmq::context_t>(1);
+        auto sub = spawn_zmq_sub_source(sys_, *im_.zmq_ctx, a.endpoint, a.topic, h);
+        if (!sub)
+          return make_error(sub.error().code, where_ + "actors." + a.name + ": " + sub.error().message);
+        im_.actors.push_back(*sub);
+        break;
+      }
+      case topology::SourceKind::api:
+      case topology::SourceKind::text: break;
+    }
+    return Status::success();
+  }
+
+  Status make_roles() {
+    for (const auto& a : t_.actors) {
+      if (a.kind == Kind::sink) continue;
+      const caf::actor h = a.kind == Kind::probe    ? probe(a)
+                           : a.kind == Kind::source ? source(a)
+                                                    : generator(a);
+      by_name_[a.name] = h;
+      im_.actors.push_back(h);
+    }
+    return Status::success();
+  }
+
+  // The controller (who hears which event, what must be done), the feeders, then every role.
+  Status go() {
+    ControllerConfig cc;
+    for (const auto& a : t_.actors) {
+      std::set<std::string> hears(a.on.begin(), a.on.end());
+      hears.insert(a.after.begin(), a.after.end());
+      if (a.kind != Kind::sink)  // a role also hears when those who trigger it are done
+        for (const auto& ev : a.on)
+          for (const auto& who : emitters_.at(ev)) hears.insert(who + ".done");
+      for (const auto& ev : hears) cc.subscribers[ev].push_back(by_name_.at(a.name));
+      if (a.kind == Kind::thinker || a.kind == Kind::writer || a.kind == Kind::source)
+        cc.pending.insert(a.name);
+    }
+    cc.finish = {t_.finish.begin(), t_.finish.end()};
+    cc.budget_seconds = t_.budget_seconds;
+    cc.budget_tokens = t_.budget_tokens;
+    cc.outcome = im_.outcome;
+    cc.hook = hooks_.event;
+    im_.outcome->t0 = Clock::now();
+    im_.ctl = spawn_controller(sys_, std::move(cc));
+    for (const auto& [a, h] : feeding_)
+      if (Status s = feed(*a, h); !s.ok()) return s;
+    for (const auto& a : t_.actors)
+      if (a.kind != Kind::sink) self_->send(by_name_.at(a.name), start_atom::value, im_.ctl);
+    if (im_.managed) manager_->started(im_.program_id);
+    return Status::success();
+  }
+
+  caf::actor_system& sys_;
+  const topology::Topology& t_;
+  ProgramHooks& hooks_;
+  Program::Impl& im_;
+  const Tokenizer& tok_;
+  caf::scoped_actor self_;
+  uint64_t rid_ = 0;
+  const std::string where_;
+  ProgramManager* manager_;
+  const std::map<std::string, std::vector<std::string>> emitters_;
+  caf::actor tools_;
+  std::map<std::string, caf::actor> by_name_;
+  std::vector<std::pair<const topology::Actor*, caf::actor>> feeding_;  // sources with a feeder
+};
+
+Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const topology::Topology& t,
+                                                std::shared_ptr<SharedEngine> engine, ProgramHooks hooks) {
+  auto impl = std::make_unique<Impl>();
+  impl->sys = &sys;
+  impl->batcher = engine->batcher();
+  impl->program_id = engine->new_program_id();
+  impl->engine = std::move(engine);
+  Program prog(std::move(impl));  // from here on, an error tears everything down
+  if (Status s = Starter(sys, t, hooks, *prog.impl_).run(); !s.ok()) return s.error();
   return std::unique_ptr<Program>(new Program(std::move(prog.impl_)));
 }
 

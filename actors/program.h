@@ -117,6 +117,7 @@ class Program {
 
  private:
   struct Impl;
+  class Starter;
   explicit Program(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

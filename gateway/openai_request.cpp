@@ -35,22 +35,10 @@ std::string json_text(const nlohmann::json& j) {
   throw HttpError{400, error_body(message, "invalid_request_error", param)};
 }
 
-ChatRequest parse_chat_request(const std::string& body, const std::string& model_name, int default_max_tokens,
-                               int max_tokens_limit) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    bad_request(std::string("the body is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) bad_request("the body must be a JSON object");
-  ChatRequest r;
-  if (!j.contains("model") || !j["model"].is_string()) bad_request("`model` is required (a string)", "model");
-  const std::string model_id = j["model"];
-  if (model_id != model_name && model_id != "default")
-    throw HttpError{
-        404, error_body("The model `" + model_id + "` does not exist (this server has `" + model_name + "`)",
-                        "invalid_request_error", "model", "model_not_found")};
+namespace {
+
+// messages[]: role and content (a string, or text parts); `developer` is a system turn.
+void read_messages(const json& j, ChatRequest& r) {
   if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
     bad_request("`messages` must be a non-empty array", "messages");
   for (size_t i = 0; i < j["messages"].size(); ++i) {
@@ -76,47 +64,56 @@ ChatRequest parse_chat_request(const std::string& body, const std::string& model
     }
     r.messages.push_back({role == "developer" ? "system" : role, content});
   }
-  auto integer = [&](const char* key, int lo, int hi, int dflt) {
-    if (!j.contains(key) || j[key].is_null()) return dflt;
-    if (!j[key].is_number_integer()) bad_request(std::string("`") + key + "` must be an integer", key);
-    const int64_t v = j[key];
-    if (v < lo || v > hi)
-      bad_request(std::string("`") + key + "` must be between " + std::to_string(lo) + " and " +
-                      std::to_string(hi) + " (got " + std::to_string(v) + ")",
-                  key);
-    return static_cast<int>(v);
-  };
-  auto number = [&](const char* key, double lo, double hi, double dflt) {
-    if (!j.contains(key) || j[key].is_null()) return dflt;
-    if (!j[key].is_number()) bad_request(std::string("`") + key + "` must be a number", key);
-    const double v = j[key];
-    if (v < lo || v > hi)
-      bad_request(
-          std::string("`") + key + "` must be between " + std::to_string(lo) + " and " + std::to_string(hi),
-          key);
-    return v;
-  };
-  r.max_tokens = integer("max_tokens", 1, max_tokens_limit, default_max_tokens);
-  r.max_tokens = integer("max_completion_tokens", 1, max_tokens_limit, r.max_tokens);
-  if (integer("n", 1, 1, 1) != 1) bad_request("only n = 1 is supported", "n");
-  r.sampling.temperature = static_cast<float>(number("temperature", 0, 2, 1.0));
-  r.sampling.top_p = static_cast<float>(number("top_p", 0, 1, 1.0));
+}
+
+int integer_field(const json& j, const char* key, int lo, int hi, int dflt) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  if (!j[key].is_number_integer()) bad_request(std::string("`") + key + "` must be an integer", key);
+  const int64_t v = j[key];
+  if (v < lo || v > hi)
+    bad_request(std::string("`") + key + "` must be between " + std::to_string(lo) + " and " +
+                    std::to_string(hi) + " (got " + std::to_string(v) + ")",
+                key);
+  return static_cast<int>(v);
+}
+
+double number_field(const json& j, const char* key, double lo, double hi, double dflt) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  if (!j[key].is_number()) bad_request(std::string("`") + key + "` must be a number", key);
+  const double v = j[key];
+  if (v < lo || v > hi)
+    bad_request(
+        std::string("`") + key + "` must be between " + std::to_string(lo) + " and " + std::to_string(hi),
+        key);
+  return v;
+}
+
+// max_tokens, n, temperature, top_p, seed, stop.
+void read_sampling(const json& j, int default_max_tokens, int max_tokens_limit, ChatRequest& r) {
+  r.max_tokens = integer_field(j, "max_tokens", 1, max_tokens_limit, default_max_tokens);
+  r.max_tokens = integer_field(j, "max_completion_tokens", 1, max_tokens_limit, r.max_tokens);
+  if (integer_field(j, "n", 1, 1, 1) != 1) bad_request("only n = 1 is supported", "n");
+  r.sampling.temperature = static_cast<float>(number_field(j, "temperature", 0, 2, 1.0));
+  r.sampling.top_p = static_cast<float>(number_field(j, "top_p", 0, 1, 1.0));
   r.sampling.top_k = 0;
   r.sampling.min_p = 0;
-  r.sampling.seed = static_cast<uint64_t>(integer("seed", 0, INT32_MAX, 0));
-  if (j.contains("stop") && !j["stop"].is_null()) {
-    if (j["stop"].is_string())
-      r.stop = {j["stop"].get<std::string>()};
-    else if (j["stop"].is_array() && j["stop"].size() <= 4) {
-      for (const json& s : j["stop"]) {
-        if (!s.is_string() || s.get<std::string>().empty())
-          bad_request("`stop` entries must be non-empty strings", "stop");
-        r.stop.push_back(s);
-      }
-    } else {
-      bad_request("`stop` must be a string or an array of at most 4 strings", "stop");
+  r.sampling.seed = static_cast<uint64_t>(integer_field(j, "seed", 0, INT32_MAX, 0));
+  if (!j.contains("stop") || j["stop"].is_null()) return;
+  if (j["stop"].is_string()) {
+    r.stop = {j["stop"].get<std::string>()};
+  } else if (j["stop"].is_array() && j["stop"].size() <= 4) {
+    for (const json& s : j["stop"]) {
+      if (!s.is_string() || s.get<std::string>().empty())
+        bad_request("`stop` entries must be non-empty strings", "stop");
+      r.stop.push_back(s);
     }
+  } else {
+    bad_request("`stop` must be a string or an array of at most 4 strings", "stop");
   }
+}
+
+// stream, stream_options, and chorus's program_id (top level, or in extra_body).
+void read_delivery(const json& j, ChatRequest& r) {
   if (j.contains("stream") && !j["stream"].is_null()) {
     if (!j["stream"].is_boolean()) bad_request("`stream` must be a boolean", "stream");
     r.stream = j["stream"];
@@ -140,6 +137,29 @@ ChatRequest parse_chat_request(const std::string& body, const std::string& model
       bad_request("`program_id` must be a non-empty string of at most 128 characters", "program_id");
     r.program_id = *pid;
   }
+}
+
+}  // namespace
+
+ChatRequest parse_chat_request(const std::string& body, const std::string& model_name, int default_max_tokens,
+                               int max_tokens_limit) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    bad_request(std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad_request("the body must be a JSON object");
+  ChatRequest r;
+  if (!j.contains("model") || !j["model"].is_string()) bad_request("`model` is required (a string)", "model");
+  const std::string model_id = j["model"];
+  if (model_id != model_name && model_id != "default")
+    throw HttpError{
+        404, error_body("The model `" + model_id + "` does not exist (this server has `" + model_name + "`)",
+                        "invalid_request_error", "model", "model_not_found")};
+  read_messages(j, r);
+  read_sampling(j, default_max_tokens, max_tokens_limit, r);
+  read_delivery(j, r);
   return r;
 }
 

@@ -1,5 +1,7 @@
 #include "net/codec.h"
 
+#include <optional>
+
 #include "net/wire.h"
 #include "schemas/envelope_generated.h"
 
@@ -124,98 +126,89 @@ Frame encode_request(uint64_t request_id, const Request& r) {
   return {};
 }
 
-Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request_id,
-                               const Tokenizer* tokenizer) {
-  auto summary = decode_envelope(frame);
-  if (!summary) return summary.error();
-  *request_id = summary->request_id;
-  const wire::Envelope* env = wire::GetEnvelope(frame.data());
-  if (const auto* c = env->payload_as_CreateBlock())
-    return Command{CreateBlockCmd{c->name() ? c->name()->str() : "", c->program()}};
-  if (const auto* v = env->payload_as_SnapshotView()) return Command{SnapshotViewCmd{to_vec(v->view())}};
+namespace {
+
+// CreateBlock, SnapshotView, FreeBlock, ClearBlock, MergeBlocks, ForkBlock.
+std::optional<Command> block_command(const wire::Envelope* env) {
   using Op = BlockOpCmd::Op;
+  auto name = [](const flatbuffers::String* n) { return n ? n->str() : std::string(); };
+  if (const auto* c = env->payload_as_CreateBlock())
+    return Command{CreateBlockCmd{name(c->name()), c->program()}};
+  if (const auto* v = env->payload_as_SnapshotView()) return Command{SnapshotViewCmd{to_vec(v->view())}};
   if (const auto* f = env->payload_as_FreeBlock())
     return Command{BlockOpCmd{.op = Op::free, .block = f->block()}};
   if (const auto* c = env->payload_as_ClearBlock())
     return Command{BlockOpCmd{.op = Op::clear, .block = c->block()}};
   if (const auto* m = env->payload_as_MergeBlocks())
-    return Command{BlockOpCmd{Op::merge, m->a(), m->b(), 0, m->name() ? m->name()->str() : ""}};
+    return Command{BlockOpCmd{Op::merge, m->a(), m->b(), 0, name(m->name())}};
   if (const auto* f = env->payload_as_ForkBlock())
-    return Command{BlockOpCmd{Op::fork, f->block(), -1, f->tokens(), f->name() ? f->name()->str() : ""}};
+    return Command{BlockOpCmd{Op::fork, f->block(), -1, f->tokens(), name(f->name())}};
+  return std::nullopt;
+}
+
+// RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram, WithdrawRequest, ProgramPhase.
+std::optional<Command> program_command(const wire::Envelope* env) {
+  using Op = ProgramCmd::Op;
+  ProgramCmd c;
   if (const auto* p = env->payload_as_RegisterProgram()) {
-    ProgramCmd c;
-    c.op = ProgramCmd::Op::register_program;
-    c.program = p->program();
-    c.name = p->name() ? p->name()->str() : "";
-    c.blocks = to_vec(p->blocks());
+    c = ProgramCmd{Op::register_program, p->program(), p->name() ? p->name()->str() : "",
+                   to_vec(p->blocks())};
     c.hold = p->hold();
-    return Command{std::move(c)};
-  }
-  if (const auto* p = env->payload_as_PauseProgram()) {
-    ProgramCmd c;
-    c.op = ProgramCmd::Op::pause;
-    c.program = p->program();
+  } else if (const auto* p = env->payload_as_PauseProgram()) {
+    c = ProgramCmd{Op::pause, p->program()};
     c.mode = p->mode() == wire::PauseMode::offload ? PauseMode::offload : PauseMode::drop;
-    return Command{std::move(c)};
-  }
-  if (const auto* p = env->payload_as_RestoreProgram()) {
-    ProgramCmd c;
-    c.op = ProgramCmd::Op::restore;
-    c.program = p->program();
-    return Command{std::move(c)};
-  }
-  if (const auto* p = env->payload_as_TerminateProgram()) {
-    ProgramCmd c;
-    c.op = ProgramCmd::Op::terminate;
-    c.program = p->program();
+  } else if (const auto* p = env->payload_as_RestoreProgram()) {
+    c = ProgramCmd{Op::restore, p->program()};
+  } else if (const auto* p = env->payload_as_TerminateProgram()) {
+    c = ProgramCmd{Op::terminate, p->program()};
     c.cancel = p->cancel();
-    return Command{std::move(c)};
-  }
-  if (const auto* p = env->payload_as_WithdrawRequest()) {
-    ProgramCmd c;
-    c.op = ProgramCmd::Op::withdraw;
-    c.program = p->program();
+  } else if (const auto* p = env->payload_as_WithdrawRequest()) {
+    c = ProgramCmd{Op::withdraw, p->program()};
     c.request = p->request_id();
-    return Command{std::move(c)};
-  }
-  if (const auto* p = env->payload_as_ProgramPhase()) {
-    ProgramCmd c;
-    c.op = ProgramCmd::Op::phase;
-    c.program = p->program();
+  } else if (const auto* p = env->payload_as_ProgramPhase()) {
+    c = ProgramCmd{Op::phase, p->program()};
     c.acting = p->phase() == wire::Phase::acting;
-    return Command{std::move(c)};
+  } else {
+    return std::nullopt;
   }
-  if (const auto* a = env->payload_as_AppendTokens()) {
-    if (a->view() && a->view()->size() > 0)
-      return make_error(Errc::invalid_argument,
-                        "AppendTokens takes no view: its tokens run under the view of the next writer");
-    return Command{Request::append(a->block(), to_vec(a->tokens()))};
-  }
+  return Command{std::move(c)};
+}
+
+SamplingParams sampling_of(const wire::Sampling* s) {
+  SamplingParams sp;
+  if (!s) return sp;
+  sp.temperature = s->temperature();
+  sp.top_k = s->top_k();
+  sp.top_p = s->top_p();
+  sp.min_p = s->min_p();
+  sp.repeat_penalty = s->repeat_penalty();
+  sp.seed = s->seed();
+  sp.forbidden = to_vec(s->forbidden());
+  return sp;
+}
+
+StopCondition stop_of(const wire::Stop* s) {
+  StopCondition st;
+  if (!s) return st;
+  if (s->strings())
+    for (const auto* str : *s->strings()) st.strings.push_back(str->str());
+  st.token_ids = to_vec(s->token_ids());
+  st.max_tokens = s->max_tokens();
+  st.at_end_of_generation = s->at_end_of_generation();
+  return st;
+}
+
+// Forward, Generate, Probe (with the text a field may carry, tokenized after its tokens).
+Result<Command> request_command(const wire::Envelope* env, const std::string& payload_type,
+                                const Tokenizer* tokenizer) {
   Request r;
   const flatbuffers::String* text = nullptr;
   if (const auto* f = env->payload_as_Forward()) {
     r = Request::forward(f->write_to(), to_vec(f->tokens()), to_vec(f->view()));
     text = f->text();
   } else if (const auto* g = env->payload_as_Generate()) {
-    SamplingParams sp;
-    if (const auto* s = g->sampling()) {
-      sp.temperature = s->temperature();
-      sp.top_k = s->top_k();
-      sp.top_p = s->top_p();
-      sp.min_p = s->min_p();
-      sp.repeat_penalty = s->repeat_penalty();
-      sp.seed = s->seed();
-      sp.forbidden = to_vec(s->forbidden());
-    }
-    StopCondition st;
-    if (const auto* s = g->stop()) {
-      if (s->strings())
-        for (const auto* str : *s->strings()) st.strings.push_back(str->str());
-      st.token_ids = to_vec(s->token_ids());
-      st.max_tokens = s->max_tokens();
-      st.at_end_of_generation = s->at_end_of_generation();
-    }
-    r = Request::generate(g->write_to(), to_vec(g->view()), to_vec(g->prefill()), sp, st);
+    r = Request::generate(g->write_to(), to_vec(g->view()), to_vec(g->prefill()), sampling_of(g->sampling()),
+                          stop_of(g->stop()));
     text = g->prefill_text();
   } else if (const auto* p = env->payload_as_Probe()) {
     std::vector<std::vector<TokenId>> cands;
@@ -225,7 +218,7 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
     text = p->question_text();
   } else {
     return make_error(Errc::invalid_argument,
-                      "a " + summary->payload_type + " frame is not a command for the batcher");
+                      "a " + payload_type + " frame is not a command for the batcher");
   }
   if (text && text->size() > 0) {
     if (tokenizer == nullptr)
@@ -234,6 +227,25 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
     r.tokens.insert(r.tokens.end(), more.begin(), more.end());
   }
   return Command{std::move(r)};
+}
+
+}  // namespace
+
+Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request_id,
+                               const Tokenizer* tokenizer) {
+  auto summary = decode_envelope(frame);
+  if (!summary) return summary.error();
+  *request_id = summary->request_id;
+  const wire::Envelope* env = wire::GetEnvelope(frame.data());
+  if (auto c = block_command(env)) return std::move(*c);
+  if (auto c = program_command(env)) return std::move(*c);
+  if (const auto* a = env->payload_as_AppendTokens()) {
+    if (a->view() && a->view()->size() > 0)
+      return make_error(Errc::invalid_argument,
+                        "AppendTokens takes no view: its tokens run under the view of the next writer");
+    return Command{Request::append(a->block(), to_vec(a->tokens()))};
+  }
+  return request_command(env, summary->payload_type, tokenizer);
 }
 
 Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& name, int64_t tokens,
