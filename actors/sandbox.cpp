@@ -185,6 +185,212 @@ Status Sandbox::destroy() {
   return Status::success();
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The command as run: under bubblewrap where it works (the root read-only, the sandbox's
+// directory read-write, a private /tmp, new namespaces), else as is.
+std::vector<std::string> command_line(const std::string& exe, const std::vector<std::string>& argv,
+                                      const std::string& dir) {
+  std::vector<std::string> args;
+  if (const std::string& bwrap = bwrap_path(); !bwrap.empty())
+    args = {bwrap,
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--bind",
+            dir,
+            dir,
+            "--chdir",
+            dir,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--"};
+  args.push_back(exe);
+  args.insert(args.end(), argv.begin() + 1, argv.end());
+  return args;
+}
+
+// The child, between fork and exec: only async-signal-safe calls. It joins the run's cgroup
+// (`procs`: its cgroup.procs, or ""), takes the rlimits, reads `in`, writes `out`, and runs `cargs`
+// in `dir`.
+[[noreturn]] void exec_child(char* const* cargs, const char* procs, const SandboxLimits& limits,
+                             const char* dir, int in, int out) {
+  ::setsid();
+  if (procs[0] != '\0') {
+    const int fd = ::open(procs, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      char num[24];
+      int n = std::snprintf(num, sizeof num, "%d", static_cast<int>(::getpid()));
+      (void)!::write(fd, num, static_cast<size_t>(n));
+      ::close(fd);
+    }
+  }
+  auto lim = [](int what, rlim_t v) {
+    rlimit r{v, v};
+    ::setrlimit(what, &r);
+  };
+  lim(RLIMIT_AS, static_cast<rlim_t>(limits.memory_bytes));
+  lim(RLIMIT_CPU, static_cast<rlim_t>(limits.cpu_seconds));
+  lim(RLIMIT_FSIZE, static_cast<rlim_t>(limits.max_file_bytes));
+  lim(RLIMIT_NOFILE, 256);
+  lim(RLIMIT_CORE, 0);
+  ::dup2(in, 0);
+  ::dup2(out, 1);
+  ::dup2(out, 2);
+  if (::chdir(dir) != 0) ::_exit(126);
+  ::execv(cargs[0], cargs);
+  ::_exit(127);
+}
+
+// One run from fork to its end: its input fed, its output read (up to the limit), and it killed
+// — with every process it started — at its deadline, when cancelled, when its output overflows,
+// or when it exited but what it started still holds the output open.
+class Supervisor {
+ public:
+  Supervisor(pid_t pid, int out_fd, int in_fd, const std::string& input, const SandboxLimits& limits,
+             const std::atomic<bool>* cancel, const std::string& cgroup, Clock::time_point t0)
+      : pid_(pid),
+        out_fd_(out_fd),
+        in_fd_(in_fd),
+        input_(input),
+        limits_(limits),
+        cancel_(cancel),
+        cgroup_(cgroup),
+        t0_(t0),
+        deadline_(t0 + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(limits.timeout_s))) {
+    if (input_.empty()) {
+      ::close(in_fd_);
+      in_fd_ = -1;
+    } else {
+      ::fcntl(in_fd_, F_SETFL, O_NONBLOCK);
+    }
+  }
+
+  ToolResult run() {
+    while (reading_ || !exited_) {
+      const auto now = Clock::now();
+      watch(now);
+      if (!reading_) {
+        if (!exited_) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        continue;
+      }
+      pollfd fds[2] = {{out_fd_, POLLIN, 0}, {in_fd_, POLLOUT, 0}};
+      const int left_ms = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - now).count(), 1, 50));
+      if (::poll(fds, in_fd_ >= 0 ? 2 : 1, killed_ ? 10 : left_ms) < 0 && errno != EINTR) break;
+      if (in_fd_ >= 0 && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) feed();
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) drain();
+      if (killed_ && exited_) reading_ = false;  // do not wait on pipes held by what is being killed
+    }
+    return finish();
+  }
+
+ private:
+  void kill_all() {
+    ::kill(-pid_, SIGKILL);
+    ::kill(pid_, SIGKILL);
+    killed_ = true;
+  }
+
+  // The deadline, a cancel, its exit; after the exit a short grace for what it started to let go
+  // of the output, then that is killed too (a tool's run ends with its command).
+  void watch(Clock::time_point now) {
+    if (now >= deadline_ && !killed_) {
+      r_.timed_out = true;
+      kill_all();
+    }
+    if (cancel_ && cancel_->load() && !killed_) {
+      r_.cancelled = true;
+      kill_all();
+    }
+    if (!exited_ && ::waitpid(pid_, &status_, WNOHANG) == pid_) {
+      exited_ = true;
+      exited_at_ = now;
+    }
+    if (exited_ && reading_ && !killed_ && now - exited_at_ > std::chrono::milliseconds(200)) {
+      kill_all();
+      kill_cgroup_members(cgroup_);
+    }
+  }
+
+  void feed() {
+    const ssize_t n = ::write(in_fd_, input_.data() + fed_, input_.size() - fed_);
+    if (n > 0) fed_ += static_cast<size_t>(n);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) fed_ = input_.size();  // it does not read: stop feeding
+    if (fed_ == input_.size()) {
+      ::close(in_fd_);
+      in_fd_ = -1;
+    }
+  }
+
+  void drain() {
+    char buf[8192];
+    const ssize_t n = ::read(out_fd_, buf, sizeof buf);
+    if (n > 0) {
+      const size_t room = limits_.max_output_bytes - std::min(limits_.max_output_bytes, r_.output.size());
+      r_.output.append(buf, std::min(room, static_cast<size_t>(n)));
+      if (static_cast<size_t>(n) > room && !killed_) {
+        r_.output_truncated = true;
+        kill_all();
+      }
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+      reading_ = false;  // every writer is gone (or the pipe broke)
+    }
+  }
+
+  ToolResult finish() {
+    if (in_fd_ >= 0) ::close(in_fd_);
+    ::close(out_fd_);
+    if (!exited_) ::waitpid(pid_, &status_, 0);
+    ::kill(-pid_, SIGKILL);  // whatever of its process group is left
+    kill_cgroup(cgroup_);    // and whatever detached from it
+    r_.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+    if (WIFEXITED(status_)) r_.exit_code = WEXITSTATUS(status_);
+    if (WIFSIGNALED(status_)) r_.signal = WTERMSIG(status_);
+    if (r_.timed_out || r_.output_truncated || r_.cancelled)
+      r_.signal = 0;  // we killed it: the reason is said above
+    return std::move(r_);
+  }
+
+  const pid_t pid_;
+  const int out_fd_;
+  int in_fd_;
+  const std::string& input_;
+  const SandboxLimits& limits_;
+  const std::atomic<bool>* cancel_;
+  const std::string& cgroup_;
+  const Clock::time_point t0_, deadline_;
+  ToolResult r_;
+  size_t fed_ = 0;
+  bool reading_ = true, killed_ = false, exited_ = false;
+  int status_ = 0;
+  Clock::time_point exited_at_ = t0_;
+};
+
+}  // namespace
+
+// A pids cgroup for one run, its process count capped ("" when there is none).
+std::string Sandbox::make_cgroup(const SandboxLimits& limits) {
+  if (cgroup_root().empty()) return "";
+  const std::string cg =
+      cgroup_root() + "/chorus-" + std::to_string(::getpid()) + "-" + name_ + "-" + std::to_string(++runs_);
+  if (::mkdir(cg.c_str(), 0755) != 0 || !write_file(cg + "/pids.max", std::to_string(limits.max_processes))) {
+    ::rmdir(cg.c_str());
+    return "";
+  }
+  return cg;
+}
+
 Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const SandboxLimits& limits,
                                 const std::string& input, const std::atomic<bool>* cancel) {
   if (dir_.empty()) return make_error(Errc::invalid_argument, "sandbox " + name_ + " is destroyed");
@@ -197,43 +403,11 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
     r.output = argv[0] + ": command not found\n";
     return r;
   }
-  std::vector<std::string> args;
-  const std::string& bwrap = bwrap_path();
-  if (!bwrap.empty())
-    args = {bwrap,
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--bind",
-            dir_,
-            dir_,
-            "--chdir",
-            dir_,
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--"};
-  args.push_back(exe);
-  args.insert(args.end(), argv.begin() + 1, argv.end());
+  std::vector<std::string> args = command_line(exe, argv, dir_);
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
-  std::string cg;
-  if (!cgroup_root().empty()) {
-    cg =
-        cgroup_root() + "/chorus-" + std::to_string(::getpid()) + "-" + name_ + "-" + std::to_string(++runs_);
-    if (::mkdir(cg.c_str(), 0755) != 0 ||
-        !write_file(cg + "/pids.max", std::to_string(limits.max_processes))) {
-      ::rmdir(cg.c_str());
-      cg.clear();
-    }
-  }
+  const std::string cg = make_cgroup(limits);
   const std::string procs = cg.empty() ? "" : cg + "/cgroup.procs";
 
   int out[2], in[2];
@@ -244,125 +418,17 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
     ::close(out[1]);
     return make_error(Errc::io, std::string("sandbox: pipe: ") + std::strerror(errno));
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   const pid_t pid = ::fork();
   if (pid < 0) {
     for (int fd : {out[0], out[1], in[0], in[1]}) ::close(fd);
     kill_cgroup(cg);
     return make_error(Errc::io, std::string("sandbox: fork: ") + std::strerror(errno));
   }
-  if (pid == 0) {  // the child
-    ::setsid();
-    if (!procs.empty()) {
-      const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd >= 0) {
-        char num[24];
-        int n = std::snprintf(num, sizeof num, "%d", static_cast<int>(::getpid()));
-        (void)!::write(fd, num, static_cast<size_t>(n));
-        ::close(fd);
-      }
-    }
-    auto lim = [](int what, rlim_t v) {
-      rlimit r{v, v};
-      ::setrlimit(what, &r);
-    };
-    lim(RLIMIT_AS, static_cast<rlim_t>(limits.memory_bytes));
-    lim(RLIMIT_CPU, static_cast<rlim_t>(limits.cpu_seconds));
-    lim(RLIMIT_FSIZE, static_cast<rlim_t>(limits.max_file_bytes));
-    lim(RLIMIT_NOFILE, 256);
-    lim(RLIMIT_CORE, 0);
-    ::dup2(in[0], 0);
-    ::dup2(out[1], 1);
-    ::dup2(out[1], 2);
-    if (::chdir(dir_.c_str()) != 0) ::_exit(126);
-    ::execv(cargs[0], cargs.data());
-    ::_exit(127);
-  }
+  if (pid == 0) exec_child(cargs.data(), procs.c_str(), limits, dir_.c_str(), in[0], out[1]);
   ::close(out[1]);
   ::close(in[0]);
-  ToolResult r;
-  size_t fed = 0;
-  int in_fd = in[1];
-  if (input.empty()) {
-    ::close(in_fd);
-    in_fd = -1;
-  } else {
-    ::fcntl(in_fd, F_SETFL, O_NONBLOCK);
-  }
-  bool reading = true, killed = false;
-  int status = 0;
-  bool exited = false;
-  auto exited_at = t0;
-  const auto deadline = t0 + std::chrono::duration<double>(limits.timeout_s);
-  auto kill_all = [&] {
-    ::kill(-pid, SIGKILL);
-    ::kill(pid, SIGKILL);
-    killed = true;
-  };
-  while (reading || !exited) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline && !killed) {
-      r.timed_out = true;
-      kill_all();
-    }
-    if (cancel && cancel->load() && !killed) {
-      r.cancelled = true;
-      kill_all();
-    }
-    if (!exited && ::waitpid(pid, &status, WNOHANG) == pid) {
-      exited = true;
-      exited_at = now;
-    }
-    // It has exited but something it started still holds the output open: a short grace to
-    // drain, then that is killed too (a tool's run ends with its command).
-    if (exited && reading && !killed && now - exited_at > std::chrono::milliseconds(200)) {
-      kill_all();
-      kill_cgroup_members(cg);
-    }
-    if (!reading) {
-      if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      continue;
-    }
-    pollfd fds[2] = {{out[0], POLLIN, 0}, {in_fd, POLLOUT, 0}};
-    const int left_ms = static_cast<int>(std::clamp<int64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count(), 1, 50));
-    if (::poll(fds, in_fd >= 0 ? 2 : 1, killed ? 10 : left_ms) < 0 && errno != EINTR) break;
-    if (in_fd >= 0 && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
-      const ssize_t n = ::write(in_fd, input.data() + fed, input.size() - fed);
-      if (n > 0) fed += static_cast<size_t>(n);
-      if (n < 0 && errno != EAGAIN && errno != EINTR) fed = input.size();  // it does not read: stop feeding
-      if (fed == input.size()) {
-        ::close(in_fd);
-        in_fd = -1;
-      }
-    }
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      char buf[8192];
-      const ssize_t n = ::read(out[0], buf, sizeof buf);
-      if (n > 0) {
-        const size_t room = limits.max_output_bytes - std::min(limits.max_output_bytes, r.output.size());
-        r.output.append(buf, std::min(room, static_cast<size_t>(n)));
-        if (static_cast<size_t>(n) > room && !killed) {
-          r.output_truncated = true;
-          kill_all();
-        }
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        reading = false;  // every writer is gone (or the pipe broke)
-      }
-    }
-    if (killed && exited) reading = false;  // do not wait on pipes held by what is being killed
-  }
-  if (in_fd >= 0) ::close(in_fd);
-  ::close(out[0]);
-  if (!exited) ::waitpid(pid, &status, 0);
-  ::kill(-pid, SIGKILL);  // whatever of its process group is left
-  kill_cgroup(cg);        // and whatever detached from it
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  if (r.timed_out || r.output_truncated || r.cancelled)
-    r.signal = 0;  // we killed it: the reason is said above
-  return r;
+  return Supervisor(pid, out[0], in[1], input, limits, cancel, cg, t0).run();
 }
 
 }  // namespace chorus

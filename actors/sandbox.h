@@ -72,6 +72,7 @@ class Sandbox {
   static std::string missing_isolation();
 
  private:
+  std::string make_cgroup(const SandboxLimits& limits);
   Sandbox() = default;
   std::string dir_;
   std::string name_;
