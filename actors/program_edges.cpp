@@ -20,6 +20,18 @@ namespace {
 // `setup` run in it) and removed with it — and, while the program is paused past its idle lease,
 // removed (cool_atom) and made again ahead of its restore (warm_atom) or at its next call. Calls
 // run one at a time. A detached actor: a run blocks until the tool ends.
+// A tool's run: its time and output limits, and what it opted in to reach.
+SandboxLimits limits_of(const topology::Tool& t) {
+  SandboxLimits lim;
+  lim.timeout_s = t.timeout_s;
+  lim.max_output_bytes = t.max_output_bytes;
+  for (const auto& [k, v] : t.env) lim.access.env.push_back(k + "=" + v);
+  lim.access.network = t.network;
+  lim.access.read = t.read;
+  lim.access.write = t.write;
+  return lim;
+}
+
 void tool_main(caf::blocking_actor* self, std::string base, std::string name,
                std::vector<topology::Tool> tools, std::shared_ptr<std::atomic<bool>> cancel) {
   std::optional<Sandbox> box;
@@ -36,10 +48,7 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name,
     broken.clear();
     for (const auto& t : tools) {
       if (t.setup.empty()) continue;
-      SandboxLimits lim;
-      lim.timeout_s = t.timeout_s;
-      lim.max_output_bytes = t.max_output_bytes;
-      auto r = box->run(t.setup, lim);
+      auto r = box->run(t.setup, limits_of(t));
       if (!r || !r->ok()) {
         broken = "the setup of tool " + t.name + " failed: " +
                  (r ? r->describe() + (r->output.empty() ? "" : ": " + r->output) : r.error().message);
@@ -61,10 +70,7 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name,
           if (!t) return "error: unknown tool \"" + tool + "\" (tools: " + known + ")";
           make();  // cold: made again first
           if (!broken.empty()) return "error: " + broken;
-          SandboxLimits lim;
-          lim.timeout_s = t->timeout_s;
-          lim.max_output_bytes = t->max_output_bytes;
-          auto r = box->run(t->command, lim, args, cancel.get());
+          auto r = box->run(t->command, limits_of(*t), args, cancel.get());
           if (!r) return "error: " + r.error().message;
           std::string out = r->output;
           while (!out.empty() && out.back() == '\n') out.pop_back();

@@ -2,6 +2,9 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -37,11 +40,15 @@ const std::string& cgroup_root() {
   return root;
 }
 
-// The absolute path of `name` in PATH ("" if not found); a name with a slash is taken as is.
-std::string find_in_path(const std::string& name) {
+// The PATH a tool runs with (its environment holds nothing of the server's).
+constexpr const char* kToolPath = "/usr/local/bin:/usr/bin:/bin";
+
+// The absolute path of `name` in `path` (the server's PATH when null; "" if not found); a name
+// with a slash is taken as is.
+std::string find_in_path(const std::string& name, const char* path = nullptr) {
   if (name.find('/') != std::string::npos) return name;
-  const char* path = std::getenv("PATH");
-  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  if (!path) path = std::getenv("PATH");
+  std::string p = path ? path : kToolPath;
   for (size_t i = 0; i <= p.size();) {
     const size_t colon = std::min(p.find(':', i), p.size());
     const std::string cand = (colon > i ? p.substr(i, colon - i) : ".") + "/" + name;
@@ -63,8 +70,9 @@ const std::string& bwrap_path() {
     const std::string b = find_in_path("bwrap");
     if (b.empty()) return b;
     // It must work here (user namespaces may be off): one trial run.
-    const std::string cmd =
-        b + " --ro-bind / / --dev /dev --proc /proc --unshare-all --die-with-parent true 2>/dev/null";
+    const std::string cmd = b +
+                            " --ro-bind / / --dev /dev --proc /proc --unshare-all --unshare-user --uid 65534 "
+                            "--gid 65534 --die-with-parent true 2>/dev/null";
     return std::system(cmd.c_str()) == 0 ? b : std::string();
   }();
   return p;
@@ -127,8 +135,8 @@ std::string Sandbox::missing_isolation() {
 }
 
 std::string Sandbox::isolation() {
-  std::string s =
-      bwrap_path().empty() ? "no bubblewrap (commands run in the working directory)" : "bubblewrap";
+  std::string s = bwrap_path().empty() ? "no bubblewrap (commands run in the working directory)"
+                                       : "bubblewrap (uid 65534, system directories only) + seccomp";
   s += cgroup_root().empty() ? " + no pids cgroup" : " + pids cgroup";
   return s + " + rlimits";
 }
@@ -189,41 +197,135 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The command as run: under bubblewrap where it works (the root read-only, the sandbox's
-// directory read-write, a private /tmp, new namespaces), else as is.
+// What of the host a tool sees: the system directories, read-only (a merged /usr's links as
+// links), and of /etc only what programs need to start and name users — not shadow, gshadow,
+// sudoers, ssh keys or machine credentials. No /root, /home, model cache or project tree.
+std::vector<std::string> system_binds() {
+  std::vector<std::string> args = {"--ro-bind", "/usr", "/usr"};
+  for (const char* d : {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
+    std::error_code ec;
+    if (fs::is_symlink(d, ec)) {
+      args.insert(args.end(), {"--symlink", fs::read_symlink(d, ec).string(), d});
+    } else if (fs::is_directory(d, ec)) {
+      args.insert(args.end(), {"--ro-bind", d, d});
+    }
+  }
+  for (const char* e :
+       {"/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
+        "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/ssl/certs", "/etc/ca-certificates"})
+    args.insert(args.end(), {"--ro-bind-try", e, e});
+  return args;
+}
+
+// The fd the child hands bubblewrap its seccomp program on (set up between fork and exec).
+constexpr int kSeccompFd = 3;
+
+// The command as run: under bubblewrap where it works (the system directories read-only, the
+// sandbox's directory read-write, a private /tmp and /proc, new namespaces — user, pid,
+// network, ipc, uts, cgroup — as an unprivileged uid, the seccomp filter), else as is.
 std::vector<std::string> command_line(const std::string& exe, const std::vector<std::string>& argv,
-                                      const std::string& dir) {
+                                      const std::string& dir, const SandboxAccess& access, bool seccomp) {
   std::vector<std::string> args;
-  if (const std::string& bwrap = bwrap_path(); !bwrap.empty())
-    args = {bwrap,
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--bind",
-            dir,
-            dir,
-            "--chdir",
-            dir,
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--"};
+  if (const std::string& bwrap = bwrap_path(); !bwrap.empty()) {
+    args = {bwrap};
+    const std::vector<std::string> binds = system_binds();
+    args.insert(args.end(), binds.begin(), binds.end());
+    args.insert(args.end(), {"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", dir, dir});
+    for (const auto& p : access.read) args.insert(args.end(), {"--ro-bind", p, p});
+    for (const auto& p : access.write) args.insert(args.end(), {"--bind", p, p});
+    if (access.network)  // and the names it resolves with
+      for (const char* e : {"/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf"})
+        args.insert(args.end(), {"--ro-bind-try", e, e});
+    args.insert(args.end(), {"--chdir", dir, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid",
+                             "65534", "--die-with-parent", "--new-session"});
+    if (access.network) args.push_back("--share-net");
+    if (seccomp) args.insert(args.end(), {"--seccomp", std::to_string(kSeccompFd)});
+    args.push_back("--");
+  }
   args.push_back(exe);
   args.insert(args.end(), argv.begin() + 1, argv.end());
   return args;
 }
 
+// The environment a tool runs with: nothing of the server's (a secret in it would reach the
+// model's context through the tool's output) — PATH, LANG, and HOME at its directory.
+std::vector<std::string> tool_environment(const std::string& dir, const SandboxAccess& access) {
+  std::vector<std::string> env = {std::string("PATH=") + kToolPath, "LANG=C.UTF-8", "HOME=" + dir};
+  for (const std::string& kv : access.env) {  // the tool's own: one of the above replaced, or added
+    const std::string key = kv.substr(0, kv.find('=') + 1);
+    auto same =
+        std::find_if(env.begin(), env.end(), [&](const std::string& e) { return e.rfind(key, 0) == 0; });
+    if (same != env.end())
+      *same = kv;
+    else
+      env.push_back(kv);
+  }
+  return env;
+}
+
+// What a tool has no business doing refuses with EPERM: mounts, namespaces, ptrace and other
+// processes' memory, kernel modules and kexec, bpf, keyrings, perf, userfaultfd, reboot, swap.
+// clone3 says ENOSYS (its flags cannot be checked; libc falls back to clone, whose are). The
+// compiled program, in a memfd (-1: libseccomp refused to build it).
+int seccomp_program() {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (!ctx) return -1;
+  bool ok = true;
+  for (const char* name : {"mount",
+                           "umount2",
+                           "pivot_root",
+                           "chroot",
+                           "unshare",
+                           "setns",
+                           "ptrace",
+                           "process_vm_readv",
+                           "process_vm_writev",
+                           "kexec_load",
+                           "kexec_file_load",
+                           "init_module",
+                           "finit_module",
+                           "delete_module",
+                           "bpf",
+                           "keyctl",
+                           "add_key",
+                           "request_key",
+                           "perf_event_open",
+                           "userfaultfd",
+                           "open_by_handle_at",
+                           "reboot",
+                           "swapon",
+                           "swapoff",
+                           "acct",
+                           "quotactl",
+                           "fsopen",
+                           "fsmount",
+                           "move_mount",
+                           "open_tree"}) {
+    const int nr = seccomp_syscall_resolve_name(name);
+    if (nr != __NR_SCMP_ERROR) ok = ok && seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0) == 0;
+  }
+  constexpr uint64_t kNewNamespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+                                      CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+  for (uint64_t flag = 1; flag != 0; flag <<= 1)
+    if (flag & kNewNamespaces)
+      ok = ok && seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                                  SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag)) == 0;
+  ok = ok && seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0) == 0;
+  const int fd = ok ? ::memfd_create("chorus-seccomp", MFD_CLOEXEC) : -1;
+  if (fd >= 0 && (seccomp_export_bpf(ctx, fd) != 0 || ::lseek(fd, 0, SEEK_SET) != 0)) {
+    ::close(fd);
+    seccomp_release(ctx);
+    return -1;
+  }
+  seccomp_release(ctx);
+  return fd;
+}
+
 // The child, between fork and exec: only async-signal-safe calls. It joins the run's cgroup
-// (`procs`: its cgroup.procs, or ""), takes the rlimits, reads `in`, writes `out`, and runs `cargs`
-// in `dir`.
-[[noreturn]] void exec_child(char* const* cargs, const char* procs, const SandboxLimits& limits,
-                             const char* dir, int in, int out) {
+// (`procs`: its cgroup.procs, or ""), takes the rlimits, reads `in`, writes `out`, hands on the
+// seccomp program (`seccomp`, or -1), and runs `cargs` in `dir` with the environment `envp`.
+[[noreturn]] void exec_child(char* const* cargs, char* const* envp, const char* procs,
+                             const SandboxLimits& limits, const char* dir, int in, int out, int seccomp) {
   ::setsid();
   if (procs[0] != '\0') {
     const int fd = ::open(procs, O_WRONLY | O_CLOEXEC);
@@ -246,8 +348,14 @@ std::vector<std::string> command_line(const std::string& exe, const std::vector<
   ::dup2(in, 0);
   ::dup2(out, 1);
   ::dup2(out, 2);
+  if (seccomp >= 0) {  // for bubblewrap, which loads it just before it runs the command
+    if (seccomp == kSeccompFd)
+      ::fcntl(kSeccompFd, F_SETFD, 0);
+    else
+      ::dup2(seccomp, kSeccompFd);
+  }
   if (::chdir(dir) != 0) ::_exit(126);
-  ::execv(cargs[0], cargs);
+  ::execve(cargs[0], cargs, envp);
   ::_exit(127);
 }
 
@@ -396,17 +504,37 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
   if (dir_.empty()) return make_error(Errc::invalid_argument, "sandbox " + name_ + " is destroyed");
   if (argv.empty()) return make_error(Errc::invalid_argument, "sandbox " + name_ + ": empty command");
   // Everything the child needs is prepared here: between fork and exec only async-signal-safe calls.
-  const std::string exe = find_in_path(argv[0]);  // the same path inside: the root is bound as is
+  // The same path inside: /usr and the system directories are bound where they are.
+  const std::string exe = find_in_path(argv[0], kToolPath);
   if (exe.empty() || ::access(exe.c_str(), X_OK) != 0) {
     ToolResult r;
     r.exit_code = 127;
     r.output = argv[0] + ": command not found\n";
     return r;
   }
-  std::vector<std::string> args = command_line(exe, argv, dir_);
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  cargs.push_back(nullptr);
+  const int seccomp = bwrap_path().empty() ? -1 : seccomp_program();
+  if (!bwrap_path().empty() && seccomp < 0)
+    return make_error(Errc::internal, "sandbox " + name_ + ": cannot build the seccomp filter");
+  for (const auto* list : {&limits.access.read, &limits.access.write})
+    for (const auto& p : *list)
+      if (!fs::exists(p))
+        return make_error(Errc::not_found,
+                          "sandbox " + name_ + ": " + p + " (a path the tool may reach) does not exist");
+  std::vector<std::string> args = command_line(exe, argv, dir_, limits.access, seccomp >= 0);
+  std::vector<std::string> env = tool_environment(dir_, limits.access);
+  auto pointers = [](std::vector<std::string>& v) {
+    std::vector<char*> p;
+    for (auto& a : v) p.push_back(a.data());
+    p.push_back(nullptr);
+    return p;
+  };
+  std::vector<char*> cargs = pointers(args), envp = pointers(env);
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } seccomp_closer{seccomp};
   const std::string cg = make_cgroup(limits);
   const std::string procs = cg.empty() ? "" : cg + "/cgroup.procs";
 
@@ -425,7 +553,8 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
     kill_cgroup(cg);
     return make_error(Errc::io, std::string("sandbox: fork: ") + std::strerror(errno));
   }
-  if (pid == 0) exec_child(cargs.data(), procs.c_str(), limits, dir_.c_str(), in[0], out[1]);
+  if (pid == 0)
+    exec_child(cargs.data(), envp.data(), procs.c_str(), limits, dir_.c_str(), in[0], out[1], seccomp);
   ::close(out[1]);
   ::close(in[0]);
   return Supervisor(pid, out[0], in[1], input, limits, cancel, cg, t0).run();

@@ -26,6 +26,13 @@
 
 namespace chorus {
 
+// What one run may reach beyond the sandbox's defaults (a tool's opt-ins in its topology).
+struct SandboxAccess {
+  std::vector<std::string> env;          // KEY=VALUE, added to the empty environment
+  bool network = false;                  // the host's network namespace (else none at all)
+  std::vector<std::string> read, write;  // host paths bound read-only / read-write at their place
+};
+
 struct SandboxLimits {
   double timeout_s = 30;                    // wall clock; then the run is killed
   size_t max_output_bytes = 64 << 10;       // stdout and stderr together; more and the run is killed
@@ -33,6 +40,7 @@ struct SandboxLimits {
   int cpu_seconds = 60;
   int64_t max_file_bytes = int64_t{64} << 20;
   int max_processes = 64;  // with a pids cgroup
+  SandboxAccess access;
 };
 
 struct ToolResult {

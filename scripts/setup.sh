@@ -24,7 +24,7 @@ MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 PACKAGES=(
   build-essential cmake ninja-build pkgconf ccache python3 python3-pip python3-venv
   libcaf-dev libflatbuffers-dev flatbuffers-compiler libzmq3-dev cppzmq-dev
-  libspdlog-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libcli11-dev bubblewrap
+  libspdlog-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libcli11-dev bubblewrap libseccomp-dev
   libpcre2-dev libgtest-dev libgmock-dev clang libclang-rt-14-dev clang-format
 )
 

@@ -1,6 +1,7 @@
 // The checks every topology passes, whatever it was written in: a YAML file (the reader runs
 // them after reading, its Locate giving file:line:column) or C++ (topology/builder.h).
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include "topology/topology.h"
@@ -52,11 +53,50 @@ class Checker {
       if (!b.view.empty()) view("blocks." + b.name + ".view", b.view);
     }
     names.clear();
+    for (const Tool& x : t_.tools) {
+      const std::string path = "tools." + x.name;
+      if (!names.insert(x.name).second) fail(path, "declared twice");
+      if (x.command.empty() || x.command[0].empty()) fail(path + ".command", "needs a program to run");
+      tool_access(x, path);
+    }
+    names.clear();
     for (const Actor& a : t_.actors) {
       const std::string path = "actors." + a.name;
       if (!names.insert(a.name).second) fail(path, "a second actor of this name");
       actor(a, path);
     }
+  }
+
+  // A tool's opt-ins: variable names, and host paths that are absolute, plain (no `.`, `..` or
+  // empty parts) and not the root, /proc or /dev.
+  void tool_access(const Tool& x, const std::string& path) const {
+    for (const auto& [k, v] : x.env) {
+      const bool ok = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0])) &&
+                      std::all_of(k.begin(), k.end(), [](char c) {
+                        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                      });
+      if (!ok)
+        fail(path + ".env." + k, "not a variable name (letters, digits and _, not starting with a digit)");
+    }
+    for (const auto& [key, list] : {std::pair{".read", &x.read}, std::pair{".write", &x.write}})
+      for (size_t i = 0; i < list->size(); ++i) {
+        const std::string& p = (*list)[i];
+        const std::string at = path + key + "[" + std::to_string(i) + "]";
+        if (p.empty() || p[0] != '/') fail(at, "\"" + p + "\" is not an absolute path");
+        bool plain = p.size() > 1 && p.back() != '/';
+        for (size_t s = 0; plain && s < p.size();) {
+          const size_t e = std::min(p.find('/', s + 1), p.size());
+          const std::string part = p.substr(s + 1, e - s - 1);
+          plain = !part.empty() && part != "." && part != "..";
+          s = e;
+        }
+        if (!plain)
+          fail(at,
+               "\"" + p + "\": give a plain absolute path (no trailing /, no . or .. parts), not the root");
+        for (const char* kept : {"/proc", "/dev"})
+          if (p == kept || p.rfind(std::string(kept) + "/", 0) == 0)
+            fail(at, "\"" + p + "\": the sandbox makes " + kept + " its own");
+      }
   }
 
   void actor(const Actor& a, const std::string& path) const {

@@ -27,6 +27,20 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
+std::string Tool::access() const {
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  if (network) add("network");
+  for (const auto& p : read) add("reads " + p);
+  for (const auto& p : write) add("writes " + p);
+  if (!env.empty()) {
+    std::string names;
+    for (const auto& [k, v] : env) names += (names.empty() ? "" : " ") + k;
+    add("env " + names);
+  }
+  return s;
+}
+
 const Block* Topology::block(const std::string& n) const {
   for (const Block& b : blocks)
     if (b.name == n) return &b;
@@ -249,7 +263,9 @@ void Loader::read_tools(const YAML::Node& n) {
     tool.name = r.name(it->first, "tools");
     const std::string path = "tools." + tool.name;
     if (t.tool(tool.name)) r.fail(it->first, path, "declared twice");
-    r.keys(it->second, path, {"command", "setup", "description", "timeout_s", "max_output_bytes"});
+    r.keys(it->second, path,
+           {"command", "setup", "description", "timeout_s", "max_output_bytes", "env", "network", "read",
+            "write"});
     auto argv = [&](const YAML::Node& c, const std::string& where) {  // a string runs as sh -c STRING
       std::vector<std::string> v =
           c.IsScalar() ? std::vector<std::string>{"sh", "-c", text(c, where)} : r.strings(c, where, 256);
@@ -265,8 +281,23 @@ void Loader::read_tools(const YAML::Node& n) {
     if (auto v = it->second["timeout_s"]) tool.timeout_s = r.number(v, path + ".timeout_s", 0.01, 86400);
     if (auto v = it->second["max_output_bytes"])
       tool.max_output_bytes = static_cast<size_t>(r.integer(v, path + ".max_output_bytes", 1, 16 << 20));
+    read_tool_access(tool, it->second, path);
     t.tools.push_back(std::move(tool));
   }
+}
+
+// A tool's opt-ins: env (NAME: text), network (bool), read and write (absolute host paths).
+void Loader::read_tool_access(Tool& tool, const YAML::Node& n, const std::string& path) {
+  if (auto v = n["env"]) {
+    r.map(v, path + ".env");
+    for (auto e = v.begin(); e != v.end(); ++e) {
+      const std::string k = r.str(e->first, path + ".env");
+      tool.env[k] = text(e->second, path + ".env." + k);
+    }
+  }
+  if (auto v = n["network"]) tool.network = r.boolean(v, path + ".network");
+  if (auto v = n["read"]) tool.read = r.strings(v, path + ".read", 64);
+  if (auto v = n["write"]) tool.write = r.strings(v, path + ".write", 64);
 }
 
 void Loader::read_block_name(const YAML::Node& key) {

@@ -35,6 +35,12 @@ struct Tool {
   std::string description;
   double timeout_s = 30;
   size_t max_output_bytes = 16 << 10;
+  // What it may reach beyond its sandbox's defaults (docs/scheduling.md "Tool sandboxes"):
+  std::map<std::string, std::string> env;  // variables added to its empty environment
+  bool network = false;                    // the host's network (else none at all)
+  std::vector<std::string> read, write;    // host paths bound read-only / read-write, at their place
+  bool opts_in() const { return !env.empty() || network || !read.empty() || !write.empty(); }
+  std::string access() const;  // "network, reads /data, writes /out, env KEY" ("" : none)
 };
 
 struct Emit {

@@ -30,6 +30,7 @@ struct Loader {
   void read(const YAML::Node& root);
   void read_params(const YAML::Node& n);
   void read_tools(const YAML::Node& n);
+  void read_tool_access(Tool& tool, const YAML::Node& n, const std::string& path);
   void read_block_name(const YAML::Node& key);
   Block& block_named(const std::string& n);
   void read_block(const std::string& bname, const YAML::Node& n);

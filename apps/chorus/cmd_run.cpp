@@ -55,6 +55,9 @@ int run_check(const RunArgs& args) {
       "events\n",
       args.file.c_str(), t->name.c_str(), t->blocks.size(), roles[0], roles[1], roles[2], roles[3], roles[4],
       t->emitters().size());
+  for (const auto& tool : t->tools)  // what each tool may reach beyond its sandbox's defaults
+    std::printf("  tool %s: %s\n", tool.name.c_str(),
+                tool.opts_in() ? tool.access().c_str() : "no network, its own directory only");
   return 0;
 }
 

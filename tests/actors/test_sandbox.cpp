@@ -44,6 +44,7 @@ class SandboxTest : public ::testing::Test {
     std::printf("isolation: %s\n", Sandbox::isolation().c_str());
   }
   void TearDown() override {
+    if (listener_ >= 0) ::close(listener_);
     box_.reset();
     fs::remove_all(base_);
   }
@@ -53,9 +54,24 @@ class SandboxTest : public ::testing::Test {
     return r.ok() ? *r : ToolResult{};
   }
   bool bubblewrap() const { return Sandbox::isolation().rfind("bubblewrap", 0) == 0; }
+  // A port listening on this machine's loopback (closed with the test), and a tool script that
+  // connects to it and prints "connected" ("" when no port could be had).
+  std::string loopback_connect() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener_, 1) != 0)
+      return "";
+    socklen_t len = sizeof a;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    return "python3 -c \"import socket; socket.create_connection(('127.0.0.1', " +
+           std::to_string(ntohs(a.sin_port)) + "), timeout=2); print('connected')\"";
+  }
 
   fs::path base_;
   std::unique_ptr<Sandbox> box_;
+  int listener_ = -1;
 };
 
 TEST_F(SandboxTest, RunsInItsOwnDirectoryAndKeepsFilesBetweenRuns) {
@@ -125,11 +141,17 @@ TEST_F(SandboxTest, AForkBombHitsTheProcessCap) {
 
 TEST_F(SandboxTest, WritingOutsideItsDirectoryFails) {
   if (!bubblewrap()) GTEST_SKIP() << "no bubblewrap here: " << Sandbox::isolation();
+  // /var is not there at all; /usr is, read-only.
   const std::string outside = "/var/tmp/chorus-sandbox-escape-" + std::to_string(::getpid());
   ToolResult r = sh("echo x > " + outside);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("Read-only file system"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nonexistent"), std::string::npos) << r.output;  // dash: "Directory nonexistent"
   EXPECT_FALSE(fs::exists(outside));
+  const std::string in_usr = "/usr/chorus-sandbox-escape-" + std::to_string(::getpid());
+  r = sh("echo x > " + in_usr);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("Read-only file system"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(in_usr));
   // Its /tmp is its own and goes away with the run.
   EXPECT_TRUE(sh("echo y > /tmp/chorus-private && cat /tmp/chorus-private").ok());
   EXPECT_FALSE(fs::exists("/tmp/chorus-private"));
@@ -138,20 +160,104 @@ TEST_F(SandboxTest, WritingOutsideItsDirectoryFails) {
 TEST_F(SandboxTest, NoNetwork) {
   if (!bubblewrap()) GTEST_SKIP() << "no bubblewrap here: " << Sandbox::isolation();
   // A port listening on this machine's loopback cannot be reached from inside.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
-  ToolResult r = sh("python3 -c \"import socket; socket.create_connection(('127.0.0.1', " +
-                    std::to_string(port) + "), timeout=2); print('connected')\"");
-  ::close(fd);
+  const std::string connect = loopback_connect();
+  ASSERT_FALSE(connect.empty());
+  ToolResult r = sh(connect);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(r.output.find("connected\n"), std::string::npos) << r.output;
+}
+
+// A tool whose arguments are hostile (the model writes them): each attempt fails, and the
+// sandbox goes on serving runs after. The server's environment holds a secret; the host has
+// /etc/shadow, /root and the model cache.
+TEST_F(SandboxTest, AHostileToolSeesNothingOfTheHost) {
+  if (!bubblewrap()) GTEST_SKIP() << "no bubblewrap here: " << Sandbox::isolation();
+  ::setenv("CHORUS_TEST_SECRET", "hunter2-secret", 1);
+  const char* home = std::getenv("HOME");
+  const std::string cache = std::string(home ? home : "/root") + "/.cache";
+  struct Attempt {
+    const char* what;
+    std::string script;
+  };
+  const std::vector<Attempt> attempts = {
+      {"read /etc/shadow", "cat /etc/shadow"},
+      {"list /root", "ls /root"},
+      {"list the model cache", "ls " + cache},
+      {"list /home", "ls /home"},
+      {"read the project tree", "ls " + std::string(CHORUS_TOPOLOGIES_DIR)},
+      {"be root", "test \"$(id -u)\" = 0"},
+      {"find the secret in its environment", "env | grep hunter2"},
+      {"find the secret in /proc/self/environ", "grep -a hunter2 /proc/self/environ"},
+      {"find the secret in /proc/1/environ", "grep -a hunter2 /proc/1/environ"},
+      {"see the host's processes", "test -e /proc/" + std::to_string(::getpid())},
+      {"make a user namespace", "unshare -U true"},
+      {"mount", "unshare -m sh -c 'mount -t tmpfs none /tmp'"},
+      {"ptrace a sibling",
+       "sleep 5 & python3 -c \"import ctypes,sys; l=ctypes.CDLL(None); "
+       "sys.exit(0 if l.ptrace(16, int(sys.argv[1]), 0, 0) == 0 else 1)\" $!"},
+      {"load a bpf program",
+       "python3 -c \"import ctypes,sys; l=ctypes.CDLL(None); "
+       "sys.exit(0 if l.syscall(321, 0, 0, 0) >= 0 else 1)\""},
+  };
+  for (const Attempt& a : attempts) {
+    const ToolResult r = sh(a.script);
+    EXPECT_NE(r.exit_code, 0) << a.what << " succeeded: " << r.output;
+    EXPECT_EQ(r.output.find("hunter2"), std::string::npos) << a.what << ": " << r.output;
+  }
+  // What a tool does see: HOME at its directory, the tool PATH, and the system's commands.
+  const ToolResult env = sh("echo \"$HOME|$PATH|$(id -u)\"; python3 -c 'print(6*7)'");
+  EXPECT_TRUE(env.ok()) << env.output;
+  EXPECT_EQ(env.output, box_->dir() + "|/usr/local/bin:/usr/bin:/bin|65534\n42\n");
+  // No capabilities, no new privileges, the seccomp filter on (mode 2).
+  const ToolResult status = sh("grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status");
+  EXPECT_EQ(status.output, "CapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n");
+  ::unsetenv("CHORUS_TEST_SECRET");
+}
+
+// A tool's opt-ins reach exactly what they name: a host path read-only or read-write, a
+// variable, the host's network; without them, none of it.
+TEST_F(SandboxTest, OptInsReachWhatTheyNameAndNothingElse) {
+  if (!bubblewrap()) GTEST_SKIP() << "no bubblewrap here: " << Sandbox::isolation();
+  const fs::path host = "/var/tmp/chorus-optin-" + std::to_string(::getpid());
+  fs::create_directories(host);
+  { std::ofstream(host / "data.txt") << "host data\n"; }
+  const std::string read = "cat " + (host / "data.txt").string();
+  const std::string write = "echo tool > " + (host / "out.txt").string();
+  auto run = [&](const std::string& script, const SandboxAccess& access) {
+    SandboxLimits lim;
+    lim.access = access;
+    return sh(script, lim);
+  };
+  EXPECT_NE(run(read, {}).exit_code, 0) << "read without opting in";
+  SandboxAccess reads;
+  reads.read = {host.string()};
+  EXPECT_EQ(run(read, reads).output, "host data\n");
+  const ToolResult ro = run(write, reads);
+  EXPECT_NE(ro.exit_code, 0);
+  EXPECT_NE(ro.output.find("Read-only file system"), std::string::npos) << ro.output;
+  SandboxAccess writes;
+  writes.write = {host.string()};
+  EXPECT_TRUE(run(write, writes).ok());
+  EXPECT_TRUE(fs::exists(host / "out.txt"));
+  SandboxAccess missing;
+  missing.read = {"/var/tmp/chorus-no-such-path"};
+  SandboxLimits lim;
+  lim.access = missing;
+  auto refused = box_->run({"true"}, lim);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::not_found);
+  fs::remove_all(host);
+
+  SandboxAccess env;
+  env.env = {"GREETING=hello", "LANG=C"};
+  EXPECT_EQ(run("echo \"$GREETING $LANG\"", env).output, "hello C\n");
+
+  const std::string connect = loopback_connect();
+  ASSERT_FALSE(connect.empty());
+  EXPECT_EQ(run(connect, {}).output.find("connected"), std::string::npos);
+  SandboxAccess net;
+  net.network = true;
+  EXPECT_EQ(run(connect, net).output, "connected\n");
 }
 
 TEST_F(SandboxTest, DestroyRemovesEverything) {

@@ -324,6 +324,52 @@ TEST(Topology, ShippedTopologiesLoad) {
   EXPECT_GE(n, 5);
 }
 
+// A tool's opt-ins are read, shown by access(), and checked: absolute plain paths, not /proc or
+// /dev, variable names.
+TEST(Topology, ToolOptInsAreReadAndChecked) {
+  const std::string base = R"(blocks:
+  a: {text: "x"}
+tools:
+  fetch:
+    command: "cat"
+    env: {API_URL: "http://example.invalid"}
+    network: true
+    read: [/srv/data]
+    write: /srv/out
+actors:
+  t: {kind: thinker, view: [a], writes: a, tools: [fetch]}
+)";
+  auto t = load_string(base, "t.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const Tool& x = t->tools.at(0);
+  EXPECT_TRUE(x.network);
+  EXPECT_EQ(x.read, std::vector<std::string>{"/srv/data"});
+  EXPECT_EQ(x.write, std::vector<std::string>{"/srv/out"});
+  EXPECT_EQ(x.env.at("API_URL"), "http://example.invalid");
+  EXPECT_EQ(x.access(), "network, reads /srv/data, writes /srv/out, env API_URL");
+  auto error_of = [&](const std::string& from, const std::string& to) {
+    auto r = load_string(replace(base, from, to), "t.yaml");
+    return r.ok() ? std::string("ok") : r.error().message;
+  };
+  EXPECT_EQ(error_of("read: [/srv/data]", "read: [srv/data]"),
+            "t.yaml:8:12: tools.fetch.read[0]: \"srv/data\" is not an absolute path");
+  EXPECT_EQ(
+      error_of("read: [/srv/data]", "read: [/srv/../etc]"),
+      "t.yaml:8:12: tools.fetch.read[0]: \"/srv/../etc\": give a plain absolute path (no trailing /, no . "
+      "or .. parts), not the root");
+  EXPECT_EQ(error_of("write: /srv/out", "write: /"),
+            "t.yaml:9:12: tools.fetch.write: \"/\": give a plain absolute path (no trailing /, no . or .. "
+            "parts), not the root");
+  EXPECT_EQ(error_of("read: [/srv/data]", "read: [/proc/1]"),
+            "t.yaml:8:12: tools.fetch.read[0]: \"/proc/1\": the sandbox makes /proc its own");
+  EXPECT_EQ(
+      error_of("API_URL:", "1URL:"),
+      "t.yaml:6:17: tools.fetch.env.1URL: not a variable name (letters, digits and _, not starting with a "
+      "digit)");
+  EXPECT_EQ(error_of("network: true", "network: maybe"),
+            "t.yaml:7:14: tools.fetch.network: expected true or false, found \"maybe\"");
+}
+
 // A program built in C++ is the topology its file gives: topologies/thinker_writer.yaml, built
 // field by field with the Builder, compares equal where it matters to what the reader made.
 TEST(Builder, BuildsWhatTheFileGives) {
