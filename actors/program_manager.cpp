@@ -30,14 +30,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(chorus::SchedulerMsg)
 namespace chorus {
 namespace {
 
-ProgramCmd command(ProgramCmd::Op op, uint64_t program, PauseMode mode = PauseMode::drop) {
-  ProgramCmd c;
-  c.op = op;
-  c.program = program;
-  c.mode = mode;
-  return c;
-}
-
 struct Managed {
   int tools = 0;           // its tool calls running now
   double tool_since = 0;   // when the first of them started
@@ -214,7 +206,7 @@ class Scheduler {
     using Handle = decltype(self_->request(memory_, std::chrono::seconds(30), frame_atom::value, Frame{}));
     std::vector<std::pair<uint64_t, Handle>> asked;
     for (auto& [id, p] : programs_) {
-      ProgramCmd phase = command(ProgramCmd::Op::phase, id);
+      ProgramCmd phase = ProgramCmd::of(ProgramCmd::Op::phase, id);
       phase.acting = p.tools > 0;
       asked.emplace_back(
           id, self_->request(memory_, std::chrono::seconds(30), frame_atom::value, encode_program(0, phase)));
@@ -259,7 +251,7 @@ class Scheduler {
   // table and the statistics.
   void carry_out(double t, const PolicyDecision& d) {
     for (const auto& [id, mode] : d.pause) {
-      auto r = call(command(ProgramCmd::Op::pause, id, mode));
+      auto r = call(ProgramCmd::of(ProgramCmd::Op::pause, id, mode));
       if (!r) spdlog::debug("scheduler: pausing program {}: {}", id, r.error().message);
       Managed& p = programs_[id];
       if (!r) {
@@ -275,7 +267,7 @@ class Scheduler {
       stats_.resident_pages -= p.pages;
     }
     for (uint64_t id : d.restore) {
-      auto r = call(command(ProgramCmd::Op::restore, id));
+      auto r = call(ProgramCmd::of(ProgramCmd::Op::restore, id));
       if (!r) spdlog::debug("scheduler: restoring program {}: {}", id, r.error().message);
       Managed& p = programs_[id];
       if (!r) {
@@ -327,7 +319,7 @@ class Scheduler {
       it = programs_.erase(it);
     }
     for (uint64_t id : waiting) {
-      ProgramCmd end = command(ProgramCmd::Op::terminate, id);
+      ProgramCmd end = ProgramCmd::of(ProgramCmd::Op::terminate, id);
       end.cancel = true;
       if (auto r = call(end); !r)
         spdlog::warn("scheduler: ending program {}, which was waiting to start: {}", id, r.error().message);
@@ -358,6 +350,13 @@ class Scheduler {
   bool closed_ = false;  // abandon() ran
 };
 
+SchedulerMsg message(SchedulerMsg::Op op, uint64_t program = 0) {
+  SchedulerMsg m;
+  m.op = op;
+  m.program = program;
+  return m;
+}
+
 // Sends `m` and waits for the scheduler's answer.
 bool ask_scheduler(caf::actor_system& sys, const caf::actor& scheduler, SchedulerMsg m) {
   caf::scoped_actor self{sys};
@@ -385,7 +384,7 @@ ProgramManager::ProgramManager(caf::actor_system& sys, caf::actor memory, Progra
           SchedulerOptions{.policy = opts, .mode = SchedulingMode::program, .tool_lease_s = tool_lease_s}) {}
 
 ProgramManager::~ProgramManager() {
-  ask_scheduler(actor_.home_system(), actor_, SchedulerMsg{SchedulerMsg::Op::stop});
+  ask_scheduler(actor_.home_system(), actor_, message(SchedulerMsg::Op::stop));
 }
 
 bool ProgramManager::add(uint64_t program, int64_t need_pages, ProgramTools tools) {
@@ -394,31 +393,31 @@ bool ProgramManager::add(uint64_t program, int64_t need_pages, ProgramTools tool
 }
 
 void ProgramManager::started(uint64_t program) {
-  caf::anon_send(actor_, SchedulerMsg{SchedulerMsg::Op::started, program});
+  caf::anon_send(actor_, message(SchedulerMsg::Op::started, program));
 }
 
 bool ProgramManager::remove(uint64_t program) {
-  return ask_scheduler(actor_.home_system(), actor_, SchedulerMsg{SchedulerMsg::Op::remove, program});
+  return ask_scheduler(actor_.home_system(), actor_, message(SchedulerMsg::Op::remove, program));
 }
 
 void ProgramManager::tool_started(uint64_t program) {
-  caf::anon_send(actor_, SchedulerMsg{SchedulerMsg::Op::tool_started, program});
+  caf::anon_send(actor_, message(SchedulerMsg::Op::tool_started, program));
 }
 
 void ProgramManager::tool_ended(uint64_t program) {
-  caf::anon_send(actor_, SchedulerMsg{SchedulerMsg::Op::tool_ended, program});
+  caf::anon_send(actor_, message(SchedulerMsg::Op::tool_ended, program));
 }
 
 void ProgramManager::abandon_waiting() {
-  ask_scheduler(actor_.home_system(), actor_, SchedulerMsg{SchedulerMsg::Op::abandon});
+  ask_scheduler(actor_.home_system(), actor_, message(SchedulerMsg::Op::abandon));
 }
 
 void ProgramManager::check_now() {
-  caf::anon_send(actor_, SchedulerMsg{SchedulerMsg::Op::poke});
+  caf::anon_send(actor_, message(SchedulerMsg::Op::poke));
 }
 
 void ProgramManager::check() {
-  ask_scheduler(actor_.home_system(), actor_, SchedulerMsg{SchedulerMsg::Op::check});
+  ask_scheduler(actor_.home_system(), actor_, message(SchedulerMsg::Op::check));
 }
 
 uint64_t ProgramManager::new_program_id() {

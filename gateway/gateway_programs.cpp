@@ -39,13 +39,6 @@ struct Session {
   int64_t requests = 0;
 };
 
-ProgramCmd program_cmd(ProgramCmd::Op op, uint64_t program) {
-  ProgramCmd c;
-  c.op = op;
-  c.program = program;
-  return c;
-}
-
 }  // namespace
 
 struct GatewayPrograms::Impl {
@@ -85,13 +78,13 @@ struct GatewayPrograms::Impl {
   // request waits until the scheduler admits it, like a paused program's.
   Result<std::pair<uint64_t, BlockId>> new_program(const std::string& key) {
     const uint64_t program = scheduler->new_program_id();
-    ProgramCmd reg = program_cmd(ProgramCmd::Op::register_program, program);
+    ProgramCmd reg = ProgramCmd::of(ProgramCmd::Op::register_program, program);
     reg.name = key;
     reg.hold = true;
     if (auto r = call(encode_program(0, reg)); !r) return r.error();
     auto b = call(encode_create_block(0, key, program));
-    Result<Reply> paused =
-        b ? call(encode_program(0, program_cmd(ProgramCmd::Op::pause, program))) : Result<Reply>(b.error());
+    Result<Reply> paused = b ? call(encode_program(0, ProgramCmd::of(ProgramCmd::Op::pause, program)))
+                             : Result<Reply>(b.error());
     if (!paused || !scheduler->add(program, 0)) {
       terminate(program);
       return paused ? make_error(Errc::internal, "the scheduler is stopping") : paused.error();
@@ -100,7 +93,7 @@ struct GatewayPrograms::Impl {
   }
 
   void terminate(uint64_t program) {
-    if (auto r = call(encode_program(0, program_cmd(ProgramCmd::Op::terminate, program))); !r)
+    if (auto r = call(encode_program(0, ProgramCmd::of(ProgramCmd::Op::terminate, program))); !r)
       spdlog::warn("gateway: ending program {}: {}", program, r.error().message);
   }
 
@@ -220,7 +213,7 @@ void GatewayPrograms::stop_waiting() {
   }
   impl_->cv.notify_all();
   for (const auto& [program, request] : waiting) {
-    ProgramCmd w = program_cmd(ProgramCmd::Op::withdraw, program);
+    ProgramCmd w = ProgramCmd::of(ProgramCmd::Op::withdraw, program);
     w.request = request;
     caf::anon_send(impl_->batcher, frame_atom::value, encode_program(0, w));
   }
@@ -290,7 +283,7 @@ Result<Reply> GatewayPrograms::admit(caf::scoped_actor& self, const std::string&
   if (request == 0) g.give_up(id, paused);
   // Taken back if it still waits then (one that started by then runs on: the withdraw finds
   // nothing).
-  ProgramCmd withdraw = program_cmd(ProgramCmd::Op::withdraw, program);
+  ProgramCmd withdraw = ProgramCmd::of(ProgramCmd::Op::withdraw, program);
   withdraw.request = request;
   caf::delayed_anon_send(g.batcher,
                          std::chrono::microseconds(static_cast<int64_t>(g.opts.restore_wait_s * 1e6)),

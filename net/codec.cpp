@@ -151,22 +151,23 @@ std::optional<Command> program_command(const wire::Envelope* env) {
   using Op = ProgramCmd::Op;
   ProgramCmd c;
   if (const auto* p = env->payload_as_RegisterProgram()) {
-    c = ProgramCmd{Op::register_program, p->program(), p->name() ? p->name()->str() : "",
-                   to_vec(p->blocks())};
+    c = ProgramCmd::of(Op::register_program, p->program());
+    c.name = p->name() ? p->name()->str() : "";
+    c.blocks = to_vec(p->blocks());
     c.hold = p->hold();
   } else if (const auto* p = env->payload_as_PauseProgram()) {
-    c = ProgramCmd{Op::pause, p->program()};
+    c = ProgramCmd::of(Op::pause, p->program());
     c.mode = p->mode() == wire::PauseMode::offload ? PauseMode::offload : PauseMode::drop;
   } else if (const auto* p = env->payload_as_RestoreProgram()) {
-    c = ProgramCmd{Op::restore, p->program()};
+    c = ProgramCmd::of(Op::restore, p->program());
   } else if (const auto* p = env->payload_as_TerminateProgram()) {
-    c = ProgramCmd{Op::terminate, p->program()};
+    c = ProgramCmd::of(Op::terminate, p->program());
     c.cancel = p->cancel();
   } else if (const auto* p = env->payload_as_WithdrawRequest()) {
-    c = ProgramCmd{Op::withdraw, p->program()};
+    c = ProgramCmd::of(Op::withdraw, p->program());
     c.request = p->request_id();
   } else if (const auto* p = env->payload_as_ProgramPhase()) {
-    c = ProgramCmd{Op::phase, p->program()};
+    c = ProgramCmd::of(Op::phase, p->program());
     c.acting = p->phase() == wire::Phase::acting;
   } else {
     return std::nullopt;

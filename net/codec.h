@@ -49,6 +49,15 @@ struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, Terminate
   bool acting = false;   // phase: a tool runs (else reasoning)
   bool cancel = false;   // terminate: end the requests that use its blocks first
   uint64_t request = 0;  // withdraw: the envelope request id of the waiting request
+
+  // A command of `op` for `program`, the other fields at their defaults.
+  static ProgramCmd of(Op op, uint64_t program, PauseMode mode = PauseMode::drop) {
+    ProgramCmd c;
+    c.op = op;
+    c.program = program;
+    c.mode = mode;
+    return c;
+  }
 };
 struct SnapshotViewCmd {
   std::vector<BlockId> view;
