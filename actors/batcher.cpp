@@ -218,6 +218,7 @@ void memory_main(caf::blocking_actor* self, caf::actor batcher, const Tokenizer*
   self->monitor(batcher);
   self->send(batcher, memory_atom::value);
   ActorLink link(self, batcher, *tok);
+  (void)link.is_live(-1);  // brings the pool's first snapshot: its size is known before any step
   MemorySide side(link);
   bool running = true;
   self->receive_while([&] { return running; })(

@@ -18,45 +18,90 @@ void send_to(zmq::socket_t& s, const std::string& identity, const std::vector<ui
   s.send(zmq::buffer(frame), zmq::send_flags::dontwait);
 }
 
+// One command on its way: asks the memory actor, hands the reply to the port, then relays the
+// request's events (a Submitted request's) until it finishes. The port itself never waits for
+// an answer, so a request that waits in the memory actor (its program paused, no room) holds up
+// nobody else.
+using answer_atom = caf::atom_constant<caf::atom("answer")>;  // (answer_atom, client, frame, block)
+
+caf::behavior forwarder(caf::event_based_actor* self, caf::actor port, caf::actor memory, std::string client,
+                        std::vector<uint8_t> frame) {
+  uint64_t ignored = 0;
+  BlockId block = -1;  // the block a request writes, for the events' topic
+  if (auto cmd = decode_command(frame, &ignored); cmd)
+    if (const auto* req = std::get_if<Request>(&*cmd)) block = req->write_to;
+  self->request(memory, caf::infinite, frame_atom::value, std::move(frame))
+      .then(
+          [=](std::vector<uint8_t>& reply) {
+            auto r = decode_reply(reply);
+            const bool streams = r && r->kind == ReplyKind::submitted;
+            self->send(port, answer_atom::value, client, std::move(reply), streams ? block : BlockId{-2});
+            if (!streams) self->quit();
+          },
+          [=](caf::error& e) {
+            self->send(
+                port, answer_atom::value, client,
+                encode_error_envelope(0, make_error(Errc::internal, "memory actor: " + caf::to_string(e))),
+                BlockId{-2});
+            self->quit();
+          });
+  return {[=](event_atom, std::vector<uint8_t>& f) {
+    auto r = decode_reply(f);
+    const bool last = !r || r->kind == ReplyKind::finished;
+    self->send(port, event_atom::value, client, std::move(f), block);
+    if (last) self->quit();
+  }};
+}
+
 void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
                std::shared_ptr<zmq::socket_t> pub, caf::actor batcher, size_t max_frame_bytes) {
-  std::map<int64_t, int32_t> request_block;  // request id -> block it writes (for topics)
-  std::map<int64_t, std::string> clients;    // request id -> client identity
   bool running = true;
-  auto on_event = [&](event_atom, const std::vector<uint8_t>& frame) {
+  auto publish = [&](const std::vector<uint8_t>& frame, BlockId block) {
+    if (!pub) return;
     auto r = decode_reply(frame);
     if (!r) return;
-    auto it = clients.find(r->id);
-    if (it == clients.end()) return;
-    send_to(*sock, it->second, frame);
-    if (pub) {
-      const auto b = request_block.find(r->id);
-      const std::string topic = b != request_block.end() && b->second >= 0
-                                    ? "block:" + std::to_string(b->second)
-                                    : "request:" + std::to_string(r->id);
-      pub->send(zmq::buffer(topic), zmq::send_flags::sndmore);
-      pub->send(zmq::buffer(frame), zmq::send_flags::dontwait);
-    }
-    if (r->kind == ReplyKind::finished) request_block.erase(r->id);
-    if (r->kind == ReplyKind::finished) clients.erase(it);
+    const std::string topic =
+        block >= 0 ? "block:" + std::to_string(block) : "request:" + std::to_string(r->id);
+    pub->send(zmq::buffer(topic), zmq::send_flags::sndmore);
+    pub->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+  };
+  auto on_answer = [&](answer_atom, const std::string& client, const std::vector<uint8_t>& f, BlockId) {
+    send_to(*sock, client, f);
+  };
+  auto on_event = [&](event_atom, const std::string& client, const std::vector<uint8_t>& f, BlockId block) {
+    send_to(*sock, client, f);
+    publish(f, block);
+  };
+  std::string watcher;  // the client told when a request waits (WatchPrograms)
+  auto on_waiting = [&](waiting_atom, uint64_t program) {
+    if (!watcher.empty()) send_to(*sock, watcher, encode_program_waiting(program));
   };
   auto on_stop = [&](stop_atom) { running = false; };
   auto on_exit = [&](caf::exit_msg& m) {
     running = false;
     self->fail_state(m.reason);
   };
+  const caf::actor me = caf::actor_cast<caf::actor>(self);
   while (running) {
-    for (bool more = true; more && running;) {  // events from the batcher, without waiting
+    for (bool more = true; more && running;) {  // answers and events, without waiting
       more = false;
       self->receive(
-          [&](event_atom a, const std::vector<uint8_t>& f) {
+          [&](answer_atom a, const std::string& c, const std::vector<uint8_t>& f, BlockId b) {
             more = true;
-            on_event(a, f);
+            on_answer(a, c, f, b);
+          },
+          [&](event_atom a, const std::string& c, const std::vector<uint8_t>& f, BlockId b) {
+            more = true;
+            on_event(a, c, f, b);
+          },
+          [&](waiting_atom a, uint64_t program) {
+            more = true;
+            on_waiting(a, program);
           },
           on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
     }
     zmq::pollitem_t item{sock->handle(), 0, ZMQ_POLLIN, 0};
-    if (!running || zmq::poll(&item, 1, std::chrono::milliseconds(20)) <= 0) continue;
+    if (!running || zmq::poll(&item, 1, std::chrono::milliseconds(2)) <= 0) continue;
     for (zmq::message_t identity; running && sock->recv(identity, zmq::recv_flags::dontwait);) {
       std::vector<zmq::message_t> parts;
       for (zmq::message_t part; identity.more() || (!parts.empty() && parts.back().more());) {
@@ -78,26 +123,20 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
                                                                         std::to_string(max_frame_bytes))));
         continue;
       }
-      if (auto ok = decode_envelope(bytes); !ok) {
-        spdlog::warn("node port: bad frame: {}", ok.error().message);
-        send_to(*sock, id, encode_error_envelope(0, ok.error()));
+      auto env = decode_envelope(bytes);
+      if (!env) {
+        spdlog::warn("node port: bad frame: {}", env.error().message);
+        send_to(*sock, id, encode_error_envelope(0, env.error()));
         continue;
       }
-      std::vector<uint8_t> reply;
-      self->request(batcher, std::chrono::seconds(60), frame_atom::value,
-                    std::vector<uint8_t>(bytes.begin(), bytes.end()))
-          .receive([&](std::vector<uint8_t>& r) { reply = std::move(r); },
-                   [&](caf::error& e) {
-                     reply = encode_error_envelope(
-                         0, make_error(Errc::internal, "batcher: " + caf::to_string(e)));
-                   });
-      if (auto r = decode_reply(reply); r && r->kind == ReplyKind::submitted) {
-        clients[r->id] = id;
-        uint64_t ignored = 0;
-        if (auto cmd = decode_command(bytes, &ignored); cmd)
-          if (const auto* req = std::get_if<Request>(&*cmd)) request_block[r->id] = req->write_to;
+      if (env->payload_type == "WatchPrograms") {  // this client hears of waiting requests from now on
+        watcher = id;
+        self->send(batcher, scheduler_atom::value);
+        self->spawn(forwarder, me, batcher, id,
+                    encode_heartbeat(env->request_id, "", 0, 0, 0));  // the answer
+        continue;
       }
-      send_to(*sock, id, reply);
+      self->spawn(forwarder, me, batcher, id, std::vector<uint8_t>(bytes.begin(), bytes.end()));
     }
   }
   sock->close();

@@ -6,7 +6,12 @@
 // frame is checked (size, identifier, FlatBuffers verifier, version) before anything reads it; a
 // bad frame gets an Error frame back and a log line, and the node keeps serving. A command's
 // reply frame comes back to the client, then its events (TokenEvent, ProbeResult,
-// RequestFinished) as further frames. The same event frames are also published on a PUB socket
+// RequestFinished) as further frames. Commands run side by side: one that waits in the memory
+// actor (its program paused, or short of room) holds up no other; so replies may come in
+// another order than their commands — each carries its command's envelope request id. A client
+// that sends WatchPrograms is told (ProgramWaiting frames) whenever a request of a `hold` program
+// waits in the memory actor — a remote program scheduler's wake-up; the port registers itself
+// as the memory actor's scheduler to hear it. The same event frames are also published on a PUB socket
 // as two-part messages [topic, frame] with topic "block:<id>" (or "request:<id>" for events
 // without a block), so other processes can follow a block being written.
 #pragma once

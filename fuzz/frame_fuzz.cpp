@@ -8,7 +8,15 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> frame(data, size);
-  (void)chorus::decode_envelope(frame);
+  if (auto env = chorus::decode_envelope(frame); env.ok()) {
+    // A node link re-addresses every frame that verifies: the copy verifies, with the new id and
+    // the same payload.
+    auto moved = chorus::with_request_id(frame, env->request_id + 1);
+    if (!moved.ok()) __builtin_trap();
+    auto back = chorus::decode_envelope(*moved);
+    if (!back.ok() || back->request_id != env->request_id + 1 || back->payload_type != env->payload_type)
+      __builtin_trap();
+  }
   uint64_t rid = 0;
   if (auto cmd = chorus::decode_command(frame, &rid); cmd.ok()) {
     // Touch what the batcher would read.

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <caf/fwd.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,13 @@ namespace chorus {
 
 class Model;
 class ProgramManager;
+
+// A GET route more (a coordinator's /cluster): `body` answers it, on an HTTP worker thread.
+struct GatewayRoute {
+  std::string path;
+  std::string content_type = "application/json";
+  std::function<std::string()> body;
+};
 
 struct GatewayOptions {
   std::string host = "127.0.0.1";
@@ -58,9 +66,11 @@ struct GatewayOptions {
   int threads = 128;
   ProgramPolicyOptions policy;  // capacity_pages: the engine's KV pages (with the gateway's own scheduler)
   SchedulingMode mode = SchedulingMode::program;  // ... and its policy
-  double ttl_s = 2.0;                 // SchedulingMode::ttl: how long an idle program stays pinned
-  std::vector<std::string> api_keys;  // empty: no authentication
-  bool metrics_public = false;        // /metrics and /health without a key
+  double ttl_s = 2.0;                         // SchedulingMode::ttl: how long an idle program stays pinned
+  std::vector<std::string> api_keys;          // empty: no authentication
+  bool metrics_public = false;                // /metrics and /health without a key
+  std::vector<GatewayRoute> routes;           // more GET routes (behind the same keys)
+  std::function<std::string()> more_metrics;  // appended to /metrics (Prometheus text)
 };
 
 class Gateway {
@@ -72,7 +82,25 @@ class Gateway {
   static Result<std::unique_ptr<Gateway>> start(caf::actor_system& sys, caf::actor batcher,
                                                 const Model& model, GatewayOptions opts,
                                                 ProgramManager* scheduler = nullptr);
+  // A gateway in front of a cluster (a coordinator): it starts with no backend (requests are
+  // 503 `no_node` until one is added) and places each program on one of the backends added.
+  static Result<std::unique_ptr<Gateway>> start_empty(caf::actor_system& sys, const Model& model,
+                                                      GatewayOptions opts);
   ~Gateway();  // stop()
+
+  // A backend more, named `name` (a node): its programs' commands go to `memory` (a node's
+  // memory actor, or a link to it: cluster/node_link.h), scheduled over its `pages` by a scheduler
+  // of the gateway's own (pauses drop: its host memory is not offered). A new program goes to
+  // the backend whose `room()` (its free KV pages now) is largest, fewer programs breaking ties,
+  // and stays there while it is there. A backend added again under the same name replaces it.
+  void add_backend(const std::string& name, caf::actor memory, int64_t pages, std::function<int64_t()> room);
+  // Its waiting requests end (503) and its programs are forgotten: the next request of each
+  // starts again on another backend (the client's history is the program's truth; the new block
+  // is prefilled from it).
+  void remove_backend(const std::string& name);
+  // While `why` is not empty, chat completions are refused with 503 `not_leader` and `why` as the
+  // message (a standby coordinator says where the leader is).
+  void set_unavailable(const std::string& why);
 
   int port() const;
   void stop();  // stops serving, releases every program

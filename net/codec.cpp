@@ -240,6 +240,8 @@ Result<Command> decode_command(std::span<const uint8_t> frame, uint64_t* request
   const wire::Envelope* env = wire::GetEnvelope(frame.data());
   if (auto c = block_command(env)) return std::move(*c);
   if (auto c = program_command(env)) return std::move(*c);
+  if (const auto* h = env->payload_as_Heartbeat())
+    return Command{HeartbeatCmd{h->node_id() ? h->node_id()->str() : ""}};
   if (const auto* a = env->payload_as_AppendTokens()) {
     if (a->view() && a->view()->size() > 0)
       return make_error(Errc::invalid_argument,
@@ -270,6 +272,14 @@ Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>&
     infos.push_back(wire::CreateBlockInfo(fbb, b.block, fbb.CreateString(b.name), b.tokens, b.cached));
   const auto v = fbb.CreateVector(infos);
   return finish(fbb, request_id, wire::Payload::ViewSnapshot, wire::CreateViewSnapshot(fbb, v).Union());
+}
+
+Frame encode_heartbeat(uint64_t request_id, const std::string& node_id, uint64_t unix_ms, uint32_t pages_used,
+                       uint32_t pages_total) {
+  flatbuffers::FlatBufferBuilder fbb(128);
+  const auto id = fbb.CreateString(node_id);
+  return finish(fbb, request_id, wire::Payload::Heartbeat,
+                wire::CreateHeartbeat(fbb, id, unix_ms, pages_used, pages_total).Union());
 }
 
 Frame encode_submitted(uint64_t request_id, RequestId request) {
@@ -306,7 +316,8 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
       {"BlockInfo", ReplyKind::block_info},         {"ViewSnapshot", ReplyKind::view_snapshot},
       {"Submitted", ReplyKind::submitted},          {"TokenEvent", ReplyKind::token},
       {"ProbeResult", ReplyKind::probe_result},     {"RequestFinished", ReplyKind::finished},
-      {"ProgramStatus", ReplyKind::program_status}, {"Error", ReplyKind::error}};
+      {"ProgramStatus", ReplyKind::program_status}, {"Error", ReplyKind::error},
+      {"Heartbeat", ReplyKind::heartbeat},          {"ProgramWaiting", ReplyKind::program_waiting}};
   for (const auto& [name, kind] : kinds)
     if (summary->payload_type == name) r.kind = kind;
   auto summary_of = [](const wire::BlockInfo* b) {
@@ -340,6 +351,13 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
     r.held = ps->held();
     r.tokens = static_cast<int64_t>(ps->tokens());
     r.wanted_pages = ps->wanted_pages();
+  } else if (const auto* w = env->payload_as_ProgramWaiting()) {
+    r.id = static_cast<int64_t>(w->program());
+  } else if (const auto* h = env->payload_as_Heartbeat()) {
+    r.text = h->node_id() ? h->node_id()->str() : "";
+    r.unix_ms = h->unix_ms();
+    r.pages = h->pages_used();
+    r.pages_total = h->pages_total();
   } else if (const auto* e = env->payload_as_Error()) {
     r.text = e->message() ? e->message()->str() : "";
     const int code = static_cast<int>(e->code());
@@ -358,6 +376,8 @@ const char* reply_kind_name(ReplyKind k) {
     case ReplyKind::finished: return "RequestFinished";
     case ReplyKind::program_status: return "ProgramStatus";
     case ReplyKind::error: return "Error";
+    case ReplyKind::heartbeat: return "Heartbeat";
+    case ReplyKind::program_waiting: return "ProgramWaiting";
     case ReplyKind::other: return "other";
   }
   return "?";

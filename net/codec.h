@@ -62,7 +62,10 @@ struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, Terminate
 struct SnapshotViewCmd {
   std::vector<BlockId> view;
 };
-using Command = std::variant<CreateBlockCmd, BlockOpCmd, Request, ProgramCmd, SnapshotViewCmd>;
+struct HeartbeatCmd {  // a Heartbeat frame sent to a node: answered with the node's own Heartbeat
+  std::string node_id;
+};
+using Command = std::variant<CreateBlockCmd, BlockOpCmd, Request, ProgramCmd, SnapshotViewCmd, HeartbeatCmd>;
 Frame encode_program(uint64_t request_id, const ProgramCmd& cmd);
 
 // Verifies the frame (decode_envelope) and extracts the command; text fields are tokenized with
@@ -87,18 +90,24 @@ struct BlockSummary {  // a BlockInfo
   bool operator==(const BlockSummary&) const = default;
 };
 Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks);
+// A Heartbeat: the sender's node id, its clock (unix ms) and its KV pool (cluster liveness and
+// placement; a client sends one with its own id and gets the node's back).
+Frame encode_heartbeat(uint64_t request_id, const std::string& node_id, uint64_t unix_ms, uint32_t pages_used,
+                       uint32_t pages_total);
 
 // Client side: what came back, by the frame's payload (schemas/envelope.fbs).
 enum class ReplyKind {
-  block_info,      // BlockInfo
-  view_snapshot,   // ViewSnapshot
-  submitted,       // Submitted
-  token,           // TokenEvent
-  probe_result,    // ProbeResult
-  finished,        // RequestFinished
-  program_status,  // ProgramStatus
-  error,           // Error
-  other,           // a payload that is not a reply (a command, Hello, Heartbeat)
+  block_info,       // BlockInfo
+  view_snapshot,    // ViewSnapshot
+  submitted,        // Submitted
+  token,            // TokenEvent
+  probe_result,     // ProbeResult
+  finished,         // RequestFinished
+  program_status,   // ProgramStatus
+  error,            // Error
+  heartbeat,        // Heartbeat
+  program_waiting,  // ProgramWaiting (id: the program)
+  other,            // a payload that is not a reply (a command, Hello)
 };
 const char* reply_kind_name(ReplyKind k);  // the payload's name, e.g. "BlockInfo"
 
@@ -116,6 +125,8 @@ struct Reply {
   int64_t pending = 0, held = 0;                  // ProgramStatus: request holds on its blocks; requests held
   int64_t tokens = 0;                             // ProgramStatus: tokens in its blocks
   int64_t wanted_pages = 0;                       // ProgramStatus: pages its requests may still take
+  int64_t pages_total = 0;                        // Heartbeat: the pool (pages: those in use)
+  uint64_t unix_ms = 0;                           // Heartbeat
   std::vector<BlockSummary> blocks;               // BlockInfo (one), ViewSnapshot (one per block)
 };
 // A frame that does not verify is an error; an Error frame is a Reply of kind error (its code

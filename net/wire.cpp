@@ -29,6 +29,16 @@ std::vector<uint8_t> encode_hello_envelope(uint64_t request_id, const std::strin
   return finish(fbb, request_id, wire::Payload::Hello, hello.Union());
 }
 
+std::vector<uint8_t> encode_watch_programs(uint64_t request_id) {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  return finish(fbb, request_id, wire::Payload::WatchPrograms, wire::CreateWatchPrograms(fbb).Union());
+}
+
+std::vector<uint8_t> encode_program_waiting(uint64_t program) {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  return finish(fbb, 0, wire::Payload::ProgramWaiting, wire::CreateProgramWaiting(fbb, program).Union());
+}
+
 Result<EnvelopeSummary> decode_envelope(std::span<const uint8_t> frame) {
   if (frame.size() > kMaxFrameBytes)
     return make_error(Errc::out_of_range, "frame of " + std::to_string(frame.size()) +
@@ -52,11 +62,28 @@ Result<EnvelopeSummary> decode_envelope(std::span<const uint8_t> frame) {
   s.payload_type = wire::EnumNamePayload(env->payload_type());
   if (env->payload_type() == wire::Payload::NONE || env->payload() == nullptr)
     return make_error(Errc::bad_format, "envelope has no payload");
+  // The verifier lets a union member of an unknown type through (forward compatibility); no
+  // reader here could use it.
+  if (env->payload_type() > wire::Payload::MAX)
+    return make_error(Errc::unsupported, "payload type " +
+                                             std::to_string(static_cast<int>(env->payload_type())) +
+                                             " is not one this node knows");
   if (const auto* e = env->payload_as_Error())
     s.text = e->message() ? e->message()->str() : "";
   else if (const auto* h = env->payload_as_Hello())
     s.text = h->node_id() ? h->node_id()->str() : "";
   return s;
+}
+
+Result<std::vector<uint8_t>> with_request_id(std::span<const uint8_t> frame, uint64_t request_id) {
+  auto summary = decode_envelope(frame);
+  if (!summary) return summary.error();
+  wire::EnvelopeT env;
+  wire::GetEnvelope(frame.data())->UnPackTo(&env);
+  env.request_id = request_id;
+  flatbuffers::FlatBufferBuilder fbb(frame.size() + 64);
+  wire::FinishEnvelopeBuffer(fbb, wire::Envelope::Pack(fbb, &env));
+  return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 
 }  // namespace chorus

@@ -29,4 +29,12 @@ struct EnvelopeSummary {
 // what is wrong. Never reads outside `frame`.
 Result<EnvelopeSummary> decode_envelope(std::span<const uint8_t> frame);
 
+// Program waits (schemas/programs.fbs): a client's request to hear of them, and the news.
+std::vector<uint8_t> encode_watch_programs(uint64_t request_id);
+std::vector<uint8_t> encode_program_waiting(uint64_t program);
+
+// The same message under another correlation id (a link that multiplexes many requesters over one
+// connection gives each frame an id of its own). Verifies the frame first (decode_envelope).
+Result<std::vector<uint8_t>> with_request_id(std::span<const uint8_t> frame, uint64_t request_id);
+
 }  // namespace chorus

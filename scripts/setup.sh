@@ -25,6 +25,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkgconf ccache python3 python3-pip python3-venv
   libcaf-dev libflatbuffers-dev flatbuffers-compiler libzmq3-dev cppzmq-dev
   libspdlog-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libcli11-dev bubblewrap libseccomp-dev
+  etcd-server etcd-client
   libpcre2-dev libgtest-dev libgmock-dev clang libclang-rt-14-dev clang-format
 )
 

@@ -1,5 +1,6 @@
-// `chorus node`: one node process — the engine's batcher behind a ZeroMQ node port. Runs until
-// SIGINT or SIGTERM.
+// `chorus node`: one node process — the engine's batcher behind a ZeroMQ node port; with --etcd,
+// a member of a cluster (cluster/membership.h). Runs until SIGINT or SIGTERM.
+#include <unistd.h>
 #include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
@@ -12,14 +13,42 @@
 #include "actors/node_port.h"
 #include "apps/chorus/commands.h"
 #include "apps/chorus/served.h"
+#include "cluster/membership.h"
 #include "device/cpu_device.h"
 #include "engine/step/engine.h"
 
 namespace chorus::app {
 namespace {
-std::atomic<bool> g_stop{false};
-void on_signal(int) {
-  g_stop = true;
+std::atomic<bool> g_refused{false};
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The node's record for the cluster, or an error when it cannot be described (an endpoint bound to
+// every interface, with nothing to advertise).
+Result<cluster::NodeRecord> node_record(const NodeArgs& args, const NodePortEndpoints& bound,
+                                        const Served& served) {
+  cluster::NodeRecord r;
+  r.endpoint = args.advertise.empty() ? bound.requests : args.advertise;
+  if (r.endpoint.find("0.0.0.0") != std::string::npos || r.endpoint.find("//*") != std::string::npos)
+    return make_error(Errc::invalid_argument, "the node port is bound to every interface (" + bound.requests +
+                                                  "): say where other processes reach it with --advertise");
+  r.events = bound.events;
+  r.name = args.name;
+  if (r.name.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    r.name = std::string(host) + "-" + r.endpoint.substr(r.endpoint.find_last_of(':') + 1);
+  }
+  r.pages = args.pages;
+  r.device = served.device->describe();
+  r.model = cluster::ModelIdentity::of(*served.model, args.model);
+  r.version = CHORUS_VERSION_STRING;
+  r.started_ms = unix_ms();
+  return r;
 }
 }  // namespace
 
@@ -45,18 +74,42 @@ int run_node(const NodeArgs& args) {
       caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
       return 1;
     }
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    std::unique_ptr<cluster::NodeMembership> member;
+    if (!args.etcd.empty()) {
+      auto record = node_record(args, *bound, *served);
+      cluster::MembershipOptions mo;
+      mo.etcd_url = args.etcd;
+      mo.cluster = args.cluster;
+      mo.ttl_s = args.lease_ttl_s;
+      auto joined = record ? cluster::NodeMembership::join(mo, *record,
+                                                           [](const Error&) {
+                                                             g_refused = true;
+                                                             request_stop();
+                                                           })
+                           : Result<std::unique_ptr<cluster::NodeMembership>>(record.error());
+      if (!report("node", joined)) {
+        caf::anon_send_exit(port, caf::exit_reason::user_shutdown);
+        caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+        return 1;
+      }
+      member = std::move(*joined);
+    }
+    stop_on_signals();
     std::printf("chorus node: %s, %s, events on %s, listening on %s\n", model->config.name.c_str(),
                 device->describe().c_str(), bound->events.empty() ? "(none)" : bound->events.c_str(),
                 bound->requests.c_str());
+    if (member)
+      std::printf("chorus node: member `%s` of cluster `%s` (epoch %lld, lease %lld s, etcd at %s)\n",
+                  member->name().c_str(), args.cluster.c_str(), static_cast<long long>(member->epoch()),
+                  static_cast<long long>(args.lease_ttl_s), args.etcd.c_str());
     std::fflush(stdout);
-    while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    wait_for_stop();
+    member.reset();  // leaves the cluster first: the coordinator stops sending work
     caf::anon_send_exit(port, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
   }
   std::printf("chorus node: stopped\n");
-  return 0;
+  return g_refused ? 1 : 0;
 }
 
 }  // namespace chorus::app

@@ -17,13 +17,6 @@
 #include "gateway/gateway.h"
 
 namespace chorus::app {
-namespace {
-std::atomic<bool> g_stop{false};
-void on_signal(int) {
-  g_stop = true;
-}
-}  // namespace
-
 int run_serve(const ServeArgs& args) {
   auto served =
       load_served("serve", args.model, args.threads, args.pages, args.budget, args.ctx, args.device);
@@ -80,8 +73,7 @@ int run_serve(const ServeArgs& args) {
     caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
     return 1;
   }
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  stop_on_signals();
   std::printf("chorus serve: %s on http://%s:%d/v1 (%lld KV pages, policy %s, %s)\n", go.model_name.c_str(),
               args.host.c_str(), (*gw)->port(), static_cast<long long>(args.pages), args.policy.c_str(),
               device->describe().c_str());
@@ -93,7 +85,7 @@ int run_serve(const ServeArgs& args) {
     std::printf("chorus serve: %zu API key(s) required (Authorization: Bearer)%s\n", go.api_keys.size(),
                 go.metrics_public ? "; /metrics and /health public" : "");
   std::fflush(stdout);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  wait_for_stop();
   (*gw)->stop();
   caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
   return 0;

@@ -76,8 +76,30 @@ struct NodeArgs {
   int threads = 0;
   size_t max_frame_bytes = 64u << 20;
   std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
+  // Cluster membership (docs/cluster.md); no --etcd: a node on its own, as before.
+  std::string etcd;  // http://HOST:PORT
+  std::string cluster = "default";
+  std::string name;       // "": <hostname>-<port>
+  std::string advertise;  // the node port as others reach it ("": the bound endpoint)
+  int64_t lease_ttl_s = 3;
 };
 int run_node(const NodeArgs& args);
+
+struct CoordinatorArgs {
+  std::string model;  // the cluster's model (its tokenizer and chat template)
+  std::string etcd = "http://127.0.0.1:2379";
+  std::string cluster = "default";
+  std::string name;  // "": <hostname>-<port>
+  std::string host = "127.0.0.1";
+  int port = 8100;  // 0: any free port (printed)
+  int64_t lease_ttl_s = 3;
+  double heartbeat_s = 0.5;
+  double dead_after_s = 2.0;
+  int ctx = 4096;             // longest conversation (tokens)
+  double lease_s = 600;       // idle programs are released after this long
+  double check_period_s = 1;  // each node's program scheduler checks this often
+};
+int run_coordinator(const CoordinatorArgs& args);
 
 struct RunArgs {
   std::string file;                // the topology (check)
@@ -148,6 +170,12 @@ struct Served;
 std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, int threads, int64_t pages,
                                     int budget, int64_t max_view_tokens = 0,
                                     const std::string& device = "cpu");
+
+// The serving commands (serve, node, coordinator) run until SIGINT or SIGTERM: stop_on_signals()
+// installs the handlers, wait_for_stop() returns once one came (or request_stop() was called).
+void stop_on_signals();
+void request_stop();
+void wait_for_stop();
 
 // Prints "chorus CMD: <error>" to stderr when `r` holds an error; returns whether it holds a value.
 template <class R>

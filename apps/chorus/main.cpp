@@ -137,6 +137,51 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   node_cmd->add_option("--max-frame-bytes", node.max_frame_bytes, "Larger frames are refused")
       ->capture_default_str();
+  node_cmd->add_option(
+      "--etcd", node.etcd,
+      "Join a cluster: etcd's client URL (http://HOST:PORT); without it the node runs on its own");
+  node_cmd->add_option("--cluster", node.cluster, "The cluster's name (its keys in etcd: /chorus/NAME/)")
+      ->capture_default_str();
+  node_cmd->add_option("--name", node.name, "This node's name in the cluster (default: HOSTNAME-PORT)");
+  node_cmd->add_option("--advertise", node.advertise,
+                       "The node port as other processes reach it (default: the bound endpoint)");
+  node_cmd
+      ->add_option("--lease-ttl", node.lease_ttl_s,
+                   "Seconds a silent node stays a member (its etcd lease; renewed every third of it)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+
+  chorus::app::CoordinatorArgs coord;
+  coord.model = chorus::default_model_path();
+  auto* coord_cmd = app.add_subcommand(
+      "coordinator",
+      "A cluster's coordinator: the OpenAI-compatible API over the cluster's nodes, leader election, "
+      "membership and heartbeats, GET /cluster (docs/cluster.md)");
+  coord_cmd
+      ->add_option("--model,-m", coord.model, "The cluster's GGUF file (its tokenizer and chat template)")
+      ->capture_default_str();
+  coord_cmd->add_option("--ctx", coord.ctx, "Longest conversation (tokens)")->capture_default_str();
+  coord_cmd->add_option("--lease", coord.lease_s, "Seconds an idle program is kept")->capture_default_str();
+  coord_cmd
+      ->add_option("--check-period", coord.check_period_s, "Seconds between each node's scheduling checks")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  coord_cmd->add_option("--etcd", coord.etcd, "etcd's client URL")->capture_default_str();
+  coord_cmd->add_option("--cluster", coord.cluster, "The cluster's name")->capture_default_str();
+  coord_cmd->add_option("--name", coord.name, "This coordinator's name (default: HOSTNAME-PORT)");
+  coord_cmd->add_option("--host", coord.host, "Address to listen on")->capture_default_str();
+  coord_cmd->add_option("--port,-p", coord.port, "HTTP port; 0 picks a free one")->capture_default_str();
+  coord_cmd->add_option("--lease-ttl", coord.lease_ttl_s, "Seconds its leadership outlives it (etcd lease)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  coord_cmd->add_option("--heartbeat", coord.heartbeat_s, "Seconds between heartbeats to each node")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  coord_cmd
+      ->add_option("--dead-after", coord.dead_after_s,
+                   "Seconds without an answer after which a node is down and its lease is revoked")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 
   chorus::app::RunArgs run;
   auto* run_cmd = app.add_subcommand(
@@ -292,6 +337,7 @@ int main(int argc, char** argv) {
   if (*check_cmd) return chorus::app::run_check(check);
   if (*gen_cmd) return chorus::app::run_generate(gen);
   if (*node_cmd) return chorus::app::run_node(node);
+  if (*coord_cmd) return chorus::app::run_coordinator(coord);
   if (*bench_cmd) return chorus::app::run_bench(bench);
   if (*tok_cmd) {
     if (tok.text.empty() && tok.decode_ids.empty() && tok_cmd->count("text") == 0) {

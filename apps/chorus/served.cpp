@@ -1,9 +1,31 @@
 #include "apps/chorus/served.h"
 
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <thread>
+
 #include "apps/chorus/commands.h"
 #include "apps/chorus/gpu_choice.h"
 
 namespace chorus::app {
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) {
+  g_stop = true;
+}
+}  // namespace
+
+void stop_on_signals() {
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+}
+void request_stop() {
+  g_stop = true;
+}
+void wait_for_stop() {
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
 
 std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_path, int threads,
                                     int64_t pages, int budget, int64_t max_view_tokens,

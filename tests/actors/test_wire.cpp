@@ -73,6 +73,21 @@ TEST(Wire, EnvelopeWithoutPayloadIsRejected) {
   EXPECT_NE(r.error().message.find("no payload"), std::string::npos);
 }
 
+// Found by frame_fuzz: the FlatBuffers verifier passes a union member of an unknown type, so a
+// frame with payload type 200 was taken for a message — and lost its payload when re-addressed.
+TEST(Wire, AnUnknownPayloadTypeIsRejected) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto some_table = wire::CreateFreeBlock(fbb, 1).Union();
+  wire::FinishEnvelopeBuffer(
+      fbb, wire::CreateEnvelope(fbb, kWireVersion, 7, static_cast<wire::Payload>(200), some_table));
+  const std::vector<uint8_t> frame(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  auto s = decode_envelope(frame);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Errc::unsupported);
+  EXPECT_NE(s.error().message.find("payload type 200"), std::string::npos) << s.error().message;
+  EXPECT_FALSE(with_request_id(frame, 8).ok());
+}
+
 // Every protocol message fits in an envelope and passes the verifier; each names its kind.
 TEST(Wire, EveryProtocolMessageRoundTrips) {
   using namespace wire;

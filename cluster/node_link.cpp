@@ -1,0 +1,249 @@
+#include "cluster/node_link.h"
+
+#include <spdlog/spdlog.h>
+#include <caf/all.hpp>
+#include <chrono>
+#include <map>
+#include <zmq.hpp>
+
+#include "actors/atoms.h"
+#include "net/codec.h"
+#include "net/wire.h"
+
+namespace chorus::cluster {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The link's state and its three inputs: a command from this process, a frame from the node, the
+// clock.
+class Link {
+ public:
+  Link(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, NodeLinkOptions opts,
+       std::shared_ptr<NodeHealth> health)
+      : self_(self), sock_(std::move(sock)), opts_(std::move(opts)), health_(std::move(health)) {}
+
+  void run() {
+    bool running = true;
+    while (running) {
+      for (bool more = true; more && running;) {
+        more = false;
+        self_->receive(
+            [&](frame_atom, const std::vector<uint8_t>& f) {
+              more = true;
+              on_command(f);
+            },
+            // A program scheduler over the link asks to hear of waiting requests: the node tells
+            // the link (WatchPrograms), the link tells it.
+            [&](scheduler_atom) {
+              scheduler_ = caf::actor_cast<caf::actor>(self_->current_sender());
+              watching_ = false;
+            },
+            [&](stop_atom) { running = false; },
+            [&](caf::exit_msg& m) {
+              running = false;
+              self_->fail_state(m.reason);
+            },
+            caf::after(std::chrono::seconds(0)) >> [] {});
+      }
+      if (!running) break;
+      zmq::pollitem_t item{sock_->handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(10)) > 0)
+        for (zmq::message_t m; sock_->recv(m, zmq::recv_flags::dontwait);)
+          on_frame(std::span<const uint8_t>(m.data<uint8_t>(), m.size()));
+      on_clock();
+    }
+    go_down("the link was stopped");
+    sock_->close();
+  }
+
+ private:
+  struct Pending {
+    caf::response_promise promise;
+    uint64_t their_id = 0;
+    caf::actor requester;
+  };
+  struct Stream {
+    caf::actor requester;
+    uint64_t their_id = 0;
+  };
+
+  void on_command(const std::vector<uint8_t>& frame) {
+    // The sender first: making the promise moves it out of the message.
+    const caf::actor requester = caf::actor_cast<caf::actor>(self_->current_sender());
+    auto promise = self_->make_response_promise();
+    auto summary = decode_envelope(frame);
+    if (!summary) {
+      promise.deliver(encode_error_envelope(0, summary.error()));
+      return;
+    }
+    const uint64_t their = summary->request_id;
+    if (down_) {
+      promise.deliver(encode_error_envelope(
+          their, make_error(Errc::io, "node `" + opts_.name + "` is down (" + down_reason_ + ")")));
+      return;
+    }
+    const uint64_t id = next_id_++;
+    auto mine = with_request_id(frame, id);
+    if (!mine || !sock_->send(zmq::buffer(*mine), zmq::send_flags::dontwait)) {
+      promise.deliver(encode_error_envelope(
+          their,
+          mine ? make_error(Errc::io, "node `" + opts_.name + "` at " + opts_.endpoint + " cannot be reached")
+               : mine.error()));
+      return;
+    }
+    pending_[id] = Pending{std::move(promise), their, requester};
+    count();
+  }
+
+  void on_frame(std::span<const uint8_t> bytes) {
+    if (bytes.size() > opts_.max_frame_bytes) {
+      spdlog::warn("node link `{}`: dropped a {}-byte frame (limit {})", opts_.name, bytes.size(),
+                   opts_.max_frame_bytes);
+      return;
+    }
+    auto summary = decode_envelope(bytes);
+    auto reply = summary ? decode_reply(bytes) : Result<Reply>(summary.error());
+    if (!reply) {
+      spdlog::warn("node link `{}`: dropped a bad frame: {}", opts_.name, reply.error().message);
+      return;
+    }
+    answered();
+    const uint64_t id = summary->request_id;
+    if (reply->kind == ReplyKind::program_waiting) {
+      if (scheduler_) self_->send(scheduler_, waiting_atom::value, static_cast<uint64_t>(reply->id));
+      return;
+    }
+    if (auto b = beats_.find(id); b != beats_.end() && reply->kind == ReplyKind::heartbeat) {
+      health_->rtt_us = static_cast<int64_t>(seconds_since(b->second) * 1e6);
+      health_->pages_used = reply->pages;
+      health_->pages_total = reply->pages_total;
+      beats_.erase(b);
+      return;
+    }
+    const bool event = reply->kind == ReplyKind::token || reply->kind == ReplyKind::probe_result ||
+                       reply->kind == ReplyKind::finished;
+    if (!event) {
+      auto p = pending_.find(id);
+      if (p == pending_.end()) return;  // an answer to a command given up on when the node was down
+      if (reply->kind == ReplyKind::submitted)
+        streams_[reply->id] = Stream{p->second.requester, p->second.their_id};
+      auto back = with_request_id(bytes, p->second.their_id);
+      p->second.promise.deliver(back ? std::move(*back)
+                                     : encode_error_envelope(p->second.their_id, back.error()));
+      pending_.erase(p);
+    } else if (auto s = streams_.find(reply->id); s != streams_.end()) {
+      auto back = with_request_id(bytes, s->second.their_id);
+      if (back && s->second.requester) self_->send(s->second.requester, event_atom::value, std::move(*back));
+      if (reply->kind == ReplyKind::finished) streams_.erase(s);
+    }
+    count();
+  }
+
+  void on_clock() {
+    if (seconds_since(last_beat_) >= opts_.heartbeat_s) {
+      last_beat_ = Clock::now();
+      const uint64_t id = next_id_++;
+      const Frame hb = encode_heartbeat(id, opts_.name, static_cast<uint64_t>(unix_ms()), 0, 0);
+      if (sock_->send(zmq::buffer(hb), zmq::send_flags::dontwait)) beats_[id] = Clock::now();
+      for (auto it = beats_.begin(); it != beats_.end();)  // answers this late count as silence
+        it = seconds_since(it->second) > opts_.dead_after_s ? beats_.erase(it) : std::next(it);
+    }
+    if (scheduler_ && !watching_ && !down_ && health_->up.load()) {  // (again, after the node was down)
+      const uint64_t id = next_id_++;
+      const Frame w = encode_watch_programs(id);
+      if (sock_->send(zmq::buffer(w), zmq::send_flags::dontwait)) {
+        beats_[id] = Clock::now();  // answered with a Heartbeat
+        watching_ = true;
+      }
+    }
+    if (!down_ && seconds_since(last_answer_) > opts_.dead_after_s) {
+      char why[96];
+      std::snprintf(why, sizeof why, "no answer for %.1f s", seconds_since(last_answer_));
+      go_down(why);
+    }
+  }
+
+  void answered() {
+    last_answer_ = Clock::now();
+    health_->last_ms = unix_ms();
+    if (down_) spdlog::info("node link `{}`: {} answers again", opts_.name, opts_.endpoint);
+    down_ = false;
+    health_->up = true;
+  }
+
+  // Everyone waiting for the node is told it is gone.
+  void go_down(const std::string& why) {
+    if (!down_ && health_->up.load())
+      spdlog::warn("node link `{}`: {} is down: {}", opts_.name, opts_.endpoint, why);
+    down_ = true;
+    down_reason_ = why;
+    watching_ = false;  // a node that comes back is asked again
+    health_->up = false;
+    const Error err = make_error(Errc::io, "node `" + opts_.name + "` is down (" + why + ")");
+    for (auto& [id, p] : pending_) p.promise.deliver(encode_error_envelope(p.their_id, err));
+    for (auto& [request, s] : streams_) {
+      Event e;
+      e.type = Event::Type::finished;
+      e.request = request;
+      e.reason = FinishReason::error;
+      e.error = err.message;
+      if (s.requester) self_->send(s.requester, event_atom::value, encode_event(s.their_id, e, ""));
+    }
+    pending_.clear();
+    streams_.clear();
+    beats_.clear();
+    count();
+  }
+
+  void count() { health_->in_flight = static_cast<int64_t>(pending_.size() + streams_.size()); }
+
+  caf::blocking_actor* self_;
+  std::shared_ptr<zmq::socket_t> sock_;
+  NodeLinkOptions opts_;
+  std::shared_ptr<NodeHealth> health_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, Pending> pending_;  // by the link's envelope id
+  std::map<int64_t, Stream> streams_;    // by the node's engine request id
+  std::map<uint64_t, Clock::time_point> beats_;
+  Clock::time_point last_beat_{};
+  Clock::time_point last_answer_ = Clock::now();
+  bool down_ = false;
+  std::string down_reason_;
+  caf::actor scheduler_;  // told of the node's waiting requests
+  bool watching_ = false;
+};
+
+}  // namespace
+
+Result<caf::actor> spawn_node_link(caf::actor_system& sys, zmq::context_t& context,
+                                   const NodeLinkOptions& opts, std::shared_ptr<NodeHealth> health) {
+  if (!(opts.heartbeat_s > 0) || !(opts.dead_after_s > opts.heartbeat_s))
+    return make_error(Errc::invalid_argument, "a node link needs 0 < heartbeat_s < dead_after_s");
+  auto sock = std::make_shared<zmq::socket_t>(context, zmq::socket_type::dealer);
+  try {
+    sock->set(zmq::sockopt::linger, 0);
+    sock->set(zmq::sockopt::immediate, 1);  // no queue for a node that is not connected: refuse at once
+    sock->set(zmq::sockopt::heartbeat_ivl, static_cast<int>(opts.heartbeat_s * 1000));
+    sock->set(zmq::sockopt::heartbeat_timeout, static_cast<int>(opts.dead_after_s * 1000));
+    sock->connect(opts.endpoint);
+  } catch (const zmq::error_t& e) {
+    return make_error(Errc::io,
+                      "cannot connect to node `" + opts.name + "` at " + opts.endpoint + ": " + e.what());
+  }
+  return sys.spawn<caf::detached>([sock, opts, health](caf::blocking_actor* self) mutable {
+    Link(self, std::move(sock), std::move(opts), std::move(health)).run();
+  });
+}
+
+}  // namespace chorus::cluster

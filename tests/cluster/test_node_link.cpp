@@ -1,0 +1,272 @@
+// A node link (cluster/node_link.h): in front of a real node port it behaves like the node's
+// memory actor; in front of a node that goes silent or talks garbage, everyone waiting is told.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <zmq.hpp>
+
+#include "actors/node_port.h"
+#include "cluster/node_link.h"
+#include "net/wire.h"
+#include "tests/support/actors_fixture.h"
+#include "tests/support/test_util.h"
+
+namespace chorus::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+
+template <class F>
+bool eventually(F cond, std::chrono::milliseconds limit = 10s) {
+  for (auto until = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < until;) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return cond();
+}
+
+struct NodeLinkTest : ActorsFixture {
+  void TearDown() override {
+    if (link) caf::anon_send(link, stop_atom::value);
+    if (port) caf::anon_send_exit(port, caf::exit_reason::user_shutdown);
+    ActorsFixture::TearDown();
+  }
+  void open_link(const std::string& endpoint, double heartbeat_s = 0.1, double dead_after_s = 0.6) {
+    NodeLinkOptions o;
+    o.name = "n1";
+    o.endpoint = endpoint;
+    o.heartbeat_s = heartbeat_s;
+    o.dead_after_s = dead_after_s;
+    auto l = spawn_node_link(*sys, zctx, o, health);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    link = *l;
+  }
+  // The node port over the fixture's batcher, and a link to it.
+  void open_port_and_link() {
+    NodePortOptions po;
+    po.endpoint = "tcp://127.0.0.1:*";
+    po.events_endpoint = "";
+    auto bound = spawn_node_port(*sys, batcher, zctx, po, &port);
+    ASSERT_TRUE(bound.ok());
+    ASSERT_NO_FATAL_FAILURE(open_link(bound->requests));
+  }
+  Reply call_on(caf::scoped_actor& self, const caf::actor& to, const Frame& f) {
+    Reply out;
+    self->request(to, std::chrono::seconds(30), frame_atom::value, f)
+        .receive([&](const std::vector<uint8_t>& r) { out = *decode_reply(r); },
+                 [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    return out;
+  }
+  zmq::context_t zctx{1};  // outlives the link and the port (declared after sys: destroyed before it)
+  std::shared_ptr<NodeHealth> health = std::make_shared<NodeHealth>();
+  caf::actor link, port;
+};
+
+// The events of one request, until it finishes (at most 30 s).
+std::vector<Reply> events_of(caf::scoped_actor& self) {
+  std::vector<Reply> out;
+  for (bool done = false; !done;)
+    self->receive(
+        [&](event_atom, const std::vector<uint8_t>& f) {
+          out.push_back(*decode_reply(f));
+          done = out.back().kind == ReplyKind::finished;
+        },
+        caf::after(30s) >>
+            [&] {
+              ADD_FAILURE() << "no event for 30 s after " << out.size();
+              done = true;
+            });
+  return out;
+}
+
+std::vector<TokenId> tokens_of(const std::vector<Reply>& events) {
+  std::vector<TokenId> t;
+  for (const Reply& r : events)
+    if (r.kind == ReplyKind::token && r.token >= 0) t.push_back(r.token);
+  return t;
+}
+
+TEST_F(NodeLinkTest, StandsForTheNodesMemoryActor) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  ASSERT_NO_FATAL_FAILURE(start(default_model_path(), 96));
+  caf::scoped_actor self{*sys};
+  // The same greedy generation, directly and through the link, gives the same tokens.
+  const BlockId direct = new_block(self, "direct");
+  ASSERT_EQ(call(self, generate_into(direct, 12)).kind, ReplyKind::submitted);
+  const auto want = tokens_of(events_of(self));
+  ASSERT_EQ(want.size(), 12u);
+
+  ASSERT_NO_FATAL_FAILURE(open_port_and_link());
+  ASSERT_TRUE(eventually([&] { return health->up.load() && health->pages_total.load() == 96; }))
+      << "a heartbeat answered with the node's pool";
+
+  const Reply made = call_on(self, link, with_request_id(encode_create_block(0, "remote"), 41).value());
+  ASSERT_EQ(made.kind, ReplyKind::block_info);
+  Frame gen = with_request_id(generate_into(static_cast<BlockId>(made.id), 12), 42).value();
+  Reply submitted;
+  self->request(link, 30s, frame_atom::value, gen)
+      .receive(
+          [&](const std::vector<uint8_t>& r) {
+            submitted = *decode_reply(r);
+            EXPECT_EQ(decode_envelope(r)->request_id, 42u) << "the reply comes back under the requester's id";
+          },
+          [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  ASSERT_EQ(submitted.kind, ReplyKind::submitted);
+  const auto events = events_of(self);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(tokens_of(events), want);
+  EXPECT_EQ(events.back().reason, FinishReason::max_tokens);
+  // Errors keep their class across the link.
+  const Reply bad = call_on(self, link, encode_free_block(0, 999));
+  EXPECT_EQ(bad.kind, ReplyKind::error);
+  EXPECT_EQ(bad.code, Errc::not_found) << bad.text;
+  EXPECT_TRUE(eventually([&] { return health->in_flight.load() == 0; }));
+}
+
+// A request that waits in the node (its program paused, registered with `hold`) holds up nothing
+// else on the port, and a scheduler over the link hears that it waits.
+TEST_F(NodeLinkTest, AWaitingRequestHoldsUpNoOtherAndItsSchedulerIsTold) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  ASSERT_NO_FATAL_FAILURE(start(default_model_path(), 96));
+  ASSERT_NO_FATAL_FAILURE(open_port_and_link());
+  ASSERT_TRUE(eventually([&] { return health->up.load(); }));
+  caf::scoped_actor self{*sys}, scheduler{*sys};
+  scheduler->send(link, scheduler_atom::value);  // as a ProgramManager over the link does
+  const BlockId b = static_cast<BlockId>(call_on(self, link, encode_create_block(0, "held")).id);
+  ProgramCmd reg = ProgramCmd::of(ProgramCmd::Op::register_program, 7);
+  reg.blocks = {b};
+  reg.hold = true;
+  ASSERT_EQ(call_on(self, link, encode_program(0, reg)).kind, ReplyKind::program_status);
+  ASSERT_EQ(call_on(self, link, encode_program(0, ProgramCmd::of(ProgramCmd::Op::pause, 7))).kind,
+            ReplyKind::program_status);
+  caf::scoped_actor waiter{*sys};
+  waiter->send(link, frame_atom::value, with_request_id(generate_into(b, 4), 77).value());
+  bool told = false;
+  scheduler->receive([&](waiting_atom, uint64_t program) { told = program == 7; },
+                     caf::after(10s) >> [] { ADD_FAILURE() << "the scheduler was not told"; });
+  EXPECT_TRUE(told);
+  // Meanwhile the port answers others at once.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(call_on(self, link, encode_create_block(0, "other")).kind, ReplyKind::block_info);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_TRUE(health->up.load()) << "heartbeats were answered while the request waited";
+  // The restore lets it in: its Submitted, then its 4 tokens.
+  ASSERT_EQ(call_on(self, link, encode_program(0, ProgramCmd::of(ProgramCmd::Op::restore, 7))).kind,
+            ReplyKind::program_status);
+  Reply submitted;
+  waiter->receive([&](const std::vector<uint8_t>& r) { submitted = *decode_reply(r); },
+                  caf::after(30s) >> [] { ADD_FAILURE() << "no answer after the restore"; });
+  EXPECT_EQ(submitted.kind, ReplyKind::submitted);
+  EXPECT_EQ(tokens_of(events_of(waiter)).size(), 4u);
+}
+
+// A node the test plays by hand: a ROUTER socket.
+struct FakeNode {
+  zmq::socket_t sock;
+  std::string endpoint, peer;
+  explicit FakeNode(zmq::context_t& ctx) : sock(ctx, zmq::socket_type::router) {
+    sock.set(zmq::sockopt::linger, 0);
+    sock.bind("tcp://127.0.0.1:*");
+    endpoint = sock.get(zmq::sockopt::last_endpoint);
+  }
+  // The next frame from the link that is not a heartbeat (heartbeats are answered while waiting,
+  // when `answer_beats`).
+  std::optional<std::pair<EnvelopeSummary, Frame>> next(bool answer_beats,
+                                                        std::chrono::milliseconds limit = 5s) {
+    for (auto until = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < until;) {
+      zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(20)) <= 0) continue;
+      zmq::message_t id, m;
+      (void)sock.recv(id);
+      (void)sock.recv(m);
+      peer.assign(id.data<char>(), id.size());
+      Frame f(m.data<uint8_t>(), m.data<uint8_t>() + m.size());
+      auto s = decode_envelope(f);
+      if (!s) continue;
+      if (s->payload_type == "Heartbeat") {
+        if (answer_beats) send(encode_heartbeat(s->request_id, "", 0, 3, 10));
+        continue;
+      }
+      return std::make_pair(*s, f);
+    }
+    return std::nullopt;
+  }
+  void send(const Frame& f) {
+    sock.send(zmq::buffer(peer), zmq::send_flags::sndmore);
+    sock.send(zmq::buffer(f));
+  }
+};
+
+TEST_F(NodeLinkTest, ANodeThatGoesSilentIsDownAndEveryoneWaitingIsTold) {
+  cfg.set("scheduler.max-threads", 2);
+  sys = std::make_unique<caf::actor_system>(cfg);
+  FakeNode node(zctx);
+  ASSERT_NO_FATAL_FAILURE(open_link(node.endpoint));
+  caf::scoped_actor self{*sys};
+  ASSERT_FALSE(node.next(true, 500ms));  // answers the heartbeats: connected
+  ASSERT_TRUE(health->up.load());
+  // A generation starts: Submitted, one token; garbage in between is dropped.
+  self->send(link, frame_atom::value,
+             encode_request(5, Request::generate(0, {0}, {3}, SamplingParams::greedy(), {})));
+  auto gen = node.next(true);
+  ASSERT_TRUE(gen);
+  node.send(Frame{1, 2, 3, 4, 5, 6, 7, 8, 9});
+  node.send(encode_submitted(gen->first.request_id, 7));
+  Event tok;
+  tok.type = Event::Type::token;
+  tok.request = 7;
+  tok.token = 11;
+  node.send(encode_event(gen->first.request_id, tok, "x"));
+  std::vector<Reply> got;
+  for (int i = 0; i < 2; ++i)
+    self->receive([&](const std::vector<uint8_t>& f) { got.push_back(*decode_reply(f)); },
+                  [&](event_atom, const std::vector<uint8_t>& f) { got.push_back(*decode_reply(f)); },
+                  caf::after(5s) >> [&] { ADD_FAILURE() << "nothing came"; });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].kind, ReplyKind::submitted);
+  EXPECT_EQ(got[1].kind, ReplyKind::token);
+  EXPECT_EQ(got[1].token, 11);
+  EXPECT_TRUE(health->up.load());
+  // A second command waits for an answer that never comes; the node stops answering heartbeats.
+  self->send(link, frame_atom::value, encode_create_block(6, "late"));
+  ASSERT_TRUE(node.next(false));
+  Reply waited, finished;
+  self->receive([&](const std::vector<uint8_t>& f) { waited = *decode_reply(f); },
+                caf::after(5s) >> [&] { ADD_FAILURE() << "the waiting command was not answered"; });
+  self->receive([&](event_atom, const std::vector<uint8_t>& f) { finished = *decode_reply(f); },
+                caf::after(5s) >> [&] { ADD_FAILURE() << "the stream was not ended"; });
+  EXPECT_EQ(waited.kind, ReplyKind::error);
+  EXPECT_EQ(waited.code, Errc::io);
+  EXPECT_NE(waited.text.find("node `n1` is down"), std::string::npos) << waited.text;
+  EXPECT_EQ(finished.kind, ReplyKind::finished);
+  EXPECT_EQ(finished.id, 7);
+  EXPECT_EQ(finished.reason, FinishReason::error);
+  EXPECT_FALSE(health->up.load());
+  // While down, a command is refused at once.
+  const Reply refused = call_on(self, link, encode_create_block(0, "now"));
+  EXPECT_EQ(refused.code, Errc::io);
+  // A late answer to the command given up on is ignored; the node answering again is up again.
+  node.send(encode_block_info(2, 1, "late", 0, 0));
+  ASSERT_FALSE(node.next(true, 1500ms));  // answers heartbeats meanwhile
+  EXPECT_TRUE(health->up.load());
+  EXPECT_EQ(health->pages_total.load(), 10);
+  EXPECT_EQ(health->in_flight.load(), 0);
+}
+
+TEST(NodeLink, BadOptionsAreRefused) {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  zmq::context_t ctx{1};
+  NodeLinkOptions o;
+  o.endpoint = "tcp://127.0.0.1:1";
+  o.heartbeat_s = 1;
+  o.dead_after_s = 1;
+  EXPECT_EQ(spawn_node_link(sys, ctx, o, std::make_shared<NodeHealth>()).error().code,
+            Errc::invalid_argument);
+  o.dead_after_s = 2;
+  o.endpoint = "not an endpoint";
+  EXPECT_EQ(spawn_node_link(sys, ctx, o, std::make_shared<NodeHealth>()).error().code, Errc::io);
+}
+
+}  // namespace
+}  // namespace chorus::cluster

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""End to end: a real etcd, three `chorus node --etcd` processes and two `chorus coordinator`
+processes on loopback. Membership, refusals, chat programs served through the leader (the same
+replies as one `chorus serve`, placed across the nodes), a node killed (its programs go on
+elsewhere), a node stopped past its lease, the leader killed. Prints the time each recovery took.
+
+    test_cluster.py CHORUS_BINARY MODEL OTHER_MODEL
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+chorus, model, other_model = sys.argv[1], sys.argv[2], sys.argv[3]
+TTL = 2  # seconds: the nodes' and coordinators' leases
+failures, passed, procs = [], [], []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    (passed if cond else failures).append(what)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start(args, log):
+    p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    return p
+
+
+def wait_for(cond, limit):
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        v = cond()
+        if v:
+            return time.time() - t0
+        time.sleep(0.1)
+    return None
+
+
+def chat(url, program, messages):
+    body = json.dumps({"model": "SmolLM2-135M-Instruct.Q4_1", "messages": messages, "max_tokens": 12,
+                       "temperature": 0, "program_id": program}).encode()
+    req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+PROGRAMS = ["p%d" % i for i in range(6)]
+
+
+def turn_messages(program, k, replies):
+    """Turn k of a program: its history (the replies so far) and the k-th question."""
+    msgs = []
+    for j in range(k + 1):
+        msgs.append({"role": "user", "content": "Question %d of %s: name a colour." % (j, program)})
+        if j < k:
+            msgs.append({"role": "assistant", "content": replies[j]})
+    return msgs
+
+
+def run_turn(url, k, history):
+    """Turn k of every program; history[program] grows by the reply. Returns {program: (status, body)}."""
+    out = {}
+    for p in PROGRAMS:
+        status, body = chat(url, p, turn_messages(p, k, history.setdefault(p, [])))
+        out[p] = (status, body)
+        if status == 200:
+            history[p].append(body["choices"][0]["message"]["content"])
+    return out
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return json.loads(r.read())
+    except Exception:
+        return None
+
+
+tmp = tempfile.mkdtemp(prefix="chorus-cluster-")
+try:
+    cport, pport = free_port(), free_port()
+    etcd_url = "http://127.0.0.1:%d" % cport
+    peer = "http://127.0.0.1:%d" % pport
+    start(["etcd", "--name=t", "--data-dir=" + os.path.join(tmp, "etcd"), "--listen-client-urls=" + etcd_url,
+           "--advertise-client-urls=" + etcd_url, "--listen-peer-urls=" + peer,
+           "--initial-advertise-peer-urls=" + peer, "--initial-cluster=t=" + peer, "--logger=zap",
+           "--log-outputs=" + os.path.join(tmp, "etcd.log")], os.path.join(tmp, "etcd.out"))
+    check(wait_for(lambda: get(etcd_url + "/health"), 20) is not None, "etcd answers on " + etcd_url)
+
+    def node(name, model_path=model, extra=()):
+        return start([chorus, "node", "--model", model_path, "--etcd", etcd_url, "--name", name,
+                      "--endpoint", "tcp://127.0.0.1:*", "--pages", "64", "-t", "1", "--lease-ttl", str(TTL),
+                      *extra], os.path.join(tmp, "node-%s.log" % name))
+
+    def coordinator(name):
+        port = free_port()
+        start([chorus, "--log-level", "info", "coordinator", "--etcd", etcd_url, "--name", name, "--port", str(port),
+               "--lease-ttl", str(TTL), "--heartbeat", "0.25", "--dead-after", "1"],
+              os.path.join(tmp, "coord-%s.log" % name))
+        return "http://127.0.0.1:%d" % port
+
+    # The oracle: the same conversations on one `chorus serve` (greedy).
+    sport = free_port()
+    serve = start([chorus, "serve", "--model", model, "--port", str(sport), "--pages", "64", "-t", "1"],
+                  os.path.join(tmp, "serve.log"))
+    wait_for(lambda: get("http://127.0.0.1:%d/health" % sport), 60)
+    want = {}
+    for k in range(4):
+        run_turn("http://127.0.0.1:%d" % sport, k, want)
+    serve.terminate()
+    serve.wait(timeout=30)
+    check(all(len(want[p]) == 4 for p in PROGRAMS), "one `chorus serve` answers 4 turns of 6 programs")
+
+    nodes = {n: node(n) for n in ("a", "b", "c")}
+    one = coordinator("one")
+    wait_for(lambda: get(one + "/health"), 20)
+    two = coordinator("two")
+
+    def view(url):
+        v = get(url + "/cluster")
+        return v or {"nodes": [], "coordinator": {}}
+
+    def up_names(url):
+        return sorted(n["name"] for n in view(url)["nodes"] if n["up"])
+
+    check(wait_for(lambda: up_names(one) == ["a", "b", "c"], 60) is not None,
+          "the coordinator sees three nodes up: %s" % up_names(one))
+    v = view(one)
+    check(v["coordinator"].get("leader") is True and v["leader"]["name"] == "one", "`one` leads: %r" % v["leader"])
+    check(wait_for(lambda: get(two + "/health"), 20) is not None and view(two)["coordinator"].get("leader") is False,
+          "`two` stands by")
+    ns = v["nodes"]
+    check(all(n["pages_total"] == 64 for n in ns), "each node's heartbeat reports its 64 KV pages")
+    check(len({n["epoch"] for n in ns}) == 3 and len({n["model"]["fingerprint"] for n in ns}) == 1,
+          "three epochs, one model")
+    metrics = urllib.request.urlopen(one + "/metrics", timeout=2).read().decode()
+    check("chorus_cluster_nodes_up 3" in metrics and 'chorus_cluster_node_pages_total{node="a"} 64' in metrics,
+          "/metrics carries the cluster series")
+
+    # Programs through the leader: placed across the nodes, the same replies as on one node.
+    def serving(url, names):  # the gateway's series carry a node label per backend it serves on
+        try:
+            text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+        except Exception:
+            return False
+        return all('chorus_requests_total{node="%s"}' % n in text for n in names)
+
+    check(wait_for(lambda: serving(one, ["a", "b", "c"]), 30) is not None, "the leader serves on the three nodes")
+    got = {}
+    first = run_turn(one, 0, got)
+    second = run_turn(one, 1, got)
+    check(all(st == 200 for st, _ in list(first.values()) + list(second.values())),
+          "12 chat completions through the leader: %s" % sorted({st for st, _ in first.values()}))
+    check(all(got[p] == want[p][:2] for p in PROGRAMS), "the replies are those of one `chorus serve`")
+    check(all(b["usage"]["prompt_tokens_details"]["cached_tokens"] > 0 for _, b in second.values()),
+          "turn 2 of every program finds turn 1 in its block (it stayed on its node)")
+    placed = {p["program_id"]: p["node"] for p in get(one + "/programs")["data"]}
+    per_node = sorted(list(placed.values()).count(n) for n in ("a", "b", "c"))
+    check(per_node == [2, 2, 2], "the programs are spread over the nodes by room: %r" % placed)
+    st, body = chat(two, "p0", turn_messages("p0", 0, []))
+    check(st == 503 and body["error"]["code"] == "not_leader" and "`one`" in body["error"]["message"],
+          "the standby refuses with 503 not_leader, naming the leader: " + body["error"]["message"])
+
+    # Refusals: another model, a name in use.
+    r = subprocess.run([chorus, "node", "--model", other_model, "--etcd", etcd_url, "--name", "d", "--endpoint",
+                        "tcp://127.0.0.1:*", "--pages", "16", "-t", "1"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "a cluster serves one model" in r.stderr,
+          "a node of another model is refused: " + r.stderr.strip()[:160])
+    r = subprocess.run([chorus, "node", "--model", model, "--etcd", etcd_url, "--name", "a", "--endpoint",
+                        "tcp://127.0.0.1:*", "--pages", "16", "-t", "1", "--lease-ttl", str(TTL)],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "live node named `a`" in r.stderr, "a second node named `a` is refused")
+
+    # kill -9: the node is removed (fenced by the heartbeat, or its lease expires).
+    nodes["c"].send_signal(signal.SIGKILL)
+    t = wait_for(lambda: [n["name"] for n in view(one)["nodes"]] == ["a", "b"], 30)
+    check(t is not None, "a node killed with SIGKILL leaves the membership (in %.1f s)" % (t or -1))
+    on_c = [p for p, n in placed.items() if n == "c"]
+    third = run_turn(one, 2, got)
+    check(all(st == 200 for st, _ in third.values()) and all(got[p] == want[p][:3] for p in PROGRAMS),
+          "turn 3 of every program, those of the dead node too, has the replies of one node")
+    check(all(third[p][1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 for p in on_c) and
+          all(third[p][1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0 for p in PROGRAMS if p not in on_c),
+          "the programs of the dead node %s started again from their history elsewhere; the others reused theirs"
+          % on_c)
+    moved = {p["program_id"]: p["node"] for p in get(one + "/programs")["data"]}
+    check(all(moved.get(p) in ("a", "b") for p in on_c), "they now run on a and b: %r" % moved)
+
+    # SIGSTOP past the lease, then SIGCONT: fenced, then back as a new member with a larger epoch.
+    epoch_b = [n["epoch"] for n in view(one)["nodes"] if n["name"] == "b"][0]
+    nodes["b"].send_signal(signal.SIGSTOP)
+    t = wait_for(lambda: [n["name"] for n in view(one)["nodes"]] == ["a"], 30)
+    check(t is not None, "a stopped node is removed (in %.1f s)" % (t or -1))
+    time.sleep(TTL + 0.5)
+    nodes["b"].send_signal(signal.SIGCONT)
+    t = wait_for(lambda: [n["epoch"] for n in view(one)["nodes"] if n["name"] == "b" and n["up"]], 30)
+    back = [n["epoch"] for n in view(one)["nodes"] if n["name"] == "b"]
+    check(t is not None and back and back[0] > epoch_b,
+          "woken up, it joins again as a new member: epoch %d -> %s (in %.1f s)" % (epoch_b, back, t or -1))
+    log_one = open(os.path.join(tmp, "coord-one.log")).read()
+    check("fenced node `b`" in log_one and back and ("node `b` joined (epoch %d" % back[0]) in log_one,
+          "the leader logged the fencing and the new member")
+    log_b = open(os.path.join(tmp, "node-b.log")).read()
+    check("lost its lease" in log_b, "the node logged that it lost its lease")
+
+    # The leader dies: the standby takes over.
+    [p for p in procs if "one" in p.args][0].send_signal(signal.SIGKILL)
+    t = wait_for(lambda: view(two)["coordinator"].get("leader") is True, 30)
+    check(t is not None, "the standby leads after the leader's SIGKILL (in %.1f s)" % (t or -1))
+    check(wait_for(lambda: up_names(two) == ["a", "b"], 30) is not None and view(two)["leader"]["name"] == "two",
+          "the new leader sees the nodes: %s" % up_names(two))
+    check(wait_for(lambda: serving(two, ["a", "b"]), 30) is not None, "the new leader serves on a and b")
+    fourth = run_turn(two, 3, got)
+    check(all(st == 200 for st, _ in fourth.values()) and all(got[p] == want[p] for p in PROGRAMS),
+          "clients retrying with their program_id go on through the new leader, with the replies of one node")
+finally:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGCONT)
+                p.terminate()
+                p.wait(timeout=10)
+            except Exception:
+                p.kill()
+    if failures:
+        for f in sorted(os.listdir(tmp)):
+            if f.endswith(".log") and f != "etcd.log":
+                print("---- " + f + "\n" + open(os.path.join(tmp, f)).read()[-3000:])
+    shutil.rmtree(tmp, ignore_errors=True)
+
+print("%d passed, %d failed" % (len(passed), len(failures)))
+sys.exit(1 if failures else 0)
