@@ -14,8 +14,12 @@ Result<LeaderRecord> leader_of(const EtcdKv& kv) {
   if (!j.is_object() || !j.contains("name"))
     return make_error(Errc::bad_format, "the leader record is not a JSON object with a name");
   LeaderRecord r;
-  r.name = j.value("name", "");
-  r.http = j.value("http", "");
+  try {  // value() throws on a field of another type
+    r.name = j.value("name", "");
+    r.http = j.value("http", "");
+  } catch (const json::exception& e) {
+    return make_error(Errc::bad_format, std::string("the leader record: ") + e.what());
+  }
   r.term = kv.create_revision;
   r.lease = kv.lease;
   return r;

@@ -90,8 +90,12 @@ Result<json> call(httplib::Client& c, std::mutex& mu, const std::string& url, co
 
 Result<EtcdKv> kv_of(const json& j) {
   EtcdKv kv;
-  auto key = base64_decode(j.value("key", std::string()));
-  auto value = base64_decode(j.value("value", std::string()));
+  auto text = [&](const char* field) {
+    auto it = j.find(field);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto key = base64_decode(text("key"));
+  auto value = base64_decode(text("value"));
   if (!key || !value) return make_error(Errc::bad_format, "etcd answered a key or value that is not base64");
   kv.key = std::move(*key);
   kv.value = std::move(*value);
@@ -177,7 +181,8 @@ Result<bool> EtcdClient::txn(const std::vector<EtcdCompare>& compares, const std
   }
   CHORUS_ASSIGN_OR_RETURN(
       json j, call(http_->client, http_->mu, url_, "/v3/kv/txn", {{"compare", cmp}, {"success", ops}}));
-  return j.value("succeeded", false);
+  auto ok = j.find("succeeded");
+  return ok != j.end() && ok->is_boolean() && ok->get<bool>();
 }
 
 std::string base64_encode(const std::string& bytes) {

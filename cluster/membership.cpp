@@ -74,10 +74,14 @@ std::string ModelIdentity::to_json() const {
 Result<ModelIdentity> ModelIdentity::from_json(const std::string& text) {
   CHORUS_ASSIGN_OR_RETURN(json j, parse_object(text, "a model identity"));
   ModelIdentity m;
-  m.name = j.value("name", "");
-  m.arch = j.value("arch", "");
-  m.file = j.value("file", "");
-  m.fingerprint = j.value("fingerprint", "");
+  try {  // value() throws on a field of another type
+    m.name = j.value("name", "");
+    m.arch = j.value("arch", "");
+    m.file = j.value("file", "");
+    m.fingerprint = j.value("fingerprint", "");
+  } catch (const json::exception& e) {
+    return make_error(Errc::bad_format, std::string("a model identity: ") + e.what());
+  }
   if (m.fingerprint.empty()) return make_error(Errc::bad_format, "a model identity without a fingerprint");
   return m;
 }

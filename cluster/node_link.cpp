@@ -197,7 +197,7 @@ class Link {
       e.type = Event::Type::finished;
       e.request = request;
       e.reason = FinishReason::error;
-      e.error = err.message;
+      e.error = std::string(kNodeLost) + err.message;
       if (s.requester) self_->send(s.requester, event_atom::value, encode_event(s.their_id, e, ""));
     }
     pending_.clear();

@@ -42,11 +42,53 @@ class TurnEnd {
   void end() {
     if (!done_.exchange(true)) programs_->end(id_);
   }
+  // The turn moved to another backend (resume), maybe under another id (a one-shot program's):
+  // that one is ended next.
+  void rebind(std::shared_ptr<GatewayPrograms> programs, std::string id) {
+    programs_ = std::move(programs);
+    id_ = std::move(id);
+    done_ = false;
+  }
 
  private:
   std::shared_ptr<GatewayPrograms> programs_;
   std::string id_;
   std::atomic<bool> done_{false};
+};
+
+// A reply's text on its way to the client: a tail that could begin a stop string is held back
+// until it is clear; at a stop string the text ends there.
+class StopStrings {
+ public:
+  explicit StopStrings(const std::vector<std::string>& stops) : stops_(stops) {}
+  // The text that may go out now.
+  std::string push(const std::string& text) {
+    held_ += text;
+    size_t keep = 0;
+    for (const auto& s : stops_)
+      for (size_t k = std::min(s.size() - 1, held_.size()); k > keep; --k)
+        if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
+          keep = k;
+          break;
+        }
+    bool stopped = false;
+    for (const auto& s : stops_)
+      if (const auto at = held_.find(s); at != std::string::npos) {
+        held_.resize(at);
+        stopped = true;
+      }
+    if (stopped) keep = 0;
+    std::string out = held_.substr(0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    if (stopped) held_.clear();
+    return out;
+  }
+  // At the end: what was held back (it began no stop string after all).
+  std::string flush() { return std::exchange(held_, std::string()); }
+
+ private:
+  const std::vector<std::string>& stops_;
+  std::string held_;
 };
 
 }  // namespace
@@ -92,6 +134,7 @@ struct Gateway::Impl {
     std::string name;
     std::shared_ptr<GatewayPrograms> programs;
     std::function<int64_t()> room;  // its free KV pages now (for placement)
+    std::atomic<bool> lost{false};  // its node went away under a request: place nothing more here
   };
   mutable std::mutex bm;
   std::map<std::string, std::shared_ptr<Backend>> backends;  // by name
@@ -108,7 +151,7 @@ struct Gateway::Impl {
     std::lock_guard l(bm);
     if (auto it = placed.find(program_id); !program_id.empty() && it != placed.end()) {
       auto b = backends.find(it->second->name);
-      if (b != backends.end() && b->second == it->second) return it->second;
+      if (b != backends.end() && b->second == it->second && !it->second->lost) return it->second;
       spdlog::warn("gateway: program `{}` was on `{}`, which is gone: it starts again elsewhere", program_id,
                    it->second->name);
       placed.erase(it);
@@ -121,12 +164,16 @@ struct Gateway::Impl {
     std::shared_ptr<Backend> best;
     int64_t best_room = 0;
     for (const auto& [name, b] : backends) {
+      if (b->lost) continue;
       const int64_t room = b->room ? b->room() : 0;
       if (!best || room > best_room || (room == best_room && count[name] < count[best->name])) {
         best = b;
         best_room = room;
       }
     }
+    if (!best)
+      throw HttpError{503, error_body("no node is serving (every node of the cluster was lost)",
+                                      "server_error", "", "no_node")};
     if (!program_id.empty()) {
       placed[program_id] = best;
       if (backends.size() > 1)
@@ -146,6 +193,7 @@ struct Gateway::Impl {
   // (which hears its events).
   struct Admitted {
     std::shared_ptr<Backend> backend;
+    std::shared_ptr<TurnEnd> end;  // a streamed turn's (it ends the turn whatever happens)
     GatewayPrograms::Turn turn;
     Plan plan;
     std::shared_ptr<caf::scoped_actor> self;
@@ -155,7 +203,11 @@ struct Gateway::Impl {
   // it to the memory actor, returning once it runs: while its program is paused or short of
   // room it waits there for the scheduler (503 program_paused when that takes too long).
   // Before a streamed reply begins, so that a client gets that as an HTTP status.
-  Admitted acquire(const ChatRequest& req) {
+  //
+  // A turn resumed elsewhere (its node was lost under it) passes the tokens generated so far,
+  // `resumed`: they follow the prompt in the new block, and what is left of max_tokens is
+  // generated after them.
+  Admitted acquire(const ChatRequest& req, const std::vector<TokenId>& resumed = {}) {
     Admitted a;
     a.backend = backend_for(req.program_id);
     GatewayPrograms* programs = a.backend->programs.get();
@@ -166,7 +218,9 @@ struct Gateway::Impl {
       programs->end(a.turn.id);
       throw;
     }
-    const int64_t need = a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size()) + req.max_tokens;
+    a.plan.toks.insert(a.plan.toks.end(), resumed.begin(), resumed.end());
+    const int max_tokens = req.max_tokens - static_cast<int>(resumed.size());
+    const int64_t need = a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size()) + max_tokens;
     a.self = std::make_shared<caf::scoped_actor>(*sys);
     auto fail = [&](const Error& e) {
       programs->end(a.turn.id);
@@ -179,7 +233,7 @@ struct Gateway::Impl {
       programs->count(0, 0, 0, a.turn.tokens);
     }
     StopCondition stop;
-    stop.max_tokens = req.max_tokens;
+    stop.max_tokens = max_tokens;
     stop.strings = req.stop;
     const Request gen = Request::generate(a.plan.block, {a.plan.block}, a.plan.toks, req.sampling, stop);
     auto r =
@@ -201,74 +255,97 @@ struct Gateway::Impl {
     HttpError failure() const { return http_error(make_error(code, "generation failed: " + error)); }
   };
 
-  Outcome generate(const Admitted& a, const ChatRequest& req,
+  // When the node under the turn is lost mid-generation (a cluster's backend), the turn goes on
+  // on another node: a block of the prompt and the tokens generated so far, then what is left of
+  // max_tokens. What the client got stays the turn's prefix; a greedy turn goes on as it would
+  // have. `a` is then the new admission.
+  Outcome generate(Admitted& a, const ChatRequest& req,
                    const std::function<bool(const std::string&)>& on_text) {
     Outcome out;
-    GatewayPrograms* programs = a.backend->programs.get();
-    const GatewayPrograms::Turn& turn = a.turn;
-    const Plan& plan = a.plan;
-    const int64_t have_tokens = plan.have_tokens;
+    const int64_t have_tokens = a.plan.have_tokens;  // of the first attempt: what the client is told
     out.cached_tokens = have_tokens;
-    const std::vector<TokenId>& toks = plan.toks;
-    caf::scoped_actor& self = *a.self;
+    out.prompt_tokens = have_tokens + static_cast<int64_t>(a.plan.toks.size());
+    std::vector<TokenId> ids;  // generated so far, over every attempt
     std::string raw;
     bool finished = false, eog = false, client_gone = false;
-    std::string held;  // text that may be the start of a stop string: not sent yet
+    StopStrings stops(req.stop);
     auto emit = [&](const std::string& text) {
       if (client_gone || text.empty()) return;
       if (!on_text(text)) client_gone = true;
     };
-    while (!finished) {
-      self->receive([&](event_atom, const std::vector<uint8_t>& f) {
-        auto e = decode_reply(f);
-        if (!e) return;
-        if (e->kind == ReplyKind::token) {
-          if (e->token >= 0) ++out.completion_tokens;
-          if (e->token >= 0 && model->tokenizer.is_end_of_generation(e->token)) eog = true;
-          raw += e->text;
-          held += e->text;
-          // Hold back a tail that could begin a stop string; send the rest.
-          size_t keep = 0;
-          for (const auto& s : req.stop)
-            for (size_t k = std::min(s.size() - 1, held.size()); k > keep; --k)
-              if (held.compare(held.size() - k, k, s, 0, k) == 0) {
-                keep = k;
-                break;
-              }
-          bool stopped = false;
-          for (const auto& s : req.stop)
-            if (const auto at = held.find(s); at != std::string::npos) {
-              held.resize(at);
-              stopped = true;
+    int64_t before = 0;  // tokens generated before the last attempt
+    for (int attempt = 0;; ++attempt) {
+      bool lost = false;
+      before = static_cast<int64_t>(ids.size());
+      while (!finished) {
+        (*a.self)->receive([&](event_atom, const std::vector<uint8_t>& f) {
+          auto e = decode_reply(f);
+          if (!e) return;
+          if (e->kind == ReplyKind::token) {
+            if (e->token >= 0) ids.push_back(e->token);
+            if (e->token >= 0 && model->tokenizer.is_end_of_generation(e->token)) eog = true;
+            raw += e->text;
+            const std::string ready = stops.push(e->text);
+            emit(ready);
+            out.content += ready;
+          } else if (e->kind == ReplyKind::finished) {
+            finished = true;
+            lost = e->reason == FinishReason::error &&
+                   std::string_view(e->text).substr(0, kNodeLost.size()) == kNodeLost;
+            if (e->reason == FinishReason::error) out.error = e->text;
+            // The pool ran out under the request (the policy counts each request's room, so this
+            // takes pages it did not foresee): an error the client can retry, not a short "length".
+            if (e->reason == FinishReason::context_full) {
+              out.error = e->text;
+              out.code = Errc::out_of_memory;
             }
-          if (stopped) keep = 0;
-          emit(held.substr(0, held.size() - keep));
-          out.content += held.substr(0, held.size() - keep);
-          held.erase(0, held.size() - keep);
-          if (stopped) held.clear();
-        } else if (e->kind == ReplyKind::finished) {
-          finished = true;
-          if (e->reason == FinishReason::error) out.error = e->text;
-          // The pool ran out under the request (the policy counts each request's room, so this
-          // takes pages it did not foresee): an error the client can retry, not a short "length".
-          if (e->reason == FinishReason::context_full) {
-            out.error = e->text;
-            out.code = Errc::out_of_memory;
+            out.finish_reason = e->reason == FinishReason::max_tokens ? "length" : "stop";
           }
-          out.finish_reason = e->reason == FinishReason::max_tokens ? "length" : "stop";
-        }
-      });
+        });
+      }
+      a.backend->programs->count(attempt == 0 ? static_cast<int64_t>(a.plan.toks.size()) : 0,
+                                 static_cast<int64_t>(ids.size()) - before, attempt == 0 ? have_tokens : 0,
+                                 attempt == 0 ? 0 : static_cast<int64_t>(a.plan.toks.size()));
+      if (!lost || attempt >= 3 || static_cast<int>(ids.size()) >= req.max_tokens || eog) break;
+      if (!resume(a, req, ids)) break;  // out.error stays: no node to go on on
+      finished = false;
+      out.error.clear();
     }
-    if (!held.empty()) {  // no stop string after all
-      emit(held);
-      out.content += held;
-    }
-    out.prompt_tokens = have_tokens + static_cast<int64_t>(toks.size());
-    programs->count(static_cast<int64_t>(toks.size()), out.completion_tokens, have_tokens, 0);
+    out.completion_tokens = static_cast<int64_t>(ids.size());
+    const std::string tail = stops.flush();  // no stop string after all
+    emit(tail);
+    out.content += tail;
+    // The last attempt's block: what it found, its prompt (and the tokens of earlier attempts), what it made.
+    const int64_t in_block =
+        a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size()) + out.completion_tokens - before;
     // After an error the block's text is not known: empty text makes the next request start it again.
-    programs->set_contents(turn.id, out.error.empty() ? plan.prompt + raw + (eog ? "<|im_end|>" : "") : "",
-                           have_tokens + static_cast<int64_t>(toks.size()) + out.completion_tokens);
+    a.backend->programs->set_contents(
+        a.turn.id, out.error.empty() ? a.plan.prompt + raw + (eog ? "<|im_end|>" : "") : "", in_block);
     return out;
+  }
+
+  // The turn's node was lost: the old turn ends there (its block is not known), and the turn is
+  // admitted again on another node with the tokens so far. false (the error stands) when no node
+  // will take it.
+  bool resume(Admitted& a, const ChatRequest& req, const std::vector<TokenId>& ids) {
+    a.backend->lost = true;
+    spdlog::warn(
+        "gateway: the node `{}` under program `{}` was lost after {} tokens: the turn goes on elsewhere",
+        a.backend->name, a.turn.id, ids.size());
+    a.backend->programs->set_contents(a.turn.id, "", 1);
+    if (!a.end) a.backend->programs->end(a.turn.id);
+    try {
+      Admitted next = acquire(req, ids);
+      next.end = a.end;
+      if (next.end) {
+        next.end->end();  // the old turn
+        next.end->rebind(next.backend->programs, next.turn.id);
+      }
+      a = std::move(next);
+      return true;
+    } catch (const HttpError&) {
+      return false;
+    }
   }
 
   json completion_json(const std::string& rid, const std::string& id, const Outcome& o, bool ephemeral) {
@@ -300,9 +377,7 @@ struct Gateway::Impl {
     const ChatRequest req =
         parse_chat_request(hreq.body, model_name, opts.default_max_tokens, opts.max_tokens_limit);
     Admitted adm = acquire(req);
-    GatewayPrograms* programs = adm.backend->programs.get();
-    const GatewayPrograms::Turn& turn = adm.turn;
-    const std::string id = turn.id;
+    const std::string id = adm.turn.id;
     const std::string rid = "chatcmpl-" + std::to_string(++served) + "-" +
                             std::to_string(Clock::now().time_since_epoch().count() % 1000000);
     const bool ephemeral = req.program_id.empty();
@@ -311,10 +386,10 @@ struct Gateway::Impl {
       try {
         o = generate(adm, req, [](const std::string&) { return true; });
       } catch (...) {
-        programs->end(id);
+        adm.backend->programs->end(adm.turn.id);  // the turn's backend, after any resume
         throw;
       }
-      programs->end(id);
+      adm.backend->programs->end(adm.turn.id);
       if (!o.error.empty()) throw o.failure();
       res.set_content(json_text(completion_json(rid, id, o, ephemeral)), "application/json");
       return;
@@ -322,8 +397,10 @@ struct Gateway::Impl {
     // Streaming: the generation runs in the content provider (this worker thread).
     res.set_header("Cache-Control", "no-cache");
     auto turn_end = std::make_shared<TurnEnd>(adm.backend->programs, id);
+    adm.end = turn_end;
     res.set_chunked_content_provider("text/event-stream", [this, adm = std::move(adm), req, rid, ephemeral,
-                                                           turn_end](size_t, httplib::DataSink& sink) {
+                                                           turn_end](size_t,
+                                                                     httplib::DataSink& sink) mutable {
       const GatewayPrograms::Turn& turn = adm.turn;
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       auto chunk = [&](const json& delta, const json& finish_reason) {

@@ -94,7 +94,11 @@ class Gateway {
   // the backend whose `room()` (its free KV pages now) is largest, fewer programs breaking ties,
   // and stays there while it is there. A backend added again under the same name replaces it.
   void add_backend(const std::string& name, caf::actor memory, int64_t pages, std::function<int64_t()> room);
-  // Its waiting requests end (503) and its programs are forgotten: the next request of each
+  // A turn whose backend's node is lost under it (its request ends with kNodeLost, net/codec.h)
+  // goes on on another backend: the prompt and the tokens so far are prefilled there, then the
+  // rest of max_tokens; the client's reply or stream is whole. That backend takes no new program.
+  //
+  // remove_backend: its waiting requests end (503) and its programs are forgotten: the next request of each
   // starts again on another backend (the client's history is the program's truth; the new block
   // is prefilled from it).
   void remove_backend(const std::string& name);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -94,6 +95,10 @@ Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>&
 // placement; a client sends one with its own id and gets the node's back).
 Frame encode_heartbeat(uint64_t request_id, const std::string& node_id, uint64_t unix_ms, uint32_t pages_used,
                        uint32_t pages_total);
+
+// A RequestFinished whose error starts with this ended because the node running it went away
+// (cluster/node_link.h): the gateway resumes such a turn on another node.
+inline constexpr std::string_view kNodeLost = "node lost: ";
 
 // Client side: what came back, by the frame's payload (schemas/envelope.fbs).
 enum class ReplyKind {

@@ -139,6 +139,13 @@ TEST_F(MembershipTest, BadNamesAndTtlsAreRefused) {
   // A record that does not parse is skipped, not fatal.
   ASSERT_TRUE(etcd->put(ClusterKeys(opts.cluster).node("junk"), "{not json").ok());
   EXPECT_TRUE(live().empty());
+  // Found by cluster_record_fuzz: a field of another type made the model identity throw.
+  EXPECT_EQ(ModelIdentity::from_json(R"({"name": {"name": "m"}, "fingerprint": "00"})").error().code,
+            Errc::bad_format);
+  ASSERT_TRUE(etcd->put(ClusterKeys(opts.cluster).model(), R"({"fingerprint": ["x"]})").ok());
+  auto joined = NodeMembership::join(opts, record("a"));
+  EXPECT_TRUE(joined.ok()) << "an unreadable model record with no live node is replaced: "
+                           << (joined.ok() ? "" : joined.error().message);
 }
 
 TEST(ModelIdentity, TellsTwoFilesApartAndOneFileFromItself) {

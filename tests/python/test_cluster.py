@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """End to end: a real etcd, three `chorus node --etcd` processes and two `chorus coordinator`
 processes on loopback. Membership, refusals, chat programs served through the leader (the same
-replies as one `chorus serve`, placed across the nodes), a node killed (its programs go on
-elsewhere), a node stopped past its lease, the leader killed. Prints the time each recovery took.
+replies as one `chorus serve`, placed across the nodes), a node killed while it streams a reply
+(the stream goes on elsewhere, whole; its programs go on elsewhere), a node stopped past its
+lease, the leader killed. Prints the time each recovery took.
 
     test_cluster.py CHORUS_BINARY MODEL OTHER_MODEL
 """
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -52,9 +54,9 @@ def wait_for(cond, limit):
     return None
 
 
-def chat(url, program, messages):
-    body = json.dumps({"model": "SmolLM2-135M-Instruct.Q4_1", "messages": messages, "max_tokens": 12,
-                       "temperature": 0, "program_id": program}).encode()
+def chat(url, program, messages, max_tokens=12, stream=False):
+    body = json.dumps({"model": "SmolLM2-135M-Instruct.Q4_1", "messages": messages, "max_tokens": max_tokens,
+                       "temperature": 0, "program_id": program, "stream": stream}).encode()
     req = urllib.request.Request(url + "/v1/chat/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     try:
@@ -65,6 +67,34 @@ def chat(url, program, messages):
 
 
 PROGRAMS = ["p%d" % i for i in range(6)]
+LONG = [{"role": "user", "content": "Write a long story about a robot who learns to paint."}]
+LONG_TOKENS = 200
+
+
+def stream_chat(url, program, messages, max_tokens, chunks, state):
+    """A streamed chat completion; each content delta is appended to `chunks`; state['done'] at the end."""
+    body = json.dumps({"model": "SmolLM2-135M-Instruct.Q4_1", "messages": messages, "max_tokens": max_tokens,
+                       "temperature": 0, "program_id": program, "stream": True}).encode()
+    req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            for line in r:
+                line = line.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                j = json.loads(line[6:])
+                if "error" in j:
+                    state["error"] = j["error"]
+                    continue
+                for c in j.get("choices", []):
+                    if c["delta"].get("content"):
+                        chunks.append(c["delta"]["content"])
+                    if c.get("finish_reason"):
+                        state["finish"] = c["finish_reason"]
+    except Exception as e:  # noqa: BLE001
+        state["error"] = repr(e)
+    state["done"] = True
 
 
 def turn_messages(program, k, replies):
@@ -115,7 +145,7 @@ try:
     def coordinator(name):
         port = free_port()
         start([chorus, "--log-level", "info", "coordinator", "--etcd", etcd_url, "--name", name, "--port", str(port),
-               "--lease-ttl", str(TTL), "--heartbeat", "0.25", "--dead-after", "1"],
+               "--lease-ttl", str(TTL), "--heartbeat", "0.25", "--dead-after", "1.5"],
               os.path.join(tmp, "coord-%s.log" % name))
         return "http://127.0.0.1:%d" % port
 
@@ -127,6 +157,8 @@ try:
     want = {}
     for k in range(4):
         run_turn("http://127.0.0.1:%d" % sport, k, want)
+    _, long_want = chat("http://127.0.0.1:%d" % sport, "long", LONG, LONG_TOKENS)
+    long_want = long_want["choices"][0]["message"]["content"]
     serve.terminate()
     serve.wait(timeout=30)
     check(all(len(want[p]) == 4 for p in PROGRAMS), "one `chorus serve` answers 4 turns of 6 programs")
@@ -191,11 +223,24 @@ try:
                        capture_output=True, text=True, timeout=60)
     check(r.returncode == 1 and "live node named `a`" in r.stderr, "a second node named `a` is refused")
 
-    # kill -9: the node is removed (fenced by the heartbeat, or its lease expires).
-    nodes["c"].send_signal(signal.SIGKILL)
-    t = wait_for(lambda: [n["name"] for n in view(one)["nodes"]] == ["a", "b"], 30)
-    check(t is not None, "a node killed with SIGKILL leaves the membership (in %.1f s)" % (t or -1))
-    on_c = [p for p, n in placed.items() if n == "c"]
+    # kill -9 under a streamed reply: the node is removed (fenced by the heartbeat), the stream
+    # goes on on a survivor and is whole.
+    chunks, state = [], {}
+    th = threading.Thread(target=stream_chat, args=(one, "long", LONG, LONG_TOKENS, chunks, state))
+    th.start()
+    wait_for(lambda: len(chunks) >= 10 or state.get("done"), 60)
+    victim = {p["program_id"]: p["node"] for p in get(one + "/programs")["data"]}.get("long")
+    check(victim in nodes and not state.get("done"), "a long reply streams from node %s" % victim)
+    t_kill = time.time()
+    nodes[victim].send_signal(signal.SIGKILL)
+    survivors = sorted(n for n in nodes if n != victim)
+    th.join(120)
+    check(state.get("done") and "error" not in state and "".join(chunks) == long_want,
+          "the streamed reply is whole after its node's SIGKILL (%d chunks, %.1f s after the kill; %s) and is the "
+          "reply of one `chorus serve`" % (len(chunks), time.time() - t_kill, state.get("error", "no error")))
+    t = wait_for(lambda: [n["name"] for n in view(one)["nodes"]] == survivors, 30)
+    check(t is not None, "the killed node leaves the membership (gone %.1f s after the kill)" % (time.time() - t_kill))
+    on_c = [p for p, n in placed.items() if n == victim]
     third = run_turn(one, 2, got)
     check(all(st == 200 for st, _ in third.values()) and all(got[p] == want[p][:3] for p in PROGRAMS),
           "turn 3 of every program, those of the dead node too, has the replies of one node")
@@ -204,32 +249,36 @@ try:
           "the programs of the dead node %s started again from their history elsewhere; the others reused theirs"
           % on_c)
     moved = {p["program_id"]: p["node"] for p in get(one + "/programs")["data"]}
-    check(all(moved.get(p) in ("a", "b") for p in on_c), "they now run on a and b: %r" % moved)
+    check(all(moved.get(p) in survivors for p in on_c), "they now run on %s: %r" % (survivors, moved))
 
     # SIGSTOP past the lease, then SIGCONT: fenced, then back as a new member with a larger epoch.
-    epoch_b = [n["epoch"] for n in view(one)["nodes"] if n["name"] == "b"][0]
-    nodes["b"].send_signal(signal.SIGSTOP)
-    t = wait_for(lambda: [n["name"] for n in view(one)["nodes"]] == ["a"], 30)
+    stopped = survivors[1]
+    epoch_b = [n["epoch"] for n in view(one)["nodes"] if n["name"] == stopped][0]
+    nodes[stopped].send_signal(signal.SIGSTOP)
+    t = wait_for(lambda: [n["name"] for n in view(one)["nodes"]] == [survivors[0]], 30)
     check(t is not None, "a stopped node is removed (in %.1f s)" % (t or -1))
     time.sleep(TTL + 0.5)
-    nodes["b"].send_signal(signal.SIGCONT)
-    t = wait_for(lambda: [n["epoch"] for n in view(one)["nodes"] if n["name"] == "b" and n["up"]], 30)
-    back = [n["epoch"] for n in view(one)["nodes"] if n["name"] == "b"]
+    nodes[stopped].send_signal(signal.SIGCONT)
+    t = wait_for(lambda: [n["epoch"] for n in view(one)["nodes"] if n["name"] == stopped and n["up"]], 30)
+    back = [n["epoch"] for n in view(one)["nodes"] if n["name"] == stopped]
     check(t is not None and back and back[0] > epoch_b,
           "woken up, it joins again as a new member: epoch %d -> %s (in %.1f s)" % (epoch_b, back, t or -1))
     log_one = open(os.path.join(tmp, "coord-one.log")).read()
-    check("fenced node `b`" in log_one and back and ("node `b` joined (epoch %d" % back[0]) in log_one,
-          "the leader logged the fencing and the new member")
-    log_b = open(os.path.join(tmp, "node-b.log")).read()
+    # Removed by whichever comes first: the leader's fencing (no heartbeat for --dead-after) or the
+    # lease's expiry (TTL).
+    removed = ("fenced node `%s`" % stopped) in log_one or ("node `%s` (epoch %d) left" % (stopped, epoch_b)) in log_one
+    check(removed and back and ("node `%s` joined (epoch %d" % (stopped, back[0])) in log_one,
+          "the leader logged the removal (fenced or lease ended) and the new member")
+    log_b = open(os.path.join(tmp, "node-%s.log" % stopped)).read()
     check("lost its lease" in log_b, "the node logged that it lost its lease")
 
     # The leader dies: the standby takes over.
     [p for p in procs if "one" in p.args][0].send_signal(signal.SIGKILL)
     t = wait_for(lambda: view(two)["coordinator"].get("leader") is True, 30)
     check(t is not None, "the standby leads after the leader's SIGKILL (in %.1f s)" % (t or -1))
-    check(wait_for(lambda: up_names(two) == ["a", "b"], 30) is not None and view(two)["leader"]["name"] == "two",
+    check(wait_for(lambda: up_names(two) == survivors, 30) is not None and view(two)["leader"]["name"] == "two",
           "the new leader sees the nodes: %s" % up_names(two))
-    check(wait_for(lambda: serving(two, ["a", "b"]), 30) is not None, "the new leader serves on a and b")
+    check(wait_for(lambda: serving(two, survivors), 30) is not None, "the new leader serves on %s" % survivors)
     fourth = run_turn(two, 3, got)
     check(all(st == 200 for st, _ in fourth.values()) and all(got[p] == want[p] for p in PROGRAMS),
           "clients retrying with their program_id go on through the new leader, with the replies of one node")
