@@ -6,17 +6,16 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <ctime>
-#include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
+#include <utility>
 
 #include "actors/atoms.h"
 #include "engine/model/model.h"
 #include "engine/step/engine.h"
 #include "engine/tokenizer/chat_template.h"
 #include "gateway/auth.h"
+#include "gateway/gateway_backends.h"
 #include "gateway/gateway_programs.h"
 #include "gateway/openai_request.h"
 #include "net/codec.h"
@@ -128,71 +127,13 @@ struct Gateway::Impl {
     return p;
   }
 
-  // Where programs run: the node's memory actor (`chorus serve`), or one backend per node of a
-  // cluster (a coordinator), each with its own session table and scheduler.
-  struct Backend {
-    std::string name;
-    std::shared_ptr<GatewayPrograms> programs;
-    std::function<int64_t()> room;  // its free KV pages now (for placement)
-    std::atomic<bool> lost{false};  // its node went away under a request: place nothing more here
-  };
-  mutable std::mutex bm;
-  std::map<std::string, std::shared_ptr<Backend>> backends;  // by name
-  std::map<std::string, std::shared_ptr<Backend>> placed;    // program id -> where it runs
+  GatewayBackends backends;  // where programs run
   std::atomic<int64_t> served{0};
-  bool stopped = false;
-  std::string unavailable;  // under bm
-
-  // The backend a request of `program_id` runs on: where the program is, while that backend is
-  // there; else (a new program, a one-shot request, or its node is gone) the one with the most
-  // free pages, fewer programs breaking ties. A program whose node went starts again on the
-  // new one: its client's history is its truth.
-  std::shared_ptr<Backend> backend_for(const std::string& program_id) {
-    std::lock_guard l(bm);
-    if (auto it = placed.find(program_id); !program_id.empty() && it != placed.end()) {
-      auto b = backends.find(it->second->name);
-      if (b != backends.end() && b->second == it->second && !it->second->lost) return it->second;
-      spdlog::warn("gateway: program `{}` was on `{}`, which is gone: it starts again elsewhere", program_id,
-                   it->second->name);
-      placed.erase(it);
-    }
-    if (backends.empty())
-      throw HttpError{503, error_body("no node is serving (the cluster has no live node)", "server_error", "",
-                                      "no_node")};
-    std::map<std::string, int64_t> count;
-    for (const auto& [id, b] : placed) ++count[b->name];
-    std::shared_ptr<Backend> best;
-    int64_t best_room = 0;
-    for (const auto& [name, b] : backends) {
-      if (b->lost) continue;
-      const int64_t room = b->room ? b->room() : 0;
-      if (!best || room > best_room || (room == best_room && count[name] < count[best->name])) {
-        best = b;
-        best_room = room;
-      }
-    }
-    if (!best)
-      throw HttpError{503, error_body("no node is serving (every node of the cluster was lost)",
-                                      "server_error", "", "no_node")};
-    if (!program_id.empty()) {
-      placed[program_id] = best;
-      if (backends.size() > 1)
-        spdlog::info("gateway: program `{}` placed on `{}` ({} free pages)", program_id, best->name,
-                     best_room);
-    }
-    return best;
-  }
-  std::vector<std::shared_ptr<Backend>> all_backends() const {
-    std::lock_guard l(bm);
-    std::vector<std::shared_ptr<Backend>> out;
-    for (const auto& [name, b] : backends) out.push_back(b);
-    return out;
-  }
 
   // A request admitted to run: its program, its plan, and the actor that sent its generation
   // (which hears its events).
   struct Admitted {
-    std::shared_ptr<Backend> backend;
+    std::shared_ptr<GatewayBackend> backend;
     std::shared_ptr<TurnEnd> end;  // a streamed turn's (it ends the turn whatever happens)
     GatewayPrograms::Turn turn;
     Plan plan;
@@ -209,7 +150,7 @@ struct Gateway::Impl {
   // generated after them.
   Admitted acquire(const ChatRequest& req, const std::vector<TokenId>& resumed = {}) {
     Admitted a;
-    a.backend = backend_for(req.program_id);
+    a.backend = backends.place(req.program_id);
     GatewayPrograms* programs = a.backend->programs.get();
     a.turn = programs->begin(req.program_id);
     try {
@@ -369,11 +310,8 @@ struct Gateway::Impl {
   }
 
   void on_chat(const httplib::Request& hreq, httplib::Response& res) {
-    {
-      std::lock_guard l(bm);
-      if (!unavailable.empty())
-        throw HttpError{503, error_body(unavailable, "server_error", "", "not_leader")};
-    }
+    if (const std::string why = backends.unavailable(); !why.empty())
+      throw HttpError{503, error_body(why, "server_error", "", "not_leader")};
     const ChatRequest req =
         parse_chat_request(hreq.body, model_name, opts.default_max_tokens, opts.max_tokens_limit);
     Admitted adm = acquire(req);
@@ -456,44 +394,6 @@ struct Gateway::Impl {
     return httplib::Server::HandlerResponse::Handled;
   }
 
-  // GET /programs: every backend's programs (with the node each runs on, in a cluster).
-  json programs_json() const {
-    const auto all = all_backends();
-    if (all.size() == 1) return all[0]->programs->list();
-    json data = json::array();
-    for (const auto& b : all) {
-      const json list = b->programs->list();  // kept: the loop reads into it
-      for (json p : list["data"]) {
-        p["node"] = b->name;
-        data.push_back(std::move(p));
-      }
-    }
-    return json{{"object", "list"}, {"data", data}};
-  }
-
-  // GET /metrics: one backend's series as they are; several backends' with a `node` label.
-  std::string metrics() const {
-    const auto all = all_backends();
-    const std::string more = opts.more_metrics ? opts.more_metrics() : "";
-    if (all.size() == 1) return all[0]->programs->metrics_text() + more;
-    std::string out;
-    std::map<std::string, bool> described;
-    for (const auto& b : all) {
-      std::istringstream in(b->programs->metrics_text());
-      for (std::string line; std::getline(in, line);) {
-        if (line.rfind("# ", 0) == 0) {
-          if (!described[line]) out += line + "\n";
-          described[line] = true;
-          continue;
-        }
-        const size_t sp = line.find(' ');
-        if (sp == std::string::npos) continue;
-        out += line.substr(0, sp) + "{node=\"" + b->name + "\"}" + line.substr(sp) + "\n";
-      }
-    }
-    return out + more;
-  }
-
   void routes() {
     auto guarded = [this](auto handler) {
       return [this, handler](const httplib::Request& req, httplib::Response& res) {
@@ -517,10 +417,11 @@ struct Gateway::Impl {
           r.set_content(json_text(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
         }));
     svr.Get("/programs", guarded([this](const httplib::Request&, httplib::Response& r) {
-              r.set_content(json_text(programs_json()), "application/json");
+              r.set_content(json_text(backends.programs_json()), "application/json");
             }));
     svr.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& r) {
-              r.set_content(metrics(), "text/plain; version=0.0.4");
+              r.set_content(backends.metrics_text() + (opts.more_metrics ? opts.more_metrics() : ""),
+                            "text/plain; version=0.0.4");
             }));
     svr.Post("/programs/release", guarded([this](const httplib::Request& q, httplib::Response& r) {
                json j;
@@ -532,19 +433,12 @@ struct Gateway::Impl {
                if (!j.is_object() || !j.contains("program_id") || !j["program_id"].is_string())
                  bad_request("`program_id` is required (a string)", "program_id");
                const std::string id = j["program_id"];
-               std::shared_ptr<Backend> b;
-               {
-                 std::lock_guard l(bm);
-                 if (auto it = placed.find(id); it != placed.end()) b = it->second;
-               }
+               const std::shared_ptr<GatewayBackend> b = backends.find(id);
                if (!b)
                  throw HttpError{404, error_body("no program `" + id + "`", "invalid_request_error",
                                                  "program_id", "program_not_found")};
                b->programs->release_by_client(id);
-               {
-                 std::lock_guard l(bm);
-                 placed.erase(id);
-               }
+               backends.forget(id);
                r.set_content(json_text(json{{"program_id", id}, {"released", true}}), "application/json");
              }));
     for (const GatewayRoute& route : opts.routes)
@@ -585,11 +479,10 @@ Result<std::unique_ptr<Gateway>> Gateway::start(caf::actor_system& sys, caf::act
                                                 const Model& model, GatewayOptions opts,
                                                 ProgramManager* scheduler) {
   CHORUS_ASSIGN_OR_RETURN(auto gw, start_empty(sys, model, std::move(opts)));
-  auto b = std::make_shared<Impl::Backend>();
+  auto b = std::make_shared<GatewayBackend>();
   b->name = "local";
   b->programs = std::make_shared<GatewayPrograms>(sys, std::move(batcher), gw->impl_->opts, scheduler);
-  std::lock_guard l(gw->impl_->bm);
-  gw->impl_->backends[b->name] = b;
+  gw->impl_->backends.add(std::move(b));
   return gw;
 }
 
@@ -620,47 +513,27 @@ Result<std::unique_ptr<Gateway>> Gateway::start_empty(caf::actor_system& sys, co
 
 void Gateway::add_backend(const std::string& name, caf::actor memory, int64_t pages,
                           std::function<int64_t()> room) {
-  auto b = std::make_shared<Impl::Backend>();
+  auto b = std::make_shared<GatewayBackend>();
   b->name = name;
   GatewayOptions o = impl_->opts;
   o.policy.capacity_pages = pages;
   o.policy.host_capacity_pages = 0;  // a remote node's host memory is not offered: pauses drop
   b->programs = std::make_shared<GatewayPrograms>(*impl_->sys, std::move(memory), o, nullptr);
   b->room = std::move(room);
-  std::shared_ptr<Impl::Backend> old;
-  {
-    std::lock_guard l(impl_->bm);
-    if (impl_->stopped) return;
-    if (auto it = impl_->backends.find(name); it != impl_->backends.end()) old = it->second;
-    impl_->backends[name] = b;
-  }
-  if (old) old->programs->stop();
+  if (!impl_->backends.add(b)) b->programs->stop();  // stopping: it serves nothing
 }
 
 void Gateway::remove_backend(const std::string& name) {
-  std::shared_ptr<Impl::Backend> b;
-  {
-    std::lock_guard l(impl_->bm);
-    auto it = impl_->backends.find(name);
-    if (it == impl_->backends.end()) return;
-    b = it->second;
-    impl_->backends.erase(it);
-  }
-  b->programs->stop();  // requests waiting on it end (503); its programs are forgotten
+  impl_->backends.remove(name);
 }
 
 void Gateway::set_unavailable(const std::string& why) {
-  std::lock_guard l(impl_->bm);
-  impl_->unavailable = why;
+  impl_->backends.set_unavailable(why);
 }
 
 void Gateway::stop() {
   if (!impl_ || !impl_->http.joinable()) return;
-  const auto all = impl_->all_backends();
-  {
-    std::lock_guard l(impl_->bm);
-    impl_->stopped = true;
-  }
+  const auto all = impl_->backends.stop();
   for (const auto& b : all) b->programs->stop_waiting();  // requests waiting for a restore get their 503 now
   impl_->svr.stop();
   impl_->http.join();                             // requests in flight end

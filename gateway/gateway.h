@@ -22,7 +22,8 @@
 // gateway's programs beside any other of the node: a request waits in the memory actor until its
 // program is resident with room for all it may write (its prompt and max_tokens), so a request
 // never runs out of KV pages half-way; it is taken back after restore_wait_s (503). Idle programs
-// expire after a lease. The HTTP session table is gateway/gateway_programs.h.
+// expire after a lease. The HTTP session table is gateway/gateway_programs.h; where programs run
+// (one backend, or one per node behind a coordinator) gateway/gateway_backends.h.
 //
 // Bad requests get OpenAI-style JSON errors: 400 (malformed JSON, bad fields, with `param`), 404
 // (unknown model or program), 409 (a program already has a request in flight), 413 (body too

@@ -360,6 +360,17 @@ int64_t GatewayPrograms::requests_served() const {
   return impl_->requests.load();
 }
 
+int64_t GatewayPrograms::demand_pages() const {
+  std::lock_guard<std::mutex> l(impl_->m);
+  int64_t pages = 0;
+  for (const auto& [id, s] : impl_->sessions) pages += KvCache::pages_for(s.tokens);
+  return pages;
+}
+
+int64_t GatewayPrograms::capacity_pages() const {
+  return impl_->scheduler->options().policy.capacity_pages;
+}
+
 json GatewayPrograms::list() const {
   const Impl& g = *impl_;
   std::map<uint64_t, ScheduledProgram> seen;  // as the scheduler last saw them

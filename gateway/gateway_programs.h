@@ -70,6 +70,11 @@ class GatewayPrograms {
   void count(int64_t prompt, int64_t completion, int64_t reused, int64_t recomputed);
   int64_t requests_served() const;
 
+  // The KV pages its programs would hold were they all resident (their tokens, in pages), and
+  // the pages it schedules them over: what a gateway with several backends places by.
+  int64_t demand_pages() const;
+  int64_t capacity_pages() const;
+
   nlohmann::json list() const;       // GET /programs
   std::string metrics_text() const;  // GET /metrics
 

@@ -36,6 +36,8 @@ int run_coordinator(const CoordinatorArgs& args) {
   co.gateway.max_tokens_limit = args.ctx;
   co.gateway.lease_s = args.lease_s;
   co.gateway.policy.check_period_s = args.check_period_s;
+  if (!gather_api_keys("coordinator", args.api_keys, args.key_files, &co.gateway.api_keys)) return 2;
+  co.gateway.metrics_public = args.metrics_public;
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
@@ -45,6 +47,13 @@ int run_coordinator(const CoordinatorArgs& args) {
   std::printf("chorus coordinator: `%s` of cluster `%s` on http://%s:%d (%s; etcd at %s)\n", co.name.c_str(),
               args.cluster.c_str(), args.host.c_str(), (*c)->port(), (*c)->leader() ? "leader" : "standby",
               args.etcd.c_str());
+  if (co.gateway.api_keys.empty())
+    std::printf(
+        "chorus coordinator: no API key: anyone who can reach %s:%d may use it (--api-key, --api-key-file)\n",
+        args.host.c_str(), (*c)->port());
+  else
+    std::printf("chorus coordinator: %zu API key(s) required (Authorization: Bearer)\n",
+                co.gateway.api_keys.size());
   std::fflush(stdout);
   wait_for_stop();
   (*c)->stop();

@@ -52,21 +52,10 @@ int run_serve(const ServeArgs& args) {
             : args.policy == "ttl" ? SchedulingMode::ttl
                                    : SchedulingMode::program;
   go.ttl_s = args.ttl_s;
-  go.api_keys = args.api_keys;
-  for (const std::string& f : args.key_files) {
-    auto keys = read_key_file(f);
-    if (!report("serve", keys)) {
-      caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
-      return 1;
-    }
-    go.api_keys.insert(go.api_keys.end(), keys->begin(), keys->end());
+  if (!gather_api_keys("serve", args.api_keys, args.key_files, &go.api_keys)) {
+    caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+    return 2;
   }
-  for (const std::string& k : go.api_keys)
-    if (k.empty()) {
-      std::fprintf(stderr, "chorus serve: an empty --api-key would let anyone in\n");
-      caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
-      return 2;
-    }
   go.metrics_public = args.metrics_public;
   auto gw = Gateway::start(sys, batcher, *model, go);
   if (!report("serve", gw)) {

@@ -95,9 +95,12 @@ struct CoordinatorArgs {
   int64_t lease_ttl_s = 3;
   double heartbeat_s = 0.5;
   double dead_after_s = 2.0;
-  int ctx = 4096;             // longest conversation (tokens)
-  double lease_s = 600;       // idle programs are released after this long
-  double check_period_s = 1;  // each node's program scheduler checks this often
+  int ctx = 4096;                      // longest conversation (tokens)
+  double lease_s = 600;                // idle programs are released after this long
+  double check_period_s = 1;           // each node's program scheduler checks this often
+  std::vector<std::string> api_keys;   // --api-key (repeatable), as `chorus serve`
+  std::vector<std::string> key_files;  // --api-key-file
+  bool metrics_public = false;
 };
 int run_coordinator(const CoordinatorArgs& args);
 
@@ -174,6 +177,10 @@ std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, i
 // The serving commands (serve, node, coordinator) run until SIGINT or SIGTERM: stop_on_signals()
 // installs the handlers, wait_for_stop() returns once one came (or request_stop() was called).
 void stop_on_signals();
+// --api-key and --api-key-file, read into `out`; false (the error printed as "chorus CMD: ...")
+// for a file that cannot be read or an empty key.
+bool gather_api_keys(const char* cmd, const std::vector<std::string>& keys,
+                     const std::vector<std::string>& files, std::vector<std::string>* out);
 void request_stop();
 void wait_for_stop();
 

@@ -161,6 +161,11 @@ int main(int argc, char** argv) {
       ->add_option("--model,-m", coord.model, "The cluster's GGUF file (its tokenizer and chat template)")
       ->capture_default_str();
   coord_cmd->add_option("--ctx", coord.ctx, "Longest conversation (tokens)")->capture_default_str();
+  coord_cmd->add_option("--api-key", coord.api_keys,
+                        "A key clients must send, as for `chorus serve`; repeatable");
+  coord_cmd->add_option("--api-key-file", coord.key_files, "A file of keys, one per line; repeatable");
+  coord_cmd->add_flag("--metrics-public", coord.metrics_public,
+                      "With keys: /metrics and /health answer without one");
   coord_cmd->add_option("--lease", coord.lease_s, "Seconds an idle program is kept")->capture_default_str();
   coord_cmd
       ->add_option("--check-period", coord.check_period_s, "Seconds between each node's scheduling checks")

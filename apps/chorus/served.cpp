@@ -7,6 +7,7 @@
 
 #include "apps/chorus/commands.h"
 #include "apps/chorus/gpu_choice.h"
+#include "gateway/auth.h"
 
 namespace chorus::app {
 namespace {
@@ -23,6 +24,22 @@ void stop_on_signals() {
 void request_stop() {
   g_stop = true;
 }
+bool gather_api_keys(const char* cmd, const std::vector<std::string>& keys,
+                     const std::vector<std::string>& files, std::vector<std::string>* out) {
+  *out = keys;
+  for (const std::string& f : files) {
+    auto more = read_key_file(f);
+    if (!report(cmd, more)) return false;
+    out->insert(out->end(), more->begin(), more->end());
+  }
+  for (const std::string& k : *out)
+    if (k.empty()) {
+      std::fprintf(stderr, "chorus %s: an empty --api-key would let anyone in\n", cmd);
+      return false;
+    }
+  return true;
+}
+
 void wait_for_stop() {
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }

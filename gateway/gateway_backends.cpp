@@ -1,0 +1,146 @@
+#include "gateway/gateway_backends.h"
+
+#include <spdlog/spdlog.h>
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gateway/openai_request.h"
+
+namespace chorus {
+
+using json = nlohmann::json;
+
+std::shared_ptr<GatewayBackend> GatewayBackends::place(const std::string& program_id) {
+  std::lock_guard l(m_);
+  if (auto it = placed_.find(program_id); !program_id.empty() && it != placed_.end()) {
+    auto b = backends_.find(it->second->name);
+    if (b != backends_.end() && b->second == it->second && !it->second->lost) return it->second;
+    spdlog::warn("gateway: program `{}` was on `{}`, which is gone: it starts again elsewhere", program_id,
+                 it->second->name);
+    placed_.erase(it);
+  }
+  std::map<std::string, int64_t> count;
+  for (const auto& [id, b] : placed_) ++count[b->name];
+  std::shared_ptr<GatewayBackend> best;
+  int64_t best_room = 0;
+  for (const auto& [name, b] : backends_) {
+    if (b->lost) continue;
+    // The node's own word (its last heartbeat: it also counts what others run there), but no
+    // more than what its programs here leave (a heartbeat lags the programs just placed, and a
+    // paused program will want its pages back).
+    const int64_t room =
+        b->room ? std::min(b->room(), b->programs->capacity_pages() - b->programs->demand_pages()) : 0;
+    if (!best || room > best_room || (room == best_room && count[name] < count[best->name])) {
+      best = b;
+      best_room = room;
+    }
+  }
+  if (!best)
+    throw HttpError{503,
+                    error_body(backends_.empty() ? "no node is serving (the cluster has no live node)"
+                                                 : "no node is serving (every node of the cluster was lost)",
+                               "server_error", "", "no_node")};
+  if (!program_id.empty()) {
+    placed_[program_id] = best;
+    if (backends_.size() > 1)
+      spdlog::info("gateway: program `{}` placed on `{}` ({} free pages)", program_id, best->name, best_room);
+  }
+  return best;
+}
+
+std::shared_ptr<GatewayBackend> GatewayBackends::find(const std::string& id) const {
+  std::lock_guard l(m_);
+  auto it = placed_.find(id);
+  return it == placed_.end() ? nullptr : it->second;
+}
+
+void GatewayBackends::forget(const std::string& id) {
+  std::lock_guard l(m_);
+  placed_.erase(id);
+}
+
+bool GatewayBackends::add(std::shared_ptr<GatewayBackend> b) {
+  std::shared_ptr<GatewayBackend> old;
+  {
+    std::lock_guard l(m_);
+    if (stopped_) return false;
+    if (auto it = backends_.find(b->name); it != backends_.end()) old = it->second;
+    backends_[b->name] = std::move(b);
+  }
+  if (old) old->programs->stop();
+  return true;
+}
+
+void GatewayBackends::remove(const std::string& name) {
+  std::shared_ptr<GatewayBackend> b;
+  {
+    std::lock_guard l(m_);
+    auto it = backends_.find(name);
+    if (it == backends_.end()) return;
+    b = it->second;
+    backends_.erase(it);
+  }
+  b->programs->stop();
+}
+
+std::vector<std::shared_ptr<GatewayBackend>> GatewayBackends::all() const {
+  std::lock_guard l(m_);
+  std::vector<std::shared_ptr<GatewayBackend>> out;
+  for (const auto& [name, b] : backends_) out.push_back(b);
+  return out;
+}
+
+std::vector<std::shared_ptr<GatewayBackend>> GatewayBackends::stop() {
+  auto out = all();
+  std::lock_guard l(m_);
+  stopped_ = true;
+  return out;
+}
+
+void GatewayBackends::set_unavailable(const std::string& why) {
+  std::lock_guard l(m_);
+  unavailable_ = why;
+}
+
+std::string GatewayBackends::unavailable() const {
+  std::lock_guard l(m_);
+  return unavailable_;
+}
+
+json GatewayBackends::programs_json() const {
+  const auto backends = all();
+  if (backends.size() == 1) return backends[0]->programs->list();
+  json data = json::array();
+  for (const auto& b : backends) {
+    const json list = b->programs->list();  // kept: the loop reads into it
+    for (json p : list["data"]) {
+      p["node"] = b->name;
+      data.push_back(std::move(p));
+    }
+  }
+  return json{{"object", "list"}, {"data", data}};
+}
+
+std::string GatewayBackends::metrics_text() const {
+  const auto backends = all();
+  if (backends.size() == 1) return backends[0]->programs->metrics_text();
+  std::string out;
+  std::map<std::string, bool> described;
+  for (const auto& b : backends) {
+    std::istringstream in(b->programs->metrics_text());
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("# ", 0) == 0) {
+        if (!described[line]) out += line + "\n";
+        described[line] = true;
+        continue;
+      }
+      const size_t sp = line.find(' ');
+      if (sp == std::string::npos) continue;
+      out += line.substr(0, sp) + "{node=\"" + b->name + "\"}" + line.substr(sp) + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace chorus

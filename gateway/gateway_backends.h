@@ -1,0 +1,65 @@
+// Where a gateway's programs run (gateway/gateway.h): its backends — the node's memory actor
+// (`chorus serve`), or one per node behind a coordinator — each with its own HTTP session table and
+// program scheduler (GatewayPrograms), and which backend each program is on. Internal to the
+// gateway library. Every method is safe from any HTTP worker thread.
+//
+// Placement: a program stays on its backend while that backend is there and not lost; a new one
+// (or one whose backend went) goes to the backend with the most room, fewer programs breaking
+// ties: room is the smaller of the node's free pages (its last heartbeat) and the pages its
+// programs here leave of its capacity were they all resident (the heartbeat lags programs just
+// placed, and a paused program will want its pages back). A backend is *lost* when its node went away under a
+// request: it takes nothing more, and its programs go elsewhere at their next request.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "gateway/gateway_programs.h"
+
+namespace chorus {
+
+struct GatewayBackend {
+  std::string name;
+  std::shared_ptr<GatewayPrograms> programs;
+  std::function<int64_t()> room;  // its free KV pages now (null: one backend, no choice to make)
+  std::atomic<bool> lost{false};
+};
+
+class GatewayBackends {
+ public:
+  // The backend a request of `program_id` ("": a one-shot request) runs on. Throws HttpError 503
+  // `no_node` when there is none.
+  std::shared_ptr<GatewayBackend> place(const std::string& program_id);
+  // The backend program `id` is on (null: none), and forgetting it (released).
+  std::shared_ptr<GatewayBackend> find(const std::string& id) const;
+  void forget(const std::string& id);
+
+  // Adds `b` (one of the same name is replaced; its programs stop). False once stopped.
+  bool add(std::shared_ptr<GatewayBackend> b);
+  void remove(const std::string& name);  // its waiting requests end (503), its programs are forgotten
+  std::vector<std::shared_ptr<GatewayBackend>> all() const;
+  // Takes no backend any more; returns those there were.
+  std::vector<std::shared_ptr<GatewayBackend>> stop();
+
+  // While not empty, chat completions are refused with this (a standby coordinator's word).
+  void set_unavailable(const std::string& why);
+  std::string unavailable() const;
+
+  nlohmann::json programs_json() const;  // GET /programs: every backend's, with its node when several
+  std::string metrics_text() const;      // GET /metrics: with a `node` label when several
+
+ private:
+  mutable std::mutex m_;
+  std::map<std::string, std::shared_ptr<GatewayBackend>> backends_;  // by name
+  std::map<std::string, std::shared_ptr<GatewayBackend>> placed_;    // program id -> where it runs
+  bool stopped_ = false;
+  std::string unavailable_;
+};
+
+}  // namespace chorus
