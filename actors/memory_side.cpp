@@ -1,7 +1,6 @@
 #include "actors/memory_side.h"
 
 #include <caf/all.hpp>
-#include <chrono>
 #include <string>
 
 #include "actors/atoms.h"
@@ -32,10 +31,7 @@ std::optional<Frame> MemorySide::on_frame(const std::vector<uint8_t>& bytes, con
   if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
   if (std::holds_alternative<HeartbeatCmd>(*cmd)) {
     const PoolView& pool = link_.pool();
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::system_clock::now().time_since_epoch());
-    return encode_heartbeat(rid, "", static_cast<uint64_t>(ms.count()),
-                            static_cast<uint32_t>(pool.n_pages() - pool.n_free()),
+    return encode_heartbeat(rid, "", static_cast<uint32_t>(pool.n_pages() - pool.n_free()),
                             static_cast<uint32_t>(pool.n_pages()));
   }
   return on_request(std::get<Request>(*cmd), bytes, rid, sender, defer);

@@ -22,7 +22,7 @@ void send_to(zmq::socket_t& s, const std::string& identity, const std::vector<ui
 // request's events (a Submitted request's) until it finishes. The port itself never waits for
 // an answer, so a request that waits in the memory actor (its program paused, no room) holds up
 // nobody else.
-using answer_atom = caf::atom_constant<caf::atom("answer")>;  // (answer_atom, client, frame, block)
+using answer_atom = caf::atom_constant<caf::atom("answer")>;  // (answer_atom, client, frame)
 
 caf::behavior forwarder(caf::event_based_actor* self, caf::actor port, caf::actor memory, std::string client,
                         std::vector<uint8_t> frame) {
@@ -35,14 +35,13 @@ caf::behavior forwarder(caf::event_based_actor* self, caf::actor port, caf::acto
           [=](std::vector<uint8_t>& reply) {
             auto r = decode_reply(reply);
             const bool streams = r && r->kind == ReplyKind::submitted;
-            self->send(port, answer_atom::value, client, std::move(reply), streams ? block : BlockId{-2});
+            self->send(port, answer_atom::value, client, std::move(reply));
             if (!streams) self->quit();
           },
           [=](caf::error& e) {
             self->send(
                 port, answer_atom::value, client,
-                encode_error_envelope(0, make_error(Errc::internal, "memory actor: " + caf::to_string(e))),
-                BlockId{-2});
+                encode_error_envelope(0, make_error(Errc::internal, "memory actor: " + caf::to_string(e))));
             self->quit();
           });
   return {[=](event_atom, std::vector<uint8_t>& f) {
@@ -58,14 +57,18 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
   bool running = true;
   auto publish = [&](const std::vector<uint8_t>& frame, BlockId block) {
     if (!pub) return;
-    auto r = decode_reply(frame);
-    if (!r) return;
-    const std::string topic =
-        block >= 0 ? "block:" + std::to_string(block) : "request:" + std::to_string(r->id);
+    std::string topic;
+    if (block >= 0) {
+      topic = "block:" + std::to_string(block);
+    } else {  // a probe's events: by request
+      auto r = decode_reply(frame);
+      if (!r) return;
+      topic = "request:" + std::to_string(r->id);
+    }
     pub->send(zmq::buffer(topic), zmq::send_flags::sndmore);
     pub->send(zmq::buffer(frame), zmq::send_flags::dontwait);
   };
-  auto on_answer = [&](answer_atom, const std::string& client, const std::vector<uint8_t>& f, BlockId) {
+  auto on_answer = [&](answer_atom, const std::string& client, const std::vector<uint8_t>& f) {
     send_to(*sock, client, f);
   };
   auto on_event = [&](event_atom, const std::string& client, const std::vector<uint8_t>& f, BlockId block) {
@@ -86,9 +89,9 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
     for (bool more = true; more && running;) {  // answers and events, without waiting
       more = false;
       self->receive(
-          [&](answer_atom a, const std::string& c, const std::vector<uint8_t>& f, BlockId b) {
+          [&](answer_atom a, const std::string& c, const std::vector<uint8_t>& f) {
             more = true;
-            on_answer(a, c, f, b);
+            on_answer(a, c, f);
           },
           [&](event_atom a, const std::string& c, const std::vector<uint8_t>& f, BlockId b) {
             more = true;
@@ -132,8 +135,7 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
       if (env->payload_type == "WatchPrograms") {  // this client hears of waiting requests from now on
         watcher = id;
         self->send(batcher, scheduler_atom::value);
-        self->spawn(forwarder, me, batcher, id,
-                    encode_heartbeat(env->request_id, "", 0, 0, 0));  // the answer
+        self->spawn(forwarder, me, batcher, id, encode_heartbeat(env->request_id, "", 0, 0));  // the answer
         continue;
       }
       self->spawn(forwarder, me, batcher, id, std::vector<uint8_t>(bytes.begin(), bytes.end()));

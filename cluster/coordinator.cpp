@@ -15,19 +15,10 @@
 #include "cluster/node_link.h"
 #include "engine/model/model.h"
 #include "gateway/gateway.h"
+#include "net/wire.h"
 
 namespace chorus::cluster {
-namespace {
-
 using json = nlohmann::json;
-
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 struct Coordinator::Impl {
   caf::actor_system* sys = nullptr;
@@ -72,7 +63,7 @@ struct Coordinator::Impl {
     Member m;
     m.record = r;
     m.health = std::make_shared<NodeHealth>();
-    m.linked_ms = unix_ms();
+    m.linked_ms = wall_clock_ms();
     NodeLinkOptions lo;
     lo.name = r.name;
     lo.endpoint = r.endpoint;
@@ -168,7 +159,7 @@ struct Coordinator::Impl {
     const bool leading = election && election->leader();
     serve_members(leading);
     if (!leading) return;
-    const int64_t now = unix_ms();
+    const int64_t now = wall_clock_ms();
     for (auto& [name, m] : members) {
       const int64_t heard = std::max(m.health->last_ms.load(), m.linked_ms);
       if (m.fenced || now - heard <= static_cast<int64_t>(opts.dead_after_s * 1000)) continue;

@@ -9,17 +9,12 @@
 #include "actors/atoms.h"
 #include "net/codec.h"
 #include "net/wire.h"
+#include "schemas/envelope_generated.h"
 
 namespace chorus::cluster {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -89,8 +84,7 @@ class Link {
     }
     const uint64_t their = summary->request_id;
     if (down_) {
-      promise.deliver(encode_error_envelope(
-          their, make_error(Errc::io, "node `" + opts_.name + "` is down (" + down_reason_ + ")")));
+      promise.deliver(encode_error_envelope(their, down_error()));
       return;
     }
     const uint64_t id = next_id_++;
@@ -112,14 +106,13 @@ class Link {
                    opts_.max_frame_bytes);
       return;
     }
-    auto summary = decode_envelope(bytes);
-    auto reply = summary ? decode_reply(bytes) : Result<Reply>(summary.error());
+    auto reply = decode_reply(bytes);  // verifies the frame: readdressed() below may read it
     if (!reply) {
       spdlog::warn("node link `{}`: dropped a bad frame: {}", opts_.name, reply.error().message);
       return;
     }
     answered();
-    const uint64_t id = summary->request_id;
+    const uint64_t id = wire::GetEnvelope(bytes.data())->request_id();
     if (reply->kind == ReplyKind::program_waiting) {
       if (scheduler_) self_->send(scheduler_, waiting_atom::value, static_cast<uint64_t>(reply->id));
       return;
@@ -138,13 +131,11 @@ class Link {
       if (p == pending_.end()) return;  // an answer to a command given up on when the node was down
       if (reply->kind == ReplyKind::submitted)
         streams_[reply->id] = Stream{p->second.requester, p->second.their_id};
-      auto back = with_request_id(bytes, p->second.their_id);
-      p->second.promise.deliver(back ? std::move(*back)
-                                     : encode_error_envelope(p->second.their_id, back.error()));
+      p->second.promise.deliver(readdressed(bytes, p->second.their_id));
       pending_.erase(p);
     } else if (auto s = streams_.find(reply->id); s != streams_.end()) {
-      auto back = with_request_id(bytes, s->second.their_id);
-      if (back && s->second.requester) self_->send(s->second.requester, event_atom::value, std::move(*back));
+      if (s->second.requester)
+        self_->send(s->second.requester, event_atom::value, readdressed(bytes, s->second.their_id));
       if (reply->kind == ReplyKind::finished) streams_.erase(s);
     }
     count();
@@ -154,7 +145,7 @@ class Link {
     if (seconds_since(last_beat_) >= opts_.heartbeat_s) {
       last_beat_ = Clock::now();
       const uint64_t id = next_id_++;
-      const Frame hb = encode_heartbeat(id, opts_.name, static_cast<uint64_t>(unix_ms()), 0, 0);
+      const Frame hb = encode_heartbeat(id, opts_.name, 0, 0);
       if (sock_->send(zmq::buffer(hb), zmq::send_flags::dontwait)) beats_[id] = Clock::now();
       for (auto it = beats_.begin(); it != beats_.end();)  // answers this late count as silence
         it = seconds_since(it->second) > opts_.dead_after_s ? beats_.erase(it) : std::next(it);
@@ -176,7 +167,7 @@ class Link {
 
   void answered() {
     last_answer_ = Clock::now();
-    health_->last_ms = unix_ms();
+    health_->last_ms = wall_clock_ms();
     if (down_) spdlog::info("node link `{}`: {} answers again", opts_.name, opts_.endpoint);
     down_ = false;
     health_->up = true;
@@ -190,20 +181,19 @@ class Link {
     down_reason_ = why;
     watching_ = false;  // a node that comes back is asked again
     health_->up = false;
-    const Error err = make_error(Errc::io, "node `" + opts_.name + "` is down (" + why + ")");
+    const Error err = down_error();
     for (auto& [id, p] : pending_) p.promise.deliver(encode_error_envelope(p.their_id, err));
-    for (auto& [request, s] : streams_) {
-      Event e;
-      e.type = Event::Type::finished;
-      e.request = request;
-      e.reason = FinishReason::error;
-      e.error = std::string(kNodeLost) + err.message;
-      if (s.requester) self_->send(s.requester, event_atom::value, encode_event(s.their_id, e, ""));
-    }
+    for (auto& [request, s] : streams_)
+      if (s.requester)
+        self_->send(s.requester, event_atom::value, encode_node_lost(s.their_id, request, err.message));
     pending_.clear();
     streams_.clear();
     beats_.clear();
     count();
+  }
+
+  Error down_error() const {
+    return make_error(Errc::io, "node `" + opts_.name + "` is down (" + down_reason_ + ")");
   }
 
   void count() { health_->in_flight = static_cast<int64_t>(pending_.size() + streams_.size()); }

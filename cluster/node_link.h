@@ -9,8 +9,8 @@
 // - The link sends a Heartbeat frame every heartbeat_s and reads the node's answer (its pool);
 //   ZeroMQ's own ZMTP heartbeats run on the connection too. A node that has not answered for
 //   dead_after_s is **down**: every command waiting for it is answered with an Errc::io error
-//   naming the node, every request in flight ends with reason `error` (its text starting with
-//   kNodeLost, net/codec.h, so a gateway can resume it elsewhere), and new commands are
+//   naming the node, every request in flight ends with reason `error` and `node_lost` set
+//   (encode_node_lost, net/codec.h: a gateway resumes such a turn elsewhere), and new commands are
 //   refused at once until the node answers again.
 // - Frames from the node are verified (FlatBuffers verifier, size) before anything reads them; a
 //   bad one is logged and dropped.

@@ -198,8 +198,8 @@ struct Gateway::Impl {
 
   // When the node under the turn is lost mid-generation (a cluster's backend), the turn goes on
   // on another node: a block of the prompt and the tokens generated so far, then what is left of
-  // max_tokens. What the client got stays the turn's prefix; a greedy turn goes on as it would
-  // have. `a` is then the new admission.
+  // max_tokens. What the client got stays the turn's prefix; what follows is what the new node's
+  // prefill computes (docs/cluster.md). `a` is then the new admission.
   Outcome generate(Admitted& a, const ChatRequest& req,
                    const std::function<bool(const std::string&)>& on_text) {
     Outcome out;
@@ -231,8 +231,7 @@ struct Gateway::Impl {
             out.content += ready;
           } else if (e->kind == ReplyKind::finished) {
             finished = true;
-            lost = e->reason == FinishReason::error &&
-                   std::string_view(e->text).substr(0, kNodeLost.size()) == kNodeLost;
+            lost = e->node_lost;
             if (e->reason == FinishReason::error) out.error = e->text;
             // The pool ran out under the request (the policy counts each request's room, so this
             // takes pages it did not foresee): an error the client can retry, not a short "length".
@@ -434,9 +433,7 @@ struct Gateway::Impl {
                  bad_request("`program_id` is required (a string)", "program_id");
                const std::string id = j["program_id"];
                const std::shared_ptr<GatewayBackend> b = backends.find(id);
-               if (!b)
-                 throw HttpError{404, error_body("no program `" + id + "`", "invalid_request_error",
-                                                 "program_id", "program_not_found")};
+               if (!b) throw program_not_found(id);
                b->programs->release_by_client(id);
                backends.forget(id);
                r.set_content(json_text(json{{"program_id", id}, {"released", true}}), "application/json");

@@ -41,6 +41,11 @@ struct Session {
 
 }  // namespace
 
+HttpError program_not_found(const std::string& id) {
+  return HttpError{
+      404, error_body("no program `" + id + "`", "invalid_request_error", "program_id", "program_not_found")};
+}
+
 struct GatewayPrograms::Impl {
   caf::actor_system* sys = nullptr;
   caf::actor batcher;
@@ -339,9 +344,7 @@ void GatewayPrograms::release_by_client(const std::string& id) {
   {
     std::lock_guard<std::mutex> l(impl_->m);
     auto it = impl_->sessions.find(id);
-    if (it == impl_->sessions.end() || it->second.ephemeral)
-      throw HttpError{404, error_body("no program `" + id + "`", "invalid_request_error", "program_id",
-                                      "program_not_found")};
+    if (it == impl_->sessions.end() || it->second.ephemeral) throw program_not_found(id);
     if (it->second.busy)
       throw HttpError{409, error_body("program `" + id + "` has a request in flight", "invalid_request_error",
                                       "program_id", "program_busy")};
@@ -354,10 +357,6 @@ void GatewayPrograms::count(int64_t prompt, int64_t completion, int64_t reused, 
   impl_->completion_tokens += completion;
   impl_->reused_tokens += reused;
   impl_->recomputed_tokens += recomputed;
-}
-
-int64_t GatewayPrograms::requests_served() const {
-  return impl_->requests.load();
 }
 
 int64_t GatewayPrograms::demand_pages() const {

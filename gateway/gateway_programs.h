@@ -22,11 +22,15 @@
 
 #include "engine/step/block_store.h"
 #include "gateway/gateway.h"
+#include "gateway/openai_request.h"
 #include "net/codec.h"
 
 namespace chorus {
 
 class ProgramManager;
+
+// 404 `program_not_found` for a program_id no program has.
+HttpError program_not_found(const std::string& id);
 
 class GatewayPrograms {
  public:
@@ -68,7 +72,6 @@ class GatewayPrograms {
 
   // Token counts for /metrics.
   void count(int64_t prompt, int64_t completion, int64_t reused, int64_t recomputed);
-  int64_t requests_served() const;
 
   // The KV pages its programs would hold were they all resident (their tokens, in pages), and
   // the pages it schedules them over: what a gateway with several backends places by.

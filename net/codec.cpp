@@ -274,12 +274,14 @@ Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>&
   return finish(fbb, request_id, wire::Payload::ViewSnapshot, wire::CreateViewSnapshot(fbb, v).Union());
 }
 
-Frame encode_heartbeat(uint64_t request_id, const std::string& node_id, uint64_t unix_ms, uint32_t pages_used,
+Frame encode_heartbeat(uint64_t request_id, const std::string& node_id, uint32_t pages_used,
                        uint32_t pages_total) {
   flatbuffers::FlatBufferBuilder fbb(128);
   const auto id = fbb.CreateString(node_id);
-  return finish(fbb, request_id, wire::Payload::Heartbeat,
-                wire::CreateHeartbeat(fbb, id, unix_ms, pages_used, pages_total).Union());
+  return finish(
+      fbb, request_id, wire::Payload::Heartbeat,
+      wire::CreateHeartbeat(fbb, id, static_cast<uint64_t>(wall_clock_ms()), pages_used, pages_total)
+          .Union());
 }
 
 Frame encode_submitted(uint64_t request_id, RequestId request) {
@@ -305,6 +307,14 @@ Frame encode_event(uint64_t request_id, const Event& e, const std::string& text)
                         .Union());
   }
   return {};
+}
+
+Frame encode_node_lost(uint64_t request_id, RequestId request, const std::string& why) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(
+      fbb, request_id, wire::Payload::RequestFinished,
+      wire::CreateRequestFinished(fbb, request, -1, wire::Finish::error, fbb.CreateString(why), 0, true)
+          .Union());
 }
 
 Result<Reply> decode_reply(std::span<const uint8_t> frame) {
@@ -341,6 +351,7 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
   } else if (const auto* f = env->payload_as_RequestFinished()) {
     r.id = f->request();
     r.reason = static_cast<FinishReason>(f->reason());
+    r.node_lost = f->node_lost();
     r.text = f->error() ? f->error()->str() : "";
   } else if (const auto* ps = env->payload_as_ProgramStatus()) {
     r.id = static_cast<int64_t>(ps->program());

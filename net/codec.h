@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -91,14 +90,14 @@ struct BlockSummary {  // a BlockInfo
   bool operator==(const BlockSummary&) const = default;
 };
 Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks);
-// A Heartbeat: the sender's node id, its clock (unix ms) and its KV pool (cluster liveness and
-// placement; a client sends one with its own id and gets the node's back).
-Frame encode_heartbeat(uint64_t request_id, const std::string& node_id, uint64_t unix_ms, uint32_t pages_used,
+// A Heartbeat: the sender's node id, its KV pool and its clock (wall_clock_ms, stamped here) — for
+// cluster liveness and placement; a client sends one with its own id and gets the node's back.
+Frame encode_heartbeat(uint64_t request_id, const std::string& node_id, uint32_t pages_used,
                        uint32_t pages_total);
 
-// A RequestFinished whose error starts with this ended because the node running it went away
-// (cluster/node_link.h): the gateway resumes such a turn on another node.
-inline constexpr std::string_view kNodeLost = "node lost: ";
+// A RequestFinished with reason error and node_lost: the node running `request` went away
+// (cluster/node_link.h); the gateway resumes such a turn on another node.
+Frame encode_node_lost(uint64_t request_id, RequestId request, const std::string& why);
 
 // Client side: what came back, by the frame's payload (schemas/envelope.fbs).
 enum class ReplyKind {
@@ -124,6 +123,7 @@ struct Reply {
   std::string text;                               // TokenEvent text, Error message
   std::vector<float> probabilities;               // ProbeResult
   FinishReason reason = FinishReason::completed;  // RequestFinished
+  bool node_lost = false;                         // RequestFinished: its node went away
   ProgramState state = ProgramState::active;      // ProgramStatus
   int64_t pages = 0;                              // ProgramStatus: resident pages
   bool acting = false;                            // ProgramStatus: its last reported phase

@@ -1,5 +1,7 @@
 #include "net/wire.h"
 
+#include <chrono>
+
 #include "schemas/envelope_generated.h"
 
 namespace chorus {
@@ -78,6 +80,16 @@ Result<EnvelopeSummary> decode_envelope(std::span<const uint8_t> frame) {
 Result<std::vector<uint8_t>> with_request_id(std::span<const uint8_t> frame, uint64_t request_id) {
   auto summary = decode_envelope(frame);
   if (!summary) return summary.error();
+  return readdressed(frame, request_id);
+}
+
+int64_t wall_clock_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::vector<uint8_t> readdressed(std::span<const uint8_t> frame, uint64_t request_id) {
   wire::EnvelopeT env;
   wire::GetEnvelope(frame.data())->UnPackTo(&env);
   env.request_id = request_id;

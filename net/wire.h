@@ -34,7 +34,12 @@ std::vector<uint8_t> encode_watch_programs(uint64_t request_id);
 std::vector<uint8_t> encode_program_waiting(uint64_t program);
 
 // The same message under another correlation id (a link that multiplexes many requesters over one
-// connection gives each frame an id of its own). Verifies the frame first (decode_envelope).
+// connection gives each frame an id of its own). Verifies the frame first (decode_envelope);
+// readdressed() is the same for a frame verified already (decode_envelope or decode_reply).
 Result<std::vector<uint8_t>> with_request_id(std::span<const uint8_t> frame, uint64_t request_id);
+std::vector<uint8_t> readdressed(std::span<const uint8_t> verified, uint64_t request_id);
+
+// The wall clock frames carry (Heartbeat, node records): unix milliseconds.
+int64_t wall_clock_ms();
 
 }  // namespace chorus

@@ -1,13 +1,8 @@
 // `chorus coordinator`: a cluster's coordinator (cluster/coordinator.h) — the OpenAI API over the
 // cluster's nodes while it leads (standby otherwise), following membership and heartbeats. Runs until SIGINT
 // or SIGTERM.
-#include <unistd.h>
-#include <atomic>
 #include <caf/all.hpp>
-#include <chrono>
-#include <csignal>
 #include <cstdio>
-#include <thread>
 
 #include "apps/chorus/commands.h"
 #include "cluster/coordinator.h"
@@ -18,21 +13,13 @@ int run_coordinator(const CoordinatorArgs& args) {
   co.membership.etcd_url = args.etcd;
   co.membership.cluster = args.cluster;
   co.membership.ttl_s = args.lease_ttl_s;
-  co.name = args.name;
-  if (co.name.empty()) {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    co.name = std::string(host) + "-" + std::to_string(args.port);
-  }
+  co.name = args.name.empty() ? default_member_name(std::to_string(args.port)) : args.name;
   co.host = args.host;
   co.port = args.port;
   co.heartbeat_s = args.heartbeat_s;
   co.dead_after_s = args.dead_after_s;
   co.model_path = args.model;
-  co.gateway.model_name = args.model.substr(args.model.find_last_of('/') + 1);
-  if (co.gateway.model_name.size() > 5 &&
-      co.gateway.model_name.substr(co.gateway.model_name.size() - 5) == ".gguf")
-    co.gateway.model_name.resize(co.gateway.model_name.size() - 5);
+  co.gateway.model_name = served_model_name(args.model);
   co.gateway.max_tokens_limit = args.ctx;
   co.gateway.lease_s = args.lease_s;
   co.gateway.policy.check_period_s = args.check_period_s;

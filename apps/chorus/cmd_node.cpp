@@ -1,6 +1,5 @@
 // `chorus node`: one node process — the engine's batcher behind a ZeroMQ node port; with --etcd,
 // a member of a cluster (cluster/membership.h). Runs until SIGINT or SIGTERM.
-#include <unistd.h>
 #include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
@@ -16,16 +15,11 @@
 #include "cluster/membership.h"
 #include "device/cpu_device.h"
 #include "engine/step/engine.h"
+#include "net/wire.h"
 
 namespace chorus::app {
 namespace {
 std::atomic<bool> g_refused{false};
-
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The node's record for the cluster, or an error when it cannot be described (an endpoint bound to
 // every interface, with nothing to advertise).
@@ -37,17 +31,13 @@ Result<cluster::NodeRecord> node_record(const NodeArgs& args, const NodePortEndp
     return make_error(Errc::invalid_argument, "the node port is bound to every interface (" + bound.requests +
                                                   "): say where other processes reach it with --advertise");
   r.events = bound.events;
-  r.name = args.name;
-  if (r.name.empty()) {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    r.name = std::string(host) + "-" + r.endpoint.substr(r.endpoint.find_last_of(':') + 1);
-  }
+  r.name = args.name.empty() ? default_member_name(r.endpoint.substr(r.endpoint.find_last_of(':') + 1))
+                             : args.name;
   r.pages = args.pages;
   r.device = served.device->describe();
   r.model = cluster::ModelIdentity::of(*served.model, args.model);
   r.version = CHORUS_VERSION_STRING;
-  r.started_ms = unix_ms();
+  r.started_ms = wall_clock_ms();
   return r;
 }
 }  // namespace

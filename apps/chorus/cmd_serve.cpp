@@ -32,11 +32,7 @@ int run_serve(const ServeArgs& args) {
   go.host = args.host;
   go.port = args.port;
   go.model_name = args.model_name;
-  if (go.model_name.empty()) {  // the file's name: SmolLM2-135M-Instruct.Q4_1
-    go.model_name = args.model.substr(args.model.find_last_of('/') + 1);
-    if (go.model_name.size() > 5 && go.model_name.substr(go.model_name.size() - 5) == ".gguf")
-      go.model_name.resize(go.model_name.size() - 5);
-  }
+  if (go.model_name.empty()) go.model_name = served_model_name(args.model);  // SmolLM2-135M-Instruct.Q4_1
   go.lease_s = args.lease_s;
   go.max_tokens_limit = args.ctx;
   go.policy.capacity_pages = args.pages;

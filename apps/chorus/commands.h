@@ -177,12 +177,16 @@ std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, i
 // The serving commands (serve, node, coordinator) run until SIGINT or SIGTERM: stop_on_signals()
 // installs the handlers, wait_for_stop() returns once one came (or request_stop() was called).
 void stop_on_signals();
+void request_stop();
+void wait_for_stop();
 // --api-key and --api-key-file, read into `out`; false (the error printed as "chorus CMD: ...")
 // for a file that cannot be read or an empty key.
 bool gather_api_keys(const char* cmd, const std::vector<std::string>& keys,
                      const std::vector<std::string>& files, std::vector<std::string>* out);
-void request_stop();
-void wait_for_stop();
+// The model's id in /v1/models: the file's name without its directory and `.gguf`.
+std::string served_model_name(const std::string& path);
+// A cluster member's default name: HOSTNAME-PORT.
+std::string default_member_name(const std::string& port);
 
 // Prints "chorus CMD: <error>" to stderr when `r` holds an error; returns whether it holds a value.
 template <class R>

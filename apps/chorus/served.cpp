@@ -1,5 +1,6 @@
 #include "apps/chorus/served.h"
 
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -38,6 +39,18 @@ bool gather_api_keys(const char* cmd, const std::vector<std::string>& keys,
       return false;
     }
   return true;
+}
+
+std::string served_model_name(const std::string& path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
+  return name;
+}
+
+std::string default_member_name(const std::string& port) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return std::string(host) + "-" + port;
 }
 
 void wait_for_stop() {

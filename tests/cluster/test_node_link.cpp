@@ -184,7 +184,7 @@ struct FakeNode {
       auto s = decode_envelope(f);
       if (!s) continue;
       if (s->payload_type == "Heartbeat") {
-        if (answer_beats) send(encode_heartbeat(s->request_id, "", 0, 3, 10));
+        if (answer_beats) send(encode_heartbeat(s->request_id, "", 3, 10));
         continue;
       }
       return std::make_pair(*s, f);
@@ -241,6 +241,7 @@ TEST_F(NodeLinkTest, ANodeThatGoesSilentIsDownAndEveryoneWaitingIsTold) {
   EXPECT_EQ(finished.kind, ReplyKind::finished);
   EXPECT_EQ(finished.id, 7);
   EXPECT_EQ(finished.reason, FinishReason::error);
+  EXPECT_TRUE(finished.node_lost) << "marked so that a gateway can resume it elsewhere";
   EXPECT_FALSE(health->up.load());
   // While down, a command is refused at once.
   const Reply refused = call_on(self, link, encode_create_block(0, "now"));
