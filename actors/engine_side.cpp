@@ -13,6 +13,8 @@ PoolSnapshot EngineSide::snapshot_pool() const {
   const BlockStore& store = engine_->blocks();
   p.pool_pages = store.kv().n_pages();
   p.free_pages = store.kv().n_free();
+  p.pool_slots = pool_.n_slots();
+  p.free_slots = pool_.n_free_slots();
   for (BlockId b = 0; b < store.n_ids(); ++b)
     if (auto s = pool_.stat(b)) p.blocks[b] = *s;
   return p;

@@ -24,15 +24,17 @@ std::optional<Frame> MemorySide::on_frame(const std::vector<uint8_t>& bytes, con
     // On a paused program registered with `hold` (a source clearing its window, say), it waits
     // for the restore like a request.
     const BlockId touched[] = {op->block, op->second};
-    if (const uint64_t p = programs_.hold_owner(touched, true)) return hold(p, bytes, rid, sender, defer, 0);
+    if (const uint64_t p = programs_.hold_owner(touched, true))
+      return hold(p, bytes, rid, sender, defer, 0, 0);
     return on_block_op(rid, *op);
   }
   if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return link_.snapshot(rid, v->view);
   if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
   if (std::holds_alternative<HeartbeatCmd>(*cmd)) {
     const PoolView& pool = link_.pool();
-    return encode_heartbeat(rid, "", static_cast<uint32_t>(pool.n_pages() - pool.n_free()),
-                            static_cast<uint32_t>(pool.n_pages()));
+    return encode_heartbeat(
+        rid, "", static_cast<uint32_t>(pool.n_pages() - pool.n_free()), static_cast<uint32_t>(pool.n_pages()),
+        static_cast<uint32_t>(pool.n_slots() - pool.n_free_slots()), static_cast<uint32_t>(pool.n_slots()));
   }
   return on_request(std::get<Request>(*cmd), bytes, rid, sender, defer);
 }
@@ -56,14 +58,15 @@ std::optional<Frame> MemorySide::on_request(const Request& req, const std::vecto
                                             uint64_t rid, const caf::actor& sender, const Defer& defer) {
   const PoolView& pool = link_.pool();
   if (const uint64_t p = programs_.hold_owner(named(req), true))
-    return hold(p, bytes, rid, sender, defer, gate_.growth_pages(req, pool));
+    return hold(p, bytes, rid, sender, defer, gate_.growth_pages(req, pool), gate_.gate_slots(req, pool));
   // A request of a program registered with `hold` starts only with room in the pool for all it
   // may write; until then it waits, in arrival order (a scheduler makes the room).
   if (const uint64_t program = programs_.hold_owner(named(req), false)) {
     if (auto never = gate_.never_fits(req, programs_.find(program)->blocks, pool))
       return encode_error_envelope(rid, *never);
-    if (!waiting_.empty() || gate_.gate_pages(req, pool) > gate_.room(pool)) {
-      waiting_.push_back(Held{bytes, rid, sender, defer(), gate_.growth_pages(req, pool), program});
+    if (!waiting_.empty() || !fits(req, pool)) {
+      waiting_.push_back(Held{bytes, rid, sender, defer(), gate_.growth_pages(req, pool),
+                              gate_.gate_slots(req, pool), program});
       notify(program);
       return std::nullopt;
     }
@@ -85,10 +88,15 @@ Frame MemorySide::on_block_op(uint64_t rid, const BlockOpCmd& op) {
   return f;
 }
 
+bool MemorySide::fits(const Request& r, const PoolView& pool) const {
+  return gate_.gate_pages(r, pool) <= gate_.room(pool) && gate_.gate_slots(r, pool) <= gate_.slot_room(pool);
+}
+
 // Keeps a command for the program's restore; its reply goes out then.
 std::optional<Frame> MemorySide::hold(uint64_t program, const std::vector<uint8_t>& bytes, uint64_t rid,
-                                      const caf::actor& sender, const Defer& defer, int64_t growth) {
-  held_[program].push_back(Held{bytes, rid, sender, defer(), growth, 0});
+                                      const caf::actor& sender, const Defer& defer, int64_t growth,
+                                      int64_t growth_slots) {
+  held_[program].push_back(Held{bytes, rid, sender, defer(), growth, growth_slots, 0});
   notify(program);
   return std::nullopt;
 }
@@ -99,9 +107,10 @@ void MemorySide::notify(uint64_t program) const {
 
 Frame MemorySide::start(const Request& r, uint64_t rid, const caf::actor& sender, uint64_t program) {
   const int64_t end = gate_.end_after(r, link_.pool());
+  const bool slot = gate_.gate_slots(r, link_.pool()) > 0;
   auto id = link_.submit(r, sender, rid);
   if (!id) return encode_error_envelope(rid, id.error());
-  if (program != 0) gate_.reserve(*id, r, program, end);
+  if (program != 0) gate_.reserve(*id, r, program, end, slot);
   return encode_submitted(rid, *id);
 }
 
@@ -123,7 +132,7 @@ bool MemorySide::start_waiting() {
     std::optional<Error> never = req && owner ? gate_.never_fits(*req, owner->blocks, pool) : std::nullopt;
     const uint64_t paused =
         req ? programs_.hold_owner(named(*req), true) : 0;  // one it reads was paused meanwhile
-    if (req && !never && !paused && gate_.gate_pages(*req, pool) > gate_.room(pool)) return false;
+    if (req && !never && !paused && !fits(*req, pool)) return false;
     Held go = std::move(h);
     waiting_.pop_front();
     if (!req) continue;
@@ -142,21 +151,24 @@ bool MemorySide::start_waiting() {
 Frame MemorySide::status(uint64_t rid, uint64_t id, const ProgramRecord& p) {
   const PoolView& pool = link_.pool();
   const ProgramTable::Holdings h = programs_.holdings(id, pool);
-  int64_t wanted = gate_.kept_for(id, p.blocks, pool);
+  int64_t wanted = gate_.kept_for(id, p.blocks, pool),
+          wanted_slots = gate_.slots_kept_for(id, p.blocks, pool);
   size_t held = 0;
+  auto count = [&](const Held& x) {
+    ++held;
+    wanted += x.growth;
+    wanted_slots += x.growth_slots;
+  };
   if (auto it = held_.find(id); it != held_.end())
-    for (const Held& x : it->second) {
-      ++held;
-      wanted += x.growth;
-    }
+    for (const Held& x : it->second) count(x);
   for (const Held& x : waiting_)
-    if (x.program == id) {
-      ++held;
-      wanted += x.growth;
-    }
+    if (x.program == id) count(x);
+  // Paused: the slots its restore takes back, as its pages are counted by the scheduler.
+  const int64_t slots = p.state == ProgramState::paused ? programs_.restore_slots(id, pool) : h.slots;
   return encode_program_status(rid, id, p.state, static_cast<uint32_t>(h.pages),
                                static_cast<uint64_t>(h.tokens), p.acting, static_cast<uint32_t>(h.pending),
-                               static_cast<uint32_t>(held), static_cast<uint32_t>(wanted));
+                               static_cast<uint32_t>(held), static_cast<uint32_t>(wanted),
+                               static_cast<uint32_t>(slots), static_cast<uint32_t>(wanted_slots));
 }
 
 Frame MemorySide::on_program(uint64_t rid, const ProgramCmd& pc) {
@@ -245,6 +257,14 @@ Status MemorySide::restore(uint64_t program, const ProgramRecord& p, const std::
     return make_error(Errc::out_of_memory, "KV cache full: restoring " + name + " needs " +
                                                std::to_string(need) + " pages; " + std::to_string(free) +
                                                " are free, " + std::to_string(free - left) +
+                                               " of them kept for running requests; nothing was restored");
+  const int64_t need_slots = programs_.restore_slots(program, pool);
+  const int64_t free_slots = pool.n_free_slots(), slots_left = gate_.slot_room(pool);
+  if (need_slots > slots_left && need_slots <= free_slots)
+    return make_error(Errc::out_of_memory, "linear-state slots full: restoring " + name + " needs " +
+                                               std::to_string(need_slots) + "; " +
+                                               std::to_string(free_slots) + " are free, " +
+                                               std::to_string(free_slots - slots_left) +
                                                " of them kept for running requests; nothing was restored");
   return link_.restore(p.blocks);
 }

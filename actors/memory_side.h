@@ -46,8 +46,9 @@ class MemorySide {
     uint64_t rid = 0;  // the requester's id for it
     caf::actor sender;
     Deliver deliver;
-    int64_t growth = 0;    // pages its block may grow by (what it wants, for the status)
-    uint64_t program = 0;  // waiting for room: whose it is
+    int64_t growth = 0;        // pages its block may grow by (what it wants, for the status)
+    int64_t growth_slots = 0;  // ... and the linear-state slot it needs
+    uint64_t program = 0;      // waiting for room: whose it is
   };
   static std::vector<BlockId> named(const Request& r);  // its view and the block it writes
   std::optional<Frame> on_create(uint64_t rid, const CreateBlockCmd& c);
@@ -55,7 +56,9 @@ class MemorySide {
                                   const caf::actor& sender, const Defer& defer);
   Frame on_block_op(uint64_t rid, const BlockOpCmd& op);
   std::optional<Frame> hold(uint64_t program, const std::vector<uint8_t>& bytes, uint64_t rid,
-                            const caf::actor& sender, const Defer& defer, int64_t growth);
+                            const caf::actor& sender, const Defer& defer, int64_t growth,
+                            int64_t growth_slots);
+  bool fits(const Request& r, const PoolView& pool) const;  // room for it: pages and slots
   void notify(uint64_t program) const;
   Frame start(const Request& r, uint64_t rid, const caf::actor& sender, uint64_t program);
   bool start_waiting();

@@ -40,6 +40,7 @@ EngineOptions engine_options(const topology::Topology& t) {
   eo.n_pages = t.engine.pages;
   eo.token_budget = t.engine.token_budget;
   eo.max_view_tokens = t.engine.max_view_tokens;
+  eo.linear_slots = t.engine.linear_slots;
   return eo;
 }
 

@@ -74,6 +74,7 @@ class Scheduler {
 
   void run() {
     self_->send(memory_, scheduler_atom::value);  // it tells us when a scheduled request waits
+    learn_slots();
     const double period = opts_.policy.check_period_s;
     bool running = true, due = false;
     double last = now();
@@ -121,6 +122,18 @@ class Scheduler {
 
  private:
   double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+  // Hybrid models: the node counts linear-state slots (a GPU's, or a CPU limit); unless told a
+  // number, the scheduler shares what the node has.
+  void learn_slots() {
+    if (opts_.policy.capacity_slots > 0) return;
+    auto hb = ask(self_, memory_, encode_heartbeat(0, "", 0, 0), std::chrono::seconds(30));
+    if (!hb || hb->slots_total == 0) return;
+    opts_.policy.capacity_slots = hb->slots_total;
+    policy_ = ProgramPolicy(opts_.policy);
+    std::lock_guard<std::mutex> lock(shared_->m);
+    shared_->opts.policy.capacity_slots = hb->slots_total;
+  }
 
   Result<Reply> call(const ProgramCmd& c) {
     return ask(self_, memory_, encode_program(0, c), std::chrono::seconds(30));
@@ -177,6 +190,9 @@ class Scheduler {
     // or need to start; one never admitted, at least what its start was said to take.
     s.pages = p.admitted ? p.pages + st.wanted_pages
                          : std::max(p.need_pages, static_cast<int64_t>(st.wanted_pages));
+    // Linear-state slots (hybrid models where they are counted): those its blocks hold (paused:
+    // those its restore takes) and those its requests need.
+    s.slots = st.slots + st.wanted_slots;
     // Reasoning while it has a request in the engine or one waiting for its restore; acting
     // otherwise: in a tool call (its pages weigh less the longer the tool runs) or waiting for
     // an event (its pages weigh fully: nothing says how long it will wait).
@@ -226,7 +242,7 @@ class Scheduler {
   PolicyDecision decide(double t, const std::vector<ProgramSnapshot>& snaps) const {
     if (opts_.mode == SchedulingMode::program) return policy_.decide(t, snaps);
     return decide_baseline(opts_.mode == SchedulingMode::ttl ? BaselinePolicy::ttl : BaselinePolicy::lru,
-                           opts_.ttl_s, opts_.policy.capacity_pages, t, snaps);
+                           opts_.ttl_s, opts_.policy.capacity_pages, t, snaps, opts_.policy.capacity_slots);
   }
 
   // Tool environments made again: near the head of the queue and asking for the engine (not

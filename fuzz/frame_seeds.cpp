@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
       {"view", encode_view_snapshot(21, {{0, "prompt", 10, 10}, {1, "out", 4, 3}})},
       {"status", encode_program_status(14, 5, 1, 0, 100)},
       {"status_waiting", encode_program_status(24, 5, 0, 12, 300, true, 2, 1, 40)},
+      {"status_slots", encode_program_status(25, 6, 0, 4, 60, false, 1, 1, 8, 2, 1)},
+      {"heartbeat_slots", encode_heartbeat(26, "n1", 10, 64, 3, 4)},
       {"token", encode_event(15, token, "é")},
       {"probe_result", encode_event(16, probe, "")},
       {"finished", encode_event(17, done, "")},

@@ -63,13 +63,14 @@ Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
 
 Frame encode_program_status(uint64_t request_id, uint64_t program, ProgramState state,
                             uint32_t resident_pages, uint64_t tokens, bool acting, uint32_t pending,
-                            uint32_t held, uint32_t wanted_pages) {
+                            uint32_t held, uint32_t wanted_pages, uint32_t slots, uint32_t wanted_slots) {
   flatbuffers::FlatBufferBuilder fbb;
-  return finish(fbb, request_id, wire::Payload::ProgramStatus,
-                wire::CreateProgramStatus(fbb, program, static_cast<wire::ProgramState>(state),
-                                          acting ? wire::Phase::acting : wire::Phase::reasoning,
-                                          resident_pages, tokens, pending, held, wanted_pages)
-                    .Union());
+  return finish(
+      fbb, request_id, wire::Payload::ProgramStatus,
+      wire::CreateProgramStatus(fbb, program, static_cast<wire::ProgramState>(state),
+                                acting ? wire::Phase::acting : wire::Phase::reasoning, resident_pages, tokens,
+                                pending, held, wanted_pages, slots, wanted_slots)
+          .Union());
 }
 
 Frame encode_free_block(uint64_t request_id, BlockId block) {
@@ -275,13 +276,13 @@ Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>&
 }
 
 Frame encode_heartbeat(uint64_t request_id, const std::string& node_id, uint32_t pages_used,
-                       uint32_t pages_total) {
+                       uint32_t pages_total, uint32_t slots_used, uint32_t slots_total) {
   flatbuffers::FlatBufferBuilder fbb(128);
   const auto id = fbb.CreateString(node_id);
-  return finish(
-      fbb, request_id, wire::Payload::Heartbeat,
-      wire::CreateHeartbeat(fbb, id, static_cast<uint64_t>(wall_clock_ms()), pages_used, pages_total)
-          .Union());
+  return finish(fbb, request_id, wire::Payload::Heartbeat,
+                wire::CreateHeartbeat(fbb, id, static_cast<uint64_t>(wall_clock_ms()), pages_used,
+                                      pages_total, slots_used, slots_total)
+                    .Union());
 }
 
 Frame encode_submitted(uint64_t request_id, RequestId request) {
@@ -362,6 +363,8 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
     r.held = ps->held();
     r.tokens = static_cast<int64_t>(ps->tokens());
     r.wanted_pages = ps->wanted_pages();
+    r.slots = ps->slots();
+    r.wanted_slots = ps->wanted_slots();
   } else if (const auto* w = env->payload_as_ProgramWaiting()) {
     r.id = static_cast<int64_t>(w->program());
   } else if (const auto* h = env->payload_as_Heartbeat()) {
@@ -369,6 +372,8 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
     r.unix_ms = h->unix_ms();
     r.pages = h->pages_used();
     r.pages_total = h->pages_total();
+    r.slots = h->slots_used();
+    r.slots_total = h->slots_total();
   } else if (const auto* e = env->payload_as_Error()) {
     r.text = e->message() ? e->message()->str() : "";
     const int code = static_cast<int>(e->code());

@@ -80,7 +80,8 @@ Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& n
 Frame encode_submitted(uint64_t request_id, RequestId request);
 Frame encode_program_status(uint64_t request_id, uint64_t program, ProgramState state,
                             uint32_t resident_pages, uint64_t tokens, bool acting = false,
-                            uint32_t pending = 0, uint32_t held = 0, uint32_t wanted_pages = 0);
+                            uint32_t pending = 0, uint32_t held = 0, uint32_t wanted_pages = 0,
+                            uint32_t slots = 0, uint32_t wanted_slots = 0);
 Frame encode_event(uint64_t request_id, const Event& e, const std::string& text);
 struct BlockSummary {  // a BlockInfo
   BlockId block = -1;
@@ -90,10 +91,11 @@ struct BlockSummary {  // a BlockInfo
   bool operator==(const BlockSummary&) const = default;
 };
 Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks);
-// A Heartbeat: the sender's node id, its KV pool and its clock (wall_clock_ms, stamped here) — for
-// cluster liveness and placement; a client sends one with its own id and gets the node's back.
+// A Heartbeat: the sender's node id, its KV pool (and linear-state slots) and its clock
+// (wall_clock_ms, stamped here) — for cluster liveness and placement, and a scheduler's
+// capacities; a client sends one with its own id and gets the node's back.
 Frame encode_heartbeat(uint64_t request_id, const std::string& node_id, uint32_t pages_used,
-                       uint32_t pages_total);
+                       uint32_t pages_total, uint32_t slots_used = 0, uint32_t slots_total = 0);
 
 // A RequestFinished with reason error and node_lost: the node running `request` went away
 // (cluster/node_link.h); the gateway resumes such a turn on another node.
@@ -130,9 +132,12 @@ struct Reply {
   int64_t pending = 0, held = 0;                  // ProgramStatus: request holds on its blocks; requests held
   int64_t tokens = 0;                             // ProgramStatus: tokens in its blocks
   int64_t wanted_pages = 0;                       // ProgramStatus: pages its requests may still take
-  int64_t pages_total = 0;                        // Heartbeat: the pool (pages: those in use)
-  uint64_t unix_ms = 0;                           // Heartbeat
-  std::vector<BlockSummary> blocks;               // BlockInfo (one), ViewSnapshot (one per block)
+  int64_t slots = 0, wanted_slots = 0;            // ProgramStatus: linear-state slots held, and wanted;
+                                                  // Heartbeat: slots in use (slots_total: all)
+  int64_t slots_total = 0;
+  int64_t pages_total = 0;           // Heartbeat: the pool (pages: those in use)
+  uint64_t unix_ms = 0;              // Heartbeat
+  std::vector<BlockSummary> blocks;  // BlockInfo (one), ViewSnapshot (one per block)
 };
 // A frame that does not verify is an error; an Error frame is a Reply of kind error (its code
 // and message kept). ask() (actors/submit.h) turns the latter into the same Error.

@@ -184,13 +184,15 @@ void Loader::read(const YAML::Node& root) {
     if (t.model == "default") t.model.clear();
   }
   if (auto e = root["engine"]) {
-    r.keys(e, "engine", {"threads", "pages", "token_budget", "max_view_tokens"});
+    r.keys(e, "engine", {"threads", "pages", "token_budget", "max_view_tokens", "linear_slots"});
     if (auto v = e["threads"]) t.engine.threads = static_cast<int>(r.integer(v, "engine.threads", 0, 1024));
     if (auto v = e["pages"]) t.engine.pages = r.integer(v, "engine.pages", 16, int64_t{1} << 24);
     if (auto v = e["token_budget"])
       t.engine.token_budget = static_cast<int>(r.integer(v, "engine.token_budget", 1, 1 << 16));
     if (auto v = e["max_view_tokens"])
       t.engine.max_view_tokens = r.integer(v, "engine.max_view_tokens", 16, int64_t{1} << 22);
+    if (auto v = e["linear_slots"])
+      t.engine.linear_slots = static_cast<int>(r.integer(v, "engine.linear_slots", 0, 1 << 16));
   }
   read_params(root["params"]);
   if (auto b = root["budget"]) {

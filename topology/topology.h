@@ -111,6 +111,7 @@ struct Engine {
   int64_t pages = 1024;    // KV pages of 16 positions
   int token_budget = 256;  // tokens per step
   int64_t max_view_tokens = 8192;
+  int linear_slots = 0;  // hybrid models: blocks holding a linear state at once (EngineOptions::linear_slots)
 };
 
 struct Topology {

@@ -1,5 +1,8 @@
 #include "actors/memory/pool_view.h"
 
+#include "engine/forward/linear_slots.h"
+#include "engine/forward/linear_state.h"
+
 namespace chorus {
 
 int64_t StoreView::n_pages() const {
@@ -7,6 +10,15 @@ int64_t StoreView::n_pages() const {
 }
 int64_t StoreView::n_free() const {
   return store_.kv().n_free();
+}
+
+int64_t StoreView::n_slots() const {
+  const LinearSlots* s = store_.kv().linear_slots();
+  return s ? s->capacity() : 0;
+}
+int64_t StoreView::n_free_slots() const {
+  const LinearSlots* s = store_.kv().linear_slots();
+  return s ? s->free() : 0;
 }
 
 std::optional<BlockStat> StoreView::stat(BlockId b) const {
@@ -20,6 +32,8 @@ std::optional<BlockStat> StoreView::stat(BlockId b) const {
   s.holds = x.holds;
   s.paused = x.paused;
   s.paused_cached = x.paused_cached;
+  if (const LinearSlots* slots = store_.kv().linear_slots())
+    for (const Extent& e : x.extents) s.slot = s.slot || (e.kv.linear && slots->holds(*e.kv.linear));
   return s;
 }
 

@@ -19,6 +19,7 @@ struct BlockStat {
   int holds = 0;       // pending requests naming it
   bool paused = false;
   int64_t paused_cached = 0;  // paused: the positions a restore rebuilds
+  bool slot = false;          // hybrid models with counted slots: it holds a linear-state slot now
 };
 
 class PoolView {
@@ -27,9 +28,23 @@ class PoolView {
   virtual int64_t n_pages() const = 0;
   virtual int64_t n_free() const = 0;
   virtual std::optional<BlockStat> stat(BlockId b) const = 0;  // nullopt: no such live block
+  // Hybrid models: the linear-state slots (engine/forward/linear_slots.h); 0 of 0 when nothing
+  // limits them (then nothing counts them either).
+  virtual int64_t n_slots() const { return 0; }
+  virtual int64_t n_free_slots() const { return 0; }
   int64_t pages(BlockId b) const {
     auto s = stat(b);
     return s ? s->pages : 0;
+  }
+  // What a block takes in slots: now (0 or 1), and when restored (1 once it has tokens).
+  int64_t slots(BlockId b) const {
+    auto s = stat(b);
+    return s && s->slot ? 1 : 0;
+  }
+  int64_t restore_slots(BlockId b) const {
+    if (n_slots() == 0) return 0;
+    auto s = stat(b);
+    return s && s->paused && s->paused_cached > 0 ? 1 : 0;
   }
 };
 
@@ -37,9 +52,12 @@ class PoolView {
 struct PoolSnapshot final : PoolView {
   uint64_t version = 0;  // a later snapshot of the same pool has a larger one
   int64_t pool_pages = 0, free_pages = 0;
+  int64_t pool_slots = 0, free_slots = 0;
   std::map<BlockId, BlockStat> blocks;
   int64_t n_pages() const override { return pool_pages; }
   int64_t n_free() const override { return free_pages; }
+  int64_t n_slots() const override { return pool_slots; }
+  int64_t n_free_slots() const override { return free_slots; }
   std::optional<BlockStat> stat(BlockId b) const override {
     auto it = blocks.find(b);
     if (it == blocks.end()) return std::nullopt;
@@ -53,6 +71,8 @@ class StoreView final : public PoolView {
   explicit StoreView(const BlockStore& store) : store_(store) {}
   int64_t n_pages() const override;
   int64_t n_free() const override;
+  int64_t n_slots() const override;
+  int64_t n_free_slots() const override;
   std::optional<BlockStat> stat(BlockId b) const override;
 
  private:

@@ -37,6 +37,7 @@ ProgramTable::Holdings ProgramTable::holdings(uint64_t id, const PoolView& pool)
         h.pages += s->pages;
         h.tokens += s->tokens;
         h.pending += s->holds;
+        h.slots += s->slot ? 1 : 0;
       }
   return h;
 }
@@ -46,6 +47,13 @@ int64_t ProgramTable::restore_pages(uint64_t id, const PoolView& pool) const {
   if (const ProgramRecord* p = find(id))
     for (BlockId b : p->blocks)
       if (auto s = pool.stat(b); s && s->paused) need += KvCache::pages_for(s->paused_cached);
+  return need;
+}
+
+int64_t ProgramTable::restore_slots(uint64_t id, const PoolView& pool) const {
+  int64_t need = 0;
+  if (const ProgramRecord* p = find(id))
+    for (BlockId b : p->blocks) need += pool.restore_slots(b);
   return need;
 }
 

@@ -38,13 +38,15 @@ class ProgramTable {
   // A freed block leaves the program that had it.
   void forget_block(BlockId b);
 
-  // What a program holds now: pages, tokens in its blocks, and the requests that hold them.
+  // What a program holds now: pages, tokens in its blocks, the requests that hold them, and
+  // (hybrid models with counted slots) the linear-state slots its blocks hold.
   struct Holdings {
-    int64_t pages = 0, tokens = 0, pending = 0;
+    int64_t pages = 0, tokens = 0, pending = 0, slots = 0;
   };
   Holdings holdings(uint64_t id, const PoolView& pool) const;
   // The pages a restore of its paused blocks takes.
   int64_t restore_pages(uint64_t id, const PoolView& pool) const;
+  int64_t restore_slots(uint64_t id, const PoolView& pool) const;  // ... and slots
 
  private:
   std::map<uint64_t, ProgramRecord> programs_;

@@ -51,31 +51,60 @@ int64_t RoomGate::room(const PoolView& pool) const {
   return n;
 }
 
+int64_t RoomGate::gate_slots(const Request& r, const PoolView& pool) const {
+  if (pool.n_slots() == 0 || r.kind == RequestKind::append) return 0;
+  if (r.kind == RequestKind::probe) return 1;
+  if (pool.slots(r.write_to) > 0) return 0;
+  auto it = block_res_.find(r.write_to);
+  return it != block_res_.end() && it->second.slot ? 0 : 1;
+}
+
+int64_t RoomGate::slot_room(const PoolView& pool) const {
+  int64_t n = pool.n_free_slots();
+  for (const auto& [b, x] : block_res_) n -= slot_kept(b, x, pool) ? 1 : 0;
+  for (const auto& [id, x] : reserved_) n -= x.probe_slot ? 1 : 0;
+  return n;
+}
+
 std::optional<Error> RoomGate::never_fits(const Request& r, std::span<const BlockId> program_blocks,
                                           const PoolView& pool) const {
   const int64_t need = gate_pages(r, pool), size = pool.n_pages();
   int64_t own = 0;
   for (BlockId b : program_blocks) own += pool.pages(b) + outstanding(b, pool);
-  if (need + own <= size) return std::nullopt;
-  return make_error(Errc::out_of_memory, "KV cache too small: the request may write " + std::to_string(need) +
-                                             " pages and its program holds " + std::to_string(own) +
-                                             "; the pool has " + std::to_string(size));
+  if (need + own > size)
+    return make_error(Errc::out_of_memory, "KV cache too small: the request may write " +
+                                               std::to_string(need) + " pages and its program holds " +
+                                               std::to_string(own) + "; the pool has " +
+                                               std::to_string(size));
+  const int64_t need_slots = gate_slots(r, pool);
+  if (need_slots == 0) return std::nullopt;
+  int64_t own_slots = 0;
+  for (BlockId b : program_blocks) {
+    own_slots += pool.slots(b);
+    if (auto it = block_res_.find(b); it != block_res_.end() && slot_kept(b, it->second, pool)) ++own_slots;
+  }
+  if (need_slots + own_slots <= pool.n_slots()) return std::nullopt;
+  return make_error(Errc::out_of_memory,
+                    "too few linear-state slots: the request needs one and its program holds " +
+                        std::to_string(own_slots) + "; the node has " + std::to_string(pool.n_slots()) +
+                        " (--linear-slots)");
 }
 
 int64_t RoomGate::end_after(const Request& r, const PoolView& pool) const {
   return r.kind == RequestKind::probe ? 0 : reserved_end(r.write_to, pool) + adds(r);
 }
 
-void RoomGate::reserve(RequestId id, const Request& r, uint64_t program, int64_t end) {
+void RoomGate::reserve(RequestId id, const Request& r, uint64_t program, int64_t end, bool slot) {
   if (r.kind == RequestKind::probe) {
-    reserved_[id] = Reservation{-1, probe_pages(r), program};
+    reserved_[id] = Reservation{-1, probe_pages(r), slot, program};
     return;
   }
   if (r.kind == RequestKind::append) return;
   BlockReservation& br = block_res_[r.write_to];
   br.end = end;
   ++br.writers;
-  reserved_[id] = Reservation{r.write_to, 0, program};
+  br.slot = br.slot || slot;
+  reserved_[id] = Reservation{r.write_to, 0, false, program};
 }
 
 bool RoomGate::release(RequestId id) {
@@ -94,6 +123,16 @@ int64_t RoomGate::kept_for(uint64_t program, std::span<const BlockId> program_bl
   for (BlockId b : program_blocks) n += outstanding(b, pool);
   for (const auto& [id, x] : reserved_)
     if (x.program == program) n += x.probe_pages;
+  return n;
+}
+
+int64_t RoomGate::slots_kept_for(uint64_t program, std::span<const BlockId> program_blocks,
+                                 const PoolView& pool) const {
+  int64_t n = 0;
+  for (BlockId b : program_blocks)
+    if (auto it = block_res_.find(b); it != block_res_.end() && slot_kept(b, it->second, pool)) ++n;
+  for (const auto& [id, x] : reserved_)
+    if (x.program == program && x.probe_slot) ++n;
   return n;
 }
 

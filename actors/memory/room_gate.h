@@ -12,6 +12,10 @@
 //   gate_pages(r)     the room r needs to start: pages its block may take once r has written all
 //                     it may (after its reserved writers), beyond those held and those kept
 //   room()            free pages less everything kept (outstanding, probes' scratch)
+// Hybrid models with counted linear-state slots (PoolView::n_slots() > 0) count slots the same
+// way: a request needs one for a block that holds none yet (and none is kept for it) and a probe
+// one for its scratch block; slot_room() is the free slots less those kept for reserved requests
+// whose blocks have not taken theirs yet.
 // Thread-compatible (the memory side's own state).
 #pragma once
 
@@ -36,6 +40,8 @@ class RoomGate {
   int64_t growth_pages(const Request& r, const PoolView& pool) const;
   int64_t gate_pages(const Request& r, const PoolView& pool) const;
   int64_t room(const PoolView& pool) const;
+  int64_t gate_slots(const Request& r, const PoolView& pool) const;  // 0 or 1
+  int64_t slot_room(const PoolView& pool) const;
 
   // A request that could never start: what it may write beside its program's pages (those of
   // `program_blocks` now, or as far as their reserved writers may take them, which stay while
@@ -45,24 +51,32 @@ class RoomGate {
 
   // `r` is about to be submitted: the block length it may reach, to pass to reserve().
   int64_t end_after(const Request& r, const PoolView& pool) const;
-  // It was submitted as `id` for `program`: its room is kept from now on.
-  void reserve(RequestId id, const Request& r, uint64_t program, int64_t end);
+  // It was submitted as `id` for `program`: its room is kept from now on (`slot`: a slot too,
+  // gate_slots() before it was submitted).
+  void reserve(RequestId id, const Request& r, uint64_t program, int64_t end, bool slot = false);
   // It ended: its block's room goes when the block's last reserved writer does. False when it
   // was not reserved.
   bool release(RequestId id);
 
   // Pages kept for `program`'s running requests: its blocks' outstanding and its probes'.
   int64_t kept_for(uint64_t program, std::span<const BlockId> program_blocks, const PoolView& pool) const;
+  int64_t slots_kept_for(uint64_t program, std::span<const BlockId> program_blocks,
+                         const PoolView& pool) const;
   bool empty() const { return reserved_.empty(); }
 
  private:
   struct BlockReservation {
     int64_t end = 0;
     int writers = 0;
+    bool slot = false;  // a slot is kept for the block until it holds one
   };
+  bool slot_kept(BlockId b, const BlockReservation& br, const PoolView& pool) const {
+    return br.slot && pool.slots(b) == 0;
+  }
   struct Reservation {
     BlockId block = -1;       // the block it writes (-1: a probe)
     int64_t probe_pages = 0;  // a probe's scratch block
+    bool probe_slot = false;  // ... and its slot
     uint64_t program = 0;
   };
   std::map<RequestId, Reservation> reserved_;

@@ -43,7 +43,8 @@ Result<cluster::NodeRecord> node_record(const NodeArgs& args, const NodePortEndp
 }  // namespace
 
 int run_node(const NodeArgs& args) {
-  auto served = load_served("node", args.model, args.threads, args.pages, args.budget, 0, args.device);
+  auto served = load_served("node", args.model, args.threads, args.pages, args.budget, 0, args.device,
+                            args.linear_slots);
   if (!served) return 1;
   const auto& model = served->model;
   const auto& device = served->device;

@@ -85,7 +85,8 @@ int run_run(const RunArgs& args) {
     }
     const EngineOptions a = engine_options(t), b = engine_options(first);
     if (a.n_pages != b.n_pages || a.token_budget != b.token_budget ||
-        a.max_view_tokens != b.max_view_tokens || t.engine.threads != first.engine.threads) {
+        a.max_view_tokens != b.max_view_tokens || a.linear_slots != b.linear_slots ||
+        t.engine.threads != first.engine.threads) {
       std::fprintf(stderr,
                    "chorus run: %s and %s have different engine: sections; programs on one engine share one "
                    "(make them equal)\n",

@@ -18,8 +18,8 @@
 
 namespace chorus::app {
 int run_serve(const ServeArgs& args) {
-  auto served =
-      load_served("serve", args.model, args.threads, args.pages, args.budget, args.ctx, args.device);
+  auto served = load_served("serve", args.model, args.threads, args.pages, args.budget, args.ctx, args.device,
+                            args.linear_slots);
   if (!served) return 1;
   const auto& model = served->model;
   const auto& device = served->device;

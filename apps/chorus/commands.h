@@ -72,7 +72,8 @@ struct NodeArgs {
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::string events_endpoint = "tcp://127.0.0.1:*";  // PUB socket for event frames; "" none
   int64_t pages = 2048;                               // KV pages of 16 positions
-  int budget = 256;                                   // tokens per engine step
+  int linear_slots = 0;  // hybrid models: blocks holding a linear state at once (EngineOptions)
+  int budget = 256;      // tokens per engine step
   int threads = 0;
   size_t max_frame_bytes = 64u << 20;
   std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
@@ -131,6 +132,7 @@ struct ServeArgs {
   int port = 8000;                 // 0: any free port (printed)
   std::string model_name;          // as /v1/models lists it ("": the model's name)
   int64_t pages = 2048;            // KV pages of 16 positions, shared by all programs
+  int linear_slots = 0;            // hybrid models: blocks holding a linear state at once (EngineOptions)
   int64_t host_pages = 8192;       // pages host memory may hold for offloaded programs
   int budget = 256;                // tokens per engine step
   int ctx = 4096;                  // longest conversation (tokens)
@@ -172,7 +174,7 @@ struct Served;
 // Loads them or prints "chorus CMD: <error>" and returns nullptr.
 std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, int threads, int64_t pages,
                                     int budget, int64_t max_view_tokens = 0,
-                                    const std::string& device = "cpu");
+                                    const std::string& device = "cpu", int linear_slots = 0);
 
 // The serving commands (serve, node, coordinator) run until SIGINT or SIGTERM: stop_on_signals()
 // installs the handlers, wait_for_stop() returns once one came (or request_stop() was called).

@@ -6,6 +6,20 @@
 #include "apps/chorus/commands.h"
 #include "engine/model/model_paths.h"
 
+namespace {
+
+// `--linear-slots` (node, serve): EngineOptions::linear_slots.
+void add_linear_slots(CLI::App* cmd, int* slots) {
+  cmd->add_option(
+         "--linear-slots", *slots,
+         "Hybrid models: blocks whose linear state is held at once (each written or read; a paused one "
+         "holds none); 0: on a GPU 64 or what half its memory holds, on the CPU no limit")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "chorus: a runtime for asynchronous LLM agents that share one model's KV cache.\n"
@@ -126,6 +140,7 @@ int main(int argc, char** argv) {
                    "ZeroMQ PUB endpoint for event frames (topics block:<id>); empty for none")
       ->capture_default_str();
   node_cmd->add_option("--pages", node.pages, "KV cache pages of 16 positions")->capture_default_str();
+  add_linear_slots(node_cmd, &node.linear_slots);
   node_cmd->add_option("--budget", node.budget, "Tokens per engine step")->capture_default_str();
   node_cmd->add_option("-t,--threads", node.threads, "Compute threads; 0 one per core")
       ->capture_default_str();
@@ -261,6 +276,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve_cmd->add_option("--host-pages", serve.host_pages, "Pages host memory may hold for offloaded programs")
       ->capture_default_str();
+  add_linear_slots(serve_cmd, &serve.linear_slots);
   serve_cmd->add_option("--budget", serve.budget, "Tokens per engine step")->capture_default_str();
   serve_cmd->add_option("--ctx", serve.ctx, "Longest conversation in tokens; also the max_tokens limit")
       ->capture_default_str();

@@ -59,7 +59,7 @@ void wait_for_stop() {
 
 std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_path, int threads,
                                     int64_t pages, int budget, int64_t max_view_tokens,
-                                    const std::string& device_name) {
+                                    const std::string& device_name, int linear_slots) {
   auto s = std::make_unique<Served>();
   auto model = Model::load(model_path);
   if (!report(cmd, model)) return nullptr;
@@ -75,6 +75,7 @@ std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_pa
   EngineOptions eo;
   eo.n_pages = pages;
   eo.token_budget = budget;
+  eo.linear_slots = linear_slots;
   if (max_view_tokens > 0) eo.max_view_tokens = max_view_tokens;
   auto engine = Engine::create(*s->model, *s->device, eo, s->gpu.get());
   if (!report(cmd, engine)) return nullptr;

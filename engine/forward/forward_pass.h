@@ -23,9 +23,11 @@ class CpuRunner;
 class ForwardPass {
  public:
   // `max_tokens` per forward, `n_pages` KV pages. With `gpu`, the CUDA runner's errors come back
-  // (a model it does not run yet, a pool too small). REQUIRES: model, cpu and gpu outlive it.
+  // (a model it does not run yet, a pool too small). `linear_slots` (hybrid models): blocks
+  // that may hold a linear state at once; 0: on a GPU the runner's default, on the CPU no limit.
+  // REQUIRES: model, cpu and gpu outlive it.
   static Result<std::unique_ptr<ForwardPass>> create(const Model& model, CpuDevice& cpu, int max_tokens,
-                                                     int64_t n_pages, CudaDevice* gpu);
+                                                     int64_t n_pages, CudaDevice* gpu, int linear_slots = 0);
   ~ForwardPass();
 
   KvCache& kv() { return kv_; }
@@ -33,6 +35,7 @@ class ForwardPass {
   bool on_gpu() const { return runner_->on_gpu(); }
   std::string describe() const { return runner_->describe(); }
   CpuRunner* cpu_runner();  // null on a GPU
+  Runner& runner() { return *runner_; }
 
   // Runner::run on this pass's cache.
   Status run(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, float* logits,

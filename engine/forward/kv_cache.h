@@ -23,6 +23,8 @@
 
 namespace chorus {
 
+class LinearSlots;
+
 struct ModelConfig;
 struct LinearState;
 
@@ -62,6 +64,10 @@ class KvCache {
   int64_t n_pages() const { return n_pages_; }
   int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
   size_t bytes() const { return bytes_; }
+  // Hybrid models: the runner's linear-state slots, which the sequences' linear states hold
+  // (engine/forward/linear_slots.h); null when nothing limits them. Set by ForwardPass.
+  void set_linear_slots(const LinearSlots* s) { slots_ = s; }
+  const LinearSlots* linear_slots() const { return slots_; }
 
   // Grows `seq` to hold `n_tokens` positions. Errors: Errc::out_of_memory when the pool runs
   // out (the sequence keeps the pages it had).
@@ -101,6 +107,7 @@ class KvCache {
   int kv_dim_ = 0;
   int n_kv_layer_ = 0;
   KvPageStore* store_ = nullptr;  // the data's home when not data_
+  const LinearSlots* slots_ = nullptr;
   size_t bytes_ = 0;
   std::unique_ptr<float[]> data_;  // [n_kv_layer][K, V][n_pages][16 * kv_dim], or none (store_)
   std::vector<int32_t> free_;      // free page ids (a stack)

@@ -6,17 +6,23 @@
 
 namespace chorus {
 
-std::function<Status(SequenceKv&, const LinearGroup&)> own_linear_state(const ModelConfig& c) {
-  return [&c](SequenceKv& s, const LinearGroup& g) -> Status {
+std::function<Status(SequenceKv&, const LinearGroup&)> own_linear_state(const ModelConfig& c,
+                                                                        LinearSlots* slots) {
+  return [&c, slots](SequenceKv& s, const LinearGroup& g) -> Status {
+    std::shared_ptr<LinearState> fresh;
     if (!s.linear) {
       if (g.start > 0)
         return make_error(Errc::invalid_argument, "sequence " + std::to_string(g.seq) + " has " +
                                                       std::to_string(g.start) +
                                                       " tokens but no linear-layer state");
-      s.linear = LinearState::create(c);
+      fresh = LinearState::create(c);
     } else if (s.linear.use_count() > 1) {
-      s.linear = s.linear->clone();
+      fresh = s.linear->clone();
+    } else if (slots && !slots->holds(*s.linear)) {
+      return slots->acquire(*s.linear);
     }
+    if (fresh && slots) CHORUS_TRY(slots->acquire(*fresh));
+    if (fresh) s.linear = std::move(fresh);
     return Status::success();
   };
 }

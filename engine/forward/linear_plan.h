@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "engine/forward/batch.h"
+#include "engine/forward/linear_slots.h"
 #include "engine/forward/linear_state.h"
 
 namespace chorus {
@@ -47,8 +48,10 @@ Status plan_linear_groups(bool chain_reads, std::span<const BatchToken> batch,
                           std::span<SequenceKv* const> seqs, std::span<const View> views,
                           const std::function<Status(SequenceKv& s, const LinearGroup& g)>& own,
                           std::vector<LinearGroup>* groups);
-// The CPU's `own`: LinearState::create, or clone() when another holder shares it.
-std::function<Status(SequenceKv&, const LinearGroup&)> own_linear_state(const ModelConfig& c);
+// The CPU's `own`: LinearState::create, or clone() when another holder shares it; each with a
+// slot of `slots` when the runner counts them (a state that lost its slot gets one again).
+std::function<Status(SequenceKv&, const LinearGroup&)> own_linear_state(const ModelConfig& c,
+                                                                        LinearSlots* slots = nullptr);
 // After the step: each written sequence's state and cached view now hold its new tokens.
 void finish_linear_groups(std::vector<LinearGroup>& groups, std::span<SequenceKv* const> seqs);
 

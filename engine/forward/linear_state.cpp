@@ -23,8 +23,8 @@ std::shared_ptr<LinearState> LinearState::clone() const {
   auto s = std::make_shared<LinearState>(*this);
   s->id = g_next_id++;
   s->run_key.clear();  // the copy's cached view state is rebuilt on first use
-  s->device_slot.reset();
-  s->device_owner = nullptr;
+  s->slot.reset();
+  s->slot_owner = nullptr;
   return s;
 }
 

@@ -60,11 +60,16 @@ struct LinearState {
   // then this block's own (id, n_tokens).
   std::vector<std::pair<uint64_t, int64_t>> run_key;
   std::vector<std::pair<uint64_t, int64_t>> base_key;  // the blocks base_S was composed from
-  // On a GPU (engine/forward/cuda/cuda_linear.h), the state lives in a device slot instead of `layers`:
-  // the slot's number (its deleter gives the slot back when the last holder lets go) and the
-  // slot pool it belongs to. Null on the CPU.
-  std::shared_ptr<const int32_t> device_slot;
-  const void* device_owner = nullptr;
+  // The linear-state slot it holds (engine/forward/linear_slots.h): its number (its deleter gives
+  // the slot back when the last holder lets go) and the pool it belongs to. On a GPU
+  // (engine/forward/cuda/cuda_linear.h) the state lives in the slot instead of `layers`; on the
+  // CPU a slot is counted only, and null when the engine sets no limit. Null too while its block
+  // is paused.
+  std::shared_ptr<const int32_t> slot;
+  const void* slot_owner = nullptr;
+  // A GPU state out of its slot (its block offloaded, CudaRunner::offload_linear): the slot's
+  // contents, in host memory until the restore puts them in a slot again.
+  std::vector<float> saved_slot;
   bool broken = false;       // a GPU step that wrote it failed part-way: undefined (CudaLinear::abandon)
   int64_t device_dense = 0;  // body tokens in the device slot's summary; the rest are buffered
 

@@ -10,6 +10,8 @@
 #include "base/status.h"
 #include "engine/forward/batch.h"
 #include "engine/forward/kv_cache.h"
+#include "engine/forward/linear_slots.h"
+#include "engine/forward/linear_state.h"
 #include "engine/forward/sampler.h"
 
 namespace chorus {
@@ -31,6 +33,22 @@ class Runner {
   virtual Status run(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs, KvCache& kv,
                      float* logits_out, std::span<const View> views,
                      std::span<const std::optional<PlannedDraw>> draws, TokenId* drawn) = 0;
+
+  // Hybrid models: the linear-state slots its blocks hold (engine/forward/linear_slots.h); null
+  // when nothing limits them (a CPU runner with no limit, a model with no linear layers).
+  virtual LinearSlots* linear_slots() { return nullptr; }
+  // A paused block's linear state leaves its slot (kept in host memory; the slot is free after),
+  // and takes one again at its restore (Errc::out_of_memory when none is free). Where the state
+  // lives in host memory anyway (the CPU), only the slot goes and comes back.
+  virtual Status offload_linear(LinearState& s) {
+    s.slot.reset();
+    s.slot_owner = nullptr;
+    return Status::success();
+  }
+  virtual Status load_linear(LinearState& s) {
+    LinearSlots* pool = linear_slots();
+    return pool && !pool->holds(s) ? pool->acquire(s) : Status::success();
+  }
 };
 
 }  // namespace chorus

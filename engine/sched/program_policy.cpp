@@ -19,9 +19,23 @@ double ProgramPolicy::decay(double acting_s) const {
   return std::exp2(-std::max(0.0, acting_s) / opts_.decay_tau_s);
 }
 
+double ProgramPolicy::weight(const ProgramSnapshot& p, double now) const {
+  return p.phase == ProgramPhase::acting ? decay(now - p.phase_since) : 1.0;
+}
+
 double ProgramPolicy::pause_key(const ProgramSnapshot& p, double now) const {
-  const double c = static_cast<double>(p.pages);
-  return p.phase == ProgramPhase::acting ? c * decay(now - p.phase_since) : c;
+  return static_cast<double>(p.pages) * weight(p, now);
+}
+
+// Slots are whole: an acting program's count fully until its weight falls below one half (one
+// decay time into its tool call), and then not at all (a ready program may take their place).
+double ProgramPolicy::slot_weight(const ProgramSnapshot& p, double now) const {
+  return weight(p, now) >= 0.5 ? static_cast<double>(p.slots) : 0.0;
+}
+
+bool ProgramPolicy::over(int64_t pages, int64_t slots) const {
+  return static_cast<double>(pages) > opts_.high_watermark * static_cast<double>(opts_.capacity_pages) ||
+         (opts_.capacity_slots > 0 && slots > opts_.capacity_slots);
 }
 
 double ProgramPolicy::restore_key(const ProgramSnapshot& p, double now) const {
@@ -48,8 +62,10 @@ ProgramPolicy::Tally ProgramPolicy::tally(double now, std::span<const ProgramSna
   for (const ProgramSnapshot& p : programs) {
     if (p.state == ProgramState::active) {
       t.resident += p.pages;
+      t.resident_slots += p.slots;
       if (p.pinned) t.running += p.pages;
       t.weighted += pause_key(p, now);
+      t.weighted_slots += slot_weight(p, now);
       t.active.push_back(&p);
     } else if (p.state == ProgramState::paused) {
       if (p.offloaded) t.host_used += p.pages;
@@ -75,7 +91,7 @@ void ProgramPolicy::choose_restores(double now, Tally& t, PolicyDecision& d) con
   };
   // Acting programs that would go to host memory, cheaper than a re-prefill, in victim order:
   // their weight does not hold a ready program back (it displaces them).
-  double held = t.weighted;
+  double held = t.weighted, held_slots = t.weighted_slots;
   if (opts_.offload_displaces) {
     std::vector<const ProgramSnapshot*> movable;
     for (const ProgramSnapshot* p : t.active)
@@ -86,11 +102,16 @@ void ProgramPolicy::choose_restores(double now, Tally& t, PolicyDecision& d) con
       if (pause_mode(p->pages, room) == PauseMode::offload) {
         room -= p->pages;
         held -= pause_key(*p, now);
+        held_slots -= slot_weight(*p, now);
       }
   }
   const double low = opts_.low_watermark * static_cast<double>(opts_.capacity_pages);
+  const double slots = static_cast<double>(opts_.capacity_slots);
+  auto slots_fit = [&](int64_t more) {
+    return opts_.capacity_slots == 0 || held_slots + static_cast<double>(more) <= slots;
+  };
   size_t next = 0;
-  if (held < low) {
+  if (held < low && slots_fit(0)) {
     for (; next < t.waiting.size(); ++next) {
       const ProgramSnapshot* p = t.waiting[next];
       // Only a program ready to reason comes back: an acting one has nothing to run, and with its
@@ -99,20 +120,23 @@ void ProgramPolicy::choose_restores(double now, Tally& t, PolicyDecision& d) con
       // A program larger than the budget comes back when nothing is running: the programs
       // resident then are idle (or waiting to start), and the pause step below makes way.
       const bool alone = t.running == 0 && d.restore.empty();
-      if (held + static_cast<double>(p->pages) > low && !alone) break;  // in order: no skipping
+      if ((held + static_cast<double>(p->pages) > low || !slots_fit(p->slots)) && !alone)
+        break;  // in order: no skipping
       d.restore.push_back(p->id);
       t.resident += p->pages;
+      t.resident_slots += p->slots;
       held += static_cast<double>(p->pages);  // restored to run: weight 1
+      held_slots += static_cast<double>(p->slots);
     }
   }
   for (size_t i = next; i < t.waiting.size() && static_cast<int>(i - next) < opts_.prewarm_depth; ++i)
     if (!t.waiting[i]->tools_warm) d.prewarm.push_back(t.waiting[i]->id);
 }
 
-// Over the high watermark: pause, acting before reasoning, smallest weighted size first.
+// Over the high watermark (or the slots): pause, acting before reasoning, smallest weighted size
+// first.
 void ProgramPolicy::choose_pauses(double now, const Tally& t, PolicyDecision& d) const {
-  const double high = opts_.high_watermark * static_cast<double>(opts_.capacity_pages);
-  if (static_cast<double>(t.resident) <= high) return;
+  if (!over(t.resident, t.resident_slots)) return;
   std::vector<const ProgramSnapshot*> candidates;
   for (const ProgramSnapshot* p : t.active)
     if (!p->pinned) candidates.push_back(p);
@@ -120,19 +144,21 @@ void ProgramPolicy::choose_pauses(double now, const Tally& t, PolicyDecision& d)
       candidates.begin(), candidates.end(),
       [&](const ProgramSnapshot* a, const ProgramSnapshot* b) { return victim_before(*a, *b, now); });
   std::vector<const ProgramSnapshot*> victims;
-  int64_t left = t.resident;
+  int64_t left = t.resident, left_slots = t.resident_slots;
   for (const ProgramSnapshot* p : candidates) {
-    if (static_cast<double>(left) <= high) break;
+    if (!over(left, left_slots)) break;
     victims.push_back(p);
     left -= p->pages;
+    left_slots -= p->slots;
   }
   // Victims that are not needed to get below the watermark stay, the largest first (the greedy
   // can overshoot: freeing 1 then 10 pages when 10 alone would do).
   std::vector<const ProgramSnapshot*> by_size = victims;
   std::stable_sort(by_size.begin(), by_size.end(), [](auto* a, auto* b) { return a->pages > b->pages; });
   for (const ProgramSnapshot* p : by_size)
-    if (static_cast<double>(left + p->pages) <= high) {
+    if (!over(left + p->pages, left_slots + p->slots)) {
       left += p->pages;
+      left_slots += p->slots;
       std::erase(victims, p);
     }
   int64_t host_used = t.host_used;
@@ -152,13 +178,17 @@ PolicyDecision ProgramPolicy::decide(double now, std::span<const ProgramSnapshot
 }
 
 PolicyDecision decide_baseline(BaselinePolicy kind, double ttl_s, int64_t cap, double t,
-                               std::span<const ProgramSnapshot> programs) {
+                               std::span<const ProgramSnapshot> programs, int64_t cap_slots) {
   PolicyDecision d;
-  int64_t resident = 0;
+  int64_t resident = 0, resident_slots = 0;
+  auto over = [&](int64_t pages, int64_t slots) {
+    return pages > cap || (cap_slots > 0 && slots > cap_slots);
+  };
   std::vector<const ProgramSnapshot*> idle, queued, wanted;
   for (const auto& p : programs) {
     if (p.state == ProgramState::active) {
       resident += p.pages;
+      resident_slots += p.slots;
       if (p.pinned) continue;
       if (p.phase == ProgramPhase::reasoning)
         queued.push_back(&p);  // a request not started yet
@@ -179,20 +209,26 @@ PolicyDecision decide_baseline(BaselinePolicy kind, double ttl_s, int64_t cap, d
   std::vector<const ProgramSnapshot*> victims = idle;
   victims.insert(victims.end(), queued.begin(), queued.end());
   size_t next = 0;
-  auto make_room = [&](int64_t need, size_t limit) {
-    while (resident + need > cap && next < limit) {
+  auto make_room = [&](int64_t need, int64_t need_slots, size_t limit) {
+    while (over(resident + need, resident_slots + need_slots) && next < limit) {
       d.pause.emplace_back(victims[next]->id, PauseMode::drop);
-      resident -= victims[next++]->pages;
+      resident -= victims[next]->pages;
+      resident_slots -= victims[next++]->slots;
     }
   };
-  make_room(0, victims.size());  // requests in flight growing, new ones
+  make_room(0, 0, victims.size());  // requests in flight growing, new ones
   for (const ProgramSnapshot* w : wanted) {
-    int64_t idle_left = 0;  // what the idle programs not yet dropped hold
-    for (size_t i = next; i < idle.size(); ++i) idle_left += idle[i]->pages;
-    if (resident - idle_left + w->pages > cap) break;  // it waits for room; nothing is dropped for nothing
-    make_room(w->pages, idle.size());  // a waiting request takes the place of idle programs only
+    int64_t idle_left = 0, idle_slots = 0;  // what the idle programs not yet dropped hold
+    for (size_t i = next; i < idle.size(); ++i) {
+      idle_left += idle[i]->pages;
+      idle_slots += idle[i]->slots;
+    }
+    if (over(resident - idle_left + w->pages, resident_slots - idle_slots + w->slots))
+      break;                                     // it waits for room; nothing is dropped for nothing
+    make_room(w->pages, w->slots, idle.size());  // a waiting request takes the place of idle programs only
     d.restore.push_back(w->id);
     resident += w->pages;
+    resident_slots += w->slots;
   }
   return d;
 }

@@ -28,6 +28,14 @@
 //  - Pause mode per program by cost: dropping costs a re-prefill, a*c + b*c^2; offloading costs
 //    copying out and back, 2*g*c, and needs room in host memory.
 //  - Prewarm the tools of the first `prewarm_depth` programs of the restore queue.
+//  - Hybrid models with counted linear-state slots (capacity_slots > 0: on a GPU, a block's
+//    Gated DeltaNet state outweighs its KV pages, so slots, not pages, bound the programs): slots
+//    are counted beside pages, exactly and with no watermark (a slot is a block): a program
+//    comes back only while its slots fit beside those of the resident ones (slots are whole: an
+//    acting program's count fully while f(t) >= 1/2 and not at all after, one decay time into
+//    its tool call), and programs are paused while the
+//    resident ones want more slots than there are, in the same victim order. A paused program
+//    holds no slot (dropped: its state is rebuilt at the restore; offloaded: in host memory).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +62,7 @@ struct ProgramPolicyOptions {
   double offload_per_page = 0.05;
   int64_t host_capacity_pages = 0;  // pages host memory may hold for offloaded programs (0: none)
   bool offload_displaces = false;   // a ready program displaces acting ones that offload cheaply
+  int64_t capacity_slots = 0;       // linear-state slots the programs share (0: not counted)
 };
 
 // What the policy is told about one program.
@@ -63,6 +72,7 @@ struct ProgramSnapshot {
   double phase_since = 0;  // clock time the phase began
   ProgramState state = ProgramState::active;
   int64_t pages = 0;        // active: resident pages; paused: pages it needs when restored
+  int64_t slots = 0;        // linear-state slots, the same way (0 where they are not counted)
   double paused_since = 0;  // paused: when
   bool offloaded = false;   // paused: its pages sit in host memory
   bool tools_warm = false;  // its tool environment is ready
@@ -86,7 +96,9 @@ class ProgramPolicy {
   // Whether a periodic check is due (and notes that one ran when it is).
   bool due(double now);
 
-  double decay(double acting_s) const;  // f(t)
+  double decay(double acting_s) const;                             // f(t)
+  double weight(const ProgramSnapshot& p, double now) const;       // f(t) while acting, else 1
+  double slot_weight(const ProgramSnapshot& p, double now) const;  // its slots, or 0 once f(t) < 1/2
   // The key victims are chosen by (smaller first), and the restore queue's key (smaller first).
   double pause_key(const ProgramSnapshot& p, double now) const;  // also its weighted size
   double restore_key(const ProgramSnapshot& p, double now) const;
@@ -95,13 +107,15 @@ class ProgramPolicy {
   const ProgramPolicyOptions& options() const { return opts_; }
 
  private:
-  struct Tally {                                          // what decide() counts first
-    int64_t resident = 0, host_used = 0, running = 0;     // running: pages of pinned programs
-    double weighted = 0;                                  // resident programs' weighted sizes
+  struct Tally {                                       // what decide() counts first
+    int64_t resident = 0, host_used = 0, running = 0;  // running: pages of pinned programs
+    int64_t resident_slots = 0;
+    double weighted = 0, weighted_slots = 0;              // resident programs' weighted sizes
     std::vector<const ProgramSnapshot*> active, waiting;  // waiting: in restore order
   };
   Tally tally(double now, std::span<const ProgramSnapshot> programs) const;
   bool victim_before(const ProgramSnapshot& a, const ProgramSnapshot& b, double now) const;
+  bool over(int64_t pages, int64_t slots) const;  // above the high watermark, or the slots
   void choose_restores(double now, Tally& t, PolicyDecision& d) const;
   void choose_pauses(double now, const Tally& t, PolicyDecision& d) const;
 
@@ -116,7 +130,8 @@ class ProgramPolicy {
 enum class BaselinePolicy { lru, ttl };
 // What a node's scheduler runs (`--policy`): the program policy, or one of the baselines.
 enum class SchedulingMode { program, lru, ttl };
+// With capacity_slots > 0, linear-state slots are made room for like pages.
 PolicyDecision decide_baseline(BaselinePolicy kind, double ttl_s, int64_t capacity_pages, double now,
-                               std::span<const ProgramSnapshot> programs);
+                               std::span<const ProgramSnapshot> programs, int64_t capacity_slots = 0);
 
 }  // namespace chorus

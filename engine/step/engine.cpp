@@ -42,7 +42,7 @@ struct Engine::Active {
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, CpuDevice& device, EngineOptions opts,
                                                CudaDevice* gpu) {
   if (opts.token_budget < 1) return make_error(Errc::invalid_argument, "token budget must be at least 1");
-  auto pass = ForwardPass::create(model, device, opts.token_budget, opts.n_pages, gpu);
+  auto pass = ForwardPass::create(model, device, opts.token_budget, opts.n_pages, gpu, opts.linear_slots);
   if (!pass) return pass.error();
   return std::unique_ptr<Engine>(new Engine(model, opts, std::move(*pass)));
 }
@@ -379,9 +379,34 @@ void Engine::reserve(std::vector<Planned>& plan, std::vector<Event>& events) {
       ++it;
     }
   }
+  reserve_slots(plan, events);
   for (const Planned& p : plan) {
     const Block* w = *blocks_->get(p.a->target);
     record_run(p.a->target, w->n_cached(), static_cast<int64_t>(p.tokens.size()), p.a->req.view);
+  }
+}
+
+// Hybrid models with counted slots: a request whose block has no linear state of its own yet
+// (a new block, a state shared whole, one whose slot went at a pause) takes a slot in this step;
+// those for whom none is left end (Errc::out_of_memory's message), in plan order. A program
+// scheduler keeps this from happening to its programs (the room gate counts slots).
+void Engine::reserve_slots(std::vector<Planned>& plan, std::vector<Event>& events) {
+  const LinearSlots* slots = kv_.linear_slots();
+  if (!slots) return;
+  int left = slots->free();
+  for (auto it = plan.begin(); it != plan.end();) {
+    const SequenceKv& kv = (*blocks_->get(it->a->target))->extents.back().kv;
+    const bool needs = !kv.linear || kv.linear.use_count() > 1 || !slots->holds(*kv.linear);
+    if (needs && left == 0) {
+      finish(*it->a, FinishReason::error, events,
+             "all " + std::to_string(slots->capacity()) +
+                 " linear-state slots are in use (one per block of a hybrid model being written or read; "
+                 "EngineOptions::linear_slots, --linear-slots)");
+      it = plan.erase(it);
+      continue;
+    }
+    left -= needs ? 1 : 0;
+    ++it;
   }
 }
 

@@ -127,6 +127,11 @@ struct EngineOptions {
   // Balanced batching: a step's prefill budget is shared fairly between the requests that
   // prefill (fair_shares); a chunk is shorter than this only when its request has less left.
   int min_prefill_chunk = 16;
+  // Hybrid models: blocks that may hold a linear state at once (each one written or read; a
+  // paused block holds none). On a GPU a slot is device memory (engine/forward/cuda/cuda_linear.h)
+  // and 0 is the runner's default (64, or what half the device pool holds); on the CPU 0 is no
+  // limit, and a limit counts as the GPU's does (tests, and sizing a GPU workload here).
+  int linear_slots = 0;
 };
 
 // Balanced batching: `budget` tokens shared max-min fairly among requests wanting `wants[i]`
@@ -150,6 +155,8 @@ class Engine {
   CpuRunner* cpu_runner() { return pass_->cpu_runner(); }
   std::string describe() const { return pass_->describe(); }  // where the forward passes run
   const Model& model() const { return model_; }
+  // Hybrid models: the linear-state slots (null when nothing limits them: EngineOptions::linear_slots).
+  const LinearSlots* linear_slots() const { return kv_.linear_slots(); }
 
   // Validates and queues a request. Errors (nothing is queued): a view or write block that does
   // not exist or was freed, a block named twice, a probe without candidates or question, a
@@ -194,6 +201,7 @@ class Engine {
   Status replay_dropped(const std::vector<BlockId>& dropped);
   void start_from_logits(Active& a, std::vector<Event>& events);
   void reserve(std::vector<Planned>& plan, std::vector<Event>& events);
+  void reserve_slots(std::vector<Planned>& plan, std::vector<Event>& events);
   StepBatch build_batch(const std::vector<Planned>& plan);
   Status run(const std::vector<Planned>& plan, StepBatch& batch);
   void apply(const std::vector<Planned>& plan, std::vector<Event>& events);

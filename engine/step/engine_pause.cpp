@@ -52,8 +52,15 @@ Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
           return make_error(Errc::unsupported, "cannot pause block " + std::to_string(id) +
                                                    ": it shares KV pages with another block (merge/fork)");
   }
-  // Offload copies first, so that a failed copy leaves every block as it was.
+  // Offload copies first (pages, then a hybrid block's linear state out of its slot), so that a
+  // failed copy leaves every block as it was.
   std::vector<std::vector<std::byte>> saved(ids.size());
+  Runner& runner = pass_->runner();
+  auto undo = [&](size_t n) {  // states moved out before a copy failed go back into their slots
+    for (size_t j = 0; j < n; ++j)
+      if (const Block& b = **blocks_->get(ids[j]); !b.extents.empty() && b.extents.back().kv.linear)
+        (void)runner.load_linear(*b.extents.back().kv.linear);
+  };
   if (mode == PauseMode::offload)
     for (size_t i = 0; i < ids.size(); ++i) {
       const Block& b = **blocks_->get(ids[i]);
@@ -62,9 +69,13 @@ Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
       const std::span<const int32_t> pages(kv.pages.data(),
                                            static_cast<size_t>(KvCache::pages_for(kv.n_tokens)));
       saved[i].resize(pages.size() * kv_.page_bytes());
-      if (Status s = kv_.save_pages(pages, saved[i].data()); !s.ok())
+      Status s = kv_.save_pages(pages, saved[i].data());
+      if (s.ok() && kv.linear) s = runner.offload_linear(*kv.linear);
+      if (!s.ok()) {
+        undo(i);
         return make_error(s.error().code,
                           "pausing block " + std::to_string(ids[i]) + ": " + s.error().message);
+      }
     }
   for (size_t i = 0; i < ids.size(); ++i) {
     Block& b = **blocks_->get(ids[i]);
@@ -75,7 +86,7 @@ Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
     SequenceKv& kv = b.extents.back().kv;
     if (mode == PauseMode::offload) {
       b.offloaded = std::move(saved[i]);
-      b.offloaded_linear = kv.linear;  // hybrid models: the linear state stays (host memory, or its GPU slot)
+      b.offloaded_linear = kv.linear;  // hybrid models: the linear state, in host memory (no slot)
     }
     kv_.release(kv);
   }
@@ -107,15 +118,25 @@ Status Engine::check_restore(std::span<const BlockId> ids) const {
                                                       ", which is paused; restore both together");
     }
   }
-  // Room for all of them first: a restore that ran out of pages halfway would leave blocks
-  // neither paused nor whole.
+  // Room for all of them first: a restore that ran out of pages (or slots) halfway would leave
+  // blocks neither paused nor whole.
   int64_t need = 0;
-  for (BlockId id : ids) need += KvCache::pages_for((*blocks_->get(id))->paused_cached);
+  int need_slots = 0;  // hybrid models: a block with tokens gets its linear state back
+  for (BlockId id : ids) {
+    const int64_t n = (*blocks_->get(id))->paused_cached;
+    need += KvCache::pages_for(n);
+    need_slots += n > 0 ? 1 : 0;
+  }
   if (need > kv_.n_free())
     return make_error(Errc::out_of_memory, "KV cache full: restoring needs " + std::to_string(need) +
                                                " pages, " + std::to_string(kv_.n_free()) + " of " +
                                                std::to_string(kv_.n_pages()) +
                                                " are free; nothing was restored");
+  if (const LinearSlots* slots = kv_.linear_slots(); slots && need_slots > slots->free())
+    return make_error(Errc::out_of_memory,
+                      "linear-state slots full: restoring needs " + std::to_string(need_slots) + ", " +
+                          std::to_string(slots->free()) + " of " + std::to_string(slots->capacity()) +
+                          " are free; nothing was restored");
   return Status::success();
 }
 
@@ -141,6 +162,9 @@ Result<std::vector<BlockId>> Engine::load_offloaded(std::span<const BlockId> ids
       return make_error(s.error().code, "restoring block " + std::to_string(id) + ": " + s.error().message);
     kv.n_tokens = n;
     kv.linear = std::move(b.offloaded_linear);
+    if (kv.linear)
+      if (Status s = pass_->runner().load_linear(*kv.linear); !s.ok())
+        return make_error(s.error().code, "restoring block " + std::to_string(id) + ": " + s.error().message);
     b.offloaded.clear();
     b.offloaded.shrink_to_fit();
     b.paused = false;

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "actors/runtime_check.h"
+#include "net/codec.h"
 #include "net/wire.h"
 #include "schemas/envelope_generated.h"
 
@@ -146,13 +147,30 @@ TEST(Wire, EveryProtocolMessageRoundTrips) {
   }
   {
     flatbuffers::FlatBufferBuilder f;
-    check(f, Payload::PauseProgram, CreatePauseProgram(f, 8, PauseMode::offload).Union());
+    check(f, Payload::PauseProgram, CreatePauseProgram(f, 8, wire::PauseMode::offload).Union());
   }
   {
     flatbuffers::FlatBufferBuilder f;
     check(f, Payload::ProgramStatus,
-          CreateProgramStatus(f, 8, ProgramState::paused, Phase::acting, 0, 1234).Union());
+          CreateProgramStatus(f, 8, wire::ProgramState::paused, Phase::acting, 0, 1234).Union());
   }
+}
+
+// The codec's numbers of a ProgramStatus and a Heartbeat, linear-state slots included, come back.
+TEST(Wire, StatusAndHeartbeatCarryTheirSlots) {
+  auto st = decode_reply(encode_program_status(3, 8, ProgramState::active, 12, 300, true, 1, 2, 40, 3, 1));
+  ASSERT_TRUE(st.ok()) << st.error().to_string();
+  EXPECT_EQ(st->kind, ReplyKind::program_status);
+  EXPECT_EQ(st->pages, 12);
+  EXPECT_EQ(st->wanted_pages, 40);
+  EXPECT_EQ(st->slots, 3);
+  EXPECT_EQ(st->wanted_slots, 1);
+  auto hb = decode_reply(encode_heartbeat(4, "n1", 10, 64, 3, 4));
+  ASSERT_TRUE(hb.ok()) << hb.error().to_string();
+  EXPECT_EQ(hb->pages, 10);
+  EXPECT_EQ(hb->pages_total, 64);
+  EXPECT_EQ(hb->slots, 3);
+  EXPECT_EQ(hb->slots_total, 4);
 }
 
 TEST(ActorRuntime, SelfTestRepliesThroughAnActor) {

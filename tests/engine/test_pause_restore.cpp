@@ -9,8 +9,8 @@
 
 #include "device/cpu_device.h"
 #include "device/cuda_device.h"
-#include "device/cuda_info.h"
 #include "engine/step/engine.h"
+#include "tests/support/engine_gpu.h"
 #include "tests/support/model_fixture.h"
 #include "tests/support/test_util.h"
 
@@ -23,11 +23,7 @@ class PauseRestore : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
 #ifdef CHORUS_ENGINE_ON_GPU
-    const CudaInfo info = cuda_info();
-    if (info.device_count == 0) GTEST_SKIP() << "no CUDA device: " << info.error;
-    auto gpu = CudaDevice::create({.device = 0, .pool_bytes = int64_t{2} << 30});
-    ASSERT_TRUE(gpu.ok()) << gpu.error().to_string();
-    gpu_ = std::move(*gpu);
+    if (auto why = test::engine_gpu(&gpu_)) GTEST_SKIP() << *why;
 #endif
     ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/" + GetParam(), &model_, &device_));
     auto e = Engine::create(*model_, *device_, {.n_pages = 256, .token_budget = 32}, gpu_.get());

@@ -105,5 +105,59 @@ TEST(RoomGate, ARequestLargerThanThePoolBesideItsProgramNeverFits) {
   EXPECT_EQ(g.gate_pages(Request::append(1, std::vector<TokenId>(1000, 1)), p), 0);
 }
 
+// Hybrid models with counted slots: a request needs a slot for a block that holds none (unless
+// a reserved writer of the block keeps one already), a probe one for its scratch block; the
+// slots kept for reserved requests whose blocks have not taken theirs are not room.
+TEST(RoomGate, SlotsAreGatedAndKeptLikePages) {
+  RoomGate g;
+  PoolSnapshot p = pool(60, {{1, BlockStat{1, 10, 10}}, {2, BlockStat{}}});
+  p.blocks[1].slot = true;
+  p.pool_slots = 3;
+  p.free_slots = 2;
+  const Request a = generate(1, 1, 4), b = generate(2, 1, 4);
+  const Request probe = Request::probe({1}, {1}, {{1}});
+  EXPECT_EQ(g.gate_slots(a, p), 0) << "block 1 holds its slot";
+  EXPECT_EQ(g.gate_slots(b, p), 1);
+  EXPECT_EQ(g.gate_slots(probe, p), 1);
+  EXPECT_EQ(g.gate_slots(Request::append(2, {1}), p), 0);
+  EXPECT_EQ(g.slot_room(p), 2);
+  g.reserve(7, b, /*program=*/5, g.end_after(b, p), /*slot=*/true);
+  EXPECT_EQ(g.slot_room(p), 1) << "one kept for block 2";
+  EXPECT_EQ(g.gate_slots(generate(2, 1, 4), p), 0) << "the reserved writer's slot serves the next writer";
+  EXPECT_EQ(g.slots_kept_for(5, std::vector<BlockId>{2}, p), 1);
+  g.reserve(8, probe, 5, 0, true);
+  EXPECT_EQ(g.slot_room(p), 0);
+  // Block 2 takes its slot: no longer kept, it is counted in the pool's use.
+  p.blocks[2].slot = true;
+  p.free_slots = 0;  // block 2's and the probe's scratch block's
+  // The probe's scratch slot stays kept until it ends, even once taken (as its pages are: the
+  // count errs on the safe side).
+  EXPECT_EQ(g.slot_room(p), -1);
+  EXPECT_TRUE(g.release(8));
+  EXPECT_TRUE(g.release(7));
+  EXPECT_EQ(g.slot_room(p), 0);
+  // Without counted slots nothing is gated.
+  PoolSnapshot q = pool(60, {{2, BlockStat{}}});
+  EXPECT_EQ(g.gate_slots(b, q), 0);
+  EXPECT_EQ(g.slot_room(q), 0);
+}
+
+// A request whose program holds every slot could never start: refused, naming the option.
+TEST(RoomGate, ARequestNeedingMoreSlotsThanTheNodeHasNeverFits) {
+  RoomGate g;
+  PoolSnapshot p = pool(60, {{1, BlockStat{1, 10, 10}}, {2, BlockStat{1, 10, 10}}, {3, BlockStat{}}});
+  p.blocks[1].slot = p.blocks[2].slot = true;
+  p.pool_slots = 2;
+  p.free_slots = 0;
+  const std::vector<BlockId> program = {1, 2, 3};
+  auto never = g.never_fits(generate(3, 1, 4), program, p);
+  ASSERT_TRUE(never.has_value());
+  EXPECT_EQ(never->code, Errc::out_of_memory);
+  EXPECT_NE(never->message.find("--linear-slots"), std::string::npos) << never->message;
+  EXPECT_FALSE(g.never_fits(generate(1, 1, 4), program, p).has_value()) << "block 1 has its slot";
+  EXPECT_FALSE(g.never_fits(generate(3, 1, 4), std::vector<BlockId>{3}, p).has_value())
+      << "others' slots can be freed by pausing them";
+}
+
 }  // namespace
 }  // namespace chorus

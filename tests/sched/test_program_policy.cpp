@@ -281,6 +281,59 @@ TEST(ProgramPolicy, PauseModeByCost) {
   EXPECT_EQ(d.pause[1].second, PauseMode::drop);
 }
 
+// Hybrid models with counted linear-state slots: slots bound the programs as pages do, exactly
+// (a slot is a block). Pages are plentiful here; 4 slots: two programs of 2 blocks each.
+TEST(ProgramPolicy, SlotsBoundTheProgramsLikePages) {
+  ProgramPolicyOptions o = opts(1000);
+  o.capacity_slots = 4;
+  ProgramPolicy pol(o);
+  auto slotted = [](ProgramSnapshot p, int64_t slots) {
+    p.slots = slots;
+    return p;
+  };
+  // Two resident programs hold all 4 slots; a ready one waits while both reason (pinned: running).
+  std::vector<ProgramSnapshot> ps = {slotted(active(1, 10), 2), slotted(active(2, 10), 2),
+                                     slotted(paused(3, 10, 0), 2)};
+  ps[0].pinned = ps[1].pinned = true;
+  PolicyDecision d = pol.decide(1, ps);
+  EXPECT_TRUE(d.restore.empty());
+  EXPECT_TRUE(d.pause.empty());
+  // Program 1 is in a long tool call (5 decay times: its slots no longer count): program 3 comes
+  // back and program 1 goes, though the pages would hold all three. One decay time in, its slots
+  // still count, and nothing moves.
+  ps[0].pinned = false;
+  ps[0].phase = ProgramPhase::acting;
+  ps[0].phase_since = 0;
+  d = pol.decide(10, ps);
+  EXPECT_EQ(d.restore, std::vector<uint64_t>{3});
+  EXPECT_EQ(ids(d.pause), std::vector<uint64_t>{1});
+  EXPECT_TRUE(pol.decide(1.9, ps).restore.empty());
+  EXPECT_TRUE(pol.decide(1.9, ps).pause.empty());
+  // A program that wants a third slot for a new block (2 held + 1 wanted) makes the acting
+  // program go: 5 slots wanted, 4 there.
+  ps = {slotted(active(1, 10, ProgramPhase::acting, 0), 2), slotted(active(2, 10), 3)};
+  d = pol.decide(10, ps);
+  EXPECT_EQ(ids(d.pause), std::vector<uint64_t>{1});
+  EXPECT_TRUE(d.restore.empty());
+  // Within the slots nothing moves, and with slots not counted (0) the same programs stay.
+  ps = {slotted(active(1, 10, ProgramPhase::acting, 0), 2), slotted(active(2, 10), 2)};
+  EXPECT_TRUE(pol.decide(10, ps).empty());
+  o.capacity_slots = 0;
+  ps = {slotted(active(1, 10, ProgramPhase::acting, 0), 2), slotted(active(2, 10), 3)};
+  EXPECT_TRUE(ProgramPolicy(o).decide(10, ps).pause.empty());
+}
+
+// The baselines make room in slots as in pages: an idle program is dropped for a waiting one.
+TEST(BaselinePolicy, MakesRoomInSlotsToo) {
+  std::vector<ProgramSnapshot> ps = {active(1, 10, ProgramPhase::acting, 0),
+                                     active(2, 10, ProgramPhase::acting, 1), paused(3, 10, 2)};
+  for (auto& p : ps) p.slots = 2;
+  const PolicyDecision d = decide_baseline(BaselinePolicy::lru, 2.0, 1000, 6.0, ps, 4);
+  EXPECT_EQ(ids(d.pause), std::vector<uint64_t>{1});
+  EXPECT_EQ(d.restore, std::vector<uint64_t>{3});
+  EXPECT_TRUE(decide_baseline(BaselinePolicy::lru, 2.0, 1000, 6.0, ps, 0).pause.empty());
+}
+
 TEST(ProgramPolicy, ChecksArePeriodic) {
   ProgramPolicy pol(opts());  // every 5 s
   EXPECT_TRUE(pol.due(0));

@@ -19,9 +19,10 @@
 namespace chorus {
 
 struct ActorsFixture : ::testing::Test {
-  void start(const std::string& model_path, int64_t pages = 512) {
+  void start(const std::string& model_path, int64_t pages = 512, int linear_slots = 0) {
     ASSERT_NO_FATAL_FAILURE(test::load_model(model_path, &model, &device));
-    auto e = Engine::create(*model, *device, {.n_pages = pages, .token_budget = 64});
+    auto e =
+        Engine::create(*model, *device, {.n_pages = pages, .token_budget = 64, .linear_slots = linear_slots});
     ASSERT_TRUE(e.ok());
     cfg.set("scheduler.max-threads", 2);
     sys = std::make_unique<caf::actor_system>(cfg);

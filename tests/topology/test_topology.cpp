@@ -76,6 +76,16 @@ TEST(Topology, BaseLoadsWithEverythingResolved) {
   EXPECT_EQ(ev.count("out.done"), 0u);  // sinks emit nothing
 }
 
+// engine.linear_slots: read, 0 by default, and out of range named.
+TEST(Topology, EngineLinearSlotsAreReadAndChecked) {
+  auto t = load_string(std::string("engine:\n  linear_slots: 6\n") + kBase, "t.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->engine.linear_slots, 6);
+  EXPECT_EQ(load_string(kBase, "t.yaml")->engine.linear_slots, 0);
+  const std::string e = error_of(std::string("engine:\n  linear_slots: -1\n") + kBase);
+  EXPECT_NE(e.find("engine.linear_slots"), std::string::npos) << e;
+}
+
 TEST(Topology, UnknownBlockInAViewNamesLineColumnAndTheBlocks) {
   const auto e = error_of(
       replace(kBase, "view: [system, prompt, thoughts, notes]", "view: [system, log, thoughts, notes]"));

@@ -180,7 +180,8 @@ Status CpuRunner::forward(std::span<const BatchToken> batch, std::span<SequenceK
   CHORUS_TRY(check_forward_args(c_, max_tokens_, batch, seqs, views));
   std::vector<LinearGroup> groups;
   if (c_.hybrid())
-    CHORUS_TRY(plan_linear_groups(chain_reads_, batch, seqs, views, own_linear_state(c_), &groups));
+    CHORUS_TRY(
+        plan_linear_groups(chain_reads_, batch, seqs, views, own_linear_state(c_, slots_.get()), &groups));
   StepAttention sa;
   CHORUS_TRY(plan_step_attention(batch, seqs, views, sa));
 

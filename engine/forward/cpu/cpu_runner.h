@@ -63,6 +63,11 @@ class CpuRunner final : public Runner {
   // instead of composing the view's state; off for tests and measurements of the other path.
   void set_chain_reads(bool on) { chain_reads_ = on; }
   void reset_linear_stats() { linear_stats_ = {}; }
+  // Hybrid models: at most `n` blocks hold a linear state at once (0: no limit), counted as a
+  // GPU's slots are (engine/forward/linear_slots.h), so that scheduling by slots runs here too.
+  // REQUIRES: no block holds a linear state of this runner yet.
+  void set_linear_slots(int n) { slots_ = n > 0 && c_.hybrid() ? std::make_unique<LinearSlots>(n) : nullptr; }
+  LinearSlots* linear_slots() override { return slots_.get(); }
 
   // Runs the batch. REQUIRES: batch.size() <= max_tokens(); each sequence's pages cover
   // every position in the batch; a sequence's tokens appear in increasing position order and
@@ -131,6 +136,7 @@ class CpuRunner final : public Runner {
   std::vector<float> scratch_;     // attention scores, [n_threads, longest sequence]
   LinearStats linear_stats_;
   bool chain_reads_ = true;
+  std::unique_ptr<LinearSlots> slots_;  // set_linear_slots
   std::vector<float> qg_;
   // Mixture of experts: router probabilities [T][n_expert], each token's slots (expert, weight)
   // [T][n_expert_used], slot outputs [T][n_expert_used][n_embd], gathered rows [T][n_embd].

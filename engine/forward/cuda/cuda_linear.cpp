@@ -89,8 +89,7 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
   m.slot_mem = static_cast<float*>(*slots);
   m.pad_slot = n_slots;
   if (Status st = dev.zero(m.slot_base(m.pad_slot), m.slot_size * 4); !st.ok()) return st.error();
-  m.pool->n = n_slots;
-  for (int32_t i = n_slots - 1; i >= 0; --i) m.pool->free.push_back(i);
+  m.pool = std::make_unique<LinearSlots>(n_slots);
   const int64_t T = max_tokens;
   for (auto [dst, n] : {std::pair{&m.in, T * c.n_embd},
                         std::pair{&m.qkv, T * m.C},
@@ -312,7 +311,7 @@ Status CudaLinear::layer(int l, float* h, int T) {
 }
 
 int CudaLinear::slots() const {
-  return impl_->pool->n;
+  return impl_->pool->capacity();
 }
 std::pair<int64_t, int64_t> CudaLinear::chain_reads() const {
   return {impl_->reads_done, impl_->graphed_reads};
@@ -322,8 +321,39 @@ void CudaLinear::set_chain_reads(bool on) {
 }
 
 int CudaLinear::slots_in_use() const {
-  std::lock_guard<std::mutex> lock(impl_->pool->mu);
-  return impl_->pool->n - static_cast<int>(impl_->pool->free.size());
+  return impl_->pool->in_use();
+}
+
+LinearSlots& CudaLinear::slot_pool() {
+  return *impl_->pool;
+}
+
+Status CudaLinear::save(LinearState& s) {
+  Impl& m = *impl_;
+  if (!m.pool->holds(s)) return Status::success();  // no slot of ours: nothing on the device
+  s.saved_slot.resize(static_cast<size_t>(m.slot_size));
+  CHORUS_TRY(m.dev.download(s.saved_slot.data(), m.slot_base(*s.slot), m.slot_size * 4));
+  s.slot.reset();
+  s.slot_owner = nullptr;
+  return Status::success();
+}
+
+Status CudaLinear::load(LinearState& s) {
+  Impl& m = *impl_;
+  if (m.pool->holds(s)) return Status::success();
+  if (s.saved_slot.size() != static_cast<size_t>(m.slot_size))
+    return make_error(Errc::internal, "CUDA runner: a linear state to load holds " +
+                                          std::to_string(s.saved_slot.size()) + " floats, not a slot's " +
+                                          std::to_string(m.slot_size));
+  CHORUS_TRY(m.acquire(s));
+  if (Status st = m.dev.upload(m.slot_base(*s.slot), s.saved_slot.data(), m.slot_size * 4); !st.ok()) {
+    s.slot.reset();
+    s.slot_owner = nullptr;
+    return st;
+  }
+  s.saved_slot.clear();
+  s.saved_slot.shrink_to_fit();
+  return Status::success();
 }
 
 }  // namespace chorus

@@ -59,6 +59,7 @@
 namespace chorus {
 
 class CudaDevice;
+class LinearSlots;
 
 // Where one block's new tokens go in a step (plain arithmetic, tested without a device): the
 // block holds `start` tokens, `dense` of its body (the tokens from position K-1 on) in its
@@ -140,6 +141,11 @@ class CudaLinear {
 
   int slots() const;
   int slots_in_use() const;
+  LinearSlots& slot_pool();
+  // A paused block's state out of its slot into host memory (LinearState::saved_slot; the slot
+  // is free after), and back into a free slot (Errc::out_of_memory when none is).
+  Status save(LinearState& s);
+  Status load(LinearState& s);
   // Tokens read through their query (chain reads) by the steps that finished, and how many of
   // those steps ran as graphs; chain reads on or off from the next plan() on.
   std::pair<int64_t, int64_t> chain_reads() const;

@@ -16,6 +16,7 @@
 #include "engine/forward/cuda/cuda_linear.h"
 #include "engine/forward/cuda/cuda_op.h"
 #include "engine/forward/cuda/cuda_weights.h"
+#include "engine/forward/linear_slots.h"
 #include "engine/forward/linear_state.h"
 
 namespace chorus {
@@ -45,22 +46,9 @@ struct SlotLayout {
   }
 };
 
-namespace cuda_detail {
-
-// Free slots, shared with the states' deleters (a state may outlive the runner).
-struct SlotPool {
-  std::mutex mu;
-  std::vector<int32_t> free;
-  int n = 0;
-};
-
-}  // namespace cuda_detail
-
 using cuda_detail::op;  // (internal header: its two .cpp files only)
 
 struct CudaLinear::Impl {
-  using SlotPool = cuda_detail::SlotPool;
-
   const ModelConfig& c;
   CudaDevice& dev;
   const GdnConfig d;
@@ -76,8 +64,8 @@ struct CudaLinear::Impl {
 
   const SlotLayout lay;  // one layer's part of a slot
   float* slot_mem = nullptr;
-  int64_t slot_size = 0;  // floats per slot
-  std::shared_ptr<SlotPool> pool = std::make_shared<SlotPool>();
+  int64_t slot_size = 0;              // floats per slot
+  std::unique_ptr<LinearSlots> pool;  // made at create(), with the number of slots
 
   // Activations [max_tokens][...], in the step's group order.
   float *in = nullptr, *qkv = nullptr, *y = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *z = nullptr,
@@ -267,34 +255,11 @@ struct CudaLinear::Impl {
     return cuda_gemm_bf16(dev, w.w, xb, out, w.rows, T, w.cols);
   }
 
-  Status acquire(LinearState& s) {
-    int32_t id = -1;
-    {
-      std::lock_guard<std::mutex> lock(pool->mu);
-      if (pool->free.empty())
-        return make_error(
-            Errc::out_of_memory,
-            "CUDA runner: all " + std::to_string(pool->n) +
-                " linear-state slots are in use (one per block of a hybrid model being written or "
-                "read; CudaRunnerOptions::linear_slots)");
-      id = pool->free.back();
-      pool->free.pop_back();
-    }
-    std::weak_ptr<SlotPool> owner = pool;
-    s.device_slot = std::shared_ptr<const int32_t>(new int32_t(id), [owner](const int32_t* p) {
-      if (auto pl = owner.lock()) {
-        std::lock_guard<std::mutex> lock(pl->mu);
-        pl->free.push_back(*p);
-      }
-      delete p;
-    });
-    s.device_owner = pool.get();
-    return Status::success();
-  }
+  Status acquire(LinearState& s) { return pool->acquire(s); }
 
   // The slot of a block the step reads or writes, checked.
   Result<int32_t> slot(const SequenceKv& s, int32_t seq) {
-    if (!s.linear || !s.linear->device_slot || s.linear->device_owner != pool.get())
+    if (!s.linear || !s.linear->slot || !pool->holds(*s.linear))
       return make_error(
           Errc::invalid_argument,
           "sequence " + std::to_string(seq) + ": its linear-layer state is not in this CUDA runner's slots");
@@ -303,7 +268,7 @@ struct CudaLinear::Impl {
                         "sequence " + std::to_string(seq) +
                             ": a step that wrote its linear-layer state failed part-way, so "
                             "the state is undefined (clear the block and write it again)");
-    return *s.linear->device_slot;
+    return *s.linear->slot;
   }
 };
 

@@ -25,19 +25,19 @@ Status CudaLinear::plan(std::span<const BatchToken> batch, std::span<SequenceKv*
                                                       " tokens but no linear-layer state");
       auto fresh = LinearState::create(m.c);
       CHORUS_TRY(m.acquire(*fresh));
-      CHORUS_TRY(m.dev.zero(m.slot_base(*fresh->device_slot), m.slot_size * 4));
+      CHORUS_TRY(m.dev.zero(m.slot_base(*fresh->slot), m.slot_size * 4));
       for (int l = 0; l < m.c.n_layer; ++l)
         if (m.c.is_linear(l))
-          CHORUS_TRY(op(cuda::gdn_summary_reset(m.part(*fresh->device_slot, l) + m.lay.AB, m.Hv, m.dk, m.dk,
-                                                m.dev.stream()),
-                        "gdn summary reset"));
+          CHORUS_TRY(op(
+              cuda::gdn_summary_reset(m.part(*fresh->slot, l) + m.lay.AB, m.Hv, m.dk, m.dk, m.dev.stream()),
+              "gdn summary reset"));
       s.linear = std::move(fresh);
     } else if (s.linear.use_count() > 1) {
       auto from = m.slot(s, g.seq);
       if (!from) return from.error();
       auto copy = s.linear->clone();
       CHORUS_TRY(m.acquire(*copy));
-      CHORUS_TRY(m.dev.copy(m.slot_base(*copy->device_slot), m.slot_base(*from), m.slot_size * 4));
+      CHORUS_TRY(m.dev.copy(m.slot_base(*copy->slot), m.slot_base(*from), m.slot_size * 4));
       s.linear = std::move(copy);
     }
     return Status::success();

@@ -538,6 +538,16 @@ void CudaRunner::set_chain_reads(bool on) {
   if (impl_->linear) impl_->linear->set_chain_reads(on);
 }
 
+LinearSlots* CudaRunner::linear_slots() {
+  return impl_->linear ? &impl_->linear->slot_pool() : nullptr;
+}
+Status CudaRunner::offload_linear(LinearState& s) {
+  return impl_->linear ? impl_->linear->save(s) : Status::success();
+}
+Status CudaRunner::load_linear(LinearState& s) {
+  return impl_->linear ? impl_->linear->load(s) : Status::success();
+}
+
 // One page of one pool is page_stride elements at page * page_stride; a page's bytes on the
 // host are every layer's K then V, in layer order.
 size_t CudaRunner::page_bytes() const {

@@ -117,6 +117,12 @@ class CudaRunner final : public KvPageStore, public Runner {
     return forward(batch, seqs, logits_out, views, draws, drawn);
   }
 
+  // Runner: the linear-state slots (hybrid models), and a paused block's state copied out of its
+  // slot to host memory and back.
+  LinearSlots* linear_slots() override;
+  Status offload_linear(LinearState& s) override;
+  Status load_linear(LinearState& s) override;
+
   // KvPageStore: the pages of every layer's K and V pools (f32 or bf16 as configured).
   size_t page_bytes() const override;
   Status copy_page(int32_t dst, int32_t src) override;

@@ -21,6 +21,15 @@ CudaRunner::ChainReads CudaRunner::chain_reads() const {
   return {};
 }
 void CudaRunner::set_chain_reads(bool) {}
+LinearSlots* CudaRunner::linear_slots() {
+  return nullptr;
+}
+Status CudaRunner::offload_linear(LinearState&) {
+  return make_error(Errc::unsupported, "this chorus was built without CUDA");
+}
+Status CudaRunner::load_linear(LinearState&) {
+  return make_error(Errc::unsupported, "this chorus was built without CUDA");
+}
 size_t CudaRunner::page_bytes() const {
   return 0;
 }
