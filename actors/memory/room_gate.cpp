@@ -78,11 +78,8 @@ std::optional<Error> RoomGate::never_fits(const Request& r, std::span<const Bloc
                                                std::to_string(size));
   const int64_t need_slots = gate_slots(r, pool);
   if (need_slots == 0) return std::nullopt;
-  int64_t own_slots = 0;
-  for (BlockId b : program_blocks) {
-    own_slots += pool.slots(b);
-    if (auto it = block_res_.find(b); it != block_res_.end() && slot_kept(b, it->second, pool)) ++own_slots;
-  }
+  int64_t own_slots = blocks_slot_kept(program_blocks, pool);
+  for (BlockId b : program_blocks) own_slots += pool.slots(b);
   if (need_slots + own_slots <= pool.n_slots()) return std::nullopt;
   return make_error(Errc::out_of_memory,
                     "too few linear-state slots: the request needs one and its program holds " +
@@ -128,11 +125,16 @@ int64_t RoomGate::kept_for(uint64_t program, std::span<const BlockId> program_bl
 
 int64_t RoomGate::slots_kept_for(uint64_t program, std::span<const BlockId> program_blocks,
                                  const PoolView& pool) const {
-  int64_t n = 0;
-  for (BlockId b : program_blocks)
-    if (auto it = block_res_.find(b); it != block_res_.end() && slot_kept(b, it->second, pool)) ++n;
+  int64_t n = blocks_slot_kept(program_blocks, pool);
   for (const auto& [id, x] : reserved_)
     if (x.program == program && x.probe_slot) ++n;
+  return n;
+}
+
+int64_t RoomGate::blocks_slot_kept(std::span<const BlockId> blocks, const PoolView& pool) const {
+  int64_t n = 0;
+  for (BlockId b : blocks)
+    if (auto it = block_res_.find(b); it != block_res_.end() && slot_kept(b, it->second, pool)) ++n;
   return n;
 }
 

@@ -73,6 +73,8 @@ class RoomGate {
   bool slot_kept(BlockId b, const BlockReservation& br, const PoolView& pool) const {
     return br.slot && pool.slots(b) == 0;
   }
+  // How many of `blocks` have a slot kept for them by a reserved writer.
+  int64_t blocks_slot_kept(std::span<const BlockId> blocks, const PoolView& pool) const;
   struct Reservation {
     BlockId block = -1;       // the block it writes (-1: a probe)
     int64_t probe_pages = 0;  // a probe's scratch block

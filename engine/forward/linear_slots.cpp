@@ -24,12 +24,7 @@ Status LinearSlots::acquire(LinearState& s) {
   int32_t id = -1;
   {
     std::lock_guard<std::mutex> lock(free_->mu);
-    if (free_->ids.empty())
-      return make_error(
-          Errc::out_of_memory,
-          "all " + std::to_string(free_->n) +
-              " linear-state slots are in use (one per block of a hybrid model being written or "
-              "read; EngineOptions::linear_slots, --linear-slots)");
+    if (free_->ids.empty()) return make_error(Errc::out_of_memory, exhausted_message());
     id = free_->ids.back();
     free_->ids.pop_back();
   }
@@ -43,6 +38,12 @@ Status LinearSlots::acquire(LinearState& s) {
   });
   s.slot_owner = this;
   return Status::success();
+}
+
+std::string LinearSlots::exhausted_message() const {
+  return "all " + std::to_string(capacity()) +
+         " linear-state slots are in use (one per block of a hybrid model being written or read; "
+         "EngineOptions::linear_slots, --linear-slots)";
 }
 
 bool LinearSlots::holds(const LinearState& s) const {

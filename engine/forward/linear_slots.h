@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -39,6 +40,8 @@ class LinearSlots {
   Status acquire(LinearState& s);
   // Whether `s` holds a slot of this pool.
   bool holds(const LinearState& s) const;
+  // What acquire says when none is free: how many there are and the option that sets that.
+  std::string exhausted_message() const;
 
  private:
   struct Free {

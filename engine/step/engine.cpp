@@ -398,10 +398,7 @@ void Engine::reserve_slots(std::vector<Planned>& plan, std::vector<Event>& event
     const SequenceKv& kv = (*blocks_->get(it->a->target))->extents.back().kv;
     const bool needs = !kv.linear || kv.linear.use_count() > 1 || !slots->holds(*kv.linear);
     if (needs && left == 0) {
-      finish(*it->a, FinishReason::error, events,
-             "all " + std::to_string(slots->capacity()) +
-                 " linear-state slots are in use (one per block of a hybrid model being written or read; "
-                 "EngineOptions::linear_slots, --linear-slots)");
+      finish(*it->a, FinishReason::error, events, slots->exhausted_message());
       it = plan.erase(it);
       continue;
     }
