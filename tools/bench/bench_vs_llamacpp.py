@@ -16,35 +16,17 @@ tools/goldens/README.md):
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-CHORUS_HOME = os.environ.get("CHORUS_HOME", os.path.expanduser("~/.cache/chorus"))
-DEFAULT_MODEL = os.path.join(CHORUS_HOME, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from common import DEFAULT_CHORUS, DEFAULT_MODEL, HERE, chorus_bench, cpu_model
 
 
 def run_chorus(args, out):
-    cmd = [args.chorus, "bench", "--model", args.model, "--threads", str(args.threads), "--pp", "512",
-           "--tg", "128", "--seqs", args.seqs, "--reps", str(args.reps), "--json", out]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    with open(out) as f:
-        return json.load(f)
+    return chorus_bench(args.chorus, args.model, args.threads, args.reps,
+                        ["--pp", "512", "--tg", "128", "--seqs", args.seqs], out)
 
 
 def run_peer(args, out):
@@ -57,7 +39,7 @@ def run_peer(args, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--chorus", default=os.path.join(ROOT, "build", "chorus"))
+    ap.add_argument("--chorus", default=DEFAULT_CHORUS)
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)

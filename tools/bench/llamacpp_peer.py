@@ -29,9 +29,7 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CHORUS_HOME = os.environ.get("CHORUS_HOME", os.path.expanduser("~/.cache/chorus"))
-DEFAULT_MODEL = os.path.join(CHORUS_HOME, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+from common import DEFAULT_MODEL
 
 PP_TOKENS = 512
 DECODE_PROMPT = 16
