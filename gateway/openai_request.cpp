@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 
 namespace chorus {
 
@@ -112,6 +113,70 @@ void read_sampling(const json& j, int default_max_tokens, int max_tokens_limit, 
   }
 }
 
+// Every top-level field is honoured or refused, none silently ignored: those chorus reads, and
+// those whose value asks for nothing (null, `logprobs: false`, a zero penalty, no tools, ...).
+void check_fields(const json& j) {
+  static const std::set<std::string> read = {"model",
+                                             "messages",
+                                             "max_tokens",
+                                             "max_completion_tokens",
+                                             "n",
+                                             "temperature",
+                                             "top_p",
+                                             "seed",
+                                             "stop",
+                                             "stream",
+                                             "stream_options",
+                                             "program_id",
+                                             "extra_body",
+                                             "response_format",
+                                             "user"};
+  auto no_op = [](const std::string& k, const json& v) {
+    if (v.is_null()) return true;
+    if (k == "logprobs" || k == "store") return v.is_boolean() && !v.get<bool>();
+    if (k == "presence_penalty" || k == "frequency_penalty") return v.is_number() && v.get<double>() == 0.0;
+    if (k == "logit_bias" || k == "metadata") return v.is_object() && v.empty();
+    if (k == "tools" || k == "functions") return v.is_array() && v.empty();
+    if (k == "tool_choice") return v.is_string() && v.get<std::string>() == "none";
+    if (k == "parallel_tool_calls") return v.is_boolean();  // with no tools, nothing to call
+    return false;
+  };
+  for (const auto& [k, v] : j.items())
+    if (!read.count(k) && !no_op(k, v))
+      bad_request("`" + k + "` is not supported by this server (docs/serve.md lists what is)", k);
+}
+
+// response_format: text (nothing), json_object, or json_schema ({"schema": ..., "name", "strict"}),
+// checked here so that a schema chorus cannot follow is a 400 naming its keyword.
+void read_response_format(const json& j, ChatRequest& r) {
+  if (!j.contains("response_format") || j["response_format"].is_null()) return;
+  const json& f = j["response_format"];
+  if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+    bad_request("`response_format` must be an object with a `type`", "response_format");
+  const std::string type = f["type"];
+  if (type == "text") return;
+  if (type == "json_object") {
+    r.sampling.constraint = OutputConstraint::any_json_object();
+    return;
+  }
+  if (type != "json_schema")
+    bad_request("`response_format.type` must be text, json_object or json_schema", "response_format.type");
+  if (!f.contains("json_schema") || !f["json_schema"].is_object())
+    bad_request("`response_format.json_schema` must be an object", "response_format.json_schema");
+  const json& js = f["json_schema"];
+  if (js.contains("name") && !js["name"].is_string())
+    bad_request("`response_format.json_schema.name` must be a string", "response_format.json_schema.name");
+  if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean())
+    bad_request("`response_format.json_schema.strict` must be a boolean",
+                "response_format.json_schema.strict");
+  if (!js.contains("schema") || !(js["schema"].is_object() || js["schema"].is_boolean()))
+    bad_request("`response_format.json_schema.schema` is required (a JSON Schema)",
+                "response_format.json_schema.schema");
+  r.sampling.constraint = OutputConstraint::json_schema_of(js["schema"].dump());
+  if (auto g = grammar_of(r.sampling.constraint); !g)
+    bad_request(g.error().message, "response_format.json_schema.schema");
+}
+
 // stream, stream_options, and chorus's program_id (top level, or in extra_body).
 void read_delivery(const json& j, ChatRequest& r) {
   if (j.contains("stream") && !j["stream"].is_null()) {
@@ -157,9 +222,11 @@ ChatRequest parse_chat_request(const std::string& body, const std::string& model
     throw HttpError{
         404, error_body("The model `" + model_id + "` does not exist (this server has `" + model_name + "`)",
                         "invalid_request_error", "model", "model_not_found")};
+  check_fields(j);
   read_messages(j, r);
   read_sampling(j, default_max_tokens, max_tokens_limit, r);
   read_delivery(j, r);
+  read_response_format(j, r);
   return r;
 }
 

@@ -109,8 +109,10 @@ Frame encode_request(uint64_t request_id, const Request& r) {
                     wire::CreateAppendTokens(fbb, r.write_to, view, tokens).Union());
     case RequestKind::generate: {
       const auto& s = r.sampling;
-      const auto sampling = wire::CreateSampling(fbb, s.temperature, s.top_k, s.top_p, s.min_p,
-                                                 s.repeat_penalty, s.seed, fbb.CreateVector(s.forbidden));
+      const auto sampling =
+          wire::CreateSampling(fbb, s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.seed,
+                               fbb.CreateVector(s.forbidden), static_cast<uint8_t>(s.constraint.kind),
+                               s.constraint.empty() ? 0 : fbb.CreateString(s.constraint.schema));
       const auto stop =
           wire::CreateStop(fbb, fbb.CreateVectorOfStrings(r.stop.strings), fbb.CreateVector(r.stop.token_ids),
                            r.stop.max_tokens, r.stop.at_end_of_generation);
@@ -186,6 +188,8 @@ SamplingParams sampling_of(const wire::Sampling* s) {
   sp.repeat_penalty = s->repeat_penalty();
   sp.seed = s->seed();
   sp.forbidden = to_vec(s->forbidden());
+  sp.constraint.kind = static_cast<OutputConstraint::Kind>(s->constraint_kind());
+  if (s->schema()) sp.constraint.schema = s->schema()->str();
   return sp;
 }
 
@@ -209,6 +213,11 @@ Result<Command> request_command(const wire::Envelope* env, const std::string& pa
     r = Request::forward(f->write_to(), to_vec(f->tokens()), to_vec(f->view()));
     text = f->text();
   } else if (const auto* g = env->payload_as_Generate()) {
+    if (g->sampling() &&
+        g->sampling()->constraint_kind() > static_cast<uint8_t>(OutputConstraint::Kind::json_schema))
+      return make_error(Errc::invalid_argument, "Generate: Sampling.constraint_kind " +
+                                                    std::to_string(g->sampling()->constraint_kind()) +
+                                                    " is unknown");
     r = Request::generate(g->write_to(), to_vec(g->view()), to_vec(g->prefill()), sampling_of(g->sampling()),
                           stop_of(g->stop()));
     text = g->prefill_text();

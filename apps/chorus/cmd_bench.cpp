@@ -38,6 +38,42 @@ std::vector<TokenId> bench_prompt(const Tokenizer& tok, int n) {
   return ids;
 }
 
+struct DecodeResult {
+  int64_t tokens = 0;       // after the first of each sequence (it comes from the prefill)
+  double seconds = 0;       // best of the timed runs
+  int steps = 0;            // of that run
+  double cold_step_ms = 0;  // the warm-up run's (a constraint's masks computed for the first time)
+  double step_ms() const { return steps > 0 ? 1e3 * seconds / steps : 0; }
+};
+
+Result<DecodeResult> decode_test(const Model& m, CpuDevice& device, CudaDevice* gpu, const BenchArgs& args,
+                                 int n, const OutputConstraint& constraint) {
+  GenerateOptions o;
+  o.n_ctx = args.prompt + args.tg + 8;
+  o.prefill_chunk = 64;
+  o.max_new_tokens = args.tg;
+  o.stop_at_end_of_generation = false;
+  o.sampling = SamplingParams::greedy();
+  o.sampling.constraint = constraint;
+  CHORUS_ASSIGN_OR_RETURN(auto gen, Generator::create(m, device, n, o, gpu));
+  const auto prompt = bench_prompt(m.tokenizer, args.prompt);
+  DecodeResult best;
+  best.seconds = 1e30;
+  for (int r = 0; r <= args.reps; ++r) {
+    CHORUS_ASSIGN_OR_RETURN(auto st, gen->run(prompt, nullptr));
+    if (r == 0) {
+      best.cold_step_ms = st.steps > 0 ? 1e3 * st.decode_seconds / st.steps : 0;
+      continue;
+    }
+    if (st.decode_seconds < best.seconds) {
+      best.seconds = st.decode_seconds;
+      best.steps = st.steps;
+      best.tokens = st.generated_tokens - n;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 int run_bench(const BenchArgs& args) {
@@ -95,34 +131,45 @@ int run_bench(const BenchArgs& args) {
   }
 
   // Decode: n sequences, each after its own copy of a prompt, tg tokens each (greedy, no early
-  // stop).
+  // stop); with --schema, again under the schema (a constrained sequence ends when its JSON is
+  // whole, so steps, not tokens, are compared).
+  OutputConstraint constraint;
+  if (!args.schema.empty()) {
+    std::ifstream f(args.schema);
+    constraint = OutputConstraint::json_schema_of(std::string(std::istreambuf_iterator<char>(f), {}));
+    if (auto g = grammar_of(constraint); !g) {
+      std::fprintf(stderr, "chorus bench: %s: %s\n", args.schema.c_str(), g.error().message.c_str());
+      return 1;
+    }
+  }
   nlohmann::json dec = nlohmann::json::array();
   double single = 0;
   for (int n : args.seqs) {
-    GenerateOptions o;
-    o.n_ctx = args.prompt + args.tg + 8;
-    o.prefill_chunk = 64;
-    o.max_new_tokens = args.tg;
-    o.stop_at_end_of_generation = false;
-    o.sampling = SamplingParams::greedy();
-    auto gen = Generator::create(m, **device, n, o, gpu);
-    if (!report("bench", gen)) return 1;
-    const auto prompt = bench_prompt(m.tokenizer, args.prompt);
-    double best = 1e30;
-    int64_t tokens = 0;
-    for (int r = 0; r <= args.reps; ++r) {
-      auto st = (*gen)->run(prompt, nullptr);
-      if (!report("bench", st)) return 1;
-      // The first token of each sequence comes from the prefill's logits: count the rest.
-      tokens = st->generated_tokens - n;
-      if (r > 0) best = std::min(best, st->decode_seconds);
-    }
-    const double tps = tokens / best;
+    auto plain = decode_test(m, **device, gpu, args, n, {});
+    if (!report("bench", plain)) return 1;
+    const double tps = plain->tokens / plain->seconds;
     if (n == 1) single = tps;
     std::printf(
         "  decode x%-3d        %9.1f tok/s aggregate%s\n", n, tps,
         single > 0 && n > 1 ? (" (" + std::to_string(tps / single).substr(0, 4) + "x single)").c_str() : "");
-    dec.push_back({{"sequences", n}, {"tok_s", tps}, {"tokens", tokens}, {"seconds", best}});
+    nlohmann::json row = {{"sequences", n},
+                          {"tok_s", tps},
+                          {"tokens", plain->tokens},
+                          {"seconds", plain->seconds},
+                          {"step_ms", plain->step_ms()}};
+    if (!constraint.empty()) {
+      auto c = decode_test(m, **device, gpu, args, n, constraint);
+      if (!report("bench", c)) return 1;
+      std::printf(
+          "    under --schema    %9.3f ms/step vs %.3f (%+.1f %%), first run %.3f ms/step, %lld tokens\n",
+          c->step_ms(), plain->step_ms(), 100.0 * (c->step_ms() / plain->step_ms() - 1.0), c->cold_step_ms,
+          static_cast<long long>(c->tokens));
+      row["schema"] = {{"step_ms", c->step_ms()},
+                       {"cold_step_ms", c->cold_step_ms},
+                       {"tokens", c->tokens},
+                       {"overhead", c->step_ms() / plain->step_ms() - 1.0}};
+    }
+    dec.push_back(row);
   }
   out["decode"] = dec;
   if (!args.json.empty()) {

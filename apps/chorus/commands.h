@@ -64,6 +64,7 @@ struct BenchArgs {
   bool views = false;          // the cache-block benchmarks instead (views, sharing, probes)
   bool hybrid = false;         // block views over a hybrid (Gated DeltaNet) model instead
   std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
+  std::string schema;          // a JSON Schema file: the decode test also runs constrained by it
 };
 int run_bench(const BenchArgs& args);
 

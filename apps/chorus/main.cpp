@@ -117,6 +117,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   bench_cmd->add_option("--isa", bench.isa, "Force a kernel set: scalar, avx2, avx512");
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
+  bench_cmd
+      ->add_option(
+          "--schema", bench.schema,
+          "A JSON Schema file: each decode test runs again constrained by it (the mask's cost per step)")
+      ->check(CLI::ExistingFile);
   bench_cmd->add_flag("--views", bench.views,
                       "Cache-block benchmarks: view of 4 blocks vs contiguous, 8 generations over a shared "
                       "prompt vs private copies, probe latency under load");

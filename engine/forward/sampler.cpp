@@ -13,7 +13,9 @@ TokenId argmax(std::span<const float> logits) {
   return best;
 }
 
-Sampler::Sampler(SamplingParams params) : p_(std::move(params)), rng_(p_.seed) {}
+Sampler::Sampler(SamplingParams params) : p_(std::move(params)), rng_(p_.seed) {
+  if (p_.grammar) matcher_ = std::make_unique<GrammarMatcher>(p_.grammar);
+}
 
 namespace {
 
@@ -30,11 +32,13 @@ double next_uniform(std::mt19937_64& rng) {
 }  // namespace
 
 TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> history) {
-  return sample_at(logits, history, p_.temperature > 0.0f ? next_uniform(rng_) : 0.0);
+  const TokenId t = sample_at(logits, history, p_.temperature > 0.0f ? next_uniform(rng_) : 0.0);
+  if (matcher_ && (t == kNoToken || !matcher_->accept(t))) return kNoToken;
+  return t;
 }
 
 std::optional<PlannedDraw> Sampler::plan_draw(int max_top_k) {
-  if (!p_.forbidden.empty() || p_.repeat_penalty != 1.0f) return std::nullopt;
+  if (!p_.forbidden.empty() || p_.repeat_penalty != 1.0f || matcher_) return std::nullopt;
   PlannedDraw d;
   if (!(p_.temperature > 0.0f)) return d;  // greedy
   if (p_.top_k < 1 || p_.top_k > max_top_k) return std::nullopt;
@@ -85,9 +89,17 @@ TokenId Sampler::sample_at(std::span<const float> logits, std::span<const TokenI
       if (t >= 0 && static_cast<size_t>(t) < n) forbidden_mask_[static_cast<size_t>(t)] = 1;
   }
   cand_.clear();
-  for (size_t i = 0; i < n; ++i)
-    if (!forbidden_mask_[i]) cand_.emplace_back(logits[i], static_cast<TokenId>(i));
-  if (cand_.empty()) return argmax(logits);
+  if (matcher_) {
+    const std::shared_ptr<const TokenMask> allowed = matcher_->allowed();
+    for (size_t i = 0; i < n; ++i)
+      if (!forbidden_mask_[i] && allowed->test(static_cast<TokenId>(i)))
+        cand_.emplace_back(logits[i], static_cast<TokenId>(i));
+    if (cand_.empty()) return kNoToken;
+  } else {
+    for (size_t i = 0; i < n; ++i)
+      if (!forbidden_mask_[i]) cand_.emplace_back(logits[i], static_cast<TokenId>(i));
+    if (cand_.empty()) return argmax(logits);
+  }
 
   if (p_.repeat_penalty != 1.0f && !history.empty()) {
     const size_t from = history.size() > static_cast<size_t>(std::max(0, p_.repeat_last_n))

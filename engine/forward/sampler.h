@@ -1,14 +1,17 @@
 // Picks the next token from logits. Order (as llama.cpp's default chain): forbidden-token mask
-// -> repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw. temperature <= 0 is
-// greedy (argmax, lowest id on ties), and then the other filters do not matter.
+// and the grammar's mask (constrained decoding, engine/grammar/matcher.h) -> repetition penalty -> top-k ->
+// top-p -> min-p -> temperature -> draw. temperature <= 0 is greedy (argmax, lowest id on ties), and then the
+// other filters do not matter.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
 #include <vector>
 
+#include "engine/grammar/output_constraint.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace chorus {
@@ -22,6 +25,11 @@ struct SamplingParams {
   int repeat_last_n = 64;       // how many recent tokens the penalty looks at
   uint64_t seed = 0;            // same seed, same logits, same history -> same token
   std::vector<TokenId> forbidden;  // never sampled
+  // When set, only tokens that keep the output a prefix of one of its sentences are sampled,
+  // and end-of-generation tokens only once the output is whole (constrained decoding).
+  // `constraint` is the same as it travels: the engine compiles it into `grammar` at submit.
+  std::shared_ptr<const TokenGrammar> grammar;
+  OutputConstraint constraint;
 
   static SamplingParams greedy() {
     SamplingParams p;
@@ -45,10 +53,16 @@ class Sampler {
   explicit Sampler(SamplingParams params);
 
   // `history` is the sequence so far (for the repetition penalty). Never returns a forbidden
-  // token unless every token is forbidden (then the argmax of the unmasked logits).
+  // token unless every token is forbidden (then the argmax of the unmasked logits). With a
+  // grammar, the token is taken by the matcher; kNoToken when the grammar allows no token of
+  // the vocabulary (a grammar whose bytes no token spells).
   TokenId sample(std::span<const float> logits, std::span<const TokenId> history);
-  // The token sample() picks when its uniform draw is u (the generator is not touched).
+  // The token sample() picks when its uniform draw is u (neither the generator nor the grammar
+  // matcher is touched).
   TokenId sample_at(std::span<const float> logits, std::span<const TokenId> history, double u);
+  static constexpr TokenId kNoToken = -1;
+  // The grammar's matcher (null without a grammar): whether the output is whole, or ended.
+  const GrammarMatcher* matcher() const { return matcher_.get(); }
   // When the next token depends on the logits only through the filters a device sampler has
   // (no repetition penalty, no forbidden tokens, greedy or top_k in 1..max_top_k): the draw,
   // taken from the generator exactly as sample() would take it, so that a device pick equals
@@ -66,6 +80,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, TokenId>> cand_;  // scratch, reused
   std::vector<uint8_t> forbidden_mask_;
+  std::unique_ptr<GrammarMatcher> matcher_;
 };
 
 // Index of the largest value (lowest index on ties).

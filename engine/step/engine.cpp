@@ -62,6 +62,8 @@ Status Engine::forward(std::span<const BatchToken> batch, std::span<SequenceKv* 
 
 namespace {
 
+const char* const kNoTokenMessage = "the output grammar allows no token of this model's vocabulary here";
+
 Error bad(const std::string& m) {
   return make_error(Errc::invalid_argument, m);
 }
@@ -173,6 +175,11 @@ Result<RequestId> Engine::submit(Request r) {
   CHORUS_TRY(check_view(r));
   CHORUS_TRY(check_fits_pool(r));
   CHORUS_TRY(check_kind(r));
+  if (r.kind == RequestKind::generate && !r.sampling.constraint.empty() && !r.sampling.grammar) {
+    if (!grammars_) grammars_ = std::make_unique<GrammarCache>(TokenVocab::create(model_.tokenizer));
+    CHORUS_ASSIGN_OR_RETURN(auto g, grammars_->get(r.sampling.constraint));
+    r.sampling.grammar = std::move(g);
+  }
   auto a = std::make_unique<Active>();
   a->id = next_id_++;
   a->target = r.kind == RequestKind::probe ? blocks_->create("probe scratch") : r.write_to;
@@ -361,6 +368,10 @@ void Engine::start_from_logits(Active& a, std::vector<Event>& events) {
   a.decoding = true;
   logits_ = w->last_logits;
   const TokenId tok = a.sampler->sample(logits_, w->tokens);
+  if (tok == Sampler::kNoToken) {
+    finish(a, FinishReason::error, events, kNoTokenMessage);
+    return;
+  }
   a.pending = tok;
   w->tokens.push_back(tok);
   ++a.generated;
@@ -523,6 +534,10 @@ void Engine::answer_probe(Active& a, const float* lg, std::vector<Event>& events
 // A stopped generate still runs its last token next step, so the block's KV covers its whole log.
 void Engine::take_token(Active& a, Block& w, TokenId tok, std::vector<Event>& events) {
   a.decoding = true;
+  if (tok == Sampler::kNoToken) {  // its grammar allows no token of the vocabulary here
+    finish(a, FinishReason::error, events, kNoTokenMessage);
+    return;
+  }
   w.tokens.push_back(tok);
   a.pending = tok;
   ++a.generated;
@@ -534,6 +549,8 @@ void Engine::take_token(Active& a, Block& w, TokenId tok, std::vector<Event>& ev
     why = FinishReason::stop_token;
   else if (st.at_end_of_generation && model_.tokenizer.is_end_of_generation(tok))
     why = FinishReason::end_of_generation;
+  else if (const GrammarMatcher* m = a.sampler->matcher(); m && m->ended())
+    why = FinishReason::end_of_generation;  // the output is whole and its grammar took the end
   else if (a.generated >= st.max_tokens)
     why = FinishReason::max_tokens;
   else

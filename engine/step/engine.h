@@ -221,6 +221,7 @@ class Engine {
   std::unique_ptr<ForwardPass> pass_;  // the runner (CPU or GPU) and its KV cache
   KvCache& kv_;                        // pass_'s
   std::unique_ptr<BlockStore> blocks_;
+  std::unique_ptr<GrammarCache> grammars_;          // output constraints compiled, made at the first
   std::deque<std::unique_ptr<Active>> active_;      // submission order
   std::map<BlockId, std::deque<Active*>> writers_;  // unfinished writers of each block, FIFO
   RequestId next_id_ = 1;

@@ -182,3 +182,38 @@ TEST(ActorRuntime, SelfTestRepliesThroughAnActor) {
 
 }  // namespace
 }  // namespace chorus
+
+namespace chorus {
+namespace {
+
+// A generate's output constraint travels as its source text and comes back equal; a kind the
+// receiver does not know is refused by name.
+TEST(Wire, GenerateCarriesItsOutputConstraint) {
+  SamplingParams sp;
+  sp.constraint =
+      OutputConstraint::json_schema_of(R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  const Request r = Request::generate(3, {3}, {1, 2}, sp, StopCondition{});
+  const Frame f = encode_request(9, r);
+  uint64_t rid = 0;
+  auto cmd = decode_command(f, &rid);
+  ASSERT_TRUE(cmd.ok()) << cmd.error().to_string();
+  const auto* back = std::get_if<Request>(&*cmd);
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(back->sampling.constraint, sp.constraint);
+
+  flatbuffers::FlatBufferBuilder fbb;
+  const std::vector<int32_t> view = {3}, prefill = {1};
+  const auto sampling = wire::CreateSampling(fbb, 0.7f, 40, 0.9f, 0.05f, 1.0f, 0, 0, 7);
+  wire::FinishEnvelopeBuffer(
+      fbb, wire::CreateEnvelope(
+               fbb, 1, 5, wire::Payload::Generate,
+               wire::CreateGenerate(fbb, fbb.CreateVector(view), 3, fbb.CreateVector(prefill), sampling, 0)
+                   .Union()));
+  auto bad = decode_command({fbb.GetBufferPointer(), fbb.GetSize()}, &rid);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("constraint_kind 7 is unknown"), std::string::npos)
+      << bad.error().message;
+}
+
+}  // namespace
+}  // namespace chorus

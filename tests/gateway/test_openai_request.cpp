@@ -55,6 +55,46 @@ TEST(OpenAiRequest, ClassicRefusalsNameTheField) {
       "stop");
 }
 
+// No field is silently ignored: what chorus does not do is a 400 naming it, unless its value
+// asks for nothing.
+TEST(OpenAiRequest, FieldsItDoesNotHonourAreRefusedByName) {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"a"}],)";
+  for (const char* f : {R"("tools":[{"type":"function","function":{"name":"f"}}])", R"("logprobs":true)",
+                        R"("presence_penalty":0.5)", R"("logit_bias":{"5":1})", R"("tool_choice":"required")",
+                        R"("frobnicate":1)"}) {
+    auto [status, e] = refusal(head + f + "}");
+    EXPECT_EQ(status, 400) << f;
+    const std::string name = json::parse(std::string("{") + f + "}").begin().key();
+    EXPECT_EQ(e["param"], name) << f;
+    EXPECT_NE(e["message"].get<std::string>().find("not supported"), std::string::npos) << f;
+  }
+  for (const char* f :
+       {R"("tools":[])", R"("logprobs":false)", R"("presence_penalty":0)", R"("tool_choice":"none")",
+        R"("parallel_tool_calls":true)", R"("user":"u1")", R"("top_logprobs":null)"})
+    EXPECT_NO_THROW(parse_chat_request(head + f + "}", "m", 256, 4096)) << f;
+}
+
+TEST(OpenAiRequest, ResponseFormatBecomesAConstraintOrANamed400) {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"a"}],"response_format":)";
+  EXPECT_TRUE(parse_chat_request(head + R"({"type":"text"}})", "m", 256, 4096).sampling.constraint.empty());
+  EXPECT_EQ(parse_chat_request(head + R"({"type":"json_object"}})", "m", 256, 4096).sampling.constraint.kind,
+            OutputConstraint::Kind::json_object);
+  const ChatRequest r = parse_chat_request(
+      head +
+          R"({"type":"json_schema","json_schema":{"name":"x","schema":{"type":"integer"},"strict":true}}})",
+      "m", 256, 4096);
+  EXPECT_EQ(r.sampling.constraint, OutputConstraint::json_schema_of(R"({"type":"integer"})"));
+  auto [status, e] =
+      refusal(head + R"({"type":"json_schema","json_schema":{"schema":{"type":"string","format":"uri"}}}})");
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(e["param"], "response_format.json_schema.schema");
+  EXPECT_NE(e["message"].get<std::string>().find("keyword 'format' is not supported"), std::string::npos);
+  EXPECT_EQ(refusal(head + R"({"type":"yaml"}})").second["param"], "response_format.type");
+  EXPECT_EQ(refusal(head + R"({"type":"json_schema"}})").second["param"], "response_format.json_schema");
+  EXPECT_EQ(refusal(head + R"({"type":"json_schema","json_schema":{"name":"x"}}})").second["param"],
+            "response_format.json_schema.schema");
+}
+
 // A malformed body quoting bytes that are not UTF-8: the error message quotes them, and
 // serializing it threw (nlohmann type_error 316). Now they become U+FFFD.
 TEST(OpenAiRequest, MalformedBodyWithInvalidUtf8GetsAJsonError) {

@@ -1,0 +1,34 @@
+// JSON Schema -> grammar (grammar.h) of the JSON texts the schema accepts, so that a constrained
+// generation can only write valid instances. The subset (docs/structured-output.md lists it):
+//
+//   type (one or a list), enum, const, anyOf, allOf of one schema, $ref into the same document
+//   ("#", "#/$defs/..", "#/definitions/..", any JSON pointer), properties, required,
+//   additionalProperties (false, true or absent: only the listed properties are written),
+//   items, minItems, maxItems, minLength, maxLength; annotations (title, description, default,
+//   examples, $schema, $id, $comment, $defs, definitions, deprecated, readOnly, writeOnly) are
+//   read past. `true` / `{}` is any JSON value.
+//
+// Properties are written in their order in `properties`, each required one always, each other
+// one optionally. Between tokens at most 16 whitespace characters, so a model cannot stall in
+// whitespace. Numbers: integers of at most 16 digits; numbers with at most 16 fraction digits
+// and a two-digit exponent (never infinite once parsed).
+//
+// Any other keyword (pattern, format, minimum, oneOf, uniqueItems, ...) is refused: an error
+// naming the keyword and where it is, never a constraint silently dropped. An unsatisfiable
+// schema (false, an empty enum, a required property that is not listed, a $ref cycle that never
+// ends) is an error too. Errc::invalid_argument for both.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "base/status.h"
+#include "engine/grammar/grammar.h"
+
+namespace chorus {
+
+Result<Grammar> json_schema_grammar(const nlohmann::json& schema);
+
+// Any JSON object (OpenAI's response_format {"type": "json_object"}).
+Grammar json_object_grammar();
+
+}  // namespace chorus

@@ -1,0 +1,281 @@
+// Constrained decoding: grammars over bytes, JSON Schema -> grammar, token masks, and generations
+// on the default model that can only write what the schema accepts. The Python oracle
+// (`jsonschema`, tests/python/test_structured_output.py) validates served outputs; here the
+// grammar's own acceptance is checked against hand-written valid and invalid texts.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "device/cpu_device.h"
+#include "engine/grammar/json_schema.h"
+#include "engine/grammar/matcher.h"
+#include "engine/model/model.h"
+#include "engine/step/generator.h"
+#include "tests/support/test_util.h"
+
+namespace chorus {
+namespace {
+
+using B = GrammarBuilder;
+using nlohmann::json;
+
+const Tokenizer& default_tokenizer() {
+  static std::optional<Result<Tokenizer>> tok;
+  if (!tok) tok.emplace(Tokenizer::from_gguf(*test::default_model()));
+  return tok->value();
+}
+
+// Whether `text` is a whole sentence of the grammar.
+bool accepts(const std::shared_ptr<const TokenGrammar>& g, std::string_view text) {
+  GrammarMatcher m(g);
+  return m.accept_bytes(text) && m.whole();
+}
+
+std::shared_ptr<const TokenGrammar> schema(const json& s) {
+  auto g = json_schema_grammar(s);
+  EXPECT_TRUE(g.ok()) << g.error().message;
+  if (!g) return nullptr;
+  return TokenGrammar::create(std::move(*g), default_tokenizer());
+}
+
+std::string schema_error(const json& s) {
+  auto g = json_schema_grammar(s);
+  return g ? "" : g.error().message;
+}
+
+TEST(GrammarBuild, RefusesUndefinedEndlessAndLeftRecursiveRules) {
+  {
+    B b;
+    const int32_t x = b.declare("x");
+    auto g = b.build(b.add("root", {{B::ref(x)}}));
+    ASSERT_FALSE(g.ok());
+    EXPECT_NE(g.error().message.find("'x' is used but never defined"), std::string::npos)
+        << g.error().message;
+  }
+  {
+    B b;  // loop ::= "a" loop: every alternative recurses
+    const int32_t loop = b.declare("loop");
+    b.define(loop, {{B::byte('a'), B::ref(loop)}});
+    auto g = b.build(loop);
+    ASSERT_FALSE(g.ok());
+    EXPECT_NE(g.error().message.find("'loop' derives no finite text"), std::string::npos)
+        << g.error().message;
+  }
+  {
+    B b;  // list ::= list "," "a" | "a"
+    const int32_t list = b.declare("list");
+    b.define(list, {{B::ref(list), B::byte(','), B::byte('a')}, {B::byte('a')}});
+    auto g = b.build(list);
+    ASSERT_FALSE(g.ok());
+    EXPECT_NE(g.error().message.find("'list' can reach itself without consuming text"), std::string::npos)
+        << g.error().message;
+  }
+}
+
+TEST(GrammarMatcher, FollowsBytesAndKnowsWhenTheTextIsWhole) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  B b;  // root ::= "a" "b"{0,2} "c"?
+  const int32_t bs = b.repeat("bs", {B::byte('b')}, 0, 2);
+  const int32_t c = b.add("c", {{B::byte('c')}, {}});
+  auto g = b.build(b.add("root", {{B::byte('a'), B::ref(bs), B::ref(c)}}));
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  auto tg = TokenGrammar::create(std::move(*g), default_tokenizer());
+  for (const char* ok : {"a", "ab", "abb", "ac", "abc", "abbc"}) EXPECT_TRUE(accepts(tg, ok)) << ok;
+  for (const char* no : {"", "b", "abbb", "acc", "aa", "abcb"}) EXPECT_FALSE(accepts(tg, no)) << no;
+  GrammarMatcher m(tg);
+  EXPECT_FALSE(m.whole());
+  EXPECT_TRUE(m.accept_bytes("ab"));
+  EXPECT_TRUE(m.whole());
+  EXPECT_FALSE(m.accept_bytes("x"));  // refused, nothing changes
+  EXPECT_TRUE(m.accept_bytes("c"));
+  EXPECT_TRUE(m.whole());
+  EXPECT_FALSE(m.accept_bytes("c"));
+}
+
+const json kPerson = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "minLength": 1, "maxLength": 8},
+    "age": {"type": "integer"},
+    "score": {"type": "number"},
+    "tags": {"type": "array", "items": {"enum": ["a", "b", 3, null]}, "minItems": 1, "maxItems": 2},
+    "nick": {"type": ["string", "null"]},
+    "ok": {"const": true}
+  },
+  "required": ["name", "age", "tags", "ok"],
+  "additionalProperties": false
+})");
+
+TEST(JsonSchemaGrammar, AcceptsInstancesAndRejectsTheRest) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  auto g = schema(kPerson);
+  ASSERT_TRUE(g);
+  // Properties in sorted order: age, name, nick, ok, score, tags.
+  for (
+      const char* ok : {
+          R"({"age":3,"name":"x","ok":true,"tags":["a"]})",
+          R"({ "age" : -12, "name": "h\u00e9 \"q\"", "nick": null, "ok":true, "score": 1.5e-3, "tags": [3, null] })",
+          "{\n  \"age\": 0,\n  \"name\": \"\xc3\xa9t\xc3\xa9\",\n  \"nick\": \"n\",\n  \"ok\": true,\n  "
+          "\"tags\": [\"b\"]\n}",
+          R"({"age":1,"name":"12345678","ok":true,"score":-0,"tags":["a","b"]})",
+      })
+    EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* no : {
+           R"({"age":3,"name":"","ok":true,"tags":["a"]})",               // minLength 1
+           R"({"age":3,"name":"123456789","ok":true,"tags":["a"]})",      // maxLength 8
+           R"({"age":3.5,"name":"x","ok":true,"tags":["a"]})",            // not an integer
+           R"({"age":03,"name":"x","ok":true,"tags":["a"]})",             // leading zero
+           R"({"age":3,"name":"x","ok":true,"tags":[]})",                 // minItems 1
+           R"({"age":3,"name":"x","ok":true,"tags":["a","b","a"]})",      // maxItems 2
+           R"({"age":3,"name":"x","ok":true,"tags":["c"]})",              // not in the enum
+           R"({"age":3,"name":"x","ok":false,"tags":["a"]})",             // const
+           R"({"age":3,"name":"x","tags":["a"]})",                        // "ok" is required
+           R"({"age":3,"name":"x","ok":true,"tags":["a"],"extra":1})",    // additionalProperties false
+           R"({"age":3,"name":"x","ok":true,"tags":["a"],})",             // trailing comma
+           R"({"age":3,"name":"\ud800","ok":true,"tags":["a"]})",         // a lone surrogate
+           "{\"age\":3,\"name\":\"\xc3\",\"ok\":true,\"tags\":[\"a\"]}",  // broken UTF-8
+           "{\"age\":3,\"name\":\"a\tb\",\"ok\":true,\"tags\":[\"a\"]}",  // raw control character
+       })
+    EXPECT_FALSE(accepts(g, no)) << no;
+}
+
+TEST(JsonSchemaGrammar, RecursiveReferencesThatEnd) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  auto g = schema(json::parse(R"({
+    "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+              "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}},
+    "$ref": "#/$defs/node"})"));
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(accepts(g, R"({"kids":[{"v":2},{"kids":[],"v":3}],"v":1})"));
+  EXPECT_FALSE(accepts(g, R"({"kids":[{"w":2}],"v":1})"));
+  // json_object: any object, never a bare value.
+  auto any = TokenGrammar::create(json_object_grammar(), default_tokenizer());
+  EXPECT_TRUE(accepts(any, R"({"a": [1, {"b": null}], "c": "d"})"));
+  EXPECT_FALSE(accepts(any, R"([1])"));
+  EXPECT_FALSE(accepts(any, R"("s")"));
+}
+
+TEST(JsonSchemaGrammar, RefusesWhatItDoesNotSupportByName) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {json::parse(R"({"type":"string","pattern":"a+"})"), "keyword 'pattern' is not supported"},
+      {json::parse(R"({"type":"string","format":"date-time"})"), "keyword 'format' is not supported"},
+      {json::parse(R"({"type":"integer","minimum":3})"), "keyword 'minimum' is not supported"},
+      {json::parse(R"({"oneOf":[{"type":"string"}]})"), "keyword 'oneOf' is not supported"},
+      {json::parse(R"({"type":"array","uniqueItems":true})"), "keyword 'uniqueItems' is not supported"},
+      {json::parse(R"({"type":"object","additionalProperties":{"type":"integer"}})"),
+       "a schema here is not supported"},
+      {json::parse(R"({"properties":{"a":{"type":"strin"}}})"), "unknown type 'strin'"},
+      {json::parse(R"({"$ref":"https://example.com/s.json"})"), "only references into the same document"},
+  };
+  for (const auto& [s, want] : cases) {
+    const std::string e = schema_error(s);
+    EXPECT_NE(e.find(want), std::string::npos) << s.dump() << " -> " << e;
+  }
+  EXPECT_NE(schema_error(json::parse(R"({"properties":{"a":{"type":"integer","minimum":1}}})"))
+                .find("'#/properties/a'"),
+            std::string::npos)
+      << "the error names where the keyword is";
+}
+
+TEST(JsonSchemaGrammar, UnsatisfiableSchemasAreErrorsNotHangs) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {json(false), "accepts nothing"},
+      {json::parse(R"({"enum":[]})"), "no value is allowed"},
+      {json::parse(R"({"type":"string","enum":[1,2]})"), "no value is allowed"},
+      {json::parse(R"({"type":"object","properties":{},"required":["a"]})"), "'a' is not in 'properties'"},
+      {json::parse(R"({"type":"string","minLength":5,"maxLength":2})"), "minLength is more than maxLength"},
+      {json::parse(R"({"type":"array","minItems":3,"maxItems":1})"), "minItems is more than maxItems"},
+      {json::parse(R"({"$ref":"#"})"), "derives no finite text"},
+      {json::parse(R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})"),
+       "derives no finite text"},
+      {json::parse(R"({"anyOf":[{"$ref":"#"},{"type":"null"}]})"), "without consuming text"},
+      {json::parse(R"({"$ref":"#/$defs/missing"})"), "points at nothing"},
+      {json::parse(R"({"type":"string","maxLength":100000})"), "never defined"},
+  };
+  for (const auto& [s, want] : cases) {
+    const std::string e = schema_error(s);
+    EXPECT_NE(e.find(want), std::string::npos) << s.dump() << " -> " << e;
+  }
+  json deep = json::object();
+  for (int i = 0; i < 100; ++i) deep = json{{"type", "array"}, {"items", deep}};
+  EXPECT_NE(schema_error(deep).find("nested more than 64"), std::string::npos);
+}
+
+// The mask is exact: every token in it can follow, none outside it can; end-of-generation
+// tokens only when the text is whole.
+TEST(TokenMask, HoldsExactlyTheTokensThatCanFollow) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  auto g = schema(kPerson);
+  ASSERT_TRUE(g);
+  const Tokenizer& tok = default_tokenizer();
+  const TokenId eos = *tok.find_token("<|im_end|>");
+  for (const char* prefix : {"", "{\"age\": 1", "{\"age\":1,\"name\":\"ab",
+                             "{\"age\":1,\"name\":\"a\",\"ok\":true,\"tags\":[\"a\"]}"}) {
+    GrammarMatcher m(g);
+    ASSERT_TRUE(m.accept_bytes(prefix)) << prefix;
+    auto mask = m.allowed();
+    int64_t n = 0;
+    for (size_t t = 0; t < tok.vocab_size(); ++t) {
+      const auto id = static_cast<TokenId>(t);
+      GrammarMatcher copy = m;
+      const bool can = copy.accept(id);
+      ASSERT_EQ(mask->test(id), can) << "prefix '" << prefix << "' token " << t << " '" << tok.token_text(id)
+                                     << "'";
+      n += can ? 1 : 0;
+    }
+    EXPECT_EQ(mask->count, n);
+    EXPECT_EQ(mask->test(eos), m.whole()) << prefix;
+    EXPECT_GT(n, 0) << prefix;
+  }
+  EXPECT_GT(g->n_masks_looked_up(), 0);
+}
+
+// Sampling at temperature 1.5 on the default model: every output is whole and parses, with the
+// schema's properties, whatever the seed.
+TEST(ConstrainedGeneration, HotSamplingStillWritesTheSchema) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  auto model = Model::load(default_model_path());
+  ASSERT_TRUE(model.ok()) << model.error().to_string();
+  auto device = CpuDevice::create();
+  ASSERT_TRUE(device.ok());
+  auto g = schema(kPerson);
+  ASSERT_TRUE(g);
+  GenerateOptions o;
+  o.max_new_tokens = 200;
+  o.n_ctx = 512;
+  o.sampling.temperature = 1.5f;
+  o.sampling.top_k = 0;
+  o.sampling.top_p = 1.0f;
+  o.sampling.min_p = 0.0f;
+  o.sampling.seed = 7;
+  o.sampling.grammar = g;
+  const int kSeqs = 4;
+  auto gen = Generator::create(**model, **device, kSeqs, o);
+  ASSERT_TRUE(gen.ok()) << gen.error().to_string();
+  const auto prompt = (*model)->tokenizer.encode(
+      "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n",
+      {.parse_special = true});
+  auto st = (*gen)->run(prompt, nullptr);
+  ASSERT_TRUE(st.ok()) << st.error().to_string();
+  int whole = 0;
+  for (const auto& out : (*gen)->outputs()) {
+    std::vector<TokenId> body = out;
+    const bool ended = !body.empty() && body.back() == *(*model)->tokenizer.find_token("<|im_end|>");
+    if (ended) body.pop_back();
+    const std::string text = (*model)->tokenizer.decode(body, {.render_special = false});
+    GrammarMatcher m(g);
+    ASSERT_TRUE(m.accept_bytes(text)) << text;  // always a prefix of an instance
+    if (!ended) continue;                       // cut by max_new_tokens: a documented partial
+    ++whole;
+    ASSERT_TRUE(m.whole()) << text;
+    const json v = json::parse(text);
+    for (const char* k : {"name", "age", "tags", "ok"}) EXPECT_TRUE(v.contains(k)) << text;
+    EXPECT_TRUE(v["age"].is_number_integer()) << text;
+    EXPECT_EQ(v["ok"], true) << text;
+  }
+  EXPECT_GT(whole, 0) << "no output ended within " << o.max_new_tokens << " tokens";
+}
+
+}  // namespace
+}  // namespace chorus

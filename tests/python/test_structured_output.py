@@ -1,0 +1,192 @@
+"""Structured outputs through the official `openai` client against `chorus serve`, with the
+`jsonschema` package as the oracle: for a corpus of schemas, sampling hot (temperature 1.5) on
+the default model, every reply that ends (finish_reason "stop") is JSON that validates; a reply
+cut by max_tokens ("length") is a prefix of one. Also response_format json_object, streaming,
+and the 400s for schemas chorus cannot follow (naming the keyword) or that accept nothing.
+
+  python tests/python/test_structured_output.py build/chorus MODEL.gguf
+"""
+import json
+import re
+import subprocess
+import sys
+
+import jsonschema
+import openai
+
+CHORUS, MODEL = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+SCHEMAS = {
+    "tool call with 5 arguments": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 24},
+            "days": {"type": "integer"},
+            "units": {"enum": ["metric", "imperial"]},
+            "detailed": {"type": "boolean"},
+            "threshold": {"type": "number"},
+        },
+        "required": ["city", "days", "units", "detailed", "threshold"],
+        "additionalProperties": False,
+    },
+    "optional and nullable properties": {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "minLength": 2, "maxLength": 12},
+            "note": {"anyOf": [{"type": "string", "maxLength": 10}, {"type": "null"}]},
+            "count": {"type": ["integer", "null"]},
+        },
+        "required": ["title"],
+    },
+    "array of objects": {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 3,
+        "items": {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "ok": {"type": "boolean"}},
+            "required": ["id", "ok"],
+            "additionalProperties": False,
+        },
+    },
+    "recursive tree": {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "maxLength": 6},
+                    "children": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/node"}},
+                },
+                "required": ["name"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/node",
+    },
+    "constants and enums": {
+        "type": "object",
+        "properties": {
+            "kind": {"const": "answer"},
+            "level": {"enum": [1, 2, 3, None, "max"]},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3},
+        },
+        "required": ["kind", "level", "tags"],
+        "additionalProperties": False,
+    },
+}
+
+
+def start_server():
+    server = subprocess.Popen([CHORUS, "serve", "--model", MODEL, "--port", "0", "--pages", "512"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = server.stdout.readline()
+    m = re.search(r"http://([0-9.]+):(\d+)/v1", line)
+    if not m:
+        print(line + server.stdout.read())
+        server.kill()
+        sys.exit("chorus serve did not start")
+    return server, "http://%s:%s" % (m.group(1), m.group(2))
+
+
+def schema_format(name, schema):
+    return {"type": "json_schema", "json_schema": {"name": name.replace(" ", "_"), "schema": schema, "strict": True}}
+
+
+server, base = start_server()
+try:
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none")
+    model = client.models.list().data[0].id
+    ask = [{"role": "user", "content": "Reply with JSON."}]
+
+    whole = 0
+    for name, schema in SCHEMAS.items():
+        ended = 0
+        for seed in range(3):
+            r = client.chat.completions.create(model=model, messages=ask, max_tokens=160, temperature=1.5,
+                                               seed=seed, response_format=schema_format(name, schema))
+            text, why = r.choices[0].message.content, r.choices[0].finish_reason
+            if why == "stop":
+                ended += 1
+                try:
+                    jsonschema.validate(json.loads(text), schema)
+                    ok = True
+                except (ValueError, jsonschema.ValidationError) as e:
+                    ok = False
+                    print("   ", e)
+                check(ok, "%s, seed %d: %r validates" % (name, seed, text))
+            else:
+                check(why == "length", "%s, seed %d: cut by max_tokens (%s): %r" % (name, seed, why, text))
+        whole += ended
+        print("     %s: %d of 3 replies ended within 160 tokens" % (name, ended))
+    check(whole > 0, "%d of %d hot replies ended; each of those validated" % (whole, 3 * len(SCHEMAS)))
+
+    # Streaming: the pieces join into the same kind of JSON.
+    schema = SCHEMAS["tool call with 5 arguments"]
+    pieces, why = [], None
+    for chunk in client.chat.completions.create(model=model, messages=ask, max_tokens=160, temperature=0,
+                                                response_format=schema_format("tool", schema), stream=True):
+        if chunk.choices:
+            pieces.append(chunk.choices[0].delta.content or "")
+            why = chunk.choices[0].finish_reason or why
+    text = "".join(pieces)
+    check(why == "stop", "streamed structured reply ends (%s)" % why)
+    if why == "stop":
+        try:
+            jsonschema.validate(json.loads(text), schema)
+            check(True, "streamed reply validates: %r" % text)
+        except (ValueError, jsonschema.ValidationError) as e:
+            check(False, "streamed reply validates: %r (%s)" % (text, e))
+
+    # json_object: any JSON object.
+    r = client.chat.completions.create(model=model, messages=ask, max_tokens=120, temperature=0,
+                                       response_format={"type": "json_object"})
+    if r.choices[0].finish_reason == "stop":
+        check(isinstance(json.loads(r.choices[0].message.content), dict),
+              "json_object reply is a JSON object: %r" % r.choices[0].message.content)
+    else:
+        check(r.choices[0].finish_reason == "length", "json_object reply cut by max_tokens")
+
+    # Schemas chorus cannot follow, or that accept nothing: a 400 that says why, never a hang.
+    bad = [
+        ({"type": "string", "pattern": "^a+$"}, "pattern"),
+        ({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}, "minimum"),
+        ({"enum": []}, "no value is allowed"),
+        ({"$ref": "#"}, "derives no finite text"),
+        ({"type": "object", "properties": {}, "required": ["x"]}, "'x' is not in 'properties'"),
+    ]
+    for schema, want in bad:
+        try:
+            client.chat.completions.create(model=model, messages=ask, max_tokens=8,
+                                           response_format=schema_format("bad", schema))
+            check(False, "%s is refused" % json.dumps(schema))
+        except openai.BadRequestError as e:
+            body = e.response.json()["error"]
+            check(e.status_code == 400 and want in body["message"] and
+                  body["param"] == "response_format.json_schema.schema",
+                  "%s -> 400 %r" % (json.dumps(schema), body["message"]))
+    for fmt, want in [({"type": "xml"}, "response_format.type"),
+                      ({"type": "json_schema"}, "response_format.json_schema")]:
+        try:
+            client.chat.completions.create(model=model, messages=ask, max_tokens=8, response_format=fmt)
+            check(False, "%s is refused" % json.dumps(fmt))
+        except openai.BadRequestError as e:
+            check(e.response.json()["error"]["param"] == want, "%s -> 400 naming %s" % (json.dumps(fmt), want))
+finally:
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+if failures:
+    print("%d check(s) failed" % len(failures))
+    sys.exit(1)
+print("all checks passed")
