@@ -213,8 +213,7 @@ Result<Command> request_command(const wire::Envelope* env, const std::string& pa
     r = Request::forward(f->write_to(), to_vec(f->tokens()), to_vec(f->view()));
     text = f->text();
   } else if (const auto* g = env->payload_as_Generate()) {
-    if (g->sampling() &&
-        g->sampling()->constraint_kind() > static_cast<uint8_t>(OutputConstraint::Kind::json_schema))
+    if (g->sampling() && g->sampling()->constraint_kind() > static_cast<uint8_t>(OutputConstraint::kLastKind))
       return make_error(Errc::invalid_argument, "Generate: Sampling.constraint_kind " +
                                                     std::to_string(g->sampling()->constraint_kind()) +
                                                     " is unknown");

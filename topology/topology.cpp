@@ -1,5 +1,8 @@
 #include "topology/topology.h"
 
+#include <nlohmann/json.hpp>
+
+#include "engine/grammar/output_constraint.h"
 #include "topology/topology_loader.h"
 #include "topology/yaml_reader.h"
 
@@ -169,6 +172,44 @@ SamplingParams read_sampling(const Reader& r, const YAML::Node& n, const std::st
   return s;
 }
 
+namespace {
+
+// YAML as JSON: quoted scalars are strings; plain ones true/false, null (~, empty), numbers,
+// else strings.
+nlohmann::json json_of(const Reader& r, const YAML::Node& n, const std::string& path) {
+  if (n.IsMap()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const std::string k = r.str(it->first, path);
+      o[k] = json_of(r, it->second, path + "." + k);
+    }
+    return o;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (size_t i = 0; i < n.size(); ++i) a.push_back(json_of(r, n[i], path + "[" + std::to_string(i) + "]"));
+    return a;
+  }
+  if (!n.IsScalar() || n.Tag() == "!") return n.IsScalar() ? nlohmann::json(n.Scalar()) : nlohmann::json();
+  const std::string& v = n.Scalar();
+  if (v == "true" || v == "True") return true;
+  if (v == "false" || v == "False") return false;
+  if (v.empty() || v == "~" || v == "null" || v == "Null") return nullptr;
+  const auto num = nlohmann::json::parse(v, nullptr, false);
+  if (!num.is_discarded() && num.is_number()) return num;
+  return v;
+}
+
+}  // namespace
+
+std::string read_schema(const Reader& r, const YAML::Node& n, const std::string& path) {
+  if (!n.IsMap()) r.fail(n, path, "expected a JSON Schema (a mapping), found " + Reader::shape(n));
+  const std::string text = json_of(r, n, path).dump();
+  if (auto g = grammar_of(OutputConstraint::json_schema_of(text)); !g)
+    r.fail(n, path, g.error().message, Errc::invalid_argument);
+  return text;
+}
+
 std::string Loader::text(const YAML::Node& n, const std::string& path, bool event) {
   return substitute(r, n, path, r.str(n, path), params, unset, opts.require_params, event);
 }
@@ -266,8 +307,8 @@ void Loader::read_tools(const YAML::Node& n) {
     const std::string path = "tools." + tool.name;
     if (t.tool(tool.name)) r.fail(it->first, path, "declared twice");
     r.keys(it->second, path,
-           {"command", "setup", "description", "timeout_s", "max_output_bytes", "env", "network", "read",
-            "write"});
+           {"command", "setup", "description", "parameters", "timeout_s", "max_output_bytes", "env",
+            "network", "read", "write"});
     auto argv = [&](const YAML::Node& c, const std::string& where) {  // a string runs as sh -c STRING
       std::vector<std::string> v =
           c.IsScalar() ? std::vector<std::string>{"sh", "-c", text(c, where)} : r.strings(c, where, 256);
@@ -280,6 +321,7 @@ void Loader::read_tools(const YAML::Node& n) {
              path + ".command");
     if (auto v = it->second["setup"]) tool.setup = argv(v, path + ".setup");
     if (auto v = it->second["description"]) tool.description = r.str(v, path + ".description");
+    if (auto v = it->second["parameters"]) tool.parameters = read_schema(r, v, path + ".parameters");
     if (auto v = it->second["timeout_s"]) tool.timeout_s = r.number(v, path + ".timeout_s", 0.01, 86400);
     if (auto v = it->second["max_output_bytes"])
       tool.max_output_bytes = static_cast<size_t>(r.integer(v, path + ".max_output_bytes", 1, 16 << 20));

@@ -33,6 +33,7 @@ struct Tool {
   std::vector<std::string> command;  // argv; a string in the file runs as sh -c STRING
   std::vector<std::string> setup;    // the same; run in the sandbox each time it is made (empty: none)
   std::string description;
+  std::string parameters;  // JSON Schema of its arguments, as JSON text ("": any JSON object)
   double timeout_s = 30;
   size_t max_output_bytes = 16 << 10;
   // What it may reach beyond its sandbox's defaults (docs/scheduling.md "Tool sandboxes"):
@@ -70,6 +71,10 @@ struct Actor {
   std::vector<std::string>
       tools;               // tools it may call: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
   int max_tool_calls = 4;  // per run
+  // `schema:`, as JSON text ("": none): the role writes only instances of it (in
+  // sampling.constraint). A role with tools of which one declares `parameters:` has instead the
+  // tool-call constraint: free text without '<', then at most one valid call.
+  std::string schema;
 
   // Triggers: start on each of `on` (thinker, writer, probe; the text of a source of kind text),
   // or once when every one of `after` has fired. A thinker with neither starts at once.

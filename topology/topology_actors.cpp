@@ -1,9 +1,13 @@
 // The topology reader, part two: each kind of actor in `actors:` (thinker and writer, probe,
 // source, sink). The file's other sections and the checks across it are in topology.cpp.
+#include <algorithm>
 #include <climits>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/grammar/output_constraint.h"
 #include "topology/topology_loader.h"
 
 namespace chorus::topology::detail {
@@ -11,8 +15,8 @@ namespace chorus::topology::detail {
 void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& path) {
   const bool thinker = a.kind == Kind::thinker;
   r.keys(n, path,
-         {"kind", "view", "writes", "prefill", "max_tokens", "stop", "sampling", "emit", "to", "on", "after",
-          "tools", "max_tool_calls"});
+         {"kind", "view", "writes", "prefill", "max_tokens", "stop", "sampling", "schema", "emit", "to", "on",
+          "after", "tools", "max_tool_calls"});
   read_view_and_writes(a, n, path, true);
   if (auto v = n["prefill"]) a.prefill = text(v, path + ".prefill", true);
   a.max_tokens = thinker ? 256 : 48;
@@ -53,6 +57,26 @@ void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& pa
   if (auto v = n["max_tool_calls"]) {
     if (a.tools.empty()) r.fail(v, path + ".max_tool_calls", "needs `tools: [...]`");
     a.max_tool_calls = static_cast<int>(r.integer(v, path + ".max_tool_calls", 0, 1000));
+  }
+  if (auto v = n["schema"]) {
+    if (!a.tools.empty())
+      r.fail(v, path + ".schema",
+             "a role with tools writes text and tool calls (their `parameters:` constrain the calls); "
+             "`schema:` is for a role that writes only JSON");
+    a.schema = read_schema(r, v, path + ".schema");
+    a.sampling.constraint = OutputConstraint::json_schema_of(a.schema);
+  } else if (std::any_of(a.tools.begin(), a.tools.end(),
+                         [&](const std::string& n) { return !t.tool(n)->parameters.empty(); })) {
+    nlohmann::json tools = nlohmann::json::array();
+    for (const std::string& name : a.tools) {
+      const Tool& tool = *t.tool(name);
+      tools.push_back({{"name", name},
+                       {"parameters", tool.parameters.empty() ? nlohmann::json()
+                                                              : nlohmann::json::parse(tool.parameters)}});
+    }
+    a.sampling.constraint = OutputConstraint::tool_calls_of(tools.dump());
+    if (auto g = grammar_of(a.sampling.constraint); !g)
+      r.fail(n, path + ".tools", g.error().message, Errc::invalid_argument);
   }
   read_triggers(a, n, path);
   if (!thinker && a.on.empty() && a.after.empty())

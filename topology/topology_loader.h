@@ -16,6 +16,9 @@ namespace chorus::topology::detail {
 
 // A generator's or probe's `sampling:` (greedy when absent: reproducible runs).
 SamplingParams read_sampling(const Reader& r, const YAML::Node& n, const std::string& path);
+// A JSON Schema written in YAML (a mapping), as JSON text, checked: one that chorus cannot follow
+// or that accepts nothing fails at `path` with what is wrong (engine/grammar/json_schema.h).
+std::string read_schema(const Reader& r, const YAML::Node& n, const std::string& path);
 
 struct Loader {
   const Reader& r;

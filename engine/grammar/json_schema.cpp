@@ -120,15 +120,49 @@ struct Lexicon {
 
 class Compiler {
  public:
-  explicit Compiler(const json& root) : root_(root), lex_(b_) {}
+  explicit Compiler(const json& root) : root_(&root), lex_(b_) {}
 
   Result<Grammar> run() {
-    const int32_t top = compile(root_, "");
+    const int32_t top = compile(*root_, "");
     if (err_) return *err_;
     // Whitespace may lead but not trail: once the value is closed, the end is the only token.
     const int32_t start = b_.add("root", {{B::ref(lex_.ws), B::ref(top)}});
     auto g = b_.build(start);
     if (!g) return make_error(Errc::invalid_argument, "JSON schema: " + g.error().message);
+    return g;
+  }
+
+  Result<Grammar> run_tool_calls(const json& tools) {
+    const json none = json::object();
+    if (!tools.is_array() || tools.empty()) return make_error(Errc::invalid_argument, "tool calls: no tools");
+    std::vector<Seq> calls;
+    std::set<std::string> names;
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const json& t = tools[i];
+      if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
+        return make_error(Errc::invalid_argument, "tool calls: tool " + std::to_string(i) + " has no name");
+      const std::string name = t["name"];
+      if (!names.insert(name).second)
+        return make_error(Errc::invalid_argument, "tool calls: two tools are named '" + name + "'");
+      const bool has = t.contains("parameters") && !t["parameters"].is_null();
+      root_ = has ? &t["parameters"] : &none;
+      refs_.clear();  // each tool's $refs point into its own schema
+      const int32_t args = has ? compile(*root_, "") : lex_.object;
+      if (err_) return make_error(Errc::invalid_argument, "tool '" + name + "': " + err_->message);
+      const Seq sep = cat({r(lex_.ws), B::literal(","), r(lex_.ws)}),
+                colon = cat({r(lex_.ws), B::literal(":"), r(lex_.ws)});
+      calls.push_back(
+          cat({B::literal("<tool_call>"), r(lex_.ws), B::literal("{"), r(lex_.ws), B::literal("\"name\""),
+               colon, B::literal(json(name).dump()), sep, B::literal("\"arguments\""), colon, r(args),
+               r(lex_.ws), B::literal("}"), B::literal("</tool_call>")}));
+    }
+    ByteSet text;
+    text.set();
+    text.reset('<');
+    const int32_t free = b_.repeat("text", {B::bytes(text)}, 0, -1);
+    const int32_t call = b_.add("call", std::move(calls));
+    auto g = b_.build(b_.add("root", {{B::ref(free)}, {B::ref(free), B::ref(call)}}));
+    if (!g) return make_error(Errc::invalid_argument, "tool calls: " + g.error().message);
     return g;
   }
 
@@ -346,15 +380,15 @@ class Compiler {
     } catch (const json::exception&) {
       return fail(at + "/$ref", "'" + path + "' is not a JSON pointer");
     }
-    if (!root_.contains(ptr)) return fail(at + "/$ref", "'" + path + "' points at nothing");
+    if (!root_->contains(ptr)) return fail(at + "/$ref", "'" + path + "' points at nothing");
     const int32_t rule = b_.declare("ref " + path);
     refs_[path] = rule;  // before compiling, so that recursion refers to it
-    const int32_t target = compile(root_.at(ptr), path.substr(1));
+    const int32_t target = compile(root_->at(ptr), path.substr(1));
     b_.define(rule, {r(target)});
     return rule;
   }
 
-  const json& root_;
+  const json* root_;  // the document $refs point into
   B b_;
   Lexicon lex_;
   std::map<std::string, int32_t> refs_;
@@ -366,6 +400,11 @@ class Compiler {
 
 Result<Grammar> json_schema_grammar(const json& schema) {
   return Compiler(schema).run();
+}
+
+Result<Grammar> tool_call_grammar(const json& tools) {
+  const json empty = json::object();
+  return Compiler(empty).run_tool_calls(tools);
 }
 
 Grammar json_object_grammar() {

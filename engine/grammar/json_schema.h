@@ -31,4 +31,12 @@ Result<Grammar> json_schema_grammar(const nlohmann::json& schema);
 // Any JSON object (OpenAI's response_format {"type": "json_object"}).
 Grammar json_object_grammar();
 
+// Free text, then at most one tool call in the topologies' format:
+//   <tool_call>{"name": NAME, "arguments": ARGS}</tool_call>
+// `tools` is a list of {"name": ..., "parameters": SCHEMA}: NAME is one of the names, ARGS an
+// instance of that tool's parameters (any JSON object when it has none; each schema's $refs are
+// its own). The free text may hold any byte but '<', which only a call opens; the text is whole
+// at any point of it and after the call.
+Result<Grammar> tool_call_grammar(const nlohmann::json& tools);
+
 }  // namespace chorus

@@ -10,14 +10,14 @@ Result<Grammar> grammar_of(const OutputConstraint& c) {
   switch (c.kind) {
     case OutputConstraint::Kind::none: return make_error(Errc::invalid_argument, "no output constraint");
     case OutputConstraint::Kind::json_object: return json_object_grammar();
-    case OutputConstraint::Kind::json_schema: {
-      nlohmann::json schema;
-      try {
-        schema = nlohmann::json::parse(c.schema);
-      } catch (const nlohmann::json::exception& e) {
-        return make_error(Errc::invalid_argument, std::string("JSON schema: not valid JSON: ") + e.what());
-      }
-      return json_schema_grammar(schema);
+    case OutputConstraint::Kind::json_schema:
+    case OutputConstraint::Kind::tool_calls: {
+      const bool tools = c.kind == OutputConstraint::Kind::tool_calls;
+      const auto doc = nlohmann::json::parse(c.schema, nullptr, false);
+      if (doc.is_discarded())
+        return make_error(Errc::invalid_argument,
+                          tools ? "tool calls: the tools are not valid JSON" : "JSON schema: not valid JSON");
+      return tools ? tool_call_grammar(doc) : json_schema_grammar(doc);
     }
   }
   return make_error(Errc::invalid_argument, "unknown output constraint kind");

@@ -16,9 +16,12 @@
 namespace chorus {
 
 struct OutputConstraint {
-  enum class Kind : uint8_t { none = 0, json_object = 1, json_schema = 2 };
+  enum class Kind : uint8_t { none = 0, json_object = 1, json_schema = 2, tool_calls = 3 };
+  static constexpr Kind kLastKind = Kind::tool_calls;
   Kind kind = Kind::none;
-  std::string schema;  // json_schema: the schema, as JSON text
+  // json_schema: the schema, as JSON text; tool_calls: the tools, [{"name", "parameters"}, ...]
+  // (json_schema.h, tool_call_grammar)
+  std::string schema;
 
   bool empty() const { return kind == Kind::none; }
   bool operator==(const OutputConstraint&) const = default;
@@ -26,6 +29,9 @@ struct OutputConstraint {
     return {Kind::json_schema, std::move(schema_text)};
   }
   static OutputConstraint any_json_object() { return {Kind::json_object, {}}; }
+  static OutputConstraint tool_calls_of(std::string tools_json) {
+    return {Kind::tool_calls, std::move(tools_json)};
+  }
 };
 
 // The constraint's grammar; Errc::invalid_argument for a schema that is not JSON, uses what is

@@ -156,6 +156,40 @@ TEST(JsonSchemaGrammar, RecursiveReferencesThatEnd) {
   EXPECT_FALSE(accepts(any, R"("s")"));
 }
 
+// Free text without '<', then at most one call of a known tool with valid arguments.
+TEST(ToolCallGrammar, OnlyValidCallsOfKnownTools) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  auto g = tool_call_grammar(json::parse(R"([
+    {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                                   "required": ["a", "b"], "additionalProperties": false}},
+    {"name": "clock", "parameters": null}])"));
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  auto tg = TokenGrammar::create(std::move(*g), default_tokenizer());
+  for (const char* ok :
+       {"", "I will add them.",
+        "Sum: <tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}</tool_call>",
+        "<tool_call>{\"name\":\"clock\",\"arguments\":{\"tz\":\"UTC\"}}</tool_call>"})
+    EXPECT_TRUE(accepts(tg, ok)) << ok;
+  for (const char* no :
+       {"a < b", "<tool_call>{\"name\": \"sub\", \"arguments\": {}}</tool_call>",
+        "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2}}</tool_call>",
+        "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": \"3\"}}</tool_call>",
+        "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}</tool_call> more"})
+    EXPECT_FALSE(accepts(tg, no)) << no;
+  GrammarMatcher m(tg);
+  ASSERT_TRUE(m.accept_bytes("<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1"));
+  EXPECT_FALSE(m.whole());  // inside a call the text is not whole: the end token is not allowed
+  EXPECT_NE(tool_call_grammar(json::parse(R"([{"name": "a"}, {"name": "a"}])"))
+                .error()
+                .message.find("two tools are named 'a'"),
+            std::string::npos);
+  EXPECT_NE(
+      tool_call_grammar(json::parse(R"([{"name": "a", "parameters": {"type": "string", "format": "x"}}])"))
+          .error()
+          .message.find("tool 'a': JSON schema at '#': keyword 'format' is not supported"),
+      std::string::npos);
+}
+
 TEST(JsonSchemaGrammar, RefusesWhatItDoesNotSupportByName) {
   const std::vector<std::pair<json, std::string>> cases = {
       {json::parse(R"({"type":"string","pattern":"a+"})"), "keyword 'pattern' is not supported"},

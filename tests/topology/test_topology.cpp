@@ -2,6 +2,8 @@
 // topologies load; hostile files fail fast. No model, no actors.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <dirent.h>
 #include <chrono>
 #include <functional>
@@ -132,7 +134,7 @@ TEST(Topology, UnknownKeysListTheValidOnes) {
   EXPECT_EQ(
       e,
       "t.yaml:17:5: actors.thinker.prefil: unknown key (valid here: kind, view, writes, prefill, max_tokens, "
-      "stop, sampling, emit, to, on, after, tools, max_tool_calls)");
+      "stop, sampling, schema, emit, to, on, after, tools, max_tool_calls)");
   const auto top = error_of(std::string(kBase) + "budgett: {seconds: 1}\n");
   EXPECT_EQ(
       top,
@@ -244,6 +246,58 @@ actors:
             "every_lines lines are kept when the window is cleared");
   EXPECT_EQ(error_of(replace(source, "{file: /tmp/x.log}", "{file: /tmp/x.log, zmq: \"tcp://a:1\"}")),
             "t.yaml:6:11: actors.s.from: give exactly one of file, zmq, text");
+}
+
+// `schema:` on a role and `parameters:` on a tool: JSON Schemas written in YAML, compiled at load
+// (a schema chorus cannot follow fails in the file, naming the keyword), and the role's
+// generations constrained by them.
+TEST(Topology, SchemasConstrainRolesAndToolCalls) {
+  auto t = load_string(replace(kBase, "    writes: thoughts\n",
+                               "    writes: thoughts\n    schema:\n      type: object\n      properties:\n"
+                               "        n: {type: integer}\n        s: {type: string, maxLength: 3}\n"
+                               "        q: {const: \"7\"}\n      required: [n]\n"),
+                       "t.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const Actor& a = t->actors[0];
+  EXPECT_EQ(a.sampling.constraint.kind, OutputConstraint::Kind::json_schema);
+  EXPECT_EQ(
+      nlohmann::json::parse(a.schema),
+      nlohmann::json::parse(R"({"type":"object","properties":{"n":{"type":"integer"},)"
+                            R"("s":{"type":"string","maxLength":3},"q":{"const":"7"}},"required":["n"]})"));
+  EXPECT_EQ(error_of(replace(kBase, "    writes: thoughts\n",
+                             "    writes: thoughts\n    schema: {type: string, pattern: \"a+\"}\n")),
+            "t.yaml:17:13: actors.thinker.schema: JSON schema at '#': keyword 'pattern' is not supported "
+            "(docs/structured-output.md lists what is)");
+  EXPECT_EQ(error_of(replace(kBase, "    writes: thoughts\n", "    writes: thoughts\n    schema: [1]\n")),
+            "t.yaml:17:13: actors.thinker.schema: expected a JSON Schema (a mapping), found a list");
+
+  const std::string with_tools =
+      replace(kBase, "actors:\n",
+              "tools:\n  add:\n    command: [python3, add.py]\n    parameters:\n      type: object\n"
+              "      properties: {a: {type: integer}, b: {type: integer}}\n      required: [a, b]\n"
+              "  clock: {command: date}\nactors:\n");
+  auto u = load_string(
+      replace(with_tools, "    writes: thoughts\n", "    writes: thoughts\n    tools: [add, clock]\n"),
+      "t.yaml");
+  ASSERT_TRUE(u.ok()) << u.error().message;
+  EXPECT_EQ(u->actors[0].sampling.constraint.kind, OutputConstraint::Kind::tool_calls);
+  EXPECT_EQ(nlohmann::json::parse(u->actors[0].sampling.constraint.schema),
+            nlohmann::json::parse(
+                R"([{"name":"add","parameters":{"type":"object","properties":{"a":{"type":"integer"},)"
+                R"("b":{"type":"integer"}},"required":["a","b"]}},{"name":"clock","parameters":null}])"));
+  // Tools without parameters leave a role unconstrained, as before.
+  auto v = load_string(
+      replace(with_tools, "    writes: thoughts\n", "    writes: thoughts\n    tools: [clock]\n"), "t.yaml");
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  EXPECT_TRUE(v->actors[0].sampling.constraint.empty());
+  EXPECT_NE(error_of(replace(with_tools, "    writes: thoughts\n",
+                             "    writes: thoughts\n    tools: [add]\n    schema: {type: integer}\n"))
+                .find("actors.thinker.schema: a role with tools writes text and tool calls"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(with_tools, "required: [a, b]", "required: [a, c]"))
+                .find("tools.add.parameters: JSON schema at '#/required': required property 'c' is not in "
+                      "'properties'"),
+            std::string::npos);
 }
 
 TEST(Topology, ToolsAreDeclaredAndNamed) {
