@@ -15,16 +15,10 @@ import urllib.request
 
 import openai
 
+import serve_support
+from serve_support import check, failures, stop_server
+
 CHORUS, MODEL = sys.argv[1], sys.argv[2]
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
 def http(method, url, body=None, raw=None):
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
@@ -36,25 +30,7 @@ def http(method, url, body=None, raw=None):
 
 
 def start_server(*options):
-    """`chorus serve` on a free port; returns the process and its base URL."""
-    server = subprocess.Popen([CHORUS, "serve", "--model", MODEL, "--port", "0"] + list(options),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = server.stdout.readline()
-    m = re.search(r"http://([0-9.]+):(\d+)/v1", line)
-    if not m:
-        print(line + server.stdout.read())
-        server.kill()
-        sys.exit("chorus serve did not start")
-    return server, "http://%s:%s" % (m.group(1), m.group(2))
-
-
-def stop_server(server):
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        failures.append("chorus serve did not stop on SIGTERM")
+    return serve_support.start_server(CHORUS, MODEL, *options)
 
 
 server, base = start_server("--pages", "512", "--check-period", "0.5")
@@ -303,5 +279,4 @@ for public in (False, True):
         stop_server(server)
 os.unlink(keys.name)
 
-print("%d failures" % len(failures))
-sys.exit(1 if failures else 0)
+serve_support.finish()

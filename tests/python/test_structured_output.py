@@ -7,23 +7,14 @@ and the 400s for schemas chorus cannot follow (naming the keyword) or that accep
   python tests/python/test_structured_output.py build/chorus MODEL.gguf
 """
 import json
-import re
-import subprocess
 import sys
 
 import jsonschema
 import openai
 
+from serve_support import check, finish, start_server, stop_server
+
 CHORUS, MODEL = sys.argv[1], sys.argv[2]
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
 SCHEMAS = {
     "tool call with 5 arguments": {
         "type": "object",
@@ -84,23 +75,11 @@ SCHEMAS = {
 }
 
 
-def start_server():
-    server = subprocess.Popen([CHORUS, "serve", "--model", MODEL, "--port", "0", "--pages", "512"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = server.stdout.readline()
-    m = re.search(r"http://([0-9.]+):(\d+)/v1", line)
-    if not m:
-        print(line + server.stdout.read())
-        server.kill()
-        sys.exit("chorus serve did not start")
-    return server, "http://%s:%s" % (m.group(1), m.group(2))
-
-
 def schema_format(name, schema):
     return {"type": "json_schema", "json_schema": {"name": name.replace(" ", "_"), "schema": schema, "strict": True}}
 
 
-server, base = start_server()
+server, base = start_server(CHORUS, MODEL, "--pages", "512")
 try:
     client = openai.OpenAI(base_url=base + "/v1", api_key="none")
     model = client.models.list().data[0].id
@@ -180,13 +159,5 @@ try:
         except openai.BadRequestError as e:
             check(e.response.json()["error"]["param"] == want, "%s -> 400 naming %s" % (json.dumps(fmt), want))
 finally:
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
-
-if failures:
-    print("%d check(s) failed" % len(failures))
-    sys.exit(1)
-print("all checks passed")
+    stop_server(server)
+finish()
