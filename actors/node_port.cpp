@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 #include <caf/all.hpp>
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <zmq.hpp>
@@ -52,8 +54,56 @@ caf::behavior forwarder(caf::event_based_actor* self, caf::actor port, caf::acto
   }};
 }
 
+// Handshakes that fail before the CURVE gate is asked (a client without CURVE, a bad key): one
+// log line for the first, then one a minute with the count, as the gate does for refused keys.
+class HandshakeWatch {
+ public:
+  HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched) : pair_(ctx, zmq::socket_type::pair) {
+    const std::string ep =
+        "inproc://chorus-port-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+    if (zmq_socket_monitor(watched.handle(), ep.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0) {
+      pair_.set(zmq::sockopt::linger, 0);
+      pair_.connect(ep);
+      on_ = true;
+    }
+  }
+  void* handle() { return on_ ? pair_.handle() : nullptr; }
+  void drain() {
+    for (zmq::message_t event, address; on_ && pair_.recv(event, zmq::recv_flags::dontwait);) {
+      if (event.more()) (void)pair_.recv(address, zmq::recv_flags::dontwait);
+      uint16_t id = 0;
+      uint32_t value = 0;
+      if (event.size() >= 6) {
+        std::memcpy(&id, event.data(), 2);
+        std::memcpy(&value, event.data<uint8_t>() + 2, 4);
+      }
+      ++since_;
+      const auto now = std::chrono::steady_clock::now();
+      if (logged_ && now - last_ < std::chrono::seconds(60)) continue;
+      spdlog::warn("node port: refused a peer that failed the handshake on {} ({}){}", address.to_string(),
+                   id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                       ? "protocol error 0x" + fmt::format("{:x}", value) +
+                             ": a client without CURVE, or another mechanism"
+                       : "error " + std::to_string(value),
+                   logged_ ? " (" + std::to_string(since_) + " in the last minute)" : "");
+      logged_ = true;
+      last_ = now;
+      since_ = 0;
+    }
+  }
+  void close() { pair_.close(); }
+
+ private:
+  zmq::socket_t pair_;
+  bool on_ = false, logged_ = false;
+  int64_t since_ = 0;
+  std::chrono::steady_clock::time_point last_;
+};
+
 void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
-               std::shared_ptr<zmq::socket_t> pub, caf::actor batcher, size_t max_frame_bytes) {
+               std::shared_ptr<zmq::socket_t> pub, caf::actor batcher, size_t max_frame_bytes,
+               std::shared_ptr<CurveGate> gate, std::shared_ptr<HandshakeWatch> watch) {
   bool running = true;
   auto publish = [&](const std::vector<uint8_t>& frame, BlockId block) {
     if (!pub) return;
@@ -103,8 +153,10 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
           },
           on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
     }
-    zmq::pollitem_t item{sock->handle(), 0, ZMQ_POLLIN, 0};
-    if (!running || zmq::poll(&item, 1, std::chrono::milliseconds(2)) <= 0) continue;
+    zmq::pollitem_t items[] = {{sock->handle(), 0, ZMQ_POLLIN, 0},
+                               {watch ? watch->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+    if (!running || zmq::poll(items, items[1].socket ? 2 : 1, std::chrono::milliseconds(2)) <= 0) continue;
+    if (items[1].revents & ZMQ_POLLIN) watch->drain();
     for (zmq::message_t identity; running && sock->recv(identity, zmq::recv_flags::dontwait);) {
       std::vector<zmq::message_t> parts;
       for (zmq::message_t part; identity.more() || (!parts.empty() && parts.back().more());) {
@@ -141,8 +193,13 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
       self->spawn(forwarder, me, batcher, id, std::vector<uint8_t>(bytes.begin(), bytes.end()));
     }
   }
+  if (watch) {
+    zmq_socket_monitor(sock->handle(), nullptr, 0);
+    watch->close();
+  }
   sock->close();
   if (pub) pub->close();
+  gate.reset();  // after the sockets it answers for
 }
 
 void sub_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, caf::actor target) {
@@ -203,9 +260,30 @@ Result<std::string> spawn_zmq_pub_sink(caf::actor_system& sys, zmq::context_t& c
 
 Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
                                           const NodePortOptions& opts, caf::actor* out) {
+  const bool curve = !opts.curve.secret_key.empty();
+  if (!curve)
+    for (const auto& ep : {opts.endpoint, opts.events_endpoint})
+      if (!ep.empty() && !is_loopback_endpoint(ep))
+        return make_error(
+            Errc::invalid_argument,
+            "the node port would speak plaintext on " + ep +
+                ", which other machines reach: give it a CURVE key pair (--curve-key FILE, from "
+                "`chorus keygen`) and the clients it accepts (--allow-keys FILE); plaintext is for "
+                "loopback only");
+  if (curve && opts.allowed.empty())
+    return make_error(Errc::invalid_argument,
+                      "the node port has a CURVE key but allows no client key (--allow-keys)");
+  std::shared_ptr<CurveGate> gate;
+  if (curve) {
+    auto g = CurveGate::start(context, "chorus-node", opts.allowed, "node port");
+    if (!g) return g.error();
+    gate = std::move(*g);
+  }
   auto sock = std::make_shared<zmq::socket_t>(context, zmq::socket_type::router);
   sock->set(zmq::sockopt::linger, 0);
   sock->set(zmq::sockopt::router_mandatory, 0);
+  if (curve)
+    if (auto s = curve_server(*sock, opts.curve, "chorus-node"); !s) return s.error();
   try {
     sock->bind(opts.endpoint);
   } catch (const zmq::error_t& e) {
@@ -217,6 +295,8 @@ Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor bat
   if (!opts.events_endpoint.empty()) {
     pub = std::make_shared<zmq::socket_t>(context, zmq::socket_type::pub);
     pub->set(zmq::sockopt::linger, 0);
+    if (curve)
+      if (auto s = curve_server(*pub, opts.curve, "chorus-node"); !s) return s.error();
     try {
       pub->bind(opts.events_endpoint);
     } catch (const zmq::error_t& e) {
@@ -225,8 +305,11 @@ Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor bat
     }
     eps.events = pub->get(zmq::sockopt::last_endpoint);
   }
+  eps.gate = gate;
+  if (curve) eps.curve_key = opts.curve.public_key;
+  auto watch = curve ? std::make_shared<HandshakeWatch>(context, *sock) : nullptr;
   *out = sys.spawn<caf::detached>(port_main, std::move(sock), std::move(pub), std::move(batcher),
-                                  opts.max_frame_bytes);
+                                  opts.max_frame_bytes, std::move(gate), std::move(watch));
   return eps;
 }
 

@@ -14,12 +14,20 @@
 // as the memory actor's scheduler to hear it. The same event frames are also published on a PUB socket
 // as two-part messages [topic, frame] with topic "block:<id>" (or "request:<id>" for events
 // without a block), so other processes can follow a block being written.
+//
+// Security (docs/security.md): with a CURVE key pair both sockets are CURVE servers and only the
+// allowed client keys get in (a CurveGate, net/curve.h, answers the handshakes; refusals are
+// logged); a client without CURVE fails the handshake and is logged too. Without keys the port
+// speaks plaintext, which is refused unless both endpoints are loopback (is_loopback_endpoint).
 #pragma once
 
 #include <caf/fwd.hpp>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
+#include "net/curve.h"
 
 namespace zmq {
 class context_t;
@@ -31,15 +39,20 @@ struct NodePortOptions {
   std::string endpoint = "tcp://127.0.0.1:5555";      // "tcp://127.0.0.1:*" picks a free port
   std::string events_endpoint = "tcp://127.0.0.1:*";  // the PUB socket; empty: none
   size_t max_frame_bytes = 64u << 20;                 // larger frames are refused with an error
+  CurveKeys curve;                  // the node's key pair; empty: plaintext, on loopback only
+  std::vector<AllowedKey> allowed;  // with `curve`: the clients let in (at least one)
 };
 
 struct NodePortEndpoints {
-  std::string requests;  // ROUTER, ports resolved
-  std::string events;    // PUB ("" if none)
+  std::string requests;                   // ROUTER, ports resolved
+  std::string events;                     // PUB ("" if none)
+  std::string curve_key;                  // with CURVE: the node's public key (z85), else ""
+  std::shared_ptr<const CurveGate> gate;  // with CURVE: its counts of accepted and refused peers
 };
 
 // Binds the sockets and spawns the port's actor (a detached actor that owns them) into *out.
-// `context` must outlive the actor. Errors: Errc::io naming the endpoint.
+// `context` must outlive the actor. Errors: Errc::io naming the endpoint; Errc::invalid_argument
+// for plaintext on an endpoint other machines reach, or CURVE with nobody allowed.
 Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,
                                           const NodePortOptions& opts, caf::actor* out);
 

@@ -25,6 +25,7 @@ SandboxLimits limits_of(const topology::Tool& t) {
   SandboxLimits lim;
   lim.timeout_s = t.timeout_s;
   lim.max_output_bytes = t.max_output_bytes;
+  lim.max_dir_bytes = t.max_dir_bytes;
   for (const auto& [k, v] : t.env) lim.access.env.push_back(k + "=" + v);
   lim.access.network = t.network;
   lim.access.read = t.read;

@@ -115,6 +115,7 @@ std::string ToolResult::describe() const {
     return buf;
   }
   if (output_truncated) return "output went past the limit (killed)";
+  if (dir_full) return "its directory went past its size or file limit (killed; the directory was emptied)";
   if (cancelled) return "cancelled: its program ended (killed)";
   if (signal != 0)
     return std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) + ")";
@@ -224,13 +225,15 @@ constexpr int kSeccompFd = 3;
 // sandbox's directory read-write, a private /tmp and /proc, new namespaces — user, pid,
 // network, ipc, uts, cgroup — as an unprivileged uid, the seccomp filter), else as is.
 std::vector<std::string> command_line(const std::string& exe, const std::vector<std::string>& argv,
-                                      const std::string& dir, const SandboxAccess& access, bool seccomp) {
+                                      const std::string& dir, const SandboxAccess& access, bool seccomp,
+                                      int64_t tmp_bytes) {
   std::vector<std::string> args;
   if (const std::string& bwrap = bwrap_path(); !bwrap.empty()) {
     args = {bwrap};
     const std::vector<std::string> binds = system_binds();
     args.insert(args.end(), binds.begin(), binds.end());
-    args.insert(args.end(), {"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", dir, dir});
+    args.insert(args.end(), {"--dev", "/dev", "--proc", "/proc", "--size", std::to_string(tmp_bytes),
+                             "--tmpfs", "/tmp", "--bind", dir, dir});
     for (const auto& p : access.read) args.insert(args.end(), {"--ro-bind", p, p});
     for (const auto& p : access.write) args.insert(args.end(), {"--bind", p, p});
     if (access.network)  // and the names it resolves with
@@ -362,10 +365,34 @@ int seccomp_program() {
 // One run from fork to its end: its input fed, its output read (up to the limit), and it killed
 // — with every process it started — at its deadline, when cancelled, when its output overflows,
 // or when it exited but what it started still holds the output open.
+// Whether `dir` holds more than the limits allow: allocated bytes (what the disk gives, so a
+// sparse file counts what it uses) and entries. The walk stops at the first limit passed.
+bool over_dir_limits(const std::string& dir, int64_t max_bytes, int64_t max_files) {
+  std::error_code ec;
+  int64_t bytes = 0, files = 0;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0) bytes += static_cast<int64_t>(st.st_blocks) * 512;
+    if (++files > max_files || bytes > max_bytes) return true;
+  }
+  return false;
+}
+
+// Removes what is in `dir`, keeping the directory.
+void empty_dir(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code ignored;
+    fs::remove_all(it->path(), ignored);
+  }
+}
+
 class Supervisor {
  public:
   Supervisor(pid_t pid, int out_fd, int in_fd, const std::string& input, const SandboxLimits& limits,
-             const std::atomic<bool>* cancel, const std::string& cgroup, Clock::time_point t0)
+             const std::atomic<bool>* cancel, const std::string& cgroup, const std::string& dir,
+             Clock::time_point t0)
       : pid_(pid),
         out_fd_(out_fd),
         in_fd_(in_fd),
@@ -373,6 +400,7 @@ class Supervisor {
         limits_(limits),
         cancel_(cancel),
         cgroup_(cgroup),
+        dir_(dir),
         t0_(t0),
         deadline_(t0 + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(limits.timeout_s))) {
@@ -421,6 +449,13 @@ class Supervisor {
       r_.cancelled = true;
       kill_all();
     }
+    if (!killed_ && now - dir_checked_ >= std::chrono::milliseconds(50)) {
+      dir_checked_ = now;
+      if (over_dir_limits(dir_, limits_.max_dir_bytes, limits_.max_dir_files)) {
+        r_.dir_full = true;
+        kill_all();
+      }
+    }
     if (!exited_ && ::waitpid(pid_, &status_, WNOHANG) == pid_) {
       exited_ = true;
       exited_at_ = now;
@@ -462,10 +497,14 @@ class Supervisor {
     if (!exited_) ::waitpid(pid_, &status_, 0);
     ::kill(-pid_, SIGKILL);  // whatever of its process group is left
     kill_cgroup(cgroup_);    // and whatever detached from it
+    if (r_.dir_full || over_dir_limits(dir_, limits_.max_dir_bytes, limits_.max_dir_files)) {
+      r_.dir_full = true;  // what it wrote does not stay on the host's disk
+      empty_dir(dir_);
+    }
     r_.seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
     if (WIFEXITED(status_)) r_.exit_code = WEXITSTATUS(status_);
     if (WIFSIGNALED(status_)) r_.signal = WTERMSIG(status_);
-    if (r_.timed_out || r_.output_truncated || r_.cancelled)
+    if (r_.timed_out || r_.output_truncated || r_.cancelled || r_.dir_full)
       r_.signal = 0;  // we killed it: the reason is said above
     return std::move(r_);
   }
@@ -477,7 +516,9 @@ class Supervisor {
   const SandboxLimits& limits_;
   const std::atomic<bool>* cancel_;
   const std::string& cgroup_;
+  const std::string& dir_;
   const Clock::time_point t0_, deadline_;
+  Clock::time_point dir_checked_ = t0_;
   ToolResult r_;
   size_t fed_ = 0;
   bool reading_ = true, killed_ = false, exited_ = false;
@@ -520,7 +561,8 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
       if (!fs::exists(p))
         return make_error(Errc::not_found,
                           "sandbox " + name_ + ": " + p + " (a path the tool may reach) does not exist");
-  std::vector<std::string> args = command_line(exe, argv, dir_, limits.access, seccomp >= 0);
+  std::vector<std::string> args =
+      command_line(exe, argv, dir_, limits.access, seccomp >= 0, limits.max_dir_bytes);
   std::vector<std::string> env = tool_environment(dir_, limits.access);
   auto pointers = [](std::vector<std::string>& v) {
     std::vector<char*> p;
@@ -557,7 +599,7 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
     exec_child(cargs.data(), envp.data(), procs.c_str(), limits, dir_.c_str(), in[0], out[1], seccomp);
   ::close(out[1]);
   ::close(in[0]);
-  return Supervisor(pid, out[0], in[1], input, limits, cancel, cg, t0).run();
+  return Supervisor(pid, out[0], in[1], input, limits, cancel, cg, dir_, t0).run();
 }
 
 }  // namespace chorus

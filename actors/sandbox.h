@@ -7,7 +7,9 @@
 //    network: only a loopback of its own), killed with its parent;
 //  - a pids cgroup (v1 `/sys/fs/cgroup/pids` or v2) capping the processes a run may have, and
 //    used to kill every process of the run, however it detached;
-//  - rlimits on every run: address space, CPU seconds, file size, open files, no core dumps.
+//  - rlimits on every run: address space, CPU seconds, file size, open files, no core dumps;
+//  - the working directory's total size and file count, watched while it runs, and a /tmp of
+//    bounded size.
 // Without bubblewrap (or with CHORUS_SANDBOX=plain), commands run in the working directory with
 // the cgroup and rlimits only: a program with tools then refuses to start unless the user asked
 // for it (ProgramHooks::unsafe_tools, `chorus run --unsafe-tools`), so isolation is never lost
@@ -40,6 +42,11 @@ struct SandboxLimits {
   int cpu_seconds = 60;
   int64_t max_file_bytes = int64_t{64} << 20;
   int max_processes = 64;  // with a pids cgroup
+  // The working directory, all of it (checked every 50 ms and at the end: a run past either is
+  // killed and the directory emptied), and the private /tmp (a tmpfs of this size: writes past
+  // it fail with ENOSPC).
+  int64_t max_dir_bytes = int64_t{256} << 20;
+  int64_t max_dir_files = 10000;
   SandboxAccess access;
 };
 
@@ -49,9 +56,12 @@ struct ToolResult {
   bool timed_out = false;
   bool output_truncated = false;  // output went past the limit (the run was killed)
   bool cancelled = false;         // killed because the caller asked (its program ended)
+  bool dir_full = false;          // its directory went past max_dir_bytes/files (killed, emptied)
   std::string output;             // stdout and stderr, interleaved as written, at most the limit
   double seconds = 0;
-  bool ok() const { return exit_code == 0 && !timed_out && !output_truncated && !cancelled && signal == 0; }
+  bool ok() const {
+    return exit_code == 0 && !timed_out && !output_truncated && !cancelled && !dir_full && signal == 0;
+  }
   std::string describe() const;  // "exited with status 0", "timed out after 2.0 s (killed)", ...
 };
 

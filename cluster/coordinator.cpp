@@ -54,11 +54,15 @@ struct Coordinator::Impl {
     if (poller.joinable()) poller.join();
     if (gateway) gateway->stop();  // requests in flight end, the programs are released
     std::lock_guard lock(mu);
-    for (auto& [name, m] : members) caf::anon_send(m.link, stop_atom::value);
+    for (auto& [name, m] : members)
+      if (m.link) caf::anon_send(m.link, stop_atom::value);
     members.clear();
     election.reset();  // resigns: a standby takes over at once
   }
 
+  // A member that cannot be linked (no CURVE key here for a node that asks for one, a bad
+  // endpoint) is kept, unlinked and never fenced, so that it is reported once and not retried
+  // at every poll; it is linked when its record changes (it joins again).
   void link(const NodeRecord& r) {
     Member m;
     m.record = r;
@@ -69,13 +73,24 @@ struct Coordinator::Impl {
     lo.endpoint = r.endpoint;
     lo.heartbeat_s = opts.heartbeat_s;
     lo.dead_after_s = opts.dead_after_s;
-    auto l = spawn_node_link(*sys, zctx, lo, m.health);
-    if (!l) {
-      spdlog::warn("cluster `{}`: node `{}` (epoch {}): {}", opts.membership.cluster, r.name, r.epoch,
-                   l.error().message);
-      return;
+    if (!r.curve_key.empty()) {
+      lo.server_key = r.curve_key;
+      lo.curve = opts.curve;
     }
-    m.link = *l;
+    auto l =
+        r.curve_key.empty() || !opts.curve.secret_key.empty()
+            ? spawn_node_link(*sys, zctx, lo, m.health)
+            : Result<caf::actor>(make_error(Errc::invalid_argument,
+                                            "it asks for CURVE (its key " + r.curve_key +
+                                                "): start the coordinator with --curve-key, and allow that "
+                                                "key's .pub on the node"));
+    if (l) {
+      m.link = *l;
+    } else {
+      spdlog::warn("cluster `{}`: node `{}` (epoch {}) not linked: {}", opts.membership.cluster, r.name,
+                   r.epoch, l.error().message);
+      m.fenced = true;  // nothing to hear from it: not a silent node
+    }
     members[r.name] = std::move(m);
   }
 
@@ -203,6 +218,7 @@ struct Coordinator::Impl {
     for (const NodeView& v : views())
       nodes.push_back({{"name", v.record.name},
                        {"endpoint", v.record.endpoint},
+                       {"curve_key", v.record.curve_key},
                        {"events", v.record.events},
                        {"epoch", v.record.epoch},
                        {"lease", std::to_string(v.record.lease)},

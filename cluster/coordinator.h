@@ -7,8 +7,8 @@
 // answers chat completions with 503 `not_leader`, naming the leader.
 //
 //   GET /cluster   JSON: this coordinator (name, leader or standby, term), the leader, and each
-//                  node: name, endpoint, epoch, lease, up (its link's heartbeat), round trip, KV
-//                  pages used and total, model, device
+//                  node: name, endpoint, CURVE key ("" : plaintext), epoch, lease, up (its link's heartbeat),
+//                  round trip, KV pages used and total, model, device
 //   GET /metrics   Prometheus text: chorus_cluster_nodes, _nodes_up, _leader, _term, and per node
 //                  chorus_cluster_node_pages_used / _total / _up / _rtt_seconds
 //   /v1/chat/completions, /v1/models, /programs (each with its `node`), /programs/release, /health:
@@ -19,7 +19,9 @@
 // leader also **fences** a node whose link has been down while its lease still stands: it revokes
 // that lease, so the node is removed at once rather than after its TTL, and the node — if it is
 // alive after all — finds its lease gone and joins again as a new member (a new epoch).
-// Each join, departure, replacement and fencing is one log line.
+// Each join, departure, replacement and fencing is one log line. A node that registered a CURVE
+// key is linked over CURVE with this coordinator's key pair (CoordinatorOptions::curve); without
+// one here, it is reported once and not linked.
 #pragma once
 
 #include <memory>
@@ -29,6 +31,7 @@
 #include "base/status.h"
 #include "cluster/membership.h"
 #include "gateway/gateway.h"
+#include "net/curve.h"
 
 namespace caf {
 class actor_system;
@@ -46,6 +49,7 @@ struct CoordinatorOptions {
   double poll_s = 0.5;
   double heartbeat_s = 0.5;   // node links (cluster/node_link.h)
   double dead_after_s = 2.0;  // ... a node silent this long is down, and the leader fences it
+  CurveKeys curve;            // this coordinator's key pair, for nodes with a CURVE key (net/curve.h)
 };
 
 // One node as the coordinator sees it.

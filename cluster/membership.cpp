@@ -95,7 +95,8 @@ std::string NodeRecord::to_json() const {
               {"device", device},
               {"model", json::parse(model.to_json())},
               {"version", version},
-              {"started_ms", started_ms}}
+              {"started_ms", started_ms},
+              {"curve_key", curve_key}}
       .dump();
 }
 
@@ -111,6 +112,9 @@ Result<NodeRecord> NodeRecord::from_json(const std::string& text) {
     r.device = j.value("device", "");
     r.version = j.value("version", "");
     r.started_ms = j.value("started_ms", int64_t{0});
+    r.curve_key = j.value("curve_key", "");
+    if (!r.curve_key.empty() && r.curve_key.size() != 40)
+      return make_error(Errc::bad_format, "a node record: `curve_key` is not a 40-character Z85 key");
     CHORUS_ASSIGN_OR_RETURN(r.model, ModelIdentity::from_json(j.at("model").dump()));
   } catch (const json::exception& e) {
     return make_error(Errc::bad_format, std::string("a node record: ") + e.what());

@@ -58,6 +58,7 @@ struct NodeRecord {
   ModelIdentity model;
   std::string version;     // chorus's
   int64_t started_ms = 0;  // unix ms when the process started
+  std::string curve_key;   // the node port's CURVE public key (z85; "" : plaintext, loopback)
   // From etcd, when read back:
   int64_t lease = 0;
   int64_t epoch = 0;  // the record's create_revision

@@ -221,6 +221,14 @@ Result<caf::actor> spawn_node_link(caf::actor_system& sys, zmq::context_t& conte
   if (!(opts.heartbeat_s > 0) || !(opts.dead_after_s > opts.heartbeat_s))
     return make_error(Errc::invalid_argument, "a node link needs 0 < heartbeat_s < dead_after_s");
   auto sock = std::make_shared<zmq::socket_t>(context, zmq::socket_type::dealer);
+  if (!opts.server_key.empty() || !opts.curve.secret_key.empty()) {
+    if (opts.server_key.empty() || opts.curve.secret_key.empty())
+      return make_error(Errc::invalid_argument, "node `" + opts.name +
+                                                    "`: a CURVE link needs the node's public key " +
+                                                    "and a key pair of this process");
+    if (auto s = curve_client(*sock, opts.curve, opts.server_key); !s)
+      return make_error(Errc::invalid_argument, "node `" + opts.name + "`: " + s.error().message);
+  }
   try {
     sock->set(zmq::sockopt::linger, 0);
     sock->set(zmq::sockopt::immediate, 1);  // no queue for a node that is not connected: refuse at once

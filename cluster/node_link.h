@@ -14,6 +14,8 @@
 //   refused at once until the node answers again.
 // - Frames from the node are verified (FlatBuffers verifier, size) before anything reads them; a
 //   bad one is logged and dropped.
+// - With CURVE keys the connection is encrypted and the node checks this process's public key; a
+//   node that refuses it never answers, so the link stays down (and the node logs the refusal).
 #pragma once
 
 #include <atomic>
@@ -23,6 +25,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "net/curve.h"
 
 namespace zmq {
 class context_t;
@@ -36,6 +39,9 @@ struct NodeLinkOptions {
   double heartbeat_s = 0.5;
   double dead_after_s = 2.0;
   size_t max_frame_bytes = 64u << 20;
+  // CURVE (net/curve.h): the node's public key and this process's key pair; both empty: plaintext.
+  std::string server_key;
+  CurveKeys curve;
 };
 
 // What the link knows of its node's health, for the coordinator (written by the link only).

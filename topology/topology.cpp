@@ -307,8 +307,8 @@ void Loader::read_tools(const YAML::Node& n) {
     const std::string path = "tools." + tool.name;
     if (t.tool(tool.name)) r.fail(it->first, path, "declared twice");
     r.keys(it->second, path,
-           {"command", "setup", "description", "parameters", "timeout_s", "max_output_bytes", "env",
-            "network", "read", "write"});
+           {"command", "setup", "description", "parameters", "timeout_s", "max_output_bytes", "max_dir_bytes",
+            "env", "network", "read", "write"});
     auto argv = [&](const YAML::Node& c, const std::string& where) {  // a string runs as sh -c STRING
       std::vector<std::string> v =
           c.IsScalar() ? std::vector<std::string>{"sh", "-c", text(c, where)} : r.strings(c, where, 256);
@@ -325,6 +325,8 @@ void Loader::read_tools(const YAML::Node& n) {
     if (auto v = it->second["timeout_s"]) tool.timeout_s = r.number(v, path + ".timeout_s", 0.01, 86400);
     if (auto v = it->second["max_output_bytes"])
       tool.max_output_bytes = static_cast<size_t>(r.integer(v, path + ".max_output_bytes", 1, 16 << 20));
+    if (auto v = it->second["max_dir_bytes"])
+      tool.max_dir_bytes = r.integer(v, path + ".max_dir_bytes", int64_t{1} << 20, int64_t{64} << 30);
     read_tool_access(tool, it->second, path);
     t.tools.push_back(std::move(tool));
   }

@@ -36,6 +36,7 @@ struct Tool {
   std::string parameters;  // JSON Schema of its arguments, as JSON text ("": any JSON object)
   double timeout_s = 30;
   size_t max_output_bytes = 16 << 10;
+  int64_t max_dir_bytes = int64_t{256} << 20;  // its sandbox directory in all (and its /tmp)
   // What it may reach beyond its sandbox's defaults (docs/scheduling.md "Tool sandboxes"):
   std::map<std::string, std::string> env;  // variables added to its empty environment
   bool network = false;                    // the host's network (else none at all)

@@ -25,6 +25,11 @@ int run_coordinator(const CoordinatorArgs& args) {
   co.gateway.policy.check_period_s = args.check_period_s;
   if (!gather_api_keys("coordinator", args.api_keys, args.key_files, &co.gateway.api_keys)) return 2;
   co.gateway.metrics_public = args.metrics_public;
+  if (!args.curve_key.empty()) {
+    auto keys = read_curve_secret(args.curve_key);
+    if (!report("coordinator", keys)) return 2;
+    co.curve = *keys;
+  }
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};

@@ -38,9 +38,31 @@ Result<cluster::NodeRecord> node_record(const NodeArgs& args, const NodePortEndp
   r.model = cluster::ModelIdentity::of(*served.model, args.model);
   r.version = CHORUS_VERSION_STRING;
   r.started_ms = wall_clock_ms();
+  r.curve_key = bound.curve_key;
   return r;
 }
+
+// The port's CURVE keys from --curve-key and --allow-keys: both, or neither.
+Status curve_options(const NodeArgs& args, NodePortOptions* po) {
+  if (args.curve_key.empty() != args.allow_keys.empty())
+    return make_error(Errc::invalid_argument,
+                      args.curve_key.empty() ? "--allow-keys needs --curve-key (the node's own key pair)"
+                                             : "--curve-key needs --allow-keys (the clients it accepts)");
+  if (args.curve_key.empty()) return {};
+  CHORUS_ASSIGN_OR_RETURN(po->curve, read_curve_secret(args.curve_key));
+  CHORUS_ASSIGN_OR_RETURN(po->allowed, read_allowed_keys(args.allow_keys));
+  return {};
+}
 }  // namespace
+
+int run_keygen(const KeygenArgs& args) {
+  auto keys = make_curve_keys();
+  Status written = keys ? write_curve_keys(*keys, args.base, args.force) : Status(keys.error());
+  if (!report("keygen", written)) return 1;
+  std::printf("chorus keygen: %s.key (secret, mode 0600) and %s.pub (public key %s)\n", args.base.c_str(),
+              args.base.c_str(), keys->public_key.c_str());
+  return 0;
+}
 
 int run_node(const NodeArgs& args) {
   auto served = load_served("node", args.model, args.threads, args.pages, args.budget, 0, args.device,
@@ -60,7 +82,9 @@ int run_node(const NodeArgs& args) {
     po.endpoint = args.endpoint;
     po.max_frame_bytes = args.max_frame_bytes;
     po.events_endpoint = args.events_endpoint;
-    auto bound = spawn_node_port(sys, batcher, zctx, po, &port);
+    Status curve = curve_options(args, &po);
+    auto bound =
+        curve ? spawn_node_port(sys, batcher, zctx, po, &port) : Result<NodePortEndpoints>(curve.error());
     if (!report("node", bound)) {
       caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
       return 1;
@@ -93,6 +117,12 @@ int run_node(const NodeArgs& args) {
       std::printf("chorus node: member `%s` of cluster `%s` (epoch %lld, lease %lld s, etcd at %s)\n",
                   member->name().c_str(), args.cluster.c_str(), static_cast<long long>(member->epoch()),
                   static_cast<long long>(args.lease_ttl_s), args.etcd.c_str());
+    if (po.curve.secret_key.empty())
+      std::printf(
+          "chorus node: plaintext on loopback: any process of this machine may use it (--curve-key)\n");
+    else
+      std::printf("chorus node: CURVE, key %s; %zu client key(s) allowed\n", po.curve.public_key.c_str(),
+                  po.allowed.size());
     std::fflush(stdout);
     wait_for_stop();
     member.reset();  // leaves the cluster first: the coordinator stops sending work

@@ -84,8 +84,17 @@ struct NodeArgs {
   std::string name;       // "": <hostname>-<port>
   std::string advertise;  // the node port as others reach it ("": the bound endpoint)
   int64_t lease_ttl_s = 3;
+  // CURVE (docs/security.md): the node's key pair and the files of client keys it accepts.
+  std::string curve_key;
+  std::vector<std::string> allow_keys;
 };
 int run_node(const NodeArgs& args);
+
+struct KeygenArgs {
+  std::string base;  // writes base.key and base.pub
+  bool force = false;
+};
+int run_keygen(const KeygenArgs& args);
 
 struct CoordinatorArgs {
   std::string model;  // the cluster's model (its tokenizer and chat template)
@@ -103,6 +112,7 @@ struct CoordinatorArgs {
   std::vector<std::string> api_keys;   // --api-key (repeatable), as `chorus serve`
   std::vector<std::string> key_files;  // --api-key-file
   bool metrics_public = false;
+  std::string curve_key;  // its CURVE key pair, for nodes with one
 };
 int run_coordinator(const CoordinatorArgs& args);
 

@@ -170,6 +170,23 @@ int main(int argc, char** argv) {
                    "Seconds a silent node stays a member (its etcd lease; renewed every third of it)")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  node_cmd
+      ->add_option(
+          "--curve-key", node.curve_key,
+          "CURVE: this node's key pair (NAME.key from `chorus keygen`); both sockets then accept only "
+          "the clients of --allow-keys. Required on endpoints other machines reach")
+      ->check(CLI::ExistingFile);
+  node_cmd
+      ->add_option(
+          "--allow-keys", node.allow_keys,
+          "CURVE: a file of client public keys (NAME.pub files, or their lines together); repeatable")
+      ->check(CLI::ExistingFile);
+
+  chorus::app::KeygenArgs keygen;
+  auto* keygen_cmd = app.add_subcommand(
+      "keygen", "Make a CURVE key pair for the node port and its clients: NAME.key (mode 0600) and NAME.pub");
+  keygen_cmd->add_option("name", keygen.base, "Path and name of the pair, without suffix")->required();
+  keygen_cmd->add_flag("--force", keygen.force, "Replace existing files");
 
   chorus::app::CoordinatorArgs coord;
   coord.model = chorus::default_model_path();
@@ -207,6 +224,11 @@ int main(int argc, char** argv) {
                    "Seconds without an answer after which a node is down and its lease is revoked")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  coord_cmd
+      ->add_option("--curve-key", coord.curve_key,
+                   "CURVE: this coordinator's key pair (NAME.key), for the nodes that have a CURVE key; "
+                   "allow its NAME.pub on them")
+      ->check(CLI::ExistingFile);
 
   chorus::app::RunArgs run;
   auto* run_cmd = app.add_subcommand(
@@ -364,6 +386,7 @@ int main(int argc, char** argv) {
   if (*gen_cmd) return chorus::app::run_generate(gen);
   if (*node_cmd) return chorus::app::run_node(node);
   if (*coord_cmd) return chorus::app::run_coordinator(coord);
+  if (*keygen_cmd) return chorus::app::run_keygen(keygen);
   if (*bench_cmd) return chorus::app::run_bench(bench);
   if (*tok_cmd) {
     if (tok.text.empty() && tok.decode_ids.empty() && tok_cmd->count("text") == 0) {

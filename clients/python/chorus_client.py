@@ -100,12 +100,58 @@ def decode(frame):
     return {"kind": "unknown", "type": kind}
 
 
+def _key_lines(path):
+    """The lines of a chorus key file without blanks and comments (a line starting with '#'; '#' may
+    be inside a key, never its first character)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line[0] == "#":
+                continue
+            out.append(line.split())
+    return out
+
+
+def read_curve_keys(path):
+    """(public, secret) Z85 keys of a NAME.key file written by `chorus keygen`."""
+    fields = {f[0]: f[1] for f in _key_lines(path) if len(f) == 2 and f[0] in ("public", "secret")}
+    if set(fields) != {"public", "secret"}:
+        raise ValueError("%s: not a chorus key file (`public KEY` and `secret KEY` lines)" % path)
+    return fields["public"], fields["secret"]
+
+
+def read_curve_public(path_or_key):
+    """A public Z85 key: the key itself (40 characters) or a NAME.pub file."""
+    if len(path_or_key) == 40 and not path_or_key.endswith(".pub"):
+        return path_or_key
+    keys = [f[0] for f in _key_lines(path_or_key)]
+    if len(keys) != 1:
+        raise ValueError("%s: expected one public key, found %d" % (path_or_key, len(keys)))
+    return keys[0]
+
+
+def curve_client(sock, server_key, client_keys):
+    """Makes a pyzmq socket a CURVE client of a node (before connect): server_key is the node's
+    NAME.pub (or key), client_keys this client's NAME.key (or a (public, secret) pair)."""
+    public, secret = read_curve_keys(client_keys) if isinstance(client_keys, str) else client_keys
+    sock.curve_serverkey = read_curve_public(server_key).encode()
+    sock.curve_publickey = public.encode()
+    sock.curve_secretkey = secret.encode()
+
+
 class ChorusClient:
-    def __init__(self, endpoint, timeout_ms=60000):
+    """One connection to a node port. For a node with a CURVE key (`chorus node --curve-key`),
+    give server_key (its NAME.pub) and client_keys (this client's NAME.key, allowed on the node);
+    a node that refuses the key never answers, so commands then time out (timeout_ms)."""
+
+    def __init__(self, endpoint, timeout_ms=60000, server_key=None, client_keys=None):
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        if server_key or client_keys:
+            curve_client(self.sock, server_key, client_keys)
         self.sock.connect(endpoint)
         self.ids = itertools.count(1)
         self.pending = []  # events received while waiting for something else

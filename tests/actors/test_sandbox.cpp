@@ -110,6 +110,36 @@ TEST_F(SandboxTest, FloodingOutputIsCutAndKilled) {
   EXPECT_EQ(processes_with("chorus-flood-marker"), 0);
 }
 
+// Filling the disk through the work dir: killed soon after the cap, the directory emptied (so
+// nothing of it stays on the host's disk), the next run fine; the same for too many files; and
+// /tmp is a tmpfs of the same size.
+TEST_F(SandboxTest, FillingItsDirectoryIsStoppedAndEmptied) {
+  SandboxLimits lim;
+  lim.max_dir_bytes = 8 << 20;
+  ASSERT_TRUE(sh("echo kept > old.txt", lim).ok());
+  ToolResult r = sh("i=0; while :; do head -c 1048576 /dev/zero > f$i || exit 3; i=$((i+1)); done", lim);
+  EXPECT_TRUE(r.dir_full) << r.describe();
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.signal, 0);
+  EXPECT_LT(r.seconds, 5.0);
+  EXPECT_NE(r.describe().find("its directory went past"), std::string::npos) << r.describe();
+  EXPECT_TRUE(fs::is_directory(box_->dir()));
+  EXPECT_TRUE(fs::is_empty(box_->dir())) << "what it wrote stays on the host";
+  r = sh("for i in $(seq 1 20000); do : > n$i; done; echo all", lim);
+  EXPECT_TRUE(r.dir_full) << r.describe() << " " << r.output;
+  EXPECT_TRUE(fs::is_empty(box_->dir()));
+  r = sh("echo fine > new.txt && cat new.txt", lim);
+  EXPECT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ(r.output, "fine\n");
+  if (bubblewrap()) {
+    r = sh("head -c 16777216 /dev/zero > /tmp/big; echo status=$?; du -k /tmp/big | cut -f1", lim);
+    EXPECT_TRUE(r.ok()) << r.describe();
+    EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("status=1"), std::string::npos) << r.output;
+    EXPECT_LE(std::stol(r.output.substr(r.output.rfind("status=1\n") + 9)), 8 * 1024) << r.output;
+  }
+}
+
 TEST_F(SandboxTest, DetachedAndForkedProcessesDoNotOutliveTheRun) {
   // A tool that starts a daemon in a new session and returns at once.
   ToolResult r =

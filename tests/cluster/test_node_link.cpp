@@ -2,6 +2,10 @@
 // memory actor; in front of a node that goes silent or talks garbage, everyone waiting is told.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <thread>
 #include <zmq.hpp>
 
@@ -31,12 +35,15 @@ struct NodeLinkTest : ActorsFixture {
     if (port) caf::anon_send_exit(port, caf::exit_reason::user_shutdown);
     ActorsFixture::TearDown();
   }
-  void open_link(const std::string& endpoint, double heartbeat_s = 0.1, double dead_after_s = 0.6) {
+  void open_link(const std::string& endpoint, double heartbeat_s = 0.1, double dead_after_s = 0.6,
+                 const CurveKeys& curve = {}, const std::string& server_key = "") {
     NodeLinkOptions o;
     o.name = "n1";
     o.endpoint = endpoint;
     o.heartbeat_s = heartbeat_s;
     o.dead_after_s = dead_after_s;
+    o.curve = curve;
+    o.server_key = server_key;
     auto l = spawn_node_link(*sys, zctx, o, health);
     ASSERT_TRUE(l.ok()) << l.error().message;
     link = *l;
@@ -267,6 +274,123 @@ TEST(NodeLink, BadOptionsAreRefused) {
   o.dead_after_s = 2;
   o.endpoint = "not an endpoint";
   EXPECT_EQ(spawn_node_link(sys, ctx, o, std::make_shared<NodeHealth>()).error().code, Errc::io);
+}
+
+// CURVE on the node port (net/curve.h): the coordinator's link gets in with an allowed key; a
+// link with another key, one without CURVE, and one that expects another node key stay down,
+// and the gate counts the refusal; the allowed link keeps working beside them.
+TEST_F(NodeLinkTest, CurveLetsInOnlyAllowedKeys) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  ASSERT_NO_FATAL_FAILURE(start(default_model_path(), 96));
+  const CurveKeys node = make_curve_keys().value(), coord = make_curve_keys().value(),
+                  stranger = make_curve_keys().value();
+  NodePortOptions po;
+  po.endpoint = "tcp://127.0.0.1:*";
+  po.events_endpoint = "tcp://127.0.0.1:*";
+  po.curve = node;
+  po.allowed = {{coord.public_key, "coordinator"}};
+  auto bound = spawn_node_port(*sys, batcher, zctx, po, &port);
+  ASSERT_TRUE(bound.ok()) << bound.error().message;
+  ASSERT_EQ(bound->curve_key, node.public_key);
+  ASSERT_NO_FATAL_FAILURE(open_link(bound->requests, 0.1, 0.6, coord, node.public_key));
+  ASSERT_TRUE(eventually([&] { return health->up.load() && health->pages_total.load() == 96; }));
+  EXPECT_GE(bound->gate->accepted(), 1);
+
+  std::vector<caf::actor> others;
+  std::vector<std::shared_ptr<NodeHealth>> their_health;
+  for (const auto& [keys, server] : std::vector<std::pair<CurveKeys, std::string>>{
+           {stranger, node.public_key}, {CurveKeys{}, ""}, {coord, stranger.public_key}}) {
+    NodeLinkOptions o;
+    o.name = "other";
+    o.endpoint = bound->requests;
+    o.heartbeat_s = 0.1;
+    o.dead_after_s = 0.6;
+    o.curve = keys;
+    o.server_key = server;
+    their_health.push_back(std::make_shared<NodeHealth>());
+    others.push_back(spawn_node_link(*sys, zctx, o, their_health.back()).value());
+  }
+  EXPECT_TRUE(eventually([&] { return bound->gate->refused() >= 1; }))
+      << "the unknown key is refused by the gate";
+  std::this_thread::sleep_for(1500ms);
+  for (size_t i = 0; i < their_health.size(); ++i)
+    EXPECT_FALSE(their_health[i]->up.load()) << "link " << i << " got an answer";
+  caf::scoped_actor self{*sys};
+  EXPECT_EQ(call_on(self, link, with_request_id(encode_create_block(0, "x"), 7).value()).kind,
+            ReplyKind::block_info);
+  EXPECT_TRUE(health->up.load());
+  for (auto& o : others) caf::anon_send(o, stop_atom::value);
+}
+
+TEST(Curve, KeyFilesRoundTripAndBadOnesAreNamed) {
+  char tmpl[] = "/tmp/chorus-keys-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, base = dir + "/n";
+  const CurveKeys keys = make_curve_keys().value();
+  ASSERT_TRUE(write_curve_keys(keys, base, false).ok());
+  EXPECT_EQ(write_curve_keys(keys, base, false).error().code, Errc::io) << "no silent replacement";
+  struct stat st {};
+  ASSERT_EQ(stat((base + ".key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto back = read_curve_secret(base + ".key");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->public_key, keys.public_key);
+  EXPECT_EQ(back->secret_key, keys.secret_key);
+  EXPECT_EQ(read_curve_public(base + ".pub").value(), keys.public_key);
+  EXPECT_EQ(read_curve_public(keys.public_key).value(), keys.public_key);
+
+  // An allowlist: comments, a key with a `#` in it (a Z85 digit), names; then a bad line.
+  std::string hash_key;
+  for (int i = 0; i < 1000 && hash_key.empty(); ++i)
+    if (auto k = make_curve_keys().value(); k.public_key.find('#') != std::string::npos)
+      hash_key = k.public_key;
+  ASSERT_FALSE(hash_key.empty()) << "no key with a # in 1000";
+  std::ofstream(dir + "/allowed") << "# clients\n\n"
+                                  << keys.public_key << "  laptop one\n"
+                                  << hash_key << "\n";
+  auto allowed = read_allowed_keys({dir + "/allowed", base + ".pub"});
+  ASSERT_TRUE(allowed.ok()) << allowed.error().message;
+  ASSERT_EQ(allowed->size(), 3u);
+  EXPECT_EQ((*allowed)[0].name, "laptop one");
+  EXPECT_EQ((*allowed)[1].key, hash_key);
+  EXPECT_EQ((*allowed)[2].name, "n");
+  std::ofstream(dir + "/bad") << keys.public_key << "\nnot-a-key\n";
+  auto bad = read_allowed_keys({dir + "/bad"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find(dir + "/bad:2:"), std::string::npos) << bad.error().message;
+
+  // A key file: mode, a public key that is not the secret's, a missing line.
+  chmod((base + ".key").c_str(), 0640);
+  EXPECT_NE(read_curve_secret(base + ".key").error().message.find("chmod 600"), std::string::npos);
+  const CurveKeys other = make_curve_keys().value();
+  std::ofstream(dir + "/mixed.key") << "public " << other.public_key << "\nsecret " << keys.secret_key
+                                    << "\n";
+  chmod((dir + "/mixed.key").c_str(), 0600);
+  EXPECT_NE(read_curve_secret(dir + "/mixed.key").error().message.find("not the secret key's"),
+            std::string::npos);
+  std::ofstream(dir + "/half.key") << "public " << keys.public_key << "\n";
+  chmod((dir + "/half.key").c_str(), 0600);
+  EXPECT_EQ(read_curve_secret(dir + "/half.key").error().code, Errc::bad_format);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(Curve, LoopbackEndpoints) {
+  for (const char* ep : {"tcp://127.0.0.1:5555", "tcp://127.0.0.1:*", "tcp://localhost:1", "tcp://[::1]:5",
+                         "tcp://127.1.2.3:9", "ipc:///tmp/x", "inproc://y"})
+    EXPECT_TRUE(is_loopback_endpoint(ep)) << ep;
+  for (const char* ep :
+       {"tcp://0.0.0.0:5555", "tcp://*:5555", "tcp://10.0.0.2:1", "tcp://[::]:5", "tcp://eth0:5",
+        "tcp://127.0.0.1;10.0.0.2:5", "tcp://1270.0.0.1:5", "tcp://127.example.com:5", "pgm://x"})
+    EXPECT_FALSE(is_loopback_endpoint(ep)) << ep;
+}
+
+TEST(Curve, OneGatePerContext) {
+  zmq::context_t ctx(1);
+  auto a = CurveGate::start(ctx, "d", {}, "test");
+  ASSERT_TRUE(a.ok());
+  auto b = CurveGate::start(ctx, "d", {}, "test");
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.error().code, Errc::io);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """End to end: a real etcd, three `chorus node --etcd` processes and two `chorus coordinator`
-processes on loopback. Membership, refusals, chat programs served through the leader (the same
+processes on loopback, one node under CURVE. Membership, refusals, chat programs served through the leader (the same
 replies as one `chorus serve`, placed across the nodes), a node killed while it streams a reply
 (the stream goes on elsewhere, whole; its programs go on elsewhere), a node stopped past its
 lease, the leader killed. Prints the time each recovery took.
@@ -155,13 +155,20 @@ try:
                       "--endpoint", "tcp://127.0.0.1:*", "--pages", "64", "-t", "1", "--lease-ttl", str(TTL),
                       *extra], os.path.join(tmp, "node-%s.log" % name))
 
+    # CURVE (docs/security.md): node `c` accepts only the two coordinators' keys; `a` and `b`
+    # speak plaintext on loopback. Each coordinator links to both kinds.
+    for who in ("c", "one", "two"):
+        subprocess.run([chorus, "keygen", os.path.join(tmp, who)], check=True, capture_output=True)
+    curve_c = ["--curve-key", os.path.join(tmp, "c.key"), "--allow-keys", os.path.join(tmp, "one.pub"),
+               "--allow-keys", os.path.join(tmp, "two.pub")]
+
     def coordinator(name, key=None):
         port = free_port()
         url = "http://127.0.0.1:%d" % port
-        extra = []
+        extra = ["--curve-key", os.path.join(tmp, name + ".key")]
         if key:
             KEYS[url] = key
-            extra = ["--api-key", key]
+            extra += ["--api-key", key]
         start([chorus, "--log-level", "info", "coordinator", "--etcd", etcd_url, "--name", name, "--port", str(port),
                "--lease-ttl", str(TTL), "--heartbeat", "0.25", "--dead-after", "1.5", *extra],
               os.path.join(tmp, "coord-%s.log" % name))
@@ -181,7 +188,7 @@ try:
     serve.wait(timeout=30)
     check(all(len(want[p]) == 4 for p in PROGRAMS), "one `chorus serve` answers 4 turns of 6 programs")
 
-    nodes = {n: node(n) for n in ("a", "b", "c")}
+    nodes = {n: node(n, extra=curve_c if n == "c" else ()) for n in ("a", "b", "c")}
     one = coordinator("one")
     wait_for(lambda: get(one + "/health"), 20)
     two = coordinator("two", key="sk-two")  # API keys as `chorus serve`: every route, /cluster too
@@ -196,6 +203,9 @@ try:
     check(wait_for(lambda: up_names(one) == ["a", "b", "c"], 60) is not None,
           "the coordinator sees three nodes up: %s" % up_names(one))
     v = view(one)
+    c_pub = open(os.path.join(tmp, "c.pub")).read().split("\n")[1].split()[0]
+    check([n["curve_key"] for n in sorted(v["nodes"], key=lambda n: n["name"])] == ["", "", c_pub],
+          "node `c` registered its CURVE key, and is up through a CURVE link")
     check(v["coordinator"].get("leader") is True and v["leader"]["name"] == "one", "`one` leads: %r" % v["leader"])
     check(wait_for(lambda: get(two + "/health"), 20) is not None and view(two)["coordinator"].get("leader") is False,
           "`two` stands by")
