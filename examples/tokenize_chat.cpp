@@ -17,12 +17,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto tokenizer = chorus::Tokenizer::from_gguf(*gguf);
-  auto tmpl = chorus::ChatTemplate::from_gguf(*gguf);
-  if (!tokenizer || !tmpl) {
-    std::fprintf(stderr, "%s\n", (!tokenizer ? tokenizer.error() : tmpl.error()).to_string().c_str());
+  if (!tokenizer) {
+    std::fprintf(stderr, "%s\n", tokenizer.error().to_string().c_str());
     return 1;
   }
-  const std::string prompt = tmpl->apply({{"user", question}});
+  auto tmpl = chorus::ChatTemplate::from_gguf(*gguf, *tokenizer);  // the file's own Jinja template
+  auto rendered = tmpl ? tmpl->apply({{"user", question}}) : chorus::Result<std::string>(tmpl.error());
+  if (!rendered) {
+    std::fprintf(stderr, "%s\n", rendered.error().to_string().c_str());
+    return 1;
+  }
+  const std::string prompt = *rendered;
   const auto ids = tokenizer->encode(prompt, {.parse_special = true});
   std::printf("%zu tokens:", ids.size());
   for (auto id : ids) std::printf(" %d", id);

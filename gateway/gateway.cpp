@@ -95,6 +95,7 @@ class StopStrings {
 struct Gateway::Impl {
   caf::actor_system* sys = nullptr;
   const Model* model = nullptr;
+  std::shared_ptr<const ChatTemplate> chat;  // what prompts are rendered with
   GatewayOptions opts;
   std::string model_name;
   httplib::Server svr;
@@ -111,11 +112,28 @@ struct Gateway::Impl {
     bool restart = false;     // the history changed: the block starts again
   };
 
+  // The request's messages through the chat template, with its tools: given to the template
+  // where it shows them to the model, else described in a system turn of chorus's own.
+  // A template that knows no tools gets the history's calls and results as text, in the format
+  // chorus's system turn teaches (tool_calls.h).
+  Result<std::string> render_prompt(const ChatRequest& req) const {
+    if (chat->renders_tools()) return chat->apply(req.messages, true, req.tools.tools_json);
+    std::vector<ChatMessage> messages = calls_as_text(req.messages);
+    if (!req.tools.offered()) return chat->apply(messages, true);
+    const std::string about = describe_tools(req.tools);
+    if (!messages.empty() && messages.front().role == "system")
+      messages.front().content += "\n\n" + about;
+    else
+      messages.insert(messages.begin(), ChatMessage{"system", about});
+    return chat->apply(messages, true);
+  }
+
   Plan plan(const ChatRequest& req, BlockId block, const std::string& have_text, int64_t have_tokens) const {
     Plan p;
     p.block = block;
-    const ChatTemplate chat = model->chat ? *model->chat : ChatTemplate::chatml();
-    p.prompt = chat.apply(req.messages, true);
+    auto prompt = render_prompt(req);
+    if (!prompt) throw http_error(prompt.error());
+    p.prompt = std::move(*prompt);
     std::string_view delta = p.prompt;
     if (!have_text.empty() && p.prompt.compare(0, have_text.size(), have_text) == 0) {
       delta.remove_prefix(have_text.size());  // the conversation so far is in the block already
@@ -188,6 +206,7 @@ struct Gateway::Impl {
   // Returns the finished response fields.
   struct Outcome {
     std::string content;
+    std::vector<ToolCall> calls;  // read from the content when the request offered tools
     std::string finish_reason;
     int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     std::string error;
@@ -255,12 +274,25 @@ struct Gateway::Impl {
     const std::string tail = stops.flush();  // no stop string after all
     emit(tail);
     out.content += tail;
+    const bool cut = out.finish_reason == "length" && req.tools.constrained();
+    if (req.tools.active() && (out.finish_reason == "stop" || cut)) {
+      ToolReply reply = read_tool_calls(out.content, req.tools, cut);
+      if (!reply.calls.empty()) {
+        out.content = std::move(reply.content);
+        out.calls = std::move(reply.calls);
+        out.finish_reason = "tool_calls";
+      }
+    }
     // The last attempt's block: what it found, its prompt (and the tokens of earlier attempts), what it made.
     const int64_t in_block =
         a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size()) + out.completion_tokens - before;
     // After an error the block's text is not known: empty text makes the next request start it again.
     a.backend->programs->set_contents(
-        a.turn.id, out.error.empty() ? a.plan.prompt + raw + (eog ? "<|im_end|>" : "") : "", in_block);
+        a.turn.id,
+        out.error.empty()
+            ? a.plan.prompt + raw + (eog ? std::string(model->tokenizer.token_text(ids.back())) : "")
+            : "",
+        in_block);
     return out;
   }
 
@@ -288,14 +320,30 @@ struct Gateway::Impl {
     }
   }
 
+  static json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+    json list = json::array();
+    for (size_t k = 0; k < calls.size(); ++k) {
+      json c = {{"id", calls[k].id},
+                {"type", "function"},
+                {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+      if (with_index) c["index"] = k;
+      list.push_back(std::move(c));
+    }
+    return list;
+  }
+
   json completion_json(const std::string& rid, const std::string& id, const Outcome& o, bool ephemeral) {
+    json message = {{"role", "assistant"}, {"content", o.content}};
+    if (!o.calls.empty()) {
+      if (o.content.empty()) message["content"] = nullptr;
+      message["tool_calls"] = tool_calls_json(o.calls, false);
+    }
     json r = {{"id", rid},
               {"object", "chat.completion"},
               {"created", static_cast<int64_t>(std::time(nullptr))},
               {"model", model_name},
-              {"choices", json::array({json{{"index", 0},
-                                            {"message", {{"role", "assistant"}, {"content", o.content}}},
-                                            {"finish_reason", o.finish_reason}}})},
+              {"choices",
+               json::array({json{{"index", 0}, {"message", message}, {"finish_reason", o.finish_reason}}})},
               {"usage", usage_json(o)}};
     if (!ephemeral) r["program_id"] = id;
     return r;
@@ -355,13 +403,27 @@ struct Gateway::Impl {
         return sink.write(line.data(), line.size());
       };
       bool ok = send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+      ToolCallStream calls;  // with tools: text that may be a call is held until the reply ends
       Outcome o = generate(adm, req, [&](const std::string& text) {
-        return ok = ok && send(chunk({{"content", text}}, nullptr));
+        const std::string ready = req.tools.active() ? calls.push(text) : text;
+        if (!ready.empty()) ok = ok && send(chunk({{"content", ready}}, nullptr));
+        return ok;
       });
       turn_end->end();
       if (!o.error.empty()) {
         send(json::parse(o.failure().body));
       } else {
+        // Tool calls as OpenAI streams them: per call, its id and name with empty arguments,
+        // then the arguments; held text that was no call goes out as content.
+        for (json& c : tool_calls_json(o.calls, true)) {
+          const json args = c["function"]["arguments"];
+          c["function"]["arguments"] = "";
+          send(chunk({{"tool_calls", json::array({c})}}, nullptr));
+          send(chunk(
+              {{"tool_calls", json::array({{{"index", c["index"]}, {"function", {{"arguments", args}}}}})}},
+              nullptr));
+        }
+        if (o.calls.empty() && !calls.held().empty()) send(chunk({{"content", calls.held()}}, nullptr));
         send(chunk(json::object(), o.finish_reason));
         if (req.include_usage) {
           json u = chunk(json::object(), nullptr);
@@ -488,6 +550,19 @@ Result<std::unique_ptr<Gateway>> Gateway::start_empty(caf::actor_system& sys, co
   auto impl = std::make_unique<Impl>();
   impl->sys = &sys;
   impl->model = &model;
+  if (!opts.chat_template.empty()) {
+    auto text = [&](std::optional<TokenId> id) {
+      return id ? std::string(model.tokenizer.token_text(*id)) : std::string();
+    };
+    auto t = ChatTemplate::from_source(opts.chat_template, text(model.tokenizer.bos()),
+                                       text(model.tokenizer.eos()));
+    if (!t) return make_error(t.error().code, "gateway: --chat-template: " + t.error().message);
+    impl->chat = std::make_shared<ChatTemplate>(std::move(*t));
+  } else if (model.chat) {
+    impl->chat = std::make_shared<ChatTemplate>(*model.chat);
+  } else {
+    return make_error(model.chat_error.code, "gateway: " + model.chat_error.message);
+  }
   impl->model_name = opts.model_name.empty() ? model.config.name : opts.model_name;
   impl->opts = std::move(opts);
   Impl* p = impl.get();

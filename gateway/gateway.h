@@ -72,6 +72,9 @@ struct GatewayOptions {
   bool metrics_public = false;                // /metrics and /health without a key
   std::vector<GatewayRoute> routes;           // more GET routes (behind the same keys)
   std::function<std::string()> more_metrics;  // appended to /metrics (Prometheus text)
+  // The Jinja text prompts are rendered with (--chat-template FILE), with the model's BOS and
+  // EOS; "": the model's own template. One that does not parse fails start().
+  std::string chat_template;
 };
 
 class Gateway {

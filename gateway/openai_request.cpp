@@ -1,5 +1,7 @@
 #include "gateway/openai_request.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -38,6 +40,111 @@ std::string json_text(const nlohmann::json& j) {
 
 namespace {
 
+bool is_function_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+// An assistant turn's tool_calls, a tool turn's tool_call_id (and name).
+void read_turn_tools(const json& m, const std::string& where, ChatMessage& msg) {
+  if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    const json& calls = m["tool_calls"];
+    if (msg.role != "assistant" || !calls.is_array())
+      bad_request(where + ".tool_calls: only an assistant turn has tool calls, as an array",
+                  where + ".tool_calls");
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const json& c = calls[k];
+      const std::string at = where + ".tool_calls[" + std::to_string(k) + "]";
+      if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+          !c["function"].contains("name") || !c["function"]["name"].is_string())
+        bad_request(at + ".function.name is required", at + ".function.name");
+      if (!c["function"].contains("arguments") || !c["function"]["arguments"].is_string())
+        bad_request(at + ".function.arguments must be a string (of JSON)", at + ".function.arguments");
+      if (c.contains("id") && !c["id"].is_string()) bad_request(at + ".id must be a string", at + ".id");
+    }
+    msg.tool_calls = calls.dump();
+  }
+  if (msg.role == "tool") {
+    if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())
+      bad_request(where + ".tool_call_id is required for a tool turn", where + ".tool_call_id");
+    msg.tool_call_id = m["tool_call_id"];
+  }
+  if (m.contains("name") && m["name"].is_string()) msg.name = m["name"];
+}
+
+// tools, tool_choice, parallel_tool_calls. "required" and a named function constrain the reply
+// to calls whose arguments match the tools' parameters.
+void read_tools(const json& j, ChatRequest& r) {
+  ChatTools& t = r.tools;
+  if (j.contains("parallel_tool_calls") && !j["parallel_tool_calls"].is_null()) {
+    if (!j["parallel_tool_calls"].is_boolean())
+      bad_request("`parallel_tool_calls` must be a boolean", "parallel_tool_calls");
+    t.parallel = j["parallel_tool_calls"];
+  }
+  const bool has_tools = j.contains("tools") && !j["tools"].is_null();
+  if (has_tools && !j["tools"].is_array()) bad_request("`tools` must be an array", "tools");
+  json functions = json::array();
+  if (has_tools) {
+    for (size_t k = 0; k < j["tools"].size(); ++k) {
+      const json& tool = j["tools"][k];
+      const std::string at = "tools[" + std::to_string(k) + "]";
+      if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+          !tool["function"].is_object())
+        bad_request(at + " must be {\"type\": \"function\", \"function\": {...}}", at);
+      const json& f = tool["function"];
+      if (!f.contains("name") || !f["name"].is_string() || !is_function_name(f["name"]))
+        bad_request(at + ".function.name must be 1 to 64 letters, digits, _ or -", at + ".function.name");
+      const std::string name = f["name"];
+      if (std::find(t.names.begin(), t.names.end(), name) != t.names.end())
+        bad_request("two tools are named `" + name + "`", at + ".function.name");
+      t.names.push_back(name);
+      json fn = {{"name", name}};
+      if (f.contains("parameters") && !f["parameters"].is_null()) {
+        if (!f["parameters"].is_object())
+          bad_request(at + ".function.parameters must be a JSON Schema object", at + ".function.parameters");
+        fn["parameters"] = f["parameters"];
+        auto g = grammar_of(OutputConstraint::tool_calls_of(json::array({fn}).dump()));
+        if (!g) bad_request(g.error().message, at + ".function.parameters");
+      }
+      functions.push_back(std::move(fn));
+    }
+    if (!t.names.empty()) t.tools_json = j["tools"].dump();
+  }
+  if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
+    const json& c = j["tool_choice"];
+    if (c.is_string()) {
+      t.choice = c;
+      if (t.choice != "none" && t.choice != "auto" && t.choice != "required")
+        bad_request("`tool_choice` must be none, auto, required or {\"type\": \"function\", ...}",
+                    "tool_choice");
+    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") &&
+               c["function"].is_object() && c["function"].contains("name") &&
+               c["function"]["name"].is_string()) {
+      const std::string name = c["function"]["name"];
+      const auto it = std::find(t.names.begin(), t.names.end(), name);
+      if (it == t.names.end())
+        bad_request("`tool_choice` names `" + name + "`, which is not among the tools", "tool_choice");
+      t.choice = "function";
+      functions = json::array({functions[static_cast<size_t>(it - t.names.begin())]});
+    } else {
+      bad_request(
+          "`tool_choice` must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": "
+          "...}}",
+          "tool_choice");
+    }
+    if (t.choice != "none" && t.names.empty())
+      bad_request("`tool_choice` asks for a call but there are no `tools`", "tool_choice");
+  }
+  t.functions_json = functions.dump();
+  if (!t.constrained()) return;
+  if (!r.sampling.constraint.empty())
+    bad_request("`response_format` and a required tool call cannot both constrain the reply", "tool_choice");
+  json spec = {{"tools", functions}, {"required", true}, {"parallel", t.parallel}};
+  r.sampling.constraint = OutputConstraint::tool_calls_of(spec.dump());
+}
+
 // messages[]: role and content (a string, or text parts); `developer` is a system turn.
 void read_messages(const json& j, ChatRequest& r) {
   if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
@@ -60,10 +167,13 @@ void read_messages(const json& j, ChatRequest& r) {
           bad_request(where + ".content: only text parts are supported", where + ".content");
         content += part["text"].get<std::string>();
       }
-    } else if (!(m.contains("content") && m["content"].is_null() && role == "assistant")) {
+    } else if (!((!m.contains("content") || m["content"].is_null()) && role == "assistant")) {
       bad_request(where + ".content must be a string or an array of text parts", where + ".content");
     }
-    r.messages.push_back({role == "developer" ? "system" : role, content});
+    ChatMessage msg{role == "developer" ? "system" : role, content};
+    msg.null_content = role == "assistant" && (!m.contains("content") || m["content"].is_null());
+    read_turn_tools(m, where, msg);
+    r.messages.push_back(std::move(msg));
   }
 }
 
@@ -130,15 +240,16 @@ void check_fields(const json& j) {
                                              "program_id",
                                              "extra_body",
                                              "response_format",
+                                             "tools",
+                                             "tool_choice",
+                                             "parallel_tool_calls",
                                              "user"};
   auto no_op = [](const std::string& k, const json& v) {
     if (v.is_null()) return true;
     if (k == "logprobs" || k == "store") return v.is_boolean() && !v.get<bool>();
     if (k == "presence_penalty" || k == "frequency_penalty") return v.is_number() && v.get<double>() == 0.0;
     if (k == "logit_bias" || k == "metadata") return v.is_object() && v.empty();
-    if (k == "tools" || k == "functions") return v.is_array() && v.empty();
-    if (k == "tool_choice") return v.is_string() && v.get<std::string>() == "none";
-    if (k == "parallel_tool_calls") return v.is_boolean();  // with no tools, nothing to call
+    if (k == "functions") return v.is_array() && v.empty();
     return false;
   };
   for (const auto& [k, v] : j.items())
@@ -227,6 +338,7 @@ ChatRequest parse_chat_request(const std::string& body, const std::string& model
   read_sampling(j, default_max_tokens, max_tokens_limit, r);
   read_delivery(j, r);
   read_response_format(j, r);
+  read_tools(j, r);
   return r;
 }
 

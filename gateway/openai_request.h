@@ -8,6 +8,7 @@
 
 #include "engine/forward/sampler.h"
 #include "engine/tokenizer/chat_template.h"
+#include "gateway/tool_calls.h"
 
 namespace chorus {
 
@@ -33,6 +34,7 @@ std::string json_text(const nlohmann::json& j);
 // What one chat request asks for, validated.
 struct ChatRequest {
   std::vector<ChatMessage> messages;
+  ChatTools tools;
   int max_tokens = 0;
   SamplingParams sampling;
   std::vector<std::string> stop;

@@ -73,18 +73,18 @@ PY
   log "default model installed: $dest"
 }
 
-# Python packages for the client tests (pyzmq, flatbuffers, the official openai client, and
-# jsonschema, the oracle for structured outputs) in a
+# Python packages for the client tests (pyzmq, flatbuffers, the official openai client,
+# jsonschema, the oracle for structured outputs, and jinja2, the oracle for chat templates) in a
 # venv of their own, so the system Python stays untouched.
 python_env() {
   local venv="$CHORUS_HOME/venv-tests"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import zmq, flatbuffers, openai, jsonschema" 2>/dev/null; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import zmq, flatbuffers, openai, jsonschema, jinja2" 2>/dev/null; then
     log "test Python environment present: $venv"; return
   fi
-  log "creating the test Python environment $venv (pyzmq, flatbuffers, openai, jsonschema)"
+  log "creating the test Python environment $venv (pyzmq, flatbuffers, openai, jsonschema, jinja2)"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pyzmq==26.2.0 flatbuffers==2.0.7 openai==1.57.0 \
-    jsonschema==4.23.0
+    jsonschema==4.23.0 jinja2==3.1.6
 }
 
 build() {

@@ -24,6 +24,7 @@ int run_coordinator(const CoordinatorArgs& args) {
   co.gateway.lease_s = args.lease_s;
   co.gateway.policy.check_period_s = args.check_period_s;
   if (!gather_api_keys("coordinator", args.api_keys, args.key_files, &co.gateway.api_keys)) return 2;
+  if (!read_chat_template("coordinator", args.chat_template, &co.gateway.chat_template)) return 2;
   co.gateway.metrics_public = args.metrics_public;
   if (!args.curve_key.empty()) {
     auto keys = read_curve_secret(args.curve_key);

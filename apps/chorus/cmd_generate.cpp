@@ -108,15 +108,18 @@ int run_generate(const GenerateArgs& args) {
   std::string prompt = args.prompt;
   if (args.chat) {
     if (!m.chat) {
-      std::fprintf(stderr, "chorus generate: --chat: this model's chat template is not ChatML\n");
+      std::fprintf(stderr, "chorus generate: --chat: %s\n", m.chat_error.to_string().c_str());
       return 2;
     }
     std::vector<ChatMessage> messages;
     if (!args.system.empty()) messages.push_back({"system", args.system});
     messages.push_back({"user", prompt});
-    prompt = m.chat->apply(messages);
+    auto rendered = m.chat->apply(messages);
+    if (!report("generate", rendered)) return 2;
+    prompt = std::move(*rendered);
   }
-  const auto ids = m.tokenizer.encode(prompt, {.add_special = true, .parse_special = !args.no_special});
+  // A chat prompt has the BOS its template writes; a plain one gets the vocabulary's.
+  const auto ids = m.tokenizer.encode(prompt, {.add_special = !args.chat, .parse_special = !args.no_special});
   if (args.parallel > 1) return run_parallel(args, m, **device, gpu->get(), ids);
   GenerateOptions opts;
   opts.max_new_tokens = args.n_predict < 0 ? args.n_ctx : args.n_predict;

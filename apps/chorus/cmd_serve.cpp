@@ -53,6 +53,10 @@ int run_serve(const ServeArgs& args) {
     return 2;
   }
   go.metrics_public = args.metrics_public;
+  if (!read_chat_template("serve", args.chat_template, &go.chat_template)) {
+    caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+    return 2;
+  }
   auto gw = Gateway::start(sys, batcher, *model, go);
   if (!report("serve", gw)) {
     caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);

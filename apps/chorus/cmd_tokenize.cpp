@@ -73,12 +73,11 @@ int run_tokenize(const TokenizeArgs& args) {
   }
   std::string text = args.text;
   if (args.chat) {
-    auto tmpl = ChatTemplate::from_gguf(*gguf);
-    if (!tmpl) {
-      std::fprintf(stderr, "chorus tokenize: %s\n", tmpl.error().to_string().c_str());
-      return 1;
-    }
-    text = tmpl->apply({{"user", text}});
+    auto tmpl = ChatTemplate::from_gguf(*gguf, *tok);
+    if (!report("tokenize", tmpl)) return 1;
+    auto rendered = tmpl->apply({{"user", text}});
+    if (!report("tokenize", rendered)) return 1;
+    text = std::move(*rendered);
   }
   const auto ids =
       tok->encode(text, {.add_special = args.add_special, .parse_special = args.parse_special || args.chat});

@@ -29,6 +29,15 @@ struct TokenizeArgs {
 };
 int run_tokenize(const TokenizeArgs& args);
 
+struct TemplateArgs {
+  std::string model;                  // render this GGUF's chat template ...
+  std::string template_file;          // ... or this Jinja file, with the variables as given
+  std::string input;                  // the variables (a JSON object); "" or "-": stdin
+  bool add_generation_prompt = true;  // when the input does not say
+  bool batch = false;                 // the input is a list; print a JSON list of {text} / {error}
+};
+int run_template(const TemplateArgs& args);
+
 struct GenerateArgs {
   std::string model;
   std::string prompt;
@@ -109,7 +118,8 @@ struct CoordinatorArgs {
   int ctx = 4096;                      // longest conversation (tokens)
   double lease_s = 600;                // idle programs are released after this long
   double check_period_s = 1;           // each node's program scheduler checks this often
-  std::vector<std::string> api_keys;   // --api-key (repeatable), as `chorus serve`
+  std::vector<std::string> api_keys;   // --api-key (repeatable)
+  std::string chat_template;           // --chat-template FILE: instead of the model's own, as `chorus serve`
   std::vector<std::string> key_files;  // --api-key-file
   bool metrics_public = false;
   std::string curve_key;  // its CURVE key pair, for nodes with one
@@ -160,6 +170,7 @@ struct ServeArgs {
   int threads = 0;
   std::string device = "cpu";          // cpu, cuda or auto (apps/chorus/gpu_choice.h)
   std::vector<std::string> api_keys;   // --api-key (repeatable)
+  std::string chat_template;           // --chat-template FILE: instead of the model's own
   std::vector<std::string> key_files;  // --api-key-file (one key per line)
   bool metrics_public = false;         // /metrics and /health without a key
 };
@@ -196,6 +207,8 @@ void wait_for_stop();
 // for a file that cannot be read or an empty key.
 bool gather_api_keys(const char* cmd, const std::vector<std::string>& keys,
                      const std::vector<std::string>& files, std::vector<std::string>* out);
+// --chat-template FILE read into `out` ("" leaves it empty); false (printed) when it cannot be read.
+bool read_chat_template(const char* cmd, const std::string& file, std::string* out);
 // The model's id in /v1/models: the file's name without its directory and `.gguf`.
 std::string served_model_name(const std::string& path);
 // A cluster member's default name: HOSTNAME-PORT.

@@ -52,12 +52,25 @@ int main(int argc, char** argv) {
   tok_cmd->add_flag("--pieces,-p", tok.pieces, "Print one line per token: id and the text it stands for");
   tok_cmd->add_flag("--chat", tok.chat, "Wrap the text as a user turn of the chat template");
 
+  chorus::app::TemplateArgs tmpl;
+  tmpl.model = chorus::default_model_path();
+  auto* tmpl_cmd = app.add_subcommand("template", "Render a chat template (the model's, or a Jinja file)");
+  tmpl_cmd->add_option("--model,-m", tmpl.model, "GGUF file whose chat template to render")
+      ->capture_default_str();
+  tmpl_cmd->add_option("--template,-t", tmpl.template_file,
+                       "A Jinja file to render instead, variables as given");
+  tmpl_cmd->add_option("--input,-i", tmpl.input,
+                       "JSON variables: {\"messages\": [...], \"tools\": [...], ...} (default: stdin)");
+  tmpl_cmd->add_flag("!--no-generation-prompt", tmpl.add_generation_prompt,
+                     "Do not end ready for the assistant (unless the input says add_generation_prompt)");
+  tmpl_cmd->add_flag("--batch", tmpl.batch, "The input is a list; print a JSON list of {text} or {error}");
+
   chorus::app::GenerateArgs gen;
   gen.model = chorus::default_model_path();
   auto* gen_cmd = app.add_subcommand("generate", "Generate text from a prompt, streamed as it is produced");
   gen_cmd->add_option("--model,-m", gen.model, "GGUF file")->capture_default_str();
   gen_cmd->add_option("prompt", gen.prompt, "The prompt (with --chat: the user's message)")->required();
-  gen_cmd->add_flag("--chat", gen.chat, "Apply the model's chat template (ChatML) to the prompt");
+  gen_cmd->add_flag("--chat", gen.chat, "Apply the model's chat template to the prompt");
   gen_cmd->add_option("--system", gen.system,
                       "With --chat: the system message (default: the template's own, if any)");
   gen_cmd->add_flag("--no-special", gen.no_special, "Treat control-token text in the prompt as plain text");
@@ -201,6 +214,8 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--api-key", coord.api_keys,
                         "A key clients must send, as for `chorus serve`; repeatable");
   coord_cmd->add_option("--api-key-file", coord.key_files, "A file of keys, one per line; repeatable");
+  coord_cmd->add_option("--chat-template", coord.chat_template,
+                        "A Jinja chat template file to render prompts with, instead of the model's own");
   coord_cmd->add_flag("--metrics-public", coord.metrics_public,
                       "With keys: /metrics and /health answer without one");
   coord_cmd->add_option("--lease", coord.lease_s, "Seconds an idle program is kept")->capture_default_str();
@@ -297,6 +312,8 @@ int main(int argc, char** argv) {
                         "A key clients must send (Authorization: Bearer KEY); repeat for several");
   serve_cmd->add_option("--api-key-file", serve.key_files,
                         "A file of keys, one per line (# comments); repeat for several files");
+  serve_cmd->add_option("--chat-template", serve.chat_template,
+                        "A Jinja chat template file to render prompts with, instead of the model's own");
   serve_cmd->add_flag("--metrics-public", serve.metrics_public,
                       "With keys: /metrics and /health answer without one");
   serve_cmd->add_option("--pages", serve.pages, "KV cache pages of 16 positions, shared by all programs")
@@ -388,6 +405,7 @@ int main(int argc, char** argv) {
   if (*coord_cmd) return chorus::app::run_coordinator(coord);
   if (*keygen_cmd) return chorus::app::run_keygen(keygen);
   if (*bench_cmd) return chorus::app::run_bench(bench);
+  if (*tmpl_cmd) return chorus::app::run_template(tmpl);
   if (*tok_cmd) {
     if (tok.text.empty() && tok.decode_ids.empty() && tok_cmd->count("text") == 0) {
       std::fprintf(stderr, "chorus tokenize: give TEXT to tokenize or --decode IDS\n");

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "apps/chorus/commands.h"
@@ -25,6 +27,17 @@ void stop_on_signals() {
 void request_stop() {
   g_stop = true;
 }
+bool read_chat_template(const char* cmd, const std::string& file, std::string* out) {
+  if (file.empty()) return true;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "chorus %s: --chat-template %s: cannot be read\n", cmd, file.c_str());
+    return false;
+  }
+  out->assign(std::istreambuf_iterator<char>(in), {});
+  return true;
+}
+
 bool gather_api_keys(const char* cmd, const std::vector<std::string>& keys,
                      const std::vector<std::string>& files, std::vector<std::string>* out) {
   *out = keys;

@@ -20,6 +20,7 @@ using Seq = GrammarBuilder::Seq;
 constexpr int kMaxWhitespace = 16;
 constexpr int kMaxIntDigits = 16;
 constexpr int kMaxDepth = 64;
+constexpr int kMaxCalls = 8;  // calls in one reply, with parallel tool calls
 
 const std::set<std::string> kAnnotations = {"title",       "description", "default",  "examples",
                                             "$schema",     "$id",         "$comment", "$defs",
@@ -132,7 +133,7 @@ class Compiler {
     return g;
   }
 
-  Result<Grammar> run_tool_calls(const json& tools) {
+  Result<Grammar> run_tool_calls(const json& tools, bool required, bool parallel) {
     const json none = json::object();
     if (!tools.is_array() || tools.empty()) return make_error(Errc::invalid_argument, "tool calls: no tools");
     std::vector<Seq> calls;
@@ -159,9 +160,20 @@ class Compiler {
     ByteSet text;
     text.set();
     text.reset('<');
-    const int32_t free = b_.repeat("text", {B::bytes(text)}, 0, -1);
     const int32_t call = b_.add("call", std::move(calls));
-    auto g = b_.build(b_.add("root", {{B::ref(free)}, {B::ref(free), B::ref(call)}}));
+    int32_t root;
+    if (required) {  // calls only: one, or with parallel up to kMaxCalls, apart by whitespace
+      if (parallel) {
+        const int32_t more = b_.repeat("more calls", cat({r(lex_.ws), r(call)}), 0, kMaxCalls - 1);
+        root = b_.add("root", {{B::ref(call), B::ref(more)}});
+      } else {
+        root = b_.add("root", {{B::ref(call)}});
+      }
+    } else {
+      const int32_t free = b_.repeat("text", {B::bytes(text)}, 0, -1);
+      root = b_.add("root", {{B::ref(free)}, {B::ref(free), B::ref(call)}});
+    }
+    auto g = b_.build(root);
     if (!g) return make_error(Errc::invalid_argument, "tool calls: " + g.error().message);
     return g;
   }
@@ -404,7 +416,10 @@ Result<Grammar> json_schema_grammar(const json& schema) {
 
 Result<Grammar> tool_call_grammar(const json& tools) {
   const json empty = json::object();
-  return Compiler(empty).run_tool_calls(tools);
+  if (tools.is_object())
+    return Compiler(empty).run_tool_calls(tools.value("tools", json::array()), tools.value("required", false),
+                                          tools.value("parallel", false));
+  return Compiler(empty).run_tool_calls(tools, false, false);
 }
 
 Grammar json_object_grammar() {

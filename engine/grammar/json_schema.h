@@ -37,6 +37,10 @@ Grammar json_object_grammar();
 // instance of that tool's parameters (any JSON object when it has none; each schema's $refs are
 // its own). The free text may hold any byte but '<', which only a call opens; the text is whole
 // at any point of it and after the call.
+//
+// `tools` may also be {"tools": [...], "required": true, "parallel": P}: then calls only, no
+// text (HTTP tool_choice "required" or a named function): one call, or with P one to 8 calls
+// apart by whitespace.
 Result<Grammar> tool_call_grammar(const nlohmann::json& tools);
 
 }  // namespace chorus

@@ -20,7 +20,10 @@ struct Model {
   ModelConfig config;
   Weights weights;
   Tokenizer tokenizer;
-  std::optional<ChatTemplate> chat;  // absent when the file's template is not ChatML
+  // The file's chat template (ChatML where it has none); absent when chorus cannot parse it,
+  // and then chat_error says why (commands that render chats report it and stop).
+  std::optional<ChatTemplate> chat;
+  Error chat_error;
 
   // Errors name the file and what is wrong (see GgufFile, ModelConfig, Weights, Tokenizer).
   static Result<std::unique_ptr<Model>> load(const std::string& path);

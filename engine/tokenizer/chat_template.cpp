@@ -1,57 +1,114 @@
 #include "engine/tokenizer/chat_template.h"
 
+#include <nlohmann/json.hpp>
+
 #include "engine/model/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace chorus {
 
-ChatTemplate ChatTemplate::chatml(std::optional<std::string> default_system) {
+namespace {
+
+// llama.cpp's and transformers' ChatML, for files without a template.
+constexpr std::string_view kChatml =
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+}  // namespace
+
+Result<ChatTemplate> ChatTemplate::from_source(std::string source, std::string bos_token,
+                                               std::string eos_token) {
+  auto jinja = JinjaTemplate::parse(source);
+  if (!jinja) return jinja.error();
   ChatTemplate t;
-  t.default_system_ = std::move(default_system);
+  t.jinja_ = std::move(*jinja);
+  t.source_ = std::move(source);
+  t.bos_ = std::move(bos_token);
+  t.eos_ = std::move(eos_token);
   return t;
 }
 
-Result<ChatTemplate> ChatTemplate::from_gguf(const GgufFile& gguf) {
-  if (gguf.find("tokenizer.chat_template") == nullptr) return chatml();
-  const auto tmpl = gguf.get_string("tokenizer.chat_template");
-  if (!tmpl) return tmpl.error();
-  const std::string_view s = *tmpl;
-  if (s.find("<|im_start|>") == std::string_view::npos)
-    return make_error(Errc::unsupported, gguf.name() +
-                                             ": tokenizer.chat_template is not ChatML; chorus "
-                                             "renders ChatML prompts only");
-  // A literal system turn in the template is the default system prompt, e.g. SmolLM2's
-  // '<|im_start|>system\nYou are a helpful AI assistant named SmolLM...<|im_end|>\n'.
-  constexpr std::string_view marker = "<|im_start|>system";
-  const size_t at = s.find(marker);
-  if (at == std::string_view::npos) return chatml();
-  size_t begin = at + marker.size();
-  if (s.compare(begin, 2, "\\n") == 0)
-    begin += 2;  // escaped newline in a literal
-  else if (begin < s.size() && s[begin] == '\n')
-    begin += 1;
-  else
-    return chatml();  // e.g. "system" followed by code
-  const size_t end = s.find("<|im_end|>", begin);
-  if (end == std::string_view::npos) return chatml();
-  const std::string_view text = s.substr(begin, end - begin);
-  if (text.find_first_of("{}'\"") != std::string_view::npos) return chatml();  // not a literal
-  return chatml(std::string(text));
+ChatTemplate ChatTemplate::chatml() {
+  auto t = from_source(std::string(kChatml));
+  t->fallback_ = true;
+  return std::move(*t);
 }
 
-std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  std::string out;
-  auto turn = [&](const std::string& role, const std::string& content) {
-    out += "<|im_start|>";
-    out += role;
-    out += '\n';
-    out += content;
-    out += "<|im_end|>\n";
+Result<ChatTemplate> ChatTemplate::from_gguf(const GgufFile& gguf, const Tokenizer& tokenizer) {
+  if (gguf.find("tokenizer.chat_template") == nullptr) return chatml();
+  auto source = gguf.get_string("tokenizer.chat_template");
+  if (!source) return source.error();
+  auto text = [&](std::optional<TokenId> id) {
+    return id && static_cast<size_t>(*id) < tokenizer.vocab_size() ? std::string(tokenizer.token_text(*id))
+                                                                   : std::string();
   };
-  if (default_system_ && (messages.empty() || messages.front().role != "system"))
-    turn("system", *default_system_);
-  for (const ChatMessage& m : messages) turn(m.role, m.content);
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+  auto t = from_source(std::string(*source), text(tokenizer.bos()), text(tokenizer.eos()));
+  if (!t)
+    return make_error(Errc::bad_format, gguf.name() + ": tokenizer.chat_template, " + t.error().message +
+                                            " (give a template chorus can render with --chat-template FILE)");
+  return t;
+}
+
+Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages,
+                                         const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                         const nlohmann::ordered_json& extra) const {
+  nlohmann::ordered_json vars = extra.is_object() ? extra : nlohmann::ordered_json::object();
+  vars["messages"] = messages;
+  vars["tools"] = tools;
+  vars["add_generation_prompt"] = add_generation_prompt;
+  vars["bos_token"] = bos_;
+  vars["eos_token"] = eos_;
+  auto out = jinja_.render(vars);
+  if (out) return out;
+  // The template is sound (it parsed); what made it fail is these messages.
+  const Errc code = out.error().code == Errc::out_of_range ? Errc::out_of_range : Errc::invalid_argument;
+  return make_error(code, "the chat template refused the messages: " + out.error().message);
+}
+
+Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages,
+                                         const nlohmann::ordered_json& tools,
+                                         bool add_generation_prompt) const {
+  return render(messages, tools, add_generation_prompt, nlohmann::ordered_json::object());
+}
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+ojson message_json(const ChatMessage& m) {
+  ojson j = {{"role", m.role}};
+  j["content"] = m.null_content ? ojson(nullptr) : ojson(m.content);
+  if (!m.tool_calls.empty()) {
+    ojson calls = ojson::parse(m.tool_calls, nullptr, false);
+    if (calls.is_array())
+      for (ojson& c : calls)
+        if (c.is_object() && c.contains("function") && c["function"].is_object() &&
+            c["function"].contains("arguments") && c["function"]["arguments"].is_string()) {
+          ojson args = ojson::parse(c["function"]["arguments"].get<std::string>(), nullptr, false);
+          if (args.is_object()) c["function"]["arguments"] = std::move(args);
+        }
+    j["tool_calls"] = std::move(calls);
+  }
+  if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+  if (!m.name.empty()) j["name"] = m.name;
+  return j;
+}
+
+}  // namespace
+
+Result<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                        const std::string& tools_json) const {
+  ojson list = ojson::array();
+  for (const ChatMessage& m : messages) list.push_back(message_json(m));
+  ojson tools = tools_json.empty() ? ojson(nullptr) : ojson::parse(tools_json, nullptr, false);
+  if (tools.is_discarded()) return make_error(Errc::invalid_argument, "tools: not valid JSON");
+  return render(list, tools, add_generation_prompt);
+}
+
+bool ChatTemplate::renders_tools() const {
+  return source_.find("tools") != std::string::npos;
 }
 
 }  // namespace chorus

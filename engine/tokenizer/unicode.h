@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/utf8.h"
+
 namespace chorus::unicode {
 
 constexpr uint32_t kReplacement = 0xFFFD;
@@ -16,8 +18,7 @@ constexpr uint32_t kReplacement = 0xFFFD;
 // forms and surrogates are accepted as the values they encode.
 std::vector<uint32_t> decode_utf8_lossy(std::string_view s);
 
-// Appends the UTF-8 encoding of `cp` (any value <= 0x10FFFF, surrogates included).
-void append_utf8(std::string& out, uint32_t cp);
+using chorus::append_utf8;  // base/utf8.h
 
 // Length of the UTF-8 sequence that `lead` starts (1-4), or 0 for a continuation byte or an
 // invalid lead byte.

@@ -70,7 +70,7 @@ TEST_F(EngineRequests, GenerateMatchesTheSingleSequenceGenerator) {
   (void)g;
   load(default_model_path());
   const auto prompt = model_->tokenizer.encode(
-      model_->chat->apply({{"user", "What is the capital of France?"}}), {.parse_special = true});
+      *model_->chat->apply({{"user", "What is the capital of France?"}}), {.parse_special = true});
   GenerateOptions o;
   o.n_ctx = 128;
   o.max_new_tokens = 16;

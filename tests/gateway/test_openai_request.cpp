@@ -59,9 +59,8 @@ TEST(OpenAiRequest, ClassicRefusalsNameTheField) {
 // asks for nothing.
 TEST(OpenAiRequest, FieldsItDoesNotHonourAreRefusedByName) {
   const std::string head = R"({"model":"m","messages":[{"role":"user","content":"a"}],)";
-  for (const char* f : {R"("tools":[{"type":"function","function":{"name":"f"}}])", R"("logprobs":true)",
-                        R"("presence_penalty":0.5)", R"("logit_bias":{"5":1})", R"("tool_choice":"required")",
-                        R"("frobnicate":1)"}) {
+  for (const char* f : {R"("functions":[{"name":"f"}])", R"("logprobs":true)", R"("presence_penalty":0.5)",
+                        R"("logit_bias":{"5":1})", R"("frobnicate":1)"}) {
     auto [status, e] = refusal(head + f + "}");
     EXPECT_EQ(status, 400) << f;
     const std::string name = json::parse(std::string("{") + f + "}").begin().key();
@@ -72,6 +71,122 @@ TEST(OpenAiRequest, FieldsItDoesNotHonourAreRefusedByName) {
        {R"("tools":[])", R"("logprobs":false)", R"("presence_penalty":0)", R"("tool_choice":"none")",
         R"("parallel_tool_calls":true)", R"("user":"u1")", R"("top_logprobs":null)"})
     EXPECT_NO_THROW(parse_chat_request(head + f + "}", "m", 256, 4096)) << f;
+}
+
+// tools / tool_choice / parallel_tool_calls: required and a named function become a constraint
+// of calls only; what cannot be followed is a 400 naming the field.
+TEST(OpenAiRequest, ToolsAndToolChoice) {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"a"}],"tools":[)"
+                           R"({"type":"function","function":{"name":"f","parameters":{"type":"object"}}},)"
+                           R"({"type":"function","function":{"name":"g"}}])";
+  ChatRequest r = parse_chat_request(head + "}", "m", 256, 4096);
+  EXPECT_EQ(r.tools.names, (std::vector<std::string>{"f", "g"}));
+  EXPECT_TRUE(r.tools.active());
+  EXPECT_FALSE(r.tools.constrained());
+  EXPECT_TRUE(r.sampling.constraint.empty());  // auto: not constrained
+  r = parse_chat_request(head + R"(,"tool_choice":"required","parallel_tool_calls":false})", "m", 256, 4096);
+  EXPECT_EQ(r.sampling.constraint.kind, OutputConstraint::Kind::tool_calls);
+  EXPECT_EQ(json::parse(r.sampling.constraint.schema)["parallel"], false);
+  EXPECT_EQ(json::parse(r.sampling.constraint.schema)["tools"].size(), 2u);
+  r = parse_chat_request(head + R"(,"tool_choice":{"type":"function","function":{"name":"g"}}})", "m", 256,
+                         4096);
+  EXPECT_EQ(json::parse(r.sampling.constraint.schema)["tools"], json::parse(R"([{"name":"g"}])"));
+  r = parse_chat_request(head + R"(,"tool_choice":"none"})", "m", 256, 4096);
+  EXPECT_FALSE(r.tools.active());
+  EXPECT_TRUE(r.tools.offered());
+
+  const std::string one = R"({"model":"m","messages":[{"role":"user","content":"a"}],)";
+  const struct {
+    std::string body, param;
+  } bad[] = {
+      {one +
+           R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}]})",
+       "tools[1].function.name"},
+      {one + R"("tools":[{"type":"function","function":{"name":"a b"}}]})", "tools[0].function.name"},
+      {one + R"("tools":[{"type":"retrieval"}]})", "tools[0]"},
+      {one +
+           R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"string","format":"uri"}}}]})",
+       "tools[0].function.parameters"},
+      {one + R"("tool_choice":"required"})", "tool_choice"},
+      {one + R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes"})",
+       "tool_choice"},
+      {one +
+           R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"h"}}})",
+       "tool_choice"},
+      {one +
+           R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","response_format":{"type":"json_object"}})",
+       "tool_choice"},
+      {R"({"model":"m","messages":[{"role":"tool","content":"x"}]})", "messages[0].tool_call_id"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x","tool_calls":[]}]})",
+       "messages[0].tool_calls"},
+      {R"({"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}]}]})",
+       "messages[0].tool_calls[0].function.arguments"},
+  };
+  for (const auto& b : bad) {
+    auto [status, e] = refusal(b.body);
+    EXPECT_EQ(status, 400) << b.body;
+    EXPECT_EQ(e["param"], b.param) << b.body << "\n" << e.dump();
+  }
+  r = parse_chat_request(
+      R"({"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"2"}]})",
+      "m", 256, 4096);
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_TRUE(r.messages[1].null_content);
+  EXPECT_EQ(json::parse(r.messages[1].tool_calls)[0]["id"], "c1");
+  EXPECT_EQ(r.messages[2].tool_call_id, "c1");
+}
+
+TEST(ToolCalls, ReadBackInEachFormatAndNeverInvented) {
+  ChatTools t;
+  t.names = {"get_weather", "search"};
+  auto calls = read_tool_calls(
+      "Let me see.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}\n</tool_call>\n"
+      "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}</tool_call>",
+      t);
+  ASSERT_EQ(calls.calls.size(), 2u);
+  EXPECT_EQ(calls.content, "Let me see.\n");
+  EXPECT_EQ(calls.calls[0].name, "search");
+  EXPECT_EQ(calls.calls[0].arguments, R"({"q":"x"})");
+  EXPECT_EQ(calls.calls[1].arguments, R"({"city":"Paris"})");  // arguments given as a JSON string
+  EXPECT_NE(calls.calls[0].id, calls.calls[1].id);
+  EXPECT_EQ(read_tool_calls(R"([TOOL_CALLS][{"name": "search", "arguments": {"q": "y"}}])", t).calls.size(),
+            1u);
+  EXPECT_EQ(read_tool_calls(R"( {"name": "get_weather", "parameters": {"city": "Oslo"}})", t).calls.size(),
+            1u);
+  // Not calls: an unknown tool, JSON that does not parse, arguments that are no object, a call left open.
+  for (const char* text :
+       {R"(<tool_call>{"name": "rm", "arguments": {}}</tool_call>)",
+        R"(<tool_call>{"name": "search", "arguments": {"q": </tool_call>)",
+        R"(<tool_call>{"name": "search", "arguments": [1]}</tool_call>)",
+        R"(<tool_call>{"name": "search", "arguments": {"q": "z"}})", R"({"a": 1})", "plain text"}) {
+    const ToolReply r = read_tool_calls(text, t);
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+  // Cut by max_tokens: the complete calls are kept when the reply was constrained.
+  const std::string cut =
+      R"(<tool_call>{"name": "search", "arguments": {"q": "z"}}</tool_call><tool_call>{"na)";
+  EXPECT_EQ(read_tool_calls(cut, t, true).calls.size(), 1u);
+  EXPECT_TRUE(read_tool_calls(cut, t, false).calls.empty());
+  t.parallel = false;
+  EXPECT_EQ(read_tool_calls(cut, t, true).calls.size(), 1u);
+}
+
+// Streaming holds back exactly what may be a call, and lets everything else through.
+TEST(ToolCalls, TheStreamHoldsBackOnlyWhatMayBeACall) {
+  ToolCallStream s;
+  std::string out;
+  for (const char* piece : {"Sure", ", I will <", "b>check</b> <tool", "_call>{\"name\"", "...</tool_call>"})
+    out += s.push(piece);
+  EXPECT_EQ(out, "Sure, I will <b>check</b> ");
+  EXPECT_EQ(s.held(), "<tool_call>{\"name\"...</tool_call>");
+  ToolCallStream json_reply;
+  EXPECT_EQ(json_reply.push("  {\"name\":"), "");
+  EXPECT_EQ(json_reply.push(" \"f\"}"), "");
+  EXPECT_EQ(json_reply.held(), "  {\"name\": \"f\"}");
+  ToolCallStream bracket;
+  EXPECT_EQ(bracket.push("[TOOL"), "");
+  EXPECT_EQ(bracket.push("S] are"), "[TOOLS] are");
 }
 
 TEST(OpenAiRequest, ResponseFormatBecomesAConstraintOrANamed400) {

@@ -36,6 +36,25 @@ std::string ids_str(const std::vector<TokenId>& v) {
   return s + "]";
 }
 
+// A vocabulary of a few tokens with BOS <s> and EOS </s>, for chat templates, which need only
+// their text.
+const Tokenizer& tiny_tokenizer() {
+  static const Tokenizer tok = [] {
+    test::GgufBuilder b;
+    b.kv_string("tokenizer.ggml.model", "gpt2");
+    b.kv_string("tokenizer.ggml.pre", "gpt-2");
+    b.kv_strings("tokenizer.ggml.tokens", {"a", "b", "<s>", "</s>"});
+    b.kv_i32s("tokenizer.ggml.token_type", {1, 1, 3, 3});
+    b.kv_strings("tokenizer.ggml.merges", {});
+    b.kv_u32("tokenizer.ggml.bos_token_id", 2);
+    b.kv_u32("tokenizer.ggml.eos_token_id", 3);
+    const auto bytes = b.build();
+    auto g = GgufFile::parse({bytes.data(), bytes.size()}, "tiny.gguf");
+    return std::move(*Tokenizer::from_gguf(*g));
+  }();
+  return tok;
+}
+
 class TokenizerGoldens : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TokenizerGoldens, TokenIdenticalToLlamaCpp) {
@@ -130,29 +149,54 @@ TEST(Tokenizer, DefaultModelBasics) {
   EXPECT_EQ(tok->decode(ids, {.render_special = false}), "user");
 }
 
+// SmolLM2's own Jinja template inserts its default system prompt when none is given.
 TEST(ChatTemplate, SmolLM2DefaultSystemPrompt) {
   CHORUS_REQUIRE_DEFAULT_MODEL(g);
-  auto tmpl = ChatTemplate::from_gguf(*g);
+  auto tok = Tokenizer::from_gguf(*g);
+  ASSERT_TRUE(tok.ok());
+  auto tmpl = ChatTemplate::from_gguf(*g, *tok);
   ASSERT_TRUE(tmpl.ok()) << tmpl.error().to_string();
-  ASSERT_TRUE(tmpl->default_system().has_value());
-  EXPECT_EQ(*tmpl->default_system(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_FALSE(tmpl->is_chatml_fallback());
   EXPECT_EQ(
-      tmpl->apply({{"user", "Hi"}}),
+      *tmpl->apply({{"user", "Hi"}}),
       "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(tmpl->apply({{"system", "Be brief."}, {"user", "Hi"}}, false),
+  EXPECT_EQ(*tmpl->apply({{"system", "Be brief."}, {"user", "Hi"}}, false),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
 }
 
-TEST(ChatTemplate, NonChatmlTemplateIsRejected) {
+// Any template is rendered, ChatML or not; one chorus cannot parse is an error naming the key
+// and the line, never a silent ChatML.
+TEST(ChatTemplate, TheFilesOwnTemplateOrAClearError) {
   test::GgufBuilder b;
   b.kv_string("tokenizer.chat_template", "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}");
-  const auto bytes = b.build();
+  auto bytes = b.build();
   auto g = GgufFile::parse({bytes.data(), bytes.size()}, "mistral.gguf");
   ASSERT_TRUE(g.ok());
-  auto t = ChatTemplate::from_gguf(*g);
+  auto t = ChatTemplate::from_gguf(*g, tiny_tokenizer());
+  ASSERT_TRUE(t.ok()) << t.error().to_string();
+  EXPECT_EQ(*t->apply({{"user", "Hi"}, {"assistant", "Hello"}}), "[INST] Hi [/INST][INST] Hello [/INST]");
+
+  test::GgufBuilder bad;
+  bad.kv_string("tokenizer.chat_template", "{% for m in messages %}\n{{ m.content | tojsn }}{% endfor %}");
+  bytes = bad.build();
+  g = GgufFile::parse({bytes.data(), bytes.size()}, "bad.gguf");
+  ASSERT_TRUE(g.ok());
+  t = ChatTemplate::from_gguf(*g, tiny_tokenizer());
   ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.error().code, Errc::unsupported);
+  EXPECT_EQ(t.error().code, Errc::bad_format);
+  EXPECT_NE(t.error().message.find("bad.gguf: tokenizer.chat_template, line 2: no filter named 'tojsn'"),
+            std::string::npos)
+      << t.error().message;
+
+  test::GgufBuilder none;
+  bytes = none.build();
+  g = GgufFile::parse({bytes.data(), bytes.size()}, "plain.gguf");
+  ASSERT_TRUE(g.ok());
+  t = ChatTemplate::from_gguf(*g, tiny_tokenizer());
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->is_chatml_fallback());
+  EXPECT_EQ(*t->apply({{"user", "Hi"}}), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 // A vocabulary small enough to reason about by hand: bytes a, b, c, Ġ plus merges.
