@@ -76,7 +76,18 @@ std::optional<Frame> MemorySide::on_request(const Request& req, const std::vecto
 }
 
 Frame MemorySide::on_block_op(uint64_t rid, const BlockOpCmd& op) {
+  ProgramRecord* joins = nullptr;
+  if (op.op == BlockOpCmd::Op::fork && op.program != 0) {  // the fork joins a program, as CreateBlock's block
+    joins = programs_.find(op.program);
+    const std::string name = "program " + std::to_string(op.program);
+    if (!joins) return encode_error_envelope(rid, make_error(Errc::not_found, name + " is not registered"));
+    if (joins->state != ProgramState::active)
+      return encode_error_envelope(
+          rid, make_error(Errc::invalid_argument, name + " is paused: restore it before adding blocks"));
+  }
   Frame f = link_.block_op(rid, op);
+  if (joins)
+    if (auto r = decode_reply(f); r && r->kind == ReplyKind::block_info) joins->blocks.push_back(r->id);
   if (op.op == BlockOpCmd::Op::free || op.op == BlockOpCmd::Op::clear) {
     auto r = decode_reply(f);
     if (r && r->kind != ReplyKind::error) {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "engine/grammar/json_schema.h"
-#include "engine/grammar/matcher.h"
+#include "fuzz/grammar_walk.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string in(reinterpret_cast<const char*>(data), size);
@@ -24,16 +24,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (g.error().code != chorus::Errc::invalid_argument || g.error().message.empty()) __builtin_trap();
     return 0;
   }
-  (void)g->to_string();
-  auto vocab = std::make_shared<chorus::TokenVocab>();  // no tokens: the walk is over bytes
-  vocab->first = {0, 0};
-  vocab->node_tokens.resize(1);
-  auto tg = chorus::TokenGrammar::create(std::move(*g), vocab);
-  chorus::GrammarState s = tg->start();
-  if (s.empty()) __builtin_trap();  // a checked grammar always has somewhere to start
-  for (char c : text) {
-    s = tg->advance(s, std::string_view(&c, 1));
-    if (s.empty()) break;
-  }
+  chorus::fuzz::walk(std::move(*g), text);
   return 0;
 }

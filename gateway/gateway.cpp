@@ -110,6 +110,7 @@ struct Gateway::Impl {
     std::vector<TokenId> toks;
     int64_t have_tokens = 0;  // in the block, reused
     bool restart = false;     // the history changed: the block starts again
+    bool known = true;        // the prompt's text is known (not for a prompt of token ids)
   };
 
   // The request's messages through the chat template, with its tools: given to the template
@@ -128,40 +129,90 @@ struct Gateway::Impl {
     return chat->apply(messages, true);
   }
 
+  // A completion's prompt is its text as given (the vocabulary's BOS before it when the block
+  // starts, where the vocabulary adds one), or its token ids; a chat's, its rendered messages.
   Plan plan(const ChatRequest& req, BlockId block, const std::string& have_text, int64_t have_tokens) const {
     Plan p;
     p.block = block;
-    auto prompt = render_prompt(req);
-    if (!prompt) throw http_error(prompt.error());
-    p.prompt = std::move(*prompt);
+    if (req.completion && !req.prompt_ids.empty()) {
+      p.toks = req.prompt_ids;
+      p.restart = have_tokens > 0;
+      p.known = false;
+      return p;
+    }
+    if (req.completion) {
+      p.prompt = req.prompt_text;
+    } else {
+      auto prompt = render_prompt(req);
+      if (!prompt) throw http_error(prompt.error());
+      p.prompt = std::move(*prompt);
+    }
     std::string_view delta = p.prompt;
-    if (!have_text.empty() && p.prompt.compare(0, have_text.size(), have_text) == 0) {
+    // Choices fork from the prompt's last token: at least one must be new.
+    const bool reuse = !have_text.empty() && p.prompt.compare(0, have_text.size(), have_text) == 0 &&
+                       (req.n == 1 || p.prompt.size() > have_text.size());
+    if (reuse) {
       delta.remove_prefix(have_text.size());  // the conversation so far is in the block already
       p.have_tokens = have_tokens;
     } else {
       p.restart = have_tokens > 0;
     }
-    p.toks = model->tokenizer.encode(std::string(delta), {.parse_special = true});
+    p.toks = model->tokenizer.encode(std::string(delta),
+                                     {.add_special = req.completion && !reuse, .parse_special = true});
+    if (p.toks.empty() && p.have_tokens == 0)
+      bad_request("`prompt` is empty: there is nothing to continue", "prompt");
     return p;
   }
 
   GatewayBackends backends;  // where programs run
   std::atomic<int64_t> served{0};
 
+  // A choice beyond the first: a fork of the program's block, and the actor hearing its events.
+  struct Fork {
+    BlockId block = -1;
+    std::shared_ptr<caf::scoped_actor> self;
+  };
+
   // A request admitted to run: its program, its plan, and the actor that sent its generation
-  // (which hears its events).
+  // (which hears its events); with n > 1, its forks.
   struct Admitted {
     std::shared_ptr<GatewayBackend> backend;
     std::shared_ptr<TurnEnd> end;  // a streamed turn's (it ends the turn whatever happens)
     GatewayPrograms::Turn turn;
     Plan plan;
     std::shared_ptr<caf::scoped_actor> self;
+    std::vector<Fork> forks;
   };
+
+  // The forks' blocks go (their pages shared with the program's block go with the last holder).
+  void free_forks(Admitted& a) {
+    for (const Fork& f : a.forks)
+      if (auto r = a.backend->programs->call(encode_free_block(0, f.block)); !r)
+        spdlog::warn("gateway: freeing the fork block {} of `{}`: {}", f.block, a.turn.id, r.error().message);
+    a.forks.clear();
+  }
+
+  // Waits on `self` for the end of the request it submitted (a forward).
+  static Result<Reply> finished(caf::scoped_actor& self) {
+    std::optional<Reply> done;
+    while (!done)
+      self->receive([&](event_atom, const std::vector<uint8_t>& f) {
+        if (auto e = decode_reply(f); e && e->kind == ReplyKind::finished) done = std::move(*e);
+      });
+    if (done->reason == FinishReason::context_full) return make_error(Errc::out_of_memory, done->text);
+    if (done->reason == FinishReason::error) return make_error(Errc::internal, done->text);
+    return *done;
+  }
 
   // Takes the program for a request, plans the request (counting the room it needs), and sends
   // it to the memory actor, returning once it runs: while its program is paused or short of
   // room it waits there for the scheduler (503 program_paused when that takes too long).
   // Before a streamed reply begins, so that a client gets that as an HTTP status.
+  //
+  // n > 1 (choices): the prompt but its last token runs into the program's block, which is then
+  // forked n - 1 times (pages shared; each fork joins the program, so the room gate counts it);
+  // each choice generates from that last token in its own block, the first in the program's,
+  // with seed + its index.
   //
   // A turn resumed elsewhere (its node was lost under it) passes the tokens generated so far,
   // `resumed`: they follow the prompt in the new block, and what is left of max_tokens is
@@ -179,9 +230,11 @@ struct Gateway::Impl {
     }
     a.plan.toks.insert(a.plan.toks.end(), resumed.begin(), resumed.end());
     const int max_tokens = req.max_tokens - static_cast<int>(resumed.size());
-    const int64_t need = a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size()) + max_tokens;
+    const int64_t need = a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size()) +
+                         static_cast<int64_t>(req.n) * (max_tokens + (req.n > 1 ? kKvPageSize : 0));
     a.self = std::make_shared<caf::scoped_actor>(*sys);
     auto fail = [&](const Error& e) {
+      free_forks(a);
       programs->end(a.turn.id);
       throw http_error(e);
     };
@@ -194,16 +247,42 @@ struct Gateway::Impl {
     StopCondition stop;
     stop.max_tokens = max_tokens;
     stop.strings = req.stop;
-    const Request gen = Request::generate(a.plan.block, {a.plan.block}, a.plan.toks, req.sampling, stop);
-    auto r =
-        programs->admit(*a.self, a.turn.id, need, [&](uint64_t rid) { return encode_request(rid, gen); });
-    if (!r) fail(make_error(r.error().code, "generation failed: " + r.error().message));
-    if (r->kind != ReplyKind::submitted) fail(make_error(Errc::internal, "the batcher answered " + r->text));
+    std::vector<TokenId> prefill = a.plan.toks;
+    if (req.n > 1) {
+      prefill = {a.plan.toks.back()};
+      const std::vector<TokenId> head(a.plan.toks.begin(), a.plan.toks.end() - 1);
+      if (!head.empty()) {
+        const Request fwd = Request::forward(a.plan.block, head, {a.plan.block});
+        auto r =
+            programs->admit(*a.self, a.turn.id, need, [&](uint64_t rid) { return encode_request(rid, fwd); });
+        if (r && r->kind == ReplyKind::submitted) r = finished(*a.self);
+        if (!r) fail(make_error(r.error().code, "the prompt failed: " + r.error().message));
+      }
+      const int64_t shared = a.plan.have_tokens + static_cast<int64_t>(head.size());
+      for (int i = 1; i < req.n; ++i) {
+        auto f = programs->call(encode_fork_block(0, a.plan.block, shared, "", a.turn.program));
+        if (!f || f->kind != ReplyKind::block_info)
+          fail(make_error(f ? Errc::internal : f.error().code, "cannot fork the prompt for choice " +
+                                                                   std::to_string(i) + ": " +
+                                                                   (f ? f->text : f.error().message)));
+        a.forks.push_back({static_cast<BlockId>(f->id), std::make_shared<caf::scoped_actor>(*sys)});
+      }
+    }
+    for (int i = 0; i < req.n; ++i) {
+      SamplingParams sampling = req.sampling;
+      sampling.seed += static_cast<uint64_t>(i);
+      const BlockId b = i == 0 ? a.plan.block : a.forks[static_cast<size_t>(i - 1)].block;
+      const Request gen = Request::generate(b, {b}, prefill, std::move(sampling), stop);
+      caf::scoped_actor& self = i == 0 ? *a.self : *a.forks[static_cast<size_t>(i - 1)].self;
+      auto r = programs->admit(self, a.turn.id, need, [&](uint64_t rid) { return encode_request(rid, gen); });
+      if (!r) fail(make_error(r.error().code, "generation failed: " + r.error().message));
+      if (r->kind != ReplyKind::submitted)
+        fail(make_error(Errc::internal, "the batcher answered " + r->text));
+    }
     return a;
   }
 
-  // Runs the request on its session; calls `on_text` with each piece of text as it comes.
-  // Returns the finished response fields.
+  // One choice's reply as it comes: its tokens, text and logprobs, then how it finished.
   struct Outcome {
     std::string content;
     std::vector<ToolCall> calls;  // read from the content when the request offered tools
@@ -211,66 +290,58 @@ struct Gateway::Impl {
     int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     std::string error;
     Errc code = Errc::internal;  // the error's class: out_of_memory (the KV pool ran out) is a 503
+    std::vector<TokenId> ids;    // generated, over every attempt
+    std::string raw;             // their text
+    bool eog = false;            // it ended with the model's end-of-turn token
+    // With logprobs asked for: one entry per generated token but the end-of-turn one (its own,
+    // then the alternatives).
+    std::vector<std::vector<TokenLogprob>> logprobs;
     // The error as a client gets it (error must be set).
     HttpError failure() const { return http_error(make_error(code, "generation failed: " + error)); }
   };
+  // Called with each piece of text as it may go out, and the outcome so far (its logprobs).
+  using OnText = std::function<bool(const std::string&, const Outcome&)>;
 
-  // When the node under the turn is lost mid-generation (a cluster's backend), the turn goes on
-  // on another node: a block of the prompt and the tokens generated so far, then what is left of
-  // max_tokens. What the client got stays the turn's prefix; what follows is what the new node's
-  // prefill computes (docs/cluster.md). `a` is then the new admission.
-  Outcome generate(Admitted& a, const ChatRequest& req,
-                   const std::function<bool(const std::string&)>& on_text) {
-    Outcome out;
-    const int64_t have_tokens = a.plan.have_tokens;  // of the first attempt: what the client is told
-    out.cached_tokens = have_tokens;
-    out.prompt_tokens = have_tokens + static_cast<int64_t>(a.plan.toks.size());
-    std::vector<TokenId> ids;  // generated so far, over every attempt
-    std::string raw;
-    bool finished = false, eog = false, client_gone = false;
-    StopStrings stops(req.stop);
-    auto emit = [&](const std::string& text) {
-      if (client_gone || text.empty()) return;
-      if (!on_text(text)) client_gone = true;
-    };
-    int64_t before = 0;  // tokens generated before the last attempt
-    for (int attempt = 0;; ++attempt) {
-      bool lost = false;
-      before = static_cast<int64_t>(ids.size());
-      while (!finished) {
-        (*a.self)->receive([&](event_atom, const std::vector<uint8_t>& f) {
-          auto e = decode_reply(f);
-          if (!e) return;
-          if (e->kind == ReplyKind::token) {
-            if (e->token >= 0) ids.push_back(e->token);
-            if (e->token >= 0 && model->tokenizer.is_end_of_generation(e->token)) eog = true;
-            raw += e->text;
-            const std::string ready = stops.push(e->text);
-            emit(ready);
-            out.content += ready;
-          } else if (e->kind == ReplyKind::finished) {
-            finished = true;
-            lost = e->node_lost;
-            if (e->reason == FinishReason::error) out.error = e->text;
-            // The pool ran out under the request (the policy counts each request's room, so this
-            // takes pages it did not foresee): an error the client can retry, not a short "length".
-            if (e->reason == FinishReason::context_full) {
-              out.error = e->text;
-              out.code = Errc::out_of_memory;
-            }
-            out.finish_reason = e->reason == FinishReason::max_tokens ? "length" : "stop";
+  // One generation's events on `self` until it finishes: its text through `stops` to `emit`, its
+  // tokens and logprobs into `out`. Returns whether its node was lost under it.
+  bool receive(caf::scoped_actor& self, Outcome& out, StopStrings& stops,
+               const std::function<void(const std::string&)>& emit) const {
+    bool finished = false, lost = false;
+    while (!finished) {
+      self->receive([&](event_atom, const std::vector<uint8_t>& f) {
+        auto e = decode_reply(f);
+        if (!e) return;
+        if (e->kind == ReplyKind::token) {
+          const bool end = e->token >= 0 && model->tokenizer.is_end_of_generation(e->token);
+          if (e->token >= 0) out.ids.push_back(e->token);
+          if (end) out.eog = true;
+          if (!end && !e->logprobs.empty()) out.logprobs.push_back(std::move(e->logprobs));
+          out.raw += e->text;
+          const std::string ready = stops.push(e->text);
+          out.content += ready;
+          emit(ready);
+        } else if (e->kind == ReplyKind::finished) {
+          finished = true;
+          lost = e->node_lost;
+          if (e->reason == FinishReason::error) out.error = e->text;
+          // The pool ran out under the request (the policy counts each request's room, so this
+          // takes pages it did not foresee): an error the client can retry, not a short "length".
+          if (e->reason == FinishReason::context_full) {
+            out.error = e->text;
+            out.code = Errc::out_of_memory;
           }
-        });
-      }
-      a.backend->programs->count(attempt == 0 ? static_cast<int64_t>(a.plan.toks.size()) : 0,
-                                 static_cast<int64_t>(ids.size()) - before, attempt == 0 ? have_tokens : 0,
-                                 attempt == 0 ? 0 : static_cast<int64_t>(a.plan.toks.size()));
-      if (!lost || attempt >= 3 || static_cast<int>(ids.size()) >= req.max_tokens || eog) break;
-      if (!resume(a, req, ids)) break;  // out.error stays: no node to go on on
-      finished = false;
-      out.error.clear();
+          out.finish_reason = e->reason == FinishReason::max_tokens ? "length" : "stop";
+        }
+      });
     }
-    out.completion_tokens = static_cast<int64_t>(ids.size());
+    return lost;
+  }
+
+  // The end of a choice: the text held back at a stop string's start goes out after all, and a
+  // reply to a request with tools is read for its calls.
+  void close(Outcome& out, const ChatRequest& req, StopStrings& stops,
+             const std::function<void(const std::string&)>& emit) const {
+    out.completion_tokens = static_cast<int64_t>(out.ids.size());
     const std::string tail = stops.flush();  // no stop string after all
     emit(tail);
     out.content += tail;
@@ -283,16 +354,69 @@ struct Gateway::Impl {
         out.finish_reason = "tool_calls";
       }
     }
+  }
+
+  // Runs the request's first choice on its program's block; calls `on_text` with each piece of
+  // text as it comes. When the node under the turn is lost mid-generation (a cluster's backend),
+  // the turn goes on on another node: a block of the prompt and the tokens generated so far,
+  // then what is left of max_tokens. What the client got stays the turn's prefix; what follows
+  // is what the new node's prefill computes (docs/cluster.md). `a` is then the new admission.
+  // (A request of several choices is not moved: its forks are on the lost node.)
+  Outcome generate(Admitted& a, const ChatRequest& req, const OnText& on_text) {
+    Outcome out;
+    const int64_t have_tokens = a.plan.have_tokens;  // of the first attempt: what the client is told
+    out.cached_tokens = have_tokens;
+    out.prompt_tokens = have_tokens + static_cast<int64_t>(a.plan.toks.size());
+    bool client_gone = false;
+    StopStrings stops(req.stop);
+    auto emit = [&](const std::string& text) {
+      if (client_gone || text.empty()) return;
+      if (!on_text(text, out)) client_gone = true;
+    };
+    int64_t before = 0;  // tokens generated before the last attempt
+    for (int attempt = 0;; ++attempt) {
+      before = static_cast<int64_t>(out.ids.size());
+      const bool lost = receive(*a.self, out, stops, emit);
+      a.backend->programs->count(attempt == 0 ? static_cast<int64_t>(a.plan.toks.size()) : 0,
+                                 static_cast<int64_t>(out.ids.size()) - before,
+                                 attempt == 0 ? have_tokens : 0,
+                                 attempt == 0 ? 0 : static_cast<int64_t>(a.plan.toks.size()));
+      if (!lost || req.n > 1 || attempt >= 3 || static_cast<int>(out.ids.size()) >= req.max_tokens || out.eog)
+        break;
+      if (!resume(a, req, out.ids)) break;  // out.error stays: no node to go on on
+      out.error.clear();
+    }
+    close(out, req, stops, emit);
     // The last attempt's block: what it found, its prompt (and the tokens of earlier attempts), what it made.
     const int64_t in_block =
         a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size()) + out.completion_tokens - before;
-    // After an error the block's text is not known: empty text makes the next request start it again.
+    // After an error, or with a prompt of token ids, the block's text is not known: empty text
+    // makes the next request start it again.
     a.backend->programs->set_contents(
         a.turn.id,
-        out.error.empty()
-            ? a.plan.prompt + raw + (eog ? std::string(model->tokenizer.token_text(ids.back())) : "")
+        out.error.empty() && a.plan.known
+            ? a.plan.prompt + out.raw +
+                  (out.eog ? std::string(model->tokenizer.token_text(out.ids.back())) : "")
             : "",
         in_block);
+    return out;
+  }
+
+  // Choice `i` (> 0) of a request of several: its fork's events, until it finishes.
+  Outcome generate_fork(Admitted& a, const ChatRequest& req, int i, const OnText& on_text) {
+    Outcome out;
+    out.prompt_tokens = a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size());
+    out.cached_tokens = a.plan.have_tokens;
+    bool client_gone = false;
+    StopStrings stops(req.stop);
+    auto emit = [&](const std::string& text) {
+      if (client_gone || text.empty()) return;
+      if (!on_text(text, out)) client_gone = true;
+    };
+    if (receive(*a.forks[static_cast<size_t>(i - 1)].self, out, stops, emit) && out.error.empty())
+      out.error = "the node went away";
+    a.backend->programs->count(0, static_cast<int64_t>(out.ids.size()), 0, 0);
+    close(out, req, stops, emit);
     return out;
   }
 
@@ -332,105 +456,216 @@ struct Gateway::Impl {
     return list;
   }
 
-  json completion_json(const std::string& rid, const std::string& id, const Outcome& o, bool ephemeral) {
+  // A token as logprobs show it: its text (the bytes it decodes to, as UTF-8 where they are
+  // whole), its logprob, its bytes.
+  json token_json(const TokenLogprob& t) const {
+    const std::string piece = model->tokenizer.token_to_piece(t.token);
+    json bytes = json::array();
+    for (const unsigned char c : piece) bytes.push_back(c);
+    return {{"token", piece}, {"logprob", t.logprob}, {"bytes", std::move(bytes)}};
+  }
+
+  // Chat logprobs of entries [from, to): {"content": [{token, logprob, bytes, top_logprobs}], "refusal":
+  // null}.
+  json chat_logprobs(const Outcome& o, size_t from, size_t to) const {
+    json content = json::array();
+    for (size_t k = from; k < to; ++k) {
+      json c = token_json(o.logprobs[k][0]);
+      json top = json::array();
+      for (size_t t = 1; t < o.logprobs[k].size(); ++t) top.push_back(token_json(o.logprobs[k][t]));
+      c["top_logprobs"] = std::move(top);
+      content.push_back(std::move(c));
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+
+  // Completion logprobs of entries [from, to) (the legacy shape): tokens, token_logprobs,
+  // top_logprobs ({text: logprob}), text_offset (bytes into the choice's text; `offset` runs on).
+  json legacy_logprobs(const Outcome& o, size_t from, size_t to, int64_t& offset) const {
+    json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    for (size_t k = from; k < to; ++k) {
+      const std::string piece = model->tokenizer.token_to_piece(o.logprobs[k][0].token);
+      tokens.push_back(piece);
+      lps.push_back(o.logprobs[k][0].logprob);
+      json top = json::object();
+      for (size_t t = 1; t < o.logprobs[k].size(); ++t)
+        top[model->tokenizer.token_to_piece(o.logprobs[k][t].token)] = o.logprobs[k][t].logprob;
+      tops.push_back(std::move(top));
+      offsets.push_back(offset);
+      offset += static_cast<int64_t>(piece.size());
+    }
+    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  }
+
+  // A choice of a whole (not streamed) reply.
+  json choice_json(const ChatRequest& req, const Outcome& o, size_t index, const std::string& echo) const {
+    const bool lp = req.sampling.logprobs >= 0;
+    if (req.completion) {
+      int64_t offset = static_cast<int64_t>(echo.size());
+      return {{"index", index},
+              {"text", echo + o.content},
+              {"logprobs", lp ? legacy_logprobs(o, 0, o.logprobs.size(), offset) : json(nullptr)},
+              {"finish_reason", o.finish_reason}};
+    }
     json message = {{"role", "assistant"}, {"content", o.content}};
     if (!o.calls.empty()) {
       if (o.content.empty()) message["content"] = nullptr;
       message["tool_calls"] = tool_calls_json(o.calls, false);
     }
+    return {{"index", index},
+            {"message", message},
+            {"logprobs", lp ? chat_logprobs(o, 0, o.logprobs.size()) : json(nullptr)},
+            {"finish_reason", o.finish_reason}};
+  }
+
+  // Usage over the choices: the prompt once, every choice's completion.
+  static json usage_json(const std::vector<Outcome>& os) {
+    int64_t completion = 0;
+    for (const Outcome& o : os) completion += o.completion_tokens;
+    const Outcome& o = os.front();
+    return {{"prompt_tokens", o.prompt_tokens},
+            {"completion_tokens", completion},
+            {"total_tokens", o.prompt_tokens + completion},
+            {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+  }
+
+  json completion_json(const ChatRequest& req, const std::string& rid, const std::string& id,
+                       const std::vector<Outcome>& os, bool ephemeral, const std::string& echo) const {
+    json choices = json::array();
+    for (size_t i = 0; i < os.size(); ++i) choices.push_back(choice_json(req, os[i], i, echo));
     json r = {{"id", rid},
-              {"object", "chat.completion"},
+              {"object", req.completion ? "text_completion" : "chat.completion"},
               {"created", static_cast<int64_t>(std::time(nullptr))},
               {"model", model_name},
-              {"choices",
-               json::array({json{{"index", 0}, {"message", message}, {"finish_reason", o.finish_reason}}})},
-              {"usage", usage_json(o)}};
+              {"choices", std::move(choices)},
+              {"usage", usage_json(os)}};
     if (!ephemeral) r["program_id"] = id;
     return r;
   }
 
-  static json usage_json(const Outcome& o) {
-    return {{"prompt_tokens", o.prompt_tokens},
-            {"completion_tokens", o.completion_tokens},
-            {"total_tokens", o.prompt_tokens + o.completion_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+  // The prompt's text for `echo` (a prompt of token ids decoded).
+  std::string echo_text(const ChatRequest& req) const {
+    if (!req.echo) return "";
+    return req.prompt_ids.empty() ? req.prompt_text : model->tokenizer.decode(req.prompt_ids);
   }
 
-  void on_chat(const httplib::Request& hreq, httplib::Response& res) {
+  // POST /v1/chat/completions and /v1/completions.
+  void on_generate(const httplib::Request& hreq, httplib::Response& res, bool completion) {
     if (const std::string why = backends.unavailable(); !why.empty())
       throw HttpError{503, error_body(why, "server_error", "", "not_leader")};
+    const int n_vocab = static_cast<int>(model->tokenizer.vocab_size());
     const ChatRequest req =
-        parse_chat_request(hreq.body, model_name, opts.default_max_tokens, opts.max_tokens_limit);
+        completion ? parse_completion_request(hreq.body, model_name, opts.max_tokens_limit, n_vocab)
+                   : parse_chat_request(hreq.body, model_name, opts.default_max_tokens, opts.max_tokens_limit,
+                                        n_vocab);
     Admitted adm = acquire(req);
     const std::string id = adm.turn.id;
-    const std::string rid = "chatcmpl-" + std::to_string(++served) + "-" +
+    const std::string rid = (completion ? "cmpl-" : "chatcmpl-") + std::to_string(++served) + "-" +
                             std::to_string(Clock::now().time_since_epoch().count() % 1000000);
     const bool ephemeral = req.program_id.empty();
+    const std::string echo = echo_text(req);
     if (!req.stream) {
-      Outcome o;
+      std::vector<Outcome> os;
+      const OnText quiet = [](const std::string&, const Outcome&) { return true; };
       try {
-        o = generate(adm, req, [](const std::string&) { return true; });
+        os.push_back(generate(adm, req, quiet));
+        for (int i = 1; i < req.n; ++i) os.push_back(generate_fork(adm, req, i, quiet));
       } catch (...) {
+        free_forks(adm);
         adm.backend->programs->end(adm.turn.id);  // the turn's backend, after any resume
         throw;
       }
+      free_forks(adm);
       adm.backend->programs->end(adm.turn.id);
-      if (!o.error.empty()) throw o.failure();
-      res.set_content(json_text(completion_json(rid, id, o, ephemeral)), "application/json");
+      for (const Outcome& o : os)
+        if (!o.error.empty()) throw o.failure();
+      res.set_content(json_text(completion_json(req, rid, id, os, ephemeral, echo)), "application/json");
       return;
     }
-    // Streaming: the generation runs in the content provider (this worker thread).
+    // Streaming: the generation runs in the content provider (this worker thread). The choices
+    // go out one after another, each with its index (a client sorts them by it).
     res.set_header("Cache-Control", "no-cache");
     auto turn_end = std::make_shared<TurnEnd>(adm.backend->programs, id);
     adm.end = turn_end;
     res.set_chunked_content_provider("text/event-stream", [this, adm = std::move(adm), req, rid, ephemeral,
-                                                           turn_end](size_t,
-                                                                     httplib::DataSink& sink) mutable {
-      const GatewayPrograms::Turn& turn = adm.turn;
+                                                           echo, turn_end](size_t,
+                                                                           httplib::DataSink& sink) mutable {
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
-      auto chunk = [&](const json& delta, const json& finish_reason) {
+      // A chunk of choice `index`: a chat delta, or a completion's text.
+      auto chunk = [&](size_t index, const json& delta, const json& logprobs, const json& finish_reason) {
+        json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+        if (req.completion)
+          choice["text"] = delta.value("content", "");
+        else
+          choice["delta"] = delta;
         json c = {{"id", rid},
-                  {"object", "chat.completion.chunk"},
+                  {"object", req.completion ? "text_completion" : "chat.completion.chunk"},
                   {"created", created},
                   {"model", model_name},
-                  {"choices",
-                   json::array({json{{"index", 0}, {"delta", delta}, {"finish_reason", finish_reason}}})}};
-        if (!ephemeral) c["program_id"] = turn.id;
+                  {"choices", json::array({std::move(choice)})}};
+        if (!ephemeral) c["program_id"] = adm.turn.id;
         return c;
       };
       auto send = [&](const json& j) {
         const std::string line = "data: " + json_text(j) + "\n\n";
         return sink.write(line.data(), line.size());
       };
-      bool ok = send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
-      ToolCallStream calls;  // with tools: text that may be a call is held until the reply ends
-      Outcome o = generate(adm, req, [&](const std::string& text) {
-        const std::string ready = req.tools.active() ? calls.push(text) : text;
-        if (!ready.empty()) ok = ok && send(chunk({{"content", ready}}, nullptr));
-        return ok;
-      });
-      turn_end->end();
-      if (!o.error.empty()) {
-        send(json::parse(o.failure().body));
-      } else {
+      // Every choice runs to its end (a generation is never left writing a fork that is freed);
+      // once the client is gone, or a choice failed, nothing more is sent.
+      bool ok = true;
+      std::string failure;
+      std::vector<Outcome> os;
+      for (int i = 0; i < req.n; ++i) {
+        const size_t index = static_cast<size_t>(i);
+        size_t lp_sent = 0;                                  // logprobs entries sent with its chunks
+        int64_t offset = static_cast<int64_t>(echo.size());  // a completion's text_offset
+        auto logprobs = [&](const Outcome& o) -> json {
+          if (req.sampling.logprobs < 0) return nullptr;
+          const size_t to = o.logprobs.size();
+          json j = req.completion ? legacy_logprobs(o, lp_sent, to, offset) : chat_logprobs(o, lp_sent, to);
+          lp_sent = to;
+          return j;
+        };
+        if (ok && !req.completion)
+          ok = send(chunk(index, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
+        else if (ok && !echo.empty())
+          ok = send(chunk(index, {{"content", echo}}, nullptr, nullptr));
+        ToolCallStream calls;  // with tools: text that may be a call is held until the reply ends
+        const OnText on_text = [&](const std::string& text, const Outcome& so_far) {
+          const std::string ready = req.tools.active() ? calls.push(text) : text;
+          if (!ready.empty()) ok = ok && send(chunk(index, {{"content", ready}}, logprobs(so_far), nullptr));
+          return ok;
+        };
+        os.push_back(i == 0 ? generate(adm, req, on_text) : generate_fork(adm, req, i, on_text));
+        const Outcome& o = os.back();
+        if (!o.error.empty() && failure.empty()) failure = o.failure().body;
+        if (!ok || !failure.empty()) continue;
         // Tool calls as OpenAI streams them: per call, its id and name with empty arguments,
         // then the arguments; held text that was no call goes out as content.
         for (json& c : tool_calls_json(o.calls, true)) {
           const json args = c["function"]["arguments"];
           c["function"]["arguments"] = "";
-          send(chunk({{"tool_calls", json::array({c})}}, nullptr));
+          send(chunk(index, {{"tool_calls", json::array({c})}}, nullptr, nullptr));
           send(chunk(
+              index,
               {{"tool_calls", json::array({{{"index", c["index"]}, {"function", {{"arguments", args}}}}})}},
-              nullptr));
+              nullptr, nullptr));
         }
-        if (o.calls.empty() && !calls.held().empty()) send(chunk({{"content", calls.held()}}, nullptr));
-        send(chunk(json::object(), o.finish_reason));
-        if (req.include_usage) {
-          json u = chunk(json::object(), nullptr);
-          u["choices"] = json::array();
-          u["usage"] = usage_json(o);
-          send(u);
-        }
+        if (o.calls.empty() && !calls.held().empty())
+          send(chunk(index, {{"content", calls.held()}}, nullptr, nullptr));
+        // The logprobs of tokens whose text has not gone out (held back, or none) come last.
+        const json rest = lp_sent < o.logprobs.size() ? logprobs(o) : json(nullptr);
+        ok = send(chunk(index, json::object(), rest, o.finish_reason));
+      }
+      free_forks(adm);
+      turn_end->end();
+      if (!failure.empty()) {
+        send(json::parse(failure));
+      } else if (ok && req.include_usage) {
+        json u = chunk(0, json::object(), nullptr, nullptr);
+        u["choices"] = json::array();
+        u["usage"] = usage_json(os);
+        send(u);
       }
       const std::string done = "data: [DONE]\n\n";
       sink.write(done.data(), done.size());
@@ -471,7 +706,9 @@ struct Gateway::Impl {
       };
     };
     svr.Post("/v1/chat/completions",
-             guarded([this](const httplib::Request& q, httplib::Response& r) { on_chat(q, r); }));
+             guarded([this](const httplib::Request& q, httplib::Response& r) { on_generate(q, r, false); }));
+    svr.Post("/v1/completions",
+             guarded([this](const httplib::Request& q, httplib::Response& r) { on_generate(q, r, true); }));
     svr.Get(
         "/v1/models", guarded([this](const httplib::Request&, httplib::Response& r) {
           json m = {{"id", model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "chorus"}};

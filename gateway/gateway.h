@@ -4,7 +4,10 @@
 //                               `program_id` (top level, or in `extra_body`) makes the request
 //                               part of a program: its conversation stays in the program's
 //                               block between requests, and a request that repeats the
-//                               history only runs what is new
+//                               history only runs what is new; n > 1 choices are forks of the
+//                               prompt's block; logprobs, penalties, logit_bias
+//   POST /v1/completions        the same for a prompt given as text or token ids (no chat
+//                               template), OpenAI's legacy shape
 //   GET  /v1/models             the one model served
 //   POST /programs/release      {"program_id": ...}: the program ends, its blocks are freed
 //   GET  /programs              each program: tokens, pages, state, phase, idle time

@@ -73,7 +73,7 @@ struct GatewayPrograms::Impl {
 
   double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-  Result<Reply> call(const Frame& f) {
+  Result<Reply> call(const Frame& f) const {
     caf::scoped_actor self{*sys};
     return ask(self, batcher, f, std::chrono::seconds(600));
   }
@@ -256,7 +256,7 @@ GatewayPrograms::Turn GatewayPrograms::begin(const std::string& program_id) {
     s.phase_since = impl_->now();
     ++s.requests;
     program = s.program;
-    turn = Turn{*id, s.block, s.text, s.tokens, s.ephemeral};
+    turn = Turn{*id, s.block, s.text, s.tokens, s.ephemeral, s.program};
   }
   impl_->scheduler->tool_ended(program);  // its client's tools are done: a request boundary
   return turn;
@@ -396,6 +396,8 @@ std::string GatewayPrograms::metrics_text() const {
   // The pool and its programs as the node's scheduler sees them: every program it schedules
   // (HTTP ones and any others on the node), as of its last check.
   const ProgramManagerStats st = g.scheduler->stats();
+  // The pool itself, now (the memory actor answers a Heartbeat with its pages in use).
+  const Result<Reply> pool = g.call(encode_heartbeat(0, "", 0, 0));
   int64_t paused = 0, active = 0;
   for (const ScheduledProgram& p : g.scheduler->programs()) ++(p.paused ? paused : active);
   const int64_t resident = st.resident_pages;
@@ -413,6 +415,9 @@ std::string GatewayPrograms::metrics_text() const {
          static_cast<double>(resident));
   metric("chorus_capacity_pages", "gauge", "KV pages the programs share",
          static_cast<double>(g.scheduler->options().policy.capacity_pages));
+  if (pool && pool->kind == ReplyKind::heartbeat)
+    metric("chorus_pool_used_pages", "gauge", "KV pages of the node's pool in use now (shared pages once)",
+           static_cast<double>(pool->pages));
   metric("chorus_active_programs", "gauge", "programs with their KV resident", static_cast<double>(active));
   metric("chorus_paused_programs", "gauge", "programs paused (KV dropped or offloaded)",
          static_cast<double>(paused));

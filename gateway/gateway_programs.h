@@ -49,6 +49,7 @@ class GatewayPrograms {
     std::string text;    // what the block holds, as text ("" : nothing, or not known)
     int64_t tokens = 0;  // tokens in the block
     bool ephemeral = false;
+    uint64_t program = 0;  // its id at the memory actor (forks of its block join it)
   };
   // Takes program `program_id` ("" : a new one-shot program) for a request, creating it (a
   // program registered with `hold`, its block, scheduled) when new. Throws HttpError: 500 when

@@ -199,16 +199,46 @@ double number_field(const json& j, const char* key, double lo, double hi, double
   return v;
 }
 
-// max_tokens, n, temperature, top_p, seed, stop.
-void read_sampling(const json& j, int default_max_tokens, int max_tokens_limit, ChatRequest& r) {
+// Token ids as a request gives them (logit_bias keys, a prompt): below n_vocab when it is known.
+TokenId token_id(int64_t v, int n_vocab, const std::string& param) {
+  if (v < 0 || (n_vocab > 0 && v >= n_vocab) || v > INT32_MAX)
+    bad_request("`" + param + "`: token id " + std::to_string(v) + " is not in the vocabulary (0 to " +
+                    std::to_string(n_vocab - 1) + ")",
+                param);
+  return static_cast<TokenId>(v);
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}.
+void read_logit_bias(const json& j, int n_vocab, ChatRequest& r) {
+  if (!j.contains("logit_bias") || j["logit_bias"].is_null()) return;
+  const json& b = j["logit_bias"];
+  if (!b.is_object()) bad_request("`logit_bias` must be an object of token ids to biases", "logit_bias");
+  if (b.size() > 1024) bad_request("`logit_bias` has more than 1024 entries", "logit_bias");
+  for (const auto& [k, v] : b.items()) {
+    int64_t id = -1;
+    if (k.empty() || k.size() > 10 ||
+        !std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      bad_request("`logit_bias` keys must be token ids (got \"" + k + "\")", "logit_bias");
+    id = std::stoll(k);
+    if (!v.is_number() || v.get<double>() < -100 || v.get<double>() > 100)
+      bad_request("`logit_bias` values must be numbers from -100 to 100", "logit_bias");
+    r.sampling.logit_bias.emplace_back(token_id(id, n_vocab, "logit_bias"), v.get<float>());
+  }
+}
+
+// max_tokens, n, temperature, top_p, seed, stop, penalties, logit_bias.
+void read_sampling(const json& j, int default_max_tokens, int max_tokens_limit, int n_vocab, ChatRequest& r) {
   r.max_tokens = integer_field(j, "max_tokens", 1, max_tokens_limit, default_max_tokens);
   r.max_tokens = integer_field(j, "max_completion_tokens", 1, max_tokens_limit, r.max_tokens);
-  if (integer_field(j, "n", 1, 1, 1) != 1) bad_request("only n = 1 is supported", "n");
+  r.n = integer_field(j, "n", 1, kMaxChoices, 1);
   r.sampling.temperature = static_cast<float>(number_field(j, "temperature", 0, 2, 1.0));
   r.sampling.top_p = static_cast<float>(number_field(j, "top_p", 0, 1, 1.0));
   r.sampling.top_k = 0;
   r.sampling.min_p = 0;
   r.sampling.seed = static_cast<uint64_t>(integer_field(j, "seed", 0, INT32_MAX, 0));
+  r.sampling.presence_penalty = static_cast<float>(number_field(j, "presence_penalty", -2, 2, 0));
+  r.sampling.frequency_penalty = static_cast<float>(number_field(j, "frequency_penalty", -2, 2, 0));
+  read_logit_bias(j, n_vocab, r);
   if (!j.contains("stop") || j["stop"].is_null()) return;
   if (j["stop"].is_string()) {
     r.stop = {j["stop"].get<std::string>()};
@@ -223,38 +253,52 @@ void read_sampling(const json& j, int default_max_tokens, int max_tokens_limit, 
   }
 }
 
-// Every top-level field is honoured or refused, none silently ignored: those chorus reads, and
-// those whose value asks for nothing (null, `logprobs: false`, a zero penalty, no tools, ...).
-void check_fields(const json& j) {
-  static const std::set<std::string> read = {"model",
-                                             "messages",
-                                             "max_tokens",
-                                             "max_completion_tokens",
-                                             "n",
-                                             "temperature",
-                                             "top_p",
-                                             "seed",
-                                             "stop",
-                                             "stream",
-                                             "stream_options",
-                                             "program_id",
-                                             "extra_body",
-                                             "response_format",
-                                             "tools",
-                                             "tool_choice",
-                                             "parallel_tool_calls",
-                                             "user"};
+// Chat: `logprobs` (a boolean) and `top_logprobs` (0 to 20, with logprobs).
+void read_chat_logprobs(const json& j, ChatRequest& r) {
+  bool on = false;
+  if (j.contains("logprobs") && !j["logprobs"].is_null()) {
+    if (!j["logprobs"].is_boolean()) bad_request("`logprobs` must be a boolean", "logprobs");
+    on = j["logprobs"];
+  }
+  const int top = integer_field(j, "top_logprobs", 0, kMaxLogprobs, -1);
+  if (top >= 0 && !on) bad_request("`top_logprobs` needs `logprobs: true`", "top_logprobs");
+  if (on) r.sampling.logprobs = std::max(top, 0);
+}
+
+// Every top-level field is honoured or refused, none silently ignored: those chorus reads
+// (`read`), and those whose value asks for nothing (null, `store: false`, empty metadata, ...).
+void check_fields(const json& j, const std::set<std::string>& read) {
   auto no_op = [](const std::string& k, const json& v) {
     if (v.is_null()) return true;
-    if (k == "logprobs" || k == "store") return v.is_boolean() && !v.get<bool>();
-    if (k == "presence_penalty" || k == "frequency_penalty") return v.is_number() && v.get<double>() == 0.0;
-    if (k == "logit_bias" || k == "metadata") return v.is_object() && v.empty();
+    if (k == "store") return v.is_boolean() && !v.get<bool>();
+    if (k == "metadata") return v.is_object() && v.empty();
     if (k == "functions") return v.is_array() && v.empty();
     return false;
   };
   for (const auto& [k, v] : j.items())
     if (!read.count(k) && !no_op(k, v))
       bad_request("`" + k + "` is not supported by this server (docs/serve.md lists what is)", k);
+}
+
+// Fields both endpoints read.
+const std::set<std::string>& common_fields() {
+  static const std::set<std::string> f = {"model",
+                                          "max_tokens",
+                                          "n",
+                                          "temperature",
+                                          "top_p",
+                                          "seed",
+                                          "stop",
+                                          "stream",
+                                          "stream_options",
+                                          "program_id",
+                                          "extra_body",
+                                          "presence_penalty",
+                                          "frequency_penalty",
+                                          "logit_bias",
+                                          "logprobs",
+                                          "user"};
+  return f;
 }
 
 // response_format: text (nothing), json_object, or json_schema ({"schema": ..., "name", "strict"}),
@@ -288,6 +332,18 @@ void read_response_format(const json& j, ChatRequest& r) {
     bad_request(g.error().message, "response_format.json_schema.schema");
 }
 
+// grammar (llama-server's field; the openai client sends it through extra_body): a GBNF grammar
+// (engine/grammar/gbnf.h) the reply follows.
+void read_grammar(const json& j, ChatRequest& r) {
+  if (!j.contains("grammar") || j["grammar"].is_null()) return;
+  if (!j["grammar"].is_string() || j["grammar"].get<std::string>().empty())
+    bad_request("`grammar` must be a GBNF grammar (a string)", "grammar");
+  if (!r.sampling.constraint.empty())
+    bad_request("`grammar` and `response_format` cannot both constrain the reply", "grammar");
+  r.sampling.constraint = OutputConstraint::gbnf_of(j["grammar"]);
+  if (auto g = grammar_of(r.sampling.constraint); !g) bad_request(g.error().message, "grammar");
+}
+
 // stream, stream_options, and chorus's program_id (top level, or in extra_body).
 void read_delivery(const json& j, ChatRequest& r) {
   if (j.contains("stream") && !j["stream"].is_null()) {
@@ -317,8 +373,10 @@ void read_delivery(const json& j, ChatRequest& r) {
 
 }  // namespace
 
-ChatRequest parse_chat_request(const std::string& body, const std::string& model_name, int default_max_tokens,
-                               int max_tokens_limit) {
+namespace {
+// The body as a JSON object naming the server's model (or "default"): 400 for what is not JSON
+// or not an object, 404 model_not_found for another model.
+json read_body(const std::string& body, const std::string& model_name) {
   json j;
   try {
     j = json::parse(body);
@@ -326,19 +384,93 @@ ChatRequest parse_chat_request(const std::string& body, const std::string& model
     bad_request(std::string("the body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad_request("the body must be a JSON object");
-  ChatRequest r;
   if (!j.contains("model") || !j["model"].is_string()) bad_request("`model` is required (a string)", "model");
   const std::string model_id = j["model"];
   if (model_id != model_name && model_id != "default")
     throw HttpError{
         404, error_body("The model `" + model_id + "` does not exist (this server has `" + model_name + "`)",
                         "invalid_request_error", "model", "model_not_found")};
-  check_fields(j);
+  return j;
+}
+}  // namespace
+
+ChatRequest parse_chat_request(const std::string& body, const std::string& model_name, int default_max_tokens,
+                               int max_tokens_limit, int n_vocab) {
+  const json j = read_body(body, model_name);
+  ChatRequest r;
+  static const std::set<std::string> chat_fields = [] {
+    std::set<std::string> f = common_fields();
+    f.insert({"messages", "max_completion_tokens", "top_logprobs", "response_format", "grammar", "tools",
+              "tool_choice", "parallel_tool_calls"});
+    return f;
+  }();
+  check_fields(j, chat_fields);
   read_messages(j, r);
-  read_sampling(j, default_max_tokens, max_tokens_limit, r);
+  read_sampling(j, default_max_tokens, max_tokens_limit, n_vocab, r);
+  read_chat_logprobs(j, r);
   read_delivery(j, r);
   read_response_format(j, r);
+  read_grammar(j, r);
   read_tools(j, r);
+  return r;
+}
+
+namespace {
+
+// prompt: a string, or token ids; an array of one of them is the same (several prompts in one
+// request are refused: send one request each).
+void read_prompt(const json& j, int n_vocab, ChatRequest& r) {
+  if (!j.contains("prompt") || j["prompt"].is_null())
+    bad_request("`prompt` is required (a string or an array of token ids)", "prompt");
+  const json* p = &j["prompt"];
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) {
+    r.prompt_text = *p;
+    return;
+  }
+  if (p->is_array() && !p->empty() &&
+      std::all_of(p->begin(), p->end(), [](const json& t) { return t.is_number_integer(); })) {
+    for (const json& t : *p) r.prompt_ids.push_back(token_id(t.get<int64_t>(), n_vocab, "prompt"));
+    return;
+  }
+  if (p->is_array() && p->size() > 1 &&
+      std::all_of(p->begin(), p->end(), [](const json& t) { return t.is_string() || t.is_array(); }))
+    bad_request("`prompt` holds " + std::to_string(p->size()) +
+                    " prompts: this server takes one prompt per request (send several requests)",
+                "prompt");
+  bad_request("`prompt` must be a string, an array of token ids, or an array of one of them", "prompt");
+}
+
+}  // namespace
+
+ChatRequest parse_completion_request(const std::string& body, const std::string& model_name,
+                                     int max_tokens_limit, int n_vocab) {
+  const json j = read_body(body, model_name);
+  static const std::set<std::string> completion_fields = [] {
+    std::set<std::string> f = common_fields();
+    f.insert({"prompt", "echo", "suffix", "best_of", "grammar"});
+    return f;
+  }();
+  check_fields(j, completion_fields);
+  ChatRequest r;
+  r.completion = true;
+  read_prompt(j, n_vocab, r);
+  read_sampling(j, 16, max_tokens_limit, n_vocab, r);
+  r.sampling.logprobs = integer_field(j, "logprobs", 0, kMaxLogprobs, -1);
+  if (j.contains("echo") && !j["echo"].is_null()) {
+    if (!j["echo"].is_boolean()) bad_request("`echo` must be a boolean", "echo");
+    r.echo = j["echo"];
+  }
+  if (r.echo && r.sampling.logprobs >= 0)
+    bad_request("`echo` with `logprobs` asks for the prompt's logprobs, which this server does not compute",
+                "echo");
+  if (j.contains("suffix") && !j["suffix"].is_null() &&
+      !(j["suffix"].is_string() && j["suffix"].get<std::string>().empty()))
+    bad_request("`suffix` (fill in the middle) is not supported by this server", "suffix");
+  if (integer_field(j, "best_of", 1, kMaxChoices, r.n) != r.n)
+    bad_request("`best_of` other than `n` is not supported by this server", "best_of");
+  read_grammar(j, r);
+  read_delivery(j, r);
   return r;
 }
 

@@ -1,6 +1,7 @@
 #include "gateway/tool_calls.h"
 
 #include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -33,18 +34,60 @@ bool all_space(std::string_view s) {
   return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
-// {"name": N, "arguments": {...}} (or "parameters", Llama 3's key; arguments as a JSON string too).
-bool read_call(const json& j, const ChatTools& tools, std::vector<ToolCall>& out) {
+// The text of member `key` of the JSON object `text` (valid JSON), as written: strings skipped
+// over with their escapes, nesting counted. "" when the object has no such member.
+std::string_view member_text(std::string_view text, std::string_view key) {
+  int depth = 0;
+  size_t value_from = std::string_view::npos;
+  bool after_key = false;  // a depth-1 string followed by ':' is a key
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      const size_t from = i++;
+      while (i < text.size() && text[i] != '"') i += text[i] == '\\' ? 2 : 1;
+      if (depth == 1 && value_from == std::string_view::npos) {
+        size_t k = i + 1;
+        while (k < text.size() && std::isspace(static_cast<unsigned char>(text[k]))) ++k;
+        after_key = k < text.size() && text[k] == ':' && text.substr(from + 1, i - from - 1) == key;
+        if (after_key) {
+          value_from = k + 1;
+          i = k;
+        }
+      }
+      continue;
+    }
+    if (c == '{' || c == '[') ++depth;
+    if ((c == '}' || c == ']') && --depth == 0 && value_from != std::string_view::npos)
+      return text.substr(value_from, i - value_from);
+    if (c == ',' && depth == 1 && value_from != std::string_view::npos)
+      return text.substr(value_from, i - value_from);
+  }
+  return {};
+}
+
+// {"name": N, "arguments": {...}} (or "parameters", Llama 3's key; arguments as a JSON string too),
+// `text` parsed as `j`. The arguments go out as the model wrote them (so that written back in the
+// history they are the same text, and the program's block is reused).
+bool read_call(std::string_view text, const json& j, const ChatTools& tools, std::vector<ToolCall>& out) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
   const std::string name = j["name"];
   if (std::find(tools.names.begin(), tools.names.end(), name) == tools.names.end()) return false;
-  json args = j.contains("arguments")    ? j["arguments"]
-              : j.contains("parameters") ? j["parameters"]
-                                         : json::object();
-  if (args.is_string()) args = json::parse(args.get<std::string>(), nullptr, false);
+  const char* key = j.contains("arguments") ? "arguments" : j.contains("parameters") ? "parameters" : nullptr;
+  json args = key ? j[key] : json::object();
+  if (args.is_string()) {
+    args = json::parse(args.get<std::string>(), nullptr, false);
+    if (!args.is_object()) return false;
+    out.push_back({call_id(), name, j[key].get<std::string>()});
+    return true;
+  }
   if (!args.is_object()) return false;
-  out.push_back({call_id(), name, args.dump()});
+  const std::string written = key ? trim(member_text(text, key)) : std::string();
+  out.push_back({call_id(), name, written.empty() ? args.dump() : written});
   return true;
+}
+
+bool read_call(const std::string& text, const ChatTools& tools, std::vector<ToolCall>& out) {
+  return read_call(text, json::parse(text, nullptr, false), tools, out);
 }
 
 // The calls written as <tool_call>...</tool_call>; one left open (the reply was cut) is dropped
@@ -55,9 +98,7 @@ std::vector<ToolCall> tagged_calls(const std::string& text, size_t first, const 
     const size_t body = at + kOpen.size();
     const size_t end = text.find(kClose, body);
     if (end == std::string::npos) return cut ? calls : std::vector<ToolCall>{};
-    if (!read_call(json::parse(trim(std::string_view(text).substr(body, end - body)), nullptr, false), tools,
-                   calls))
-      return {};
+    if (!read_call(trim(std::string_view(text).substr(body, end - body)), tools, calls)) return {};
     at = end + kClose.size();  // text after the last call is dropped, as other servers do
   }
   return calls;
@@ -79,12 +120,12 @@ ToolReply read_tool_calls(const std::string& text, const ChatTools& tools, bool 
     const json list = json::parse(body.substr(kMistral.size()), nullptr, false);
     if (list.is_array())
       for (const json& c : list)
-        if (!read_call(c, tools, calls)) {
+        if (!read_call(std::string_view(), c, tools, calls)) {  // arguments re-written from the parse
           calls.clear();
           break;
         }
   } else if (!body.empty() && body[0] == '{') {
-    read_call(json::parse(body, nullptr, false), tools, calls);
+    read_call(body, tools, calls);
   }
   if (calls.empty()) return r;
   if (!tools.parallel) calls.resize(1);
@@ -100,7 +141,7 @@ std::string describe_tools(const ChatTools& tools) {
     for (const json& t : list)
       if (t.is_object() && t.contains("function")) out += t["function"].dump() + "\n";
   out +=
-      "</tools>\nTo call a tool, reply with <tool_call>{\"name\": NAME, \"arguments\": {...}}</tool_call>"
+      "</tools>\nTo call a tool, reply with <tool_call>\n{\"name\": NAME, \"arguments\": {...}}\n</tool_call>"
       " and nothing after it.";
   return out;
 }
@@ -111,11 +152,14 @@ std::vector<ChatMessage> calls_as_text(std::vector<ChatMessage> messages) {
       const json calls = json::parse(m.tool_calls, nullptr, false);
       if (calls.is_array())
         for (const json& c : calls) {
-          json args = json::parse(c["function"].value("arguments", "{}"), nullptr, false);
-          if (args.is_discarded()) args = c["function"].value("arguments", "");
-          const json call = {{"name", c["function"].value("name", "")}, {"arguments", args}};
-          m.content += std::string(m.content.empty() ? "" : "\n") + std::string(kOpen) + "\n" + call.dump() +
-                       "\n" + std::string(kClose);
+          // As the grammar spells a call (json_schema.h): the arguments as they came (the model's
+          // text, when the client sends back what it got), a JSON string when they do not parse.
+          const std::string args = c["function"].value("arguments", "{}");
+          const bool parses = !json::parse(args, nullptr, false).is_discarded();
+          m.content += std::string(m.content.empty() ? "" : "\n") + std::string(kOpen) +
+                       "\n{\"name\": " + json(c["function"].value("name", "")).dump() +
+                       ", \"arguments\": " + (parses ? args : json(args).dump()) + "}\n" +
+                       std::string(kClose);
         }
       m.tool_calls.clear();
     }

@@ -89,11 +89,12 @@ Frame encode_merge_blocks(uint64_t request_id, BlockId a, BlockId b, const std::
   return finish(fbb, request_id, wire::Payload::MergeBlocks, wire::CreateMergeBlocks(fbb, a, b, n).Union());
 }
 
-Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name) {
+Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name,
+                        uint64_t program) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto n = fbb.CreateString(name);
   return finish(fbb, request_id, wire::Payload::ForkBlock,
-                wire::CreateForkBlock(fbb, block, tokens, n).Union());
+                wire::CreateForkBlock(fbb, block, tokens, n, program).Union());
 }
 
 Frame encode_request(uint64_t request_id, const Request& r) {
@@ -109,10 +110,18 @@ Frame encode_request(uint64_t request_id, const Request& r) {
                     wire::CreateAppendTokens(fbb, r.write_to, view, tokens).Union());
     case RequestKind::generate: {
       const auto& s = r.sampling;
-      const auto sampling =
-          wire::CreateSampling(fbb, s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.seed,
-                               fbb.CreateVector(s.forbidden), static_cast<uint8_t>(s.constraint.kind),
-                               s.constraint.empty() ? 0 : fbb.CreateString(s.constraint.schema));
+      std::vector<int32_t> bias_tokens;
+      std::vector<float> bias_values;
+      for (const auto& [t, b] : s.logit_bias) {
+        bias_tokens.push_back(t);
+        bias_values.push_back(b);
+      }
+      const auto sampling = wire::CreateSampling(
+          fbb, s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.seed,
+          fbb.CreateVector(s.forbidden), static_cast<uint8_t>(s.constraint.kind),
+          s.constraint.empty() ? 0 : fbb.CreateString(s.constraint.schema), s.presence_penalty,
+          s.frequency_penalty, bias_tokens.empty() ? 0 : fbb.CreateVector(bias_tokens),
+          bias_values.empty() ? 0 : fbb.CreateVector(bias_values), s.logprobs);
       const auto stop =
           wire::CreateStop(fbb, fbb.CreateVectorOfStrings(r.stop.strings), fbb.CreateVector(r.stop.token_ids),
                            r.stop.max_tokens, r.stop.at_end_of_generation);
@@ -145,7 +154,7 @@ std::optional<Command> block_command(const wire::Envelope* env) {
   if (const auto* m = env->payload_as_MergeBlocks())
     return Command{BlockOpCmd{Op::merge, m->a(), m->b(), 0, name(m->name())}};
   if (const auto* f = env->payload_as_ForkBlock())
-    return Command{BlockOpCmd{Op::fork, f->block(), -1, f->tokens(), name(f->name())}};
+    return Command{BlockOpCmd{Op::fork, f->block(), -1, f->tokens(), name(f->name()), f->program()}};
   return std::nullopt;
 }
 
@@ -190,6 +199,13 @@ SamplingParams sampling_of(const wire::Sampling* s) {
   sp.forbidden = to_vec(s->forbidden());
   sp.constraint.kind = static_cast<OutputConstraint::Kind>(s->constraint_kind());
   if (s->schema()) sp.constraint.schema = s->schema()->str();
+  sp.presence_penalty = s->presence_penalty();
+  sp.frequency_penalty = s->frequency_penalty();
+  const std::vector<int32_t> bias_tokens = to_vec(s->bias_tokens());
+  const std::vector<float> bias_values = to_vec(s->bias_values());
+  for (size_t i = 0; i < bias_tokens.size() && i < bias_values.size(); ++i)
+    sp.logit_bias.emplace_back(bias_tokens[i], bias_values[i]);
+  sp.logprobs = s->logprobs();
   return sp;
 }
 
@@ -217,6 +233,17 @@ Result<Command> request_command(const wire::Envelope* env, const std::string& pa
       return make_error(Errc::invalid_argument, "Generate: Sampling.constraint_kind " +
                                                     std::to_string(g->sampling()->constraint_kind()) +
                                                     " is unknown");
+    if (const wire::Sampling* s = g->sampling()) {
+      const size_t nt = s->bias_tokens() ? s->bias_tokens()->size() : 0;
+      const size_t nv = s->bias_values() ? s->bias_values()->size() : 0;
+      if (nt != nv)
+        return make_error(Errc::invalid_argument, "Generate: Sampling.bias_tokens has " + std::to_string(nt) +
+                                                      " entries and bias_values " + std::to_string(nv));
+      if (s->logprobs() > kMaxLogprobs)
+        return make_error(Errc::invalid_argument, "Generate: Sampling.logprobs " +
+                                                      std::to_string(s->logprobs()) + " is more than " +
+                                                      std::to_string(kMaxLogprobs));
+    }
     r = Request::generate(g->write_to(), to_vec(g->view()), to_vec(g->prefill()), sampling_of(g->sampling()),
                           stop_of(g->stop()));
     text = g->prefill_text();
@@ -298,13 +325,27 @@ Frame encode_submitted(uint64_t request_id, RequestId request) {
   return finish(fbb, request_id, wire::Payload::Submitted, wire::CreateSubmitted(fbb, request).Union());
 }
 
+namespace {
+flatbuffers::Offset<wire::TokenEvent> token_event(flatbuffers::FlatBufferBuilder& fbb, const Event& e,
+                                                  const std::string& text) {
+  if (e.logprobs.empty())
+    return wire::CreateTokenEvent(fbb, e.request, e.block, e.token, fbb.CreateString(text), e.step);
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  for (size_t i = 1; i < e.logprobs.size(); ++i) {
+    tokens.push_back(e.logprobs[i].token);
+    logprobs.push_back(e.logprobs[i].logprob);
+  }
+  return wire::CreateTokenEvent(fbb, e.request, e.block, e.token, fbb.CreateString(text), e.step,
+                                e.logprobs[0].logprob, fbb.CreateVector(tokens), fbb.CreateVector(logprobs));
+}
+}  // namespace
+
 Frame encode_event(uint64_t request_id, const Event& e, const std::string& text) {
   flatbuffers::FlatBufferBuilder fbb;
   switch (e.type) {
     case Event::Type::token:
-      return finish(
-          fbb, request_id, wire::Payload::TokenEvent,
-          wire::CreateTokenEvent(fbb, e.request, e.block, e.token, fbb.CreateString(text), e.step).Union());
+      return finish(fbb, request_id, wire::Payload::TokenEvent, token_event(fbb, e, text).Union());
     case Event::Type::probe_result:
       return finish(
           fbb, request_id, wire::Payload::ProbeResult,
@@ -354,6 +395,12 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
     r.id = t->request();
     r.token = t->token();
     r.text = t->text() ? t->text()->str() : "";
+    if (t->top_tokens()) {  // logprobs were asked for: the token's, then its alternatives
+      r.logprobs.push_back({t->token(), t->logprob()});
+      const auto* lp = t->top_logprobs();
+      for (flatbuffers::uoffset_t i = 0; i < t->top_tokens()->size(); ++i)
+        r.logprobs.push_back({t->top_tokens()->Get(i), lp && i < lp->size() ? lp->Get(i) : 0.0f});
+    }
   } else if (const auto* p = env->payload_as_ProbeResult()) {
     r.id = p->request();
     r.probabilities = to_vec(p->probabilities());

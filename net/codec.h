@@ -22,7 +22,9 @@ Frame encode_create_block(uint64_t request_id, const std::string& name, uint64_t
 Frame encode_free_block(uint64_t request_id, BlockId block);
 Frame encode_clear_block(uint64_t request_id, BlockId block);
 Frame encode_merge_blocks(uint64_t request_id, BlockId a, BlockId b, const std::string& name);
-Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name);
+// `program` (not 0): the registered program the fork joins.
+Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name,
+                        uint64_t program = 0);
 Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view);
 Frame encode_request(uint64_t request_id, const Request& r);  // Forward, Generate or Probe
 
@@ -37,6 +39,7 @@ struct BlockOpCmd {  // FreeBlock, ClearBlock, MergeBlocks, ForkBlock
   BlockId second = -1;    // merge: the second block
   int64_t tokens = 0;     // fork: how many leading tokens
   std::string name = {};  // merge, fork: the new block's name
+  uint64_t program = 0;   // fork: a registered program the new block joins (0: none)
 };
 struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram, ProgramPhase,
                      // WithdrawRequest
@@ -119,11 +122,12 @@ const char* reply_kind_name(ReplyKind k);  // the payload's name, e.g. "BlockInf
 
 struct Reply {
   ReplyKind kind = ReplyKind::other;
-  Errc code = Errc::ok;                           // Error: its class, as the batcher (or node) gave it
-  int64_t id = -1;                                // block id (BlockInfo) or request id (others)
-  TokenId token = -1;                             // TokenEvent
-  std::string text;                               // TokenEvent text, Error message
-  std::vector<float> probabilities;               // ProbeResult
+  Errc code = Errc::ok;                // Error: its class, as the batcher (or node) gave it
+  int64_t id = -1;                     // block id (BlockInfo) or request id (others)
+  TokenId token = -1;                  // TokenEvent
+  std::string text;                    // TokenEvent text, Error message
+  std::vector<float> probabilities;    // ProbeResult
+  std::vector<TokenLogprob> logprobs;  // TokenEvent, when asked for: the token's, then alternatives
   FinishReason reason = FinishReason::completed;  // RequestFinished
   bool node_lost = false;                         // RequestFinished: its node went away
   ProgramState state = ProgramState::active;      // ProgramStatus

@@ -22,6 +22,7 @@ case "$TARGET" in
   topology_fuzz) cp "$ROOT"/topologies/*.yaml "$CORPUS"/ ;;
   chat_request_fuzz) cp "$ROOT"/fuzz/seeds-chat_request/*.json "$CORPUS"/ ;;
   json_schema_fuzz) cp "$ROOT"/fuzz/seeds-json_schema/*.json "$CORPUS"/ ;;
+  gbnf_fuzz) cp "$ROOT"/fuzz/seeds-gbnf/*.gbnf "$CORPUS"/ ;;
   jinja_fuzz) cp "$ROOT"/tests/data/chat_templates/*.jinja "$CORPUS"/ ;;
   cluster_record_fuzz)
     printf '{"name":"a","endpoint":"tcp://127.0.0.1:5555","events":"","pages":64,"host_pages":0,"device":"cpu","model":{"name":"m","arch":"llama","file":"m.gguf","fingerprint":"3d4f6a9cb9c2507b"},"version":"0.1.0","started_ms":1}' >"$CORPUS/node"

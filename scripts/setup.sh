@@ -87,6 +87,20 @@ python_env() {
     jsonschema==4.23.0 jinja2==3.1.6
 }
 
+# Real agent frameworks as clients (tests/python/test_agents_sdk.py, test_mini_swe_agent.py): the
+# OpenAI Agents SDK and mini-swe-agent (with litellm) want a newer openai client than the tests
+# pin, so they have a venv of their own.
+agents_env() {
+  local venv="$CHORUS_HOME/venv-agents"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import agents, minisweagent" 2>/dev/null; then
+    log "agents Python environment present: $venv"; return
+  fi
+  log "creating the agents Python environment $venv (openai-agents, mini-swe-agent)"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check openai-agents==0.24.0 openai==3.60.0 \
+    mini-swe-agent==2.4.6 litellm==1.110.2
+}
+
 build() {
   if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     log "configuring $BUILD_DIR ($BUILD_TYPE)"
@@ -101,5 +115,6 @@ start=$(date +%s)
 install_packages
 fetch_model
 python_env
+agents_env
 build
 log "done in $(( $(date +%s) - start )) s"

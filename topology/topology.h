@@ -76,6 +76,8 @@ struct Actor {
   // sampling.constraint). A role with tools of which one declares `parameters:` has instead the
   // tool-call constraint: free text without '<', then at most one valid call.
   std::string schema;
+  // `grammar:`, GBNF text ("": none): the role writes only sentences of it (in sampling.constraint).
+  std::string grammar;
 
   // Triggers: start on each of `on` (thinker, writer, probe; the text of a source of kind text),
   // or once when every one of `after` has fired. A thinker with neither starts at once.

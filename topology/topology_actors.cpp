@@ -15,8 +15,8 @@ namespace chorus::topology::detail {
 void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& path) {
   const bool thinker = a.kind == Kind::thinker;
   r.keys(n, path,
-         {"kind", "view", "writes", "prefill", "max_tokens", "stop", "sampling", "schema", "emit", "to", "on",
-          "after", "tools", "max_tool_calls"});
+         {"kind", "view", "writes", "prefill", "max_tokens", "stop", "sampling", "schema", "grammar", "emit",
+          "to", "on", "after", "tools", "max_tool_calls"});
   read_view_and_writes(a, n, path, true);
   if (auto v = n["prefill"]) a.prefill = text(v, path + ".prefill", true);
   a.max_tokens = thinker ? 256 : 48;
@@ -58,7 +58,14 @@ void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& pa
     if (a.tools.empty()) r.fail(v, path + ".max_tool_calls", "needs `tools: [...]`");
     a.max_tool_calls = static_cast<int>(r.integer(v, path + ".max_tool_calls", 0, 1000));
   }
-  if (auto v = n["schema"]) {
+  if (auto v = n["grammar"]) {
+    if (n["schema"] || !a.tools.empty())
+      r.fail(v, path + ".grammar", "`grammar:` constrains the whole output: not with `schema:` or `tools:`");
+    a.grammar = r.str(v, path + ".grammar");
+    a.sampling.constraint = OutputConstraint::gbnf_of(a.grammar);
+    if (auto g = grammar_of(a.sampling.constraint); !g)
+      r.fail(v, path + ".grammar", g.error().message, Errc::invalid_argument);
+  } else if (auto v = n["schema"]) {
     if (!a.tools.empty())
       r.fail(v, path + ".schema",
              "a role with tools writes text and tool calls (their `parameters:` constrain the calls); "

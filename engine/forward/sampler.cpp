@@ -34,11 +34,43 @@ double next_uniform(std::mt19937_64& rng) {
 TokenId Sampler::sample(std::span<const float> logits, std::span<const TokenId> history) {
   const TokenId t = sample_at(logits, history, p_.temperature > 0.0f ? next_uniform(rng_) : 0.0);
   if (matcher_ && (t == kNoToken || !matcher_->accept(t))) return kNoToken;
+  if (t >= 0 && (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f)) {
+    if (drawn_.size() != logits.size()) drawn_.assign(logits.size(), 0);
+    ++drawn_[static_cast<size_t>(t)];
+  }
   return t;
 }
 
+std::vector<TokenLogprob> token_logprobs(std::span<const float> logits, TokenId chosen, int top) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(sum);
+  auto lp = [&](TokenId t) {
+    return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(t)]) - lse);
+  };
+  std::vector<TokenLogprob> out;
+  out.push_back({chosen, chosen >= 0 && static_cast<size_t>(chosen) < logits.size() ? lp(chosen) : 0.0f});
+  // The top ones by insertion into a short sorted list: one pass, no copy of the vocabulary.
+  const size_t k = static_cast<size_t>(std::clamp<int64_t>(top, 0, static_cast<int64_t>(logits.size())));
+  std::vector<TokenId> best;
+  best.reserve(k + 1);
+  for (size_t i = 0; i < logits.size() && k > 0; ++i) {
+    if (best.size() == k && !(logits[i] > logits[static_cast<size_t>(best.back())])) continue;
+    auto at = std::upper_bound(best.begin(), best.end(), logits[i],
+                               [&](float v, TokenId b) { return v > logits[static_cast<size_t>(b)]; });
+    best.insert(at, static_cast<TokenId>(i));
+    if (best.size() > k) best.pop_back();
+  }
+  for (TokenId t : best) out.push_back({t, lp(t)});
+  return out;
+}
+
 std::optional<PlannedDraw> Sampler::plan_draw(int max_top_k) {
-  if (!p_.forbidden.empty() || p_.repeat_penalty != 1.0f || matcher_) return std::nullopt;
+  if (!p_.forbidden.empty() || p_.repeat_penalty != 1.0f || matcher_ || !p_.logit_bias.empty() ||
+      p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f || p_.logprobs >= 0)
+    return std::nullopt;
   PlannedDraw d;
   if (!(p_.temperature > 0.0f)) return d;  // greedy
   if (p_.top_k < 1 || p_.top_k > max_top_k) return std::nullopt;
@@ -101,6 +133,15 @@ TokenId Sampler::sample_at(std::span<const float> logits, std::span<const TokenI
     if (cand_.empty()) return argmax(logits);
   }
 
+  if (!p_.logit_bias.empty()) {
+    if (bias_.size() != n) {
+      bias_.assign(n, 0.0f);
+      for (const auto& [t, b] : p_.logit_bias)
+        if (t >= 0 && static_cast<size_t>(t) < n) bias_[static_cast<size_t>(t)] += b;
+    }
+    for (auto& [logit, id] : cand_) logit += bias_[static_cast<size_t>(id)];
+  }
+
   if (p_.repeat_penalty != 1.0f && !history.empty()) {
     const size_t from = history.size() > static_cast<size_t>(std::max(0, p_.repeat_last_n))
                             ? history.size() - static_cast<size_t>(std::max(0, p_.repeat_last_n))
@@ -111,6 +152,12 @@ TokenId Sampler::sample_at(std::span<const float> logits, std::span<const TokenI
     for (auto& [logit, id] : cand_)
       if (seen[static_cast<size_t>(id)])
         logit = logit > 0 ? logit / p_.repeat_penalty : logit * p_.repeat_penalty;
+  }
+
+  if (drawn_.size() == n) {
+    for (auto& [logit, id] : cand_)
+      if (const int c = drawn_[static_cast<size_t>(id)]; c > 0)
+        logit -= p_.presence_penalty + p_.frequency_penalty * static_cast<float>(c);
   }
 
   if (p_.temperature <= 0.0f) return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;

@@ -1,6 +1,7 @@
 // Picks the next token from logits. Order (as llama.cpp's default chain): forbidden-token mask
-// and the grammar's mask (constrained decoding, engine/grammar/matcher.h) -> repetition penalty -> top-k ->
-// top-p -> min-p -> temperature -> draw. temperature <= 0 is greedy (argmax, lowest id on ties), and then the
+// and the grammar's mask (constrained decoding, engine/grammar/matcher.h) -> logit bias ->
+// repetition penalty -> presence/frequency penalties -> top-k -> top-p -> min-p -> temperature ->
+// draw. temperature <= 0 is greedy (argmax, lowest id on ties), and then the
 // other filters do not matter.
 #pragma once
 
@@ -23,7 +24,17 @@ struct SamplingParams {
   float min_p = 0.05f;          // <= 0: off; keep tokens with p >= min_p * p_max
   float repeat_penalty = 1.0f;  // 1: off; > 1 divides positive logits (multiplies negative) of recent tokens
   int repeat_last_n = 64;       // how many recent tokens the penalty looks at
-  uint64_t seed = 0;            // same seed, same logits, same history -> same token
+  // OpenAI's penalties, over the tokens this sampler has drawn (the output, not the prompt): a
+  // drawn token's logit loses presence_penalty once and frequency_penalty per time it was drawn.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;  // same seed, same logits, same history -> same token
+  // Added to the logits of these tokens before any filter (ids outside the vocabulary: ignored).
+  std::vector<std::pair<TokenId, float>> logit_bias;
+  // >= 0 (at most kMaxLogprobs): each drawn token is reported with its log-probability and this many most
+  // likely alternatives (token_logprobs), under the model's own distribution: the log-softmax of the logits
+  // as the model made them, before bias, penalties, masks and temperature.
+  int logprobs = -1;
   std::vector<TokenId> forbidden;  // never sampled
   // When set, only tokens that keep the output a prefix of one of its sentences are sampled,
   // and end-of-generation tokens only once the output is whole (constrained decoding).
@@ -37,6 +48,18 @@ struct SamplingParams {
     return p;
   }
 };
+
+// The most alternatives a token's logprobs may list (OpenAI's top_logprobs limit).
+inline constexpr int kMaxLogprobs = 20;
+
+// A token and its log-probability.
+struct TokenLogprob {
+  TokenId token = -1;
+  float logprob = 0.0f;
+};
+// The log-softmax of `logits` (in double) at `chosen`, then at the `top` most likely tokens (most
+// likely first, lower id first among equals): 1 + top entries.
+std::vector<TokenLogprob> token_logprobs(std::span<const float> logits, TokenId chosen, int top);
 
 // A draw made elsewhere (on a GPU, kernels/cuda/ops.h sample_rows): the filters, and the
 // uniform u in [0, 1) that picks among the tokens they keep.
@@ -52,7 +75,8 @@ class Sampler {
  public:
   explicit Sampler(SamplingParams params);
 
-  // `history` is the sequence so far (for the repetition penalty). Never returns a forbidden
+  // `history` is the sequence so far (for the repetition penalty); the token returned counts as
+  // drawn (for the presence and frequency penalties). Never returns a forbidden
   // token unless every token is forbidden (then the argmax of the unmasked logits). With a
   // grammar, the token is taken by the matcher; kNoToken when the grammar allows no token of
   // the vocabulary (a grammar whose bytes no token spells).
@@ -64,10 +88,10 @@ class Sampler {
   // The grammar's matcher (null without a grammar): whether the output is whole, or ended.
   const GrammarMatcher* matcher() const { return matcher_.get(); }
   // When the next token depends on the logits only through the filters a device sampler has
-  // (no repetition penalty, no forbidden tokens, greedy or top_k in 1..max_top_k): the draw,
-  // taken from the generator exactly as sample() would take it, so that a device pick equals
-  // sample()'s (up to the last bit of an exponential at a boundary). Else nothing (and the
-  // generator is not touched): sample() on the logits instead.
+  // (no penalty or bias, no forbidden tokens, no logprobs asked for, greedy or top_k in 1..max_top_k): the
+  // draw, taken from the generator exactly as sample() would take it, so that a device pick equals sample()'s
+  // (up to the last bit of an exponential at a boundary). Else nothing (and the generator is not touched):
+  // sample() on the logits instead.
   std::optional<PlannedDraw> plan_draw(int max_top_k);
 
   const SamplingParams& params() const { return p_; }
@@ -80,6 +104,8 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, TokenId>> cand_;  // scratch, reused
   std::vector<uint8_t> forbidden_mask_;
+  std::vector<float> bias_;  // per token, when logit_bias is set
+  std::vector<int> drawn_;   // per token, times drawn (with presence/frequency penalties)
   std::unique_ptr<GrammarMatcher> matcher_;
 };
 

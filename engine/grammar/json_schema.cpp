@@ -150,12 +150,11 @@ class Compiler {
       refs_.clear();  // each tool's $refs point into its own schema
       const int32_t args = has ? compile(*root_, "") : lex_.object;
       if (err_) return make_error(Errc::invalid_argument, "tool '" + name + "': " + err_->message);
-      const Seq sep = cat({r(lex_.ws), B::literal(","), r(lex_.ws)}),
-                colon = cat({r(lex_.ws), B::literal(":"), r(lex_.ws)});
-      calls.push_back(
-          cat({B::literal("<tool_call>"), r(lex_.ws), B::literal("{"), r(lex_.ws), B::literal("\"name\""),
-               colon, B::literal(json(name).dump()), sep, B::literal("\"arguments\""), colon, r(args),
-               r(lex_.ws), B::literal("}"), B::literal("</tool_call>")}));
+      // One spelling of the wrapper, the one chat templates (Hermes, Qwen) and chorus's own tool
+      // prompt write back for a call in the history: the reply's text is then the prefix the next
+      // turn's prompt starts with, and the program's block is reused (gateway/tool_calls.h).
+      calls.push_back(cat({B::literal("<tool_call>\n{\"name\": " + json(name).dump() + ", \"arguments\": "),
+                           r(args), B::literal("}\n</tool_call>")}));
     }
     ByteSet text;
     text.set();
@@ -164,7 +163,7 @@ class Compiler {
     int32_t root;
     if (required) {  // calls only: one, or with parallel up to kMaxCalls, apart by whitespace
       if (parallel) {
-        const int32_t more = b_.repeat("more calls", cat({r(lex_.ws), r(call)}), 0, kMaxCalls - 1);
+        const int32_t more = b_.repeat("more calls", cat({B::literal("\n"), r(call)}), 0, kMaxCalls - 1);
         root = b_.add("root", {{B::ref(call), B::ref(more)}});
       } else {
         root = b_.add("root", {{B::ref(call)}});

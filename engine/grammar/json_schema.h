@@ -31,8 +31,8 @@ Result<Grammar> json_schema_grammar(const nlohmann::json& schema);
 // Any JSON object (OpenAI's response_format {"type": "json_object"}).
 Grammar json_object_grammar();
 
-// Free text, then at most one tool call in the topologies' format:
-//   <tool_call>{"name": NAME, "arguments": ARGS}</tool_call>
+// Free text, then at most one tool call, spelled as Hermes/Qwen templates write one back:
+//   <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>
 // `tools` is a list of {"name": ..., "parameters": SCHEMA}: NAME is one of the names, ARGS an
 // instance of that tool's parameters (any JSON object when it has none; each schema's $refs are
 // its own). The free text may hold any byte but '<', which only a call opens; the text is whole
@@ -40,7 +40,7 @@ Grammar json_object_grammar();
 //
 // `tools` may also be {"tools": [...], "required": true, "parallel": P}: then calls only, no
 // text (HTTP tool_choice "required" or a named function): one call, or with P one to 8 calls
-// apart by whitespace.
+// apart by a newline.
 Result<Grammar> tool_call_grammar(const nlohmann::json& tools);
 
 }  // namespace chorus

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/grammar/gbnf.h"
 #include "engine/grammar/json_schema.h"
 
 namespace chorus {
@@ -10,6 +11,7 @@ Result<Grammar> grammar_of(const OutputConstraint& c) {
   switch (c.kind) {
     case OutputConstraint::Kind::none: return make_error(Errc::invalid_argument, "no output constraint");
     case OutputConstraint::Kind::json_object: return json_object_grammar();
+    case OutputConstraint::Kind::gbnf: return gbnf_grammar(c.schema);
     case OutputConstraint::Kind::json_schema:
     case OutputConstraint::Kind::tool_calls: {
       const bool tools = c.kind == OutputConstraint::Kind::tool_calls;

@@ -16,11 +16,11 @@
 namespace chorus {
 
 struct OutputConstraint {
-  enum class Kind : uint8_t { none = 0, json_object = 1, json_schema = 2, tool_calls = 3 };
-  static constexpr Kind kLastKind = Kind::tool_calls;
+  enum class Kind : uint8_t { none = 0, json_object = 1, json_schema = 2, tool_calls = 3, gbnf = 4 };
+  static constexpr Kind kLastKind = Kind::gbnf;
   Kind kind = Kind::none;
   // json_schema: the schema, as JSON text; tool_calls: the tools, [{"name", "parameters"}, ...]
-  // (json_schema.h, tool_call_grammar)
+  // (json_schema.h, tool_call_grammar); gbnf: a grammar in GBNF (gbnf.h)
   std::string schema;
 
   bool empty() const { return kind == Kind::none; }
@@ -32,10 +32,12 @@ struct OutputConstraint {
   static OutputConstraint tool_calls_of(std::string tools_json) {
     return {Kind::tool_calls, std::move(tools_json)};
   }
+  static OutputConstraint gbnf_of(std::string grammar) { return {Kind::gbnf, std::move(grammar)}; }
 };
 
 // The constraint's grammar; Errc::invalid_argument for a schema that is not JSON, uses what is
-// not supported or accepts nothing (json_schema.h), naming the keyword.
+// not supported or accepts nothing (json_schema.h), naming the keyword; for a GBNF grammar that
+// does not parse or cannot constrain anything (gbnf.h), naming the line or the rule.
 Result<Grammar> grammar_of(const OutputConstraint& c);
 
 // Compiled constraints against one vocabulary, the most recent kept (a mask cache is per

@@ -155,6 +155,9 @@ Status Engine::check_kind(const Request& r) const {
         return bad("generate into block " + std::to_string(r.write_to) +
                    " has nothing to start from: give it prefill tokens");
       if (r.stop.max_tokens < 1) return bad("generate with max_tokens < 1");
+      if (r.sampling.logprobs > kMaxLogprobs)
+        return bad("generate with logprobs " + std::to_string(r.sampling.logprobs) + " (at most " +
+                   std::to_string(kMaxLogprobs) + ")");
       break;
     }
     case RequestKind::probe:
@@ -365,17 +368,8 @@ void Engine::start_from_logits(Active& a, std::vector<Event>& events) {
                " has nothing to start from: give it prefill tokens");
     return;
   }
-  a.decoding = true;
   logits_ = w->last_logits;
-  const TokenId tok = a.sampler->sample(logits_, w->tokens);
-  if (tok == Sampler::kNoToken) {
-    finish(a, FinishReason::error, events, kNoTokenMessage);
-    return;
-  }
-  a.pending = tok;
-  w->tokens.push_back(tok);
-  ++a.generated;
-  events.push_back({Event::Type::token, a.id, a.target, tok, {}, FinishReason::completed, {}, steps_});
+  take_token(a, *w, a.sampler->sample(logits_, w->tokens), logits_.data(), events);
 }
 
 // Room for this step's tokens in each written block; a request whose block cannot grow ends
@@ -508,7 +502,7 @@ void Engine::apply(const std::vector<Planned>& plan, std::vector<Event>& events)
           a.pending = -1;
           finish(a, a.drain_reason, events);
         } else if (lg || on_device) {  // not a prefill chunk before the last
-          take_token(a, *w, on_device ? device_token : a.sampler->sample({lg, V}, w->tokens), events);
+          take_token(a, *w, on_device ? device_token : a.sampler->sample({lg, V}, w->tokens), lg, events);
         }
         break;
     }
@@ -520,7 +514,7 @@ void Engine::answer_probe(Active& a, const float* lg, std::vector<Event>& events
   double mx = -1e300, sum = 0;
   for (size_t i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(lg[i]));
   for (size_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(lg[i]) - mx);
-  Event e{Event::Type::probe_result, a.id, -1, -1, {}, FinishReason::completed, {}, steps_};
+  Event e{Event::Type::probe_result, a.id, -1, -1, {}, FinishReason::completed, {}, steps_, {}};
   for (const auto& cand : a.req.candidates) {
     double pr = 0;
     for (TokenId t : cand) pr += std::exp(static_cast<double>(lg[t]) - mx) / sum;
@@ -532,7 +526,7 @@ void Engine::answer_probe(Active& a, const float* lg, std::vector<Event>& events
 
 // A generate's new token: into its block's log and out as an event; then its stop conditions.
 // A stopped generate still runs its last token next step, so the block's KV covers its whole log.
-void Engine::take_token(Active& a, Block& w, TokenId tok, std::vector<Event>& events) {
+void Engine::take_token(Active& a, Block& w, TokenId tok, const float* logits, std::vector<Event>& events) {
   a.decoding = true;
   if (tok == Sampler::kNoToken) {  // its grammar allows no token of the vocabulary here
     finish(a, FinishReason::error, events, kNoTokenMessage);
@@ -541,7 +535,10 @@ void Engine::take_token(Active& a, Block& w, TokenId tok, std::vector<Event>& ev
   w.tokens.push_back(tok);
   a.pending = tok;
   ++a.generated;
-  events.push_back({Event::Type::token, a.id, a.target, tok, {}, FinishReason::completed, {}, steps_});
+  events.push_back({Event::Type::token, a.id, a.target, tok, {}, FinishReason::completed, {}, steps_, {}});
+  if (logits && a.req.sampling.logprobs >= 0)
+    events.back().logprobs =
+        token_logprobs({logits, static_cast<size_t>(model_.config.n_vocab)}, tok, a.req.sampling.logprobs);
   a.text += a.detok->push(tok);
   const StopCondition& st = a.req.stop;
   std::optional<FinishReason> why;

@@ -115,6 +115,9 @@ struct Event {
   FinishReason reason = FinishReason::completed;
   std::string error;  // finished with reason error
   int64_t step = 0;
+  // token, when its sampling asks for logprobs (SamplingParams::logprobs >= 0): the token's own
+  // log-probability, then its most likely alternatives (token_logprobs).
+  std::vector<TokenLogprob> logprobs;
 };
 
 struct EngineOptions {
@@ -206,7 +209,8 @@ class Engine {
   Status run(const std::vector<Planned>& plan, StepBatch& batch);
   void apply(const std::vector<Planned>& plan, std::vector<Event>& events);
   void answer_probe(Active& a, const float* logits, std::vector<Event>& events);
-  void take_token(Active& a, Block& block, TokenId token, std::vector<Event>& events);
+  // `logits`: those the token was drawn from (null when drawn on the device), for its logprobs.
+  void take_token(Active& a, Block& block, TokenId token, const float* logits, std::vector<Event>& events);
   // One forward pass on the engine's runner into logits_; on a GPU, rows with a draw are
   // sampled there (their tokens to `drawn`).
   Status forward(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,

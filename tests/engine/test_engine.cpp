@@ -2,9 +2,12 @@
 // input: unsupported architectures, prompts longer than the context, oversized requests.
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -315,6 +318,64 @@ TEST(Sampler, SeedDeterminesTheDrawAndFiltersHold) {
     if (i % 10 != 0) p.forbidden.push_back(i);
   Sampler f(p);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(f.sample(logits, {}) % 10, 0);
+}
+
+// token_logprobs is the log-softmax in float64 (computed here again, plainly), the top ones the
+// most likely in order, lower ids first among equals.
+TEST(Sampler, TokenLogprobsAreTheLogSoftmax) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> logits(3000);
+  for (float& x : logits) x = nd(rng);
+  logits[17] = logits[18] = 40.0f;  // a tie at the top
+  long double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<long double>(x) - 40.0L);
+  const auto want = [&](TokenId t) { return static_cast<double>(logits[t] - 40.0L - std::log(sum)); };
+  const auto got = token_logprobs(logits, 5, 6);
+  ASSERT_EQ(got.size(), 7u);
+  EXPECT_EQ(got[0].token, 5);
+  EXPECT_NEAR(got[0].logprob, want(5), 1e-5);
+  std::vector<TokenId> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](TokenId a, TokenId b) { return logits[a] > logits[b]; });
+  for (size_t k = 1; k < got.size(); ++k) {
+    EXPECT_EQ(got[k].token, order[k - 1]) << k;
+    EXPECT_NEAR(got[k].logprob, want(order[k - 1]), 1e-5) << k;
+  }
+  EXPECT_EQ(token_logprobs(logits, 0, 0).size(), 1u);
+}
+
+// logit_bias moves a token's logit; presence and frequency penalties push down what was drawn:
+// greedy on flat logits then walks the vocabulary (presence) or comes back once the counts even
+// out (frequency), as OpenAI defines them.
+TEST(Sampler, LogitBiasAndPenalties) {
+  const std::vector<float> flat(4, 0.0f);
+  SamplingParams p = SamplingParams::greedy();
+  p.logit_bias = {{2, 0.5f}, {99, 5.0f}};  // 99: outside the vocabulary, ignored
+  EXPECT_EQ(Sampler(p).sample(flat, {}), 2);
+  p.logit_bias = {{0, -100.0f}};
+  EXPECT_EQ(Sampler(p).sample(flat, {}), 1);
+
+  SamplingParams pres = SamplingParams::greedy();
+  pres.presence_penalty = 1.0f;
+  Sampler a(pres);
+  std::vector<TokenId> got;
+  for (int i = 0; i < 6; ++i) got.push_back(a.sample(flat, {}));
+  EXPECT_EQ(got, (std::vector<TokenId>{0, 1, 2, 3, 0, 0}));  // once all are seen, presence is even
+
+  SamplingParams freq = SamplingParams::greedy();
+  freq.frequency_penalty = 0.5f;
+  const std::vector<float> tilted = {1.2f, 0.0f, 0.0f, 0.0f};
+  Sampler f(freq);
+  got.clear();
+  for (int i = 0; i < 5; ++i) got.push_back(f.sample(tilted, {}));
+  // Token 0 scores 1.2, 0.7, 0.2 (above the others' 0), then -0.3: token 1, then 2 (1 is at -0.5).
+  EXPECT_EQ(got, (std::vector<TokenId>{0, 0, 0, 1, 2}));
+  // None of it can be drawn on a device.
+  for (const SamplingParams& q : {pres, freq, p}) EXPECT_FALSE(Sampler(q).plan_draw(256).has_value());
+  SamplingParams lp = SamplingParams::greedy();
+  lp.logprobs = 0;
+  EXPECT_FALSE(Sampler(lp).plan_draw(256).has_value());
 }
 
 // A planned draw is the draw sample() makes: sampling at it gives sample()'s token, and the

@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "base/utf8.h"
 #include "device/cpu_device.h"
+#include "engine/grammar/gbnf.h"
 #include "engine/grammar/json_schema.h"
 #include "engine/grammar/matcher.h"
 #include "engine/model/model.h"
@@ -167,17 +169,20 @@ TEST(ToolCallGrammar, OnlyValidCallsOfKnownTools) {
   auto tg = TokenGrammar::create(std::move(*g), default_tokenizer());
   for (const char* ok :
        {"", "I will add them.",
-        "Sum: <tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}</tool_call>",
-        "<tool_call>{\"name\":\"clock\",\"arguments\":{\"tz\":\"UTC\"}}</tool_call>"})
+        "Sum: <tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"clock\", \"arguments\": {\"tz\":\"UTC\"}}\n</tool_call>"})
     EXPECT_TRUE(accepts(tg, ok)) << ok;
+  // One spelling of the wrapper (the one templates write back): no other spacing around it.
   for (const char* no :
-       {"a < b", "<tool_call>{\"name\": \"sub\", \"arguments\": {}}</tool_call>",
+       {"a < b", "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}</tool_call>",
+        "<tool_call>\n{\"name\":\"clock\",\"arguments\":{}}\n</tool_call>",
+        "<tool_call>{\"name\": \"sub\", \"arguments\": {}}</tool_call>",
         "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2}}</tool_call>",
         "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": \"3\"}}</tool_call>",
         "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}</tool_call> more"})
     EXPECT_FALSE(accepts(tg, no)) << no;
   GrammarMatcher m(tg);
-  ASSERT_TRUE(m.accept_bytes("<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1"));
+  ASSERT_TRUE(m.accept_bytes("<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1"));
   EXPECT_FALSE(m.whole());  // inside a call the text is not whole: the end token is not allowed
   EXPECT_NE(tool_call_grammar(json::parse(R"([{"name": "a"}, {"name": "a"}])"))
                 .error()
@@ -309,6 +314,108 @@ TEST(ConstrainedGeneration, HotSamplingStillWritesTheSchema) {
     EXPECT_EQ(v["ok"], true) << text;
   }
   EXPECT_GT(whole, 0) << "no output ended within " << o.max_new_tokens << " tokens";
+}
+
+}  // namespace
+}  // namespace chorus
+
+namespace chorus {
+namespace {
+
+std::shared_ptr<const TokenGrammar> gbnf(std::string_view text) {
+  auto g = gbnf_grammar(text);
+  EXPECT_TRUE(g.ok()) << g.error().message;
+  if (!g) return nullptr;
+  return TokenGrammar::create(std::move(*g), default_tokenizer());
+}
+
+std::string gbnf_error(std::string_view text) {
+  auto g = gbnf_grammar(text);
+  return g ? "" : g.error().message;
+}
+
+// GBNF as llama.cpp writes it: rules over several lines, comments, literals with escapes,
+// classes, groups, repetitions; the sentences it takes and those it does not.
+TEST(Gbnf, TheNotationAndItsSentences) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  const auto g = gbnf(R"(# a date, a list or a yes/no
+root ::= date | list
+       | answer
+date ::= [0-9]{4} "-" [0-1] [0-9] "-" [0-3][0-9]
+list ::= "[" (item ("," " "? item)*)? "]"
+item ::= "\"" [^"\\\n]+ "\""
+answer ::= ("yes" | "no") "."?   # done
+)");
+  for (const char* ok : {"2024-12-31", "[]", "[\"a\", \"b\",\"c\"]", "yes", "no.", "[\"é ü 日本\"]"})
+    EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* no : {"2024-1-31", "24-12-31", "[\"a\",]", "[\"\"]", "maybe", "yes..", "[\"a\nb\"]", ""})
+    EXPECT_FALSE(accepts(g, no)) << no;
+
+  // Escapes, `.`, and classes with non-ASCII ranges (spelled as their UTF-8 bytes).
+  const auto u = gbnf(R"(root ::= "\x41\u00e9\t" [α-γ]+ . "\"")");
+  EXPECT_TRUE(accepts(u, "Aé\tαβγ!\""));
+  EXPECT_TRUE(accepts(u, "Aé\tβ日\""));
+  EXPECT_FALSE(accepts(u, "Aé\tδ!\""));
+  EXPECT_FALSE(accepts(u, "Aé\tα\""));  // `.` wants a character before the quote
+  // Repetition bounds.
+  const auto rep = gbnf(R"(root ::= "a"{2,3} "b"{1,} "c"{0,1} "d"{2})");
+  EXPECT_TRUE(accepts(rep, "aabdd"));
+  EXPECT_TRUE(accepts(rep, "aaabbbcdd"));
+  EXPECT_FALSE(accepts(rep, "abdd"));
+  EXPECT_FALSE(accepts(rep, "aaaabdd"));
+  EXPECT_FALSE(accepts(rep, "aabccdd"));
+  // Recursion: balanced brackets.
+  const auto rec = gbnf("root ::= pair\npair ::= \"(\" pair* \")\"");
+  EXPECT_TRUE(accepts(rec, "(()(()))"));
+  EXPECT_FALSE(accepts(rec, "(()"));
+  EXPECT_FALSE(accepts(rec, "())"));
+}
+
+// A negated class covers every other code point, of every UTF-8 length, and no surrogate; a
+// class of one byte stays one byte set.
+TEST(Gbnf, ClassesCoverExactlyTheirCodePoints) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  const auto g = gbnf("root ::= [^a-z\\u0400-\\u04FF]");
+  for (uint32_t cp : {0x41u, 0x7Fu, 0x80u, 0x3FFu, 0x500u, 0x7FFu, 0x800u, 0xD7FFu, 0xE000u, 0xFFFFu,
+                      0x10000u, 0x10FFFFu}) {
+    std::string s;
+    append_utf8(s, cp);
+    EXPECT_TRUE(accepts(g, s)) << std::hex << cp;
+  }
+  for (uint32_t cp : {0x61u, 0x7Au, 0x400u, 0x4FFu}) {
+    std::string s;
+    append_utf8(s, cp);
+    EXPECT_FALSE(accepts(g, s)) << std::hex << cp;
+  }
+  EXPECT_FALSE(accepts(g, "\xED\xA0\x80"));  // a surrogate's bytes are not UTF-8
+  EXPECT_FALSE(accepts(g, "\xC0\x80"));      // nor an overlong form
+}
+
+TEST(Gbnf, ErrorsNameTheLineOrTheRule) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"rot ::= \"a\"", "there is no `root` rule"},
+      {"root ::= \"a\"\nroot ::= \"b\"", "line 2 column 1: rule `root` is defined twice"},
+      {"root ::= item", "rule `item` is used but never defined"},
+      {"root ::= \"a", "line 1 column 10: this literal is never closed"},
+      {"root ::= [a-", "this class is never closed"},
+      {"root ::= [z-a]", "runs backwards"},
+      {"root ::= (\"a\"", "this `(` is never closed"},
+      {"root ::= \"a\")", "`)` without its `(`"},
+      {"root ::= \"a\"{3,2}", "needs m <= n"},
+      {"root ::= \"a\"{5000}", "more than 1000 copies"},
+      {"root ::= \"\\q\"", "unknown escape"},
+      {"root ::= \"\\uD800\"", "names no Unicode character"},
+      {"root ::= @", "line 1 column 10: unexpected `@`"},
+      {"root = \"a\"", "`::=` is expected"},
+      {"root ::= loop\nloop ::= \"a\" loop", "derives no finite text"},
+      {"root ::= root \"a\" | \"b\"", "root"},  // left recursion
+      {"root ::= [^\\u0000-\\U0010FFFF]", "matches no character"},
+  };
+  for (const auto& [text, want] : cases) {
+    const std::string e = gbnf_error(text);
+    EXPECT_NE(e.find(want), std::string::npos) << text << " -> " << e;
+  }
+  EXPECT_NE(gbnf_error(std::string(kMaxGbnfBytes + 1, ' ')).find("at most"), std::string::npos);
 }
 
 }  // namespace

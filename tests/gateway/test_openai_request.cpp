@@ -59,8 +59,9 @@ TEST(OpenAiRequest, ClassicRefusalsNameTheField) {
 // asks for nothing.
 TEST(OpenAiRequest, FieldsItDoesNotHonourAreRefusedByName) {
   const std::string head = R"({"model":"m","messages":[{"role":"user","content":"a"}],)";
-  for (const char* f : {R"("functions":[{"name":"f"}])", R"("logprobs":true)", R"("presence_penalty":0.5)",
-                        R"("logit_bias":{"5":1})", R"("frobnicate":1)"}) {
+  for (const char* f :
+       {R"("functions":[{"name":"f"}])", R"("audio":{"voice":"alloy"})", R"("modalities":["audio"])",
+        R"("prediction":{"type":"content","content":"x"})", R"("frobnicate":1)"}) {
     auto [status, e] = refusal(head + f + "}");
     EXPECT_EQ(status, 400) << f;
     const std::string name = json::parse(std::string("{") + f + "}").begin().key();
@@ -69,8 +70,75 @@ TEST(OpenAiRequest, FieldsItDoesNotHonourAreRefusedByName) {
   }
   for (const char* f :
        {R"("tools":[])", R"("logprobs":false)", R"("presence_penalty":0)", R"("tool_choice":"none")",
-        R"("parallel_tool_calls":true)", R"("user":"u1")", R"("top_logprobs":null)"})
+        R"("parallel_tool_calls":true)", R"("user":"u1")", R"("top_logprobs":null)", R"("store":false)"})
     EXPECT_NO_THROW(parse_chat_request(head + f + "}", "m", 256, 4096)) << f;
+}
+
+// logprobs, n, penalties, logit_bias; and /v1/completions' prompt, echo, suffix, best_of.
+TEST(OpenAiRequest, SamplingFieldsAndCompletions) {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"a"}],)";
+  ChatRequest r =
+      parse_chat_request(head + R"("logprobs":true,"top_logprobs":3,"n":4,"presence_penalty":0.5,)"
+                                R"("frequency_penalty":-1,"logit_bias":{"5":-100,"7":2.5}})",
+                         "m", 256, 4096, 100);
+  EXPECT_EQ(r.sampling.logprobs, 3);
+  EXPECT_EQ(r.n, 4);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -1.0f);
+  EXPECT_EQ(r.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(parse_chat_request(head + R"("logprobs":true})", "m", 256, 4096).sampling.logprobs, 0);
+  EXPECT_EQ(parse_chat_request(head + R"("logprobs":false})", "m", 256, 4096).sampling.logprobs, -1);
+  for (const auto& [f, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("top_logprobs":2)", "top_logprobs"},
+           {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"},
+           {R"("logprobs":1)", "logprobs"},
+           {R"("n":0)", "n"},
+           {R"("n":17)", "n"},
+           {R"("presence_penalty":2.5)", "presence_penalty"},
+           {R"("logit_bias":{"100":1})", "logit_bias"},
+           {R"("logit_bias":{"-1":1})", "logit_bias"},
+           {R"("logit_bias":{"x":1})", "logit_bias"},
+           {R"("logit_bias":{"5":-101})", "logit_bias"},
+           {R"("logit_bias":[1])", "logit_bias"}}) {
+    try {
+      (void)parse_chat_request(head + f + "}", "m", 256, 4096, 100);
+      ADD_FAILURE() << "accepted " << f;
+    } catch (const HttpError& e) {
+      EXPECT_EQ(e.status, 400) << f;
+      EXPECT_EQ(json::parse(e.body)["error"]["param"], param) << f;
+    }
+  }
+
+  ChatRequest c = parse_completion_request(R"({"model":"m","prompt":"Once","echo":true,"n":2,"best_of":2})",
+                                           "m", 4096, 100);
+  EXPECT_TRUE(c.completion);
+  EXPECT_EQ(c.prompt_text, "Once");
+  EXPECT_TRUE(c.echo);
+  EXPECT_EQ(c.max_tokens, 16);  // OpenAI's default for completions
+  c = parse_completion_request(R"({"model":"m","prompt":[[1,2,3]],"logprobs":2,"suffix":""})", "m", 4096,
+                               100);
+  EXPECT_EQ(c.prompt_ids, (std::vector<TokenId>{1, 2, 3}));
+  EXPECT_EQ(c.sampling.logprobs, 2);
+  EXPECT_EQ(parse_completion_request(R"({"model":"m","prompt":["x"]})", "m", 4096).prompt_text, "x");
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model":"m"})", "prompt"},
+           {R"({"model":"m","prompt":["a","b"]})", "prompt"},
+           {R"({"model":"m","prompt":[1,100]})", "prompt"},
+           {R"({"model":"m","prompt":[]})", "prompt"},
+           {R"({"model":"m","prompt":{"a":1}})", "prompt"},
+           {R"({"model":"m","prompt":"a","suffix":"b"})", "suffix"},
+           {R"({"model":"m","prompt":"a","best_of":3})", "best_of"},
+           {R"({"model":"m","prompt":"a","echo":true,"logprobs":0})", "echo"},
+           {R"({"model":"m","prompt":"a","messages":[]})", "messages"},
+           {R"({"model":"m","prompt":"a","tools":[]})", "tools"}}) {
+    try {
+      (void)parse_completion_request(body, "m", 4096, 100);
+      ADD_FAILURE() << "accepted " << body;
+    } catch (const HttpError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(json::parse(e.body)["error"]["param"], param) << body;
+    }
+  }
 }
 
 // tools / tool_choice / parallel_tool_calls: required and a named function become a constraint
@@ -146,8 +214,8 @@ TEST(ToolCalls, ReadBackInEachFormatAndNeverInvented) {
   ASSERT_EQ(calls.calls.size(), 2u);
   EXPECT_EQ(calls.content, "Let me see.\n");
   EXPECT_EQ(calls.calls[0].name, "search");
-  EXPECT_EQ(calls.calls[0].arguments, R"({"q":"x"})");
-  EXPECT_EQ(calls.calls[1].arguments, R"({"city":"Paris"})");  // arguments given as a JSON string
+  EXPECT_EQ(calls.calls[0].arguments, R"({"q": "x"})");         // as the model wrote them
+  EXPECT_EQ(calls.calls[1].arguments, R"({"city": "Paris"})");  // arguments given as a JSON string
   EXPECT_NE(calls.calls[0].id, calls.calls[1].id);
   EXPECT_EQ(read_tool_calls(R"([TOOL_CALLS][{"name": "search", "arguments": {"q": "y"}}])", t).calls.size(),
             1u);
@@ -170,6 +238,28 @@ TEST(ToolCalls, ReadBackInEachFormatAndNeverInvented) {
   EXPECT_TRUE(read_tool_calls(cut, t, false).calls.empty());
   t.parallel = false;
   EXPECT_EQ(read_tool_calls(cut, t, true).calls.size(), 1u);
+}
+
+// A reply's call, sent back in the history, is written as the grammar spells calls (the model's
+// arguments text as it came): the reply's text is the next prompt's prefix.
+TEST(ToolCalls, CallsInTheHistoryAreWrittenAsTheReplyWasSpelt) {
+  ChatTools t;
+  t.names = {"get_weather"};
+  const std::string reply =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":  \"Paris\", \"n\": "
+      "[1,2]}}\n</tool_call>";
+  const ToolReply got = read_tool_calls(reply, t);
+  ASSERT_EQ(got.calls.size(), 1u);
+  ChatMessage m{"assistant", ""};
+  m.null_content = true;
+  m.tool_calls =
+      json::array({{{"id", got.calls[0].id},
+                    {"type", "function"},
+                    {"function", {{"name", "get_weather"}, {"arguments", got.calls[0].arguments}}}}})
+          .dump();
+  const auto text = calls_as_text({m});
+  ASSERT_EQ(text.size(), 1u);
+  EXPECT_EQ(text[0].content, reply);
 }
 
 // Streaming holds back exactly what may be a call, and lets everything else through.

@@ -1,8 +1,11 @@
 """What the `chorus serve` client tests share: checks that print as they go and are counted, and
 a server on a free port that stops on SIGTERM."""
+import json
 import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 failures = []
 
@@ -33,6 +36,17 @@ def stop_server(server):
     except subprocess.TimeoutExpired:
         server.kill()
         failures.append("chorus serve did not stop on SIGTERM")
+
+
+def post(base, path, body, timeout=120):
+    """POSTs `body` as JSON; returns the status and the parsed reply (an error's too)."""
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 def finish():

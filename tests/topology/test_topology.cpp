@@ -134,7 +134,7 @@ TEST(Topology, UnknownKeysListTheValidOnes) {
   EXPECT_EQ(
       e,
       "t.yaml:17:5: actors.thinker.prefil: unknown key (valid here: kind, view, writes, prefill, max_tokens, "
-      "stop, sampling, schema, emit, to, on, after, tools, max_tool_calls)");
+      "stop, sampling, schema, grammar, emit, to, on, after, tools, max_tool_calls)");
   const auto top = error_of(std::string(kBase) + "budgett: {seconds: 1}\n");
   EXPECT_EQ(
       top,
@@ -246,6 +246,28 @@ actors:
             "every_lines lines are kept when the window is cleared");
   EXPECT_EQ(error_of(replace(source, "{file: /tmp/x.log}", "{file: /tmp/x.log, zmq: \"tcp://a:1\"}")),
             "t.yaml:6:11: actors.s.from: give exactly one of file, zmq, text");
+}
+
+// `grammar:` on a role: GBNF text, compiled at load (an error names the grammar's line and
+// column under the role's path), not with `schema:` or `tools:`.
+TEST(Topology, GrammarsConstrainRoles) {
+  auto t =
+      load_string(replace(kBase, "    writes: thoughts\n",
+                          "    writes: thoughts\n    grammar: |\n      root ::= (\"yes\" | \"no\") \".\"\n"),
+                  "t.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->actors[0].sampling.constraint.kind, OutputConstraint::Kind::gbnf);
+  EXPECT_EQ(t->actors[0].grammar, "root ::= (\"yes\" | \"no\") \".\"\n");
+  const std::string bad = error_of(
+      replace(kBase, "    writes: thoughts\n", "    writes: thoughts\n    grammar: 'root ::= [a'\n"));
+  EXPECT_NE(bad.find("actors.thinker.grammar: GBNF line 1 column 10: this class is never closed"),
+            std::string::npos)
+      << bad;
+  EXPECT_NE(
+      error_of(replace(kBase, "    writes: thoughts\n",
+                       "    writes: thoughts\n    grammar: 'root ::= \"a\"'\n    schema: {type: integer}\n"))
+          .find("actors.thinker.grammar: `grammar:` constrains the whole output"),
+      std::string::npos);
 }
 
 // `schema:` on a role and `parameters:` on a tool: JSON Schemas written in YAML, compiled at load
