@@ -1,5 +1,6 @@
 #include "engine/model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -209,17 +210,48 @@ Status read_rope_and_norm(const GgufFile& g, const std::string& p, ModelConfig& 
     if (!v) return v.error();
     c.rope_base = static_cast<float>(*v);
   }
+  // A float key if the file has it.
+  auto optional_float = [&](const std::string& key, float& out) -> Status {
+    if (!g.find(p + key)) return Status::success();
+    auto v = g.get_float(p + key);
+    if (!v) return v.error();
+    out = static_cast<float>(*v);
+    return Status::success();
+  };
+  CHORUS_TRY(optional_float("rope.scaling.attn_factor", c.rope_mscale));
   if (g.find(p + "rope.scaling.type")) {
     auto t = g.get_string(p + "rope.scaling.type");
     if (!t) return t.error();
-    if (*t == "linear") {
-      auto f = g.get_float(p + "rope.scaling.factor");
-      if (!f) return f.error();
-      if (*f > 0) c.rope_scale = static_cast<float>(*f);
+    if (*t == "linear" || *t == "yarn") {
+      float f = 0.0f;
+      CHORUS_TRY(optional_float("rope.scaling.factor", f));
+      if (f > 0) c.rope_scale = f;
     } else if (*t != "none") {
-      return make_error(Errc::unsupported, g.name() + ": rope scaling '" + std::string(*t) +
-                                               "' is not supported yet (supported: none, linear)");
+      return make_error(Errc::unsupported, g.name() + ": " + p + "rope.scaling.type '" + std::string(*t) +
+                                               "' is not supported (supported: none, linear, yarn)");
     }
+    c.rope_yarn = *t == "yarn";
+  }
+  if (c.rope_yarn) {
+    float log_mul = 0.0f;
+    CHORUS_TRY(optional_float("rope.scaling.yarn_log_multiplier", log_mul));
+    if (log_mul != 0.0f)
+      return make_error(Errc::unsupported, g.name() + ": " + p + "rope.scaling.yarn_log_multiplier " +
+                                               std::to_string(log_mul) + " is not supported (only 0)");
+    CHORUS_TRY(optional_float("rope.scaling.yarn_beta_fast", c.yarn_beta_fast));
+    CHORUS_TRY(optional_float("rope.scaling.yarn_beta_slow", c.yarn_beta_slow));
+    CHORUS_TRY(optional_float("rope.scaling.yarn_ext_factor", c.yarn_ext_factor));
+    c.yarn_orig_ctx = c.n_ctx_train;
+    if (g.find(p + "rope.scaling.original_context_length")) {
+      auto v = get_int_key(g, p + "rope.scaling.original_context_length");
+      if (!v) return v.error();
+      c.yarn_orig_ctx = static_cast<int>(*v);
+    }
+    if (c.yarn_orig_ctx <= 0)
+      return make_error(Errc::bad_format, g.name() + ": " + p + "rope.scaling.original_context_length " +
+                                              std::to_string(c.yarn_orig_ctx) + " must be positive");
+    if (c.rope_scale > 1.0f && c.yarn_ext_factor != 0.0f)
+      c.rope_mscale *= 1.0f + 0.1f * std::log(c.rope_scale);
   }
   return Status::success();
 }
@@ -284,6 +316,17 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
   for (int l = 0; l < c.n_layer; ++l)
     if (!c.is_linear(l)) c.kv_layer[static_cast<size_t>(l)] = c.n_kv_layer++;
   return c;
+}
+
+std::pair<float, float> ModelConfig::yarn_corr_dims() const {
+  // The pair whose angle turns `rotations` times over yarn_orig_ctx positions.
+  const float pi = 3.14159265358979323846f;
+  auto dim = [&](float rotations) {
+    return static_cast<float>(n_rot) * std::log(static_cast<float>(yarn_orig_ctx) / (rotations * 2.0f * pi)) /
+           (2.0f * std::log(rope_base));
+  };
+  return {std::max(0.0f, std::floor(dim(yarn_beta_fast))),
+          std::min(static_cast<float>(n_rot - 1), std::ceil(dim(yarn_beta_slow)))};
 }
 
 float ModelConfig::rope_theta_scale() const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -45,8 +46,19 @@ struct ModelConfig {
   int n_ctx_train = 0;  // context the model was trained for
   float norm_eps = 1e-5f;
   float rope_base = 10000.0f;
-  float rope_scale = 1.0f;  // linear position scaling (rope.scaling.factor for "linear")
+  float rope_scale = 1.0f;  // position scaling: rope.scaling.factor ("linear" and "yarn")
   int n_rot = 0;            // rotated dimensions per head (usually head_dim)
+  // YaRN (rope.scaling.type "yarn", as llama.cpp applies it): pairs below the correction
+  // dimension for yarn_beta_fast rotations over yarn_orig_ctx positions keep their unscaled
+  // angle, those beyond the one for yarn_beta_slow take the scaled angle, ramped between; cos
+  // and sin times rope_mscale.
+  bool rope_yarn = false;
+  int yarn_orig_ctx = 0;  // rope.scaling.original_context_length (default: context_length)
+  float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;  // rope.scaling.yarn_beta_fast / _slow
+  float yarn_ext_factor = 1.0f;                         // rope.scaling.yarn_ext_factor
+  // cos and sin of every angle are multiplied by this: rope.scaling.attn_factor (default 1),
+  // and with YaRN (yarn_ext_factor not 0) times 1 + 0.1 ln(rope_scale) when rope_scale > 1.
+  float rope_mscale = 1.0f;
   RopeLayout rope_layout = RopeLayout::rope_normal;
   bool tied_output = false;       // output projection is the token embedding
   bool qk_norm = false;           // per-head RMSNorm of q and k before RoPE (qwen3, qwen35)
@@ -79,8 +91,11 @@ struct ModelConfig {
   // scaling type; Errc::not_found / bad_format naming the metadata key.
   static Result<ModelConfig> from_gguf(const GgufFile& gguf);
 
-  // RoPE angle of pair i at position p: p * rope_theta_scale()^i / rope_scale.
+  // RoPE angle of pair i at position p: p * rope_theta_scale()^i / rope_scale (YaRN ramps that
+  // towards p * rope_theta_scale()^i between yarn_corr_dims(); Llama 3's rope_freqs divide it).
   float rope_theta_scale() const;
+  // YaRN's correction dimensions: the pair indices (as floats) where its ramp starts and ends.
+  std::pair<float, float> yarn_corr_dims() const;
 };
 
 // Architectures chorus can run: "llama" (also SmolLM, Llama 2/3), "qwen2", "qwen3" (dense),

@@ -231,6 +231,7 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
   const TensorReader r{g, c, w.owned_};
   CHORUS_TRY(r.matrix("token_embd.weight", c.n_vocab, c.n_embd, &w.token_embd));
   CHORUS_TRY(r.vec("output_norm.weight", c.n_embd, true, &w.output_norm));
+  CHORUS_TRY(r.vec("rope_freqs.weight", c.n_rot / 2, false, &w.rope_freqs));
   if (c.tied_output)
     w.output = w.token_embd;
   else

@@ -70,6 +70,9 @@ struct Weights {
   const float* output_norm = nullptr;  // [n_embd]
   WeightMatrix output;                 // [n_vocab, n_embd]; the embedding when tied
   std::vector<LayerWeights> layers;
+  // Llama 3's RoPE frequency divisors (rope_freqs.weight, [n_rot / 2]), or null: pair i's angle
+  // is divided by rope_freqs[i].
+  const float* rope_freqs = nullptr;
 
   Weights() = default;
   Weights(Weights&&) = default;

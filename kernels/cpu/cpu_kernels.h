@@ -18,6 +18,21 @@
 
 namespace chorus {
 
+// The rotary embedding's angles (rope_cache): pair i turns by
+//   theta_i = freq_scale * pos * theta_scale^i / freq_factors[i]
+// (theta_scale^i by repeated multiplication in float, llama.cpp's order). freq_factors are
+// Llama 3's per-pair divisors (rope_freqs.weight; null: none). With YaRN (ext_factor > 0) a pair
+// ramps from its unscaled angle (pos * theta_scale^i / freq_factors[i], pairs up to corr_lo) to
+// the scaled one (from corr_hi on); cos and sin are multiplied by mscale.
+struct RopeParams {
+  float theta_scale = 1.0f;
+  float freq_scale = 1.0f;
+  const float* freq_factors = nullptr;
+  float ext_factor = 0.0f;
+  float corr_lo = 0.0f, corr_hi = 0.0f;
+  float mscale = 1.0f;
+};
+
 // Y[t, r] = sum_k X[t, k] * W[r, k] for tokens t in [0, n_tokens) and rows r in [r0, r1).
 struct GemmArgs {
   TensorType type;   // storage type of the weight rows
@@ -105,10 +120,10 @@ struct CpuKernels {
 
   // y = x / rms(x) * w, over n values. eps added to the mean square.
   void (*rmsnorm)(const float* x, const float* w, float* y, int64_t n, float eps);
-  // Rotary embedding. rope_cache fills cs [n_rot] with (cos, sin) of the angles
-  // freq_scale * pos * theta_scale^i, i < n_rot/2, for one position; rope rotates one head
-  // vector in place: pairs (2i, 2i+1) (neox = false) or (i, i + n_rot/2) (neox = true).
-  void (*rope_cache)(float* cs, int n_rot, float theta_scale, float freq_scale, float pos);
+  // Rotary embedding. rope_cache fills cs [n_rot] with (cos, sin) of the angles of RopeParams,
+  // i < n_rot/2, for one position; rope rotates one head vector in place: pairs (2i, 2i+1)
+  // (neox = false) or (i, i + n_rot/2) (neox = true).
+  void (*rope_cache)(float* cs, int n_rot, const RopeParams& p, float pos);
   void (*rope)(float* x, int n_rot, const float* cs, bool neox);
   // out = silu(gate) * up, n values.
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);

@@ -22,15 +22,23 @@ void op_rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps) 
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
 }
 
-// cos/sin of each rotation angle for one position: theta_i = freq_scale * pos * theta_scale^i,
-// the power taken by repeated multiplication in float (llama.cpp's order, so angles agree).
-void op_rope_cache(float* cs, int n_rot, float theta_scale, float freq_scale, float pos) {
+// cos/sin of each rotation angle for one position (RopeParams), in float and in llama.cpp's
+// order of operations, so that angles agree.
+void op_rope_cache(float* cs, int n_rot, const chorus::RopeParams& p, float pos) {
   float theta = pos;
   for (int i = 0; i < n_rot / 2; ++i) {
-    const float t = freq_scale * theta;
-    cs[2 * i] = std::cos(t);
-    cs[2 * i + 1] = std::sin(t);
-    theta *= theta_scale;
+    const float extrapolated = p.freq_factors ? theta / p.freq_factors[i] : theta;
+    float t = p.freq_scale * extrapolated;
+    if (p.ext_factor != 0.0f) {  // YaRN: the pair's place between the correction dimensions
+      const float width = p.corr_hi - p.corr_lo > 0.001f ? p.corr_hi - p.corr_lo : 0.001f;
+      float y = (static_cast<float>(i) - p.corr_lo) / width;
+      y = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
+      const float ramp = (1.0f - y) * p.ext_factor;
+      t = t * (1.0f - ramp) + extrapolated * ramp;
+    }
+    cs[2 * i] = std::cos(t) * p.mscale;
+    cs[2 * i + 1] = std::sin(t) * p.mscale;
+    theta *= p.theta_scale;
   }
 }
 

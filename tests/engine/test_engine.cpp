@@ -180,11 +180,22 @@ TEST(ModelConfig, BadHyperParametersAreNamed) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().code, Errc::not_found);
   EXPECT_NE(c.error().message.find("'llama.block_count' is missing"), std::string::npos);
+  // RoPE scaling chorus does not apply is refused by key and value, never run unscaled.
   test::GgufBuilder r = llama_header();
-  r.kv_string("llama.rope.scaling.type", "yarn");
+  r.kv_string("llama.rope.scaling.type", "longrope");
   c = config_of(r);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.error().message.find("rope scaling 'yarn' is not supported"), std::string::npos);
+  EXPECT_EQ(c.error().code, Errc::unsupported);
+  EXPECT_NE(c.error().message.find("llama.rope.scaling.type 'longrope' is not supported"), std::string::npos)
+      << c.error().message;
+  test::GgufBuilder y = llama_header();
+  y.kv_string("llama.rope.scaling.type", "yarn");
+  y.kv_f32("llama.rope.scaling.factor", 4.0f);
+  y.kv_f32("llama.rope.scaling.yarn_log_multiplier", 0.1f);
+  c = config_of(y);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("llama.rope.scaling.yarn_log_multiplier 0.1"), std::string::npos)
+      << c.error().message;
 }
 
 TEST(KvCache, PagesReturnToThePool) {

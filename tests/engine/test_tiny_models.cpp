@@ -7,6 +7,8 @@
 //   tiny_qwen3      qwen3, per-head q/k RMSNorm, head_dim 64 != n_embd / n_head, tied output
 //   tiny_llama_kq   llama quantized by llama-quantize into every panel type (Q4_K, Q5_K, Q6_K,
 //                   Q5_0, Q5_1): against the exact arithmetic (below)
+//   tiny_llama3_rope_f32  llama with rope_freqs.weight: Llama 3's per-pair RoPE divisors
+//   tiny_llama_yarn_f32   llama with YaRN (factor 4 over an original context of 64)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -79,10 +81,31 @@ TEST_P(TinyModels, LogitsAndGreedyMatchLlamaCpp) {
   }
 }
 
+// The RoPE variants the two files above carry are read, not passed over: the golden test above
+// could not tell a file whose scaling chorus ignores from one it applies only if it ran them.
+TEST(TinyModels, RopeScalingIsReadFromTheFile) {
+  auto llama3 = Model::load(test::goldens_dir() + "/tiny_llama3_rope_f32.gguf");
+  ASSERT_TRUE(llama3.ok()) << llama3.error().to_string();
+  EXPECT_NE((*llama3)->weights.rope_freqs, nullptr);
+  auto yarn = Model::load(test::goldens_dir() + "/tiny_llama_yarn_f32.gguf");
+  ASSERT_TRUE(yarn.ok()) << yarn.error().to_string();
+  const ModelConfig& c = (*yarn)->config;
+  EXPECT_TRUE(c.rope_yarn);
+  EXPECT_EQ(c.rope_scale, 4.0f);
+  EXPECT_EQ(c.yarn_orig_ctx, 64);
+  EXPECT_FLOAT_EQ(c.rope_mscale, 1.0f + 0.1f * std::log(4.0f));
+  // n_rot 32, base 1e4, 64 positions: 32 ln(64 / (2 pi b)) / (2 ln 1e4), floored for b = 32, ceiled for b
+  // = 1.
+  const auto [lo, hi] = c.yarn_corr_dims();
+  EXPECT_EQ(lo, 0.0f);
+  EXPECT_EQ(hi, 5.0f);  // 4.03 ceiled
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, TinyModels,
                          ::testing::Values("tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf",
                                            "tiny_qwen3.gguf", "tiny_qwen35.gguf", "tiny_qwen35moe.gguf",
-                                           "tiny_qwen3next_f32.gguf"),
+                                           "tiny_qwen3next_f32.gguf", "tiny_llama3_rope_f32.gguf",
+                                           "tiny_llama_yarn_f32.gguf"),
                          [](const auto& info) {
                            std::string n = info.param.substr(0, info.param.find('.'));
                            return n;

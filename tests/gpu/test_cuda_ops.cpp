@@ -55,7 +55,7 @@ TEST_F(CudaOps, RopeBothLayoutsAndPartialRotation) {
       const float theta_scale = std::pow(10000.0f, -2.0f / static_cast<float>(n_rot));
       std::vector<float> cs(n_rot);
       for (int t = 0; t < n_tokens; ++t) {
-        ref().rope_cache(cs.data(), n_rot, theta_scale, 1.0f, static_cast<float>(pos[t]));
+        ref().rope_cache(cs.data(), n_rot, RopeParams{theta_scale, 1.0f}, static_cast<float>(pos[t]));
         for (int h = 0; h < n_heads; ++h)
           ref().rope(want.data() + (t * n_heads + h) * head_dim, n_rot, cs.data(), neox);
       }
@@ -254,7 +254,8 @@ TEST_F(CudaOps, ViewAttentionMatchesTheCpu) {
         std::vector<AttentionSegment> segs(3);
         std::vector<float> cs(c.n_rot);
         for (int b = 0; b < 3; ++b) {
-          ref().rope_cache(cs.data(), c.n_rot, theta_scale, 1.0f, static_cast<float>(view_pos - offsets[b]));
+          ref().rope_cache(cs.data(), c.n_rot, RopeParams{theta_scale, 1.0f},
+                           static_cast<float>(view_pos - offsets[b]));
           for (int h = 0; h < nq; ++h) {
             std::copy_n(q.data() + (t * n_heads + kvh * nq + h) * hd, hd, qrot[b].data() + h * hd);
             ref().rope(qrot[b].data() + h * hd, c.n_rot, cs.data(), c.neox);

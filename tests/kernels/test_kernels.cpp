@@ -243,7 +243,7 @@ TEST(Kernels, ElementwiseOpsMatchMathAndReference) {
     for (bool neox : {false, true}) {
       std::vector<float> cs(64), v(x.begin(), x.begin() + 64);
       const float theta_scale = std::pow(10000.0f, -2.0f / 64);
-      k->rope_cache(cs.data(), 64, theta_scale, 1.0f, 37.0f);
+      k->rope_cache(cs.data(), 64, RopeParams{theta_scale, 1.0f}, 37.0f);
       k->rope(v.data(), 64, cs.data(), neox);
       std::vector<double> want_r(64);
       for (int i = 0; i < 32; ++i) {
@@ -262,6 +262,44 @@ TEST(Kernels, ElementwiseOpsMatchMathAndReference) {
 }
 
 // Attention over a paged cache against softmax(q k^T / sqrt(d)) v in float64.
+// Llama 3's frequency factors and YaRN's ramp, against their formulas in float64: pair i turns by
+// theta = pos * base^(-2i/n) / ff_i, scaled by s where the ramp says, mixed in between; cos and
+// sin times mscale.
+TEST(Kernels, RopeAnglesWithFrequencyFactorsAndYarnAreTheirFormulas) {
+  const int n = 64;
+  std::vector<float> ff(n / 2);
+  for (int i = 0; i < n / 2; ++i)
+    ff[static_cast<size_t>(i)] = i < 8 ? 1.0f : i < 20 ? 1.0f + 0.5f * (i - 8) : 8.0f;
+  const float theta_scale = std::pow(500000.0f, -2.0f / n);
+  for (const bool yarn : {false, true}) {
+    RopeParams p{theta_scale, yarn ? 0.25f : 1.0f, ff.data()};
+    if (yarn) {
+      p.ext_factor = 1.0f;
+      p.corr_lo = 6.0f;
+      p.corr_hi = 22.0f;
+      p.mscale = 1.0f + 0.1f * std::log(4.0f);
+    }
+    for (const CpuKernels* k : {&cpu_kernels_scalar()}) {
+      std::vector<float> cs(n);
+      const double pos = 100.0;
+      k->rope_cache(cs.data(), n, p, static_cast<float>(pos));
+      double worst = 0;
+      for (int i = 0; i < n / 2; ++i) {
+        const double extrap = pos * std::pow(500000.0, -2.0 * i / n) / ff[static_cast<size_t>(i)];
+        double t = p.freq_scale * extrap;
+        if (yarn) {
+          const double y = (i - 6.0) / (22.0 - 6.0), ramp = 1.0 - std::min(1.0, std::max(0.0, y));
+          t = t * (1 - ramp) + extrap * ramp;
+        }
+        // Angles of ~100 radians, powers by repeated products in float: ~1e-4 of rounding.
+        worst = std::max({worst, std::abs(cs[2 * i] - p.mscale * std::cos(t)),
+                          std::abs(cs[2 * i + 1] - p.mscale * std::sin(t))});
+      }
+      EXPECT_LT(worst, 1e-3) << "yarn " << yarn;
+    }
+  }
+}
+
 TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
   std::mt19937 rng(5);
   std::vector<const CpuKernels*> all = variants();
@@ -472,7 +510,7 @@ TEST(Kernels, ViewAttentionEqualsContiguousAttention) {
       std::vector<float> cs(d);
       auto rotated = [&](const float* x, float pos) {
         std::vector<float> r(x, x + d);
-        k.rope_cache(cs.data(), d, theta_scale, 1.0f, pos);
+        k.rope_cache(cs.data(), d, RopeParams{theta_scale, 1.0f}, pos);
         k.rope(r.data(), d, cs.data(), neox);
         return r;
       };

@@ -40,7 +40,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_OUT = os.path.join(REPO, "tests", "goldens", "tiny_models.json")
 
 MODELS = ["tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf", "tiny_qwen3.gguf",
-          "tiny_qwen35.gguf", "tiny_qwen35moe.gguf", "tiny_qwen3next_f32.gguf", "tiny_llama_kq.gguf"]
+          "tiny_qwen35.gguf", "tiny_qwen35moe.gguf", "tiny_qwen3next_f32.gguf", "tiny_llama_kq.gguf",
+          "tiny_llama3_rope_f32.gguf", "tiny_llama_yarn_f32.gguf"]
 LENGTHS = [1, 7, 40]
 SEED = 20240601
 N_GREEDY = 16

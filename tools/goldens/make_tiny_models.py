@@ -20,6 +20,10 @@ byte-identical files):
   tiny_qwen35moe.gguf  "qwen35moe": the same layers with mixture-of-experts
                        feed-forward (4 experts of 64, top 2, F32 router, a
                        shared expert of 96 gated by sigmoid)
+  tiny_llama3_rope_f32.gguf "llama" F32 with rope_freqs.weight (Llama 3's RoPE frequency
+                       divisors; here uniform in [1, 8] so every pair's angle moves)
+  tiny_llama_yarn_f32.gguf "llama" F32 with YaRN: rope.scaling.type yarn, factor 4, original
+                       context 64
   tiny_llama_kq.gguf   "llama", n_embd 256 (head 64), n_ff 512, untied output: written F32, then
                        quantized by llama.cpp's llama-quantize with one panel type per
                        matrix: attn_q, ffn_gate, token_embd Q4_K; attn_k Q5_K; attn_v,
@@ -92,6 +96,13 @@ MODELS = {
                             gguf.LlamaFileType.ALL_F32),
     "tiny_qwen3.gguf": ("qwen3", QT.Q8_0, QT.Q8_0, True, False, 1000000.0, 1e-6, 9012,
                         gguf.LlamaFileType.MOSTLY_Q8_0),
+    # Llama 3's RoPE: a rope_freqs.weight of per-pair divisors (random in [1, 8], so that every
+    # pair's angle moves), F32.
+    "tiny_llama3_rope_f32.gguf": ("llama", QT.F32, QT.F32, False, False, 10000.0, 1e-5, 2468,
+                              gguf.LlamaFileType.ALL_F32),
+    # YaRN: rope.scaling.type yarn, factor 4 over an original context of 64 (context 512), F32.
+    "tiny_llama_yarn_f32.gguf": ("llama", QT.F32, QT.F32, False, False, 10000.0, 1e-5, 1357,
+                             gguf.LlamaFileType.ALL_F32),
     # Written as F32, then quantized by llama-quantize (QUANTIZED below).
     "tiny_llama_kq.gguf": ("llama", QT.F32, QT.F32, False, False, 500000.0, 1e-5, 4321,
                            gguf.LlamaFileType.ALL_F32),
@@ -101,6 +112,8 @@ MODELS = {
 EXTRAS = {
     "tiny_qwen3.gguf": {"head_dim": 64, "qk_norm": True},
     "tiny_llama_kq.gguf": {"n_embd": 256, "n_ff": 512},
+    "tiny_llama3_rope_f32.gguf": {"rope_freqs": True},
+    "tiny_llama_yarn_f32.gguf": {"yarn": (4.0, 64)},
 }
 
 # Files quantized by llama.cpp's own llama-quantize (tools/bench/build_llamacpp.sh) from an F32
@@ -197,6 +210,11 @@ def write_model(path, spec, tokens, types):
         w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(rope_base)
+    if "yarn" in extras:
+        factor, orig_ctx = extras["yarn"]
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(factor)
+        w.add_rope_scaling_orig_ctx_len(orig_ctx)
     w.add_layer_norm_rms_eps(eps)
     w.add_vocab_size(n_vocab)
 
@@ -229,6 +247,8 @@ def write_model(path, spec, tokens, types):
     add_norm(w, "output_norm.weight", n_embd, rng)
     if not tied:
         add_matrix(w, "output.weight", [n_embd, n_vocab], mtype, rng)
+    if extras.get("rope_freqs"):
+        w.add_tensor("rope_freqs.weight", rng.uniform(1.0, 8.0, head_dim // 2).astype(np.float32))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "device/cpu_device.h"
 #include "kernels/cpu/dequant.h"
@@ -10,6 +11,17 @@ namespace chorus {
 
 namespace {
 constexpr int kMaxSegments = kMaxViewBlocks;  // blocks in one view
+
+// The model's rotary embedding as the kernels take it (kernels/cpu/cpu_kernels.h, RopeParams).
+RopeParams rope_params(const ModelConfig& c, const Weights& w) {
+  RopeParams p{c.rope_theta_scale(), 1.0f / c.rope_scale, w.rope_freqs};
+  p.mscale = c.rope_mscale;
+  if (c.rope_yarn) {
+    p.ext_factor = c.yarn_ext_factor;
+    std::tie(p.corr_lo, p.corr_hi) = c.yarn_corr_dims();
+  }
+  return p;
+}
 }  // namespace
 
 CpuRunner::CpuRunner(const ModelConfig& config, const Weights& weights, CpuDevice& device, int max_tokens,
@@ -30,6 +42,7 @@ CpuRunner::CpuRunner(const ModelConfig& config, const Weights& weights, CpuDevic
   gate_.resize(T * ff);
   up_.resize(T * ff);
   rope_cs_.resize(static_cast<size_t>(c_.n_rot));
+  rope_ = rope_params(c_, w_);
   const int widest = std::max({c_.n_embd, c_.q_dim(), ff, c_.gdn.value_dim()});
   xq_.resize(T * static_cast<size_t>(widest / kQ8Block));
   for (int t = 0; t < 40; ++t)
@@ -241,7 +254,6 @@ void CpuRunner::rotate_and_store(int64_t t, const LayerWeights& L, int kv_slot, 
   const CpuKernels& K = dev_.kernels();
   const int QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim;
   const bool neox = c_.rope_layout == RopeLayout::rope_neox;
-  const float theta_scale = c_.rope_theta_scale();
   float* q = q_.data() + t * QD;
   float* k = k_.data() + t * KVD;
   float* v = v_.data() + t * KVD;
@@ -257,11 +269,11 @@ void CpuRunner::rotate_and_store(int64_t t, const LayerWeights& L, int kv_slot, 
     for (size_t sg = 0; sg < ts.size(); ++sg) {
       float* qs = q_seg_.data() + (static_cast<size_t>(t) * sa.max_segs + sg) * QD;
       std::copy(q, q + QD, qs);
-      K.rope_cache(rope_cs_.data(), c_.n_rot, theta_scale, 1.0f / c_.rope_scale, ts[sg].rotation);
+      K.rope_cache(rope_cs_.data(), c_.n_rot, rope_, ts[sg].rotation);
       for (int h = 0; h < c_.n_head; ++h) K.rope(qs + h * HD, c_.n_rot, rope_cs_.data(), neox);
     }
   }
-  K.rope_cache(rope_cs_.data(), c_.n_rot, theta_scale, 1.0f / c_.rope_scale, static_cast<float>(tok.pos));
+  K.rope_cache(rope_cs_.data(), c_.n_rot, rope_, static_cast<float>(tok.pos));
   for (int h = 0; h < c_.n_head; ++h) K.rope(q + h * HD, c_.n_rot, rope_cs_.data(), neox);
   for (int h = 0; h < c_.n_head_kv; ++h) K.rope(k + h * HD, c_.n_rot, rope_cs_.data(), neox);
   const int ps = kv.page_size();

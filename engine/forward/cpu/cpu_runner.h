@@ -130,6 +130,7 @@ class CpuRunner final : public Runner {
   // Scratch, [max_tokens, width]:
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
   std::vector<float> rope_cs_;     // [n_rot] (cos, sin) pairs for the token being rotated
+  RopeParams rope_;                // the model's rotation: base, scaling, Llama 3 factors, YaRN
   std::vector<float> q_seg_;       // [view tokens, segments, q_dim] queries rotated per segment
   std::vector<BlockQ8> xq_;        // [max_tokens, widest / 32] activations of the integer kernels
   std::vector<GemmChunk> chunks_;  // reused by gemm()

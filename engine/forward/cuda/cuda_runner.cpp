@@ -24,6 +24,10 @@ Status CudaRunner::check(const ModelConfig& c, const Weights& w) {
     if (Status s = CudaMoe::check(c, w); !s.ok()) return s;
   if (c.hybrid())
     if (Status s = CudaLinear::check(c, w); !s.ok()) return s;
+  // Its rotations are base^(-2i/n) / scale only (kernels/cuda/rope.cu and the attention kernels).
+  if (w.rope_freqs != nullptr) return unsupported("Llama 3's RoPE frequency factors (rope_freqs.weight)");
+  if (c.rope_yarn) return unsupported("YaRN RoPE scaling (rope.scaling.type yarn)");
+  if (c.rope_mscale != 1.0f) return unsupported("rope.scaling.attn_factor other than 1");
   if (c.head_dim % 32 != 0 || c.head_dim > 256 || c.n_head / c.n_head_kv > 8)
     return unsupported("head size " + std::to_string(c.head_dim) + " with groups of " +
                        std::to_string(c.n_head / c.n_head_kv) + " (32..256 in steps of 32, groups up to 8)");
