@@ -722,6 +722,25 @@ TEST_F(DeterministicBatcher, MergesForksClearsAndFreesBlocks) {
   const Reply without_d = call(encode_program(27, pause));
   EXPECT_EQ(without_d.kind, ReplyKind::program_status) << without_d.text;
 
+  // A fork made for a program joins it too (the gateway's n choices): not into a paused or an
+  // unknown program; into an active one it is one of the program's blocks, which the program
+  // then holds and which leaves it when freed.
+  const Reply fork_paused = call(encode_fork_block(28, ab, 4, "", 7));
+  EXPECT_EQ(fork_paused.kind, ReplyKind::error);
+  EXPECT_NE(fork_paused.text.find("program 7 is paused"), std::string::npos) << fork_paused.text;
+  const Reply fork_unknown = call(encode_fork_block(29, ab, 4, "", 99));
+  EXPECT_NE(fork_unknown.text.find("program 99 is not registered"), std::string::npos) << fork_unknown.text;
+  ASSERT_EQ(call(encode_program(30, restore)).kind, ReplyKind::program_status);
+  const Reply joined = call(encode_fork_block(31, ab, 4, "choice", 7));
+  ASSERT_EQ(joined.kind, ReplyKind::block_info) << joined.text;
+  ProgramCmd status_of = reg;
+  status_of.op = ProgramCmd::Op::phase;
+  const Reply with_fork = call(encode_program(32, status_of));
+  ASSERT_EQ(with_fork.kind, ReplyKind::program_status) << with_fork.text;
+  EXPECT_EQ(with_fork.tokens, 5 + 4) << "c's tokens and the fork's";
+  EXPECT_EQ(call(encode_free_block(33, static_cast<BlockId>(joined.id))).kind, ReplyKind::block_info);
+  EXPECT_EQ(call(encode_program(34, status_of)).tokens, 5) << "the freed fork left the program";
+
   caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
   sched->run();
 }
