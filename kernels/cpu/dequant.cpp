@@ -6,6 +6,14 @@
 //   Q5_1  {f16 d, m; u8 qh[4]; u8 qs[16]}     x = (nibble | hibit << 4) * d + m
 //   Q8_0  {f16 d; i8 qs[32]}                  x = q * d
 //   Q4_K, Q5_K, Q6_K: kernels/cpu/kquant.h
+//   Q2_K  {u8 scales[16]; u8 qs[64]; f16 d, dmin}   16 groups of 16: x = d * (s & 15) * q2 - dmin * (s >> 4)
+//   Q3_K  {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}   16 groups of 16, 6-bit scales - 32:
+//         x = d * s * (q2 - (the group's hmask bit clear ? 4 : 0))
+//   IQ4_NL {f16 d; u8 qs[16]}                 x = d * kIq4[nibble] (a fixed non-linear table)
+//   IQ4_XS {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}   8 groups of 32, 6-bit scales - 32:
+//         x = d * s * kIq4[nibble]
+// In the 256-element Q2_K/Q3_K blocks, each 128 values read 32 bytes of qs four times, 2 bits at a
+// time (shift 0, 2, 4, 6), each time 16 + 16 values with their own scale.
 // In the 32-element legacy blocks, byte j holds element j (low nibble) and j + 16 (high).
 #include "kernels/cpu/dequant.h"
 
@@ -113,6 +121,80 @@ void dequant_q6_k(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
+constexpr int8_t kIq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+void dequant_q2_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 84) {
+    const uint8_t* scales = b;
+    const float d = load_f16(b + 80), dmin = load_f16(b + 82);
+    int is = 0;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q = b + 16 + 32 * half;
+      for (int shift = 0; shift < 8; shift += 2)
+        for (int part = 0; part < 2; ++part, ++is, y += 16) {
+          const float dl = d * static_cast<float>(scales[is] & 15),
+                      ml = dmin * static_cast<float>(scales[is] >> 4);
+          for (int l = 0; l < 16; ++l) y[l] = dl * static_cast<float>((q[16 * part + l] >> shift) & 3) - ml;
+        }
+    }
+  }
+}
+
+void dequant_q3_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 110) {
+    const uint8_t* hmask = b;
+    const uint8_t* s = b + 96;
+    const float d = load_f16(b + 108);
+    // 16 six-bit scales: the low 4 bits from bytes 0-7 (nibbles), the high 2 from bytes 8-11.
+    int scale[16];
+    for (int j = 0; j < 16; ++j) {
+      const int low = j < 8 ? s[j] & 15 : s[j - 8] >> 4;
+      const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+      scale[j] = (low | high << 4) - 32;
+    }
+    int is = 0;
+    uint8_t m = 1;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q = b + 32 + 32 * half;
+      for (int shift = 0; shift < 8; shift += 2, m = static_cast<uint8_t>(m << 1))
+        for (int part = 0; part < 2; ++part, ++is, y += 16) {
+          const float dl = d * static_cast<float>(scale[is]);
+          for (int l = 0; l < 16; ++l) {
+            const int k = 16 * part + l;
+            const int v = ((q[k] >> shift) & 3) - ((hmask[k] & m) ? 0 : 4);
+            y[l] = dl * static_cast<float>(v);
+          }
+        }
+    }
+  }
+}
+
+void dequant_iq4_nl(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
+    const float d = load_f16(b);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * static_cast<float>(kIq4[b[2 + j] & 15]);
+      y[j + 16] = d * static_cast<float>(kIq4[b[2 + j] >> 4]);
+    }
+  }
+}
+
+void dequant_iq4_xs(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 136) {
+    const float d = load_f16(b);
+    const uint16_t scales_h = load_u16(b + 2);
+    for (int g = 0; g < 8; ++g, y += 32) {
+      const int ls = ((b[4 + g / 2] >> (4 * (g % 2))) & 15) | (((scales_h >> (2 * g)) & 3) << 4);
+      const float dl = d * static_cast<float>(ls - 32);
+      const uint8_t* q = b + 8 + 16 * g;
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * static_cast<float>(kIq4[q[j] & 15]);
+        y[j + 16] = dl * static_cast<float>(kIq4[q[j] >> 4]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool can_dequantize(TensorType type) {
@@ -140,6 +222,10 @@ void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
     case TensorType::q4_k: dequant_q45_k(b, dst, nb, false); return;
     case TensorType::q5_k: dequant_q45_k(b, dst, nb, true); return;
     case TensorType::q6_k: dequant_q6_k(b, dst, nb); return;
+    case TensorType::q2_k: dequant_q2_k(b, dst, nb); return;
+    case TensorType::q3_k: dequant_q3_k(b, dst, nb); return;
+    case TensorType::iq4_nl: dequant_iq4_nl(b, dst, nb); return;
+    case TensorType::iq4_xs: dequant_iq4_xs(b, dst, nb); return;
     default: assert(false && "dequantize_row: unsupported type");
   }
 }

@@ -38,14 +38,16 @@ TEST(Dequant, MatchesGgufPythonGoldens) {
     }
     seen.insert(name);
   }
-  for (const char* t : {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"})
+  for (const char* t : {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K",
+                        "Q3_K", "IQ4_NL", "IQ4_XS"})
     EXPECT_TRUE(seen.count(t)) << "no golden for " << t;
 }
 
 TEST(Dequant, SupportedTypesAreTheIssueList) {
-  for (auto t : {TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0, TensorType::q4_0,
-                 TensorType::q4_1, TensorType::q5_0, TensorType::q5_1, TensorType::q4_k, TensorType::q5_k,
-                 TensorType::q6_k})
+  for (auto t :
+       {TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0, TensorType::q4_0,
+        TensorType::q4_1, TensorType::q5_0, TensorType::q5_1, TensorType::q4_k, TensorType::q5_k,
+        TensorType::q6_k, TensorType::q2_k, TensorType::q3_k, TensorType::iq4_nl, TensorType::iq4_xs})
     EXPECT_TRUE(can_dequantize(t)) << tensor_type_name(t);
   EXPECT_FALSE(can_dequantize(TensorType::iq2_xxs));
 }

@@ -87,6 +87,13 @@ std::vector<uint8_t> random_rows(TensorType type, int64_t rows, int64_t cols, st
         put16(blk + 2, -scale(rng));
         break;
       case TensorType::q6_k: put16(blk + 208, scale(rng)); break;
+      case TensorType::q2_k:
+        put16(blk + 80, scale(rng));
+        put16(blk + 82, scale(rng));
+        break;
+      case TensorType::q3_k: put16(blk + 108, scale(rng)); break;
+      case TensorType::iq4_nl:
+      case TensorType::iq4_xs: put16(blk, scale(rng)); break;
       default: break;
     }
   }
@@ -134,9 +141,10 @@ std::vector<float> run_gemm(const CpuKernels& k, const GemmCase& c, const std::v
 
 TEST(Kernels, GemmEveryTypeEveryVariant) {
   std::mt19937 rng(42);
-  const TensorType types[] = {TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q5_1,
-                              TensorType::q8_0, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k,
-                              TensorType::f16,  TensorType::bf16, TensorType::f32};
+  const TensorType types[] = {TensorType::q4_0, TensorType::q4_1,   TensorType::q5_0,  TensorType::q5_1,
+                              TensorType::q8_0, TensorType::q4_k,   TensorType::q5_k,  TensorType::q6_k,
+                              TensorType::f16,  TensorType::bf16,   TensorType::f32,   TensorType::q2_k,
+                              TensorType::q3_k, TensorType::iq4_nl, TensorType::iq4_xs};
   for (TensorType type : types) {
     const bool integer = gemm_input(type) != GemmInput::f32;
     for (int64_t tokens : {1, 3, 4, 9, 15}) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Record dequantization goldens using the `gguf` Python package.
 
-For each GGML type (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)
+For each GGML type (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
+Q2_K, Q3_K, IQ4_NL, IQ4_XS; the last four appended, so the earlier cases keep their bytes)
 random raw block bytes are generated with a fixed seed; the f16 scale fields
 are overwritten with finite, moderate values so that no NaN/Inf can appear.
 The bytes are dequantized with gguf.quants.dequantize() (numpy, float32) and
@@ -43,6 +44,10 @@ TYPES = [
     ("Q4_K", 256, 144, 4),
     ("Q5_K", 256, 176, 4),
     ("Q6_K", 256, 210, 4),
+    ("Q2_K", 256, 84, 4),
+    ("Q3_K", 256, 110, 4),
+    ("IQ4_NL", 32, 18, 8),
+    ("IQ4_XS", 256, 136, 4),
 ]
 
 # byte offsets of f16 scale fields inside a block: (offset, low, high)
@@ -55,7 +60,12 @@ SCALES = {
     "Q4_K": [(0, 0.0, 1.0), (2, 0.0, 1.0)],
     "Q5_K": [(0, 0.0, 1.0), (2, 0.0, 1.0)],
     "Q6_K": [(208, 0.0, 1.0)],
+    "Q2_K": [(80, 0.0, 1.0), (82, 0.0, 1.0)],
+    "Q3_K": [(108, 0.0, 1.0)],
+    "IQ4_NL": [(0, -2.0, 2.0)],
+    "IQ4_XS": [(0, 0.0, 1.0)],
 }
+IQ4 = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
 
 # offset/length of the quant payload of 32-element types, used to force
 # one all-0x00 and one all-0xFF block (min / max quant values).
@@ -197,6 +207,48 @@ def ref_block(name, b):
                 out[Y + l + 32] = d * F32(S[i + 2]) * F32(q2)
                 out[Y + l + 64] = d * F32(S[i + 4]) * F32(q3)
                 out[Y + l + 96] = d * F32(S[i + 6]) * F32(q4)
+        return out
+    if name == "Q2_K":
+        sc, qs, d, dmin = b[0:16], b[16:80], _h(b, 80), _h(b, 82)
+        out = []
+        for half in range(2):
+            q = qs[32 * half:32 * half + 32]
+            for shift in (0, 2, 4, 6):
+                for part in range(2):
+                    s_ = sc[8 * half + shift + part]
+                    dl, ml = d * F32(s_ & 15), dmin * F32(s_ >> 4)
+                    out += [dl * F32((q[16 * part + l] >> shift) & 3) - ml for l in range(16)]
+        return out
+    if name == "Q3_K":
+        hm, qs, sb, d = b[0:32], b[32:96], b[96:108], _h(b, 108)
+        scales = []
+        for j in range(16):
+            low = sb[j] & 15 if j < 8 else sb[j - 8] >> 4
+            high = (sb[8 + j % 4] >> (2 * (j // 4))) & 3
+            scales.append((low | high << 4) - 32)
+        out, m = [], 1
+        for half in range(2):
+            q = qs[32 * half:32 * half + 32]
+            for shift in (0, 2, 4, 6):
+                for part in range(2):
+                    dl = d * F32(scales[8 * half + shift + part])
+                    for l in range(16):
+                        k = 16 * part + l
+                        out.append(dl * F32(((q[k] >> shift) & 3) - (0 if hm[k] & m else 4)))
+                m <<= 1
+        return out
+    if name == "IQ4_NL":
+        d = _h(b, 0)
+        return [d * F32(IQ4[b[2 + j] & 15]) for j in range(16)] + [d * F32(IQ4[b[2 + j] >> 4]) for j in range(16)]
+    if name == "IQ4_XS":
+        d = _h(b, 0)
+        sh = struct.unpack("<H", bytes(b[2:4]))[0]
+        out = []
+        for g in range(8):
+            ls = ((b[4 + g // 2] >> (4 * (g % 2))) & 15) | (((sh >> (2 * g)) & 3) << 4)
+            dl = d * F32(ls - 32)
+            q = b[8 + 16 * g:24 + 16 * g]
+            out += [dl * F32(IQ4[q[j] & 15]) for j in range(16)] + [dl * F32(IQ4[q[j] >> 4]) for j in range(16)]
         return out
     raise ValueError(name)
 
