@@ -39,16 +39,20 @@ std::optional<Frame> MemorySide::on_frame(const std::vector<uint8_t>& bytes, con
   return on_request(std::get<Request>(*cmd), bytes, rid, sender, defer);
 }
 
+Result<ProgramRecord*> MemorySide::joining(uint64_t program) {
+  if (program == 0) return static_cast<ProgramRecord*>(nullptr);
+  ProgramRecord* owner = programs_.find(program);
+  const std::string name = "program " + std::to_string(program);
+  if (!owner) return make_error(Errc::not_found, name + " is not registered");
+  if (owner->state != ProgramState::active)
+    return make_error(Errc::invalid_argument, name + " is paused: restore it before adding blocks");
+  return owner;
+}
+
 std::optional<Frame> MemorySide::on_create(uint64_t rid, const CreateBlockCmd& c) {
-  ProgramRecord* owner = nullptr;
-  if (c.program != 0) {  // the block joins a program: it is paused and restored with it
-    owner = programs_.find(c.program);
-    const std::string name = "program " + std::to_string(c.program);
-    if (!owner) return encode_error_envelope(rid, make_error(Errc::not_found, name + " is not registered"));
-    if (owner->state != ProgramState::active)
-      return encode_error_envelope(
-          rid, make_error(Errc::invalid_argument, name + " is paused: restore it before adding blocks"));
-  }
+  auto joins = joining(c.program);  // the block joins a program: it is paused and restored with it
+  if (!joins) return encode_error_envelope(rid, joins.error());
+  ProgramRecord* owner = *joins;
   const BlockId id = link_.create_block(c.name);
   if (owner) owner->blocks.push_back(id);
   return encode_block_info(rid, id, c.name, 0, 0);
@@ -76,18 +80,12 @@ std::optional<Frame> MemorySide::on_request(const Request& req, const std::vecto
 }
 
 Frame MemorySide::on_block_op(uint64_t rid, const BlockOpCmd& op) {
-  ProgramRecord* joins = nullptr;
-  if (op.op == BlockOpCmd::Op::fork && op.program != 0) {  // the fork joins a program, as CreateBlock's block
-    joins = programs_.find(op.program);
-    const std::string name = "program " + std::to_string(op.program);
-    if (!joins) return encode_error_envelope(rid, make_error(Errc::not_found, name + " is not registered"));
-    if (joins->state != ProgramState::active)
-      return encode_error_envelope(
-          rid, make_error(Errc::invalid_argument, name + " is paused: restore it before adding blocks"));
-  }
+  // A fork may join a program, as CreateBlock's block does.
+  auto joins = joining(op.op == BlockOpCmd::Op::fork ? op.program : 0);
+  if (!joins) return encode_error_envelope(rid, joins.error());
   Frame f = link_.block_op(rid, op);
-  if (joins)
-    if (auto r = decode_reply(f); r && r->kind == ReplyKind::block_info) joins->blocks.push_back(r->id);
+  if (*joins)
+    if (auto r = decode_reply(f); r && r->kind == ReplyKind::block_info) (*joins)->blocks.push_back(r->id);
   if (op.op == BlockOpCmd::Op::free || op.op == BlockOpCmd::Op::clear) {
     auto r = decode_reply(f);
     if (r && r->kind != ReplyKind::error) {

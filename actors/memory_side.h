@@ -51,6 +51,8 @@ class MemorySide {
     uint64_t program = 0;      // waiting for room: whose it is
   };
   static std::vector<BlockId> named(const Request& r);  // its view and the block it writes
+  // The registered, active program a new block joins (null for program 0); an error saying why not.
+  Result<ProgramRecord*> joining(uint64_t program);
   std::optional<Frame> on_create(uint64_t rid, const CreateBlockCmd& c);
   std::optional<Frame> on_request(const Request& req, const std::vector<uint8_t>& bytes, uint64_t rid,
                                   const caf::actor& sender, const Defer& defer);

@@ -18,6 +18,7 @@
 #include "gateway/gateway_backends.h"
 #include "gateway/gateway_programs.h"
 #include "gateway/openai_request.h"
+#include "gateway/openai_response.h"
 #include "net/codec.h"
 
 namespace chorus {
@@ -53,41 +54,6 @@ class TurnEnd {
   std::shared_ptr<GatewayPrograms> programs_;
   std::string id_;
   std::atomic<bool> done_{false};
-};
-
-// A reply's text on its way to the client: a tail that could begin a stop string is held back
-// until it is clear; at a stop string the text ends there.
-class StopStrings {
- public:
-  explicit StopStrings(const std::vector<std::string>& stops) : stops_(stops) {}
-  // The text that may go out now.
-  std::string push(const std::string& text) {
-    held_ += text;
-    size_t keep = 0;
-    for (const auto& s : stops_)
-      for (size_t k = std::min(s.size() - 1, held_.size()); k > keep; --k)
-        if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
-          keep = k;
-          break;
-        }
-    bool stopped = false;
-    for (const auto& s : stops_)
-      if (const auto at = held_.find(s); at != std::string::npos) {
-        held_.resize(at);
-        stopped = true;
-      }
-    if (stopped) keep = 0;
-    std::string out = held_.substr(0, held_.size() - keep);
-    held_.erase(0, held_.size() - keep);
-    if (stopped) held_.clear();
-    return out;
-  }
-  // At the end: what was held back (it began no stop string after all).
-  std::string flush() { return std::exchange(held_, std::string()); }
-
- private:
-  const std::vector<std::string>& stops_;
-  std::string held_;
 };
 
 }  // namespace
@@ -295,7 +261,7 @@ struct Gateway::Impl {
     bool eog = false;            // it ended with the model's end-of-turn token
     // With logprobs asked for: one entry per generated token but the end-of-turn one (its own,
     // then the alternatives).
-    std::vector<std::vector<TokenLogprob>> logprobs;
+    TokenLogprobs logprobs;
     // The error as a client gets it (error must be set).
     HttpError failure() const { return http_error(make_error(code, "generation failed: " + error)); }
   };
@@ -444,59 +410,6 @@ struct Gateway::Impl {
     }
   }
 
-  static json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
-    json list = json::array();
-    for (size_t k = 0; k < calls.size(); ++k) {
-      json c = {{"id", calls[k].id},
-                {"type", "function"},
-                {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
-      if (with_index) c["index"] = k;
-      list.push_back(std::move(c));
-    }
-    return list;
-  }
-
-  // A token as logprobs show it: its text (the bytes it decodes to, as UTF-8 where they are
-  // whole), its logprob, its bytes.
-  json token_json(const TokenLogprob& t) const {
-    const std::string piece = model->tokenizer.token_to_piece(t.token);
-    json bytes = json::array();
-    for (const unsigned char c : piece) bytes.push_back(c);
-    return {{"token", piece}, {"logprob", t.logprob}, {"bytes", std::move(bytes)}};
-  }
-
-  // Chat logprobs of entries [from, to): {"content": [{token, logprob, bytes, top_logprobs}], "refusal":
-  // null}.
-  json chat_logprobs(const Outcome& o, size_t from, size_t to) const {
-    json content = json::array();
-    for (size_t k = from; k < to; ++k) {
-      json c = token_json(o.logprobs[k][0]);
-      json top = json::array();
-      for (size_t t = 1; t < o.logprobs[k].size(); ++t) top.push_back(token_json(o.logprobs[k][t]));
-      c["top_logprobs"] = std::move(top);
-      content.push_back(std::move(c));
-    }
-    return {{"content", std::move(content)}, {"refusal", nullptr}};
-  }
-
-  // Completion logprobs of entries [from, to) (the legacy shape): tokens, token_logprobs,
-  // top_logprobs ({text: logprob}), text_offset (bytes into the choice's text; `offset` runs on).
-  json legacy_logprobs(const Outcome& o, size_t from, size_t to, int64_t& offset) const {
-    json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-    for (size_t k = from; k < to; ++k) {
-      const std::string piece = model->tokenizer.token_to_piece(o.logprobs[k][0].token);
-      tokens.push_back(piece);
-      lps.push_back(o.logprobs[k][0].logprob);
-      json top = json::object();
-      for (size_t t = 1; t < o.logprobs[k].size(); ++t)
-        top[model->tokenizer.token_to_piece(o.logprobs[k][t].token)] = o.logprobs[k][t].logprob;
-      tops.push_back(std::move(top));
-      offsets.push_back(offset);
-      offset += static_cast<int64_t>(piece.size());
-    }
-    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-  }
-
   // A choice of a whole (not streamed) reply.
   json choice_json(const ChatRequest& req, const Outcome& o, size_t index, const std::string& echo) const {
     const bool lp = req.sampling.logprobs >= 0;
@@ -504,7 +417,8 @@ struct Gateway::Impl {
       int64_t offset = static_cast<int64_t>(echo.size());
       return {{"index", index},
               {"text", echo + o.content},
-              {"logprobs", lp ? legacy_logprobs(o, 0, o.logprobs.size(), offset) : json(nullptr)},
+              {"logprobs", lp ? legacy_logprobs(model->tokenizer, o.logprobs, 0, o.logprobs.size(), offset)
+                              : json(nullptr)},
               {"finish_reason", o.finish_reason}};
     }
     json message = {{"role", "assistant"}, {"content", o.content}};
@@ -512,10 +426,11 @@ struct Gateway::Impl {
       if (o.content.empty()) message["content"] = nullptr;
       message["tool_calls"] = tool_calls_json(o.calls, false);
     }
-    return {{"index", index},
-            {"message", message},
-            {"logprobs", lp ? chat_logprobs(o, 0, o.logprobs.size()) : json(nullptr)},
-            {"finish_reason", o.finish_reason}};
+    return {
+        {"index", index},
+        {"message", message},
+        {"logprobs", lp ? chat_logprobs(model->tokenizer, o.logprobs, 0, o.logprobs.size()) : json(nullptr)},
+        {"finish_reason", o.finish_reason}};
   }
 
   // Usage over the choices: the prompt once, every choice's completion.
@@ -622,7 +537,8 @@ struct Gateway::Impl {
         auto logprobs = [&](const Outcome& o) -> json {
           if (req.sampling.logprobs < 0) return nullptr;
           const size_t to = o.logprobs.size();
-          json j = req.completion ? legacy_logprobs(o, lp_sent, to, offset) : chat_logprobs(o, lp_sent, to);
+          json j = req.completion ? legacy_logprobs(model->tokenizer, o.logprobs, lp_sent, to, offset)
+                                  : chat_logprobs(model->tokenizer, o.logprobs, lp_sent, to);
           lp_sent = to;
           return j;
         };
