@@ -26,88 +26,110 @@ MemorySide::Deliver promise(Self* self) {
 // actor's operations (and block subscriptions); before each step it waits until the memory
 // actor has applied what it had; after each step it sends the memory actor a report (what
 // finished, the pool as it is now). Sleeps on its mailbox when idle.
-void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
-  EngineSide side(std::move(engine));
-  caf::actor memory;
-  uint64_t version = 0;
-  auto stamped = [&](PoolSnapshot p) {
-    p.version = ++version;
-    return p;
-  };
-  bool running = true, got = false, stopping = false;  // stop_atom: finish what was accepted, then end
-  auto on_link = [&](link_atom, const LinkOp& op) {
-    got = true;
-    LinkResult r = side.apply(op);
-    r.pool.version = ++version;
-    return r;
-  };
-  auto on_memory = [&](memory_atom) { memory = caf::actor_cast<caf::actor>(self->current_sender()); };
-  auto on_subscribe = [&](subscribe_atom, BlockId b, const caf::actor& who) {
-    got = true;
-    side.subscribe(b, who);
-  };
-  auto on_stop = [&](stop_atom) {
-    got = true;
-    stopping = true;
-  };
-  const auto send = [self](const caf::actor& who, Frame f) {
-    self->send(who, event_atom::value, std::move(f));
-  };
-  auto on_release = [&](release_atom, const std::vector<RequestId>& ids) {
-    got = true;
-    for (RequestId id : ids) side.release(id, send);
-  };
-  auto on_exit = [&](caf::exit_msg& m) {
-    running = false;
-    self->fail_state(m.reason);
-  };
-  // A step's messages, sent after its report: its events, then the growth of watched blocks
-  // (EngineSide::step makes them in that order). Kept across steps (no allocation once warm).
-  std::vector<std::pair<caf::actor, Frame>> events;
-  std::vector<std::tuple<caf::actor, BlockId, int64_t>> growth;
-  const auto later = [&events](const caf::actor& who, Frame f) { events.emplace_back(who, std::move(f)); };
-  const auto grown = [&growth](const caf::actor& who, BlockId b, int64_t n) {
-    growth.emplace_back(who, b, n);
-  };
-  while (running) {
-    if (side.idle()) {
-      if (stopping && !side.awaiting_release()) break;
-      self->receive(on_link, on_release, on_memory, on_subscribe, on_stop,
-                    on_exit);  // sleep until there is work
+class BatcherLoop {
+ public:
+  BatcherLoop(caf::blocking_actor* self, std::shared_ptr<Engine> engine)
+      : self_(self), side_(std::move(engine)) {}
+
+  void run() {
+    while (running_) {
+      if (side_.idle()) {
+        if (stopping_ && !side_.awaiting_release()) break;
+        receive();  // sleep until there is work
+      }
+      do {  // then take everything already queued, without waiting
+        got_ = false;
+        receive(caf::after(std::chrono::seconds(0)) >> [] {});
+      } while (got_ && running_);
+      if (!running_ || side_.idle()) continue;
+      if (memory_) {
+        if (!wait_for_memory()) break;
+        if (side_.idle()) continue;
+      }
+      if (!step()) break;
     }
-    do {  // then take everything already queued, without waiting
-      got = false;
-      self->receive(
-          on_link, on_release, on_memory, on_subscribe, on_stop, on_exit,
-          caf::after(std::chrono::seconds(0)) >> [] {});
-    } while (got && running);
-    if (!running || side.idle()) continue;
-    // Before each step, every command the memory actor had when it was asked is applied: it
-    // answers (go_atom) once it has handled what came before the question, and the batcher
-    // answers its operations meanwhile (as when one actor held both sides, whatever the
-    // scheduling of the memory actor's thread).
-    if (memory) {
-      self->send(memory, ready_atom::value);
-      for (bool go = false; !go && running;)
-        self->receive(on_link, on_release, on_memory, on_subscribe, on_stop, on_exit,
-                      [&](go_atom) { go = true; });
-      if (!running) break;
-      if (side.idle()) continue;
-    }
-    // The report goes to the memory actor before the step's events go out: whoever has seen
-    // an event and then asks the memory actor is answered with the step counted.
-    events.clear();
-    growth.clear();
-    auto finished = side.step(later, grown);
-    if (!finished) {
-      self->fail_state(caf::make_error(caf::sec::runtime_error, finished.error().to_string()));
-      break;
-    }
-    if (memory)
-      self->send(memory, report_atom::value, StepReport{std::move(*finished), stamped(side.snapshot_pool())});
-    for (auto& [who, f] : events) send(who, std::move(f));
-    for (const auto& [who, b, n] : growth) self->send(who, grown_atom::value, b, n);
   }
+
+ private:
+  // One message of the mailbox: the memory actor's operations and the batcher's controls, and
+  // whatever `extra` handles.
+  template <class... Extra>
+  void receive(Extra&&... extra) {
+    self_->receive(
+        [this](link_atom, const LinkOp& op) {
+          got_ = true;
+          LinkResult r = side_.apply(op);
+          r.pool.version = ++version_;
+          return r;
+        },
+        [this](release_atom, const std::vector<RequestId>& ids) {
+          got_ = true;
+          for (RequestId id : ids)
+            side_.release(id, [this](const caf::actor& who, Frame f) { send(who, std::move(f)); });
+        },
+        [this](memory_atom) { memory_ = caf::actor_cast<caf::actor>(self_->current_sender()); },
+        [this](subscribe_atom, BlockId b, const caf::actor& who) {
+          got_ = true;
+          side_.subscribe(b, who);
+        },
+        [this](stop_atom) {  // finish what was accepted, then end
+          got_ = true;
+          stopping_ = true;
+        },
+        [this](caf::exit_msg& m) {
+          running_ = false;
+          self_->fail_state(m.reason);
+        },
+        std::forward<Extra>(extra)...);
+  }
+
+  // Before each step, every command the memory actor had when it was asked is applied: it
+  // answers (go_atom) once it has handled what came before the question, and the batcher answers
+  // its operations meanwhile (as when one actor held both sides, whatever the scheduling of the
+  // memory actor's thread). False when the batcher is to end.
+  bool wait_for_memory() {
+    self_->send(memory_, ready_atom::value);
+    for (bool go = false; !go && running_;) receive([&go](go_atom) { go = true; });
+    return running_;
+  }
+
+  // The report goes to the memory actor before the step's events go out: whoever has seen an
+  // event and then asks the memory actor is answered with the step counted. A step's messages
+  // are its events, then the growth of watched blocks (EngineSide::step makes them in that
+  // order), kept across steps (no allocation once warm). False when the step failed.
+  bool step() {
+    events_.clear();
+    growth_.clear();
+    auto finished =
+        side_.step([this](const caf::actor& who, Frame f) { events_.emplace_back(who, std::move(f)); },
+                   [this](const caf::actor& who, BlockId b, int64_t n) { growth_.emplace_back(who, b, n); });
+    if (!finished) {
+      self_->fail_state(caf::make_error(caf::sec::runtime_error, finished.error().to_string()));
+      return false;
+    }
+    if (memory_) {
+      PoolSnapshot pool = side_.snapshot_pool();
+      pool.version = ++version_;
+      self_->send(memory_, report_atom::value, StepReport{std::move(*finished), std::move(pool)});
+    }
+    for (auto& [who, f] : events_) send(who, std::move(f));
+    for (const auto& [who, b, n] : growth_) self_->send(who, grown_atom::value, b, n);
+    return true;
+  }
+
+  void send(const caf::actor& who, Frame f) { self_->send(who, event_atom::value, std::move(f)); }
+
+  caf::blocking_actor* self_;
+  EngineSide side_;
+  caf::actor memory_;
+  uint64_t version_ = 0;
+  bool running_ = true, got_ = false, stopping_ = false;
+  std::vector<std::pair<caf::actor, Frame>> events_;
+  std::vector<std::tuple<caf::actor, BlockId, int64_t>> growth_;
+};
+
+void batcher_main(caf::blocking_actor* self, std::shared_ptr<Engine> engine) {
+  BatcherLoop(self, std::move(engine)).run();
 }
 
 // The memory actor's link: each operation asks the batcher and waits for its answer (the

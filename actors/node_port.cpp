@@ -101,12 +101,67 @@ class HandshakeWatch {
   std::chrono::steady_clock::time_point last_;
 };
 
-void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
-               std::shared_ptr<zmq::socket_t> pub, caf::actor batcher, size_t max_frame_bytes,
-               std::shared_ptr<CurveGate> gate, std::shared_ptr<HandshakeWatch> watch) {
-  bool running = true;
-  auto publish = [&](const std::vector<uint8_t>& frame, BlockId block) {
-    if (!pub) return;
+// The node port's loop: the answers and events the actors have for clients, then the frames
+// clients sent, each to a forwarder of its own.
+class PortLoop {
+ public:
+  PortLoop(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, std::shared_ptr<zmq::socket_t> pub,
+           caf::actor batcher, size_t max_frame_bytes, std::shared_ptr<HandshakeWatch> watch)
+      : self_(self),
+        me_(caf::actor_cast<caf::actor>(self)),
+        sock_(std::move(sock)),
+        pub_(std::move(pub)),
+        batcher_(std::move(batcher)),
+        max_frame_bytes_(max_frame_bytes),
+        watch_(std::move(watch)) {}
+
+  void run() {
+    while (running_) {
+      drain_mailbox();
+      zmq::pollitem_t items[] = {{sock_->handle(), 0, ZMQ_POLLIN, 0},
+                                 {watch_ ? watch_->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+      if (!running_ || zmq::poll(items, items[1].socket ? 2 : 1, std::chrono::milliseconds(2)) <= 0) continue;
+      if (items[1].revents & ZMQ_POLLIN) watch_->drain();
+      read_socket();
+    }
+    if (watch_) {
+      zmq_socket_monitor(sock_->handle(), nullptr, 0);
+      watch_->close();
+    }
+    sock_->close();
+    if (pub_) pub_->close();
+  }
+
+ private:
+  // Answers and events, without waiting.
+  void drain_mailbox() {
+    for (bool more = true; more && running_;) {
+      more = false;
+      self_->receive(
+          [&](answer_atom, const std::string& client, const std::vector<uint8_t>& f) {
+            more = true;
+            send_to(*sock_, client, f);
+          },
+          [&](event_atom, const std::string& client, const std::vector<uint8_t>& f, BlockId block) {
+            more = true;
+            send_to(*sock_, client, f);
+            publish(f, block);
+          },
+          [&](waiting_atom, uint64_t program) {
+            more = true;
+            if (!watcher_.empty()) send_to(*sock_, watcher_, encode_program_waiting(program));
+          },
+          [this](stop_atom) { running_ = false; },
+          [this](caf::exit_msg& m) {
+            running_ = false;
+            self_->fail_state(m.reason);
+          },
+          caf::after(std::chrono::seconds(0)) >> [] {});
+    }
+  }
+
+  void publish(const std::vector<uint8_t>& frame, BlockId block) {
+    if (!pub_) return;
     std::string topic;
     if (block >= 0) {
       topic = "block:" + std::to_string(block);
@@ -115,90 +170,68 @@ void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
       if (!r) return;
       topic = "request:" + std::to_string(r->id);
     }
-    pub->send(zmq::buffer(topic), zmq::send_flags::sndmore);
-    pub->send(zmq::buffer(frame), zmq::send_flags::dontwait);
-  };
-  auto on_answer = [&](answer_atom, const std::string& client, const std::vector<uint8_t>& f) {
-    send_to(*sock, client, f);
-  };
-  auto on_event = [&](event_atom, const std::string& client, const std::vector<uint8_t>& f, BlockId block) {
-    send_to(*sock, client, f);
-    publish(f, block);
-  };
-  std::string watcher;  // the client told when a request waits (WatchPrograms)
-  auto on_waiting = [&](waiting_atom, uint64_t program) {
-    if (!watcher.empty()) send_to(*sock, watcher, encode_program_waiting(program));
-  };
-  auto on_stop = [&](stop_atom) { running = false; };
-  auto on_exit = [&](caf::exit_msg& m) {
-    running = false;
-    self->fail_state(m.reason);
-  };
-  const caf::actor me = caf::actor_cast<caf::actor>(self);
-  while (running) {
-    for (bool more = true; more && running;) {  // answers and events, without waiting
-      more = false;
-      self->receive(
-          [&](answer_atom a, const std::string& c, const std::vector<uint8_t>& f) {
-            more = true;
-            on_answer(a, c, f);
-          },
-          [&](event_atom a, const std::string& c, const std::vector<uint8_t>& f, BlockId b) {
-            more = true;
-            on_event(a, c, f, b);
-          },
-          [&](waiting_atom a, uint64_t program) {
-            more = true;
-            on_waiting(a, program);
-          },
-          on_stop, on_exit, caf::after(std::chrono::seconds(0)) >> [] {});
-    }
-    zmq::pollitem_t items[] = {{sock->handle(), 0, ZMQ_POLLIN, 0},
-                               {watch ? watch->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-    if (!running || zmq::poll(items, items[1].socket ? 2 : 1, std::chrono::milliseconds(2)) <= 0) continue;
-    if (items[1].revents & ZMQ_POLLIN) watch->drain();
-    for (zmq::message_t identity; running && sock->recv(identity, zmq::recv_flags::dontwait);) {
+    pub_->send(zmq::buffer(topic), zmq::send_flags::sndmore);
+    pub_->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+  }
+
+  void read_socket() {
+    for (zmq::message_t identity; running_ && sock_->recv(identity, zmq::recv_flags::dontwait);) {
       std::vector<zmq::message_t> parts;
       for (zmq::message_t part; identity.more() || (!parts.empty() && parts.back().more());) {
-        if (!sock->recv(part, zmq::recv_flags::dontwait)) break;
+        if (!sock_->recv(part, zmq::recv_flags::dontwait)) break;
         const bool last = !part.more();
         parts.push_back(std::move(part));
         if (last) break;
       }
-      const std::string id(identity.data<char>(), identity.size());
       if (parts.empty() || parts.back().size() == 0) continue;  // an empty delimiter alone: ignore
       const zmq::message_t& m = parts.back();                   // DEALER: [frame]; REQ-style: [empty, frame]
-      const std::span<const uint8_t> bytes(m.data<uint8_t>(), m.size());
-      if (m.size() > max_frame_bytes) {
-        spdlog::warn("node port: refused a {}-byte frame (limit {})", m.size(), max_frame_bytes);
-        send_to(
-            *sock, id,
-            encode_error_envelope(0, make_error(Errc::out_of_range, "frame of " + std::to_string(m.size()) +
-                                                                        " bytes exceeds the limit of " +
-                                                                        std::to_string(max_frame_bytes))));
-        continue;
-      }
-      auto env = decode_envelope(bytes);
-      if (!env) {
-        spdlog::warn("node port: bad frame: {}", env.error().message);
-        send_to(*sock, id, encode_error_envelope(0, env.error()));
-        continue;
-      }
-      if (env->payload_type == "WatchPrograms") {  // this client hears of waiting requests from now on
-        watcher = id;
-        self->send(batcher, scheduler_atom::value);
-        self->spawn(forwarder, me, batcher, id, encode_heartbeat(env->request_id, "", 0, 0));  // the answer
-        continue;
-      }
-      self->spawn(forwarder, me, batcher, id, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+      handle(std::string(identity.data<char>(), identity.size()),
+             std::span<const uint8_t>(m.data<uint8_t>(), m.size()));
     }
   }
-  if (watch) {
-    zmq_socket_monitor(sock->handle(), nullptr, 0);
-    watch->close();
+
+  // One client frame: refused when too large or malformed; WatchPrograms makes its client the
+  // one told of waiting requests; anything else goes to a forwarder.
+  void handle(const std::string& id, std::span<const uint8_t> bytes) {
+    if (bytes.size() > max_frame_bytes_) {
+      spdlog::warn("node port: refused a {}-byte frame (limit {})", bytes.size(), max_frame_bytes_);
+      send_to(
+          *sock_, id,
+          encode_error_envelope(0, make_error(Errc::out_of_range, "frame of " + std::to_string(bytes.size()) +
+                                                                      " bytes exceeds the limit of " +
+                                                                      std::to_string(max_frame_bytes_))));
+      return;
+    }
+    auto env = decode_envelope(bytes);
+    if (!env) {
+      spdlog::warn("node port: bad frame: {}", env.error().message);
+      send_to(*sock_, id, encode_error_envelope(0, env.error()));
+      return;
+    }
+    if (env->payload_type == "WatchPrograms") {  // this client hears of waiting requests from now on
+      watcher_ = id;
+      self_->send(batcher_, scheduler_atom::value);
+      self_->spawn(forwarder, me_, batcher_, id, encode_heartbeat(env->request_id, "", 0, 0));  // the answer
+      return;
+    }
+    self_->spawn(forwarder, me_, batcher_, id, std::vector<uint8_t>(bytes.begin(), bytes.end()));
   }
-  sock->close();
-  if (pub) pub->close();
+
+  caf::blocking_actor* self_;
+  const caf::actor me_;
+  std::shared_ptr<zmq::socket_t> sock_, pub_;
+  caf::actor batcher_;
+  size_t max_frame_bytes_;
+  std::shared_ptr<HandshakeWatch> watch_;
+  bool running_ = true;
+  std::string watcher_;  // the client told when a request waits (WatchPrograms)
+};
+
+void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
+               std::shared_ptr<zmq::socket_t> pub, caf::actor batcher, size_t max_frame_bytes,
+               std::shared_ptr<CurveGate> gate, std::shared_ptr<HandshakeWatch> watch) {
+  PortLoop(self, std::move(sock), std::move(pub), std::move(batcher), max_frame_bytes, std::move(watch))
+      .run();
   gate.reset();  // after the sockets it answers for
 }
 

@@ -110,95 +110,125 @@ void lines_in(caf::stateful_actor<SourceRoleState>* self, const SourceRoleConfig
   }
 }
 
-caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor batcher,
-                          SourceRoleConfig cfg) {
-  auto c = std::make_shared<SourceRoleConfig>(std::move(cfg));
-  self->state.trig.init(c->triggers);
-  self->state.next_emit = c->every_lines;
-  const size_t keep_recent = static_cast<size_t>(std::max(c->every_lines, 1));
-  auto fail = [=](const std::string& what) { self->send(self->state.ctl, fail_atom::value, c->name, what); };
-  auto maybe_done = [=] {
-    auto& st = self->state;
-    if (st.done || !st.input_ended || !st.in_flight.empty() || st.rotating || !st.backlog.empty()) return;
-    st.done = true;
-    self->send(st.ctl, signal_atom::value, c->name + ".done", std::string());
-  };
-  auto forward = [=](const std::string& text, bool carry) {
-    const auto toks = c->tokenizer->encode(text, {.parse_special = true});
+// The source's steps, shared by its handlers (which hold it by a shared pointer).
+class SourceRole : public std::enable_shared_from_this<SourceRole> {
+ public:
+  using Self = caf::stateful_actor<SourceRoleState>;
+  SourceRole(Self* self, caf::actor batcher, SourceRoleConfig cfg)
+      : self_(self),
+        batcher_(std::move(batcher)),
+        c_(std::move(cfg)),
+        keep_recent_(static_cast<size_t>(std::max(c_.every_lines, 1))) {
+    st().trig.init(c_.triggers);
+    st().next_emit = c_.every_lines;
+  }
+
+  SourceRoleState& st() { return self_->state; }
+
+  void start(const caf::actor& ctl) {
+    st().ctl = ctl;
+    if (c_.text_once && c_.triggers.on.empty() && c_.triggers.after.empty()) send_text();
+  }
+  void signal(const std::string& ev) {
+    if (c_.text_once && st().trig.on_signal(c_.triggers, ev) > 0) send_text();
+  }
+  void text(std::string text) {
+    if (!take_text(st(), c_, text)) return;
+    st().backlog.push_back(std::move(text));
+    drain();
+  }
+
+  void fail(const std::string& what) { self_->send(st().ctl, fail_atom::value, c_.name, what); }
+
+  void maybe_done() {
+    if (st().done || !st().input_ended || !st().in_flight.empty() || st().rotating || !st().backlog.empty())
+      return;
+    st().done = true;
+    self_->send(st().ctl, signal_atom::value, c_.name + ".done", std::string());
+  }
+
+  void forward(const std::string& text, bool carry) {
+    const auto toks = c_.tokenizer->encode(text, {.parse_special = true});
     if (toks.empty()) return;
-    auto& st = self->state;
-    st.in_flight.push_back({carry ? 0 : count_lines(text), text, carry});
-    st.lines_in_block += count_lines(text);
-    submit(self, batcher, Request::forward(c->write_to, toks, c->view),
-           [=](const std::string& why) { fail("forward refused: " + why); });
-  };
-  auto try_clear = std::make_shared<std::function<void()>>();
+    st().in_flight.push_back({carry ? 0 : count_lines(text), text, carry});
+    st().lines_in_block += count_lines(text);
+    submit(self_, batcher_, Request::forward(c_.write_to, toks, c_.view),
+           [me = shared_from_this()](const std::string& why) { me->fail("forward refused: " + why); });
+  }
+
   // One forward at a time: what arrived meanwhile goes in as one (fewer, fuller steps).
-  auto drain = [=] {
-    auto& st = self->state;
-    if (st.rotating || !st.in_flight.empty()) return maybe_done();
-    const std::string merged = next_from_backlog(st, *c);
-    if (st.rotating) return (*try_clear)();
+  void drain() {
+    if (st().rotating || !st().in_flight.empty()) return maybe_done();
+    const std::string merged = next_from_backlog(st(), c_);
+    if (st().rotating) return try_clear();
     if (!merged.empty()) forward(merged, false);
     maybe_done();
-  };
-  *try_clear = [=] {
-    if (!self->state.rotating || !self->state.in_flight.empty()) return;  // again when the forwards are in
-    self->request(batcher, caf::infinite, frame_atom::value, encode_clear_block(0, c->write_to))
-        .then(
-            [=](const std::vector<uint8_t>& reply) {
-              auto r = decode_reply(reply);
-              auto& st = self->state;
-              if (!r || r->kind != ReplyKind::block_info) {  // a reader holds the block: try again shortly
-                self->delayed_send(self, std::chrono::milliseconds(5), tick_atom::value);
-                return;
-              }
-              st.rotating = false;
-              st.lines_in_block = 0;
-              std::string carry;
-              for (const auto& l : st.recent) carry += l;
-              st.carry_lines = count_lines(carry);
-              forward(carry, true);
-              drain();
-            },
-            [=](caf::error& e) { fail("clear refused: " + caf::to_string(e)); });
-  };
-  auto send_text = [=] {
-    if (self->state.sent) return;
-    self->state.sent = true;
-    self->delayed_send(self, std::chrono::milliseconds(c->delay_ms), text_atom::value, c->text);
-  };
+  }
+
+  // A window source's clear, once its forwards are in; then the recent lines run again.
+  void try_clear() {
+    if (!st().rotating || !st().in_flight.empty()) return;  // again when the forwards are in
+    auto me = shared_from_this();
+    self_->request(batcher_, caf::infinite, frame_atom::value, encode_clear_block(0, c_.write_to))
+        .then([me](const std::vector<uint8_t>& reply) { me->cleared(reply); },
+              [me](caf::error& e) { me->fail("clear refused: " + caf::to_string(e)); });
+  }
+
+  void cleared(const std::vector<uint8_t>& reply) {
+    auto r = decode_reply(reply);
+    if (!r || r->kind != ReplyKind::block_info) {  // a reader holds the block: try again shortly
+      self_->delayed_send(self_, std::chrono::milliseconds(5), tick_atom::value);
+      return;
+    }
+    st().rotating = false;
+    st().lines_in_block = 0;
+    std::string carry;
+    for (const auto& l : st().recent) carry += l;
+    st().carry_lines = count_lines(carry);
+    forward(carry, true);
+    drain();
+  }
+
+  void send_text() {
+    if (st().sent) return;
+    st().sent = true;
+    self_->delayed_send(self_, std::chrono::milliseconds(c_.delay_ms), text_atom::value, c_.text);
+  }
+
+  // A forward's event: the next forward in order is in (or the source fails).
+  void finished(const std::vector<uint8_t>& frame) {
+    auto r = decode_reply(frame);
+    if (!r || r->kind != ReplyKind::finished) return;
+    if (r->reason == FinishReason::error || r->reason == FinishReason::context_full)
+      return fail("forward failed: " + r->text);
+    if (st().in_flight.empty()) return;
+    SourceRoleState::Forward f = std::move(st().in_flight.front());
+    st().in_flight.pop_front();
+    if (!f.carry) lines_in(self_, c_, f.text, keep_recent_);
+    if (st().rotating) try_clear();
+    drain();
+  }
+
+ private:
+  Self* self_;
+  caf::actor batcher_;
+  SourceRoleConfig c_;
+  size_t keep_recent_;
+};
+
+caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor batcher,
+                          SourceRoleConfig cfg) {
+  auto r = std::make_shared<SourceRole>(self, std::move(batcher), std::move(cfg));
   return {
-      [=](start_atom, const caf::actor& ctl) {
-        self->state.ctl = ctl;
-        if (c->text_once && c->triggers.on.empty() && c->triggers.after.empty()) send_text();
+      [r](start_atom, const caf::actor& ctl) { r->start(ctl); },
+      [r](signal_atom, const std::string& ev, const std::string&) { r->signal(ev); },
+      [r](tick_atom) { r->try_clear(); },
+      [r](text_atom, std::string text) { r->text(std::move(text)); },
+      [r](done_atom) {
+        r->st().input_ended = true;
+        r->maybe_done();
       },
-      [=](signal_atom, const std::string& ev, const std::string&) {
-        if (c->text_once && self->state.trig.on_signal(c->triggers, ev) > 0) send_text();
-      },
-      [=](tick_atom) { (*try_clear)(); },
-      [=](text_atom, std::string text) {
-        if (!take_text(self->state, *c, text)) return;
-        self->state.backlog.push_back(std::move(text));
-        drain();
-      },
-      [=](done_atom) {
-        self->state.input_ended = true;
-        maybe_done();
-      },
-      [=](event_atom, const std::vector<uint8_t>& frame) {
-        auto r = decode_reply(frame);
-        if (!r || r->kind != ReplyKind::finished) return;
-        auto& st = self->state;
-        if (r->reason == FinishReason::error || r->reason == FinishReason::context_full)
-          return fail("forward failed: " + r->text);
-        if (st.in_flight.empty()) return;
-        SourceRoleState::Forward f = std::move(st.in_flight.front());
-        st.in_flight.pop_front();
-        if (!f.carry) lines_in(self, *c, f.text, keep_recent);
-        if (st.rotating) (*try_clear)();
-        drain();
-      },
+      [r](event_atom, const std::vector<uint8_t>& frame) { r->finished(frame); },
   };
 }
 

@@ -114,6 +114,17 @@ TokenId Sampler::draw_unfiltered(size_t keep, double u) {
 }
 
 TokenId Sampler::sample_at(std::span<const float> logits, std::span<const TokenId> history, double u) {
+  if (!gather(logits)) return matcher_ ? kNoToken : argmax(logits);
+  adjust(logits.size(), history);
+  if (p_.temperature <= 0.0f) return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
+  size_t keep = cand_.size();
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < keep) keep = static_cast<size_t>(p_.top_k);
+  if (keep > kSortedDrawFrom && p_.top_p >= 1.0f && p_.min_p <= 0.0f) return draw_unfiltered(keep, u);
+  return draw_filtered(keep, u);
+}
+
+// The candidates: every token neither forbidden nor (with a grammar) refused by the matcher.
+bool Sampler::gather(std::span<const float> logits) {
   const size_t n = logits.size();
   if (forbidden_mask_.size() != n) {
     forbidden_mask_.assign(n, 0);
@@ -126,13 +137,16 @@ TokenId Sampler::sample_at(std::span<const float> logits, std::span<const TokenI
     for (size_t i = 0; i < n; ++i)
       if (!forbidden_mask_[i] && allowed->test(static_cast<TokenId>(i)))
         cand_.emplace_back(logits[i], static_cast<TokenId>(i));
-    if (cand_.empty()) return kNoToken;
   } else {
     for (size_t i = 0; i < n; ++i)
       if (!forbidden_mask_[i]) cand_.emplace_back(logits[i], static_cast<TokenId>(i));
-    if (cand_.empty()) return argmax(logits);
   }
+  return !cand_.empty();
+}
 
+// The candidates' logits after the bias, the repetition penalty over `history`, and the presence
+// and frequency penalties over the tokens drawn.
+void Sampler::adjust(size_t n, std::span<const TokenId> history) {
   if (!p_.logit_bias.empty()) {
     if (bias_.size() != n) {
       bias_.assign(n, 0.0f);
@@ -141,7 +155,6 @@ TokenId Sampler::sample_at(std::span<const float> logits, std::span<const TokenI
     }
     for (auto& [logit, id] : cand_) logit += bias_[static_cast<size_t>(id)];
   }
-
   if (p_.repeat_penalty != 1.0f && !history.empty()) {
     const size_t from = history.size() > static_cast<size_t>(std::max(0, p_.repeat_last_n))
                             ? history.size() - static_cast<size_t>(std::max(0, p_.repeat_last_n))
@@ -153,22 +166,18 @@ TokenId Sampler::sample_at(std::span<const float> logits, std::span<const TokenI
       if (seen[static_cast<size_t>(id)])
         logit = logit > 0 ? logit / p_.repeat_penalty : logit * p_.repeat_penalty;
   }
-
   if (drawn_.size() == n) {
     for (auto& [logit, id] : cand_)
       if (const int c = drawn_[static_cast<size_t>(id)]; c > 0)
         logit -= p_.presence_penalty + p_.frequency_penalty * static_cast<float>(c);
   }
+}
 
-  if (p_.temperature <= 0.0f) return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
-
-  size_t keep = cand_.size();
-  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < keep) keep = static_cast<size_t>(p_.top_k);
-  if (keep > kSortedDrawFrom && p_.top_p >= 1.0f && p_.min_p <= 0.0f) return draw_unfiltered(keep, u);
+// The best `keep` candidates, filtered by top-p and min-p (probabilities at temperature 1), then
+// the draw at the temperature.
+TokenId Sampler::draw_filtered(size_t keep, double u) {
   std::partial_sort(cand_.begin(), cand_.begin() + static_cast<long>(keep), cand_.end(), by_logit);
   cand_.resize(keep);
-
-  // Probabilities at temperature 1 for the top-p / min-p filters.
   const float mx = cand_.front().first;
   std::vector<float> prob(keep);
   float sum = 0.0f;
@@ -189,8 +198,6 @@ TokenId Sampler::sample_at(std::span<const float> logits, std::span<const TokenI
     keep = k;
   }
   cand_.resize(keep);
-
-  // Temperature, then draw.
   std::vector<double> w(keep);
   double total = 0.0;
   for (size_t i = 0; i < keep; ++i)

@@ -100,6 +100,11 @@ class Sampler {
   // Above this many candidates with no top-p/min-p filter, the draw sorts lazily (draw_unfiltered).
   static constexpr size_t kSortedDrawFrom = 512;
   TokenId draw_unfiltered(size_t keep, double u);
+  // sample_at()'s phases: the candidates (false when there are none), their adjusted logits, the
+  // filtered draw.
+  bool gather(std::span<const float> logits);
+  void adjust(size_t n, std::span<const TokenId> history);
+  TokenId draw_filtered(size_t keep, double u);
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, TokenId>> cand_;  // scratch, reused

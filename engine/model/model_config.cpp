@@ -30,6 +30,65 @@ bool integer_type(GgufValueType t) {
          t != GgufValueType::f64;
 }
 
+// Which layers are recurrent: an explicit per-layer list (newer converters), else every layer but
+// each full_attention_interval-th.
+Status read_recurrent_layers(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  auto bad = [&](const std::string& what) { return make_error(Errc::bad_format, g.name() + ": " + what); };
+  if (g.find(p + "attention.recurrent_layers")) {
+    const GgufValue* v = g.find(p + "attention.recurrent_layers");
+    const auto* arr = std::get_if<GgufArray>(&v->v);
+    if (arr == nullptr || arr->count != static_cast<uint64_t>(c.n_layer) || !integer_type(arr->elem_type))
+      return bad(p + "attention.recurrent_layers must be an array of " + std::to_string(c.n_layer) +
+                 " integers");
+    for (int l = 0; l < c.n_layer; ++l)
+      c.linear_layer[static_cast<size_t>(l)] = arr->elem_type == GgufValueType::boolean
+                                                   ? arr->data[l] != 0
+                                                   : arr->int_at(static_cast<uint64_t>(l)) != 0;
+  } else {
+    int interval = 4;
+    if (g.find(p + "full_attention_interval")) {
+      auto v = get_int_key(g, p + "full_attention_interval");
+      if (!v) return v.error();
+      interval = *v;
+    }
+    for (int l = 0; l < c.n_layer; ++l) c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+  }
+  return Status::success();
+}
+
+// Interleaved multi-section RoPE (IMROPE): with text positions (the same position in the t, h and w
+// streams, 0 in the fourth) it is NeoX RoPE over n_rot dims, provided no rotated pair falls in the
+// fourth stream. Anything else needs image positions chorus does not have.
+Status check_imrope(const GgufFile& g, const std::string& p, const ModelConfig& c) {
+  auto bad = [&](const std::string& what) { return make_error(Errc::bad_format, g.name() + ": " + what); };
+  if (g.find(p + "rope.dimension_sections")) {
+    const GgufValue* v = g.find(p + "rope.dimension_sections");
+    const auto* arr = std::get_if<GgufArray>(&v->v);
+    if (arr == nullptr || arr->count != 4 || !integer_type(arr->elem_type))
+      return bad(p + "rope.dimension_sections must be an array of 4 integers");
+    int64_t sec[4], total = 0;
+    for (int i = 0; i < 4; ++i) {
+      sec[i] = arr->int_at(static_cast<uint64_t>(i));
+      if (sec[i] < 0 || sec[i] > 4096)
+        return bad(p + "rope.dimension_sections has " + std::to_string(sec[i]));
+      total += sec[i];
+    }
+    if (total <= 0) return bad(p + "rope.dimension_sections are all zero");
+    for (int pair = 0; pair < c.n_rot / 2; ++pair) {
+      const int64_t s = pair % total;
+      const bool text =
+          (s % 3 == 0 && s < 3 * sec[0]) || (s % 3 == 1 && s < 3 * sec[1]) || (s % 3 == 2 && s < 3 * sec[2]);
+      if (!text)
+        return make_error(Errc::unsupported,
+                          g.name() + ": " + p + "rope.dimension_sections [" + std::to_string(sec[0]) + ", " +
+                              std::to_string(sec[1]) + ", " + std::to_string(sec[2]) + ", " +
+                              std::to_string(sec[3]) + "] rotate pair " + std::to_string(pair) +
+                              " by the fourth position stream; chorus runs text positions only");
+    }
+  }
+  return Status::success();
+}
+
 Status read_hybrid(const GgufFile& g, const std::string& p, ModelConfig& c) {
   c.attn_output_gate = true;
   GdnConfig& d = c.gdn;
@@ -68,54 +127,8 @@ Status read_hybrid(const GgufFile& g, const std::string& p, ModelConfig& c) {
   if (d.conv_kernel < 2 || d.conv_kernel > 16)
     return make_error(Errc::unsupported, g.name() + ": " + p + "ssm.conv_kernel " +
                                              std::to_string(d.conv_kernel) + " is not supported (2..16)");
-  // Which layers are recurrent: an explicit per-layer list (newer converters), else every layer
-  // but each full_attention_interval-th.
-  if (g.find(p + "attention.recurrent_layers")) {
-    const GgufValue* v = g.find(p + "attention.recurrent_layers");
-    const auto* arr = std::get_if<GgufArray>(&v->v);
-    if (arr == nullptr || arr->count != static_cast<uint64_t>(c.n_layer) || !integer_type(arr->elem_type))
-      return bad(p + "attention.recurrent_layers must be an array of " + std::to_string(c.n_layer) +
-                 " integers");
-    for (int l = 0; l < c.n_layer; ++l)
-      c.linear_layer[static_cast<size_t>(l)] = arr->elem_type == GgufValueType::boolean
-                                                   ? arr->data[l] != 0
-                                                   : arr->int_at(static_cast<uint64_t>(l)) != 0;
-  } else {
-    int interval = 4;
-    if (g.find(p + "full_attention_interval")) {
-      if (Status s = key("full_attention_interval", &interval); !s.ok()) return s;
-    }
-    for (int l = 0; l < c.n_layer; ++l) c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
-  }
-  // Interleaved multi-section RoPE (IMROPE): with text positions (the same position in the
-  // t, h and w streams, 0 in the fourth) it is NeoX RoPE over n_rot dims, provided no rotated
-  // pair falls in the fourth stream. Anything else needs image positions chorus does not have.
-  if (g.find(p + "rope.dimension_sections")) {
-    const GgufValue* v = g.find(p + "rope.dimension_sections");
-    const auto* arr = std::get_if<GgufArray>(&v->v);
-    if (arr == nullptr || arr->count != 4 || !integer_type(arr->elem_type))
-      return bad(p + "rope.dimension_sections must be an array of 4 integers");
-    int64_t sec[4], total = 0;
-    for (int i = 0; i < 4; ++i) {
-      sec[i] = arr->int_at(static_cast<uint64_t>(i));
-      if (sec[i] < 0 || sec[i] > 4096)
-        return bad(p + "rope.dimension_sections has " + std::to_string(sec[i]));
-      total += sec[i];
-    }
-    if (total <= 0) return bad(p + "rope.dimension_sections are all zero");
-    for (int pair = 0; pair < c.n_rot / 2; ++pair) {
-      const int64_t s = pair % total;
-      const bool text =
-          (s % 3 == 0 && s < 3 * sec[0]) || (s % 3 == 1 && s < 3 * sec[1]) || (s % 3 == 2 && s < 3 * sec[2]);
-      if (!text)
-        return make_error(Errc::unsupported,
-                          g.name() + ": " + p + "rope.dimension_sections [" + std::to_string(sec[0]) + ", " +
-                              std::to_string(sec[1]) + ", " + std::to_string(sec[2]) + ", " +
-                              std::to_string(sec[3]) + "] rotate pair " + std::to_string(pair) +
-                              " by the fourth position stream; chorus runs text positions only");
-    }
-  }
-  return Status::success();
+  CHORUS_TRY(read_recurrent_layers(g, p, c));
+  return check_imrope(g, p, c);
 }
 
 Status read_experts(const GgufFile& g, const std::string& p, ModelConfig& c) {

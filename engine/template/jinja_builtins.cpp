@@ -23,6 +23,9 @@ bool has_prefix(const std::string& s, const Value& prefix, bool at_end) {
   return one(prefix);
 }
 
+Value string_search_method(const std::string& s, const std::string& name);
+
+// strip, split, startswith, the case changes; the others in string_search_method.
 Value string_method(const std::string& s, const std::string& name) {
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const bool left = name != "rstrip", right = name != "lstrip";
@@ -58,6 +61,11 @@ Value string_method(const std::string& s, const std::string& name) {
       return Value::string(change_case(s, name));
     });
   }
+  return string_search_method(s, name);
+}
+
+// replace, find, join, removeprefix, splitlines, the is* tests.
+Value string_search_method(const std::string& s, const std::string& name) {
   if (name == "replace") {
     return method([s](Args& a) {
       a.expect("str.replace", 3);

@@ -297,31 +297,14 @@ class Renderer {
         for (const auto& x : e.items) a.push_back(eval(*x, frame));
         return e.name == "tuple" ? Value::tuple(std::move(a)) : Value::array(std::move(a));
       }
-      case Expr::Kind::dict: {
-        Value d = Value::object();
-        for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
-          const Value key = eval(*e.items[k], frame);
-          if (!key.is_string()) throw TemplateError("dict keys must be strings here, got " + type_name(key));
-          d.set(key.s, eval(*e.items[k + 1], frame));
-        }
-        return d;
-      }
+      case Expr::Kind::dict: return eval_dict(e, frame);
       case Expr::Kind::attr: return get_attr(eval(*e.items[0], frame), e.name);
       case Expr::Kind::index: return get_item(eval(*e.items[0], frame), eval(*e.items[1], frame));
       case Expr::Kind::slice: {
         auto part = [&](size_t k) { return e.items[k] ? eval(*e.items[k], frame) : Value::none(); };
         return get_slice(eval(*e.items[0], frame), part(1), part(2), part(3));
       }
-      case Expr::Kind::call: {
-        const Value fn = eval(*e.items[0], frame);
-        if (fn.kind != Value::Kind::function) {
-          if (fn.is_undefined())
-            throw TemplateError(fn.undefined_hint.empty() ? "call of an undefined value" : fn.undefined_hint);
-          throw TemplateError("'" + type_name(fn) + "' object is not callable");
-        }
-        Args a = call_args(e, 1, frame);
-        return (*fn.fn)(a);
-      }
+      case Expr::Kind::call: return eval_call(e, frame);
       case Expr::Kind::filter: {
         const Value v = eval(*e.items[0], frame);
         Args a = call_args(e, 1, frame);
@@ -332,49 +315,75 @@ class Renderer {
         Args a = call_args(e, 1, frame);
         return Value::boolean(e.test(v, a) != e.negated);
       }
-      case Expr::Kind::unary: {
-        const Value v = eval(*e.items[0], frame);
-        if (e.name == "not") return Value::boolean(!truthy(v));
-        if (!v.is_number())
-          throw TemplateError("bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
-        if (e.name == "+") return v.is_integral() ? Value::integer(v.i) : v;
-        return v.is_integral() ? Value::integer(-v.i) : Value::floating(-v.f);
-      }
+      case Expr::Kind::unary: return eval_unary(e, frame);
       case Expr::Kind::binary: {
         Value a = eval(*e.items[0], frame);
         if (e.name == "and") return truthy(a) ? eval(*e.items[1], frame) : a;
         if (e.name == "or") return truthy(a) ? a : eval(*e.items[1], frame);
         return arith(e.name, a, eval(*e.items[1], frame));
       }
-      case Expr::Kind::compare: {
-        Value left = eval(*e.items[0], frame);
-        for (size_t k = 0; k < e.ops.size(); ++k) {
-          Value right = eval(*e.items[k + 1], frame);
-          const std::string& op = e.ops[k];
-          bool ok;
-          if (op == "==")
-            ok = equal(left, right);
-          else if (op == "!=")
-            ok = !equal(left, right);
-          else if (op == "in")
-            ok = contains(right, left);
-          else if (op == "not in")
-            ok = !contains(right, left);
-          else {
-            const int c = compare(left, right);
-            ok = op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0;
-          }
-          if (!ok) return Value::boolean(false);
-          left = std::move(right);
-        }
-        return Value::boolean(true);
-      }
+      case Expr::Kind::compare: return eval_compare(e, frame);
       case Expr::Kind::condition:
         if (truthy(eval(*e.items[1], frame))) return eval(*e.items[0], frame);
         return e.items[2] ? eval(*e.items[2], frame)
                           : Value::undefined("the condition was false and there is no else");
     }
     return {};
+  }
+
+  Value eval_dict(const Expr& e, Frame& frame) {
+    Value d = Value::object();
+    for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
+      const Value key = eval(*e.items[k], frame);
+      if (!key.is_string()) throw TemplateError("dict keys must be strings here, got " + type_name(key));
+      d.set(key.s, eval(*e.items[k + 1], frame));
+    }
+    return d;
+  }
+
+  Value eval_call(const Expr& e, Frame& frame) {
+    const Value fn = eval(*e.items[0], frame);
+    if (fn.kind != Value::Kind::function) {
+      if (fn.is_undefined())
+        throw TemplateError(fn.undefined_hint.empty() ? "call of an undefined value" : fn.undefined_hint);
+      throw TemplateError("'" + type_name(fn) + "' object is not callable");
+    }
+    Args a = call_args(e, 1, frame);
+    return (*fn.fn)(a);
+  }
+
+  Value eval_unary(const Expr& e, Frame& frame) {
+    const Value v = eval(*e.items[0], frame);
+    if (e.name == "not") return Value::boolean(!truthy(v));
+    if (!v.is_number())
+      throw TemplateError("bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
+    if (e.name == "+") return v.is_integral() ? Value::integer(v.i) : v;
+    return v.is_integral() ? Value::integer(-v.i) : Value::floating(-v.f);
+  }
+
+  // A chain of comparisons (a < b <= c), each operand evaluated once, stopping at the first false.
+  Value eval_compare(const Expr& e, Frame& frame) {
+    Value left = eval(*e.items[0], frame);
+    for (size_t k = 0; k < e.ops.size(); ++k) {
+      Value right = eval(*e.items[k + 1], frame);
+      const std::string& op = e.ops[k];
+      bool ok;
+      if (op == "==")
+        ok = equal(left, right);
+      else if (op == "!=")
+        ok = !equal(left, right);
+      else if (op == "in")
+        ok = contains(right, left);
+      else if (op == "not in")
+        ok = !contains(right, left);
+      else {
+        const int c = compare(left, right);
+        ok = op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0;
+      }
+      if (!ok) return Value::boolean(false);
+      left = std::move(right);
+    }
+    return Value::boolean(true);
   }
 
   const RenderLimits& limits_;

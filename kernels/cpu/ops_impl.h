@@ -122,30 +122,41 @@ inline float reduce16(const float* v) {
   return a + b;
 }
 
-// Softmax attention for the queries of one KV head (1..8 of them under GQA) over a view: an
-// ordered list of blocks (segments), each with its own pages and its own rotation of the queries.
-// Positions are numbered through the view; key pages
-// are dimension-major ([dims][16 positions]), so scores come out 16 positions at a time:
-// each lane's products in ggml's dot-product order (4 accumulators over steps of 64, folded),
-// then the 16 lanes reduced in _mm512_reduce_add_ps order — all as vectors over positions.
-// Then exponentials summed 16 at a time in double, probabilities normalized, and the values
-// summed with fma per lane and reduced. No KV copy; scores live in a.scratch.
-void op_attention(const chorus::AttentionArgs& a) {
+// One query's scores against one key page ([d][16], dimension-major) in ggml's dot-product order:
+// lane[l][t] is lane l of position t's dot product, the sum over steps of 64 of (q k)[16j + l] for
+// j = 0..3, folded as (j0 + j2) + (j1 + j3); the 16 lanes then reduced in
+// _mm512_reduce_add_ps order, and the dimensions past the last full step of 64 added one by one.
+inline void page_scores(const float* q, const float* kt, int d, float* sc) {
   constexpr int P = chorus::kKvPageSize;
-  static_assert(P == 16, "the reduction order below is written for 16-position pages");
-  const int d = a.head_dim;
   const int d64 = d & ~63;
-  const int nq = a.n_q;
-  int64_t n = 0;  // view positions
-  for (int s = 0; s < a.n_segs; ++s) n += a.segs[s].n_kv;
-  const int64_t stride = (n + P - 1) / P * P;  // scratch floats per query
-  float mx[8];
-  for (int g = 0; g < nq; ++g) {
-    mx[g] = -INFINITY;
-    for (int64_t j = n; j < stride; ++j) a.scratch[g * stride + j] = -INFINITY;
+  float lane[16][P];
+  for (int l = 0; l < 16; ++l) {
+    float acc[4][P];
+    for (int j = 0; j < 4; ++j)
+      for (int t = 0; t < P; ++t) acc[j][t] = 0.0f;
+    for (int s0 = 0; s0 < d64; s0 += 64)
+      for (int j = 0; j < 4; ++j) {
+        const float qv = q[s0 + 16 * j + l];
+        const float* k = kt + (s0 + 16 * j + l) * P;
+        for (int t = 0; t < P; ++t) acc[j][t] = std::fma(qv, k[t], acc[j][t]);
+      }
+    for (int t = 0; t < P; ++t) lane[l][t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
   }
-  // Scores, one page at a time, written at view positions (segment offset + block position).
-  // A page's keys are read from memory once for all queries of the group (GQA), then stay in L1.
+  float t8[8][P], t4[4][P];
+  for (int i = 0; i < 8; ++i)
+    for (int t = 0; t < P; ++t) t8[i][t] = lane[8 + i][t] + lane[i][t];
+  for (int i = 0; i < 4; ++i)
+    for (int t = 0; t < P; ++t) t4[i][t] = t8[4 + i][t] + t8[i][t];
+  for (int t = 0; t < P; ++t) sc[t] = (t4[0][t] + t4[2][t]) + (t4[1][t] + t4[3][t]);
+  for (int i = d64; i < d; ++i)
+    for (int t = 0; t < P; ++t) sc[t] = std::fma(q[i], kt[i * P + t], sc[t]);
+}
+
+// Scores, one page at a time, written at view positions (segment offset + block position), and
+// each query's largest. A page's keys are read from memory once for all queries of the group
+// (GQA), then stay in L1.
+inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, float* mx) {
+  constexpr int P = chorus::kKvPageSize;
   int64_t offset = 0;
   for (int sg = 0; sg < a.n_segs; ++sg) {
     const chorus::AttentionSegment& seg = a.segs[sg];
@@ -153,31 +164,9 @@ void op_attention(const chorus::AttentionArgs& a) {
     for (int64_t pg = 0; pg < n_pages; ++pg) {
       const float* kt = seg.k_pages[pg] + a.kv_offset * P;  // [d][16]
       const int valid = static_cast<int>(seg.n_kv - pg * P < P ? seg.n_kv - pg * P : P);
-      for (int g = 0; g < nq; ++g) {
-        const float* q = seg.q + g * d;
-        // lane[l][t]: lane l of position t's dot product, i.e. the sum over steps of 64 of
-        // (q k)[16j + l] for j = 0..3, folded as (j0 + j2) + (j1 + j3).
-        float lane[16][P];
-        for (int l = 0; l < 16; ++l) {
-          float acc[4][P];
-          for (int j = 0; j < 4; ++j)
-            for (int t = 0; t < P; ++t) acc[j][t] = 0.0f;
-          for (int s0 = 0; s0 < d64; s0 += 64)
-            for (int j = 0; j < 4; ++j) {
-              const float qv = q[s0 + 16 * j + l];
-              const float* k = kt + (s0 + 16 * j + l) * P;
-              for (int t = 0; t < P; ++t) acc[j][t] = std::fma(qv, k[t], acc[j][t]);
-            }
-          for (int t = 0; t < P; ++t) lane[l][t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
-        }
-        float t8[8][P], t4[4][P], sc[P];
-        for (int i = 0; i < 8; ++i)
-          for (int t = 0; t < P; ++t) t8[i][t] = lane[8 + i][t] + lane[i][t];
-        for (int i = 0; i < 4; ++i)
-          for (int t = 0; t < P; ++t) t4[i][t] = t8[4 + i][t] + t8[i][t];
-        for (int t = 0; t < P; ++t) sc[t] = (t4[0][t] + t4[2][t]) + (t4[1][t] + t4[3][t]);
-        for (int i = d64; i < d; ++i)  // dimensions past the last full step of 64, one by one
-          for (int t = 0; t < P; ++t) sc[t] = std::fma(q[i], kt[i * P + t], sc[t]);
+      for (int g = 0; g < a.n_q; ++g) {
+        float sc[P];
+        page_scores(seg.q + g * a.head_dim, kt, a.head_dim, sc);
         float* p = a.scratch + g * stride + offset + pg * P;
         for (int t = 0; t < valid; ++t) {
           p[t] = sc[t] * a.scale;
@@ -187,32 +176,33 @@ void op_attention(const chorus::AttentionArgs& a) {
     }
     offset += seg.n_kv;
   }
-  for (int g = 0; g < nq; ++g) {
+}
+
+// Exponentials summed 16 at a time in double, probabilities normalized (padding is -inf: 0).
+inline void attention_softmax(const chorus::AttentionArgs& a, int64_t n, int64_t stride, const float* mx) {
+  for (int g = 0; g < a.n_q; ++g) {
     float* p = a.scratch + g * stride;
     double sum = 0.0;
     for (int64_t c = 0; c < stride; c += 16) {
-      for (int t = 0; t < 16; ++t) p[c + t] = exp_approx(p[c + t] - mx[g]);  // masked: exp(-inf) = 0
+      for (int t = 0; t < 16; ++t) p[c + t] = exp_approx(p[c + t] - mx[g]);
       sum += static_cast<double>(reduce16(p + c));
     }
     const auto inv = static_cast<float>(1.0 / sum);
     for (int64_t j = 0; j < n; ++j) p[j] *= inv;
   }
+}
 
-  // Values: out[i] = sum_j p[j] v_j[i]. With several tokens in the step llama.cpp runs this as a
-  // tiled GEMM (one 16-lane chain over j); with one token, as ggml's dot product (4 x 16 lanes
-  // over steps of 64, folded). Position j feeds lane j % 16 of chain (j / 16) % chains. Each
-  // value row is read once for the whole group.
-  const int chains = a.single_token_batch ? 4 : 1;
-  // Accumulators live in the scratch after the scores: [query][chain][lane][d].
-  float* accs = a.scratch + nq * stride;
-  auto acc_row = [&](int g, int c, int l) { return accs + ((static_cast<int64_t>(g) * 4 + c) * 16 + l) * d; };
-  for (int g = 0; g < nq; ++g)
-    for (int c = 0; c < chains; ++c)
-      for (int l = 0; l < 16; ++l) {
-        float* row = acc_row(g, c, l);
-        for (int i = 0; i < d; ++i) row[i] = 0.0f;
-      }
-  offset = 0;
+// Values: acc[g][chain][lane] += p[j] v_j, position j feeding lane j % 16 of chain (j / 16) %
+// chains, each value row read once for the whole group. `accs` is [query][4][16][d].
+inline void attention_values(const chorus::AttentionArgs& a, int64_t stride, int chains, float* accs) {
+  constexpr int P = chorus::kKvPageSize;
+  const int d = a.head_dim;
+  for (int g = 0; g < a.n_q; ++g)
+    for (int c = 0; c < chains; ++c) {
+      float* row = accs + (static_cast<int64_t>(g) * 4 + c) * 16 * d;  // its 16 lanes
+      for (int64_t i = 0; i < 16 * d; ++i) row[i] = 0.0f;
+    }
+  int64_t offset = 0;
   for (int sg = 0; sg < a.n_segs; ++sg) {
     const chorus::AttentionSegment& seg = a.segs[sg];
     for (int64_t jl = 0; jl < seg.n_kv; ++jl) {
@@ -220,17 +210,22 @@ void op_attention(const chorus::AttentionArgs& a) {
       const float* v = seg.v_pages[jl / P] + a.kv_offset + (jl % P) * a.kv_stride;
       const int c = static_cast<int>((j >> 4) & (chains - 1));
       const int l = static_cast<int>(j & 15);
-      for (int g = 0; g < nq; ++g) {
+      for (int g = 0; g < a.n_q; ++g) {
         const float pj = a.scratch[g * stride + j];
-        float* row = acc_row(g, c, l);
+        float* row = accs + ((static_cast<int64_t>(g) * 4 + c) * 16 + l) * d;
         for (int i = 0; i < d; ++i) row[i] = std::fma(v[i], pj, row[i]);
       }
     }
     offset += seg.n_kv;
   }
-  // Fold the chains and reduce the 16 lanes of each dimension, 16 dimensions at a time (as
-  // vectors over dimensions), in the order of reduce16().
-  for (int g = 0; g < nq; ++g)
+}
+
+// Fold the chains and reduce the 16 lanes of each dimension, 16 dimensions at a time (as vectors
+// over dimensions), in the order of reduce16().
+inline void attention_reduce(const chorus::AttentionArgs& a, int chains, const float* accs) {
+  const int d = a.head_dim;
+  auto acc_row = [&](int g, int c, int l) { return accs + ((static_cast<int64_t>(g) * 4 + c) * 16 + l) * d; };
+  for (int g = 0; g < a.n_q; ++g)
     for (int i0 = 0; i0 < d; i0 += 16) {
       const int w = d - i0 < 16 ? d - i0 : 16;
       float ln[16][16];
@@ -249,6 +244,33 @@ void op_attention(const chorus::AttentionArgs& a) {
       for (int ii = 0; ii < w; ++ii)
         a.out[g * d + i0 + ii] = (t4[0][ii] + t4[2][ii]) + (t4[1][ii] + t4[3][ii]);
     }
+}
+
+// Softmax attention for the queries of one KV head (1..8 of them under GQA) over a view: an
+// ordered list of blocks (segments), each with its own pages and its own rotation of the queries.
+// Positions are numbered through the view; key pages are dimension-major ([dims][16 positions]),
+// so scores come out 16 positions at a time, all as vectors over positions (page_scores). Then
+// exponentials, and the values summed with fma per lane and reduced: with several tokens in the
+// step llama.cpp runs this as a tiled GEMM (one 16-lane chain over positions); with one token, as
+// ggml's dot product (4 x 16 lanes over steps of 64, folded). No KV copy; scores and accumulators
+// live in a.scratch.
+void op_attention(const chorus::AttentionArgs& a) {
+  constexpr int P = chorus::kKvPageSize;
+  static_assert(P == 16, "the reduction order below is written for 16-position pages");
+  int64_t n = 0;  // view positions
+  for (int s = 0; s < a.n_segs; ++s) n += a.segs[s].n_kv;
+  const int64_t stride = (n + P - 1) / P * P;  // scratch floats per query
+  float mx[8];
+  for (int g = 0; g < a.n_q; ++g) {
+    mx[g] = -INFINITY;
+    for (int64_t j = n; j < stride; ++j) a.scratch[g * stride + j] = -INFINITY;
+  }
+  attention_scores(a, stride, mx);
+  attention_softmax(a, n, stride, mx);
+  const int chains = a.single_token_batch ? 4 : 1;
+  float* accs = a.scratch + a.n_q * stride;  // after the scores: [query][chain][lane][d]
+  attention_values(a, stride, chains, accs);
+  attention_reduce(a, chains, accs);
 }
 
 // Matches llama.cpp's activation quantization (q8_0 / q8_1) bit for bit, so that logits agree:

@@ -41,6 +41,34 @@ int64_t CudaLinear::slot_floats(const ModelConfig& c) {
   return SlotLayout::of(c.gdn).size * n_linear;
 }
 
+// Layer l's matrices and vectors, and its part of a slot.
+Status CudaLinear::Impl::upload_layer(const LayerWeights& L, int l) {
+  Layer& D = layers[static_cast<size_t>(l)];
+  D.index = n_linear++;
+  D.offset = D.index * lay.size;
+  for (auto [dst, src, name] :
+       {std::tuple{&D.qkv, &L.w_qkv, "attn_qkv"}, std::tuple{&D.z, &L.w_z, "attn_gate"},
+        std::tuple{&D.beta, &L.w_beta, "ssm_beta"}, std::tuple{&D.alpha, &L.w_alpha, "ssm_alpha"},
+        std::tuple{&D.ba, &L.w_ba, "ssm_ba"}, std::tuple{&D.out, &L.w_ssm_out, "ssm_out"}}) {
+    if (!src->data) continue;  // ssm_ba (qwen3next) or ssm_beta and ssm_alpha
+    auto r = cuda_upload_matrix(dev, *src, name);
+    if (!r) return r.error();
+    *dst = *r;
+  }
+  for (auto [dst, src, n, name] : {std::tuple{&D.conv, L.conv, int64_t{K1 + 1} * C, "ssm_conv1d"},
+                                   std::tuple{&D.ssm_a, L.ssm_a, int64_t{Hv}, "ssm_a"},
+                                   std::tuple{&D.dt_bias, L.dt_bias, int64_t{Hv}, "ssm_dt.bias"},
+                                   std::tuple{&D.norm, L.ssm_norm, int64_t{dk}, "ssm_norm"}}) {
+    if (!src)
+      return make_error(Errc::bad_format,
+                        std::string("blk.") + std::to_string(l) + "." + name + " is missing");
+    auto r = cuda_upload_vec(dev, src, n, name);
+    if (!r) return r.error();
+    *dst = *r;
+  }
+  return Status::success();
+}
+
 Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, const Weights& w,
                                                        CudaDevice& dev, int max_tokens, int n_slots,
                                                        bool chain_reads, cuda::bf16_bits* xb) {
@@ -52,33 +80,8 @@ Result<std::unique_ptr<CudaLinear>> CudaLinear::create(const ModelConfig& c, con
   m.xb = xb;
   m.chain_reads = chain_reads;
   m.layers.resize(static_cast<size_t>(c.n_layer));
-  for (int l = 0; l < c.n_layer; ++l) {
-    if (!c.is_linear(l)) continue;
-    const LayerWeights& L = w.layers[static_cast<size_t>(l)];
-    Impl::Layer& D = m.layers[static_cast<size_t>(l)];
-    D.index = m.n_linear++;
-    D.offset = D.index * m.lay.size;
-    for (auto [dst, src, name] :
-         {std::tuple{&D.qkv, &L.w_qkv, "attn_qkv"}, std::tuple{&D.z, &L.w_z, "attn_gate"},
-          std::tuple{&D.beta, &L.w_beta, "ssm_beta"}, std::tuple{&D.alpha, &L.w_alpha, "ssm_alpha"},
-          std::tuple{&D.ba, &L.w_ba, "ssm_ba"}, std::tuple{&D.out, &L.w_ssm_out, "ssm_out"}}) {
-      if (!src->data) continue;  // ssm_ba (qwen3next) or ssm_beta and ssm_alpha
-      auto r = cuda_upload_matrix(dev, *src, name);
-      if (!r) return r.error();
-      *dst = *r;
-    }
-    for (auto [dst, src, n, name] : {std::tuple{&D.conv, L.conv, int64_t{m.K1 + 1} * m.C, "ssm_conv1d"},
-                                     std::tuple{&D.ssm_a, L.ssm_a, int64_t{m.Hv}, "ssm_a"},
-                                     std::tuple{&D.dt_bias, L.dt_bias, int64_t{m.Hv}, "ssm_dt.bias"},
-                                     std::tuple{&D.norm, L.ssm_norm, int64_t{m.dk}, "ssm_norm"}}) {
-      if (!src)
-        return make_error(Errc::bad_format,
-                          std::string("blk.") + std::to_string(l) + "." + name + " is missing");
-      auto r = cuda_upload_vec(dev, src, n, name);
-      if (!r) return r.error();
-      *dst = *r;
-    }
-  }
+  for (int l = 0; l < c.n_layer; ++l)
+    if (c.is_linear(l)) CHORUS_TRY(m.upload_layer(w.layers[static_cast<size_t>(l)], l));
   m.slot_size = slot_floats(c);
   if (n_slots == 0) {  // 64, or what half of the pool left fits
     const int64_t fits = (dev.pool_bytes() - dev.pool_used()) / 2 / (m.slot_size * 4);
@@ -163,151 +166,172 @@ Status CudaLinear::prepare() {
 Status CudaLinear::layer(int l, float* h, int T) {
   Impl& m = *impl_;
   const Impl::Layer& L = m.layers[static_cast<size_t>(l)];
-  void* st = m.dev.stream();
   if (T != static_cast<int>(m.order.size()))
     return make_error(Errc::internal, "CUDA linear layer: " + std::to_string(T) + " tokens, planned for " +
                                           std::to_string(m.order.size()));
-  // 1. Projections and gates of every token, in group order.
-  float* in = h;
-  if (!m.identity) {
-    CHORUS_TRY(op(cuda::gather_rows(h, m.order_dev, T, m.c.n_embd, m.in, st), "gdn gather"));
-    in = m.in;
-  }
-  CHORUS_TRY(op(cuda::to_bf16(in, m.xb, int64_t{T} * m.c.n_embd, st), "to_bf16"));
-  CHORUS_TRY(m.gemm(L.qkv, m.qkv, T));
-  CHORUS_TRY(m.gemm(L.z, m.z, T));
-  if (L.ba.w) {  // qwen3next: b and alpha packed per key head
-    CHORUS_TRY(m.gemm(L.ba, m.bl, T));
-    CHORUS_TRY(
-        op(cuda::gdn_gates_packed(m.bl, L.dt_bias, L.ssm_a, T, m.Hv, m.Hk, m.g, m.beta, st), "gdn gates"));
-  } else {
-    CHORUS_TRY(m.gemm(L.beta, m.bl, T));
-    CHORUS_TRY(m.gemm(L.alpha, m.al, T));
-    CHORUS_TRY(op(cuda::gdn_gates(m.al, m.bl, L.dt_bias, L.ssm_a, T, m.Hv, m.g, m.beta, st), "gdn gates"));
-  }
-
-  // 2. (The view states that changed were composed by prepare().)
-
-  // Chain reads: their blocks' head tokens convolved with the inputs before them (split, k
-  // normalised), and each reader's run tail, which the convolution below reads.
-  cuda::GdnChainArgs chain{m.reads_dev,
-                           m.n_reads,
-                           m.chain_blocks_dev,
-                           m.chain_heads_dev,
-                           m.n_chain_heads,
-                           m.slot_mem,
-                           m.slot_size,
-                           L.offset,
-                           m.lay.parts(),
-                           L.conv,
-                           m.C,
-                           m.K1,
-                           m.hy,
-                           m.hk,
-                           m.hv,
-                           m.q,
-                           m.k,
-                           m.v,
-                           m.g,
-                           m.beta,
-                           m.o,
-                           m.Hk,
-                           m.Hv,
-                           m.dk,
-                           m.d.tiled_heads};
-  if (m.n_reads > 0) {
-    CHORUS_TRY(op(cuda::gdn_chain_inputs(chain, st), "gdn chain inputs"));
-    CHORUS_TRY(
-        op(cuda::split_qkv(m.hy, m.n_chain_heads, m.kd, m.vd, nullptr, m.hk, m.hv, st), "gdn chain split"));
-    CHORUS_TRY(
-        op(cuda::l2norm_rows(m.hk, m.n_chain_heads * m.Hk, m.dk, m.c.norm_eps, st), "gdn chain l2norm"));
-  }
-
-  // 3. Each group's tokens: convolution with its view's tail, factors, the recurrence from its
-  // view state (all groups in one launch each), then into its block: tails, folds, new rows.
-  const int G = m.n_groups;
-  CHORUS_TRY(op(cuda::gdn_conv_slots(m.qkv, T, m.row_seq_dev, m.first_dev, m.slot_dev, m.slot_mem,
-                                     m.slot_size, L.offset + m.lay.run_tail, L.conv, m.C, m.K1 + 1, m.y, st),
-                "gdn conv"));
-  CHORUS_TRY(op(cuda::split_qkv(m.y, T, m.kd, m.vd, m.q, m.k, m.v, st), "gdn split"));
-  CHORUS_TRY(op(cuda::l2norm_rows(m.q, T * m.Hk, m.dk, m.c.norm_eps, st), "gdn l2norm q"));
-  CHORUS_TRY(op(cuda::l2norm_rows(m.k, T * m.Hk, m.dk, m.c.norm_eps, st), "gdn l2norm k"));
-  cuda::GdnRunsArgs a{m.states_dev + static_cast<int64_t>(L.index) * G,
-                      m.first_dev,
-                      m.q,
-                      m.k,
-                      m.v,
-                      m.g,
-                      m.beta,
-                      m.o,
-                      G,
-                      m.Hk,
-                      m.Hv,
-                      m.dk,
-                      m.dk,
-                      0,
-                      m.d.tiled_heads};
-  CHORUS_TRY(op(cuda::gdn_runs(a, st), "gdn runs"));
+  CHORUS_TRY(m.project(L, h, T));
+  // (The view states that changed were composed by prepare().)
+  const cuda::GdnChainArgs chain = m.chain_args(L);
+  if (m.n_reads > 0) CHORUS_TRY(m.chain_inputs(chain));
+  CHORUS_TRY(m.recur(L, T));
   // Chain reads write their rows' outputs (gdn_runs skipped their runs), before any block they
   // read takes this step's tokens.
-  if (m.n_reads > 0) CHORUS_TRY(op(cuda::gdn_chain_read(chain, st), "gdn chain read"));
-  // Writers with blocks after them in their view: token by token, the state after the token
-  // carried through those blocks (heads convolved with the writer's tail, token included), then
-  // read with the token's query (one batched product per key head). Before the tails move on.
-  const size_t state_bytes = static_cast<size_t>(m.state_floats()) * 4;
-  for (const Impl::Suffix& sx : m.suffixes) {
-    float* B = m.part(m.slot_of[sx.group], l);
-    const int32_t f = m.first[sx.group];
-    for (int32_t row = f; row < m.first[sx.group + 1]; ++row) {
-      CHORUS_TRY(m.runs(B + m.lay.S, false, m.k, m.v, m.g, m.beta, row, row + 1));
-      CHORUS_TRY(m.dev.copy(m.cS, B + m.lay.S, static_cast<int64_t>(state_bytes)));
-      CHORUS_TRY(m.dev.copy(m.ctail, B + m.lay.run_tail, int64_t{m.K1} * m.C * 4));
-      CHORUS_TRY(op(cuda::shift_rows(m.ctail, m.K1, m.qkv + int64_t{f} * m.C, row - f + 1, m.C, st),
-                    "gdn suffix tail"));
-      for (const auto& [slot, n, dense] : sx.blocks)
-        CHORUS_TRY(m.apply_block(l, slot, n, dense, m.cS, m.cS2, m.ctail));
-      const int64_t state = int64_t{m.dk} * m.dk, r = m.Hv / m.Hk;
-      for (int kh = 0; kh < m.Hk; ++kh) {  // out[h] = S'[h] q[kh(h)] for the value heads of key head kh
-        const float* q = m.q + int64_t{row} * m.kd + int64_t{kh} * m.dk;
-        const int64_t h0 = m.d.tiled_heads ? kh : kh * r, stride = m.d.tiled_heads ? m.Hk : 1;
-        CHORUS_TRY(cuda_affine_f32_batched(m.dev, m.cS + h0 * state, q, nullptr,
-                                           m.o + int64_t{row} * m.vd + h0 * m.dk, m.dk, m.dk, 1,
-                                           stride * state, 0, 0, stride * m.dk, static_cast<int>(r)));
-      }
-    }
-  }
-  for (const int64_t part : {m.lay.run_tail, m.lay.tail})
-    CHORUS_TRY(op(cuda::shift_rows_slots(m.slot_mem, m.slot_size, L.offset + part, m.slot_dev, m.first_dev, G,
-                                         m.K1, m.qkv, m.C, st),
-                  "gdn tails"));
-  for (const Impl::Fold& f : m.folds)  // a prefill's tokens beyond what a buffer holds
-    CHORUS_TRY(m.runs(m.part(m.slot_of[f.group], l) + m.lay.AB, true, m.k, m.v, m.g, m.beta,
-                      static_cast<int>(f.row), static_cast<int>(f.row + f.n)));
-  for (const auto& [src, width, rows, n, part] :
-       {std::tuple{m.qkv, m.C, m.head_dev, m.n_head_rows, m.lay.head_x},
-        std::tuple{m.g, m.Hv, m.head_dev, m.n_head_rows, m.lay.head_g},
-        std::tuple{m.beta, m.Hv, m.head_dev, m.n_head_rows, m.lay.head_b},
-        std::tuple{m.k, m.kd, m.compact_dev, m.n_compact_rows, m.lay.ck},
-        std::tuple{m.v, m.vd, m.compact_dev, m.n_compact_rows, m.lay.cv},
-        std::tuple{m.g, m.Hv, m.compact_dev, m.n_compact_rows, m.lay.cg},
-        std::tuple{m.beta, m.Hv, m.compact_dev, m.n_compact_rows, m.lay.cb}})
-    CHORUS_TRY(op(cuda::rows_to_slots(src, width, rows, n, m.slot_mem, m.slot_size, L.offset + part, st),
-                  "gdn append"));
-
+  if (m.n_reads > 0) CHORUS_TRY(op(cuda::gdn_chain_read(chain, m.dev.stream()), "gdn chain read"));
+  CHORUS_TRY(m.suffix_reads(l));
+  CHORUS_TRY(m.append_to_blocks(L, l));
   if (L.index + 1 == m.n_linear && m.next_run != m.run_mats.size())
     return make_error(Errc::internal, "CUDA linear layers: the step made " + std::to_string(m.next_run) +
                                           " of the " + std::to_string(m.run_mats.size()) +
                                           " gdn runs its plan made");
+  return m.output(L, h, T);
+}
 
-  // 4. The 1/sqrt(dk) query scale, RMSNorm(o_h) * silu(z_h) per head, the output projection.
-  CHORUS_TRY(
-      op(cuda::scale(m.o, int64_t{T} * m.vd, 1.0f / std::sqrt(static_cast<float>(m.dk)), st), "gdn scale"));
-  CHORUS_TRY(op(cuda::rmsnorm(m.o, L.norm, m.o, T * m.Hv, m.dk, m.c.norm_eps, st), "ssm_norm"));
-  CHORUS_TRY(op(cuda::swiglu(m.z, m.o, m.o, int64_t{T} * m.vd, st), "gdn gate"));
-  CHORUS_TRY(op(cuda::to_bf16(m.o, m.xb, int64_t{T} * m.vd, st), "to_bf16"));
-  if (m.identity) return m.gemm(L.out, h, T);
-  CHORUS_TRY(m.gemm(L.out, m.in, T));
-  return op(cuda::scatter_rows(m.in, m.order_dev, T, m.c.n_embd, h, st), "gdn scatter");
+// 1. Projections and gates of every token, in group order.
+Status CudaLinear::Impl::project(const Layer& L, float* h, int T) {
+  void* st = dev.stream();
+  float* x = h;
+  if (!identity) {
+    CHORUS_TRY(op(cuda::gather_rows(h, order_dev, T, c.n_embd, in, st), "gdn gather"));
+    x = in;
+  }
+  CHORUS_TRY(op(cuda::to_bf16(x, xb, int64_t{T} * c.n_embd, st), "to_bf16"));
+  CHORUS_TRY(gemm(L.qkv, qkv, T));
+  CHORUS_TRY(gemm(L.z, z, T));
+  if (L.ba.w) {  // qwen3next: b and alpha packed per key head
+    CHORUS_TRY(gemm(L.ba, bl, T));
+    return op(cuda::gdn_gates_packed(bl, L.dt_bias, L.ssm_a, T, Hv, Hk, g, beta, st), "gdn gates");
+  }
+  CHORUS_TRY(gemm(L.beta, bl, T));
+  CHORUS_TRY(gemm(L.alpha, al, T));
+  return op(cuda::gdn_gates(al, bl, L.dt_bias, L.ssm_a, T, Hv, g, beta, st), "gdn gates");
+}
+
+cuda::GdnChainArgs CudaLinear::Impl::chain_args(const Layer& L) const {
+  return {reads_dev,
+          n_reads,
+          chain_blocks_dev,
+          chain_heads_dev,
+          n_chain_heads,
+          slot_mem,
+          slot_size,
+          L.offset,
+          lay.parts(),
+          L.conv,
+          C,
+          K1,
+          hy,
+          hk,
+          hv,
+          q,
+          k,
+          v,
+          g,
+          beta,
+          o,
+          Hk,
+          Hv,
+          dk,
+          d.tiled_heads};
+}
+
+// Chain reads: their blocks' head tokens convolved with the inputs before them (split, k
+// normalised), and each reader's run tail, which the convolution in recur() reads.
+Status CudaLinear::Impl::chain_inputs(const cuda::GdnChainArgs& chain) {
+  void* st = dev.stream();
+  CHORUS_TRY(op(cuda::gdn_chain_inputs(chain, st), "gdn chain inputs"));
+  CHORUS_TRY(op(cuda::split_qkv(hy, n_chain_heads, kd, vd, nullptr, hk, hv, st), "gdn chain split"));
+  return op(cuda::l2norm_rows(hk, n_chain_heads * Hk, dk, c.norm_eps, st), "gdn chain l2norm");
+}
+
+// 3. Each group's tokens: convolution with its view's tail, factors, the recurrence from its view
+// state (all groups in one launch each).
+Status CudaLinear::Impl::recur(const Layer& L, int T) {
+  void* st = dev.stream();
+  CHORUS_TRY(op(cuda::gdn_conv_slots(qkv, T, row_seq_dev, first_dev, slot_dev, slot_mem, slot_size,
+                                     L.offset + lay.run_tail, L.conv, C, K1 + 1, y, st),
+                "gdn conv"));
+  CHORUS_TRY(op(cuda::split_qkv(y, T, kd, vd, q, k, v, st), "gdn split"));
+  CHORUS_TRY(op(cuda::l2norm_rows(q, T * Hk, dk, c.norm_eps, st), "gdn l2norm q"));
+  CHORUS_TRY(op(cuda::l2norm_rows(k, T * Hk, dk, c.norm_eps, st), "gdn l2norm k"));
+  cuda::GdnRunsArgs a{states_dev + static_cast<int64_t>(L.index) * n_groups,
+                      first_dev,
+                      q,
+                      k,
+                      v,
+                      g,
+                      beta,
+                      o,
+                      n_groups,
+                      Hk,
+                      Hv,
+                      dk,
+                      dk,
+                      0,
+                      d.tiled_heads};
+  return op(cuda::gdn_runs(a, st), "gdn runs");
+}
+
+// Writers with blocks after them in their view: token by token, the state after the token carried
+// through those blocks (heads convolved with the writer's tail, token included), then read with
+// the token's query (one batched product per key head). Before the tails move on.
+Status CudaLinear::Impl::suffix_reads(int l) {
+  void* st = dev.stream();
+  const int64_t state = int64_t{dk} * dk, r = Hv / Hk;
+  for (const Suffix& sx : suffixes) {
+    float* B = part(slot_of[sx.group], l);
+    const int32_t f = first[sx.group];
+    for (int32_t row = f; row < first[sx.group + 1]; ++row) {
+      CHORUS_TRY(runs(B + lay.S, false, k, v, g, beta, row, row + 1));
+      CHORUS_TRY(dev.copy(cS, B + lay.S, state_floats() * 4));
+      CHORUS_TRY(dev.copy(ctail, B + lay.run_tail, int64_t{K1} * C * 4));
+      CHORUS_TRY(
+          op(cuda::shift_rows(ctail, K1, qkv + int64_t{f} * C, row - f + 1, C, st), "gdn suffix tail"));
+      for (const auto& [slot, n, dense] : sx.blocks)
+        CHORUS_TRY(apply_block(l, slot, n, dense, cS, cS2, ctail));
+      for (int kh = 0; kh < Hk; ++kh) {  // out[h] = S'[h] q[kh(h)] for the value heads of key head kh
+        const float* qh = q + int64_t{row} * kd + int64_t{kh} * dk;
+        const int64_t h0 = d.tiled_heads ? kh : kh * r, stride = d.tiled_heads ? Hk : 1;
+        CHORUS_TRY(cuda_affine_f32_batched(dev, cS + h0 * state, qh, nullptr, o + int64_t{row} * vd + h0 * dk,
+                                           dk, dk, 1, stride * state, 0, 0, stride * dk,
+                                           static_cast<int>(r)));
+      }
+    }
+  }
+  return Status::success();
+}
+
+// Into each group's block: tails, folds (a prefill's tokens beyond what a buffer holds), new rows.
+Status CudaLinear::Impl::append_to_blocks(const Layer& L, int l) {
+  void* st = dev.stream();
+  for (const int64_t at : {lay.run_tail, lay.tail})
+    CHORUS_TRY(op(cuda::shift_rows_slots(slot_mem, slot_size, L.offset + at, slot_dev, first_dev, n_groups,
+                                         K1, qkv, C, st),
+                  "gdn tails"));
+  for (const Fold& f : folds)
+    CHORUS_TRY(runs(part(slot_of[f.group], l) + lay.AB, true, k, v, g, beta, static_cast<int>(f.row),
+                    static_cast<int>(f.row + f.n)));
+  for (const auto& [src, width, rows, n, at] : {std::tuple{qkv, C, head_dev, n_head_rows, lay.head_x},
+                                                std::tuple{g, Hv, head_dev, n_head_rows, lay.head_g},
+                                                std::tuple{beta, Hv, head_dev, n_head_rows, lay.head_b},
+                                                std::tuple{k, kd, compact_dev, n_compact_rows, lay.ck},
+                                                std::tuple{v, vd, compact_dev, n_compact_rows, lay.cv},
+                                                std::tuple{g, Hv, compact_dev, n_compact_rows, lay.cg},
+                                                std::tuple{beta, Hv, compact_dev, n_compact_rows, lay.cb}})
+    CHORUS_TRY(
+        op(cuda::rows_to_slots(src, width, rows, n, slot_mem, slot_size, L.offset + at, st), "gdn append"));
+  return Status::success();
+}
+
+// 4. The 1/sqrt(dk) query scale, RMSNorm(o_h) * silu(z_h) per head, the output projection.
+Status CudaLinear::Impl::output(const Layer& L, float* h, int T) {
+  void* st = dev.stream();
+  CHORUS_TRY(op(cuda::scale(o, int64_t{T} * vd, 1.0f / std::sqrt(static_cast<float>(dk)), st), "gdn scale"));
+  CHORUS_TRY(op(cuda::rmsnorm(o, L.norm, o, T * Hv, dk, c.norm_eps, st), "ssm_norm"));
+  CHORUS_TRY(op(cuda::swiglu(z, o, o, int64_t{T} * vd, st), "gdn gate"));
+  CHORUS_TRY(op(cuda::to_bf16(o, xb, int64_t{T} * vd, st), "to_bf16"));
+  if (identity) return gemm(L.out, h, T);
+  CHORUS_TRY(gemm(L.out, in, T));
+  return op(cuda::scatter_rows(in, order_dev, T, c.n_embd, h, st), "gdn scatter");
 }
 
 int CudaLinear::slots() const {

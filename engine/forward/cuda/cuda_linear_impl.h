@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -256,6 +258,44 @@ struct CudaLinear::Impl {
   }
 
   Status acquire(LinearState& s) { return pool->acquire(s); }
+
+  Status upload_layer(const LayerWeights& L, int l);  // create()'s, per linear layer
+  // layer()'s phases (cuda_linear.cpp).
+  Status project(const Layer& L, float* h, int T);
+  cuda::GdnChainArgs chain_args(const Layer& L) const;
+  Status chain_inputs(const cuda::GdnChainArgs& chain);
+  Status recur(const Layer& L, int T);
+  Status suffix_reads(int l);
+  Status append_to_blocks(const Layer& L, int l);
+  Status output(const Layer& L, float* h, int T);
+
+  // plan()'s phases (cuda_linear_plan.cpp), in the order it runs them; StepTables holds the
+  // tables they build for the upload.
+  struct StepTables;
+  Status own_slot(SequenceKv& s, const LinearGroup& g);
+  void choose_chain_reads();
+  Status plan_order(std::span<SequenceKv* const> seqs, int T, int n_run);
+  Status plan_appends(std::span<SequenceKv* const> seqs, StepTables& t);
+  Status plan_suffixes(std::span<SequenceKv* const> seqs);
+  Status plan_chain_reads(std::span<SequenceKv* const> seqs, StepTables& t);
+  Status upload_tables(const StepTables& t);
+  Status plan_prefixes(std::span<SequenceKv* const> seqs);
+  void plan_runs();
+  // Body tokens in a block's summary as the layers find it: a written block's after this step's
+  // prefold (own_dense), another's as it is.
+  std::map<int32_t, size_t> group_of;  // written sequence -> its group
+  int64_t dense_of(std::span<SequenceKv* const> seqs, int32_t seq) const {
+    auto it = group_of.find(seq);
+    return it != group_of.end() ? own_dense[it->second]
+                                : seqs[static_cast<size_t>(seq)]->linear->device_dense;
+  }
+  // A block's (slot, length, summarised tokens), its slot checked.
+  Result<std::tuple<int32_t, int64_t, int64_t>> block_of(std::span<SequenceKv* const> seqs, int32_t blk,
+                                                         int64_t n) {
+    auto s = slot(*seqs[static_cast<size_t>(blk)], blk);
+    if (!s) return s.error();
+    return std::tuple<int32_t, int64_t, int64_t>{*s, n, dense_of(seqs, blk)};
+  }
 
   // The slot of a block the step reads or writes, checked.
   Result<int32_t> slot(const SequenceKv& s, int32_t seq) {

@@ -87,6 +87,27 @@ struct CudaRunner::Impl {
     dev.reset_to(mark0);
   }
 
+  // create()'s and forward()'s phases (cuda_runner.cpp).
+  Status upload_weights(const Weights& w);
+  Result<Layer> upload_layer(const LayerWeights& L, int l);
+  Status take_buffers();
+  Result<CudaStepPlan> plan_step(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
+                                 std::span<const View> views,
+                                 std::span<const std::optional<PlannedDraw>> draws, bool have_tokens_out);
+  Status put_tables(const CudaStepPlan& p);
+  Result<bool> run_step(const CudaStepPlan& p, std::span<SequenceKv* const> seqs);
+  void* graph_for(const CudaStepPlan& p, std::string* capture_error);
+  Status sample(const CudaStepPlan& p);
+  Status read_back(std::span<const BatchToken> batch, const CudaStepPlan& p, float* logits_out,
+                   TokenId* tokens_out);
+
+  template <class T>
+  Status take_into(T** dst, int64_t n, const char* what) {
+    auto p = take<T>(n, what);
+    if (!p) return p.error();
+    *dst = *p;
+    return Status::success();
+  }
   template <class T>
   Result<T*> take(int64_t n, const char* what) {
     auto p = dev.alloc(n * static_cast<int64_t>(sizeof(T)), what);

@@ -58,6 +58,68 @@ void plan_tiles(std::span<const BatchToken> batch, const std::vector<std::vector
   }
 }
 
+// The page list of every block some token attends, once, as far as it is read; each token's
+// segments point into it. Returns each block's first entry.
+Result<std::vector<int32_t>> plan_page_list(const std::vector<std::vector<AttendSegment>>& plan,
+                                            std::span<SequenceKv* const> seqs, const CudaStepLimits& lim,
+                                            CudaStepPlan* p) {
+  std::vector<int64_t> read_upto(seqs.size(), 0);
+  for (const auto& segs_t : plan) {
+    if (segs_t.size() > static_cast<size_t>(kMaxViewBlocks))
+      return bad("a view of " + std::to_string(segs_t.size()) + " blocks exceeds the limit of " +
+                 std::to_string(kMaxViewBlocks));
+    for (const AttendSegment& sg : segs_t)
+      read_upto[static_cast<size_t>(sg.block)] = std::max(read_upto[static_cast<size_t>(sg.block)], sg.n_kv);
+  }
+  std::vector<int32_t> first_page(seqs.size(), 0);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    first_page[i] = static_cast<int32_t>(p->page_ids.size());
+    const auto n = static_cast<std::ptrdiff_t>(KvCache::pages_for(read_upto[i]));
+    p->page_ids.insert(p->page_ids.end(), seqs[i]->pages.begin(), seqs[i]->pages.begin() + n);
+  }
+  if (static_cast<int64_t>(p->page_ids.size()) > lim.page_table - 1)  // one entry stays for the spare page
+    return make_error(Errc::out_of_range, "the step's sequences list " + std::to_string(p->page_ids.size()) +
+                                              " pages; the CUDA runner's table holds " +
+                                              std::to_string(lim.page_table - 1));
+  return first_page;
+}
+
+// Decode-sized steps run as CUDA graphs, one per padded size (powers of two): tokens past T write
+// and read only the spare page, so they touch nothing real. The view depth needs no key: each
+// token's segment list is data.
+void pad_graphed(const CudaStepLimits& lim, CudaStepPlan* p) {
+  const int T = p->n_tokens;
+  p->n_run = 1;
+  while (p->n_run < T) p->n_run *= 2;
+  p->n_run = std::min(p->n_run, lim.max_tokens);
+  const auto spare = static_cast<int32_t>(p->page_ids.size());
+  p->page_ids.push_back(static_cast<int32_t>(lim.n_pages));
+  for (int t = T; t < p->n_run; ++t) {
+    p->ids.push_back(0);
+    p->pos.push_back(0);
+    p->write_page.push_back(static_cast<int32_t>(lim.n_pages));
+    p->write_slot.push_back(0);
+    p->tokens.push_back({static_cast<int32_t>(p->segs.size()), 1});
+    p->segs.push_back({spare, 1, 0, 0});
+  }
+}
+
+// Prefill-sized steps attend in tiles and project only the tokens that want logits.
+void plan_prefill(std::span<const BatchToken> batch, const std::vector<std::vector<AttendSegment>>& plan,
+                  CudaStepPlan* p) {
+  plan_tiles(batch, plan, &p->tiles);
+  // A tile of one reads its pages once per query head with one warp of four busy: such tokens go
+  // to the per-token kernel, which serves a KV head's whole query group at once.
+  for (const cuda::AttnTile& t : p->tiles)
+    if (t.n_tokens == 1) {
+      p->single_tokens.push_back(t.first_token);
+      p->single_table.push_back(p->tokens[static_cast<size_t>(t.first_token)]);
+    }
+  std::erase_if(p->tiles, [](const cuda::AttnTile& t) { return t.n_tokens == 1; });
+  for (int t = 0; t < static_cast<int>(batch.size()); ++t)
+    if (batch[static_cast<size_t>(t)].logits) p->logit_tokens.push_back(t);
+}
+
 }  // namespace
 
 Result<CudaStepPlan> plan_cuda_step(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
@@ -74,27 +136,9 @@ Result<CudaStepPlan> plan_cuda_step(std::span<const BatchToken> batch, std::span
         return bad("page " + std::to_string(pg) + " is outside the CUDA runner's " +
                    std::to_string(lim.n_pages) + " pages");
 
-  // The page list of every block some token attends, once, as far as it is read; each token's
-  // segments point into it.
   const auto plan = plan_attention(batch, seqs, views);
-  std::vector<int64_t> read_upto(seqs.size(), 0);
-  for (const auto& segs_t : plan) {
-    if (segs_t.size() > static_cast<size_t>(kMaxViewBlocks))
-      return bad("a view of " + std::to_string(segs_t.size()) + " blocks exceeds the limit of " +
-                 std::to_string(kMaxViewBlocks));
-    for (const AttendSegment& sg : segs_t)
-      read_upto[static_cast<size_t>(sg.block)] = std::max(read_upto[static_cast<size_t>(sg.block)], sg.n_kv);
-  }
-  std::vector<int32_t> first_page(seqs.size(), 0);
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    first_page[i] = static_cast<int32_t>(p.page_ids.size());
-    const auto n = static_cast<std::ptrdiff_t>(KvCache::pages_for(read_upto[i]));
-    p.page_ids.insert(p.page_ids.end(), seqs[i]->pages.begin(), seqs[i]->pages.begin() + n);
-  }
-  if (static_cast<int64_t>(p.page_ids.size()) > lim.page_table - 1)  // one entry stays for the spare page
-    return make_error(Errc::out_of_range, "the step's sequences list " + std::to_string(p.page_ids.size()) +
-                                              " pages; the CUDA runner's table holds " +
-                                              std::to_string(lim.page_table - 1));
+  auto first_page = plan_page_list(plan, seqs, lim, &p);
+  if (!first_page) return first_page.error();
   for (int t = 0; t < T; ++t) {
     const BatchToken& b = batch[static_cast<size_t>(t)];
     p.ids.push_back(b.token);
@@ -105,43 +149,17 @@ Result<CudaStepPlan> plan_cuda_step(std::span<const BatchToken> batch, std::span
     p.tokens.push_back(
         {static_cast<int32_t>(p.segs.size()), static_cast<int32_t>(plan[static_cast<size_t>(t)].size())});
     for (const AttendSegment& sg : plan[static_cast<size_t>(t)])
-      p.segs.push_back({first_page[static_cast<size_t>(sg.block)], static_cast<int32_t>(sg.n_kv),
+      p.segs.push_back({(*first_page)[static_cast<size_t>(sg.block)], static_cast<int32_t>(sg.n_kv),
                         static_cast<int32_t>(sg.rotation), 0});
   }
 
-  // Decode-sized steps run as CUDA graphs, one per padded size (powers of two): tokens past T
-  // write and read only the spare page, so they touch nothing real. The view depth needs no
-  // key: each token's segment list is data.
+  // Decode-sized steps run as CUDA graphs (pad_graphed), larger ones in tiles.
   p.graphed = lim.graphs && T <= lim.graph_max_tokens;
   p.n_run = T;
-  if (p.graphed) {
-    p.n_run = 1;
-    while (p.n_run < T) p.n_run *= 2;
-    p.n_run = std::min(p.n_run, lim.max_tokens);
-    const auto spare = static_cast<int32_t>(p.page_ids.size());
-    p.page_ids.push_back(static_cast<int32_t>(lim.n_pages));
-    for (int t = T; t < p.n_run; ++t) {
-      p.ids.push_back(0);
-      p.pos.push_back(0);
-      p.write_page.push_back(static_cast<int32_t>(lim.n_pages));
-      p.write_slot.push_back(0);
-      p.tokens.push_back({static_cast<int32_t>(p.segs.size()), 1});
-      p.segs.push_back({spare, 1, 0, 0});
-    }
-  } else {
-    // Prefill-sized steps attend in tiles and project only the tokens that want logits.
-    plan_tiles(batch, plan, &p.tiles);
-    // A tile of one reads its pages once per query head with one warp of four busy: such tokens
-    // go to the per-token kernel, which serves a KV head's whole query group at once.
-    for (const cuda::AttnTile& t : p.tiles)
-      if (t.n_tokens == 1) {
-        p.single_tokens.push_back(t.first_token);
-        p.single_table.push_back(p.tokens[static_cast<size_t>(t.first_token)]);
-      }
-    std::erase_if(p.tiles, [](const cuda::AttnTile& t) { return t.n_tokens == 1; });
-    for (int t = 0; t < T; ++t)
-      if (batch[static_cast<size_t>(t)].logits) p.logit_tokens.push_back(t);
-  }
+  if (p.graphed)
+    pad_graphed(lim, &p);
+  else
+    plan_prefill(batch, plan, &p);
   for (size_t i = 0; i < p.samples.size(); ++i)  // samples[i].row held its token
     p.samples[i].row = static_cast<int32_t>(p.logits_row(p.samples[i].row, p.sample_out[i]));
   return p;
