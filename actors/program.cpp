@@ -196,7 +196,9 @@ std::string render_block(const topology::Block& b) {
 Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const topology::Topology& t,
                                                 const Model& model, CpuDevice& device, ProgramHooks hooks,
                                                 CudaDevice* gpu) {
-  auto engine = SharedEngine::create(sys, model, device, engine_options(t), gpu);
+  EngineOptions opts = engine_options(t);
+  opts.trace = hooks.trace;
+  auto engine = SharedEngine::create(sys, model, device, opts, gpu);
   if (!engine) return engine.error();
   auto p = start(sys, t, std::move(*engine), std::move(hooks));
   if (p) (*p)->impl_->own_engine = true;  // its end stops the engine: no need to free blocks first

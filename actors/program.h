@@ -24,6 +24,7 @@ class Model;
 class CpuDevice;
 class CudaDevice;
 class ProgramManager;
+class Trace;
 struct ProgramPolicyOptions;
 
 struct ProgramEvent {
@@ -39,6 +40,9 @@ struct ProgramHooks {
   // Run the topology's tools even where the sandbox's isolation is missing
   // (Sandbox::missing_isolation()); otherwise a program with tools refuses to start there.
   bool unsafe_tools = false;
+  // Records the program's engine (a program that owns its engine: with SharedEngine the engine's
+  // options carry it) into this trace (engine/step/trace.h). Null: none.
+  std::shared_ptr<Trace> trace;
 };
 
 struct ProgramReport {

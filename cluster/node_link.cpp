@@ -88,7 +88,8 @@ class Link {
       return;
     }
     const uint64_t id = next_id_++;
-    auto mine = with_request_id(frame, id);
+    auto mine =
+        summary->payload_type == "WithdrawRequest" ? withdraw_here(frame, id) : with_request_id(frame, id);
     if (!mine || !sock_->send(zmq::buffer(*mine), zmq::send_flags::dontwait)) {
       promise.deliver(encode_error_envelope(
           their,
@@ -98,6 +99,23 @@ class Link {
     }
     pending_[id] = Pending{std::move(promise), their, requester};
     count();
+  }
+
+  // A WithdrawRequest names the waiting request by its requester's id; the node knows it by the
+  // link's own: the command goes on under that one (unchanged when the request is not waiting
+  // here: the node then finds nothing, as it would).
+  Result<Frame> withdraw_here(const std::vector<uint8_t>& frame, uint64_t id) const {
+    uint64_t rid = 0;
+    auto cmd = decode_command(frame, &rid);
+    const auto* pc = cmd ? std::get_if<ProgramCmd>(&*cmd) : nullptr;
+    if (!pc || pc->op != ProgramCmd::Op::withdraw || pc->request == 0) return with_request_id(frame, id);
+    for (const auto& [mine, p] : pending_)
+      if (p.their_id == pc->request) {
+        ProgramCmd c = *pc;
+        c.request = mine;
+        return encode_program(id, c);
+      }
+    return with_request_id(frame, id);
   }
 
   void on_frame(std::span<const uint8_t> bytes) {

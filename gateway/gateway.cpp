@@ -183,11 +183,46 @@ struct Gateway::Impl {
   // A turn resumed elsewhere (its node was lost under it) passes the tokens generated so far,
   // `resumed`: they follow the prompt in the new block, and what is left of max_tokens is
   // generated after them.
+  // The request admitted on a backend; with several, a request that waited for room moves to
+  // one with room (the global waiting queue, gateway_backends.h), up to kMaxMoves times.
   Admitted acquire(const ChatRequest& req, const std::vector<TokenId>& resumed = {}) {
+    constexpr int kMaxMoves = 3;
+    std::string avoid;
+    for (int moves = 0;; ++moves) {
+      try {
+        return acquire_on(req, resumed, avoid, moves < kMaxMoves);
+      } catch (const Moved& m) {
+        avoid = m.from;
+      }
+    }
+  }
+  struct Moved {
+    std::string from;
+  };
+
+  Admitted acquire_on(const ChatRequest& req, const std::vector<TokenId>& resumed, const std::string& avoid,
+                      bool may_move) {
     Admitted a;
-    a.backend = backends.place(req.program_id);
+    a.backend = backends.place(req.program_id, avoid);
     GatewayPrograms* programs = a.backend->programs.get();
     a.turn = programs->begin(req.program_id);
+    try {
+      admit_turn(a, req, resumed, may_move);
+    } catch (const ProgramMoved& m) {  // nothing of it ran: it was ended where it waited
+      free_forks(a);
+      backends.moved(a.turn.id, a.backend->name, m.waited_s);
+      if (!a.turn.ephemeral) try {
+          programs->release_by_client(a.turn.id);
+        } catch (const HttpError&) {  // another request took it meanwhile: it stays
+        }
+      throw Moved{a.backend->name};
+    }
+    return a;
+  }
+
+  void admit_turn(Admitted& a, const ChatRequest& req, const std::vector<TokenId>& resumed, bool may_move) {
+    GatewayPrograms* programs = a.backend->programs.get();
+    bool first = may_move;  // the request's first command may move it: nothing of it ran before
     try {
       a.plan = plan(req, a.turn.block, a.turn.text, a.turn.tokens);
     } catch (...) {
@@ -205,8 +240,9 @@ struct Gateway::Impl {
       throw http_error(e);
     };
     if (a.plan.restart) {  // the history changed: start the block again
-      auto r = programs->admit(*a.self, a.turn.id, need,
-                               [&](uint64_t rid) { return encode_clear_block(rid, a.plan.block); });
+      auto r = programs->admit(
+          *a.self, a.turn.id, need, [&](uint64_t rid) { return encode_clear_block(rid, a.plan.block); },
+          std::exchange(first, false));
       if (!r) fail(make_error(r.error().code, "cannot clear the program's block: " + r.error().message));
       programs->count(0, 0, 0, a.turn.tokens);
     }
@@ -219,8 +255,9 @@ struct Gateway::Impl {
       const std::vector<TokenId> head(a.plan.toks.begin(), a.plan.toks.end() - 1);
       if (!head.empty()) {
         const Request fwd = Request::forward(a.plan.block, head, {a.plan.block});
-        auto r =
-            programs->admit(*a.self, a.turn.id, need, [&](uint64_t rid) { return encode_request(rid, fwd); });
+        auto r = programs->admit(
+            *a.self, a.turn.id, need, [&](uint64_t rid) { return encode_request(rid, fwd); },
+            std::exchange(first, false));
         if (r && r->kind == ReplyKind::submitted) r = finished(*a.self);
         if (!r) fail(make_error(r.error().code, "the prompt failed: " + r.error().message));
       }
@@ -240,12 +277,13 @@ struct Gateway::Impl {
       const BlockId b = i == 0 ? a.plan.block : a.forks[static_cast<size_t>(i - 1)].block;
       const Request gen = Request::generate(b, {b}, prefill, std::move(sampling), stop);
       caf::scoped_actor& self = i == 0 ? *a.self : *a.forks[static_cast<size_t>(i - 1)].self;
-      auto r = programs->admit(self, a.turn.id, need, [&](uint64_t rid) { return encode_request(rid, gen); });
+      auto r = programs->admit(
+          self, a.turn.id, need, [&](uint64_t rid) { return encode_request(rid, gen); },
+          std::exchange(first, false));
       if (!r) fail(make_error(r.error().code, "generation failed: " + r.error().message));
       if (r->kind != ReplyKind::submitted)
         fail(make_error(Errc::internal, "the batcher answered " + r->text));
     }
-    return a;
   }
 
   // One choice's reply as it comes: its tokens, text and logprobs, then how it finished.
@@ -464,6 +502,12 @@ struct Gateway::Impl {
     return req.prompt_ids.empty() ? req.prompt_text : model->tokenizer.decode(req.prompt_ids);
   }
 
+  // What names a reply and what it starts with.
+  struct ReplyIds {
+    std::string rid, echo;
+    bool ephemeral = false;  // no program_id: the program ends with the turn
+  };
+
   // POST /v1/chat/completions and /v1/completions.
   void on_generate(const httplib::Request& hreq, httplib::Response& res, bool completion) {
     if (const std::string why = backends.unavailable(); !why.empty())
@@ -474,120 +518,144 @@ struct Gateway::Impl {
                    : parse_chat_request(hreq.body, model_name, opts.default_max_tokens, opts.max_tokens_limit,
                                         n_vocab);
     Admitted adm = acquire(req);
-    const std::string id = adm.turn.id;
-    const std::string rid = (completion ? "cmpl-" : "chatcmpl-") + std::to_string(++served) + "-" +
-                            std::to_string(Clock::now().time_since_epoch().count() % 1000000);
-    const bool ephemeral = req.program_id.empty();
-    const std::string echo = echo_text(req);
-    if (!req.stream) {
-      std::vector<Outcome> os;
-      const OnText quiet = [](const std::string&, const Outcome&) { return true; };
-      try {
-        os.push_back(generate(adm, req, quiet));
-        for (int i = 1; i < req.n; ++i) os.push_back(generate_fork(adm, req, i, quiet));
-      } catch (...) {
-        free_forks(adm);
-        adm.backend->programs->end(adm.turn.id);  // the turn's backend, after any resume
-        throw;
-      }
-      free_forks(adm);
-      adm.backend->programs->end(adm.turn.id);
-      for (const Outcome& o : os)
-        if (!o.error.empty()) throw o.failure();
-      res.set_content(json_text(completion_json(req, rid, id, os, ephemeral, echo)), "application/json");
-      return;
-    }
-    // Streaming: the generation runs in the content provider (this worker thread). The choices
-    // go out one after another, each with its index (a client sorts them by it).
+    ReplyIds ids{(completion ? "cmpl-" : "chatcmpl-") + std::to_string(++served) + "-" +
+                     std::to_string(Clock::now().time_since_epoch().count() % 1000000),
+                 echo_text(req), req.program_id.empty()};
+    if (!req.stream) return reply_whole(adm, req, ids, res);
+    // Streaming: the generation runs in the content provider (this worker thread).
     res.set_header("Cache-Control", "no-cache");
-    auto turn_end = std::make_shared<TurnEnd>(adm.backend->programs, id);
-    adm.end = turn_end;
-    res.set_chunked_content_provider("text/event-stream", [this, adm = std::move(adm), req, rid, ephemeral,
-                                                           echo, turn_end](size_t,
-                                                                           httplib::DataSink& sink) mutable {
-      const int64_t created = static_cast<int64_t>(std::time(nullptr));
-      // A chunk of choice `index`: a chat delta, or a completion's text.
-      auto chunk = [&](size_t index, const json& delta, const json& logprobs, const json& finish_reason) {
-        json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
-        if (req.completion)
-          choice["text"] = delta.value("content", "");
-        else
-          choice["delta"] = delta;
-        json c = {{"id", rid},
-                  {"object", req.completion ? "text_completion" : "chat.completion.chunk"},
-                  {"created", created},
-                  {"model", model_name},
-                  {"choices", json::array({std::move(choice)})}};
-        if (!ephemeral) c["program_id"] = adm.turn.id;
-        return c;
-      };
-      auto send = [&](const json& j) {
-        const std::string line = "data: " + json_text(j) + "\n\n";
-        return sink.write(line.data(), line.size());
-      };
-      // Every choice runs to its end (a generation is never left writing a fork that is freed);
-      // once the client is gone, or a choice failed, nothing more is sent.
-      bool ok = true;
-      std::string failure;
-      std::vector<Outcome> os;
-      for (int i = 0; i < req.n; ++i) {
-        const size_t index = static_cast<size_t>(i);
-        size_t lp_sent = 0;                                  // logprobs entries sent with its chunks
-        int64_t offset = static_cast<int64_t>(echo.size());  // a completion's text_offset
-        auto logprobs = [&](const Outcome& o) -> json {
-          if (req.sampling.logprobs < 0) return nullptr;
-          const size_t to = o.logprobs.size();
-          json j = req.completion ? legacy_logprobs(model->tokenizer, o.logprobs, lp_sent, to, offset)
-                                  : chat_logprobs(model->tokenizer, o.logprobs, lp_sent, to);
-          lp_sent = to;
-          return j;
-        };
-        if (ok && !req.completion)
-          ok = send(chunk(index, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
-        else if (ok && !echo.empty())
-          ok = send(chunk(index, {{"content", echo}}, nullptr, nullptr));
-        ToolCallStream calls;  // with tools: text that may be a call is held until the reply ends
-        const OnText on_text = [&](const std::string& text, const Outcome& so_far) {
-          const std::string ready = req.tools.active() ? calls.push(text) : text;
-          if (!ready.empty()) ok = ok && send(chunk(index, {{"content", ready}}, logprobs(so_far), nullptr));
-          return ok;
-        };
-        os.push_back(i == 0 ? generate(adm, req, on_text) : generate_fork(adm, req, i, on_text));
-        const Outcome& o = os.back();
-        if (!o.error.empty() && failure.empty()) failure = o.failure().body;
-        if (!ok || !failure.empty()) continue;
-        // Tool calls as OpenAI streams them: per call, its id and name with empty arguments,
-        // then the arguments; held text that was no call goes out as content.
-        for (json& c : tool_calls_json(o.calls, true)) {
-          const json args = c["function"]["arguments"];
-          c["function"]["arguments"] = "";
-          send(chunk(index, {{"tool_calls", json::array({c})}}, nullptr, nullptr));
-          send(chunk(
-              index,
-              {{"tool_calls", json::array({{{"index", c["index"]}, {"function", {{"arguments", args}}}}})}},
-              nullptr, nullptr));
-        }
-        if (o.calls.empty() && !calls.held().empty())
-          send(chunk(index, {{"content", calls.held()}}, nullptr, nullptr));
-        // The logprobs of tokens whose text has not gone out (held back, or none) come last.
-        const json rest = lp_sent < o.logprobs.size() ? logprobs(o) : json(nullptr);
-        ok = send(chunk(index, json::object(), rest, o.finish_reason));
-      }
-      free_forks(adm);
-      turn_end->end();
-      if (!failure.empty()) {
-        send(json::parse(failure));
-      } else if (ok && req.include_usage) {
-        json u = chunk(0, json::object(), nullptr, nullptr);
-        u["choices"] = json::array();
-        u["usage"] = usage_json(os);
-        send(u);
-      }
-      const std::string done = "data: [DONE]\n\n";
-      sink.write(done.data(), done.size());
-      sink.done();
+    auto turn = std::make_shared<StreamedTurn>(StreamedTurn{std::move(adm), req, std::move(ids), nullptr});
+    turn->end = std::make_shared<TurnEnd>(turn->adm.backend->programs, turn->adm.turn.id);
+    turn->adm.end = turn->end;
+    res.set_chunked_content_provider("text/event-stream", [this, turn](size_t, httplib::DataSink& sink) {
+      stream(*turn, sink);
       return true;
     });
+  }
+
+  void reply_whole(Admitted& adm, const ChatRequest& req, const ReplyIds& ids, httplib::Response& res) {
+    const std::string id = adm.turn.id;
+    std::vector<Outcome> os;
+    const OnText quiet = [](const std::string&, const Outcome&) { return true; };
+    try {
+      os.push_back(generate(adm, req, quiet));
+      for (int i = 1; i < req.n; ++i) os.push_back(generate_fork(adm, req, i, quiet));
+    } catch (...) {
+      free_forks(adm);
+      adm.backend->programs->end(adm.turn.id);  // the turn's backend, after any resume
+      throw;
+    }
+    free_forks(adm);
+    adm.backend->programs->end(adm.turn.id);
+    for (const Outcome& o : os)
+      if (!o.error.empty()) throw o.failure();
+    res.set_content(json_text(completion_json(req, ids.rid, id, os, ids.ephemeral, ids.echo)),
+                    "application/json");
+  }
+
+  struct StreamedTurn {
+    Admitted adm;
+    ChatRequest req;
+    ReplyIds ids;
+    std::shared_ptr<TurnEnd> end;  // ends the turn whatever happens
+  };
+
+  // A streamed reply's chunks, as server-sent events.
+  struct ChunkWriter {
+    const StreamedTurn& t;
+    const std::string& model_name;
+    httplib::DataSink& sink;
+    const int64_t created = static_cast<int64_t>(std::time(nullptr));
+    // A chunk of choice `index`: a chat delta, or a completion's text.
+    json chunk(size_t index, const json& delta, const json& logprobs, const json& finish_reason) const {
+      json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+      if (t.req.completion)
+        choice["text"] = delta.value("content", "");
+      else
+        choice["delta"] = delta;
+      json c = {{"id", t.ids.rid},
+                {"object", t.req.completion ? "text_completion" : "chat.completion.chunk"},
+                {"created", created},
+                {"model", model_name},
+                {"choices", json::array({std::move(choice)})}};
+      if (!t.ids.ephemeral) c["program_id"] = t.adm.turn.id;
+      return c;
+    }
+    bool send(const json& j) const {
+      const std::string line = "data: " + json_text(j) + "\n\n";
+      return sink.write(line.data(), line.size());
+    }
+    bool send(size_t index, const json& delta, const json& logprobs = nullptr,
+              const json& finish_reason = nullptr) const {
+      return send(chunk(index, delta, logprobs, finish_reason));
+    }
+  };
+
+  // The choices go out one after another, each with its index (a client sorts them by it). Every
+  // choice runs to its end (a generation is never left writing a fork that is freed); once the
+  // client is gone, or a choice failed, nothing more is sent.
+  void stream(StreamedTurn& t, httplib::DataSink& sink) {
+    const ChunkWriter w{t, model_name, sink};
+    bool ok = true;
+    std::string failure;
+    std::vector<Outcome> os;
+    for (int i = 0; i < t.req.n; ++i) stream_choice(t, w, i, ok, failure, os);
+    free_forks(t.adm);
+    t.end->end();
+    if (!failure.empty()) {
+      w.send(json::parse(failure));
+    } else if (ok && t.req.include_usage) {
+      json u = w.chunk(0, json::object(), nullptr, nullptr);
+      u["choices"] = json::array();
+      u["usage"] = usage_json(os);
+      w.send(u);
+    }
+    const std::string done = "data: [DONE]\n\n";
+    sink.write(done.data(), done.size());
+    sink.done();
+  }
+
+  void stream_choice(StreamedTurn& t, const ChunkWriter& w, int i, bool& ok, std::string& failure,
+                     std::vector<Outcome>& os) {
+    const ChatRequest& req = t.req;
+    const size_t index = static_cast<size_t>(i);
+    size_t lp_sent = 0;                                        // logprobs entries sent with its chunks
+    int64_t offset = static_cast<int64_t>(t.ids.echo.size());  // a completion's text_offset
+    auto logprobs = [&](const Outcome& o) -> json {
+      if (req.sampling.logprobs < 0) return nullptr;
+      const size_t to = o.logprobs.size();
+      json j = req.completion ? legacy_logprobs(model->tokenizer, o.logprobs, lp_sent, to, offset)
+                              : chat_logprobs(model->tokenizer, o.logprobs, lp_sent, to);
+      lp_sent = to;
+      return j;
+    };
+    if (ok && !req.completion)
+      ok = w.send(index, {{"role", "assistant"}, {"content", ""}});
+    else if (ok && !t.ids.echo.empty())
+      ok = w.send(index, {{"content", t.ids.echo}});
+    ToolCallStream calls;  // with tools: text that may be a call is held until the reply ends
+    const OnText on_text = [&](const std::string& text, const Outcome& so_far) {
+      const std::string ready = req.tools.active() ? calls.push(text) : text;
+      if (!ready.empty()) ok = ok && w.send(index, {{"content", ready}}, logprobs(so_far));
+      return ok;
+    };
+    os.push_back(i == 0 ? generate(t.adm, req, on_text) : generate_fork(t.adm, req, i, on_text));
+    const Outcome& o = os.back();
+    if (!o.error.empty() && failure.empty()) failure = o.failure().body;
+    if (!ok || !failure.empty()) return;
+    // Tool calls as OpenAI streams them: per call, its id and name with empty arguments, then the
+    // arguments; held text that was no call goes out as content.
+    for (json& c : tool_calls_json(o.calls, true)) {
+      const json args = c["function"]["arguments"];
+      c["function"]["arguments"] = "";
+      w.send(index, {{"tool_calls", json::array({c})}});
+      w.send(index,
+             {{"tool_calls", json::array({{{"index", c["index"]}, {"function", {{"arguments", args}}}}})}});
+    }
+    if (o.calls.empty() && !calls.held().empty()) w.send(index, {{"content", calls.held()}});
+    // The logprobs of tokens whose text has not gone out (held back, or none) come last.
+    const json rest = lp_sent < o.logprobs.size() ? logprobs(o) : json(nullptr);
+    ok = w.send(index, json::object(), rest, o.finish_reason);
   }
 
   // With API keys: a request without one of them is answered 401 here, before any route.
@@ -745,6 +813,8 @@ void Gateway::add_backend(const std::string& name, caf::actor memory, int64_t pa
   o.policy.host_capacity_pages = 0;  // a remote node's host memory is not offered: pauses drop
   b->programs = std::make_shared<GatewayPrograms>(*impl_->sys, std::move(memory), o, nullptr);
   b->room = std::move(room);
+  b->programs->set_room_elsewhere(
+      [backends = &impl_->backends, name](int64_t pages) { return backends->room_elsewhere(name, pages); });
   if (!impl_->backends.add(b)) b->programs->stop();  // stopping: it serves nothing
 }
 

@@ -64,6 +64,9 @@ struct GatewayOptions {
   int max_tokens_limit = 4096;
   double lease_s = 600;         // an idle program is released after this long
   double restore_wait_s = 300;  // a request for a paused program waits this long at most
+  // Several backends (a coordinator): a request that waited this long for room on its node moves
+  // to a node with room for it (the global waiting queue); 0: it waits where it is.
+  double migrate_after_s = 0;
   // HTTP worker threads: the requests handled at once. A request waiting for its program's
   // restore holds one, and so does an idle keep-alive connection (a few seconds); requests beyond
   // them wait in a queue the scheduler does not see — their programs look idle and get paused.

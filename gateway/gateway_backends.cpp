@@ -11,13 +11,27 @@ namespace chorus {
 
 using json = nlohmann::json;
 
-std::shared_ptr<GatewayBackend> GatewayBackends::place(const std::string& program_id) {
+namespace {
+
+// The node's own word (its last heartbeat: it also counts what others run there), but no more
+// than what its programs here leave (a heartbeat lags the programs just placed, and a paused
+// program will want its pages back).
+int64_t room_of(const GatewayBackend& b) {
+  return b.room ? std::min(b.room(), b.programs->capacity_pages() - b.programs->demand_pages()) : 0;
+}
+
+}  // namespace
+
+std::shared_ptr<GatewayBackend> GatewayBackends::place(const std::string& program_id,
+                                                       const std::string& avoid) {
   std::lock_guard l(m_);
   if (auto it = placed_.find(program_id); !program_id.empty() && it != placed_.end()) {
     auto b = backends_.find(it->second->name);
-    if (b != backends_.end() && b->second == it->second && !it->second->lost) return it->second;
-    spdlog::warn("gateway: program `{}` was on `{}`, which is gone: it starts again elsewhere", program_id,
-                 it->second->name);
+    if (b != backends_.end() && b->second == it->second && !it->second->lost && it->second->name != avoid)
+      return it->second;
+    if (it->second->name != avoid)
+      spdlog::warn("gateway: program `{}` was on `{}`, which is gone: it starts again elsewhere", program_id,
+                   it->second->name);
     placed_.erase(it);
   }
   std::map<std::string, int64_t> count;
@@ -25,12 +39,8 @@ std::shared_ptr<GatewayBackend> GatewayBackends::place(const std::string& progra
   std::shared_ptr<GatewayBackend> best;
   int64_t best_room = 0;
   for (const auto& [name, b] : backends_) {
-    if (b->lost) continue;
-    // The node's own word (its last heartbeat: it also counts what others run there), but no
-    // more than what its programs here leave (a heartbeat lags the programs just placed, and a
-    // paused program will want its pages back).
-    const int64_t room =
-        b->room ? std::min(b->room(), b->programs->capacity_pages() - b->programs->demand_pages()) : 0;
+    if (b->lost || name == avoid) continue;
+    const int64_t room = room_of(*b);
     if (!best || room > best_room || (room == best_room && count[name] < count[best->name])) {
       best = b;
       best_room = room;
@@ -47,6 +57,21 @@ std::shared_ptr<GatewayBackend> GatewayBackends::place(const std::string& progra
       spdlog::info("gateway: program `{}` placed on `{}` ({} free pages)", program_id, best->name, best_room);
   }
   return best;
+}
+
+bool GatewayBackends::room_elsewhere(const std::string& name, int64_t pages) const {
+  std::lock_guard l(m_);
+  for (const auto& [other, b] : backends_)
+    if (other != name && !b->lost && room_of(*b) >= pages) return true;
+  return false;
+}
+
+void GatewayBackends::moved(const std::string& id, const std::string& from, double waited_s) {
+  std::lock_guard l(m_);
+  ++moves_;
+  placed_.erase(id);
+  spdlog::info("gateway: program `{}` waited {:.1f} s for room on `{}`; another node has room: it moves", id,
+               waited_s, from);
 }
 
 std::shared_ptr<GatewayBackend> GatewayBackends::find(const std::string& id) const {
@@ -126,6 +151,14 @@ std::string GatewayBackends::metrics_text() const {
   const auto backends = all();
   if (backends.size() == 1) return backends[0]->programs->metrics_text();
   std::string out;
+  {
+    std::lock_guard l(m_);
+    out +=
+        "# HELP chorus_cluster_program_moves_total Programs moved to another node for room (global queue)\n"
+        "# TYPE chorus_cluster_program_moves_total counter\n"
+        "chorus_cluster_program_moves_total " +
+        std::to_string(moves_) + "\n";
+  }
   std::map<std::string, bool> described;
   for (const auto& b : backends) {
     std::istringstream in(b->programs->metrics_text());

@@ -9,6 +9,11 @@
 // programs here leave of its capacity were they all resident (the heartbeat lags programs just
 // placed, and a paused program will want its pages back). A backend is *lost* when its node went away under a
 // request: it takes nothing more, and its programs go elsewhere at their next request.
+//
+// The global waiting queue (ThunderAgent §4.3.2): a request that waits for room on its backend
+// longer than GatewayOptions::migrate_after_s while another backend has room for it moves there
+// (room_elsewhere(), then place() avoiding the first): the program is released where it waited
+// and its block prefilled on the other from the client's history — a migration by recompute.
 #pragma once
 
 #include <atomic>
@@ -33,9 +38,14 @@ struct GatewayBackend {
 
 class GatewayBackends {
  public:
-  // The backend a request of `program_id` ("": a one-shot request) runs on. Throws HttpError 503
-  // `no_node` when there is none.
-  std::shared_ptr<GatewayBackend> place(const std::string& program_id);
+  // The backend a request of `program_id` ("": a one-shot request) runs on, never `avoid` ("":
+  // any). Throws HttpError 503 `no_node` when there is none.
+  std::shared_ptr<GatewayBackend> place(const std::string& program_id, const std::string& avoid = "");
+  // The global waiting queue's test: whether a backend other than `name` has room for `pages`
+  // now (room as place() counts it).
+  bool room_elsewhere(const std::string& name, int64_t pages) const;
+  // A program moved off `from` for room (counted for /metrics, logged).
+  void moved(const std::string& id, const std::string& from, double waited_s);
   // The backend program `id` is on (null: none), and forgetting it (released).
   std::shared_ptr<GatewayBackend> find(const std::string& id) const;
   void forget(const std::string& id);
@@ -60,6 +70,7 @@ class GatewayBackends {
   std::map<std::string, std::shared_ptr<GatewayBackend>> placed_;    // program id -> where it runs
   bool stopped_ = false;
   std::string unavailable_;
+  int64_t moves_ = 0;
 };
 
 }  // namespace chorus

@@ -60,6 +60,7 @@ struct GatewayPrograms::Impl {
   uint64_t next_anon = 1;
   uint64_t next_request = 1;  // request ids of the commands admit() sends
   bool stopping = false;
+  std::function<bool(int64_t pages)> room_elsewhere;  // the global queue's test (several backends)
 
   // Metrics.
   std::atomic<int64_t> prompt_tokens{0}, completion_tokens{0}, reused_tokens{0}, recomputed_tokens{0};
@@ -145,6 +146,10 @@ struct GatewayPrograms::Impl {
 
   // The request is over before it ran: the program acts again (a one-shot one is released).
   [[noreturn]] void give_up(const std::string& id, const HttpError& why) {
+    settle(id);
+    throw why;
+  }
+  void settle(const std::string& id) {
     bool ephemeral = false;
     uint64_t program = 0;
     {
@@ -163,7 +168,6 @@ struct GatewayPrograms::Impl {
       release(id);  // nobody can ask for it again
     else if (program != 0)
       scheduler->tool_started(program);  // its client acts
-    throw why;
   }
 
   void lease_loop() {
@@ -263,7 +267,7 @@ GatewayPrograms::Turn GatewayPrograms::begin(const std::string& program_id) {
 }
 
 Result<Reply> GatewayPrograms::admit(caf::scoped_actor& self, const std::string& id, int64_t need_tokens,
-                                     const std::function<Frame(uint64_t)>& make) {
+                                     const std::function<Frame(uint64_t)>& make, bool may_move) {
   Impl& g = *impl_;
   const int64_t capacity = g.scheduler->options().policy.capacity_pages;
   const int64_t need_pages = KvCache::pages_for(need_tokens);
@@ -274,38 +278,54 @@ Result<Reply> GatewayPrograms::admit(caf::scoped_actor& self, const std::string&
                                           " KV pages); the server's pool has " + std::to_string(capacity) +
                                           " pages",
                                       "invalid_request_error", "max_tokens", "context_length_exceeded")});
-  uint64_t program = 0, request = 0;
-  {
-    std::lock_guard<std::mutex> l(g.m);
-    Session& s = g.sessions.at(id);
-    request = s.waiting = g.next_request++;
-    program = s.program;
-    if (g.stopping) request = 0;
-  }
   const HttpError paused{
       503, error_body("program `" + id + "` could not be restored in time (memory is full)", "server_error",
                       "", "program_paused")};
-  if (request == 0) g.give_up(id, paused);
-  // Taken back if it still waits then (one that started by then runs on: the withdraw finds
-  // nothing).
-  ProgramCmd withdraw = ProgramCmd::of(ProgramCmd::Op::withdraw, program);
-  withdraw.request = request;
-  caf::delayed_anon_send(g.batcher,
-                         std::chrono::microseconds(static_cast<int64_t>(g.opts.restore_wait_s * 1e6)),
-                         frame_atom::value, encode_program(0, withdraw));
+  // With the global queue, the wait is cut in slices of migrate_after_s: after each, the request
+  // moves if another backend has room for it, else it waits here again.
+  const bool global = may_move && g.opts.migrate_after_s > 0 && g.room_elsewhere;
+  const double slice =
+      global ? std::min(g.opts.migrate_after_s, g.opts.restore_wait_s) : g.opts.restore_wait_s;
   const double from = g.now();
-  Result<Reply> r = ask(self, g.batcher, make(request));
-  bool withdrawn = false;
-  {
-    std::lock_guard<std::mutex> l(g.m);
-    const double waited = g.now() - from;
-    g.restore_wait_seconds += waited;
-    withdrawn =
-        !r && r.error().code == Errc::out_of_memory && (g.stopping || waited >= g.opts.restore_wait_s);
-    if (auto it = g.sessions.find(id); it != g.sessions.end()) it->second.waiting = 0;
+  while (true) {
+    uint64_t program = 0, request = 0;
+    {
+      std::lock_guard<std::mutex> l(g.m);
+      Session& s = g.sessions.at(id);
+      request = s.waiting = g.next_request++;
+      program = s.program;
+      if (g.stopping) request = 0;
+    }
+    if (request == 0) g.give_up(id, paused);
+    // Taken back if it still waits then (one that started by then runs on: the withdraw finds
+    // nothing).
+    ProgramCmd withdraw = ProgramCmd::of(ProgramCmd::Op::withdraw, program);
+    withdraw.request = request;
+    const double wait = std::min(slice, std::max(0.001, g.opts.restore_wait_s - (g.now() - from)));
+    caf::delayed_anon_send(g.batcher, std::chrono::microseconds(static_cast<int64_t>(wait * 1e6)),
+                           frame_atom::value, encode_program(0, withdraw));
+    const double sent = g.now();
+    Result<Reply> r = ask(self, g.batcher, make(request));
+    bool withdrawn = false, expired = false;
+    {
+      std::lock_guard<std::mutex> l(g.m);
+      const double t = g.now();
+      g.restore_wait_seconds += t - sent;
+      withdrawn = !r && r.error().code == Errc::out_of_memory && (g.stopping || t - sent >= wait);
+      expired = g.stopping || t - from >= g.opts.restore_wait_s;
+      if (auto it = g.sessions.find(id); it != g.sessions.end()) it->second.waiting = 0;
+    }
+    if (!withdrawn) return r;
+    if (expired || !global) g.give_up(id, paused);
+    if (g.room_elsewhere(need_pages)) {
+      g.settle(id);
+      throw ProgramMoved{g.now() - from};
+    }
   }
-  if (withdrawn) g.give_up(id, paused);
-  return r;
+}
+
+void GatewayPrograms::set_room_elsewhere(std::function<bool(int64_t pages)> test) {
+  impl_->room_elsewhere = std::move(test);
 }
 
 void GatewayPrograms::set_contents(const std::string& id, std::string text, int64_t tokens) {

@@ -29,6 +29,11 @@ namespace chorus {
 
 class ProgramManager;
 
+// Thrown by admit() when a request that waited for room moves to another backend.
+struct ProgramMoved {
+  double waited_s = 0;
+};
+
 // 404 `program_not_found` for a program_id no program has.
 HttpError program_not_found(const std::string& id);
 
@@ -62,8 +67,16 @@ class GatewayPrograms {
   // stops): HttpError 503 `program_paused` (the program stays; the request is over). Called
   // once per command of the request (a clear of the block, then its generation), on `self`,
   // which then hears the command's events.
+  //
+  // With `may_move` (the request's first command: nothing of it has run), GatewayOptions::
+  // migrate_after_s > 0 and a room_elsewhere test set: after each migrate_after_s of waiting, if
+  // the test says another backend has room for the request, the request is over here (the program
+  // acts again, a one-shot one is released) and ProgramMoved is thrown: the gateway runs it there.
   Result<Reply> admit(caf::scoped_actor& self, const std::string& id, int64_t need_tokens,
-                      const std::function<Frame(uint64_t request_id)>& make);
+                      const std::function<Frame(uint64_t request_id)>& make, bool may_move = false);
+  // The global waiting queue's test (a gateway with several backends): whether another backend
+  // has room for `pages` now.
+  void set_room_elsewhere(std::function<bool(int64_t pages)> test);
   // What the block holds now ("" when not known: the next request starts it again).
   void set_contents(const std::string& id, std::string text, int64_t tokens);
   // The request is over: the program acts until its next one (one-shot programs are released).

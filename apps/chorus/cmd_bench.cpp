@@ -13,6 +13,7 @@
 #include "device/cpu_features.h"
 #include "engine/model/model.h"
 #include "engine/step/generator.h"
+#include "engine/step/trace.h"
 
 namespace chorus::app {
 
@@ -43,12 +44,15 @@ struct DecodeResult {
   double seconds = 0;       // best of the timed runs
   int steps = 0;            // of that run
   double cold_step_ms = 0;  // the warm-up run's (a constraint's masks computed for the first time)
+  int64_t total_steps = 0;  // decode steps of every run, the warm-up's too
   double step_ms() const { return steps > 0 ? 1e3 * seconds / steps : 0; }
 };
 
 Result<DecodeResult> decode_test(const Model& m, CpuDevice& device, CudaDevice* gpu, const BenchArgs& args,
-                                 int n, const OutputConstraint& constraint) {
+                                 int n, const OutputConstraint& constraint,
+                                 std::shared_ptr<Trace> trace = nullptr) {
   GenerateOptions o;
+  o.trace = std::move(trace);
   o.n_ctx = args.prompt + args.tg + 8;
   o.prefill_chunk = 64;
   o.max_new_tokens = args.tg;
@@ -61,6 +65,7 @@ Result<DecodeResult> decode_test(const Model& m, CpuDevice& device, CudaDevice* 
   best.seconds = 1e30;
   for (int r = 0; r <= args.reps; ++r) {
     CHORUS_ASSIGN_OR_RETURN(auto st, gen->run(prompt, nullptr));
+    best.total_steps += st.steps;
     if (r == 0) {
       best.cold_step_ms = st.steps > 0 ? 1e3 * st.decode_seconds / st.steps : 0;
       continue;
@@ -168,6 +173,28 @@ int run_bench(const BenchArgs& args) {
                        {"cold_step_ms", c->cold_step_ms},
                        {"tokens", c->tokens},
                        {"overhead", c->step_ms() / plain->step_ms() - 1.0}};
+    }
+    if (!args.trace.empty()) {  // the same test recorded into a trace: its cost per step
+      // Untraced again after it, and the better of the two untraced runs is the base: the order
+      // of the runs favours neither.
+      auto trace = std::make_shared<Trace>();
+      auto t = decode_test(m, **device, gpu, args, n, {}, trace);
+      if (!report("bench", t)) return 1;
+      auto again = decode_test(m, **device, gpu, args, n, {});
+      if (!report("bench", again)) return 1;
+      const double base = std::min(plain->step_ms(), again->step_ms());
+      // Measured inside: the time the engine spent recording, per step of all the runs.
+      const double rec_ms = 1e3 * trace->recording_seconds() / static_cast<double>(t->total_steps);
+      std::printf(
+          "    traced            %9.3f ms/step vs %.3f untraced, before and after (%+.1f %%); recording "
+          "%.4f ms/step (%.2f %%), %zu events\n",
+          t->step_ms(), base, 100.0 * (t->step_ms() / base - 1.0), rec_ms, 100.0 * rec_ms / base,
+          trace->size());
+      row["traced"] = {{"step_ms", t->step_ms()},
+                       {"untraced_ms", base},
+                       {"overhead", t->step_ms() / base - 1.0},
+                       {"recording_ms", rec_ms}};
+      write_trace("bench", trace, args.trace);
     }
     dec.push_back(row);
   }

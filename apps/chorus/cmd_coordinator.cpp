@@ -23,6 +23,8 @@ int run_coordinator(const CoordinatorArgs& args) {
   co.gateway.max_tokens_limit = args.ctx;
   co.gateway.lease_s = args.lease_s;
   co.gateway.policy.check_period_s = args.check_period_s;
+  co.gateway.migrate_after_s = args.migrate_after_s;
+  co.gateway.restore_wait_s = args.restore_wait_s;
   if (!gather_api_keys("coordinator", args.api_keys, args.key_files, &co.gateway.api_keys)) return 2;
   if (!read_chat_template("coordinator", args.chat_template, &co.gateway.chat_template)) return 2;
   co.gateway.metrics_public = args.metrics_public;

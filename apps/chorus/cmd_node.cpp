@@ -65,8 +65,10 @@ int run_keygen(const KeygenArgs& args) {
 }
 
 int run_node(const NodeArgs& args) {
+  std::shared_ptr<Trace> trace;
+  if (!open_trace("node", args.trace, &trace)) return 2;
   auto served = load_served("node", args.model, args.threads, args.pages, args.budget, 0, args.device,
-                            args.linear_slots);
+                            args.linear_slots, trace);
   if (!served) return 1;
   const auto& model = served->model;
   const auto& device = served->device;
@@ -129,6 +131,7 @@ int run_node(const NodeArgs& args) {
     caf::anon_send_exit(port, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
   }
+  write_trace("node", trace, args.trace);
   std::printf("chorus node: stopped\n");
   return g_refused ? 1 : 0;
 }

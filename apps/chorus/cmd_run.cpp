@@ -16,6 +16,7 @@
 #include "engine/model/model.h"
 #include "engine/model/model_paths.h"
 #include "engine/step/engine.h"
+#include "engine/step/trace.h"
 #include "topology/topology.h"
 
 namespace chorus::app {
@@ -109,9 +110,15 @@ int run_run(const RunArgs& args) {
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
   caf::actor_system sys{cfg};
+  std::shared_ptr<Trace> trace;
+  if (!open_trace("run", args.trace, &trace)) return 2;
   const bool several = topos.size() > 1 || args.copies > 1;
   Result<std::shared_ptr<SharedEngine>> engine = std::shared_ptr<SharedEngine>();
-  if (several) engine = SharedEngine::create(sys, **model, **device, engine_options(first), gpu->get());
+  if (several) {
+    EngineOptions eo = engine_options(first);
+    eo.trace = trace;
+    engine = SharedEngine::create(sys, **model, **device, eo, gpu->get());
+  }
   if (!report("run", engine)) return 1;
   ProgramManager* manager = nullptr;
   if (several && args.policy == "program") {
@@ -161,13 +168,23 @@ int run_run(const RunArgs& args) {
   auto run_one = [&](Running& r) {
     ProgramHooks hooks;
     hooks.unsafe_tools = args.unsafe_tools;
+    hooks.trace = trace;
+    std::function<void(const ProgramEvent&)> print;
     if (args.events)
-      hooks.event = [&err, label = several ? r.label + " " : std::string()](const ProgramEvent& e) {
+      print = [&err, label = several ? r.label + " " : std::string()](const ProgramEvent& e) {
         std::lock_guard<std::mutex> l(err);
         std::string text = e.text.size() > 60 ? e.text.substr(0, 57) + "..." : e.text;
         for (char& c : text)
           if (c == '\n') c = ' ';
         std::fprintf(stderr, "  <%.2fs %s%s: %s>\n", e.seconds, label.c_str(), e.name.c_str(), text.c_str());
+      };
+    hooks.event = print;
+    if (trace)  // the roles' events too, one lane per program
+      hooks.event = [trace, print, lane = static_cast<int64_t>(&r - runs.data()),
+                     label = r.label](const ProgramEvent& e) {
+        trace->name_lane(3, lane, label);
+        trace->instant("role", e.name, 3, lane, trace->now_us(), "{\"text\":" + Trace::quote(e.text) + "}");
+        if (print) print(e);
       };
     // One program alone owns the engine: when it ends, the engine stops with it, without
     // waiting for the requests its roles left running.
@@ -251,6 +268,7 @@ int run_run(const RunArgs& args) {
                         std::to_string(st.tools_prewarmed) + " made again ahead of a restore")
                            .c_str());
   }
+  write_trace("run", trace, args.trace);
   return failed > 0 ? 1 : 0;
 }
 

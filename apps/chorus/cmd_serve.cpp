@@ -18,8 +18,10 @@
 
 namespace chorus::app {
 int run_serve(const ServeArgs& args) {
+  std::shared_ptr<Trace> trace;
+  if (!open_trace("serve", args.trace, &trace)) return 2;
   auto served = load_served("serve", args.model, args.threads, args.pages, args.budget, args.ctx, args.device,
-                            args.linear_slots);
+                            args.linear_slots, trace);
   if (!served) return 1;
   const auto& model = served->model;
   const auto& device = served->device;
@@ -77,6 +79,7 @@ int run_serve(const ServeArgs& args) {
   wait_for_stop();
   (*gw)->stop();
   caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+  write_trace("serve", trace, args.trace);
   return 0;
 }
 

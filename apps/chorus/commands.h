@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+namespace chorus {
+class Trace;
+}
+
 namespace chorus::app {
 
 struct InfoArgs {
@@ -74,6 +78,7 @@ struct BenchArgs {
   bool hybrid = false;         // block views over a hybrid (Gated DeltaNet) model instead
   std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
   std::string schema;          // a JSON Schema file: the decode test also runs constrained by it
+  std::string trace;           // each decode test again, recorded into a trace written here: the trace's cost
 };
 int run_bench(const BenchArgs& args);
 
@@ -96,6 +101,7 @@ struct NodeArgs {
   // CURVE (docs/security.md): the node's key pair and the files of client keys it accepts.
   std::string curve_key;
   std::vector<std::string> allow_keys;
+  std::string trace;  // --trace FILE: Chrome/Perfetto trace-event JSON of the engine (engine/step/trace.h)
 };
 int run_node(const NodeArgs& args);
 
@@ -115,9 +121,11 @@ struct CoordinatorArgs {
   int64_t lease_ttl_s = 3;
   double heartbeat_s = 0.5;
   double dead_after_s = 2.0;
-  int ctx = 4096;                      // longest conversation (tokens)
-  double lease_s = 600;                // idle programs are released after this long
-  double check_period_s = 1;           // each node's program scheduler checks this often
+  int ctx = 4096;               // longest conversation (tokens)
+  double lease_s = 600;         // idle programs are released after this long
+  double check_period_s = 1;    // each node's program scheduler checks this often
+  double migrate_after_s = 1;   // a request waiting this long for room moves to a node with room (0: never)
+  double restore_wait_s = 300;  // a request for a paused program waits this long, then 503
   std::vector<std::string> api_keys;   // --api-key (repeatable)
   std::string chat_template;           // --chat-template FILE: instead of the model's own, as `chorus serve`
   std::vector<std::string> key_files;  // --api-key-file
@@ -143,6 +151,7 @@ struct RunArgs {
   int64_t host_pages = 0;          // pages host memory may hold for offloaded programs (0: drop only)
   double tool_lease_s = 60;        // a paused program's tool sandbox is removed after this long idle
   bool unsafe_tools = false;       // run tools even where the sandbox's isolation is missing
+  std::string trace;  // --trace FILE: Chrome/Perfetto trace-event JSON of the engine (engine/step/trace.h)
 };
 int run_check(const RunArgs& args);  // validates without loading a model
 int run_run(const RunArgs& args);
@@ -173,6 +182,7 @@ struct ServeArgs {
   std::string chat_template;           // --chat-template FILE: instead of the model's own
   std::vector<std::string> key_files;  // --api-key-file (one key per line)
   bool metrics_public = false;         // /metrics and /health without a key
+  std::string trace;  // --trace FILE: Chrome/Perfetto trace-event JSON of the engine (engine/step/trace.h)
 };
 int run_serve(const ServeArgs& args);
 
@@ -187,6 +197,8 @@ struct SimulateArgs {
   double aging_s = 10;     // program policy: a waiting program's key halves every aging_s
   uint64_t seed = 1;
   std::string json;
+  std::vector<int> nodes;    // not empty: the cluster simulator (engine/sched/cluster_sim.h), per size
+  double tool_spread = 2.0;  // cluster: log2 of the widest factor on a program's tool outputs
 };
 int run_simulate(const SimulateArgs& args);
 
@@ -196,7 +208,13 @@ struct Served;
 // Loads them or prints "chorus CMD: <error>" and returns nullptr.
 std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, int threads, int64_t pages,
                                     int budget, int64_t max_view_tokens = 0,
-                                    const std::string& device = "cpu", int linear_slots = 0);
+                                    const std::string& device = "cpu", int linear_slots = 0,
+                                    std::shared_ptr<Trace> trace = nullptr);
+// --trace FILE: a trace the engine records into (engine/step/trace.h), the file checked writable
+// now; null for "" (no trace). False (printed as "chorus CMD: ...") when the file cannot be written.
+bool open_trace(const char* cmd, const std::string& path, std::shared_ptr<Trace>* out);
+// Writes it (nothing for a null trace), with one line on stderr: events, dropped, the file.
+void write_trace(const char* cmd, const std::shared_ptr<Trace>& trace, const std::string& path);
 
 // The serving commands (serve, node, coordinator) run until SIGINT or SIGTERM: stop_on_signals()
 // installs the handlers, wait_for_stop() returns once one came (or request_stop() was called).

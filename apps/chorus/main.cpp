@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   bench_cmd->add_option("--isa", bench.isa, "Force a kernel set: scalar, avx2, avx512");
+  bench_cmd->add_option(
+      "--trace", bench.trace,
+      "Run each decode test again recorded into a trace (its cost per step), written to FILE");
   bench_cmd->add_option("--json", bench.json, "Also write the results as JSON to this file");
   bench_cmd
       ->add_option(
@@ -157,6 +160,9 @@ int main(int argc, char** argv) {
       ->add_option("--events-endpoint", node.events_endpoint,
                    "ZeroMQ PUB endpoint for event frames (topics block:<id>); empty for none")
       ->capture_default_str();
+  node_cmd->add_option(
+      "--trace", node.trace,
+      "Write a Chrome/Perfetto trace-event JSON of what the engine did to FILE at exit (docs/trace.md)");
   node_cmd->add_option("--pages", node.pages, "KV cache pages of 16 positions")->capture_default_str();
   add_linear_slots(node_cmd, &node.linear_slots);
   node_cmd->add_option("--budget", node.budget, "Tokens per engine step")->capture_default_str();
@@ -223,6 +229,17 @@ int main(int argc, char** argv) {
       ->add_option("--check-period", coord.check_period_s, "Seconds between each node's scheduling checks")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  coord_cmd
+      ->add_option("--migrate-after", coord.migrate_after_s,
+                   "Seconds a request waits for room on its node before it moves to a node with room (the "
+                   "global waiting queue; 0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  coord_cmd
+      ->add_option("--restore-wait", coord.restore_wait_s,
+                   "Seconds a request waits for its program's room, then 503 program_paused")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   coord_cmd->add_option("--etcd", coord.etcd, "etcd's client URL")->capture_default_str();
   coord_cmd->add_option("--cluster", coord.cluster, "The cluster's name")->capture_default_str();
   coord_cmd->add_option("--name", coord.name, "This coordinator's name (default: HOSTNAME-PORT)");
@@ -250,6 +267,9 @@ int main(int argc, char** argv) {
       "run", "Run topology files (topologies/README.md), each as a program, on one engine until they end");
   run_cmd->add_option("files", run.files, "Topology file(s) (YAML); several run at once on one engine")
       ->required();
+  run_cmd->add_option(
+      "--trace", run.trace,
+      "Write a Chrome/Perfetto trace-event JSON of what the engine did to FILE at exit (docs/trace.md)");
   run_cmd->add_option("--copies", run.copies, "Programs per file, all at once on the one engine")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -316,6 +336,9 @@ int main(int argc, char** argv) {
                         "A Jinja chat template file to render prompts with, instead of the model's own");
   serve_cmd->add_flag("--metrics-public", serve.metrics_public,
                       "With keys: /metrics and /health answer without one");
+  serve_cmd->add_option(
+      "--trace", serve.trace,
+      "Write a Chrome/Perfetto trace-event JSON of what the engine did to FILE at exit (docs/trace.md)");
   serve_cmd->add_option("--pages", serve.pages, "KV cache pages of 16 positions, shared by all programs")
       ->capture_default_str();
   serve_cmd->add_option("--host-pages", serve.host_pages, "Pages host memory may hold for offloaded programs")
@@ -390,6 +413,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sim_cmd->add_option("--seed", sim.seed, "Random seed")->capture_default_str();
   sim_cmd->add_option("--json", sim.json, "Also write the results as JSON to this file");
+  sim_cmd
+      ->add_option(
+          "--nodes", sim.nodes,
+          "Simulate clusters of these sizes instead: sticky routing against the global waiting queue "
+          "(--concurrency is then programs per node)")
+      ->delimiter(',');
+  sim_cmd
+      ->add_option("--tool-spread", sim.tool_spread,
+                   "Cluster: log2 of the widest factor on a program's tool output tokens")
+      ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   run.input_given = input_opt->count() > 0;

@@ -10,6 +10,7 @@
 
 #include "apps/chorus/commands.h"
 #include "apps/chorus/gpu_choice.h"
+#include "engine/step/trace.h"
 #include "gateway/auth.h"
 
 namespace chorus::app {
@@ -72,7 +73,8 @@ void wait_for_stop() {
 
 std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_path, int threads,
                                     int64_t pages, int budget, int64_t max_view_tokens,
-                                    const std::string& device_name, int linear_slots) {
+                                    const std::string& device_name, int linear_slots,
+                                    std::shared_ptr<Trace> trace) {
   auto s = std::make_unique<Served>();
   auto model = Model::load(model_path);
   if (!report(cmd, model)) return nullptr;
@@ -90,10 +92,32 @@ std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_pa
   eo.token_budget = budget;
   eo.linear_slots = linear_slots;
   if (max_view_tokens > 0) eo.max_view_tokens = max_view_tokens;
+  eo.trace = std::move(trace);
   auto engine = Engine::create(*s->model, *s->device, eo, s->gpu.get());
   if (!report(cmd, engine)) return nullptr;
   s->engine = std::move(*engine);
   return s;
+}
+
+bool open_trace(const char* cmd, const std::string& path, std::shared_ptr<Trace>* out) {
+  out->reset();
+  if (path.empty()) return true;
+  if (!std::ofstream(path, std::ios::app)) {
+    std::fprintf(stderr, "chorus %s: cannot write the trace to %s\n", cmd, path.c_str());
+    return false;
+  }
+  *out = std::make_shared<Trace>();
+  return true;
+}
+
+void write_trace(const char* cmd, const std::shared_ptr<Trace>& trace, const std::string& path) {
+  if (!trace) return;
+  if (Status s = trace->write(path); !s.ok()) {
+    std::fprintf(stderr, "chorus %s: %s\n", cmd, s.error().message.c_str());
+    return;
+  }
+  std::fprintf(stderr, "chorus %s: trace of %zu events written to %s (%lld older ones dropped)\n", cmd,
+               trace->size(), path.c_str(), static_cast<long long>(trace->dropped()));
 }
 
 }  // namespace chorus::app

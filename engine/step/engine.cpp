@@ -1,5 +1,8 @@
 #include "engine/step/engine.h"
 
+#include "engine/step/engine_internal.h"
+#include "engine/step/trace.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -22,29 +25,14 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-struct Engine::Active {
-  RequestId id = 0;
-  Request req;
-  BlockId target = -1;    // the block written (the scratch block for a probe)
-  size_t fed = 0;         // req.tokens already run
-  bool decoding = false;  // generate: prefill done, sampling
-  bool draining = false;  // generate: stopped, the last sampled token still to run
-  FinishReason drain_reason = FinishReason::completed;
-  TokenId pending = -1;  // generate: sampled, to run next step
-  int generated = 0;
-  std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<IncrementalDecoder> detok;
-  std::string text;  // generated text, for stop strings
-  bool done = false;
-  bool started = false;  // forward/generate: took over the block's uncached log tokens
-};
-
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, CpuDevice& device, EngineOptions opts,
                                                CudaDevice* gpu) {
   if (opts.token_budget < 1) return make_error(Errc::invalid_argument, "token budget must be at least 1");
   auto pass = ForwardPass::create(model, device, opts.token_budget, opts.n_pages, gpu, opts.linear_slots);
   if (!pass) return pass.error();
-  return std::unique_ptr<Engine>(new Engine(model, opts, std::move(*pass)));
+  auto engine = std::unique_ptr<Engine>(new Engine(model, opts, std::move(*pass)));
+  engine->set_trace(opts.trace);
+  return engine;
 }
 
 Engine::~Engine() = default;
@@ -193,6 +181,7 @@ Result<RequestId> Engine::submit(Request r) {
   for (BlockId b : named_blocks(r)) blocks_->hold(b);
   a->req = std::move(r);
   writers_[a->target].push_back(a.get());
+  if (trace_) trace_submit(*a);
   active_.push_back(std::move(a));
   return active_.back()->id;
 }
@@ -204,6 +193,7 @@ bool Engine::runnable(const Active& a) const {
 
 void Engine::finish(Active& a, FinishReason why, std::vector<Event>& events, std::string error) {
   a.done = true;
+  if (trace_) trace_finish(a, why);
   if (auto it = writers_.find(a.target); it != writers_.end()) {
     auto& q = it->second;
     q.erase(std::find(q.begin(), q.end(), &a));
@@ -231,11 +221,6 @@ void Engine::finish(Active& a, FinishReason why, std::vector<Event>& events, std
 }
 
 // A request's share of one step: the tokens it runs, and whether its last one returns logits.
-struct Engine::Planned {
-  Active* a;
-  std::vector<TokenId> tokens;
-  bool logits;
-};
 
 // What one forward pass runs: the written blocks' runner sequences (one per extent), each
 // planned request's view of them, the tokens, and on a GPU the rows drawn there.
@@ -253,13 +238,22 @@ Result<std::vector<Event>> Engine::step() {
     Engine* e;
     ~Forget() { e->forget_finished(); }
   } forget{this};
+  const int64_t t0 = trace_ ? trace_->now_us() : 0;
   start_writers(events);
   std::vector<Planned> plan = plan_step(events);
   reserve(plan, events);
   if (!plan.empty()) {
     StepBatch batch = build_batch(plan);
+    const int64_t m0 = trace_ ? trace_->clock_ns() : 0;
+    const auto before = trace_ ? trace_marks(plan) : std::vector<TraceMark>{};
+    const int64_t m1 = trace_ ? trace_->clock_ns() : 0;
     CHORUS_TRY(run(plan, batch));
     apply(plan, events);
+    if (trace_) {
+      const int64_t m2 = trace_->clock_ns();
+      trace_step(plan, before, t0);
+      trace_->charge(m1 - m0 + trace_->clock_ns() - m2);  // what recording the step cost it
+    }
   }
   ++steps_;
   return events;

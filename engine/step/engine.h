@@ -39,6 +39,7 @@ namespace chorus {
 
 class CpuDevice;
 class CudaDevice;
+class Trace;
 
 using RequestId = int64_t;
 
@@ -135,6 +136,7 @@ struct EngineOptions {
   // and 0 is the runner's default (64, or what half the device pool holds); on the CPU 0 is no
   // limit, and a limit counts as the GPU's does (tests, and sizing a GPU workload here).
   int linear_slots = 0;
+  std::shared_ptr<Trace> trace;  // set_trace() at creation (null: no trace)
 };
 
 // Balanced batching: `budget` tokens shared max-min fairly among requests wanting `wants[i]`
@@ -181,6 +183,10 @@ class Engine {
   // resident or restored in the same call. Errors name the block that stands in the way.
   Status restore(std::span<const BlockId> blocks);
   int64_t steps() const { return steps_; }
+
+  // Records what the engine does into `trace` (engine/step/trace.h): each step with its batch,
+  // each request's span, each block's appended tokens and text, pauses and restores. Null: none.
+  void set_trace(std::shared_ptr<Trace> trace) { trace_ = std::move(trace); }
 
   // Ends now, between steps, every request that names one of `blocks` (writes or reads it), as
   // finished with FinishReason::error and the message `why`; returns their finished events (in
@@ -230,6 +236,19 @@ class Engine {
   std::map<BlockId, std::deque<Active*>> writers_;  // unfinished writers of each block, FIFO
   RequestId next_id_ = 1;
   int64_t steps_ = 0;
+  std::shared_ptr<Trace> trace_;
+  // The step's batch, the blocks' new tokens (from `before`, their lengths as the step began) and
+  // the requests' spans, into trace_ (engine_trace.cpp).
+  struct TraceMark {  // a planned request as the step began: its block's length, whether it decodes
+    BlockId block;
+    size_t length;
+    bool decode;
+  };
+  std::vector<TraceMark> trace_marks(const std::vector<Planned>& plan) const;
+  void trace_step(const std::vector<Planned>& plan, const std::vector<TraceMark>& before, int64_t t0);
+  void trace_submit(const Active& a);
+  void trace_finish(const Active& a, FinishReason why);
+  void trace_blocks(const char* what, std::span<const BlockId> ids, const std::string& detail);
   std::vector<float> logits_;
   std::vector<std::optional<PlannedDraw>> draws_;  // a GPU step's device draws, per logits row (reused)
   std::vector<TokenId> drawn_;                     // their tokens

@@ -6,6 +6,7 @@
 
 #include "engine/forward/linear_state.h"
 #include "engine/step/engine.h"
+#include "engine/step/trace.h"
 
 namespace chorus {
 
@@ -90,6 +91,7 @@ Status Engine::pause(std::span<const BlockId> ids, PauseMode mode) {
     }
     kv_.release(kv);
   }
+  if (trace_) trace_blocks("pause", ids, mode == PauseMode::offload ? "offload" : "drop");
   return Status::success();
 }
 
@@ -210,7 +212,9 @@ Status Engine::restore(std::span<const BlockId> ids) {
   CHORUS_TRY(check_restore(ids));
   CHORUS_ASSIGN_OR_RETURN(const std::vector<BlockId> dropped, load_offloaded(ids));
   for (BlockId id : ids) (*blocks_->get(id))->paused = false;
-  return replay_dropped(dropped);
+  CHORUS_TRY(replay_dropped(dropped));
+  if (trace_) trace_blocks("restore", ids, dropped.empty() ? "offloaded" : "recomputed");
+  return Status::success();
 }
 
 Status Engine::replay(const std::vector<std::tuple<const WriteRun*, int64_t, int64_t>>& pieces) {

@@ -23,6 +23,7 @@ Result<std::unique_ptr<Generator>> Generator::create(const Model& m, CpuDevice& 
   eo.token_budget = std::max({o.prefill_chunk, n_seqs, 1});
   eo.max_view_tokens = o.n_ctx;
   eo.sample_on_device = o.sample_on_device;
+  eo.trace = o.trace;
   auto engine = Engine::create(m, d, eo, gpu);
   if (!engine) return engine.error();
   return std::unique_ptr<Generator>(new Generator(m, n_seqs, o, std::move(*engine)));

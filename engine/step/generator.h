@@ -21,6 +21,8 @@
 
 namespace chorus {
 
+class Trace;
+
 class CpuDevice;
 class CudaDevice;
 class Engine;
@@ -33,6 +35,7 @@ struct GenerateOptions {
   bool stop_at_end_of_generation = true;
   SamplingParams sampling;       // per sequence, seeds seed, seed+1, ...
   bool sample_on_device = true;  // on a GPU: decode tokens drawn there where the sampling allows
+  std::shared_ptr<Trace> trace;  // the engine records into it (EngineOptions::trace)
 };
 
 struct GenerateStats {

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""The coordinator's global waiting queue, end to end: a real etcd, two `chorus node --etcd`
+processes of 64 KV pages each and one `chorus coordinator --migrate-after 1`. Programs p1 and p3 are
+placed on node a, p2 on node b. While p1 streams a long reply that holds most of a's pages, p3's
+next turn cannot get room on a: after a second of waiting it moves to b (released on a, its
+conversation prefilled on b from the client's history) and is answered there, with the reply one
+`chorus serve` gives the same conversation sent as a new program (greedy). Resident programs stay
+where they are.
+
+    test_cluster_queue.py CHORUS_BINARY MODEL
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+chorus, model = sys.argv[1], sys.argv[2]
+MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
+failures, passed, procs = [], [], []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    (passed if cond else failures).append(what)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start(args, log):
+    p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    return p
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return json.loads(r.read())
+    except Exception:
+        return None
+
+
+def wait_for(cond, limit):
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        if cond():
+            return time.time() - t0
+        time.sleep(0.1)
+    return None
+
+
+def chat(url, program, messages, max_tokens):
+    body = json.dumps({"model": MODEL_NAME, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+                       "program_id": program}).encode()
+    req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=180) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def reply(body):
+    return body["choices"][0]["message"]["content"]
+
+
+FIRST = {p: [{"role": "user", "content": "Say hello to %s." % p}] for p in ("p1", "p2", "p3")}
+LONG = [{"role": "user", "content": "Write a very long story about a lighthouse keeper and the sea."}]
+LONG_TOKENS = 700  # with its prompt, about 46 of node a's 64 pages
+
+
+def second_turn(first_reply):
+    return FIRST["p3"] + [{"role": "assistant", "content": first_reply},
+                          {"role": "user", "content": "Now list five animals that live in the sea."}]
+
+
+tmp = tempfile.mkdtemp(prefix="chorus-queue-")
+try:
+    # The oracle: p3's two turns on one `chorus serve`.
+    sport = free_port()
+    serve_url = "http://127.0.0.1:%d" % sport
+    serve = start([chorus, "serve", "--model", model, "--port", str(sport), "--pages", "64", "-t", "1"],
+                  os.path.join(tmp, "serve.log"))
+    wait_for(lambda: get(serve_url + "/health"), 60)
+    # The second turn as the node it moves to computes it: a new block prefilled from the history.
+    _, b1 = chat(serve_url, "p3", FIRST["p3"], 12)
+    _, b2 = chat(serve_url, "p3-fresh", second_turn(reply(b1)), 300)
+    want_first, want_second = reply(b1), reply(b2)
+    serve.terminate()
+    serve.wait(timeout=30)
+
+    cport, pport = free_port(), free_port()
+    etcd_url = "http://127.0.0.1:%d" % cport
+    peer = "http://127.0.0.1:%d" % pport
+    start(["etcd", "--name=q", "--data-dir=" + os.path.join(tmp, "etcd"), "--listen-client-urls=" + etcd_url,
+           "--advertise-client-urls=" + etcd_url, "--listen-peer-urls=" + peer,
+           "--initial-advertise-peer-urls=" + peer, "--initial-cluster=q=" + peer, "--logger=zap",
+           "--log-outputs=" + os.path.join(tmp, "etcd.log")], os.path.join(tmp, "etcd.out"))
+    check(wait_for(lambda: get(etcd_url + "/health"), 20) is not None, "etcd answers")
+    for name in ("a", "b"):
+        start([chorus, "node", "--model", model, "--etcd", etcd_url, "--name", name, "--endpoint",
+               "tcp://127.0.0.1:*", "--pages", "64", "-t", "1", "--lease-ttl", "2"],
+              os.path.join(tmp, "node-%s.log" % name))
+    port = free_port()
+    url = "http://127.0.0.1:%d" % port
+    coord_log = os.path.join(tmp, "coord.log")
+    start([chorus, "--log-level", "info", "coordinator", "--etcd", etcd_url, "--name", "one", "--port", str(port),
+           "--lease-ttl", "2", "--heartbeat", "0.25", "--dead-after", "1.5", "--migrate-after", "1"], coord_log)
+
+    def up_names():
+        v = get(url + "/cluster") or {"nodes": []}
+        return sorted(n["name"] for n in v["nodes"] if n["up"])
+
+    def serving():
+        try:
+            text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+        except Exception:
+            return False
+        return all('chorus_requests_total{node="%s"}' % n in text for n in ("a", "b"))
+
+    check(wait_for(lambda: up_names() == ["a", "b"] and serving(), 60) is not None, "two nodes up and served")
+
+    def nodes_of():
+        return {p["program_id"]: p["node"] for p in (get(url + "/programs") or {"data": []})["data"]}
+
+    firsts = {}
+    for p in ("p1", "p2", "p3"):
+        st, body = chat(url, p, FIRST[p], 12)
+        firsts[p] = reply(body) if st == 200 else None
+    placed = nodes_of()
+    check(placed == {"p1": "a", "p2": "b", "p3": "a"}, "p1 and p3 on a, p2 on b: %s" % placed)
+    check(firsts["p3"] == want_first, "p3's first turn is one node's")
+
+    # p1 streams a long reply on a; p3's second turn then waits for room there, and moves.
+    long_done = {}
+
+    def long_turn():
+        t0 = time.time()
+        long_done["status"], long_done["body"] = chat(url, "p1", LONG, LONG_TOKENS)
+        long_done["s"] = time.time() - t0
+
+    def pages_used_a():
+        return sum(n["pages_used"] for n in (get(url + "/cluster") or {"nodes": []})["nodes"] if n["name"] == "a")
+
+    before = pages_used_a()
+    th = threading.Thread(target=long_turn)
+    th.start()
+    check(wait_for(lambda: pages_used_a() >= before + 3, 60) is not None,
+          "p1's long reply is under way on a (its pages reserved: about 46 of 64)")
+    t0 = time.time()
+    st, body = chat(url, "p3", second_turn(firsts["p3"]), 300)
+    p3_s = time.time() - t0
+    p1_busy = th.is_alive()
+    th.join(timeout=180)
+    check(st == 200 and reply(body) == want_second,
+          "p3's turn is answered after its move with one node's reply (%d, %.1f s, p1 still streaming: %s)" %
+          (st, p3_s, p1_busy))
+    after = nodes_of()
+    check(after.get("p3") == "b" and after.get("p1") == "a" and after.get("p2") == "b",
+          "p3 moved to b; p1 and p2 stayed where their KV is: %s" % after)
+    check(long_done.get("status") == 200 and long_done["body"]["usage"]["completion_tokens"] > 0,
+          "p1's long reply completes on a (%.1f s)" % long_done.get("s", -1))
+    metrics = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+    check("chorus_cluster_program_moves_total 1" in metrics, "/metrics counts one move")
+    log = open(coord_log).read()
+    check("program `p3` waited" in log and "for room on `a`" in log, "the coordinator logged the move")
+finally:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.terminate()
+                p.wait(timeout=10)
+            except Exception:
+                p.kill()
+    if failures:
+        for f in sorted(os.listdir(tmp)):
+            if f.endswith(".log") and f != "etcd.log":
+                print("---- " + f + "\n" + open(os.path.join(tmp, f)).read()[-3000:])
+    shutil.rmtree(tmp, ignore_errors=True)
+
+print("%d passed, %d failed" % (len(passed), len(failures)))
+sys.exit(1 if failures else 0)
