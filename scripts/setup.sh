@@ -27,6 +27,7 @@ PACKAGES=(
   libspdlog-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libcli11-dev bubblewrap libseccomp-dev
   etcd-server etcd-client
   libpcre2-dev libgtest-dev libgmock-dev clang libclang-rt-14-dev clang-format
+  chromium fonts-dejavu-core
 )
 
 log() { printf '[setup] %s\n' "$*"; }
@@ -78,13 +79,13 @@ PY
 # venv of their own, so the system Python stays untouched.
 python_env() {
   local venv="$CHORUS_HOME/venv-tests"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import zmq, flatbuffers, openai, jsonschema, jinja2" 2>/dev/null; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import zmq, flatbuffers, openai, jsonschema, jinja2, PIL" 2>/dev/null; then
     log "test Python environment present: $venv"; return
   fi
-  log "creating the test Python environment $venv (pyzmq, flatbuffers, openai, jsonschema, jinja2)"
+  log "creating the test Python environment $venv (pyzmq, flatbuffers, openai, jsonschema, jinja2, pillow)"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pyzmq==26.2.0 flatbuffers==2.0.7 openai==1.57.0 \
-    jsonschema==4.23.0 jinja2==3.1.6
+    jsonschema==4.23.0 jinja2==3.1.6 pillow==11.0.0
 }
 
 # Real agent frameworks as clients (tests/python/test_agents_sdk.py, test_mini_swe_agent.py): the

@@ -202,6 +202,13 @@ struct SimulateArgs {
 };
 int run_simulate(const SimulateArgs& args);
 
+struct TraceArgs {
+  std::string file;   // a trace written by --trace
+  std::string html;   // "": print the summary only; else write the timeline page here
+  std::string title;  // the page's title (default: the file's name)
+};
+int run_trace(const TraceArgs& args);
+
 // What a serving command (node, serve) loads: the model, a CPU device (and the GPU `device`
 // asks for), an engine over them.
 struct Served;

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       "The default model is SmolLM2-135M-Instruct (Q4_1), fetched by scripts/setup.sh into\n"
       "$CHORUS_HOME/models (default ~/.cache/chorus/models); --model or $CHORUS_MODEL override it."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "chorus " CHORUS_VERSION_STRING);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
 
@@ -424,6 +425,15 @@ int main(int argc, char** argv) {
                    "Cluster: log2 of the widest factor on a program's tool output tokens")
       ->capture_default_str();
 
+  chorus::app::TraceArgs trace_args;
+  auto* trace_cmd = app.add_subcommand(
+      "trace", "Read a trace written by --trace: print its summary, or write its timeline page (--html)");
+  trace_cmd->add_option("file", trace_args.file, "Trace-event JSON written by --trace")->required();
+  trace_cmd->add_option("--html", trace_args.html,
+                        "Write the timeline page here: one lane per block with its text as it grew, the "
+                        "roles' events, the engine's steps beneath");
+  trace_cmd->add_option("--title", trace_args.title, "The page's title (default: the trace file's name)");
+
   CLI11_PARSE(app, argc, argv);
   run.input_given = input_opt->count() > 0;
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -432,6 +442,7 @@ int main(int argc, char** argv) {
   if (*run_cmd) return chorus::app::run_run(run);
   if (*serve_cmd) return chorus::app::run_serve(serve);
   if (*sim_cmd) return chorus::app::run_simulate(sim);
+  if (*trace_cmd) return chorus::app::run_trace(trace_args);
   if (*check_cmd) return chorus::app::run_check(check);
   if (*gen_cmd) return chorus::app::run_generate(gen);
   if (*node_cmd) return chorus::app::run_node(node);

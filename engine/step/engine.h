@@ -136,7 +136,7 @@ struct EngineOptions {
   // and 0 is the runner's default (64, or what half the device pool holds); on the CPU 0 is no
   // limit, and a limit counts as the GPU's does (tests, and sizing a GPU workload here).
   int linear_slots = 0;
-  std::shared_ptr<Trace> trace;  // set_trace() at creation (null: no trace)
+  std::shared_ptr<Trace> trace = nullptr;  // set_trace() at creation (null: no trace)
 };
 
 // Balanced batching: `budget` tokens shared max-min fairly among requests wanting `wants[i]`
