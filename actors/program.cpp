@@ -418,6 +418,7 @@ class Program::Starter {
       gc.max_tool_calls = a.max_tool_calls;
     }
     gc.tokenizer = &tok_;
+    if (a.fresh) gc.clear_before_run = im_.blocks.at(a.writes);
     return spawn_generator(sys_, im_.batcher, std::move(gc));
   }
 

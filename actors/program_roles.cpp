@@ -122,6 +122,7 @@ struct GeneratorState {
   int tool_calls = 0;                // in this run
   int generated = 0;                 // tokens in this run
   std::vector<std::string> pending;  // per emit: text since its last event
+  Request next;                      // `fresh`: the run's request, submitted once its block is cleared
 };
 
 using GeneratorSelf = caf::stateful_actor<GeneratorState>*;
@@ -222,20 +223,38 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
     st.done = true;
     self->send(st.ctl, signal_atom::value, c->name + ".done", std::string());
   };
+  auto submit_run = [=] {
+    submit(self, batcher, self->state.next, [=](const std::string& why) {
+      self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
+    });
+  };
+  // `fresh`: the block is cleared first; while a reader holds it, the clear is tried again shortly.
+  auto clear_then_submit = [=] {
+    self->request(batcher, caf::infinite, frame_atom::value, encode_clear_block(0, c->clear_before_run))
+        .then(
+            [=](const std::vector<uint8_t>& reply) {
+              auto r = decode_reply(reply);
+              if (r && r->kind == ReplyKind::block_info) return submit_run();
+              self->delayed_send(self, std::chrono::milliseconds(5), tick_atom::value);
+            },
+            [=](caf::error& e) {
+              self->send(self->state.ctl, fail_atom::value, c->name,
+                         "clearing its block refused: " + caf::to_string(e));
+            });
+  };
   auto run = [=] {
     auto& st = self->state;
     if (st.busy || st.queued.empty() || st.done) return;
     st.busy = true;
-    Request req = c->request;
-    req.tokens = c->prefill.tokens(st.queued.front());
+    st.next = c->request;
+    st.next.tokens = c->prefill.tokens(st.queued.front());
     st.queued.pop_front();
     st.piece.clear();
     st.request_text.clear();
     st.tool_calls = 0;
     st.generated = 0;
-    submit(self, batcher, req, [=](const std::string& why) {
-      self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
-    });
+    if (c->clear_before_run >= 0 && st.runs > 0) return clear_then_submit();
+    submit_run();
   };
   return {
       [=](start_atom, const caf::actor& ctl) {
@@ -251,6 +270,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
         run();
         maybe_done();
       },
+      [=](tick_atom) { clear_then_submit(); },
       [=](event_atom, const std::vector<uint8_t>& frame) {
         auto r = decode_reply(frame);
         if (!r) return;

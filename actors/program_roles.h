@@ -86,6 +86,8 @@ struct GeneratorConfig {
   caf::actor tools;  // the program's tool actor (when it may call tools)
   int max_tool_calls = 0;
   const Tokenizer* tokenizer = nullptr;
+  BlockId clear_before_run =
+      -1;  // `fresh`: this block (its `writes`) is cleared before each run but the first
 };
 
 struct ProbeRoleConfig {

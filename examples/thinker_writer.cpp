@@ -28,18 +28,22 @@ int main(int argc, char** argv) {
   // Three blocks: the question (a chat turn), the thinker's thoughts, the writer's notes.
   topology::Builder b("thinker_writer");
   b.topology().budget_seconds = 120;
-  b.block("prompt", question + " Think step by step.").chat = "user";
+  b.block("prompt", question + " Explain it in three short paragraphs.").chat = "user";
   b.block("thoughts");
   b.block("notes");
   topology::Actor& thinker = b.thinker("thinker", {"prompt", "thoughts"}, "thoughts");
   thinker.prefill = "<|im_start|>assistant\n";
-  thinker.max_tokens = 160;
+  thinker.max_tokens = 256;
   thinker.emits = {{"\n", "paragraph"}};  // a line of reasoning is done
   thinker.to = {"thoughts_out"};
   topology::Actor& writer = b.writer("writer", {"prompt", "thoughts", "notes"}, "notes", {"paragraph"});
   writer.prefill =
-      "<|im_start|>user\nSum up your last line in a few words.<|im_end|>\n<|im_start|>assistant\n";
-  writer.max_tokens = 24;
+      "<|im_start|>user\nSummarize your last paragraph in a few words of your own.<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  writer.max_tokens = 32;
+  writer.sampling.repeat_penalty = 1.3f;  // no loops within a line
+  writer.sampling.repeat_last_n = 64;
+  writer.fresh = true;  // each line from the thoughts alone, not from its last line
   writer.stop = {"\n", "<|im_end|>"};
   writer.to = {"notes_out"};
   b.sink("thoughts_out", topology::SinkKind::callback);

@@ -72,6 +72,9 @@ struct Actor {
   std::vector<std::string>
       tools;               // tools it may call: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
   int max_tool_calls = 4;  // per run
+  // Each run starts from an empty `writes` block: the role does not see its earlier runs (a
+  // summarizer that would otherwise copy its last line). Its sinks still get every piece.
+  bool fresh = false;
   // `schema:`, as JSON text ("": none): the role writes only instances of it (in
   // sampling.constraint). A role with tools of which one declares `parameters:` has instead the
   // tool-call constraint: free text without '<', then at most one valid call.

@@ -16,7 +16,7 @@ void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& pa
   const bool thinker = a.kind == Kind::thinker;
   r.keys(n, path,
          {"kind", "view", "writes", "prefill", "max_tokens", "stop", "sampling", "schema", "grammar", "emit",
-          "to", "on", "after", "tools", "max_tool_calls"});
+          "to", "on", "after", "tools", "max_tool_calls", "fresh"});
   read_view_and_writes(a, n, path, true);
   if (auto v = n["prefill"]) a.prefill = text(v, path + ".prefill", true);
   a.max_tokens = thinker ? 256 : 48;
@@ -54,6 +54,7 @@ void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& pa
     }
     a.stop.push_back("</tool_call>");  // a call ends the run; the result goes in, and it goes on
   }
+  if (auto v = n["fresh"]) a.fresh = r.boolean(v, path + ".fresh");
   if (auto v = n["max_tool_calls"]) {
     if (a.tools.empty()) r.fail(v, path + ".max_tool_calls", "needs `tools: [...]`");
     a.max_tool_calls = static_cast<int>(r.integer(v, path + ".max_tool_calls", 0, 1000));

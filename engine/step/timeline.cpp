@@ -65,7 +65,8 @@ void read_event(const json& e, int64_t t0, Lanes& lanes, Timeline& tl) {
     ++s.steps;
     s.decode_tokens += decode, s.prefill_tokens += prefill, s.probe_tokens += probe;
   } else if (ph == "i" && cat == "block") {
-    lanes.block_appends[tid].push_back({t, int_of(args, "tokens"), text_of(args, "text")});
+    lanes.block_appends[tid].push_back(
+        {t, int_of(args, "tokens"), text_of(args, "text"), int_of(args, "length")});
   } else if (ph == "i" && cat == "role") {
     lanes.role_events[tid].push_back({t, name, text_of(args, "text")});
     ++s.role_events;
@@ -98,6 +99,7 @@ void gather(Lanes& lanes, Timeline& tl) {
     b.appends = static_cast<int64_t>(appends.size());
     b.first_us = appends.empty() ? 0 : appends[0][0].get<int64_t>();
     for (const json& a : appends) b.tokens += a[1].get<int64_t>(), b.text += a[2].get<std::string>();
+    b.length = appends.empty() ? 0 : appends.back()[3].get<int64_t>();
     tl.summary.blocks.push_back(b);
   }
   std::stable_sort(tl.summary.blocks.begin(), tl.summary.blocks.end(),
@@ -106,6 +108,7 @@ void gather(Lanes& lanes, Timeline& tl) {
     tl.blocks.push_back({{"id", b.id},
                          {"name", b.name},
                          {"tokens", b.tokens},
+                         {"length", b.length},
                          {"appends", std::move(lanes.block_appends[b.id])}});
   for (auto& [tid, events] : lanes.role_events) {
     const auto name = lanes.names.find({3, tid});
@@ -201,9 +204,9 @@ std::string describe(const TimelineSummary& s) {
       static_cast<long long>(s.memory_events));
   std::string out = line;
   for (const TimelineBlock& b : s.blocks) {
-    std::snprintf(line, sizeof line, "  block %-28s %6lld tokens in %5lld appends, from %.3f s\n",
+    std::snprintf(line, sizeof line, "  block %-28s %6lld tokens in %5lld appends from %.3f s; holds %lld\n",
                   b.name.c_str(), static_cast<long long>(b.tokens), static_cast<long long>(b.appends),
-                  static_cast<double>(b.first_us) * 1e-6);
+                  static_cast<double>(b.first_us) * 1e-6, static_cast<long long>(b.length));
     out += line;
   }
   return out;

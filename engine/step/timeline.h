@@ -18,6 +18,7 @@ struct TimelineBlock {
   std::string name;      // the lane's name: "thoughts (3)"
   int64_t tokens = 0;    // appended within the trace
   int64_t appends = 0;   // steps that appended to it
+  int64_t length = 0;    // what it held after its last append (less than `tokens` once cleared)
   int64_t first_us = 0;  // its first append, since the trace's first event
   std::string text;      // what was appended, in order
 };

@@ -1,13 +1,14 @@
 // The timeline page (engine/step/timeline.h): HTML, style and script in one file, no network.
 // timeline_html() puts the title at @TITLE@ and the trace's lanes (JSON) at @DATA@:
-//   blocks   [{id, name, tokens, appends: [[t, tokens, text], ...]}]   by first append
+//   blocks   [{id, name, tokens, length, appends: [[t, tokens, text, length after], ...]}]   by first append
 //   programs [{lane, name, events: [[t, name, text], ...]}]
 //   steps    [[t, dur, decode, prefill, probe], ...]
 //   memory   [[t, what, mode, "block ids"], ...]
 //   requests [[begin, end, kind, id, block, reason, generated], ...]
 // with times in microseconds since the first event. The DOM it builds is what
 // tests/python/test_timeline.py reads in headless Chromium: section.lane.block[data-block]
-// [data-tokens] with its text in .text, section.lane.roles[data-events], section.lane.steps[data-steps].
+// [data-tokens][data-length] with its text in .text (what a clear took away shown struck through,
+// still there), section.lane.roles[data-events], section.lane.steps[data-steps].
 
 namespace chorus {
 
@@ -38,6 +39,7 @@ const char* const kTimelinePage = R"PAGE(<!doctype html>
           background: #f9fafb; padding: 4px 6px; border-radius: 3px; margin-top: 3px;
           border-top: 1px solid #e5e7eb; }
   .text .fresh { background: #fde68a; }
+  .text .cleared { color: #9ca3af; text-decoration: line-through; border-right: 2px solid #dc2626; }
   .events { font: 12px/1.35 ui-monospace, monospace; max-height: 8em; overflow: auto; margin-top: 3px; }
   .events .ev.future { display: none; }
   .legend span { display: inline-block; margin-right: 10px; }
@@ -101,6 +103,7 @@ const blockViews = D.blocks.map(b => {
   L.section.dataset.block = b.id;
   L.section.dataset.tokens = b.tokens;
   L.section.dataset.appends = b.appends.length;
+  L.section.dataset.length = b.length;
   const H = 26, svg = track(H);
   const most = Math.max(1, ...b.appends.map(a => a[1]));
   for (const [t, n] of b.appends) {
@@ -183,20 +186,26 @@ document.getElementById("summary").textContent =
   `${D.programs.reduce((a, p) => a + p.events.length, 0)} role events, ${D.requests.length} requests` +
   (D.dropped ? ` (${D.dropped} older events were dropped by the recorder)` : "");
 
-// The page at time `now`: each block's text as it stood then, the newest piece highlighted.
+// The page at time `now`: each block's text as it stood then, the newest piece highlighted, and
+// what clears took away before it struck through (an append that leaves no more than it brought
+// found the block empty).
 function show(now) {
   const fresh = T * 0.02;
   for (const v of blockViews) {
-    let old = "", recent = "", shown = 0;
-    for (const [t, n, text] of v.b.appends) {
+    let cleared = "", old = "", recent = "", shown = 0, holds = 0;
+    for (const [t, n, text, length] of v.b.appends) {
       if (t > now) break;
+      if (length <= n && (old || recent)) { cleared += old + recent; old = recent = ""; }
       shown += n;
+      holds = length;
       if (t >= now - fresh) recent += text; else old += text;
     }
-    const r = el("span", { class: "fresh" }, recent);
-    v.text.replaceChildren(document.createTextNode(old), r);
+    const parts = [];
+    if (cleared) parts.push(el("span", { class: "cleared", title: "cleared" }, cleared));
+    parts.push(document.createTextNode(old), el("span", { class: "fresh" }, recent));
+    v.text.replaceChildren(...parts);
     v.text.scrollTop = v.text.scrollHeight;
-    v.L.sub.textContent = `${shown} of ${v.b.tokens} tokens`;
+    v.L.sub.textContent = `${shown} of ${v.b.tokens} tokens` + (holds < shown ? `, holding ${holds}` : "");
     v.L.section.dataset.shown = shown;
   }
   for (const v of roleViews) {

@@ -97,7 +97,8 @@ class ProgramTest : public ::testing::Test {
 };
 
 TEST_F(ProgramTest, ThinkerWriterInterleaves) {
-  Outcome r = run_topology("thinker_writer.yaml", {{"actors.thinker.max_tokens", "64"},
+  // 160: the first paragraph (about 70 tokens) and the writer's line (up to 32) fit well within it.
+  Outcome r = run_topology("thinker_writer.yaml", {{"actors.thinker.max_tokens", "160"},
                                                    {"actors.notes_out.to", "callback"},
                                                    {"actors.thoughts_out.to", "callback"}});
   EXPECT_EQ(r.report.ended_by, "all roles done");

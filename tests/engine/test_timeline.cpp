@@ -58,6 +58,8 @@ TEST(Timeline, ReadsBlocksStepsEventsAndSpans) {
   EXPECT_EQ(s->blocks[1].name, "notes (4)");
   EXPECT_EQ(s->blocks[1].tokens, 4);
   EXPECT_EQ(s->blocks[1].text, "It </script> is blue");
+  EXPECT_EQ(s->blocks[0].length, 6);  // its last append's
+  EXPECT_EQ(s->blocks[1].length, 4);
   EXPECT_NE(describe(*s).find("thoughts (7)"), std::string::npos);
 }
 

@@ -51,8 +51,8 @@ names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_nam
 want = {}
 for e in events:
     if e.get("cat") == "block" and e["name"] == "append":
-        tokens, text = want.get(e["tid"], (0, ""))
-        want[e["tid"]] = (tokens + e["args"]["tokens"], text + e["args"]["text"])
+        tokens, text, _ = want.get(e["tid"], (0, "", 0))
+        want[e["tid"]] = (tokens + e["args"]["tokens"], text + e["args"]["text"], e["args"]["length"])
 want_roles = sum(1 for e in events if e.get("cat") == "role")
 want_steps = sum(1 for e in events if e["ph"] == "X" and e["name"] == "step")
 check(len(want) == 3 and want_steps > 10, "the trace has 3 block lanes and %d steps" % want_steps)
@@ -100,7 +100,7 @@ parsed.feed(dom.stdout)
 check(parsed.ready, "the page's script ran to its end")
 check("<h1>chorus timeline: run.json</h1>" in dom.stdout, "the page is titled by the trace's file name")
 blocks = [l for l in parsed.lanes if "block" in l["class"]]
-got = {int(l["data"]["block"]): (int(l["data"]["tokens"]), l["text"]) for l in blocks}
+got = {int(l["data"]["block"]): (int(l["data"]["tokens"]), l["text"], int(l["data"]["length"])) for l in blocks}
 check(sorted(got) == sorted(want), "one lane per block of the trace: %s" % sorted(names.get(b, b) for b in got))
 for b in sorted(want):
     g = got.get(b, (None, None))
@@ -109,6 +109,11 @@ for b in sorted(want):
           "lane %s counts the trace's %d tokens, all shown at the end" % (names.get(b), want[b][0]))
     check(g[1] == want[b][1], "lane %s shows the block's text exactly as appended (%d chars)" %
           (names.get(b), len(want[b][1])))
+    check(g[2] == want[b][2], "lane %s says it holds %d tokens at the end, as its last append" % (names.get(b), want[b][2]))
+notes = [l for l in blocks if names[int(l["data"]["block"])].startswith("notes")]
+check(len(notes) == 1 and 'class="cleared"' in dom.stdout and
+      int(notes[0]["data"]["length"]) < int(notes[0]["data"]["tokens"]),
+      "the fresh writer's lane strikes through what its clears took away")
 order = [names[int(l["data"]["block"])].split(" (")[0] for l in blocks]
 check(order[0] == "prompt", "lanes in the order the blocks began: %s" % order)
 roles = [l for l in parsed.lanes if "roles" in l["class"]]

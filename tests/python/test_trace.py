@@ -2,7 +2,7 @@
 """`--trace FILE` (engine/step/trace.h): `chorus run` of the thinker-writer topology and `chorus
 serve` with one chat completion write Chrome/Perfetto trace-event JSON that parses; engine steps
 carry their batch; every request span that begins ends; each block's lane is named and its
-appends add up to what the run reports the block holds; the roles' events are there; a path that
+last append leaves what the run reports the block holds; the roles' events are there; a path that
 cannot be written is refused before anything runs.
 
     test_trace.py CHORUS_BINARY MODEL TOPOLOGIES_DIR
@@ -53,13 +53,17 @@ check(sorted(n.split(" (")[0] for n in lanes.values()) == ["notes", "prompt", "t
       "one lane per block, named: %s" % sorted(lanes.values()))
 report = re.search(r"blocks: ([^;]*);", r.stderr)
 held = dict((b.rsplit(" ", 1)[0], int(b.rsplit(" ", 1)[1])) for b in report.group(1).split(", ")) if report else {}
-appended = {}
+appended, last = {}, {}
 for e in events:
     if e["name"] == "append":
         name = lanes[e["tid"]].split(" (")[0]
         appended[name] = appended.get(name, 0) + e["args"]["tokens"]
-check(held and appended == held, "each block's appends add up to what the run reports it holds: %s vs %s" %
-      (appended, held))
+        last[name] = e["args"]["length"]
+# The writer is `fresh` (its block is cleared before each line): what it holds is its last line's.
+check(held and last == held, "each block's last append leaves what the run reports it holds: %s vs %s" %
+      (last, held))
+check(all(appended[b] == held[b] for b in ("prompt", "thoughts")) and appended["notes"] > held["notes"],
+      "the blocks that only grow hold what was appended to them; the fresh writer's appended more: %s" % appended)
 roles = {e["name"] for e in events if e.get("cat") == "role"}
 check({"thinker.done", "writer.done"} <= roles, "the roles' events are in the trace: %s" % sorted(roles))
 check("trace of %d events written to %s" % (len([e for e in events if e["ph"] != "M"]), path) in r.stderr,

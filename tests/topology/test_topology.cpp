@@ -134,12 +134,21 @@ TEST(Topology, UnknownKeysListTheValidOnes) {
   EXPECT_EQ(
       e,
       "t.yaml:17:5: actors.thinker.prefil: unknown key (valid here: kind, view, writes, prefill, max_tokens, "
-      "stop, sampling, schema, grammar, emit, to, on, after, tools, max_tool_calls)");
+      "stop, sampling, schema, grammar, emit, to, on, after, tools, max_tool_calls, fresh)");
   const auto top = error_of(std::string(kBase) + "budgett: {seconds: 1}\n");
   EXPECT_EQ(
       top,
       "t.yaml:29:1: (top level).budgett: unknown key (valid here: name, description, model, engine, params, "
       "budget, finish, blocks, tools, actors)");
+}
+
+TEST(Topology, FreshIsABooleanOfThinkersAndWriters) {
+  auto t = load_string(replace(kBase, "    prefill:", "    fresh: true\n    prefill:"), "t.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_TRUE(t->actor("thinker")->fresh);
+  EXPECT_FALSE(load_string(kBase, "t.yaml")->actor("thinker")->fresh);  // the default
+  EXPECT_EQ(error_of(replace(kBase, "    prefill:", "    fresh: 3\n    prefill:")),
+            "t.yaml:17:12: actors.thinker.fresh: expected true or false, found \"3\"");
 }
 
 TEST(Topology, WrongTypesAndRangesSayWhatWasExpected) {
@@ -465,18 +474,22 @@ TEST(Builder, BuildsWhatTheFileGives) {
   ASSERT_TRUE(file.ok()) << file.error().message;
   Builder b("thinker_writer");
   b.topology().budget_seconds = 120;
-  b.block("prompt", "Why is the sky blue? Think step by step.").chat = "user";
+  b.block("prompt", "Why is the sky blue? Explain it in three short paragraphs.").chat = "user";
   b.block("thoughts");
   b.block("notes");
   Actor& thinker = b.thinker("thinker", {"prompt", "thoughts"}, "thoughts");
   thinker.prefill = "<|im_start|>assistant\n";
-  thinker.max_tokens = 160;
+  thinker.max_tokens = 256;
   thinker.emits = {{"\n", "paragraph"}};
   thinker.to = {"thoughts_out"};
   Actor& writer = b.writer("writer", {"prompt", "thoughts", "notes"}, "notes", {"paragraph"});
   writer.prefill =
-      "<|im_start|>user\nSum up your last line in a few words.<|im_end|>\n<|im_start|>assistant\n";
-  writer.max_tokens = 24;
+      "<|im_start|>user\nSummarize your last paragraph in a few words of your own.<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  writer.max_tokens = 32;
+  writer.sampling.repeat_penalty = 1.3f;
+  writer.sampling.repeat_last_n = 64;
+  writer.fresh = true;
   writer.stop = {"\n", "<|im_end|>"};
   writer.to = {"notes_out"};
   b.sink("thoughts_out");
@@ -504,6 +517,9 @@ TEST(Builder, BuildsWhatTheFileGives) {
     EXPECT_EQ(x.on, y.on) << y.name;
     EXPECT_EQ(x.sink, y.sink) << y.name;
     EXPECT_EQ(x.prefix, y.prefix) << y.name;
+    EXPECT_EQ(x.fresh, y.fresh) << y.name;
+    EXPECT_EQ(x.sampling.repeat_penalty, y.sampling.repeat_penalty) << y.name;
+    EXPECT_EQ(x.sampling.repeat_last_n, y.sampling.repeat_last_n) << y.name;
     ASSERT_EQ(x.emits.size(), y.emits.size()) << y.name;
     for (size_t k = 0; k < y.emits.size(); ++k) {
       EXPECT_EQ(x.emits[k].at, y.emits[k].at);
