@@ -87,6 +87,10 @@ uint64_t SharedEngine::new_program_id() {
   // Scheduled: the scheduler's ids, which its other clients (a gateway) draw from too.
   return impl_->manager ? impl_->manager->new_program_id() : impl_->next_program++;
 }
+std::shared_ptr<const EngineCounters> SharedEngine::counters() const {
+  return impl_->engine->counters();
+}
+
 int64_t SharedEngine::pool_pages() const {
   return impl_->pool_pages;
 }

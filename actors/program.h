@@ -76,8 +76,9 @@ class SharedEngine {
   const Model& model() const;
   std::string describe() const;  // where its forward passes run
   caf::actor batcher() const;
-  uint64_t new_program_id();   // 1, 2, ...
-  int64_t pool_pages() const;  // KV pages in its pool
+  uint64_t new_program_id();                               // 1, 2, ...
+  int64_t pool_pages() const;                              // KV pages in its pool
+  std::shared_ptr<const EngineCounters> counters() const;  // what its engine has done (any thread)
 
   // Schedules the programs that start on it from now on with the program-aware policy
   // (actors/program_manager.h; the policy's capacity is the pool): each waits to be admitted,

@@ -14,9 +14,11 @@
 #include "engine/model/model.h"
 #include "engine/step/engine.h"
 #include "engine/tokenizer/chat_template.h"
+#include "gateway/access_log.h"
 #include "gateway/auth.h"
 #include "gateway/gateway_backends.h"
 #include "gateway/gateway_programs.h"
+#include "gateway/http_listen.h"
 #include "gateway/openai_request.h"
 #include "gateway/openai_response.h"
 #include "net/codec.h"
@@ -293,10 +295,11 @@ struct Gateway::Impl {
     std::string finish_reason;
     int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     std::string error;
-    Errc code = Errc::internal;  // the error's class: out_of_memory (the KV pool ran out) is a 503
-    std::vector<TokenId> ids;    // generated, over every attempt
-    std::string raw;             // their text
-    bool eog = false;            // it ended with the model's end-of-turn token
+    Errc code = Errc::internal;       // the error's class: out_of_memory (the KV pool ran out) is a 503
+    std::vector<TokenId> ids;         // generated, over every attempt
+    std::string raw;                  // their text
+    bool eog = false;                 // it ended with the model's end-of-turn token
+    Clock::time_point first_token{};  // when its first token came (the access log's)
     // With logprobs asked for: one entry per generated token but the end-of-turn one (its own,
     // then the alternatives).
     TokenLogprobs logprobs;
@@ -318,6 +321,7 @@ struct Gateway::Impl {
         if (e->kind == ReplyKind::token) {
           const bool end = e->token >= 0 && model->tokenizer.is_end_of_generation(e->token);
           if (e->token >= 0) out.ids.push_back(e->token);
+          if (e->token >= 0 && out.first_token == Clock::time_point{}) out.first_token = Clock::now();
           if (end) out.eog = true;
           if (!end && !e->logprobs.empty()) out.logprobs.push_back(std::move(e->logprobs));
           out.raw += e->text;
@@ -502,11 +506,31 @@ struct Gateway::Impl {
     return req.prompt_ids.empty() ? req.prompt_text : model->tokenizer.decode(req.prompt_ids);
   }
 
-  // What names a reply and what it starts with.
+  // What names a reply and what it starts with, and its access-log record (arrival, admission).
   struct ReplyIds {
     std::string rid, echo;
     bool ephemeral = false;  // no program_id: the program ends with the turn
+    AccessRecord log;
   };
+
+  // The reply's access-log line, once its choices are done.
+  void log_reply(AccessRecord rec, const Admitted& adm, const ChatRequest& req, const ReplyIds& ids,
+                 const std::vector<Outcome>& os) const {
+    rec.reply_id = ids.rid;
+    rec.program = ids.ephemeral ? "" : adm.turn.id;
+    if (adm.backend->name != "local") rec.backend = adm.backend->name;  // a coordinator's node
+    rec.streamed = req.stream;
+    for (const Outcome& o : os) {
+      rec.completion_tokens += o.completion_tokens;
+      rec.finish += (rec.finish.empty() ? "" : ",") + (o.error.empty() ? o.finish_reason : "error");
+      if (o.first_token != Clock::time_point{} &&
+          (rec.first_token == Clock::time_point{} || o.first_token < rec.first_token))
+        rec.first_token = o.first_token;
+    }
+    if (!os.empty()) rec.prompt_tokens = os[0].prompt_tokens, rec.cached_tokens = os[0].cached_tokens;
+    rec.done = Clock::now();
+    log_access(rec);
+  }
 
   // POST /v1/chat/completions and /v1/completions.
   void on_generate(const httplib::Request& hreq, httplib::Response& res, bool completion) {
@@ -517,10 +541,15 @@ struct Gateway::Impl {
         completion ? parse_completion_request(hreq.body, model_name, opts.max_tokens_limit, n_vocab)
                    : parse_chat_request(hreq.body, model_name, opts.default_max_tokens, opts.max_tokens_limit,
                                         n_vocab);
+    AccessRecord rec;
+    rec.method = hreq.method;
+    rec.path = hreq.path;
+    rec.arrived = Clock::now();
     Admitted adm = acquire(req);
+    rec.admitted = Clock::now();
     ReplyIds ids{(completion ? "cmpl-" : "chatcmpl-") + std::to_string(++served) + "-" +
                      std::to_string(Clock::now().time_since_epoch().count() % 1000000),
-                 echo_text(req), req.program_id.empty()};
+                 echo_text(req), req.program_id.empty(), std::move(rec)};
     if (!req.stream) return reply_whole(adm, req, ids, res);
     // Streaming: the generation runs in the content provider (this worker thread).
     res.set_header("Cache-Control", "no-cache");
@@ -551,6 +580,7 @@ struct Gateway::Impl {
       if (!o.error.empty()) throw o.failure();
     res.set_content(json_text(completion_json(req, ids.rid, id, os, ids.ephemeral, ids.echo)),
                     "application/json");
+    log_reply(ids.log, adm, req, ids, os);
   }
 
   struct StreamedTurn {
@@ -613,6 +643,9 @@ struct Gateway::Impl {
     const std::string done = "data: [DONE]\n\n";
     sink.write(done.data(), done.size());
     sink.done();
+    AccessRecord rec = t.ids.log;
+    if (!failure.empty()) rec.status = 500;  // the stream had begun: its error went out as an event
+    log_reply(std::move(rec), t.adm, t.req, t.ids, os);
   }
 
   void stream_choice(StreamedTurn& t, const ChunkWriter& w, int i, bool& ok, std::string& failure,
@@ -674,6 +707,22 @@ struct Gateway::Impl {
     return httplib::Server::HandlerResponse::Handled;
   }
 
+  // A refused request's access-log line: its status, the error's code and message.
+  static void log_refused(const httplib::Request& q, int status, const std::string& body) {
+    AccessRecord rec;
+    rec.method = q.method;
+    rec.path = q.path;
+    rec.status = status;
+    const json j = json::parse(body, nullptr, false);
+    const json e =
+        j.is_object() && j.contains("error") && j["error"].is_object() ? j["error"] : json::object();
+    const std::string code = e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>() : "";
+    const std::string message =
+        e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>() : body;
+    rec.error = (code.empty() ? "" : "(" + code + "): ") + message;
+    log_access(rec);
+  }
+
   void routes() {
     auto guarded = [this](auto handler) {
       return [this, handler](const httplib::Request& req, httplib::Response& res) {
@@ -682,10 +731,12 @@ struct Gateway::Impl {
         } catch (const HttpError& e) {
           res.status = e.status;
           res.set_content(e.body, "application/json");
+          log_refused(req, e.status, e.body);
         } catch (const std::exception& e) {
           res.status = 500;
           res.set_content(error_body(std::string("internal error: ") + e.what(), "server_error"),
                           "application/json");
+          log_refused(req, 500, res.body);
         }
       };
     };
@@ -791,6 +842,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start_empty(caf::actor_system& sys, co
   const int threads = p->opts.threads;
   p->svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   p->routes();
+  listen_exclusively(p->svr);
   if (p->opts.port == 0) {
     p->port = p->svr.bind_to_any_port(p->opts.host);
     if (p->port <= 0) return make_error(Errc::io, "gateway: cannot bind " + p->opts.host + " (any port)");

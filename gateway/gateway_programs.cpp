@@ -302,9 +302,11 @@ Result<Reply> GatewayPrograms::admit(caf::scoped_actor& self, const std::string&
     ProgramCmd withdraw = ProgramCmd::of(ProgramCmd::Op::withdraw, program);
     withdraw.request = request;
     const double wait = std::min(slice, std::max(0.001, g.opts.restore_wait_s - (g.now() - from)));
+    // Read before the withdraw is sent: a reply to it comes at least `wait` after this (read
+    // after, the withdraw could be answered sooner than `wait` from it, and taken for an error).
+    const double sent = g.now();
     caf::delayed_anon_send(g.batcher, std::chrono::microseconds(static_cast<int64_t>(wait * 1e6)),
                            frame_atom::value, encode_program(0, withdraw));
-    const double sent = g.now();
     Result<Reply> r = ask(self, g.batcher, make(request));
     bool withdrawn = false, expired = false;
     {

@@ -100,6 +100,7 @@ int run_parallel(const GenerateArgs& args, const Model& m, CpuDevice& device, Cu
 int run_generate(const GenerateArgs& args) {
   auto model = Model::load(args.model);
   if (!report("generate", model)) return 1;
+  show_load_progress("generate", **model);
   const Model& m = **model;
   auto device = CpuDevice::create({.n_threads = args.threads, .isa = args.isa});
   if (!report("generate", device)) return 1;

@@ -10,11 +10,14 @@
 
 #include "actors/batcher.h"
 #include "actors/node_port.h"
+#include "actors/submit.h"
 #include "apps/chorus/commands.h"
 #include "apps/chorus/served.h"
 #include "cluster/membership.h"
 #include "device/cpu_device.h"
 #include "engine/step/engine.h"
+#include "gateway/metrics_server.h"
+#include "net/codec.h"
 #include "net/wire.h"
 
 namespace chorus::app {
@@ -78,7 +81,19 @@ int run_node(const NodeArgs& args) {
     caf::actor_system_config cfg;
     cfg.set("scheduler.max-threads", 2);
     caf::actor_system sys{cfg};
+    const std::shared_ptr<const EngineCounters> counters = served->engine->counters();
     caf::actor batcher = spawn_batcher(sys, std::move(served->engine));
+    // Scrapes ask the memory actor for the pool's pages in use, as a client's heartbeat does.
+    auto metrics = start_metrics(
+        "node", args.metrics_host, args.metrics_port, [&sys, batcher, counters, pages = args.pages] {
+          caf::scoped_actor self{sys};
+          auto r = ask(self, batcher, encode_heartbeat(0, "", 0, 0), std::chrono::seconds(5));
+          return engine_metrics_text(*counters, r && r->kind == ReplyKind::heartbeat ? r->pages : -1, pages);
+        });
+    if (!metrics) {
+      caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+      return 1;
+    }
     caf::actor port;
     NodePortOptions po;
     po.endpoint = args.endpoint;
@@ -125,9 +140,13 @@ int run_node(const NodeArgs& args) {
     else
       std::printf("chorus node: CURVE, key %s; %zu client key(s) allowed\n", po.curve.public_key.c_str(),
                   po.allowed.size());
+    if (*metrics)
+      std::printf("chorus node: metrics on http://%s:%d/metrics\n", args.metrics_host.c_str(),
+                  (*metrics)->port());
     std::fflush(stdout);
     wait_for_stop();
-    member.reset();  // leaves the cluster first: the coordinator stops sending work
+    metrics->reset();  // before the actor system it asks goes
+    member.reset();    // leaves the cluster first: the coordinator stops sending work
     caf::anon_send_exit(port, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
   }

@@ -17,6 +17,7 @@
 #include "engine/model/model_paths.h"
 #include "engine/step/engine.h"
 #include "engine/step/trace.h"
+#include "gateway/metrics_server.h"
 #include "topology/topology.h"
 
 namespace chorus::app {
@@ -100,6 +101,7 @@ int run_run(const RunArgs& args) {
                                                         : default_model_path();
   auto model = Model::load(model_path);
   if (!report("run", model)) return 1;
+  show_load_progress("run", **model);
   CpuDeviceOptions dev;
   dev.n_threads = args.threads > 0 ? args.threads : first.engine.threads;
   auto device = CpuDevice::create(dev);
@@ -113,13 +115,24 @@ int run_run(const RunArgs& args) {
   std::shared_ptr<Trace> trace;
   if (!open_trace("run", args.trace, &trace)) return 2;
   const bool several = topos.size() > 1 || args.copies > 1;
+  // With --metrics-port the engine is a shared one even for one program: its counters outlive it.
+  const bool shared = several || args.metrics_port >= 0;
   Result<std::shared_ptr<SharedEngine>> engine = std::shared_ptr<SharedEngine>();
-  if (several) {
+  if (shared) {
     EngineOptions eo = engine_options(first);
     eo.trace = trace;
     engine = SharedEngine::create(sys, **model, **device, eo, gpu->get());
   }
   if (!report("run", engine)) return 1;
+  auto metrics = start_metrics(
+      "run", args.metrics_host, args.metrics_port,
+      [counters = shared ? (*engine)->counters() : nullptr, pages = shared ? (*engine)->pool_pages() : 0] {
+        return engine_metrics_text(*counters, -1, pages);
+      });
+  if (!metrics) return 1;
+  if (*metrics)
+    std::fprintf(stderr, "chorus run: metrics on http://%s:%d/metrics\n", args.metrics_host.c_str(),
+                 (*metrics)->port());
   ProgramManager* manager = nullptr;
   if (several && args.policy == "program") {
     ProgramPolicyOptions po;
@@ -188,8 +201,8 @@ int run_run(const RunArgs& args) {
       };
     // One program alone owns the engine: when it ends, the engine stops with it, without
     // waiting for the requests its roles left running.
-    auto program = several ? Program::start(sys, *r.topo, *engine, hooks)
-                           : Program::start(sys, *r.topo, **model, **device, hooks, gpu->get());
+    auto program = shared ? Program::start(sys, *r.topo, *engine, hooks)
+                          : Program::start(sys, *r.topo, **model, **device, hooks, gpu->get());
     if (!program) {
       bool was_stopping;
       {

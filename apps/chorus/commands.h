@@ -4,13 +4,17 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace chorus {
 class Trace;
-}
+class MetricsServer;
+struct Model;
+}  // namespace chorus
 
 namespace chorus::app {
 
@@ -102,6 +106,8 @@ struct NodeArgs {
   std::string curve_key;
   std::vector<std::string> allow_keys;
   std::string trace;  // --trace FILE: Chrome/Perfetto trace-event JSON of the engine (engine/step/trace.h)
+  int metrics_port = -1;  // --metrics-port: GET /metrics there (0: any free port; -1: none)
+  std::string metrics_host = "127.0.0.1";
 };
 int run_node(const NodeArgs& args);
 
@@ -152,6 +158,8 @@ struct RunArgs {
   double tool_lease_s = 60;        // a paused program's tool sandbox is removed after this long idle
   bool unsafe_tools = false;       // run tools even where the sandbox's isolation is missing
   std::string trace;  // --trace FILE: Chrome/Perfetto trace-event JSON of the engine (engine/step/trace.h)
+  int metrics_port = -1;  // --metrics-port: GET /metrics there (0: any free port; -1: none)
+  std::string metrics_host = "127.0.0.1";
 };
 int run_check(const RunArgs& args);  // validates without loading a model
 int run_run(const RunArgs& args);
@@ -220,6 +228,13 @@ std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, i
 // --trace FILE: a trace the engine records into (engine/step/trace.h), the file checked writable
 // now; null for "" (no trace). False (printed as "chorus CMD: ...") when the file cannot be written.
 bool open_trace(const char* cmd, const std::string& path, std::shared_ptr<Trace>* out);
+// When stderr is a terminal: a progress line while the engine repacks `model`'s weights for the
+// CPU kernels (the slow part of loading a large model), "chorus CMD: preparing the weights ...".
+void show_load_progress(const char* cmd, const Model& model);
+// --metrics-port P (gateway/metrics_server.h): a listener serving `text` at /metrics, or null for
+// P < 0. Nothing (printed as "chorus CMD: ...") when it cannot be bound.
+std::optional<std::unique_ptr<MetricsServer>> start_metrics(const char* cmd, const std::string& host,
+                                                            int port, std::function<std::string()> text);
 // Writes it (nothing for a null trace), with one line on stderr: events, dropped, the file.
 void write_trace(const char* cmd, const std::shared_ptr<Trace>& trace, const std::string& path);
 

@@ -1,5 +1,6 @@
 // chorus: command-line entry point. Parses arguments (CLI11 lives only in this file) and
 // dispatches to the subcommands in commands.h.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -18,6 +19,16 @@ void add_linear_slots(CLI::App* cmd, int* slots) {
       ->check(CLI::NonNegativeNumber);
 }
 
+// `--metrics-port`, `--metrics-host` (node, run): gateway/metrics_server.h.
+void add_metrics(CLI::App* cmd, int* port, std::string* host) {
+  cmd->add_option(
+         "--metrics-port", *port,
+         "Serve Prometheus text at http://HOST:PORT/metrics (engine steps, tokens, requests, the pool); "
+         "0: any free port, printed")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--metrics-host", *host, "Where --metrics-port listens")->capture_default_str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -28,7 +39,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "chorus " CHORUS_VERSION_STRING);
   std::string log_level = "warn";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+  auto* log_opt =
+      app.add_option("--log-level", log_level,
+                     "trace, debug, info, warn, error, off (default: info for serve, coordinator and node, "
+                     "which log a line per request, placement and membership change; warn otherwise)")
+          ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
 
   chorus::app::InfoArgs info;
   info.model = chorus::default_model_path();
@@ -164,6 +179,7 @@ int main(int argc, char** argv) {
   node_cmd->add_option(
       "--trace", node.trace,
       "Write a Chrome/Perfetto trace-event JSON of what the engine did to FILE at exit (docs/trace.md)");
+  add_metrics(node_cmd, &node.metrics_port, &node.metrics_host);
   node_cmd->add_option("--pages", node.pages, "KV cache pages of 16 positions")->capture_default_str();
   add_linear_slots(node_cmd, &node.linear_slots);
   node_cmd->add_option("--budget", node.budget, "Tokens per engine step")->capture_default_str();
@@ -271,6 +287,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option(
       "--trace", run.trace,
       "Write a Chrome/Perfetto trace-event JSON of what the engine did to FILE at exit (docs/trace.md)");
+  add_metrics(run_cmd, &run.metrics_port, &run.metrics_host);
   run_cmd->add_option("--copies", run.copies, "Programs per file, all at once on the one engine")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -436,6 +453,10 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   run.input_given = input_opt->count() > 0;
+  if (log_opt->count() == 0 && (*serve_cmd || *coord_cmd || *node_cmd)) log_level = "info";
+  // Logs go to stderr: stdout carries what a command prints for its user (and for scripts that
+  // read the address a server listens on).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("chorus"));
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (*info_cmd) return chorus::app::run_info(info);

@@ -12,6 +12,7 @@
 #include "apps/chorus/gpu_choice.h"
 #include "engine/step/trace.h"
 #include "gateway/auth.h"
+#include "gateway/metrics_server.h"
 
 namespace chorus::app {
 namespace {
@@ -79,6 +80,7 @@ std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_pa
   auto model = Model::load(model_path);
   if (!report(cmd, model)) return nullptr;
   s->model = std::move(*model);
+  show_load_progress(cmd, *s->model);
   CpuDeviceOptions dev;
   dev.n_threads = threads;
   auto device = CpuDevice::create(dev);
@@ -108,6 +110,27 @@ bool open_trace(const char* cmd, const std::string& path, std::shared_ptr<Trace>
   }
   *out = std::make_shared<Trace>();
   return true;
+}
+
+void show_load_progress(const char* cmd, const Model& model) {
+  if (!::isatty(STDERR_FILENO)) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  model.weights.on_panel_progress([cmd = std::string(cmd), t0](size_t done, size_t total) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "\rchorus %s: preparing the weights for this CPU: %3d%% (%.1f of %.1f MB, %.1f s)",
+                 cmd.c_str(), total ? static_cast<int>(100 * done / total) : 100,
+                 static_cast<double>(done) / (1 << 20), static_cast<double>(total) / (1 << 20), s);
+    if (done >= total) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  });
+}
+
+std::optional<std::unique_ptr<MetricsServer>> start_metrics(const char* cmd, const std::string& host,
+                                                            int port, std::function<std::string()> text) {
+  if (port < 0) return std::unique_ptr<MetricsServer>();
+  auto m = MetricsServer::start(host, port, std::move(text));
+  if (!report(cmd, m)) return std::nullopt;
+  return std::move(*m);
 }
 
 void write_trace(const char* cmd, const std::shared_ptr<Trace>& trace, const std::string& path) {

@@ -17,7 +17,12 @@ struct Weights::Panels {
   std::once_flag once;
   std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> buffers;
   size_t bytes = 0;
+  std::function<void(size_t, size_t)> progress;
 };
+
+void Weights::on_panel_progress(std::function<void(size_t, size_t)> progress) const {
+  panels_->progress = std::move(progress);
+}
 
 std::shared_ptr<Weights::Panels> Weights::new_panels() {
   return std::make_shared<Panels>();
@@ -37,6 +42,13 @@ void Weights::ensure_panels() const {
     }
     // A tied output is the embedding: one panel set serves both.
     std::map<const uint8_t*, const WeightMatrix*> done;
+    size_t total = 0;
+    for (const WeightMatrix* m : all)
+      if (m->data != nullptr && panel_type(m->type) && !done.count(m->data)) {
+        total += panel_layout(m->type, m->rows, m->cols).bytes();
+        done[m->data] = m;
+      }
+    done.clear();
     for (const WeightMatrix* m : all) {
       if (m->data == nullptr || !panel_type(m->type)) continue;
       if (auto it = done.find(m->data); it != done.end()) {
@@ -60,6 +72,7 @@ void Weights::ensure_panels() const {
       m->panel_bytes = l.panel_bytes;
       store.bytes += l.bytes();
       done[m->data] = m;
+      if (store.progress) store.progress(store.bytes, total);
     }
   });
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -90,6 +91,10 @@ struct Weights {
   // CPU never pays it.
   void ensure_panels() const;
   size_t panel_bytes() const;  // bytes of panels made so far
+  // Called by ensure_panels() after each matrix it repacks with the bytes repacked so far and in
+  // all (`chorus` shows a progress line from it when stderr is a terminal). Set it before the
+  // engine is made; it is called on the thread that makes the engine.
+  void on_panel_progress(std::function<void(size_t done, size_t total)> progress) const;
 
  private:
   std::vector<std::unique_ptr<float[]>> owned_;  // converted vectors

@@ -4,6 +4,7 @@
 #include "engine/step/trace.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 
@@ -183,6 +184,7 @@ Result<RequestId> Engine::submit(Request r) {
   writers_[a->target].push_back(a.get());
   if (trace_) trace_submit(*a);
   active_.push_back(std::move(a));
+  counters_->requests.fetch_add(1, std::memory_order_relaxed);
   return active_.back()->id;
 }
 
@@ -218,6 +220,7 @@ void Engine::finish(Active& a, FinishReason why, std::vector<Event>& events, std
   e.error = std::move(error);
   e.step = steps_;
   events.push_back(std::move(e));
+  counters_->finished.fetch_add(1, std::memory_order_relaxed);
 }
 
 // A request's share of one step: the tokens it runs, and whether its last one returns logits.
@@ -243,12 +246,18 @@ Result<std::vector<Event>> Engine::step() {
   std::vector<Planned> plan = plan_step(events);
   reserve(plan, events);
   if (!plan.empty()) {
+    const auto began = std::chrono::steady_clock::now();
     StepBatch batch = build_batch(plan);
     const int64_t m0 = trace_ ? trace_->clock_ns() : 0;
     const auto before = trace_ ? trace_marks(plan) : std::vector<TraceMark>{};
     const int64_t m1 = trace_ ? trace_->clock_ns() : 0;
+    count_step(plan);  // the kinds of its tokens, before apply() moves requests on
     CHORUS_TRY(run(plan, batch));
     apply(plan, events);
+    counters_->busy_ns.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began)
+            .count(),
+        std::memory_order_relaxed);
     if (trace_) {
       const int64_t m2 = trace_->clock_ns();
       trace_step(plan, before, t0);
@@ -257,6 +266,23 @@ Result<std::vector<Event>> Engine::step() {
   }
   ++steps_;
   return events;
+}
+
+void Engine::count_step(const std::vector<Planned>& plan) {
+  int64_t decode = 0, prefill = 0, probe = 0;
+  for (const Planned& p : plan) {
+    const auto n = static_cast<int64_t>(p.tokens.size());
+    if (p.a->req.kind == RequestKind::probe)
+      probe += n;
+    else if (p.a->req.kind == RequestKind::generate && p.a->decoding)
+      decode += n;
+    else
+      prefill += n;
+  }
+  counters_->steps.fetch_add(1, std::memory_order_relaxed);
+  counters_->decode_tokens.fetch_add(decode, std::memory_order_relaxed);
+  counters_->prefill_tokens.fetch_add(prefill, std::memory_order_relaxed);
+  counters_->probe_tokens.fetch_add(probe, std::memory_order_relaxed);
 }
 
 // Appends at the head of their block's writers go into the log now (no compute), and a forward
@@ -573,6 +599,7 @@ std::vector<Event> Engine::cancel(std::span<const BlockId> blocks, const std::st
 void Engine::forget_finished() {
   active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& a) { return a->done; }),
                 active_.end());
+  counters_->in_flight.store(static_cast<int64_t>(active_.size()), std::memory_order_relaxed);
 }
 
 }  // namespace chorus

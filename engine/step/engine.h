@@ -15,6 +15,7 @@
 // started; a token another request writes in step t is visible to readers from step t + 1.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -145,6 +146,17 @@ struct EngineOptions {
 // share it and the others wait a step. Returns each request's share (0: it waits).
 std::vector<int64_t> fair_shares(const std::vector<int64_t>& wants, int64_t budget, int64_t min_chunk);
 
+// What an engine has done so far, readable from any thread while it runs (the /metrics of
+// `chorus node` and `chorus run --metrics-port`): a few relaxed atomic adds per step.
+struct EngineCounters {
+  std::atomic<int64_t> steps{0};  // steps that ran a forward pass
+  std::atomic<int64_t> decode_tokens{0}, prefill_tokens{0}, probe_tokens{0};
+  std::atomic<int64_t> requests{0};   // submitted
+  std::atomic<int64_t> finished{0};   // ended, for any reason
+  std::atomic<int64_t> busy_ns{0};    // in steps that ran a forward pass
+  std::atomic<int64_t> in_flight{0};  // requests in the engine now
+};
+
 class Engine {
  public:
   // With `gpu`, the forward passes run on it (CudaRunner: the KV pages live in its pool, the
@@ -183,6 +195,8 @@ class Engine {
   // resident or restored in the same call. Errors name the block that stands in the way.
   Status restore(std::span<const BlockId> blocks);
   int64_t steps() const { return steps_; }
+  // Its counters, shared: they may be read after the engine moved to its batcher's thread.
+  std::shared_ptr<const EngineCounters> counters() const { return counters_; }
 
   // Records what the engine does into `trace` (engine/step/trace.h): each step with its batch,
   // each request's span, each block's appended tokens and text, pauses and restores. Null: none.
@@ -236,6 +250,8 @@ class Engine {
   std::map<BlockId, std::deque<Active*>> writers_;  // unfinished writers of each block, FIFO
   RequestId next_id_ = 1;
   int64_t steps_ = 0;
+  std::shared_ptr<EngineCounters> counters_ = std::make_shared<EngineCounters>();
+  void count_step(const std::vector<Planned>& plan);  // into counters_
   std::shared_ptr<Trace> trace_;
   // The step's batch, the blocks' new tokens (from `before`, their lengths as the step began) and
   // the requests' spans, into trace_ (engine_trace.cpp).
