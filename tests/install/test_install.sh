@@ -14,6 +14,12 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# Whether binary $1 loads the installed libchorus.so (ldd's path, links resolved).
+loads_installed() {
+  local path
+  path=$(ldd "$1" | awk '/libchorus\.so/ {print $3}')
+  [ -n "$path" ] && [ "$(readlink -f "$path")" = "$(readlink -f "$PREFIX/lib/libchorus.so")" ]
+}
 
 cmake --install "$BUILD" --prefix "$PREFIX" > "$WORK/install.log" || { cat "$WORK/install.log"; fail "cmake --install"; }
 for f in lib/libchorus.so lib/cmake/chorus/chorus-config.cmake lib/cmake/chorus/chorusTargets.cmake \
@@ -33,8 +39,9 @@ if command -v ninja > /dev/null; then generator=(-G Ninja); fi
 cmake -S "$SRC/examples" -B "$WORK/examples" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$PREFIX" "${launcher[@]}" > "$WORK/configure.log" || { cat "$WORK/configure.log"; fail "configure examples/ against the package"; }
 cmake --build "$WORK/examples" > "$WORK/build.log" 2>&1 || { tail -50 "$WORK/build.log"; fail "build examples/ against the package"; }
-ldd "$WORK/examples/tokenize_chat" | grep -q "$PREFIX/lib/libchorus.so" ||
-  { ldd "$WORK/examples/tokenize_chat"; fail "tokenize_chat does not load the installed libchorus.so"; }
+for exe in tokenize_chat thinker_writer embedded_sensor; do
+  loads_installed "$WORK/examples/$exe" || { ldd "$WORK/examples/$exe"; fail "$exe does not load the installed libchorus.so"; }
+done
 
 PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --exists chorus || fail "pkg-config does not find chorus"
 [ "$(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --modversion chorus)" = "$("$PREFIX/bin/chorus" --version | awk '{print $NF}')" ] ||
@@ -42,6 +49,7 @@ PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --exists chorus || fail "pkg-co
 # shellcheck disable=SC2046
 g++ -std=c++20 -O1 "$SRC/examples/tokenize_chat.cpp" -o "$WORK/tokenize_chat_pc" \
   $(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --cflags --libs chorus) || fail "build with pkg-config"
+loads_installed "$WORK/tokenize_chat_pc" || fail "the pkg-config build does not load the installed libchorus.so"
 
 # Same output as the tree's example, from both builds.
 question="What is the capital of France?"
