@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 namespace chorus {
 namespace {
@@ -36,6 +37,21 @@ void log_access(const AccessRecord& r) {
     spdlog::warn("{}", access_line(r));
   else
     spdlog::info("{}", access_line(r));
+}
+
+void log_refused(const std::string& method, const std::string& path, int status, const std::string& body) {
+  using nlohmann::json;
+  AccessRecord rec;
+  rec.method = method;
+  rec.path = path;
+  rec.status = status;
+  const json j = json::parse(body, nullptr, false);
+  const json e = j.is_object() && j.contains("error") && j["error"].is_object() ? j["error"] : json::object();
+  const std::string code = e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>() : "";
+  const std::string message =
+      e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>() : body;
+  rec.error = (code.empty() ? "" : "(" + code + "): ") + message;
+  log_access(rec);
 }
 
 }  // namespace chorus

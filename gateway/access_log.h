@@ -31,5 +31,7 @@ struct AccessRecord {
 // The line (without the logger's prefix), and the line logged: at info, at warn for a 5xx.
 std::string access_line(const AccessRecord& r);
 void log_access(const AccessRecord& r);
+// A refused request's line: its status and the code and message of the OpenAI-style error `body`.
+void log_refused(const std::string& method, const std::string& path, int status, const std::string& body);
 
 }  // namespace chorus

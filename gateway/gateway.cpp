@@ -707,22 +707,6 @@ struct Gateway::Impl {
     return httplib::Server::HandlerResponse::Handled;
   }
 
-  // A refused request's access-log line: its status, the error's code and message.
-  static void log_refused(const httplib::Request& q, int status, const std::string& body) {
-    AccessRecord rec;
-    rec.method = q.method;
-    rec.path = q.path;
-    rec.status = status;
-    const json j = json::parse(body, nullptr, false);
-    const json e =
-        j.is_object() && j.contains("error") && j["error"].is_object() ? j["error"] : json::object();
-    const std::string code = e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>() : "";
-    const std::string message =
-        e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>() : body;
-    rec.error = (code.empty() ? "" : "(" + code + "): ") + message;
-    log_access(rec);
-  }
-
   void routes() {
     auto guarded = [this](auto handler) {
       return [this, handler](const httplib::Request& req, httplib::Response& res) {
@@ -731,12 +715,12 @@ struct Gateway::Impl {
         } catch (const HttpError& e) {
           res.status = e.status;
           res.set_content(e.body, "application/json");
-          log_refused(req, e.status, e.body);
+          log_refused(req.method, req.path, e.status, e.body);
         } catch (const std::exception& e) {
           res.status = 500;
           res.set_content(error_body(std::string("internal error: ") + e.what(), "server_error"),
                           "application/json");
-          log_refused(req, 500, res.body);
+          log_refused(req.method, req.path, 500, res.body);
         }
       };
     };
@@ -842,16 +826,10 @@ Result<std::unique_ptr<Gateway>> Gateway::start_empty(caf::actor_system& sys, co
   const int threads = p->opts.threads;
   p->svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   p->routes();
-  listen_exclusively(p->svr);
-  if (p->opts.port == 0) {
-    p->port = p->svr.bind_to_any_port(p->opts.host);
-    if (p->port <= 0) return make_error(Errc::io, "gateway: cannot bind " + p->opts.host + " (any port)");
-  } else {
-    if (!p->svr.bind_to_port(p->opts.host, p->opts.port))
-      return make_error(Errc::io,
-                        "gateway: cannot bind " + p->opts.host + ":" + std::to_string(p->opts.port));
-    p->port = p->opts.port;
-  }
+  p->port = bind_exclusively(p->svr, p->opts.host, p->opts.port);
+  if (p->port <= 0)
+    return make_error(Errc::io, "gateway: cannot bind " + p->opts.host + ":" +
+                                    (p->opts.port == 0 ? "(any port)" : std::to_string(p->opts.port)));
   p->http = std::thread([p] { p->svr.listen_after_bind(); });
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }

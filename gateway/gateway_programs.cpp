@@ -16,6 +16,7 @@
 #include "actors/submit.h"
 #include "engine/forward/kv_cache.h"
 #include "engine/sched/program_policy.h"
+#include "gateway/metrics_server.h"
 #include "gateway/openai_request.h"
 
 namespace chorus {
@@ -430,8 +431,7 @@ std::string GatewayPrograms::metrics_text() const {
   const double hit = reused + recomputed > 0 ? reused / (reused + recomputed) : 1.0;
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, double v) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
-           std::to_string(v) + "\n";
+    append_metric(out, name, type, help, v);
   };
   metric("chorus_resident_pages", "gauge", "KV pages held by the scheduled programs (at the last check)",
          static_cast<double>(resident));

@@ -30,15 +30,13 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& h
                                                             std::function<std::string()> text) {
   auto impl = std::make_unique<Impl>();
   impl->svr.new_task_queue = [] { return new httplib::ThreadPool(1); };  // scrapes are rare
-  listen_exclusively(impl->svr);
   impl->svr.Get("/metrics", [text](const httplib::Request&, httplib::Response& r) {
     r.set_content(text(), "text/plain; version=0.0.4");
   });
   impl->svr.Get("/health", [](const httplib::Request&, httplib::Response& r) {
     r.set_content("{\"status\": \"ok\"}", "application/json");
   });
-  impl->port =
-      port == 0 ? impl->svr.bind_to_any_port(host) : (impl->svr.bind_to_port(host, port) ? port : -1);
+  impl->port = bind_exclusively(impl->svr, host, port);
   if (impl->port <= 0)
     return make_error(
         Errc::io, "metrics: cannot bind " + host + ":" + (port == 0 ? "(any port)" : std::to_string(port)));
@@ -47,11 +45,15 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& h
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl)));
 }
 
+void append_metric(std::string& out, const char* name, const char* type, const char* help, double value) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+         std::to_string(value) + "\n";
+}
+
 std::string engine_metrics_text(const EngineCounters& c, int64_t pages_used, int64_t pages_total) {
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, double v) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
-           std::to_string(v) + "\n";
+    append_metric(out, name, type, help, v);
   };
   auto n = [](const std::atomic<int64_t>& a) {
     return static_cast<double>(a.load(std::memory_order_relaxed));

@@ -30,6 +30,9 @@ class MetricsServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// One series in Prometheus text (its HELP and TYPE lines, then its value), appended to `out`.
+void append_metric(std::string& out, const char* name, const char* type, const char* help, double value);
+
 // An engine's counters as Prometheus text (chorus_engine_*), with its pool when `pages_total`
 // is known (> 0): chorus_pool_used_pages / chorus_pool_pages.
 std::string engine_metrics_text(const EngineCounters& c, int64_t pages_used = -1, int64_t pages_total = 0);

@@ -268,23 +268,6 @@ Result<std::vector<Event>> Engine::step() {
   return events;
 }
 
-void Engine::count_step(const std::vector<Planned>& plan) {
-  int64_t decode = 0, prefill = 0, probe = 0;
-  for (const Planned& p : plan) {
-    const auto n = static_cast<int64_t>(p.tokens.size());
-    if (p.a->req.kind == RequestKind::probe)
-      probe += n;
-    else if (p.a->req.kind == RequestKind::generate && p.a->decoding)
-      decode += n;
-    else
-      prefill += n;
-  }
-  counters_->steps.fetch_add(1, std::memory_order_relaxed);
-  counters_->decode_tokens.fetch_add(decode, std::memory_order_relaxed);
-  counters_->prefill_tokens.fetch_add(prefill, std::memory_order_relaxed);
-  counters_->probe_tokens.fetch_add(probe, std::memory_order_relaxed);
-}
-
 // Appends at the head of their block's writers go into the log now (no compute), and a forward
 // or generate that starts writing a block takes over its uncached log tokens.
 void Engine::start_writers(std::vector<Event>& events) {

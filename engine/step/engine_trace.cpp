@@ -1,5 +1,6 @@
-// The engine's records into a Trace (engine/step/trace.h): a step with its batch, the blocks'
-// new tokens and text, requests' spans, pauses and restores. Called only when a trace is set.
+// The engine's records: into a Trace (engine/step/trace.h) — a step with its batch, the blocks'
+// new tokens and text, requests' spans, pauses and restores; called only when a trace is set —
+// and into its EngineCounters, every step.
 #include <algorithm>
 #include <map>
 
@@ -21,6 +22,23 @@ const char* kind_name(const Request& r) {
 }
 
 }  // namespace
+
+void Engine::count_step(const std::vector<Planned>& plan) {
+  int64_t decode = 0, prefill = 0, probe = 0;
+  for (const Planned& p : plan) {
+    const auto n = static_cast<int64_t>(p.tokens.size());
+    if (p.a->req.kind == RequestKind::probe)
+      probe += n;
+    else if (p.a->req.kind == RequestKind::generate && p.a->decoding)
+      decode += n;
+    else
+      prefill += n;
+  }
+  counters_->steps.fetch_add(1, std::memory_order_relaxed);
+  counters_->decode_tokens.fetch_add(decode, std::memory_order_relaxed);
+  counters_->prefill_tokens.fetch_add(prefill, std::memory_order_relaxed);
+  counters_->probe_tokens.fetch_add(probe, std::memory_order_relaxed);
+}
 
 std::vector<Engine::TraceMark> Engine::trace_marks(const std::vector<Planned>& plan) const {
   std::vector<TraceMark> out;
