@@ -113,6 +113,8 @@ ProgramManager* SharedEngine::manager() const {
 
 struct Program::Impl {
   caf::actor_system* sys = nullptr;
+  topology::Topology topo;  // the program as it runs: a patch's result once patched
+  ProgramHooks hooks;
   std::shared_ptr<SharedEngine> engine;  // this program's alone, or shared with others
   bool own_engine = false;               // made for it (Program::start with a model)
   uint64_t program_id = 0;               // in the engine's batcher
@@ -123,6 +125,11 @@ struct Program::Impl {
   std::map<topology::SinkKind, caf::actor> consoles;  // one per standard stream
   std::map<std::string, caf::actor> api_sources;
   std::map<std::string, BlockId> blocks;
+  std::map<std::string, caf::actor> roles;  // by name, sinks included
+  caf::actor tools;                         // its sandbox's actor (tools other than edit_program)
+  caf::actor patcher;                       // where edit_program calls go (when a role may make one)
+  std::mutex patch_m;                       // one patch at a time; the end waits for the one under way
+  std::deque<Clock::time_point> patches;    // when the patches of the last minute came
   std::shared_ptr<Outcome> outcome = std::make_shared<Outcome>();
   std::unique_ptr<zmq::context_t> zmq_ctx;  // outlives the ZeroMQ actors
   bool torn_down = false;
@@ -131,7 +138,13 @@ struct Program::Impl {
   std::shared_ptr<std::atomic<bool>> tools_cancel = std::make_shared<std::atomic<bool>>(false);
   bool managed = false;  // scheduled by the engine's ProgramManager
 
+  bool ended() {
+    std::lock_guard<std::mutex> l(outcome->m);
+    return outcome->ended;
+  }
+
   void teardown() {
+    std::lock_guard<std::mutex> patching(patch_m);
     if (torn_down) return;
     torn_down = true;
     caf::scoped_actor self{*sys};
@@ -216,16 +229,16 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
 // tears down whatever was made when one fails.
 class Program::Starter {
  public:
-  Starter(caf::actor_system& sys, const topology::Topology& t, ProgramHooks& hooks, Program::Impl& im)
+  Starter(caf::actor_system& sys, Program::Impl& im)
       : sys_(sys),
-        t_(t),
-        hooks_(hooks),
+        t_(im.topo),
+        hooks_(im.hooks),
         im_(im),
         tok_(im.engine->model().tokenizer),
         self_(sys),
-        where_(t.file + ": "),
+        where_(im.topo.file + ": "),
         manager_(im.engine->manager()),
-        emitters_(t.emitters()) {}
+        emitters_(im.topo.emitters()) {}
 
   Status run() {
     for (auto phase : {&Starter::make_tools, &Starter::register_blocks, &Starter::await_admission,
@@ -248,7 +261,10 @@ class Program::Starter {
   // The program's sandbox, made with it and removed with it (and, on a scheduled engine, while
   // it is paused past a lease).
   Status make_tools() {
-    if (t_.tools.empty()) return Status::success();
+    std::vector<topology::Tool> sandboxed;
+    for (const auto& tool : t_.tools)
+      if (!tool.builtin()) sandboxed.push_back(tool);
+    if (sandboxed.empty()) return Status::success();
     if (const std::string missing = Sandbox::missing_isolation(); !missing.empty() && !hooks_.unsafe_tools)
       return make_error(Errc::unsupported,
                         where_ + "its tools need the sandbox, and this machine lacks " + missing +
@@ -257,10 +273,10 @@ class Program::Starter {
                             "; a tool could then read and change what this user can), pass --unsafe-tools");
     const char* env = std::getenv("CHORUS_SANDBOX_DIR");
     static std::atomic<int> n{0};
-    tools_ = spawn_tools(sys_, std::string(env ? env : "/tmp/chorus-sandboxes"),
-                         t_.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n), t_.tools,
-                         im_.tools_cancel);
-    im_.actors.push_back(tools_);
+    im_.tools = spawn_tools(sys_, std::string(env ? env : "/tmp/chorus-sandboxes"),
+                            t_.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n),
+                            std::move(sandboxed), im_.tools_cancel);
+    im_.actors.push_back(im_.tools);
     return Status::success();
   }
 
@@ -272,7 +288,11 @@ class Program::Starter {
     reg.hold = manager_ != nullptr;  // scheduled: its requests wait while it is paused
     if (auto r = call(encode_program(++rid_, reg)); !r) return failed(r.error(), "registering the program");
     im_.registered = true;
-    for (const auto& b : t_.blocks) {
+    return create_blocks(t_.blocks);
+  }
+
+  Status create_blocks(const std::vector<topology::Block>& blocks) {
+    for (const auto& b : blocks) {
       auto r = call(encode_create_block(++rid_, b.name, im_.program_id));
       if (!r) return failed(r.error(), "block " + b.name);
       im_.blocks[b.name] = static_cast<BlockId>(r->id);
@@ -298,9 +318,9 @@ class Program::Starter {
     if (auto r = call(encode_program(++rid_, pause)); !r)
       return failed(r.error(), "pausing the program until it is admitted");
     ProgramTools env;
-    if (tools_) {
-      env.cool = [tools = tools_] { caf::anon_send(tools, cool_atom::value); };
-      env.warm = [tools = tools_] { caf::anon_send(tools, warm_atom::value); };
+    if (im_.tools) {
+      env.cool = [tools = im_.tools] { caf::anon_send(tools, cool_atom::value); };
+      env.warm = [tools = im_.tools] { caf::anon_send(tools, warm_atom::value); };
     }
     if (!manager_->add(im_.program_id, need, std::move(env)))
       return make_error(Errc::invalid_argument, where_ + "not started: the run is ending");
@@ -314,8 +334,10 @@ class Program::Starter {
   }
 
   // Initial texts, one block after the other: each is read under a view of the blocks before it.
-  Status initial_texts() {
-    for (const auto& b : t_.blocks) {
+  Status initial_texts() { return write_texts(t_.blocks); }
+
+  Status write_texts(const std::vector<topology::Block>& blocks) {
+    for (const auto& b : blocks) {
       if (b.text.empty()) continue;
       const auto toks = encode(tok_, render_block(b));
       if (toks.empty()) continue;
@@ -341,16 +363,20 @@ class Program::Starter {
 
   // Sinks first (the roles send to them).
   Status make_sinks() {
-    for (const auto& a : t_.actors) {
-      if (a.kind != Kind::sink) continue;
-      SinkRoleConfig sc;
-      sc.name = a.name;
-      sc.kind = a.sink;
-      sc.prefix = a.prefix;
-      if (Status s = sink_outlet(a, sc); !s.ok()) return s;
-      by_name_[a.name] = spawn_sink(sys_, std::move(sc));
-      im_.sinks.push_back(by_name_[a.name]);
-    }
+    for (const auto& a : t_.actors)
+      if (a.kind == Kind::sink)
+        if (Status s = make_sink(a); !s.ok()) return s;
+    return Status::success();
+  }
+
+  Status make_sink(const topology::Actor& a) {
+    SinkRoleConfig sc;
+    sc.name = a.name;
+    sc.kind = a.sink;
+    sc.prefix = a.prefix;
+    if (Status s = sink_outlet(a, sc); !s.ok()) return s;
+    im_.roles[a.name] = spawn_sink(sys_, std::move(sc));
+    im_.sinks.push_back(im_.roles[a.name]);
     return Status::success();
   }
 
@@ -396,14 +422,16 @@ class Program::Starter {
     return Status::success();
   }
 
-  Triggers triggers(const topology::Actor& a) const {
+  static Triggers triggers(const topology::Actor& a,
+                           const std::map<std::string, std::vector<std::string>>& emitters) {
     Triggers tr;
     tr.on = {a.on.begin(), a.on.end()};
     tr.after = {a.after.begin(), a.after.end()};
     for (const auto& ev : a.on)
-      for (const auto& who : emitters_.at(ev)) tr.upstream.insert(who);
+      for (const auto& who : emitters.at(ev)) tr.upstream.insert(who);
     return tr;
   }
+  Triggers triggers(const topology::Actor& a) const { return triggers(a, emitters_); }
 
   caf::actor generator(const topology::Actor& a) {
     GeneratorConfig gc;
@@ -416,9 +444,10 @@ class Program::Starter {
     gc.prefill = RunText{a.prefill, encode(tok_, a.prefill), &tok_};
     gc.request = Request::generate(im_.blocks.at(a.writes), ids(a.view), gc.prefill.fixed, a.sampling, stop);
     gc.emits = a.emits;
-    for (const auto& s : a.to) gc.sinks.push_back(by_name_.at(s));
+    for (const auto& s : a.to) gc.sinks.push_back(im_.roles.at(s));
     if (!a.tools.empty()) {
-      gc.tools = tools_;
+      gc.tools = im_.tools;
+      gc.patcher = im_.patcher;
       gc.max_tool_calls = a.max_tool_calls;
     }
     gc.tokenizer = &tok_;
@@ -489,30 +518,56 @@ class Program::Starter {
   }
 
   Status make_roles() {
-    for (const auto& a : t_.actors) {
-      if (a.kind == Kind::sink) continue;
-      const caf::actor h = a.kind == Kind::probe    ? probe(a)
-                           : a.kind == Kind::source ? source(a)
-                                                    : generator(a);
-      by_name_[a.name] = h;
-      im_.actors.push_back(h);
-    }
+    make_patcher();
+    for (const auto& a : t_.actors)
+      if (a.kind != Kind::sink) make_role(a);
     return Status::success();
+  }
+
+  void make_role(const topology::Actor& a) {
+    const caf::actor h = a.kind == Kind::probe ? probe(a) : a.kind == Kind::source ? source(a) : generator(a);
+    im_.roles[a.name] = h;
+    im_.actors.push_back(h);
+  }
+
+  // A detached actor that applies the patches of edit_program calls, one after the other, when
+  // a role may make one.
+  void make_patcher() {
+    if (im_.patcher || !t_.tool(topology::kEditProgram)) return;
+    im_.patcher = sys_.spawn<caf::detached>([im = &im_]() -> caf::behavior {
+      return {[im](patch_atom, const std::string& caller, const std::string& text) {
+        auto r = Starter::patch(*im, text, caller);
+        return r ? "applied: " + *r : "refused: " + r.error().message;
+      }};
+    });
+    im_.actors.push_back(im_.patcher);
+  }
+
+  static bool pends(const topology::Actor& a) {
+    return a.kind == Kind::thinker || a.kind == Kind::writer || a.kind == Kind::source;
+  }
+
+  // Who hears which event: those it triggers, and each role those whose `.done` ends its triggers.
+  std::map<std::string, std::vector<caf::actor>> routes() const {
+    std::map<std::string, std::vector<caf::actor>> out;
+    for (const auto& a : t_.actors) {
+      std::set<std::string> hears(a.on.begin(), a.on.end());
+      hears.insert(a.after.begin(), a.after.end());
+      if (a.kind != Kind::sink)
+        for (const auto& ev : a.on)
+          for (const auto& who : emitters_.at(ev)) hears.insert(who + ".done");
+      for (const auto& ev : hears) out[ev].push_back(im_.roles.at(a.name));
+    }
+    return out;
   }
 
   // The controller (who hears which event, what must be done), the feeders, then every role.
   Status go() {
     ControllerConfig cc;
-    for (const auto& a : t_.actors) {
-      std::set<std::string> hears(a.on.begin(), a.on.end());
-      hears.insert(a.after.begin(), a.after.end());
-      if (a.kind != Kind::sink)  // a role also hears when those who trigger it are done
-        for (const auto& ev : a.on)
-          for (const auto& who : emitters_.at(ev)) hears.insert(who + ".done");
-      for (const auto& ev : hears) cc.subscribers[ev].push_back(by_name_.at(a.name));
-      if (a.kind == Kind::thinker || a.kind == Kind::writer || a.kind == Kind::source)
-        cc.pending.insert(a.name);
-    }
+    cc.subscribers = routes();
+    cc.roles = im_.roles;
+    for (const auto& a : t_.actors)
+      if (pends(a)) cc.pending.insert(a.name);
     cc.finish = {t_.finish.begin(), t_.finish.end()};
     cc.budget_seconds = t_.budget_seconds;
     cc.budget_tokens = t_.budget_tokens;
@@ -523,13 +578,134 @@ class Program::Starter {
     for (const auto& [a, h] : feeding_)
       if (Status s = feed(*a, h); !s.ok()) return s;
     for (const auto& a : t_.actors)
-      if (a.kind != Kind::sink) self_->send(by_name_.at(a.name), start_atom::value, im_.ctl);
+      if (a.kind != Kind::sink) self_->send(im_.roles.at(a.name), start_atom::value, im_.ctl);
     if (im_.managed) manager_->started(im_.program_id);
     return Status::success();
   }
 
+  // ---- a patch: the blocks and sinks it adds (undone when one fails), then the roles ---------
+
+  Status grow(const topology::Patched& p) {
+    std::vector<topology::Block> blocks;
+    for (const auto& n : p.blocks) blocks.push_back(*t_.block(n));
+    Status s = create_blocks(blocks);
+    if (s.ok()) s = write_texts(blocks);
+    for (const auto& n : p.added)
+      if (s.ok() && t_.actor(n)->kind == Kind::sink) s = make_sink(*t_.actor(n));
+    if (s.ok()) return s;
+    for (const auto& b : blocks)
+      if (auto it = im_.blocks.find(b.name); it != im_.blocks.end()) {
+        if (auto r = call(encode_free_block(++rid_, it->second)); !r)
+          spdlog::warn("{}block {}: freeing it: {}", where_, b.name, r.error().message);
+        im_.blocks.erase(it);
+      }
+    for (const auto& n : p.added)
+      if (auto it = im_.roles.find(n); it != im_.roles.end()) {
+        self_->send(it->second, stop_atom::value);
+        std::erase(im_.sinks, it->second);
+        im_.roles.erase(it);
+      }
+    return s;
+  }
+
+  // New roles for those added and changed; the controller routes to them from now on; the old
+  // selves of those changed and removed end the run they are in and go (what they had queued
+  // goes to their new selves); then the new roles start.
+  void swap_roles(const topology::Patched& p, const topology::Topology& before) {
+    std::map<std::string, caf::actor> old;
+    for (const auto* names : {&p.changed, &p.removed})
+      for (const auto& n : *names) old[n] = im_.roles.at(n);
+    for (const auto& n : p.removed) im_.roles.erase(n);
+    make_patcher();
+    Rewiring w;
+    for (const auto* names : {&p.added, &p.changed})
+      for (const auto& n : *names) {
+        const topology::Actor& a = *t_.actor(n);
+        if (a.kind == Kind::sink) continue;
+        make_role(a);
+        w.fresh.push_back(n);
+        if (pends(a)) w.pending_added.push_back(n);
+      }
+    for (const auto& [n, h] : old)
+      if (pends(*before.actor(n))) w.pending_gone.push_back(n);
+    const auto were = before.emitters();
+    for (const auto& a : t_.actors) {  // untouched roles whose events have other emitters now
+      if (a.kind == Kind::sink || a.kind == Kind::source || old.count(a.name) || !before.actor(a.name))
+        continue;
+      const std::set<std::string> now = triggers(a).upstream;
+      if (now != triggers(a, were).upstream)
+        w.upstream.emplace_back(im_.roles.at(a.name), std::vector<std::string>(now.begin(), now.end()));
+    }
+    w.subscribers = routes();
+    w.roles = im_.roles;
+    w.finish = {t_.finish.begin(), t_.finish.end()};
+    self_->request(im_.ctl, std::chrono::seconds(30), rewire_atom::value, std::move(w))
+        .receive([](bool) {},
+                 [&](caf::error& e) { spdlog::warn("{}rewiring: {}", where_, caf::to_string(e)); });
+    std::map<std::string, std::vector<std::string>> carried;
+    for (const auto& [n, h] : old) {
+      self_->request(h, kRetireWait, retire_atom::value)
+          .receive([&, n = n](const std::vector<std::string>& queued) { carried[n] = queued; },
+                   [&, n = n](caf::error& e) {
+                     spdlog::warn("{}actors.{}: retiring it: {}; stopped", where_, n, caf::to_string(e));
+                     self_->send_exit(h, caf::exit_reason::user_shutdown);
+                   });
+      self_->wait_for(h);
+      std::erase(im_.actors, h);
+    }
+    for (const auto& n : p.added)
+      if (t_.actor(n)->kind == Kind::probe) self_->send(im_.roles.at(n), start_atom::value, im_.ctl);
+    for (const auto* names : {&p.added, &p.changed})
+      for (const auto& n : *names)
+        if (const Kind k = t_.actor(n)->kind; k == Kind::thinker || k == Kind::writer)
+          self_->send(im_.roles.at(n), start_atom::value, im_.ctl, carried[n]);
+        else if (k == Kind::probe && names == &p.changed)
+          self_->send(im_.roles.at(n), start_atom::value, im_.ctl);
+  }
+
+  static constexpr std::chrono::seconds kRetireWait{120};
+
+ public:
+  // Program::patch, and the patcher's edit_program calls (`caller`: the role): one at a time.
+  static Result<std::string> patch(Program::Impl& im, const std::string& text, const std::string& caller) {
+    std::lock_guard<std::mutex> l(im.patch_m);
+    if (im.torn_down || !im.ctl || im.ended())
+      return make_error(Errc::invalid_argument, "patch: the program has ended; nothing was changed");
+    auto refused = [&](const Error& e) {
+      caf::anon_send(im.ctl, signal_atom::value, std::string("program.patch_refused"), e.message);
+      return e;
+    };
+    if (!caller.empty() && !im.topo.actor(caller))
+      return refused(make_error(Errc::not_found, "patch: " + caller + " was removed before its patch came"));
+    const auto now = Clock::now();
+    while (!im.patches.empty() && now - im.patches.front() >= std::chrono::minutes(1)) im.patches.pop_front();
+    if (im.patches.size() >= kPatchesPerMinute) {
+      const auto wait =
+          std::chrono::ceil<std::chrono::seconds>(im.patches.front() + std::chrono::minutes(1) - now);
+      return refused(
+          make_error(Errc::out_of_range, "patch: at most " + std::to_string(kPatchesPerMinute) +
+                                             " patches a minute (refused ones count): try again in " +
+                                             std::to_string(wait.count()) + " s"));
+    }
+    im.patches.push_back(now);
+    topology::PatchOptions opts;
+    opts.caller = caller;
+    auto p = topology::patch(im.topo, text, "patch", opts);
+    if (!p) return refused(p.error());
+    topology::Topology before = std::exchange(im.topo, p->topology);
+    Starter s(*im.sys, im);
+    if (Status st = s.grow(*p); !st.ok()) {
+      im.topo = std::move(before);
+      return refused(st.error());
+    }
+    s.swap_roles(*p, before);
+    caf::anon_send(im.ctl, signal_atom::value, std::string("program.patched"), p->summary());
+    return p->summary();
+  }
+
+ private:
   caf::actor_system& sys_;
-  const topology::Topology& t_;
+  const topology::Topology& t_;  // im_.topo
   ProgramHooks& hooks_;
   Program::Impl& im_;
   const Tokenizer& tok_;
@@ -538,8 +714,6 @@ class Program::Starter {
   const std::string where_;
   ProgramManager* manager_;
   const std::map<std::string, std::vector<std::string>> emitters_;
-  caf::actor tools_;
-  std::map<std::string, caf::actor> by_name_;
   std::vector<std::pair<const topology::Actor*, caf::actor>> feeding_;  // sources with a feeder
 };
 
@@ -547,11 +721,13 @@ Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const to
                                                 std::shared_ptr<SharedEngine> engine, ProgramHooks hooks) {
   auto impl = std::make_unique<Impl>();
   impl->sys = &sys;
+  impl->topo = t;
+  impl->hooks = std::move(hooks);
   impl->batcher = engine->batcher();
   impl->program_id = engine->new_program_id();
   impl->engine = std::move(engine);
   Program prog(std::move(impl));  // from here on, an error tears everything down
-  if (Status s = Starter(sys, t, hooks, *prog.impl_).run(); !s.ok()) return s.error();
+  if (Status s = Starter(sys, *prog.impl_).run(); !s.ok()) return s.error();
   return std::unique_ptr<Program>(new Program(std::move(prog.impl_)));
 }
 
@@ -569,6 +745,15 @@ Status Program::close(const std::string& source) {
     return make_error(Errc::not_found, "no source \"" + source + "\" with from: api");
   caf::anon_send(it->second, done_atom::value);
   return Status::success();
+}
+
+Result<std::string> Program::patch(const std::string& text) {
+  return Starter::patch(*impl_, text, "");
+}
+
+topology::Topology Program::topology() const {
+  std::lock_guard<std::mutex> l(impl_->patch_m);
+  return impl_->topo;
 }
 
 ProgramReport Program::wait() {

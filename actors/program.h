@@ -93,6 +93,9 @@ class SharedEngine {
   std::unique_ptr<Impl> impl_;
 };
 
+// Patches a program takes in a minute, refused ones included (a role in a loop of edits stops).
+inline constexpr size_t kPatchesPerMinute = 20;
+
 class Program {
  public:
   // `model` and `device` (and `gpu`, when given: the engine's forward passes run there) must
@@ -116,6 +119,17 @@ class Program {
   // Text for a source with `from: api` (the embedded case); close() ends its input.
   Status feed(const std::string& source, const std::string& text);
   Status close(const std::string& source);
+
+  // Changes the running program's structure (topologies/README.md "Patches"): `text` is a patch
+  // (topology::patch) of its blocks, actors and finish events, checked as a file is; new blocks
+  // get their initial texts, roles changed or removed end the run they are in (what they had
+  // queued goes to their new selves), new roles start. Returns what changed (Patched::summary);
+  // errors: the patch's (nothing changed), a block or sink it adds cannot be made (nothing
+  // changed), more than kPatchesPerMinute patches in the last minute (Errc::out_of_range), the
+  // program has ended. Roles listing `edit_program` in their tools call it the same way. Fires
+  // `program.patched` (text: the summary) or `program.patch_refused` (the error).
+  Result<std::string> patch(const std::string& text);
+  topology::Topology topology() const;  // as it runs now: the last patch's result
 
   ProgramReport wait();  // until the program ends; then every actor of it is gone
   void stop();           // ends it now (ended_by "stopped" unless it had ended already)

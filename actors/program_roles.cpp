@@ -36,7 +36,36 @@ using detail::TriggerState;
 struct ControllerState {
   int64_t tokens = 0;
   bool ended = false;
+  std::set<std::string> done;  // actors whose `.done` fired (a changed one: its new self's)
 };
+
+bool hears(const ControllerConfig& c, const std::string& ev, const caf::actor& who) {
+  auto it = c.subscribers.find(ev);
+  return it != c.subscribers.end() &&
+         std::find(it->second.begin(), it->second.end(), who) != it->second.end();
+}
+
+// A patch: route by its Rewiring from now on (see program_roles.h).
+void rewire(caf::stateful_actor<ControllerState>* self, ControllerConfig& c, const Rewiring& w) {
+  auto& done = self->state.done;
+  c.subscribers = w.subscribers;
+  c.roles = w.roles;
+  c.finish = w.finish;
+  for (const auto& n : w.pending_gone) c.pending.erase(n);
+  for (const auto& n : w.pending_added) c.pending.insert(n);
+  for (const auto& n : w.fresh) done.erase(n);
+  for (const auto& [who, emitters] : w.upstream) {
+    std::vector<std::string> left;
+    for (const auto& e : emitters)
+      if (!done.count(e)) left.push_back(e);
+    self->send(who, upstream_atom::value, left);
+  }
+  for (const auto& n : w.fresh) {
+    const caf::actor& who = c.roles.at(n);
+    for (const auto& d : done)
+      if (hears(c, d + ".done", who)) self->send(who, signal_atom::value, d + ".done", std::string());
+  }
+}
 
 caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerConfig cfg) {
   auto cfgp = std::make_shared<ControllerConfig>(std::move(cfg));
@@ -58,6 +87,12 @@ caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerC
   return {
       [=](signal_atom, const std::string& ev, const std::string& text) {
         if (self->state.ended) return;
+        if (const std::string who = done_of(ev); !who.empty()) {
+          auto r = cfgp->roles.find(who);
+          if (r != cfgp->roles.end() && caf::actor_cast<caf::actor>(self->current_sender()) != r->second)
+            return;  // its old self's, retired by a patch
+          self->state.done.insert(who);
+        }
         {
           std::lock_guard<std::mutex> l(cfgp->outcome->m);
           ++cfgp->outcome->report.events[ev];
@@ -74,6 +109,12 @@ caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerC
       [=](tokens_atom, int64_t n) {
         self->state.tokens += n;
         if (cfgp->budget_tokens > 0 && self->state.tokens >= cfgp->budget_tokens) end("token budget", "");
+      },
+      [=](rewire_atom, const Rewiring& w) {
+        if (self->state.ended) return false;
+        rewire(self, *cfgp, w);
+        if (cfgp->pending.empty()) end("all roles done", "");
+        return true;
       },
       [=](tick_atom) { end("time budget", ""); },
       [=](fail_atom, const std::string& who, const std::string& what) { end("error", who + ": " + what); },
@@ -123,6 +164,8 @@ struct GeneratorState {
   int generated = 0;                 // tokens in this run
   std::vector<std::string> pending;  // per emit: text since its last event
   Request next;                      // `fresh`: the run's request, submitted once its block is cleared
+  bool retiring = false;             // a patch replaces or removes it: this run is its last
+  caf::response_promise retired;     // answered with `queued` when that run ends
 };
 
 using GeneratorSelf = caf::stateful_actor<GeneratorState>*;
@@ -156,15 +199,18 @@ void on_generated(GeneratorSelf self, const GeneratorConf& c, const Reply& r) {
 bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::actor& batcher, const Reply& r) {
   auto& st = self->state;
   std::string tool, args, error;
-  if (!c->tools || r.reason != FinishReason::stop_string || st.tool_calls >= c->max_tool_calls ||
-      st.generated >= c->request.stop.max_tokens || !parse_tool_call(st.request_text, &tool, &args, &error))
+  if ((!c->tools && !c->patcher) || r.reason != FinishReason::stop_string ||
+      st.tool_calls >= c->max_tool_calls || st.generated >= c->request.stop.max_tokens ||
+      !parse_tool_call(st.request_text, &tool, &args, &error))
     return false;
   ++st.tool_calls;
-  self->send(st.ctl, signal_atom::value, c->name + ".tool_call",
-             st.request_text.substr(st.request_text.rfind("<tool_call>")));
+  // edit_program is the program's own: not a tool phase (the patch's result is program.patched).
+  const bool edit = tool == topology::kEditProgram;
+  self->send(st.ctl, signal_atom::value, c->name + (edit ? ".edit_program" : ".tool_call"),
+             edit ? args : st.request_text.substr(st.request_text.rfind("<tool_call>")));
   auto go_on = [=](const std::string& result) {
     auto& s2 = self->state;
-    self->send(s2.ctl, signal_atom::value, c->name + ".tool_result", result);
+    if (!edit) self->send(s2.ctl, signal_atom::value, c->name + ".tool_result", result);
     const std::string response = "\n<tool_response>\n" + result + "\n</tool_response>\n";
     s2.piece += response;
     if (c->stream)
@@ -177,12 +223,18 @@ bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::acto
       self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
     });
   };
+  const caf::actor& to = edit ? c->patcher : c->tools;
   if (tool.empty()) {
     go_on("error: " + error);
+  } else if (!to) {
+    go_on("error: no tool \"" + tool + "\" here");
   } else {
-    self->request(c->tools, caf::infinite, tool_atom::value, tool, args)
-        .then([=](const std::string& result) { go_on(result); },
-              [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); });
+    auto answered = [=](const std::string& result) { go_on(result); };
+    auto silent = [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); };
+    if (edit)
+      self->request(to, caf::infinite, patch_atom::value, c->name, args).then(answered, silent);
+    else
+      self->request(to, caf::infinite, tool_atom::value, tool, args).then(answered, silent);
   }
   return true;
 }
@@ -218,7 +270,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
   auto once = c->triggers.on.empty();
   auto maybe_done = [=] {
     auto& st = self->state;
-    if (st.done || st.busy || !st.queued.empty()) return;
+    if (st.done || st.busy || !st.queued.empty() || st.retiring || !st.ctl) return;
     if (once ? st.runs == 0 : !st.trig.upstream_left.empty()) return;
     st.done = true;
     self->send(st.ctl, signal_atom::value, c->name + ".done", std::string());
@@ -244,7 +296,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
   };
   auto run = [=] {
     auto& st = self->state;
-    if (st.busy || st.queued.empty() || st.done) return;
+    if (st.busy || st.queued.empty() || st.done || st.retiring || !st.ctl) return;
     st.busy = true;
     st.next = c->request;
     st.next.tokens = c->prefill.tokens(st.queued.front());
@@ -256,13 +308,37 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
     if (c->clear_before_run >= 0 && st.runs > 0) return clear_then_submit();
     submit_run();
   };
+  // Started: with no triggers it runs once; `carried`: the runs its old self had queued (a
+  // patch changed it), before those triggered since it was made.
+  auto start = [=](const caf::actor& ctl, const std::vector<std::string>& carried) {
+    auto& st = self->state;
+    st.ctl = ctl;
+    st.queued.insert(st.queued.begin(), carried.begin(), carried.end());
+    if (c->triggers.on.empty() && c->triggers.after.empty() && carried.empty()) st.queued.emplace_back();
+    run();
+    maybe_done();
+  };
+  // A patch retires it: the run it is in ends first; then it answers with what it had queued.
+  auto quit_retired = [=] {
+    auto& st = self->state;
+    st.retired.deliver(std::vector<std::string>(st.queued.begin(), st.queued.end()));
+    self->quit();
+  };
   return {
-      [=](start_atom, const caf::actor& ctl) {
-        self->state.ctl = ctl;
-        if (c->triggers.on.empty() && c->triggers.after.empty()) {
-          self->state.queued.emplace_back();
-          run();
-        }
+      [=](start_atom, const caf::actor& ctl) { start(ctl, {}); },
+      [=](start_atom, const caf::actor& ctl, const std::vector<std::string>& carried) {
+        start(ctl, carried);
+      },
+      [=](retire_atom) {
+        auto& st = self->state;
+        st.retiring = true;
+        st.retired = self->make_response_promise();
+        if (!st.busy) quit_retired();
+        return st.retired;
+      },
+      [=](upstream_atom, const std::vector<std::string>& emitters) {
+        self->state.trig.rewire(emitters);
+        maybe_done();
       },
       [=](signal_atom, const std::string& ev, const std::string& text) {
         for (int n = self->state.trig.on_signal(c->triggers, ev); n > 0; --n)
@@ -284,6 +360,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
           }
           if (go_on_with_tool(self, c, batcher, *r)) return;
           end_run(self, c);
+          if (self->state.retiring) return quit_retired();
           run();
           maybe_done();
         }
@@ -356,7 +433,7 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
   // Only a probe driven by events alone ends: when everyone emitting them is done.
   auto maybe_done = [=] {
     auto& st = self->state;
-    if (st.done || !st.out.empty() || st.submitting > 0 || !st.waiting.empty() || c->watch >= 0 ||
+    if (st.done || !st.ctl || !st.out.empty() || st.submitting > 0 || !st.waiting.empty() || c->watch >= 0 ||
         c->every_ms > 0 || !st.trig.upstream_left.empty())
       return;
     st.done = true;
@@ -365,9 +442,21 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
   const auto period = std::chrono::milliseconds(c->every_ms);
   return {
       [=](start_atom, const caf::actor& ctl) {
-        self->state.ctl = ctl;
+        auto& st = self->state;
+        st.ctl = ctl;
         if (c->watch >= 0) self->send(batcher, subscribe_atom::value, c->watch);
         if (c->every_ms > 0) self->delayed_send(self, period, tick_atom::value);
+        for (std::deque<std::string> early = std::move(st.waiting); !early.empty(); early.pop_front())
+          ask(early.front());  // what triggered it before it started (made by a patch)
+        maybe_done();
+      },
+      [=](retire_atom) {  // its questions out are dropped: it has nothing queued to hand on
+        self->quit();
+        return std::vector<std::string>();
+      },
+      [=](upstream_atom, const std::vector<std::string>& emitters) {
+        self->state.trig.rewire(emitters);
+        maybe_done();
       },
       [=](tick_atom) {
         ask("");
@@ -379,7 +468,13 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
         ask("");
       },
       [=](signal_atom, const std::string& ev, const std::string& text) {
-        if (self->state.trig.on_signal(c->triggers, ev) > 0) ask(text);
+        auto& st = self->state;
+        if (st.trig.on_signal(c->triggers, ev) > 0) {
+          if (st.ctl)
+            ask(text);
+          else
+            st.waiting.push_back(text);
+        }
         maybe_done();
       },
       [=](event_atom, const std::vector<uint8_t>& frame) {

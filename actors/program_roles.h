@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <caf/actor.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 #include <caf/fwd.hpp>
 #include <chrono>
@@ -31,6 +32,16 @@ using cool_atom = caf::atom_constant<caf::atom("toolcool")>;
 // (warm_atom) -> error text ("" when ready): it makes its sandbox again, if removed, running each
 // tool's setup.
 using warm_atom = caf::atom_constant<caf::atom("toolwarm")>;
+// (patch_atom, caller, patch text) -> "applied: SUMMARY" or "refused: ERROR": a generator's
+// edit_program call to its program's patcher (Program::patch).
+using patch_atom = caf::atom_constant<caf::atom("patch")>;
+// (retire_atom) -> the texts of the runs it had queued, not begun: a role a patch changes or
+// removes finishes the run it is in (a probe: none), then answers and quits.
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
+// (upstream_atom, names): a patch changed who emits the events a role runs on; these, not done.
+using upstream_atom = caf::atom_constant<caf::atom("upstream")>;
+// (rewire_atom, Rewiring) -> bool (false: the program has ended): the controller routes by it.
+using rewire_atom = caf::atom_constant<caf::atom("rewire")>;
 
 using Clock = std::chrono::steady_clock;
 
@@ -46,12 +57,27 @@ struct Outcome {
 
 struct ControllerConfig {
   std::map<std::string, std::vector<caf::actor>> subscribers;  // event -> who hears it
+  // Name -> the actor in that role now: a `NAME.done` from another (retired by a patch) is stale.
+  std::map<std::string, caf::actor> roles;
   std::set<std::string> finish;
   std::set<std::string> pending;  // thinkers, writers and sources not done yet
   double budget_seconds = 0;
   int64_t budget_tokens = 0;
   std::shared_ptr<Outcome> outcome;
   std::function<void(const ProgramEvent&)> hook;
+};
+
+// A patch, to the controller: the routes and roles after it. The new roles (added, or changed:
+// new actors in old names) hear the `.done` of the actors already done that they listen to, as
+// if they had been there; the untouched roles whose events' emitters changed hear who is left.
+struct Rewiring {
+  std::map<std::string, std::vector<caf::actor>> subscribers;
+  std::map<std::string, caf::actor> roles;
+  std::set<std::string> finish;
+  std::vector<std::string> fresh;          // names of the new roles
+  std::vector<std::string> pending_gone;   // thinkers and writers removed or changed: their old selves
+  std::vector<std::string> pending_added;  // thinkers and writers the program waits for now
+  std::vector<std::pair<caf::actor, std::vector<std::string>>> upstream;
 };
 
 // Triggers shared by the roles: `on` events (each starts one run), `after` events (all of them
@@ -83,7 +109,8 @@ struct GeneratorConfig {
   Request request;  // the generate each run submits
   std::vector<topology::Emit> emits;
   std::vector<caf::actor> sinks;
-  caf::actor tools;  // the program's tool actor (when it may call tools)
+  caf::actor tools;    // the program's tool actor (when it may call tools)
+  caf::actor patcher;  // the program's patcher (when it may call edit_program)
   int max_tool_calls = 0;
   const Tokenizer* tokenizer = nullptr;
   BlockId clear_before_run =
@@ -149,3 +176,5 @@ caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::acto
                              caf::actor ctl);
 
 }  // namespace chorus::program_roles
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(chorus::program_roles::Rewiring)

@@ -19,11 +19,20 @@ inline std::string done_of(const std::string& event) {
 }
 
 struct TriggerState {
-  std::set<std::string> after_left, upstream_left;
+  std::set<std::string> after_left, upstream_left, upstream;
   bool after_fired = false;
   void init(const Triggers& t) {
     after_left = t.after;
-    upstream_left = t.upstream;
+    upstream_left = upstream = t.upstream;
+  }
+  // A patch: the actors emitting what it runs on are now `now` (those done left out). Those it
+  // waited for still, and those new, are the ones it waits for.
+  void rewire(const std::vector<std::string>& now) {
+    std::set<std::string> next(now.begin(), now.end()), left;
+    for (const auto& who : next)
+      if (upstream_left.count(who) || !upstream.count(who)) left.insert(who);
+    upstream_left = std::move(left);
+    upstream = std::move(next);
   }
   // How many runs `ev` starts (0 or 1); also notes upstream actors that are done.
   int on_signal(const Triggers& t, const std::string& ev) {

@@ -56,7 +56,9 @@ class Checker {
     for (const Tool& x : t_.tools) {
       const std::string path = "tools." + x.name;
       if (!names.insert(x.name).second) fail(path, "declared twice");
-      if (x.command.empty() || x.command[0].empty()) fail(path + ".command", "needs a program to run");
+      if (x.builtin() && !x.command.empty()) fail(path + ".command", "edit_program is built in: no command");
+      if (!x.builtin() && (x.command.empty() || x.command[0].empty()))
+        fail(path + ".command", "needs a program to run");
       tool_access(x, path);
     }
     names.clear();
@@ -122,7 +124,8 @@ class Checker {
         if (e.at.empty() || e.event.empty())
           fail(path + ".emit", "each needs `at` (text) and `event` (a name)");
       for (const std::string& tool : a.tools)
-        if (!t_.tool(tool)) fail(path + ".tools", "unknown tool \"" + tool + "\"", Errc::not_found);
+        if (!t_.tool(tool) && tool != kEditProgram)
+          fail(path + ".tools", "unknown tool \"" + tool + "\"", Errc::not_found);
       if (a.kind == Kind::writer && a.on.empty() && a.after.empty())
         fail(
             path,

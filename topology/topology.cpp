@@ -30,6 +30,10 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
+bool Tool::builtin() const {
+  return name == kEditProgram;
+}
+
 std::string Tool::access() const {
   std::string s;
   auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
@@ -72,7 +76,11 @@ std::map<std::string, std::vector<std::string>> Topology::emitters() const {
     if (a.kind == Kind::sink) continue;
     add(a.name + ".done", a.name);
     for (const Emit& e : a.emits) add(e.event, a.name);
-    if (!a.tools.empty()) {
+    for (const std::string& tool : a.tools) {
+      if (tool == kEditProgram) {
+        add(a.name + ".edit_program", a.name);  // the patch it asks for (its result: program.patched...)
+        continue;
+      }
       add(a.name + ".tool_call", a.name);
       add(a.name + ".tool_result", a.name);
     }
@@ -211,6 +219,9 @@ std::string read_schema(const Reader& r, const YAML::Node& n, const std::string&
 }
 
 std::string Loader::text(const YAML::Node& n, const std::string& path, bool event) {
+  // Patching: what the program had is text already substituted (it has no mark: it was not read
+  // from the patch); only what the patch wrote has {{params}} to substitute.
+  if (patching && n.Mark().is_null()) return r.str(n, path);
   return substitute(r, n, path, r.str(n, path), params, unset, opts.require_params, event);
 }
 
@@ -316,9 +327,13 @@ void Loader::read_tools(const YAML::Node& n) {
       if (v.empty() || v[0].empty()) r.fail(c, where, "needs a program to run");
       return v;
     };
-    tool.command =
-        argv(required(it->second, path, "command", "what to run: a shell command, or a list (argv)"),
-             path + ".command");
+    if (tool.builtin()) {  // only its description and parameters are the file's
+      r.keys(it->second, path, {"description", "parameters"});
+    } else {
+      tool.command =
+          argv(required(it->second, path, "command", "what to run: a shell command, or a list (argv)"),
+               path + ".command");
+    }
     if (auto v = it->second["setup"]) tool.setup = argv(v, path + ".setup");
     if (auto v = it->second["description"]) tool.description = r.str(v, path + ".description");
     if (auto v = it->second["parameters"]) tool.parameters = read_schema(r, v, path + ".parameters");

@@ -26,10 +26,15 @@ struct Block {
 enum class Kind { thinker, writer, probe, source, sink };
 const char* kind_name(Kind k);
 
+// The built-in tool a role lists in `tools:` to change its own program: its arguments are a patch
+// (patch() below), its result says what was applied or why nothing was. Declared under `tools:`
+// it takes no command: only a `description:` and `parameters:` that narrow what a role may write.
+inline constexpr const char* kEditProgram = "edit_program";
+
 // A tool: a command run in the program's sandbox (actors/sandbox.h), with the call's arguments
 // (JSON) on its stdin; what it prints is the result.
 struct Tool {
-  std::string name;
+  std::string name;                  // kEditProgram: the built-in tool that patches the program (no command)
   std::vector<std::string> command;  // argv; a string in the file runs as sh -c STRING
   std::vector<std::string> setup;    // the same; run in the sandbox each time it is made (empty: none)
   std::string description;
@@ -42,6 +47,7 @@ struct Tool {
   bool network = false;                    // the host's network (else none at all)
   std::vector<std::string> read, write;    // host paths bound read-only / read-write, at their place
   bool opts_in() const { return !env.empty() || network || !read.empty() || !write.empty(); }
+  bool builtin() const;        // edit_program: run by the program itself, not in the sandbox
   std::string access() const;  // "network, reads /data, writes /out, env KEY" ("" : none)
 };
 
@@ -172,5 +178,40 @@ constexpr size_t kMaxFileBytes = 1 << 20;  // a topology is a page of YAML, not 
 Result<Topology> load_file(const std::string& path, const LoadOptions& opts = {});
 Result<Topology> load_string(const std::string& text, const std::string& file_name,
                              const LoadOptions& opts = {});
+
+// ---- patches: a running program's structure changed (topologies/README.md "Patches") ----------
+
+struct PatchOptions {
+  // A patch may not grow a program past this many actors (or blocks), or past what it had.
+  size_t max_actors = 32;
+  size_t max_blocks = 64;
+  std::string caller;  // the role whose edit_program call this is: it may not change or remove itself
+};
+
+// What a patch did, once checked.
+struct Patched {
+  Topology topology;                 // the program after it, checked as a file is
+  std::vector<std::string> blocks;   // added
+  std::vector<std::string> added;    // actors added,
+  std::vector<std::string> changed;  // replaced (`kind:` given) or with keys changed,
+  std::vector<std::string> removed;  // removed
+  bool finish_changed = false;
+  std::string summary() const;  // "added block b; added actor w; changed writer; removed probe"
+};
+
+constexpr size_t kMaxPatchBytes = 64 << 10;
+
+// `text` (YAML or JSON) as a JSON Merge Patch (RFC 7386) of the program's `blocks:`, `actors:`
+// and `finish:`: a block not there yet is added (a block's text is its history: one there already
+// cannot be patched); an actor whose value is null is removed; one not there yet is added; one
+// there whose patch has `kind:` is replaced by it whole; otherwise the patch's keys are merged
+// into its settings (a null key back to its default, a list replaced whole). Sources are wired at
+// start (neither added, changed nor removed), sinks only added. The result is read and checked
+// exactly as a file (every chorus check rule), errors as "LABEL:line:column: key.path: what" for
+// what the patch wrote and "LABEL: key.path: what" for the program's part that it broke. The
+// {{params}} of the program are substituted in what the patch writes. Errc::bad_format,
+// Errc::not_found, Errc::invalid_argument, Errc::out_of_range (limits).
+Result<Patched> patch(const Topology& current, const std::string& text, const std::string& label,
+                      const PatchOptions& opts = {});
 
 }  // namespace chorus::topology

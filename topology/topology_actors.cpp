@@ -12,6 +12,16 @@
 
 namespace chorus::topology::detail {
 
+bool Loader::has_tool(const std::string& name) {
+  if (t.tool(name)) return true;
+  if (name != kEditProgram) return false;
+  Tool builtin;
+  builtin.name = kEditProgram;
+  builtin.description = "changes this program: the arguments are a patch of its blocks and actors";
+  t.tools.push_back(std::move(builtin));
+  return true;
+}
+
 void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& path) {
   const bool thinker = a.kind == Kind::thinker;
   r.keys(n, path,
@@ -46,7 +56,7 @@ void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& pa
   if (auto v = n["tools"]) {
     a.tools = r.names(v, path + ".tools", 64);
     for (size_t i = 0; i < a.tools.size(); ++i) {
-      if (t.tool(a.tools[i])) continue;
+      if (has_tool(a.tools[i])) continue;
       std::vector<std::string> known;
       for (const Tool& x : t.tools) known.push_back(x.name);
       r.fail(Reader::item(v, i), Reader::item_path(v, path + ".tools", i),

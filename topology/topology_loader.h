@@ -20,12 +20,16 @@ SamplingParams read_sampling(const Reader& r, const YAML::Node& n, const std::st
 // or that accepts nothing fails at `path` with what is wrong (engine/grammar/json_schema.h).
 std::string read_schema(const Reader& r, const YAML::Node& n, const std::string& path);
 
+// The node a key path ("actors.w.on[1]") names in `root`, and the path as the reader spells it.
+std::pair<YAML::Node, std::string> node_at(const YAML::Node& root, const std::string& path);
+
 struct Loader {
   const Reader& r;
   const LoadOptions& opts;
   Topology t;
   std::map<std::string, std::string> params;
   std::set<std::string> unset;  // declared without a value
+  bool patching = false;        // reading a patch (topology/patch.cpp) over `t`
 
   // `event`: whether {{event}} (the text of the event that started the run) may appear; it is
   // kept for the run time to fill in.
@@ -48,6 +52,8 @@ struct Loader {
   void read_probe(Actor& a, const YAML::Node& n, const std::string& path);
   void read_source(Actor& a, const YAML::Node& n, const std::string& path);
   void read_sink(Actor& a, const YAML::Node& n, const std::string& path);
+  // Whether `name` is a tool `t` has; edit_program is added to `t` at its first mention.
+  bool has_tool(const std::string& name);
   // Names across the file: events someone emits, sinks that exist, one writer per block.
   void resolve(const YAML::Node& root);
 };

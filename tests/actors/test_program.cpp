@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <caf/all.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -519,6 +520,67 @@ TEST(ToolActor, ItsSandboxGoesAndComesBackWithItsSetup) {
 // naming itself and the cause, rather than ending as if it had said all it had to say. Both are errors, never
 // a short answer: a thinker that may write more than the whole pool is refused at once (out_of_memory); one
 // that fits the pool alone but not beside its long prompt runs until the pool is full.
+// A running program patched from outside (Program::patch): a block and a worker added run at
+// once; a worker changed runs anew; a refused patch changes nothing; a removed one is gone; and
+// past kPatchesPerMinute patches the next is refused. The api source keeps the program running.
+TEST_F(TinyProgram, PatchesChangeARunningProgram) {
+  auto t = topology::load_string(R"(blocks:
+  a: {text: "hello world"}
+  log:
+actors:
+  feed: {kind: source, from: api, writes: log}
+)",
+                                 "e.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  std::mutex m;
+  std::map<std::string, int> fired;
+  std::condition_variable cv;
+  ProgramHooks hooks;
+  hooks.event = [&](const ProgramEvent& e) {
+    std::lock_guard<std::mutex> l(m);
+    ++fired[e.name];
+    cv.notify_all();
+  };
+  auto p = Program::start(*sys_, *t, *model_, *device_, hooks);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  auto wait_for = [&](const std::string& ev, int n) {
+    std::unique_lock<std::mutex> l(m);
+    return cv.wait_for(l, std::chrono::seconds(60), [&] { return fired[ev] >= n; });
+  };
+  auto added = (*p)->patch(R"({"blocks": {"w": {"text": "one two"}},
+ "actors": {"worker": {"kind": "thinker", "view": ["a", "w"], "writes": "w", "stop": [], "max_tokens": 5}}})");
+  ASSERT_TRUE(added.ok()) << added.error().message;
+  EXPECT_EQ(*added, "added block w; added worker");
+  ASSERT_TRUE(wait_for("worker.done", 1));
+  auto changed = (*p)->patch("actors: {worker: {max_tokens: 3}}");
+  ASSERT_TRUE(changed.ok()) << changed.error().message;
+  EXPECT_EQ(*changed, "changed worker");
+  ASSERT_TRUE(wait_for("worker.done", 2));  // its new self, with no triggers, ran once
+  EXPECT_EQ((*p)->topology().actor("worker")->max_tokens, 3);
+  auto bad = (*p)->patch("actors: {worker: {view: [a, nowhere]}}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message,
+            "patch:1:29: actors.worker.view[1]: unknown block \"nowhere\" (blocks: a, log, w)");
+  EXPECT_EQ((*p)->topology().actor("worker")->view, (std::vector<std::string>{"a", "w"}));
+  auto removed = (*p)->patch("actors: {worker: null}");
+  ASSERT_TRUE(removed.ok()) << removed.error().message;
+  EXPECT_EQ((*p)->topology().actor("worker"), nullptr);
+  for (size_t i = 4; i < kPatchesPerMinute; ++i) ASSERT_TRUE((*p)->patch("{}").ok()) << i;
+  auto limited = (*p)->patch("{}");
+  ASSERT_FALSE(limited.ok());
+  EXPECT_EQ(limited.error().code, Errc::out_of_range);
+  EXPECT_TRUE(limited.error().message.starts_with("patch: at most 20 patches a minute"))
+      << limited.error().message;
+  ASSERT_TRUE((*p)->close("feed").ok());
+  const ProgramReport r = (*p)->wait();
+  EXPECT_EQ(r.ended_by, "all roles done");
+  EXPECT_EQ(r.events.at("worker.done"), 2);
+  EXPECT_EQ(r.events.at("program.patched"), static_cast<int64_t>(kPatchesPerMinute) - 1);
+  EXPECT_EQ(r.events.at("program.patch_refused"), 2);
+  EXPECT_GT(r.block_tokens.at("w"), 2);  // its text, and what both workers wrote
+  EXPECT_FALSE((*p)->patch("{}").ok());  // ended
+}
+
 TEST_F(TinyProgram, RunningOutOfKvPagesIsAnErrorNotAShortAnswer) {
   auto p = Program::start(*sys_, thinker_topology(400, "engine: {pages: 16}\n"), *model_, *device_);
   ASSERT_TRUE(p.ok()) << p.error().message;
