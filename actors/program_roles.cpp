@@ -165,7 +165,8 @@ struct GeneratorState {
   std::vector<std::string> pending;  // per emit: text since its last event
   Request next;                      // `fresh`: the run's request, submitted once its block is cleared
   bool retiring = false;             // a patch replaces or removes it: this run is its last
-  caf::response_promise retired;     // answered with `queued` when that run ends
+  bool editing = false;           // waiting for its edit_program call (the patcher is busy with that patch)
+  caf::response_promise retired;  // answered with `queued` when that run ends
 };
 
 using GeneratorSelf = caf::stateful_actor<GeneratorState>*;
@@ -210,6 +211,7 @@ bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::acto
              edit ? args : st.request_text.substr(st.request_text.rfind("<tool_call>")));
   auto go_on = [=](const std::string& result) {
     auto& s2 = self->state;
+    s2.editing = false;
     if (!edit) self->send(s2.ctl, signal_atom::value, c->name + ".tool_result", result);
     const std::string response = "\n<tool_response>\n" + result + "\n</tool_response>\n";
     s2.piece += response;
@@ -231,6 +233,7 @@ bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::acto
   } else {
     auto answered = [=](const std::string& result) { go_on(result); };
     auto silent = [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); };
+    st.editing = edit;
     if (edit)
       self->request(to, caf::infinite, patch_atom::value, c->name, args).then(answered, silent);
     else
@@ -333,7 +336,8 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
         auto& st = self->state;
         st.retiring = true;
         st.retired = self->make_response_promise();
-        if (!st.busy) quit_retired();
+        // In an edit_program call, its answer waits for the patch retiring it: it goes now.
+        if (!st.busy || st.editing) quit_retired();
         return st.retired;
       },
       [=](upstream_atom, const std::vector<std::string>& emitters) {

@@ -275,10 +275,7 @@ Result<Patched> patch(const Topology& current, const std::string& text, const st
   } catch (const LoadError& e) {
     return e.error;
   } catch (const YAML::Exception& e) {
-    const std::string what = e.msg == "bad file" ? "nested too deeply (yaml-cpp stops at 500 levels)" : e.msg;
-    if (e.mark.is_null()) return make_error(Errc::bad_format, label + ": " + what);
-    return make_error(Errc::bad_format, label + ":" + std::to_string(e.mark.line + 1) + ":" +
-                                            std::to_string(e.mark.column + 1) + ": " + what);
+    return yaml_error(label, e);
   }
 }
 

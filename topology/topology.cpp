@@ -218,6 +218,14 @@ std::string read_schema(const Reader& r, const YAML::Node& n, const std::string&
   return text;
 }
 
+Error yaml_error(const std::string& label, const YAML::Exception& e) {
+  // yaml-cpp's guard against deep nesting reports "bad file"; say what it means.
+  const std::string what = e.msg == "bad file" ? "nested too deeply (yaml-cpp stops at 500 levels)" : e.msg;
+  if (e.mark.is_null()) return make_error(Errc::bad_format, label + ": " + what);
+  return make_error(Errc::bad_format, label + ":" + std::to_string(e.mark.line + 1) + ":" +
+                                          std::to_string(e.mark.column + 1) + ": " + what);
+}
+
 std::string Loader::text(const YAML::Node& n, const std::string& path, bool event) {
   // Patching: what the program had is text already substituted (it has no mark: it was not read
   // from the patch); only what the patch wrote has {{params}} to substitute.
@@ -550,11 +558,7 @@ Result<Topology> load(const std::string& bytes, const std::string& file, const L
   } catch (const LoadError& e) {
     return e.error;
   } catch (const YAML::Exception& e) {
-    // yaml-cpp's guard against deep nesting reports "bad file"; say what it means.
-    const std::string what = e.msg == "bad file" ? "nested too deeply (yaml-cpp stops at 500 levels)" : e.msg;
-    if (e.mark.is_null()) return make_error(Errc::bad_format, file + ": " + what);
-    return make_error(Errc::bad_format, file + ":" + std::to_string(e.mark.line + 1) + ":" +
-                                            std::to_string(e.mark.column + 1) + ": " + what);
+    return yaml_error(file, e);
   }
 }
 

@@ -20,6 +20,9 @@ SamplingParams read_sampling(const Reader& r, const YAML::Node& n, const std::st
 // or that accepts nothing fails at `path` with what is wrong (engine/grammar/json_schema.h).
 std::string read_schema(const Reader& r, const YAML::Node& n, const std::string& path);
 
+// What yaml-cpp threw, as an Error at `label`:LINE:COLUMN (Errc::bad_format).
+Error yaml_error(const std::string& label, const YAML::Exception& e);
+
 // The node a key path ("actors.w.on[1]") names in `root`, and the path as the reader spells it.
 std::pair<YAML::Node, std::string> node_at(const YAML::Node& root, const std::string& path);
 
