@@ -26,6 +26,7 @@
 #include "engine/forward/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/step/engine.h"
+#include "engine/step/trace.h"
 #include "net/codec.h"
 
 namespace chorus {
@@ -165,8 +166,9 @@ class Program::Starter {
         emitters_(im.topo.emitters()) {}
 
   Status run() {
-    for (auto phase : {&Starter::make_tools, &Starter::register_blocks, &Starter::await_admission,
-                       &Starter::initial_texts, &Starter::make_sinks, &Starter::make_roles, &Starter::go})
+    for (auto phase :
+         {&Starter::trace_program, &Starter::make_tools, &Starter::register_blocks, &Starter::await_admission,
+          &Starter::initial_texts, &Starter::make_sinks, &Starter::make_roles, &Starter::go})
       if (Status s = (this->*phase)(); !s.ok()) return s;
     return Status::success();
   }
@@ -180,6 +182,21 @@ class Program::Starter {
     std::vector<BlockId> v;
     for (const auto& n : names) v.push_back(im_.blocks.at(n));
     return v;
+  }
+
+  // With a trace: the program's lane in it, and each event on it with who heard it.
+  Status trace_program() {
+    if (!hooks_.trace) return Status::success();
+    lane_ = {hooks_.trace, hooks_.trace_lane >= 0 ? hooks_.trace_lane : static_cast<int64_t>(im_.program_id)};
+    hooks_.trace->name_lane(kRolesPid, lane_.lane, hooks_.trace_name.empty() ? t_.name : hooks_.trace_name);
+    hooks_.event = [inner = hooks_.event, lane = lane_](const ProgramEvent& e) {
+      std::string to;
+      for (const auto& n : e.to) to += (to.empty() ? "" : ",") + Trace::quote(n);
+      lane.trace->instant("role", e.name, kRolesPid, lane.lane, lane.trace->now_us(),
+                          "{\"text\":" + Trace::quote(e.text) + ",\"to\":[" + to + "]}");
+      if (inner) inner(e);
+    };
+    return Status::success();
   }
 
   // The program's sandbox, made with it and removed with it (and, on a scheduled engine, while
@@ -199,7 +216,7 @@ class Program::Starter {
     static std::atomic<int> n{0};
     im_.tools = spawn_tools(sys_, std::string(env ? env : "/tmp/chorus-sandboxes"),
                             t_.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n),
-                            std::move(sandboxed), im_.tools_cancel);
+                            std::move(sandboxed), im_.tools_cancel, lane_);
     im_.actors.push_back(im_.tools);
     return Status::success();
   }
@@ -627,7 +644,8 @@ class Program::Starter {
 
  private:
   caf::actor_system& sys_;
-  const topology::Topology& t_;  // im_.topo
+  program_roles::TraceLane lane_;  // where the program records itself (no trace: none)
+  const topology::Topology& t_;    // im_.topo
   ProgramHooks& hooks_;
   Program::Impl& im_;
   const Tokenizer& tok_;

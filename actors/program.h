@@ -29,8 +29,9 @@ struct ProgramPolicyOptions;
 
 struct ProgramEvent {
   std::string name;
-  std::string text;    // what the event carries: a piece of text, a probability, lines
-  double seconds = 0;  // since the program started
+  std::string text;             // what the event carries: a piece of text, a probability, lines
+  double seconds = 0;           // since the program started
+  std::vector<std::string> to;  // the roles (and sinks) the controller sends it to
 };
 
 // Called from actor threads: make them thread-safe.
@@ -41,8 +42,13 @@ struct ProgramHooks {
   // (Sandbox::missing_isolation()); otherwise a program with tools refuses to start there.
   bool unsafe_tools = false;
   // Records the program's engine (a program that owns its engine: with SharedEngine the engine's
-  // options carry it) into this trace (engine/step/trace.h). Null: none.
+  // options carry it) into this trace (engine/step/trace.h), and the program itself on lane
+  // `trace_lane` of the trace's `roles` process (named `trace_name`; defaults: its program id, the
+  // topology's name): each event with who heard it, each tool run, its sandbox made and removed
+  // (docs/trace.md). Null: none.
   std::shared_ptr<Trace> trace;
+  int64_t trace_lane = -1;
+  std::string trace_name;
 };
 
 struct ProgramReport {

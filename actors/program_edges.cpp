@@ -12,6 +12,7 @@
 #include "actors/atoms.h"
 #include "actors/program_roles.h"
 #include "actors/sandbox.h"
+#include "engine/step/trace.h"
 
 namespace chorus::program_roles {
 namespace {
@@ -33,10 +34,28 @@ SandboxLimits limits_of(const topology::Tool& t) {
   return lim;
 }
 
+// A run in the sandbox, as a slice of the program's lane: the tool, how it ended, its output.
+Result<ToolResult> traced_run(Sandbox& box, const TraceLane& tl, const std::string& what,
+                              const std::vector<std::string>& argv, const topology::Tool& t,
+                              const std::string& input = {}, const std::atomic<bool>* cancel = nullptr) {
+  const int64_t t0 = tl.trace ? tl.trace->now_us() : 0;
+  auto r = box.run(argv, limits_of(t), input, cancel);
+  if (tl.trace) {
+    const std::string args = r ? "{\"ended\":" + Trace::quote(r->describe()) +
+                                     ",\"output_bytes\":" + std::to_string(r->output.size()) + "}"
+                               : "{\"error\":" + Trace::quote(r.error().message) + "}";
+    tl.trace->complete("tool", what, kRolesPid, tl.lane, t0, tl.trace->now_us() - t0, args);
+  }
+  return r;
+}
+
 void tool_main(caf::blocking_actor* self, std::string base, std::string name,
-               std::vector<topology::Tool> tools, std::shared_ptr<std::atomic<bool>> cancel) {
+               std::vector<topology::Tool> tools, std::shared_ptr<std::atomic<bool>> cancel, TraceLane tl) {
   std::optional<Sandbox> box;
   std::string broken;  // why the sandbox could not be made (its calls say so)
+  auto mark = [&](const char* what) {
+    if (tl.trace) tl.trace->instant("tool", what, kRolesPid, tl.lane, tl.trace->now_us());
+  };
   auto make = [&] {
     if (box) return;
     auto made = Sandbox::create(base, name);
@@ -46,10 +65,11 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name,
       return;
     }
     box.emplace(std::move(*made));
+    mark("sandbox made");
     broken.clear();
     for (const auto& t : tools) {
       if (t.setup.empty()) continue;
-      auto r = box->run(t.setup, limits_of(t));
+      auto r = traced_run(*box, tl, "setup " + t.name, t.setup, t);
       if (!r || !r->ok()) {
         broken = "the setup of tool " + t.name + " failed: " +
                  (r ? r->describe() + (r->output.empty() ? "" : ": " + r->output) : r.error().message);
@@ -71,7 +91,7 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name,
           if (!t) return "error: unknown tool \"" + tool + "\" (tools: " + known + ")";
           make();  // cold: made again first
           if (!broken.empty()) return "error: " + broken;
-          auto r = box->run(t->command, limits_of(*t), args, cancel.get());
+          auto r = traced_run(*box, tl, t->name, t->command, *t, args, cancel.get());
           if (!r) return "error: " + r.error().message;
           std::string out = r->output;
           while (!out.empty() && out.back() == '\n') out.pop_back();
@@ -83,6 +103,7 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name,
           if (Status s = box->destroy(); !s.ok())
             spdlog::warn("program {}: removing its sandbox: {}", name, s.error().message);
           box.reset();
+          mark("sandbox removed");
           return true;
         },
         [&](warm_atom) -> std::string {
@@ -167,10 +188,11 @@ caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg) {
   return sys.spawn(sink_role, std::move(cfg));
 }
 caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name,
-                       std::vector<topology::Tool> tools, std::shared_ptr<std::atomic<bool>> cancel) {
+                       std::vector<topology::Tool> tools, std::shared_ptr<std::atomic<bool>> cancel,
+                       TraceLane trace) {
   if (!cancel) cancel = std::make_shared<std::atomic<bool>>(false);
   return sys.spawn<caf::detached>(tool_main, std::move(base), std::move(name), std::move(tools),
-                                  std::move(cancel));
+                                  std::move(cancel), std::move(trace));
 }
 caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who,
                              caf::actor ctl) {

@@ -97,8 +97,16 @@ caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerC
           std::lock_guard<std::mutex> l(cfgp->outcome->m);
           ++cfgp->outcome->report.events[ev];
         }
-        if (cfgp->hook) cfgp->hook(ProgramEvent{ev, text, cfgp->outcome->now()});
-        if (auto it = cfgp->subscribers.find(ev); it != cfgp->subscribers.end())
+        const auto it = cfgp->subscribers.find(ev);
+        if (cfgp->hook) {
+          ProgramEvent e{ev, text, cfgp->outcome->now(), {}};
+          if (it != cfgp->subscribers.end())
+            for (const caf::actor& who : it->second)
+              for (const auto& [name, h] : cfgp->roles)
+                if (h == who) e.to.push_back(name);
+          cfgp->hook(e);
+        }
+        if (it != cfgp->subscribers.end())
           for (const caf::actor& who : it->second) self->send(who, signal_atom::value, ev, text);
         if (const std::string who = done_of(ev); !who.empty()) cfgp->pending.erase(who);
         if (cfgp->finish.count(ev))

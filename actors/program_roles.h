@@ -162,14 +162,22 @@ caf::actor spawn_generator(caf::actor_system& sys, caf::actor batcher, Generator
 caf::actor spawn_probe(caf::actor_system& sys, caf::actor batcher, ProbeRoleConfig cfg);
 caf::actor spawn_source(caf::actor_system& sys, caf::actor batcher, SourceRoleConfig cfg);
 caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg);
+// Where a program records itself in a trace: lane `lane` of the `roles` process (3).
+struct TraceLane {
+  std::shared_ptr<Trace> trace;  // null: not traced
+  int64_t lane = 0;
+};
+inline constexpr int kRolesPid = 3;
+
 // The program's tools, in one sandbox under `base` named `name` (removed when the actor ends;
 // each tool's `setup` run whenever it is made); answers (tool_atom, tool, arguments) with the
 // result text, making the sandbox first if cool_atom removed it. A detached actor: while a tool
 // runs it reads no message, so its program ends it by setting `cancel` first (the run is killed
-// within about 50 ms, its result says so), then sending it an exit.
+// within about 50 ms, its result says so), then sending it an exit. With a trace, each run (and
+// setup) is a slice of the program's lane, the sandbox's making and removal instants.
 caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name,
-                       std::vector<topology::Tool> tools,
-                       std::shared_ptr<std::atomic<bool>> cancel = nullptr);
+                       std::vector<topology::Tool> tools, std::shared_ptr<std::atomic<bool>> cancel = nullptr,
+                       TraceLane trace = {});
 // Reads a whole file (not followed) into `target` line by line, then done_atom; `ctl` hears of
 // a file that cannot be opened.
 caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who,

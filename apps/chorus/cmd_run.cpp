@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "actors/program.h"
@@ -17,6 +18,7 @@
 #include "engine/model/model_paths.h"
 #include "engine/step/engine.h"
 #include "engine/step/trace.h"
+#include "gateway/control_server.h"
 #include "gateway/metrics_server.h"
 #include "topology/topology.h"
 
@@ -40,6 +42,57 @@ Result<topology::Topology> load(const std::string& file, const std::vector<std::
   }
   if (input) lo.set.emplace_back("input", *input);
   return topology::load_file(file, lo);
+}
+
+struct Running {
+  std::string label;
+  const topology::Topology* topo = nullptr;
+  std::unique_ptr<Program> program;  // once started (under `m`)
+  ProgramReport report;
+  std::string start_error;     // it did not start: why
+  bool never_started = false;  // stopped while it waited to start
+  bool ended = false;          // wait() returned (under `m`)
+};
+
+// --control-port: the programs listed and patched over HTTP, while `runs` (guarded by `m`) lives.
+std::optional<std::unique_ptr<ControlServer>> start_control(const RunArgs& args, std::vector<Running>& runs,
+                                                            std::mutex& m) {
+  if (args.control_port < 0) return std::unique_ptr<ControlServer>();
+  ProgramControl pc;
+  pc.list = [&runs, &m] {
+    std::lock_guard<std::mutex> l(m);
+    std::vector<ProgramControl::Entry> out;
+    for (const auto& r : runs)
+      out.push_back({r.label, r.ended || r.never_started || !r.start_error.empty() ? "ended"
+                              : r.program                                          ? "running"
+                                                                                   : "waiting"});
+    return out;
+  };
+  // The program of that name once it started (it stays until `runs` goes, ended or not).
+  auto find = [&runs, &m](const std::string& name) -> Program* {
+    std::lock_guard<std::mutex> l(m);
+    for (auto& r : runs)
+      if (r.label == name) return r.program.get();
+    return nullptr;
+  };
+  pc.topology = [find](const std::string& name) -> Result<topology::Topology> {
+    Program* p = find(name);
+    if (!p) return make_error(Errc::not_found, "no running program \"" + name + "\"");
+    return p->topology();
+  };
+  pc.patch = [find](const std::string& name, const std::string& text) -> Result<std::string> {
+    Program* p = find(name);
+    if (!p) return make_error(Errc::not_found, "program \"" + name + "\" has not started yet");
+    return p->patch(text);
+  };
+  auto c = ControlServer::start(args.control_host, args.control_port, std::move(pc));
+  if (!c) {
+    std::fprintf(stderr, "chorus run: %s\n", c.error().message.c_str());
+    return std::nullopt;
+  }
+  std::fprintf(stderr, "chorus run: control on http://%s:%d/programs\n", args.control_host.c_str(),
+               (*c)->port());
+  return std::move(*c);
 }
 
 }  // namespace
@@ -144,14 +197,6 @@ int run_run(const RunArgs& args) {
   // Each program, named for the report and for --events: the topology's name, and #k when a file
   // runs more than once. Each starts and ends on a thread of its own: under the program policy a
   // start waits until the program is admitted, and a program that ends frees its room at once.
-  struct Running {
-    std::string label;
-    const topology::Topology* topo = nullptr;
-    std::unique_ptr<Program> program;  // once started (under `m`)
-    ProgramReport report;
-    std::string start_error;     // it did not start: why
-    bool never_started = false;  // stopped while it waited to start
-  };
   std::mutex err;  // before `runs`: their hooks may use it until they are gone
   std::vector<Running> runs;
   for (const auto& t : topos)
@@ -192,13 +237,8 @@ int run_run(const RunArgs& args) {
         std::fprintf(stderr, "  <%.2fs %s%s: %s>\n", e.seconds, label.c_str(), e.name.c_str(), text.c_str());
       };
     hooks.event = print;
-    if (trace)  // the roles' events too, one lane per program
-      hooks.event = [trace, print, lane = static_cast<int64_t>(&r - runs.data()),
-                     label = r.label](const ProgramEvent& e) {
-        trace->name_lane(3, lane, label);
-        trace->instant("role", e.name, 3, lane, trace->now_us(), "{\"text\":" + Trace::quote(e.text) + "}");
-        if (print) print(e);
-      };
+    hooks.trace_lane = &r - runs.data();  // one lane per program, named as the report names it
+    hooks.trace_name = r.label;
     // One program alone owns the engine: when it ends, the engine stops with it, without
     // waiting for the requests its roles left running.
     auto program = shared ? Program::start(sys, *r.topo, *engine, hooks)
@@ -221,8 +261,14 @@ int run_run(const RunArgs& args) {
       r.program = std::move(*program);
       if (stopping) r.program->stop();
     }
-    r.report = r.program->wait();
+    ProgramReport report = r.program->wait();
+    std::lock_guard<std::mutex> l(m);
+    r.report = std::move(report);
+    r.ended = true;
   };
+  // Declared after `runs`: the listener is gone before them.
+  auto control = start_control(args, runs, m);
+  if (!control) return 1;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::atomic<bool> all_done{false};

@@ -160,6 +160,8 @@ struct RunArgs {
   std::string trace;  // --trace FILE: Chrome/Perfetto trace-event JSON of the engine (engine/step/trace.h)
   int metrics_port = -1;  // --metrics-port: GET /metrics there (0: any free port; -1: none)
   std::string metrics_host = "127.0.0.1";
+  int control_port = -1;  // --control-port: list and patch the programs over HTTP (gateway/control_server.h)
+  std::string control_host = "127.0.0.1";
 };
 int run_check(const RunArgs& args);  // validates without loading a model
 int run_run(const RunArgs& args);

@@ -288,6 +288,14 @@ int main(int argc, char** argv) {
       "--trace", run.trace,
       "Write a Chrome/Perfetto trace-event JSON of what the engine did to FILE at exit (docs/trace.md)");
   add_metrics(run_cmd, &run.metrics_port, &run.metrics_host);
+  run_cmd
+      ->add_option(
+          "--control-port", run.control_port,
+          "List and patch the running programs over HTTP at http://HOST:PORT/programs (no "
+          "authentication: loopback by default; topologies/README.md \"Patches\"); 0: any free port, printed")
+      ->check(CLI::Range(0, 65535));
+  run_cmd->add_option("--control-host", run.control_host, "Where --control-port listens")
+      ->capture_default_str();
   run_cmd->add_option("--copies", run.copies, "Programs per file, all at once on the one engine")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

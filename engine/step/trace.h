@@ -7,7 +7,9 @@
 //   pid 2 "blocks"   one lane per block (tid = block id, named by a thread_name record): an
 //                    instant per step that appended to it, with the tokens and their text
 //   pid 1 tid 1      instants for pauses and restores of blocks (cat "memory")
-//   pid 3 "roles"    `chorus run`: one lane per program, an instant per event its roles fired
+//   pid 3 "roles"    one lane per program (actors/program.h): an instant per event its roles
+//                    fired (cat "role", with the roles it went to), a complete event per tool
+//                    run (cat "tool"), instants when its sandbox is made and removed
 //
 // Bounded: a ring of the newest `capacity` events (default 1 << 20, about 200 MB of JSON at most;
 // `dropped` in the file's otherData counts what fell out). Thread-safe: the engine's thread and the

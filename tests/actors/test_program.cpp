@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 #include <caf/all.hpp>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 #include <zmq.hpp>
 
@@ -20,6 +22,7 @@
 #include "actors/submit.h"
 #include "device/cpu_device.h"
 #include "engine/model/model.h"
+#include "engine/step/trace.h"
 #include "net/codec.h"
 #include "tests/support/model_fixture.h"
 #include "tests/support/test_util.h"
@@ -78,6 +81,7 @@ class ProgramTest : public ::testing::Test {
     };
     ProgramHooks hooks;
     hooks.unsafe_tools = unsafe_tools_;
+    hooks.trace = trace_;
     hooks.event = [&](const ProgramEvent& e) { note(e.name, e.text); };
     hooks.sink = [&](const std::string& sink, const std::string& text) { note("sink:" + sink, text); };
     caf::actor_system_config cfg;
@@ -94,7 +98,8 @@ class ProgramTest : public ::testing::Test {
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<CpuDevice> device_;
-  bool unsafe_tools_ = false;  // ProgramHooks::unsafe_tools for run_topology
+  bool unsafe_tools_ = false;     // ProgramHooks::unsafe_tools for run_topology
+  std::shared_ptr<Trace> trace_;  // ProgramHooks::trace for run_topology
 };
 
 TEST_F(ProgramTest, ThinkerWriterInterleaves) {
@@ -278,6 +283,104 @@ TEST_F(ProgramTest, ToolAgentCallsATool) {
   EXPECT_GT(r.first("solver.done"), results[0].at) << "the thinker went on after the result";
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the program's sandbox is removed with it";
   std::filesystem::remove_all(dir);
+}
+
+// The words of a text, lower case, of three letters or more ("the" left out).
+std::set<std::string> content_words(const std::string& text) {
+  std::set<std::string> out;
+  std::string w;
+  for (char c : text + " ") {
+    if (std::isalpha(static_cast<unsigned char>(c))) {
+      w += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      continue;
+    }
+    if (w.size() >= 3 && w != "the") out.insert(w);
+    w.clear();
+  }
+  return out;
+}
+
+// The shipped self-assembling program on the default model: the planner's edit_program call
+// (constrained by the tool's parameters) adds one worker per part the task names — three for a
+// task of three parts, two for one of two — each given a part of the task in its prefill, then a
+// writer after them all. The patch is applied once; each worker writes its block after it;
+// the writer sums up last.
+TEST_F(ProgramTest, SelfAssemblyAddsAWorkerPerPart) {
+  const std::vector<std::pair<std::string, size_t>> tasks = {
+      {"Write about the sea: its fish, its ships and its storms.", 3},
+      {"Describe a school: its teachers and its pupils.", 2}};
+  for (const auto& [task, parts] : tasks) {
+    SCOPED_TRACE(task);
+    Outcome r = run_topology("self_assembly.yaml", {{"input", task}, {"actors.out.to", "callback"}});
+    EXPECT_EQ(r.report.ended_by, "all roles done");
+    const auto calls = r.named("planner.edit_program");
+    ASSERT_EQ(calls.size(), 1u);
+    const auto patch = nlohmann::json::parse(calls[0].text);  // the call's arguments: the patch
+    EXPECT_TRUE(r.named("program.patch_refused").empty()) << r.named("program.patch_refused")[0].text;
+    const auto patched = r.named("program.patched");
+    ASSERT_EQ(patched.size(), 1u);
+    ASSERT_EQ(patch["actors"].size(), parts + 1) << calls[0].text;  // the workers and the writer
+    const std::set<std::string> words = content_words(task);
+    std::set<std::string> prefills;
+    for (size_t i = 1; i <= parts; ++i) {
+      const std::string w = "worker_" + std::to_string(i);
+      SCOPED_TRACE(w);
+      ASSERT_TRUE(patch["actors"].contains(w)) << calls[0].text;
+      // Its part, in the planner's words: a word of the task, or its singular ("ship", "ships").
+      const std::string prefill = patch["actors"][w]["prefill"];
+      prefills.insert(prefill);
+      bool names_part = false;
+      for (const auto& pw : content_words(prefill))
+        for (const auto& tw : words) names_part = names_part || tw.starts_with(pw);
+      EXPECT_TRUE(names_part) << prefill;
+      ASSERT_EQ(r.named(w + ".done").size(), 1u);
+      EXPECT_GT(r.first(w + ".done"), patched[0].at) << "it exists once the patch is applied";
+      EXPECT_GT(r.report.block_tokens.at("part_" + std::to_string(i)), 20) << "it wrote its part";
+      EXPECT_GT(r.first("writer.done"), r.first(w + ".done")) << "the writer comes after it";
+    }
+    EXPECT_EQ(prefills.size(), parts) << "a different part for each";
+    EXPECT_EQ(patched[0].text.find("added worker_" + std::to_string(parts + 1)), std::string::npos);
+    ASSERT_EQ(r.named("writer.done").size(), 1u);
+    ASSERT_FALSE(r.named("sink:out").empty());
+    EXPECT_GT(r.report.block_tokens.at("notes"), 20) << "the writer's summary";
+  }
+}
+
+// Traced, the program records itself on its lane of the trace's `roles` process: each event with
+// the roles the controller sent it to, each tool run as a slice as long as it ran (inside the
+// time between the call and the result), and its sandbox made.
+TEST_F(ProgramTest, ATracedProgramRecordsItsMessagesAndToolRuns) {
+  trace_ = std::make_shared<Trace>();
+  Outcome r = run_topology("tool_agent.yaml", {{"a", "1234"}, {"b", "4321"}, {"actors.out.to", "callback"}});
+  EXPECT_EQ(r.report.ended_by, "all roles done");
+  const auto trace = nlohmann::json::parse(trace_->json());
+  trace_.reset();
+  std::vector<nlohmann::json> roles, tools, marks;
+  bool named = false;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["pid"] != 3) continue;
+    if (e["ph"] == "M") named = named || e["args"]["name"] == "tool_agent";
+    if (e["ph"] == "i" && e["cat"] == "role") roles.push_back(e);
+    if (e["ph"] == "X" && e["cat"] == "tool") tools.push_back(e);
+    if (e["ph"] == "i" && e["cat"] == "tool") marks.push_back(e);
+  }
+  EXPECT_TRUE(named) << "the lane is named after the topology";
+  ASSERT_EQ(tools.size(), 1u);
+  EXPECT_EQ(tools[0]["name"], "add");
+  EXPECT_EQ(tools[0]["args"]["ended"], "exited with status 0");
+  EXPECT_EQ(tools[0]["args"]["output_bytes"], 5);  // "5555\n"
+  ASSERT_EQ(marks.size(), 1u);
+  EXPECT_EQ(marks[0]["name"], "sandbox made");
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& e : roles) by_name[e["name"]] = e;
+  ASSERT_EQ(roles.size(), r.seen.size() - r.named("sink:out").size()) << "every event, none sampled away";
+  ASSERT_TRUE(by_name.count("solver.tool_call") && by_name.count("solver.tool_result"));
+  EXPECT_EQ(by_name["solver.tool_call"]["args"]["to"], nlohmann::json::array({"out"}));
+  EXPECT_EQ(by_name["solver.tool_result"]["args"]["text"], "5555");
+  EXPECT_EQ(by_name["solver.done"]["args"]["to"], nlohmann::json::array()) << "nobody hears it";
+  const int64_t t0 = tools[0]["ts"], t1 = t0 + tools[0]["dur"].get<int64_t>();
+  EXPECT_LE(by_name["solver.tool_call"]["ts"].get<int64_t>(), t0);
+  EXPECT_GE(by_name["solver.tool_result"]["ts"].get<int64_t>(), t1);
 }
 
 // Without the sandbox's isolation (CHORUS_SANDBOX=plain stands in for a machine without
