@@ -188,11 +188,12 @@ class Program::Starter {
   Status trace_program() {
     if (!hooks_.trace) return Status::success();
     lane_ = {hooks_.trace, hooks_.trace_lane >= 0 ? hooks_.trace_lane : static_cast<int64_t>(im_.program_id)};
-    hooks_.trace->name_lane(kRolesPid, lane_.lane, hooks_.trace_name.empty() ? t_.name : hooks_.trace_name);
+    hooks_.trace->name_lane(Trace::kRolesPid, lane_.lane,
+                            hooks_.trace_name.empty() ? t_.name : hooks_.trace_name);
     hooks_.event = [inner = hooks_.event, lane = lane_](const ProgramEvent& e) {
       std::string to;
       for (const auto& n : e.to) to += (to.empty() ? "" : ",") + Trace::quote(n);
-      lane.trace->instant("role", e.name, kRolesPid, lane.lane, lane.trace->now_us(),
+      lane.trace->instant("role", e.name, Trace::kRolesPid, lane.lane, lane.trace->now_us(),
                           "{\"text\":" + Trace::quote(e.text) + ",\"to\":[" + to + "]}");
       if (inner) inner(e);
     };

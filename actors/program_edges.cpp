@@ -44,7 +44,7 @@ Result<ToolResult> traced_run(Sandbox& box, const TraceLane& tl, const std::stri
     const std::string args = r ? "{\"ended\":" + Trace::quote(r->describe()) +
                                      ",\"output_bytes\":" + std::to_string(r->output.size()) + "}"
                                : "{\"error\":" + Trace::quote(r.error().message) + "}";
-    tl.trace->complete("tool", what, kRolesPid, tl.lane, t0, tl.trace->now_us() - t0, args);
+    tl.trace->complete("tool", what, Trace::kRolesPid, tl.lane, t0, tl.trace->now_us() - t0, args);
   }
   return r;
 }
@@ -54,7 +54,7 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name,
   std::optional<Sandbox> box;
   std::string broken;  // why the sandbox could not be made (its calls say so)
   auto mark = [&](const char* what) {
-    if (tl.trace) tl.trace->instant("tool", what, kRolesPid, tl.lane, tl.trace->now_us());
+    if (tl.trace) tl.trace->instant("tool", what, Trace::kRolesPid, tl.lane, tl.trace->now_us());
   };
   auto make = [&] {
     if (box) return;

@@ -162,12 +162,11 @@ caf::actor spawn_generator(caf::actor_system& sys, caf::actor batcher, Generator
 caf::actor spawn_probe(caf::actor_system& sys, caf::actor batcher, ProbeRoleConfig cfg);
 caf::actor spawn_source(caf::actor_system& sys, caf::actor batcher, SourceRoleConfig cfg);
 caf::actor spawn_sink(caf::actor_system& sys, SinkRoleConfig cfg);
-// Where a program records itself in a trace: lane `lane` of the `roles` process (3).
+// Where a program records itself in a trace: lane `lane` of the `roles` process (Trace::kRolesPid).
 struct TraceLane {
   std::shared_ptr<Trace> trace;  // null: not traced
   int64_t lane = 0;
 };
-inline constexpr int kRolesPid = 3;
 
 // The program's tools, in one sandbox under `base` named `name` (removed when the actor ends;
 // each tool's `setup` run whenever it is made); answers (tool_atom, tool, arguments) with the

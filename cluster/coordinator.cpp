@@ -14,6 +14,7 @@
 #include "cluster/election.h"
 #include "cluster/node_link.h"
 #include "engine/model/model.h"
+#include "engine/step/trace.h"
 #include "gateway/gateway.h"
 #include "net/wire.h"
 
@@ -89,9 +90,19 @@ struct Coordinator::Impl {
     } else {
       spdlog::warn("cluster `{}`: node `{}` (epoch {}) not linked: {}", opts.membership.cluster, r.name,
                    r.epoch, l.error().message);
+      mark("not linked", r.name, r.epoch);
       m.fenced = true;  // nothing to hear from it: not a silent node
     }
     members[r.name] = std::move(m);
+  }
+
+  // A change of the membership as an instant of the trace's cluster process (lane 0).
+  void mark(const std::string& what, const std::string& node, int64_t epoch) const {
+    const auto& t = opts.gateway.trace;
+    if (!t) return;
+    t->name_lane(Trace::kClusterPid, 0, "membership");
+    t->instant("membership", what + " " + node, Trace::kClusterPid, 0, t->now_us(),
+               "{\"node\":" + Trace::quote(node) + ",\"epoch\":" + std::to_string(epoch) + "}");
   }
 
   void unlink(const std::string& name) {
@@ -124,6 +135,7 @@ struct Coordinator::Impl {
       m.serving = true;
       spdlog::info("cluster `{}`: serving on node `{}` ({} KV pages)", opts.membership.cluster, name,
                    m.record.pages);
+      mark("serving on", name, m.record.epoch);
     }
     std::string why;
     if (!leading) {
@@ -155,12 +167,15 @@ struct Coordinator::Impl {
         ++it;
         continue;
       }
-      if (l == live.end())
+      if (l == live.end()) {
         spdlog::warn("cluster `{}`: node `{}` (epoch {}) left: its lease ended", opts.membership.cluster,
                      it->first, it->second.record.epoch);
-      else
+        mark("left", it->first, it->second.record.epoch);
+      } else {
         spdlog::info("cluster `{}`: node `{}` joined again: epoch {} replaces {}", opts.membership.cluster,
                      it->first, l->second->epoch, it->second.record.epoch);
+        mark("joined again", it->first, l->second->epoch);
+      }
       const std::string name = it->first;
       ++it;
       unlink(name);
@@ -169,6 +184,7 @@ struct Coordinator::Impl {
       if (members.count(r.name)) continue;
       spdlog::info("cluster `{}`: node `{}` joined (epoch {}, {}, {} KV pages, {})", opts.membership.cluster,
                    r.name, r.epoch, r.endpoint, r.pages, r.model.describe());
+      mark("joined", r.name, r.epoch);
       link(r);
     }
     const bool leading = election && election->leader();
@@ -183,6 +199,7 @@ struct Coordinator::Impl {
       spdlog::warn("cluster `{}`: fenced node `{}` (epoch {}): no heartbeat for {:.1f} s{}",
                    opts.membership.cluster, name, m.record.epoch, static_cast<double>(now - heard) / 1000,
                    s.ok() ? ": its lease is revoked" : ": cannot revoke its lease: " + s.error().message);
+      mark("fenced", name, m.record.epoch);
     }
   }
 

@@ -13,6 +13,7 @@
 #include "actors/atoms.h"
 #include "engine/model/model.h"
 #include "engine/step/engine.h"
+#include "engine/step/trace.h"
 #include "engine/tokenizer/chat_template.h"
 #include "gateway/access_log.h"
 #include "gateway/auth.h"
@@ -530,6 +531,32 @@ struct Gateway::Impl {
     if (!os.empty()) rec.prompt_tokens = os[0].prompt_tokens, rec.cached_tokens = os[0].cached_tokens;
     rec.done = Clock::now();
     log_access(rec);
+    if (opts.trace) trace_request(rec);
+  }
+
+  // The request as a span of the trace's gateway process: from its arrival to its last token.
+  void trace_request(const AccessRecord& rec) const {
+    static std::atomic<int64_t> n{0};
+    const int64_t id = ++n;
+    Trace& t = *opts.trace;
+    auto since = [&](Clock::time_point at) {
+      return at == Clock::time_point{}
+                 ? std::string("null")
+                 : std::to_string(std::chrono::duration<double>(at - rec.arrived).count());
+    };
+    const std::string name = rec.method + " " + rec.path;
+    t.async_begin("http", name, id, t.us_at(rec.arrived),
+                  "{\"reply\":" + Trace::quote(rec.reply_id) + ",\"program\":" + Trace::quote(rec.program) +
+                      ",\"node\":" + Trace::quote(rec.backend) + "}",
+                  Trace::kGatewayPid);
+    t.async_end("http", name, id, t.us_at(rec.done),
+                "{\"status\":" + std::to_string(rec.status) +
+                    ",\"prompt_tokens\":" + std::to_string(rec.prompt_tokens) +
+                    ",\"cached_tokens\":" + std::to_string(rec.cached_tokens) +
+                    ",\"completion_tokens\":" + std::to_string(rec.completion_tokens) +
+                    ",\"finish\":" + Trace::quote(rec.finish) + ",\"admitted_s\":" + since(rec.admitted) +
+                    ",\"first_token_s\":" + since(rec.first_token) + "}",
+                Trace::kGatewayPid);
   }
 
   // POST /v1/chat/completions and /v1/completions.
@@ -822,6 +849,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start_empty(caf::actor_system& sys, co
   impl->model_name = opts.model_name.empty() ? model.config.name : opts.model_name;
   impl->opts = std::move(opts);
   Impl* p = impl.get();
+  p->backends.set_trace(p->opts.trace);
   p->svr.set_payload_max_length(p->opts.max_body_bytes);
   const int threads = p->opts.threads;
   p->svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };

@@ -45,6 +45,8 @@
 
 namespace chorus {
 
+class Trace;
+
 class Model;
 class ProgramManager;
 
@@ -81,6 +83,9 @@ struct GatewayOptions {
   // The Jinja text prompts are rendered with (--chat-template FILE), with the model's BOS and
   // EOS; "": the model's own template. One that does not parse fails start().
   std::string chat_template;
+  // Each completion request as a span of the trace's `gateway` process, and (a coordinator) where
+  // programs were placed on its `cluster` process (engine/step/trace.h). Null: not traced.
+  std::shared_ptr<Trace> trace;
 };
 
 class Gateway {

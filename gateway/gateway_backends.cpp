@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/step/trace.h"
 #include "gateway/openai_request.h"
 
 namespace chorus {
@@ -29,9 +30,11 @@ std::shared_ptr<GatewayBackend> GatewayBackends::place(const std::string& progra
     auto b = backends_.find(it->second->name);
     if (b != backends_.end() && b->second == it->second && !it->second->lost && it->second->name != avoid)
       return it->second;
-    if (it->second->name != avoid)
+    if (it->second->name != avoid) {
       spdlog::warn("gateway: program `{}` was on `{}`, which is gone: it starts again elsewhere", program_id,
                    it->second->name);
+      mark("node gone", program_id, it->second->name, -1);
+    }
     placed_.erase(it);
   }
   std::map<std::string, int64_t> count;
@@ -53,8 +56,10 @@ std::shared_ptr<GatewayBackend> GatewayBackends::place(const std::string& progra
                                "server_error", "", "no_node")};
   if (!program_id.empty()) {
     placed_[program_id] = best;
-    if (backends_.size() > 1)
+    if (backends_.size() > 1) {
       spdlog::info("gateway: program `{}` placed on `{}` ({} free pages)", program_id, best->name, best_room);
+      mark("placed", program_id, best->name, best_room);
+    }
   }
   return best;
 }
@@ -72,6 +77,21 @@ void GatewayBackends::moved(const std::string& id, const std::string& from, doub
   placed_.erase(id);
   spdlog::info("gateway: program `{}` waited {:.1f} s for room on `{}`; another node has room: it moves", id,
                waited_s, from);
+  mark("moved for room", id, from, -1);
+}
+
+void GatewayBackends::set_trace(std::shared_ptr<Trace> trace) {
+  std::lock_guard l(m_);
+  trace_ = std::move(trace);
+  if (trace_) trace_->name_lane(Trace::kClusterPid, 1, "placement");
+}
+
+void GatewayBackends::mark(const std::string& what, const std::string& program, const std::string& node,
+                           int64_t pages) const {
+  if (!trace_) return;
+  std::string args = "{\"program\":" + Trace::quote(program) + ",\"node\":" + Trace::quote(node);
+  if (pages >= 0) args += ",\"free_pages\":" + std::to_string(pages);
+  trace_->instant("placement", what + " " + program, Trace::kClusterPid, 1, trace_->now_us(), args + "}");
 }
 
 std::shared_ptr<GatewayBackend> GatewayBackends::find(const std::string& id) const {

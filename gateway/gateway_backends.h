@@ -29,6 +29,8 @@
 
 namespace chorus {
 
+class Trace;
+
 struct GatewayBackend {
   std::string name;
   std::shared_ptr<GatewayPrograms> programs;
@@ -63,6 +65,8 @@ class GatewayBackends {
 
   nlohmann::json programs_json() const;  // GET /programs: every backend's, with its node when several
   std::string metrics_text() const;      // GET /metrics: with a `node` label when several
+  // Placements, moves and programs started again elsewhere as instants of the trace (null: none).
+  void set_trace(std::shared_ptr<Trace> trace);
 
  private:
   mutable std::mutex m_;
@@ -71,6 +75,9 @@ class GatewayBackends {
   bool stopped_ = false;
   std::string unavailable_;
   int64_t moves_ = 0;
+  std::shared_ptr<Trace> trace_;
+  void mark(const std::string& what, const std::string& program, const std::string& node,
+            int64_t pages) const;
 };
 
 }  // namespace chorus

@@ -6,10 +6,14 @@
 
 #include "apps/chorus/commands.h"
 #include "cluster/coordinator.h"
+#include "engine/step/trace.h"
 
 namespace chorus::app {
 int run_coordinator(const CoordinatorArgs& args) {
+  std::shared_ptr<Trace> trace;
+  if (!open_trace("coordinator", args.trace, &trace)) return 2;
   cluster::CoordinatorOptions co;
+  co.gateway.trace = trace;
   co.membership.etcd_url = args.etcd;
   co.membership.cluster = args.cluster;
   co.membership.ttl_s = args.lease_ttl_s;
@@ -53,6 +57,7 @@ int run_coordinator(const CoordinatorArgs& args) {
   wait_for_stop();
   (*c)->stop();
   std::printf("chorus coordinator: stopped\n");
+  write_trace("coordinator", trace, args.trace);
   return 0;
 }
 

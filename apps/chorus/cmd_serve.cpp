@@ -36,6 +36,7 @@ int run_serve(const ServeArgs& args) {
   go.model_name = args.model_name;
   if (go.model_name.empty()) go.model_name = served_model_name(args.model);  // SmolLM2-135M-Instruct.Q4_1
   go.lease_s = args.lease_s;
+  go.trace = trace;
   go.max_tokens_limit = args.ctx;
   go.policy.capacity_pages = args.pages;
   go.policy.check_period_s = args.check_period_s;

@@ -137,6 +137,7 @@ struct CoordinatorArgs {
   std::vector<std::string> key_files;  // --api-key-file
   bool metrics_public = false;
   std::string curve_key;  // its CURVE key pair, for nodes with one
+  std::string trace;      // --trace FILE: requests, membership and placement (engine/step/trace.h)
 };
 int run_coordinator(const CoordinatorArgs& args);
 

@@ -234,6 +234,9 @@ int main(int argc, char** argv) {
       ->add_option("--model,-m", coord.model, "The cluster's GGUF file (its tokenizer and chat template)")
       ->capture_default_str();
   coord_cmd->add_option("--ctx", coord.ctx, "Longest conversation (tokens)")->capture_default_str();
+  coord_cmd->add_option("--trace", coord.trace,
+                        "Write a Chrome/Perfetto trace-event JSON of the requests, the membership and the "
+                        "programs' placement to FILE at exit (docs/trace.md)");
   coord_cmd->add_option("--api-key", coord.api_keys,
                         "A key clients must send, as for `chorus serve`; repeatable");
   coord_cmd->add_option("--api-key-file", coord.key_files, "A file of keys, one per line; repeatable");
@@ -364,7 +367,8 @@ int main(int argc, char** argv) {
                       "With keys: /metrics and /health answer without one");
   serve_cmd->add_option(
       "--trace", serve.trace,
-      "Write a Chrome/Perfetto trace-event JSON of what the engine did to FILE at exit (docs/trace.md)");
+      "Write a Chrome/Perfetto trace-event JSON of what the engine did and of each request to FILE at exit "
+      "(docs/trace.md)");
   serve_cmd->add_option("--pages", serve.pages, "KV cache pages of 16 positions, shared by all programs")
       ->capture_default_str();
   serve_cmd->add_option("--host-pages", serve.host_pages, "Pages host memory may hold for offloaded programs")

@@ -36,13 +36,17 @@ void Trace::instant(const std::string& cat, const std::string& name, int pid, in
 }
 
 void Trace::async_begin(const std::string& cat, const std::string& name, int64_t id, int64_t ts_us,
-                        std::string args) {
-  push({'b', cat, name, std::move(args), 1, 0, ts_us, 0, id});
+                        std::string args, int pid) {
+  push({'b', cat, name, std::move(args), pid, 0, ts_us, 0, id});
 }
 
 void Trace::async_end(const std::string& cat, const std::string& name, int64_t id, int64_t ts_us,
-                      std::string args) {
-  push({'e', cat, name, std::move(args), 1, 0, ts_us, 0, id});
+                      std::string args, int pid) {
+  push({'e', cat, name, std::move(args), pid, 0, ts_us, 0, id});
+}
+
+int64_t Trace::us_at(std::chrono::steady_clock::time_point t) const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t - t0_).count();
 }
 
 void Trace::name_lane(int pid, int64_t tid, const std::string& name) {
@@ -105,7 +109,9 @@ std::string Trace::json() const {
     if (!first) out += ",\n";
     first = false;
   };
-  for (const auto& [pid, name] : {std::pair{1, "engine"}, std::pair{2, "blocks"}, std::pair{3, "roles"}}) {
+  for (const auto& [pid, name] :
+       {std::pair{kEnginePid, "engine"}, std::pair{kBlocksPid, "blocks"}, std::pair{kRolesPid, "roles"},
+        std::pair{kGatewayPid, "gateway"}, std::pair{kClusterPid, "cluster"}}) {
     sep();
     out += "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(pid) +
            ",\"tid\":0,\"args\":{\"name\":" + quote(name) + "}}";

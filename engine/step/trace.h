@@ -10,6 +10,10 @@
 //   pid 3 "roles"    one lane per program (actors/program.h): an instant per event its roles
 //                    fired (cat "role", with the roles it went to), a complete event per tool
 //                    run (cat "tool"), instants when its sandbox is made and removed
+//   pid 4 "gateway"  `serve` and the coordinator: an async span (cat "http") per completion
+//                    request from its arrival to its last token, with its program, node, tokens
+//   pid 5 "cluster"  the coordinator: tid 0 the membership (joins, departures, fencing), tid 1
+//                    the placement of programs on nodes (placed, moved for room, started again)
 //
 // Bounded: a ring of the newest `capacity` events (default 1 << 20, about 200 MB of JSON at most;
 // `dropped` in the file's otherData counts what fell out). Thread-safe: the engine's thread and the
@@ -30,6 +34,8 @@ namespace chorus {
 
 class Trace {
  public:
+  // The processes of a trace: what recorded into it.
+  static constexpr int kEnginePid = 1, kBlocksPid = 2, kRolesPid = 3, kGatewayPid = 4, kClusterPid = 5;
   static constexpr size_t kDefaultCapacity = size_t{1} << 20;
   explicit Trace(size_t capacity = kDefaultCapacity);
 
@@ -45,9 +51,10 @@ class Trace {
   void instant(const std::string& cat, const std::string& name, int pid, int64_t tid, int64_t ts_us,
                std::string args = "");
   void async_begin(const std::string& cat, const std::string& name, int64_t id, int64_t ts_us,
-                   std::string args = "");
+                   std::string args = "", int pid = kEnginePid);
   void async_end(const std::string& cat, const std::string& name, int64_t id, int64_t ts_us,
-                 std::string args = "");
+                 std::string args = "", int pid = kEnginePid);
+  int64_t us_at(std::chrono::steady_clock::time_point t) const;  // a time on the trace's clock
   // The name of lane `tid` of process `pid` (kept apart from the ring: never dropped).
   void name_lane(int pid, int64_t tid, const std::string& name);
 

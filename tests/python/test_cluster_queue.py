@@ -119,8 +119,10 @@ try:
     port = free_port()
     url = "http://127.0.0.1:%d" % port
     coord_log = os.path.join(tmp, "coord.log")
-    start([chorus, "--log-level", "info", "coordinator", "--etcd", etcd_url, "--name", "one", "--port", str(port),
-           "--lease-ttl", "2", "--heartbeat", "0.25", "--dead-after", "1.5", "--migrate-after", "1"], coord_log)
+    trace_path = os.path.join(tmp, "coord-trace.json")
+    coord = start([chorus, "--log-level", "info", "coordinator", "--etcd", etcd_url, "--name", "one", "--port",
+                   str(port), "--lease-ttl", "2", "--heartbeat", "0.25", "--dead-after", "1.5", "--migrate-after", "1",
+                   "--trace", trace_path], coord_log)
 
     def up_names():
         v = get(url + "/cluster") or {"nodes": []}
@@ -179,6 +181,24 @@ try:
     check("chorus_cluster_program_moves_total 1" in metrics, "/metrics counts one move")
     log = open(coord_log).read()
     check("program `p3` waited" in log and "for room on `a`" in log, "the coordinator logged the move")
+
+    # The coordinator's trace, written when it stops: the nodes joining, each placement and the
+    # move, and every request as a span naming its program and node.
+    coord.terminate()
+    coord.wait(timeout=30)
+    events = json.load(open(trace_path))["traceEvents"]
+    membership = [e["name"] for e in events if e.get("cat") == "membership"]
+    check({"joined a", "joined b", "serving on a", "serving on b"} <= set(membership),
+          "the trace's membership lane: %s" % membership)
+    placement = [(e["name"], e["args"]["node"]) for e in events if e.get("cat") == "placement"]
+    check(placement == [("placed p1", "a"), ("placed p2", "b"), ("placed p3", "a"), ("moved for room p3", "a"),
+                        ("placed p3", "b")], "the trace's placement lane, in order: %s" % placement)
+    ends = [e for e in events if e.get("cat") == "http" and e["ph"] == "e"]
+    begins = {e["id"]: e for e in events if e.get("cat") == "http" and e["ph"] == "b"}
+    spans = sorted((begins[e["id"]]["args"]["program"], begins[e["id"]]["args"]["node"]) for e in ends
+                   if e["id"] in begins and e["args"]["status"] == 200)
+    check(spans == [("p1", "a"), ("p1", "a"), ("p2", "b"), ("p3", "a"), ("p3", "b")],
+          "a request span per turn, each with its program and node: %s" % spans)
 finally:
     for p in procs:
         if p.poll() is None:

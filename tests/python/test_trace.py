@@ -96,6 +96,25 @@ if m:
           gen[0]["args"]["generated"] == reply["usage"]["completion_tokens"],
           "serve's trace: %d steps, one generate span of the reply's %d tokens" %
           (n_steps, reply["usage"]["completion_tokens"]))
+    # The request itself, on the gateway's process: from its arrival to its last token, with its
+    # usage, around the engine's span of its generation.
+    http = [e for e in sj["traceEvents"] if e.get("cat") == "http"]
+    hb = [e for e in http if e["ph"] == "b"]
+    he = [e for e in http if e["ph"] == "e"]
+    check(len(hb) == 1 and len(he) == 1 and hb[0]["pid"] == 4 and hb[0]["id"] == he[0]["id"] and
+          hb[0]["name"] == "POST /v1/chat/completions" and hb[0]["args"]["reply"] == reply["id"],
+          "one request span on the gateway's process, named for the reply: %s" % http)
+    if len(hb) == 1 and len(he) == 1 and gen:
+        a = he[0]["args"]
+        check(a["status"] == 200 and a["completion_tokens"] == reply["usage"]["completion_tokens"] and
+              a["prompt_tokens"] == reply["usage"]["prompt_tokens"] and a["first_token_s"] is not None,
+              "its end carries the reply's usage and timings: %s" % a)
+        gb = [e for e in sj["traceEvents"] if e["ph"] == "b" and e["name"] == "generate"]
+        check(hb[0]["ts"] <= gb[0]["ts"] and he[0]["ts"] >= gen[0]["ts"],
+              "it spans the engine's generation (%d..%d around %d..%d)" %
+              (hb[0]["ts"], he[0]["ts"], gb[0]["ts"], gen[0]["ts"]))
+    names = {e["args"]["name"] for e in sj["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    check({"engine", "blocks", "roles", "gateway", "cluster"} <= names, "the processes are named: %s" % names)
 else:
     server.kill()
 
