@@ -48,9 +48,8 @@ json describe(const std::string& name, const std::string& state, const topology:
 
 struct ControlServer::Impl {
   ProgramControl control;
-  httplib::Server svr;
-  std::thread http;
-  int port = 0;
+  HttpListener http;
+  httplib::Server& svr = http.svr;
 
   // The program's state, or "" when there is none of that name.
   std::string state_of(const std::string& name) const {
@@ -111,13 +110,10 @@ struct ControlServer::Impl {
 
 ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-ControlServer::~ControlServer() {
-  impl_->svr.stop();
-  if (impl_->http.joinable()) impl_->http.join();
-}
+ControlServer::~ControlServer() = default;
 
 int ControlServer::port() const {
-  return impl_->port;
+  return impl_->http.port;
 }
 
 Result<std::unique_ptr<ControlServer>> ControlServer::start(const std::string& host, int port,
@@ -128,12 +124,9 @@ Result<std::unique_ptr<ControlServer>> ControlServer::start(const std::string& h
   impl->svr.new_task_queue = [] { return new httplib::ThreadPool(2); };
   impl->svr.set_payload_max_length(kMaxBodyBytes);
   impl->routes();
-  impl->port = bind_exclusively(impl->svr, host, port);
-  if (impl->port <= 0)
+  if (!impl->http.start(host, port))
     return make_error(
         Errc::io, "control: cannot bind " + host + ":" + (port == 0 ? "(any port)" : std::to_string(port)));
-  Impl* p = impl.get();
-  p->http = std::thread([p] { p->svr.listen_after_bind(); });
   return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));
 }
 

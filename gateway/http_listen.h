@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <string>
+#include <thread>
 
 namespace chorus {
 
@@ -20,5 +21,25 @@ inline int bind_exclusively(httplib::Server& svr, const std::string& host, int p
   const int any = svr.bind_to_any_port(host);
   return any > 0 ? any : -1;
 }
+
+// A small server of its own (the metrics and control listeners): bound alone, then listening on
+// a thread of its own until destroyed.
+struct HttpListener {
+  httplib::Server svr;
+  std::thread thread;
+  int port = 0;
+
+  // bind_exclusively, then listening; false when it cannot bind.
+  bool start(const std::string& host, int want) {
+    port = bind_exclusively(svr, host, want);
+    if (port <= 0) return false;
+    thread = std::thread([this] { svr.listen_after_bind(); });
+    return true;
+  }
+  ~HttpListener() {
+    svr.stop();
+    if (thread.joinable()) thread.join();
+  }
+};
 
 }  // namespace chorus

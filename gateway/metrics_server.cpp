@@ -10,38 +10,30 @@
 namespace chorus {
 
 struct MetricsServer::Impl {
-  httplib::Server svr;
-  std::thread http;
-  int port = 0;
+  HttpListener http;
 };
 
 MetricsServer::MetricsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-MetricsServer::~MetricsServer() {
-  impl_->svr.stop();
-  if (impl_->http.joinable()) impl_->http.join();
-}
+MetricsServer::~MetricsServer() = default;
 
 int MetricsServer::port() const {
-  return impl_->port;
+  return impl_->http.port;
 }
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, int port,
                                                             std::function<std::string()> text) {
   auto impl = std::make_unique<Impl>();
-  impl->svr.new_task_queue = [] { return new httplib::ThreadPool(1); };  // scrapes are rare
-  impl->svr.Get("/metrics", [text](const httplib::Request&, httplib::Response& r) {
+  impl->http.svr.new_task_queue = [] { return new httplib::ThreadPool(1); };  // scrapes are rare
+  impl->http.svr.Get("/metrics", [text](const httplib::Request&, httplib::Response& r) {
     r.set_content(text(), "text/plain; version=0.0.4");
   });
-  impl->svr.Get("/health", [](const httplib::Request&, httplib::Response& r) {
+  impl->http.svr.Get("/health", [](const httplib::Request&, httplib::Response& r) {
     r.set_content("{\"status\": \"ok\"}", "application/json");
   });
-  impl->port = bind_exclusively(impl->svr, host, port);
-  if (impl->port <= 0)
+  if (!impl->http.start(host, port))
     return make_error(
         Errc::io, "metrics: cannot bind " + host + ":" + (port == 0 ? "(any port)" : std::to_string(port)));
-  Impl* p = impl.get();
-  p->http = std::thread([p] { p->svr.listen_after_bind(); });
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl)));
 }
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -65,13 +66,15 @@ class ProgramTest : public ::testing::Test {
 
   // Runs topologies/<file> with `sets`; `during` (if any) runs on this thread while it does.
   Outcome run_topology(const std::string& file, std::vector<std::pair<std::string, std::string>> sets,
-                       const std::function<void(Program&)>& during = {}) {
+                       const std::function<void(Program&)>& during = {},
+                       const std::function<void(topology::Topology&)>& edit = {}) {
     Outcome out;
     topology::LoadOptions lo;
     lo.set = std::move(sets);
     auto t = topology::load_file(std::string(CHORUS_TOPOLOGIES_DIR) + "/" + file, lo);
     EXPECT_TRUE(t.ok()) << t.error().message;
     if (!t) return out;
+    if (edit) edit(*t);
     std::mutex m;
     const auto t0 = Clock::now();
     auto note = [&](std::string name, std::string text) {
@@ -149,6 +152,76 @@ TEST_F(ProgramTest, ParallelSolversShareAndAnswer) {
   const Seen& final_piece = answer.back();
   EXPECT_GT(final_piece.at, last_done);
   EXPECT_LE(r.report.generated_tokens, 3 * 24 + 16);
+}
+
+// Lower-case words and the operators between them ("120 km * 120 km / 150 = 38.8 m").
+std::vector<std::string> word_seq(const std::string& s) {
+  std::vector<std::string> out;
+  std::string w;
+  auto flush = [&] {
+    if (!w.empty()) out.push_back(w);
+    w.clear();
+  };
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '.') {
+      w += static_cast<char>(std::tolower(u));
+    } else {
+      flush();
+      if (c != '\0' && std::strchr("*/=+-", c)) out.push_back(std::string(1, c));
+    }
+  }
+  flush();
+  return out;
+}
+
+// How many of the workers' lines repeat four words in a row that another worker wrote first and
+// the problem does not have: what one worker can only have from another's block.
+int lines_copied_across(const Outcome& r, const std::string& problem) {
+  using Gram = std::vector<std::string>;
+  auto grams = [](const std::vector<std::string>& ws) {
+    std::set<Gram> g;
+    for (size_t i = 0; i + 4 <= ws.size(); ++i) g.insert(Gram(ws.begin() + i, ws.begin() + i + 4));
+    return g;
+  };
+  const std::set<Gram> given = grams(word_seq(problem));
+  std::vector<const Seen*> notes;  // every worker's lines, in the order they were written
+  for (const auto& s : r.seen)
+    if (s.name == "note1" || s.name == "note2" || s.name == "note3") notes.push_back(&s);
+  std::map<Gram, std::string> first;  // a sequence -> the worker that wrote it first
+  int copied = 0;
+  for (const Seen* s : notes) {
+    const std::set<Gram> g = grams(word_seq(s->text));
+    bool from_other = false;
+    for (const Gram& x : g) {
+      auto f = first.find(x);
+      from_other = from_other || (!given.count(x) && f != first.end() && f->second != s->name);
+    }
+    copied += from_other ? 1 : 0;
+    for (const Gram& x : g) first.emplace(x, s->name);
+  }
+  return copied;
+}
+
+// The parallel solvers see each other (the shipped file's comment): with the views it ships,
+// workers' lines repeat sequences another worker wrote first; with each worker's view cut to
+// the problem and its own block, fewer do (on the development machine 6 and 0).
+TEST_F(ProgramTest, ParallelSolversSeeEachOther) {
+  const std::vector<std::pair<std::string, std::string>> sets = {{"actors.out.to", "callback"}};
+  std::string problem;
+  Outcome shared = run_topology("parallel_solvers.yaml", sets, {},
+                                [&](topology::Topology& t) { problem = t.block("problem")->text; });
+  Outcome alone = run_topology("parallel_solvers.yaml", sets, {}, [](topology::Topology& t) {
+    for (auto& a : t.actors)
+      if (a.name.starts_with("worker")) a.view = {"problem", a.writes};
+  });
+  ASSERT_FALSE(problem.empty());
+  EXPECT_EQ(shared.report.ended_by, "all roles done");
+  EXPECT_EQ(alone.report.ended_by, "all roles done");
+  const int copied = lines_copied_across(shared, problem), copied_alone = lines_copied_across(alone, problem);
+  std::printf("lines with another worker's words: %d shared, %d with the views cut\n", copied, copied_alone);
+  EXPECT_GE(copied, 2);
+  EXPECT_LT(copied_alone, copied);
 }
 
 TEST_F(ProgramTest, ClarificationArrivesMidReasoning) {
