@@ -40,9 +40,9 @@ int64_t id_of(const json& e) {
 }
 
 struct Lanes {
-  std::map<std::pair<int64_t, int64_t>, std::string> names;  // (pid, tid) -> thread_name
-  std::map<int64_t, json> block_appends, role_events;        // tid -> [[t, ...], ...]
-  std::map<int64_t, std::pair<int64_t, json>> spans;         // request id -> (begin, its args)
+  std::map<std::pair<int64_t, int64_t>, std::string> names;       // (pid, tid) -> thread_name
+  std::map<int64_t, json> block_appends, role_events, tool_runs;  // tid -> [[t, ...], ...]
+  std::map<int64_t, std::pair<int64_t, json>> spans;              // request id -> (begin, its args)
 };
 
 // One event into the lanes. Throws json's type errors on a field of the wrong type.
@@ -70,6 +70,10 @@ void read_event(const json& e, int64_t t0, Lanes& lanes, Timeline& tl) {
   } else if (ph == "i" && cat == "role") {
     lanes.role_events[tid].push_back({t, name, text_of(args, "text")});
     ++s.role_events;
+  } else if (ph == "X" && cat == "tool" && pid == 3) {
+    lanes.tool_runs[tid].push_back(
+        {t, static_cast<int64_t>(e.value("dur", 0.0)), name, text_of(args, "ended")});
+    lanes.role_events.try_emplace(tid, json::array());  // a lane even without events
   } else if (ph == "i" && cat == "memory") {
     std::string blocks;
     if (args.contains("blocks") && args["blocks"].is_array())
@@ -112,10 +116,12 @@ void gather(Lanes& lanes, Timeline& tl) {
                          {"appends", std::move(lanes.block_appends[b.id])}});
   for (auto& [tid, events] : lanes.role_events) {
     const auto name = lanes.names.find({3, tid});
+    auto tools = lanes.tool_runs.find(tid);
     tl.programs.push_back(
         {{"lane", tid},
          {"name", name != lanes.names.end() ? name->second : "program " + std::to_string(tid)},
-         {"events", std::move(events)}});
+         {"events", std::move(events)},
+         {"tools", tools != lanes.tool_runs.end() ? std::move(tools->second) : json::array()}});
   }
 }
 

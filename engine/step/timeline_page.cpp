@@ -1,14 +1,15 @@
 // The timeline page (engine/step/timeline.h): HTML, style and script in one file, no network.
 // timeline_html() puts the title at @TITLE@ and the trace's lanes (JSON) at @DATA@:
 //   blocks   [{id, name, tokens, length, appends: [[t, tokens, text, length after], ...]}]   by first append
-//   programs [{lane, name, events: [[t, name, text], ...]}]
+//   programs [{lane, name, events: [[t, name, text], ...], tools: [[t, dur, tool, how it ended], ...]}]
 //   steps    [[t, dur, decode, prefill, probe], ...]
 //   memory   [[t, what, mode, "block ids"], ...]
 //   requests [[begin, end, kind, id, block, reason, generated], ...]
 // with times in microseconds since the first event. The DOM it builds is what
 // tests/python/test_timeline.py reads in headless Chromium: section.lane.block[data-block]
 // [data-tokens][data-length] with its text in .text (what a clear took away shown struck through,
-// still there), section.lane.roles[data-events], section.lane.steps[data-steps].
+// still there), section.lane.roles[data-events][data-tools] (its tool runs: rect.tool with the
+// tool's name in their title), section.lane.steps[data-steps].
 
 namespace chorus {
 
@@ -60,7 +61,8 @@ const char* const kTimelinePage = R"PAGE(<!doctype html>
 "use strict";
 const D = JSON.parse(document.getElementById("trace-data").textContent);
 const T = Math.max(D.duration_us, 1), W = 1000;
-const COLORS = { decode: "#2563eb", prefill: "#16a34a", probe: "#ea580c", memory: "#dc2626", event: "#b45309" };
+const COLORS = { decode: "#2563eb", prefill: "#16a34a", probe: "#ea580c", memory: "#dc2626", event: "#b45309",
+                 tool: "#7c3aed" };
 const xOf = t => (t / T) * W;
 const msText = t => (t / 1000).toFixed(1) + " ms";
 const SVG = "http://www.w3.org/2000/svg";
@@ -123,7 +125,15 @@ const roleViews = D.programs.map(p => {
   const L = lane("roles", p.name + " events");
   L.section.dataset.program = p.lane;
   L.section.dataset.events = p.events.length;
+  L.section.dataset.tools = p.tools.length;
   const H = 18, svg = track(H);
+  for (const [t, dur, tool, ended] of p.tools) {  // a tool's run in the sandbox: a bar as long as it ran
+    const r = svgEl("rect", { x: xOf(t), y: 5, width: Math.max(2, xOf(t + dur) - xOf(t)), height: H - 10,
+                               fill: COLORS.tool, class: "tool" });
+    r.append(svgEl("title"));
+    r.lastChild.textContent = `${msText(t)} tool ${tool}, ${msText(dur)}: ${ended}`;
+    svg.append(r);
+  }
   for (const [t, name, text] of p.events) {
     const m = svgEl("rect", { x: xOf(t) - 1, y: 2, width: 3, height: H - 4, fill: COLORS.event });
     m.append(svgEl("title"));

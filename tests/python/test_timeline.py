@@ -4,13 +4,15 @@ headless Chromium: `chorus run` of the thinker-writer topology on the default mo
 the page made from its trace, then Chromium's DOM after the page's script ran — one lane per block
 the run wrote, each with the tokens and the exact text its appends carried in the trace file, the
 roles' events and the engine's steps counted as in the file — and a screenshot that is not blank.
-A file that is not a trace is refused.
+Then the tool agent's page: its tool run drawn on its program's lane. A file that is not a trace
+is refused.
 
     test_timeline.py CHORUS_BINARY TOPOLOGIES_DIR [CHROMIUM]
 """
 import html.parser
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -133,6 +135,25 @@ if os.path.exists(shot):
     check(img.size == (1280, 900) and len(colors) > 50 and background < 0.9 * img.size[0] * img.size[1],
           "the screenshot is not blank: %d colours, the commonest on %.0f %% of it" %
           (len(colors), 100.0 * background / (img.size[0] * img.size[1])))
+
+# A program that acts: its tool's run is a bar on its lane, as long as the trace's slice.
+tool_trace = os.path.join(tmp, "tool.json")
+r = subprocess.run([chorus, "run", os.path.join(topologies, "tool_agent.yaml"), "--trace", tool_trace],
+                   capture_output=True, text=True, timeout=120)
+check(r.returncode == 0, "chorus run tool_agent.yaml --trace exits 0: " + r.stderr.strip()[-120:])
+runs = [e for e in json.load(open(tool_trace))["traceEvents"] if e.get("cat") == "tool" and e["ph"] == "X"]
+check(len(runs) == 1 and runs[0]["name"] == "add", "the trace has the tool's run: %s" % runs)
+page = os.path.join(tmp, "tool.html")
+r = subprocess.run([chorus, "trace", tool_trace, "--html", page], capture_output=True, text=True, timeout=60)
+dom = run_chromium("--dump-dom", "--virtual-time-budget=3000")
+parsed = Lanes()
+parsed.feed(dom.stdout)
+roles = [l for l in parsed.lanes if "roles" in l["class"]]
+check(parsed.ready and len(roles) == 1 and int(roles[0]["data"]["tools"]) == len(runs),
+      "the program's lane has the trace's %d tool run(s)" % len(runs))
+m = re.search(r'class="tool"[^>]*><title>([^<]*)</title>', dom.stdout)
+check(m is not None and "tool add" in m.group(1) and "exited with status 0" in m.group(1),
+      "its bar is titled with the tool and how it ended: %s" % (m.group(1) if m else None))
 
 bad = os.path.join(tmp, "bad.json")
 open(bad, "w").write("{\"traceEvents\": [")
