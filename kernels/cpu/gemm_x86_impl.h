@@ -391,11 +391,72 @@ namespace {
 
 // The x86 table of this translation unit's instruction set: the scalar table for formats
 // without an x86 kernel, this unit's element-wise ops, and the integer GEMMs above.
+// Activations to int8 blocks, as quantize_q8_generic does them (bit-identical: the same max of
+// magnitudes, the same one multiply per value, rounded to nearest-even by the conversion as by
+// nearbyint under the default rounding mode, the same f16 roundings of the scales), with the
+// loops the compiler left scalar (nearbyint) in vector registers: a block is two 16-float halves,
+// and each half's integer sum is its qsum.
+#if CHORUS_VNNI
+inline void quantize_q8_x86(const float* x, chorus::BlockQ8* out, int64_t n) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / chorus::kQ8Block; ++b) {
+    const float* xb = x + b * chorus::kQ8Block;
+    const __m512 lo = _mm512_loadu_ps(xb), hi = _mm512_loadu_ps(xb + 16);
+    const float amax =
+        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, lo), _mm512_andnot_ps(sign, hi)));
+    const float d = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, id)),
+                  qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, id));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q), _mm512_cvtepi32_epi8(qlo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16), _mm512_cvtepi32_epi8(qhi));
+    const int h0 = _mm512_reduce_add_epi32(qlo), h1 = _mm512_reduce_add_epi32(qhi);
+    out[b].d = round_to_f16(d);
+    out[b].s = round_to_f16(d * static_cast<float>(h0 + h1));
+    out[b].qsum[0] = static_cast<int16_t>(h0);
+    out[b].qsum[1] = static_cast<int16_t>(h1);
+  }
+}
+#else
+inline int hsum8(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
+}
+inline void quantize_q8_x86(const float* x, chorus::BlockQ8* out, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / chorus::kQ8Block; ++b) {
+    const float* xb = x + b * chorus::kQ8Block;
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                             _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float d = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+    // |q| <= 127: the saturating packs are exact; they interleave 128-bit lanes, put back in order.
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const int h0 = hsum8(_mm256_add_epi32(q[0], q[1])), h1 = hsum8(_mm256_add_epi32(q[2], q[3]));
+    out[b].d = round_to_f16(d);
+    out[b].s = round_to_f16(d * static_cast<float>(h0 + h1));
+    out[b].qsum[0] = static_cast<int16_t>(h0);
+    out[b].qsum[1] = static_cast<int16_t>(h1);
+  }
+}
+#endif
+
 inline chorus::CpuKernels make_x86_table(const char* isa) {
   using chorus::TensorType;
   chorus::CpuKernels k = chorus::cpu_kernels_scalar();
   k.isa = isa;
   fill_common_ops(k);
+  k.quantize_q8 = quantize_q8_x86;
   k.gemm_f32 = gemm_f32_x86;
   k.gemm[static_cast<int>(TensorType::q4_0)] = gemm_x86<TensorType::q4_0>;
   k.gemm[static_cast<int>(TensorType::q4_1)] = gemm_x86<TensorType::q4_1>;

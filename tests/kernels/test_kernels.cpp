@@ -195,7 +195,17 @@ TEST(Kernels, GemmEveryTypeEveryVariant) {
 
 TEST(Kernels, QuantizeQ8IsIdenticalAndBounded) {
   std::mt19937 rng(1);
-  const auto x = random_floats(4096, rng, 3.0f);
+  auto x = random_floats(4096, rng, 3.0f);
+  // Blocks the SIMD forms could get wrong: all zeros, a negative zero among zeros, ties at .5
+  // (rounded to even), one value far above the others, the largest at the end.
+  std::fill(x.begin(), x.begin() + 32, 0.0f);
+  x[40] = -0.0f;
+  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+  x[33] = -0.0f;
+  x[64] = 127.0f;  // a scale of exactly 1: the others, at halves, are ties
+  for (int i = 1; i < 32; ++i) x[64 + i] = static_cast<float>(i % 5) - 2.5f;
+  x[96] = 1e6f;
+  x[159] = -50.0f;
   std::vector<BlockQ8> ref(128);
   cpu_kernels_scalar().quantize_q8(x.data(), ref.data(), 4096);
   for (int b = 0; b < 128; ++b)
