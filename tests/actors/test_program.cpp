@@ -420,8 +420,8 @@ TEST_F(ProgramTest, SelfAssemblyAddsAWorkerPerPart) {
 }
 
 // Traced, the program records itself on its lane of the trace's `roles` process: each event with
-// the roles the controller sent it to, each tool run as a slice as long as it ran (inside the
-// time between the call and the result), and its sandbox made.
+// the roles the controller sent it to, each tool run as a slice as long as it ran (ended before
+// the result was announced), and its sandbox made.
 TEST_F(ProgramTest, ATracedProgramRecordsItsMessagesAndToolRuns) {
   trace_ = std::make_shared<Trace>();
   Outcome r = run_topology("tool_agent.yaml", {{"a", "1234"}, {"b", "4321"}, {"actors.out.to", "callback"}});
@@ -451,9 +451,14 @@ TEST_F(ProgramTest, ATracedProgramRecordsItsMessagesAndToolRuns) {
   EXPECT_EQ(by_name["solver.tool_call"]["args"]["to"], nlohmann::json::array({"out"}));
   EXPECT_EQ(by_name["solver.tool_result"]["args"]["text"], "5555");
   EXPECT_EQ(by_name["solver.done"]["args"]["to"], nlohmann::json::array()) << "nobody hears it";
+  // The result is announced after the run ended (the generator hears it from the tool actor,
+  // which recorded the slice first), and after the call (one sender, one receiver: in order).
+  // The call's instant is the controller's, and may come just after the run began.
   const int64_t t0 = tools[0]["ts"], t1 = t0 + tools[0]["dur"].get<int64_t>();
-  EXPECT_LE(by_name["solver.tool_call"]["ts"].get<int64_t>(), t0);
+  EXPECT_GT(t1, t0);
   EXPECT_GE(by_name["solver.tool_result"]["ts"].get<int64_t>(), t1);
+  EXPECT_LT(by_name["solver.tool_call"]["ts"].get<int64_t>(),
+            by_name["solver.tool_result"]["ts"].get<int64_t>());
 }
 
 // Without the sandbox's isolation (CHORUS_SANDBOX=plain stands in for a machine without
