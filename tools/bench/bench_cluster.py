@@ -29,7 +29,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,14 +40,8 @@ import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_programs import tool_run  # noqa: E402
+from common import free_port, stop  # noqa: E402
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def get(url):
@@ -167,12 +160,7 @@ def run_routing(args, routing, tmp):
                 "mean_imbalance": sum(imbalance) / len(imbalance) if imbalance else float("nan"),
                 "n_errors": len(errors), "errors": errors[:3]}
     finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs, timeout=20)
 
 
 def main():

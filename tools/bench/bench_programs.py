@@ -37,6 +37,8 @@ import urllib.request
 
 import openai
 
+from common import stop
+
 WORDS = ("alpha beta gamma delta error warning file line value result check build test pass fail "
          "module config server client request response cache block token model step tool").split()
 
@@ -140,11 +142,7 @@ def run_policy(args, policy):
                 "restore_wait_share": (metric("chorus_restore_wait_seconds_total") /
                                        max(metric("chorus_request_seconds_total"), 1e-9))}
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop([server])
 
 
 def main():

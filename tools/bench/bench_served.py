@@ -18,14 +18,13 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
 
-from common import CHORUS_HOME, DEFAULT_CHORUS, DEFAULT_MODEL, HERE, cpu_model
+from common import DEFAULT_CHORUS, DEFAULT_MODEL, HERE, cpu_model, free_port, stop
 
 QUESTIONS = [
     "Plan a three-day trip to Lisbon.",
@@ -37,14 +36,6 @@ QUESTIONS = [
     "Suggest a name for a weather station.",
     "What should a monitoring agent check first when a disk fills up?",
 ]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def wait_ready(port, proc, limit=120):
@@ -147,11 +138,7 @@ def measure(start, args, program):
         wait_ready(port, proc)
         return workload(port, args, program)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop([proc])
 
 
 def main():

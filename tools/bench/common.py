@@ -1,8 +1,9 @@
 """What the benchmark scripts share: where chorus keeps its files, the default model, the CPU's name,
-and one `chorus bench` run read back from its JSON."""
+one `chorus bench` run read back from its JSON, a free port and stopping the servers they start."""
 import json
 import os
 import platform
+import socket
 import subprocess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,3 +30,22 @@ def chorus_bench(chorus, model, threads, reps, extra, out):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         return json.load(f)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def stop(procs, timeout=30):
+    """Ends the processes started, last first: SIGTERM, then SIGKILL after `timeout` seconds."""
+    for p in reversed(procs):
+        p.terminate()
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
