@@ -24,7 +24,7 @@ std::string meta_or(const GgufFile& g, const std::string& key, const std::string
 
 std::string printable(std::string_view s) {
   std::string out;
-  for (char c : s) out += (c == '\n') ? std::string("\\n") : std::string(1, c);
+  for (char c : s) out += c == '\n' ? std::string("\\n") : c == '\t' ? std::string("\\t") : std::string(1, c);
   return out;
 }
 
@@ -62,6 +62,19 @@ int run_info(const InfoArgs& args) {
                 c->attn_output_gate ? ", output gate" : "");
   }
 
+  if (auto c = ModelConfig::from_gguf(g); c && c->n_swa > 0) {
+    std::string global;
+    int n_local = 0;
+    for (int l = 0; l < c->n_layer; ++l) {
+      if (c->is_swa(l))
+        ++n_local;
+      else
+        global += (global.empty() ? "" : ", ") + std::to_string(l);
+    }
+    std::printf("window      %d positions on %d of %d layers (rope base %g there); global layers: %s\n",
+                c->n_swa, n_local, c->n_layer, c->rope_base_swa, global.empty() ? "none" : global.c_str());
+  }
+
   std::map<std::string, std::pair<int, uint64_t>> hist;  // type -> (tensors, bytes)
   uint64_t n_params = 0, n_bytes = 0;
   for (const GgufTensor& t : g.tensors()) {
@@ -78,13 +91,18 @@ int run_info(const InfoArgs& args) {
 
   auto tok = Tokenizer::from_gguf(g);
   if (tok) {
-    std::printf("vocab       %zu tokens, %zu merges, model gpt2 (byte-level BPE), pre %s\n",
-                tok->vocab_size(), tok->n_merges(), std::string(pre_tokenizer_name(tok->pre())).c_str());
+    if (tok->model() == TokenizerModel::spm)
+      std::printf("vocab       %zu tokens, model llama (SentencePiece), space prefix %s\n", tok->vocab_size(),
+                  tok->add_space_prefix() ? "yes" : "no");
+    else
+      std::printf("vocab       %zu tokens, %zu merges, model gpt2 (byte-level BPE), pre %s\n",
+                  tok->vocab_size(), tok->n_merges(), std::string(pre_tokenizer_name(tok->pre())).c_str());
     auto show = [&](const char* label, std::optional<TokenId> id) {
       if (id) std::printf("  %-9s %d \"%s\"\n", label, *id, printable(tok->token_text(*id)).c_str());
     };
     show("bos", tok->bos());
     show("eos", tok->eos());
+    if (tok->model() == TokenizerModel::spm) show("unk", tok->unk());
     std::printf("  add bos   %s, add eos %s\n", tok->add_bos() ? "yes" : "no", tok->add_eos() ? "yes" : "no");
     std::printf("  special   %zu:", tok->special_tokens().size());
     size_t shown = 0;

@@ -9,8 +9,8 @@
 namespace chorus {
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> archs = {"llama",  "qwen2",     "qwen3",
-                                                 "qwen35", "qwen35moe", "qwen3next"};
+  static const std::vector<std::string> archs = {"llama",     "qwen2",     "qwen3", "qwen35",
+                                                 "qwen35moe", "qwen3next", "gemma3"};
   return archs;
 }
 
@@ -162,6 +162,63 @@ Status read_experts(const GgufFile& g, const std::string& p, ModelConfig& c) {
     auto v = g.get_float(p + "expert_weights_scale");
     if (!v) return v.error();
     c.expert_weights_scale = static_cast<float>(*v);
+  }
+  return Status::success();
+}
+
+// Gemma 3's sliding windows, their RoPE base, the embedding and attention scales, and the
+// final logit soft-capping, with llama.cpp's defaults (models/gemma3.cpp): a pattern of 6 (every
+// 6th layer global), a sliding-window RoPE base of 10000, q scaled by 1/sqrt(head_dim) (the 27B's
+// 62 layers by 1/sqrt(n_embd / n_head)).
+Status read_gemma3(const GgufFile& g, const std::string& p, ModelConfig& c) {
+  auto bad = [&](const std::string& what) { return make_error(Errc::bad_format, g.name() + ": " + what); };
+  if (c.rope_yarn)  // its sliding-window layers would need YaRN without the scaling
+    return make_error(Errc::unsupported,
+                      g.name() + ": " + p + "rope.scaling.type 'yarn' is not supported for gemma3");
+  c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.post_norms = true;
+  c.geglu = true;
+  c.qk_norm = true;
+  c.attn_scale = c.n_layer == 62 ? 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head))
+                                 : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (g.find(p + "final_logit_softcapping")) {
+    auto v = g.get_float(p + "final_logit_softcapping");
+    if (!v) return v.error();
+    c.logit_softcap = static_cast<float>(*v);
+  }
+  if (!g.find(p + "attention.sliding_window")) return Status::success();
+  auto w = g.get_uint(p + "attention.sliding_window");
+  if (!w) return w.error();
+  if (*w == 0) return Status::success();  // no sliding windows
+  if (*w > (1u << 30)) return bad(p + "attention.sliding_window " + std::to_string(*w) + " is out of range");
+  c.n_swa = static_cast<int>(*w);
+  c.swa_layer.assign(static_cast<size_t>(c.n_layer), false);
+  const std::string key = p + "attention.sliding_window_pattern";
+  const GgufValue* v = g.find(key);
+  if (v != nullptr && v->type == GgufValueType::array) {  // one flag per layer
+    const auto* arr = std::get_if<GgufArray>(&v->v);
+    if (arr->count != static_cast<uint64_t>(c.n_layer) || !integer_type(arr->elem_type))
+      return bad(key + " must be an integer or an array of " + std::to_string(c.n_layer) + " flags");
+    for (int l = 0; l < c.n_layer; ++l)
+      c.swa_layer[static_cast<size_t>(l)] = arr->elem_type == GgufValueType::boolean
+                                                ? arr->data[l] != 0
+                                                : arr->int_at(static_cast<uint64_t>(l)) != 0;
+  } else {
+    int pattern = 6;
+    if (v != nullptr) {
+      auto n = g.get_uint(key);
+      if (!n) return n.error();
+      if (*n > 65536) return bad(key + " " + std::to_string(*n) + " is out of range");
+      pattern = static_cast<int>(*n);
+    }
+    // Layer l slides unless it is the last of its group of `pattern` (0: every layer slides).
+    for (int l = 0; l < c.n_layer; ++l)
+      c.swa_layer[static_cast<size_t>(l)] = pattern == 0 || l % pattern < pattern - 1;
+  }
+  if (g.find(p + "rope.freq_base_swa")) {
+    auto b = g.get_float(p + "rope.freq_base_swa");
+    if (!b) return b.error();
+    c.rope_base_swa = static_cast<float>(*b);
   }
   return Status::success();
 }
@@ -324,6 +381,9 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
   if (experts) {
     if (Status s = read_experts(g, p, c); !s.ok()) return s.error();
   }
+  if (c.arch == "gemma3") {
+    if (Status s = read_gemma3(g, p, c); !s.ok()) return s.error();
+  }
   c.kv_layer.assign(static_cast<size_t>(c.n_layer), -1);
   c.n_kv_layer = 0;
   for (int l = 0; l < c.n_layer; ++l)
@@ -344,6 +404,10 @@ std::pair<float, float> ModelConfig::yarn_corr_dims() const {
 
 float ModelConfig::rope_theta_scale() const {
   return std::pow(rope_base, -2.0f / static_cast<float>(n_rot));
+}
+
+float ModelConfig::rope_theta_scale_swa() const {
+  return std::pow(rope_base_swa, -2.0f / static_cast<float>(n_rot));
 }
 
 }  // namespace chorus

@@ -2,6 +2,7 @@
 // and from per-step state (CpuRunner), llama2.c-style.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,7 +81,25 @@ struct ModelConfig {
   int n_ff_shexp = 0;              // width of the shared expert FFN
   float expert_weights_scale = 0;  // 0 or 1: none
 
+  // Gemma 3: most layers attend a sliding window of n_swa view positions (a query at view
+  // position i sees keys at view positions i - n_swa + 1 .. i) with their own RoPE base and no
+  // position scaling; every sliding_window_pattern-th layer attends everything. The token
+  // embedding is scaled by sqrt(n_embd); the attention output and the feed-forward output are
+  // each RMS-normed before their residual add; the feed-forward is GeGLU.
+  std::vector<bool> swa_layer;     // [n_layer]; all false without sliding windows
+  int n_swa = 0;                   // attention.sliding_window
+  float rope_base_swa = 10000.0f;  // rope.freq_base_swa
+  float embd_scale = 1.0f;         // the token embedding is multiplied by this
+  float attn_scale = 0.0f;         // q.k scale; 0: 1 / sqrt(head_dim)
+  bool post_norms = false;         // post_attention_norm and post_ffw_norm (gemma3)
+  bool geglu = false;              // ffn: gelu(gate) * up instead of silu(gate) * up
+  float logit_softcap = 0.0f;      // final_logit_softcapping: logits = c tanh(logits / c); 0: none
+
   bool hybrid() const { return n_kv_layer < n_layer; }
+  bool is_swa(int layer) const { return !swa_layer.empty() && swa_layer[static_cast<size_t>(layer)]; }
+  float q_scale() const {
+    return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
   bool moe() const { return n_expert > 0; }
   bool is_linear(int layer) const { return linear_layer[static_cast<size_t>(layer)]; }
 
@@ -94,6 +113,7 @@ struct ModelConfig {
   // RoPE angle of pair i at position p: p * rope_theta_scale()^i / rope_scale (YaRN ramps that
   // towards p * rope_theta_scale()^i between yarn_corr_dims(); Llama 3's rope_freqs divide it).
   float rope_theta_scale() const;
+  float rope_theta_scale_swa() const;  // the same with rope_base_swa (sliding-window layers)
   // YaRN's correction dimensions: the pair indices (as floats) where its ramp starts and ends.
   std::pair<float, float> yarn_corr_dims() const;
 };
@@ -101,7 +121,8 @@ struct ModelConfig {
 // Architectures chorus can run: "llama" (also SmolLM, Llama 2/3), "qwen2", "qwen3" (dense),
 // "qwen35" (Qwen3.5 dense hybrid: Gated DeltaNet layers and gated attention layers) and
 // "qwen35moe" (the same with mixture-of-experts feed-forward layers) and "qwen3next"
-// (Qwen3-Next: the same as qwen35moe with another value-head order and a packed ssm_ba).
+// (Qwen3-Next: the same as qwen35moe with another value-head order and a packed ssm_ba) and
+// "gemma3" (Gemma 3: sliding-window and global attention layers, see above).
 const std::vector<std::string>& supported_architectures();
 
 }  // namespace chorus

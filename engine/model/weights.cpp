@@ -259,6 +259,10 @@ Result<Weights> Weights::from_gguf(const GgufFile& g, const ModelConfig& c) {
     CHORUS_TRY(c.is_linear(i) ? read_linear_layer(r, p, l) : read_attention_layer(r, p, l));
     CHORUS_TRY(r.vec(p + (qwen35_family ? "post_attention_norm.weight" : "ffn_norm.weight"), c.n_embd, true,
                      &l.ffn_norm));
+    if (c.post_norms) {  // gemma3: the norms after attention and after the feed-forward
+      CHORUS_TRY(r.vec(p + "post_attention_norm.weight", c.n_embd, true, &l.attn_post_norm));
+      CHORUS_TRY(r.vec(p + "post_ffw_norm.weight", c.n_embd, true, &l.ffn_post_norm));
+    }
     CHORUS_TRY(read_feed_forward(r, p, l));
   }
   return w;

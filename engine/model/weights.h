@@ -42,19 +42,21 @@ struct LayerWeights {
   const float* q_norm = nullptr;     // [head_dim], qwen3: RMSNorm of each query head
   const float* k_norm = nullptr;     // [head_dim], qwen3: RMSNorm of each key head
   // Gated DeltaNet layers (hybrid models) instead of the attention weights above:
-  WeightMatrix w_qkv;               // [conv_dim, n_embd]: [q (Hk x dk) | k (Hk x dk) | v (Hv x dv)]
-  WeightMatrix w_z;                 // [value_dim, n_embd]: output gate (attn_gate)
-  WeightMatrix w_beta;              // [Hv, n_embd]: write strength, sigmoid
-  WeightMatrix w_alpha;             // [Hv, n_embd]: decay input
-  WeightMatrix w_ba;                // qwen3next instead of w_beta, w_alpha: [2 Hv, n_embd], per key
-                                    // head g: its r = Hv/Hk beta rows, then its r alpha rows
-  const float* conv = nullptr;      // [K][conv_dim] causal convolution taps: the file's [conv_dim][K]
-                                    // transposed at load (owned), so a tap is contiguous over channels
-  const float* ssm_a = nullptr;     // [Hv] = -exp(A_log): g = ssm_a * softplus(alpha + dt_bias)
-  const float* dt_bias = nullptr;   // [Hv]
-  const float* ssm_norm = nullptr;  // [dv] RMSNorm of each head's output, shared by heads
-  WeightMatrix w_ssm_out;           // [n_embd, value_dim]
-  const float* ffn_norm = nullptr;  // [n_embd] (qwen35: post_attention_norm)
+  WeightMatrix w_qkv;                     // [conv_dim, n_embd]: [q (Hk x dk) | k (Hk x dk) | v (Hv x dv)]
+  WeightMatrix w_z;                       // [value_dim, n_embd]: output gate (attn_gate)
+  WeightMatrix w_beta;                    // [Hv, n_embd]: write strength, sigmoid
+  WeightMatrix w_alpha;                   // [Hv, n_embd]: decay input
+  WeightMatrix w_ba;                      // qwen3next instead of w_beta, w_alpha: [2 Hv, n_embd], per key
+                                          // head g: its r = Hv/Hk beta rows, then its r alpha rows
+  const float* conv = nullptr;            // [K][conv_dim] causal convolution taps: the file's [conv_dim][K]
+                                          // transposed at load (owned), so a tap is contiguous over channels
+  const float* ssm_a = nullptr;           // [Hv] = -exp(A_log): g = ssm_a * softplus(alpha + dt_bias)
+  const float* dt_bias = nullptr;         // [Hv]
+  const float* ssm_norm = nullptr;        // [dv] RMSNorm of each head's output, shared by heads
+  WeightMatrix w_ssm_out;                 // [n_embd, value_dim]
+  const float* ffn_norm = nullptr;        // [n_embd] (qwen35: post_attention_norm)
+  const float* attn_post_norm = nullptr;  // [n_embd], gemma3: RMSNorm of the attention output
+  const float* ffn_post_norm = nullptr;   // [n_embd], gemma3: RMSNorm of the feed-forward output
   // Mixture of experts (ModelConfig::moe()) instead of w_gate/w_up/w_down:
   WeightMatrix router;  // [n_expert, n_embd] (ffn_gate_inp)
   std::vector<WeightMatrix> exp_gate, exp_up,

@@ -75,6 +75,9 @@ struct AttentionSegment {
   const float* const* k_pages;  // per page: [kv_stride dims][16 positions] (this layer)
   const float* const* v_pages;  // per page: [16 positions][kv_stride]
   int64_t n_kv;                 // positions of this block to attend
+  int64_t begin = 0;            // the first of them the query sees: a sliding window hides the
+                                // ones before (their scores are -inf; pages wholly before it are
+                                // not read)
 };
 
 // The queries of one KV head (n_q of them: the query heads that share it under grouped-query
@@ -127,6 +130,8 @@ struct CpuKernels {
   void (*rope)(float* x, int n_rot, const float* cs, bool neox);
   // out = silu(gate) * up, n values.
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n);
+  // out = gelu(gate) * up, n values (GELU as llama.cpp's f16 table gives it, kernels/cpu/gelu.h).
+  void (*geglu)(const float* gate, const float* up, float* out, int64_t n);
   // In-place softmax of n values.
   void (*softmax)(float* x, int64_t n);
   void (*attention)(const AttentionArgs& a);

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/fp16.h"
+#include "kernels/cpu/gelu.h"
 
 // NOLINTBEGIN(google-build-namespaces)
 namespace {
@@ -58,6 +59,20 @@ void op_rope(float* x, int n_rot, const float* cs, bool neox) {
 inline float exp_approx(float x);
 void op_swiglu(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
+}
+
+// out = gelu(gate) * up, gelu from llama.cpp's f16 table (kernels/cpu/gelu.h).
+void op_geglu(const float* gate, const float* up, float* out, int64_t n) {
+  const uint16_t* table = chorus::gelu_f16_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    if (x <= -10.0f)
+      out[i] = 0.0f;
+    else if (x >= 10.0f)
+      out[i] = x * up[i];
+    else
+      out[i] = chorus::f16_to_f32(table[chorus::f32_to_f16(x)]) * up[i];
+  }
 }
 
 void op_softmax(float* x, int64_t n) {
@@ -164,11 +179,17 @@ inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, flo
     for (int64_t pg = 0; pg < n_pages; ++pg) {
       const float* kt = seg.k_pages[pg] + a.kv_offset * P;  // [d][16]
       const int valid = static_cast<int>(seg.n_kv - pg * P < P ? seg.n_kv - pg * P : P);
+      // Positions before the segment's begin are outside a sliding window: -inf, as a mask
+      // makes them in llama.cpp (their exponentials are 0).
+      const int hidden =
+          static_cast<int>(seg.begin - pg * P < 0 ? 0 : (seg.begin - pg * P < P ? seg.begin - pg * P : P));
       for (int g = 0; g < a.n_q; ++g) {
+        float* p = a.scratch + g * stride + offset + pg * P;
+        for (int t = 0; t < hidden && t < valid; ++t) p[t] = -INFINITY;
+        if (hidden >= valid) continue;
         float sc[P];
         page_scores(seg.q + g * a.head_dim, kt, a.head_dim, sc);
-        float* p = a.scratch + g * stride + offset + pg * P;
-        for (int t = 0; t < valid; ++t) {
+        for (int t = hidden; t < valid; ++t) {
           p[t] = sc[t] * a.scale;
           mx[g] = p[t] > mx[g] ? p[t] : mx[g];
         }
@@ -205,7 +226,7 @@ inline void attention_values(const chorus::AttentionArgs& a, int64_t stride, int
   int64_t offset = 0;
   for (int sg = 0; sg < a.n_segs; ++sg) {
     const chorus::AttentionSegment& seg = a.segs[sg];
-    for (int64_t jl = 0; jl < seg.n_kv; ++jl) {
+    for (int64_t jl = seg.begin > 0 ? seg.begin : 0; jl < seg.n_kv; ++jl) {  // hidden ones add p = 0
       const int64_t j = offset + jl;  // view position: picks the lane and chain
       const float* v = seg.v_pages[jl / P] + a.kv_offset + (jl % P) * a.kv_stride;
       const int c = static_cast<int>((j >> 4) & (chains - 1));
@@ -381,6 +402,7 @@ void fill_common_ops(chorus::CpuKernels& k) {
   k.rope_cache = op_rope_cache;
   k.rope = op_rope;
   k.swiglu = op_swiglu;
+  k.geglu = op_geglu;
   k.softmax = op_softmax;
   k.attention = op_attention;
   k.add = op_add;

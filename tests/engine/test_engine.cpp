@@ -61,7 +61,7 @@ TEST(ModelConfig, UnsupportedArchitectureIsNamed) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().code, Errc::unsupported);
   EXPECT_NE(c.error().message.find("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, "
-                                   "qwen35, qwen35moe, qwen3next)"),
+                                   "qwen35, qwen35moe, qwen3next, gemma3)"),
             std::string::npos)
       << c.error().message;
 }

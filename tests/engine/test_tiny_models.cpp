@@ -9,6 +9,8 @@
 //                   Q5_0, Q5_1): against the exact arithmetic (below)
 //   tiny_llama3_rope_f32  llama with rope_freqs.weight: Llama 3's per-pair RoPE divisors
 //   tiny_llama_yarn_f32   llama with YaRN (factor 4 over an original context of 64)
+//   tiny_gemma3_f32 gemma3: sliding windows of 8 on layers 0, 1 with their own RoPE base, head 64,
+//                   q/k norms, post-norms, GeGLU, embedding scale, a final logit soft-cap
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -101,11 +103,30 @@ TEST(TinyModels, RopeScalingIsReadFromTheFile) {
   EXPECT_EQ(hi, 5.0f);  // 4.03 ceiled
 }
 
+// Gemma 3's hyper-parameters as llama.cpp reads them (models/gemma3.cpp): the layer pattern, the
+// windows' RoPE base, the scales.
+TEST(TinyModels, Gemma3ConfigIsReadFromTheFile) {
+  auto m = Model::load(test::goldens_dir() + "/tiny_gemma3_f32.gguf");
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  const ModelConfig& c = (*m)->config;
+  EXPECT_EQ(c.n_swa, 8);
+  EXPECT_EQ(c.swa_layer, (std::vector<bool>{true, true, false}));  // pattern 3: every third layer global
+  EXPECT_EQ(c.rope_base_swa, 5000.0f);
+  EXPECT_EQ(c.rope_base, 1e6f);
+  EXPECT_EQ(c.rope_layout, RopeLayout::rope_neox);
+  EXPECT_EQ(c.embd_scale, std::sqrt(128.0f));
+  EXPECT_EQ(c.q_scale(), 0.125f);  // 1 / sqrt(head_dim 64), not 1 / sqrt(n_embd / n_head)
+  EXPECT_EQ(c.logit_softcap, 3.0f);
+  EXPECT_TRUE(c.geglu && c.post_norms && c.qk_norm && c.tied_output);
+  EXPECT_NE((*m)->weights.layers[0].attn_post_norm, nullptr);
+  EXPECT_NE((*m)->weights.layers[2].ffn_post_norm, nullptr);
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, TinyModels,
                          ::testing::Values("tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf",
                                            "tiny_qwen3.gguf", "tiny_qwen35.gguf", "tiny_qwen35moe.gguf",
                                            "tiny_qwen3next_f32.gguf", "tiny_llama3_rope_f32.gguf",
-                                           "tiny_llama_yarn_f32.gguf"),
+                                           "tiny_llama_yarn_f32.gguf", "tiny_gemma3_f32.gguf"),
                          [](const auto& info) {
                            std::string n = info.param.substr(0, info.param.find('.'));
                            return n;

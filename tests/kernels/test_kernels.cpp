@@ -335,62 +335,91 @@ TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
       // Three query heads share each KV head (grouped-query attention).
       constexpr int nq = 3;
       const auto q = random_floats(static_cast<size_t>(nq * d), rng, 0.5f);
-      for (int head = 0; head < n_kv_heads; ++head) {
-        // float64 reference per query (keys are dimension-major within a page).
-        std::vector<double> want(static_cast<size_t>(nq * d), 0.0);
-        for (int g = 0; g < nq; ++g) {
-          std::vector<double> sc(static_cast<size_t>(n_kv));
-          double mx = -1e300, tot = 0;
-          for (int64_t j = 0; j < n_kv; ++j) {
-            double s = 0;
-            for (int i = 0; i < d; ++i)
-              s += q[g * d + i] * static_cast<double>(kp[j / 16][(head * d + i) * 16 + j % 16]);
-            sc[j] = s / std::sqrt(static_cast<double>(d));
-            mx = std::max(mx, sc[j]);
-          }
-          for (double& s : sc) tot += s = std::exp(s - mx);
-          for (int64_t j = 0; j < n_kv; ++j)
-            for (int i = 0; i < d; ++i)
-              want[g * d + i] += sc[j] / tot * vp[j / 16][(j % 16) * kv_stride + head * d + i];
-        }
-        std::vector<float> ref;
-        for (const CpuKernels* k : all) {
-          for (bool single : {false, true}) {
-            std::vector<float> out(static_cast<size_t>(nq * d)),
-                scratch(static_cast<size_t>(attention_scratch_floats(nq, n_kv, d)));
-            AttentionSegment seg{q.data(), kptr.data(), vptr.data(), n_kv};
-            AttentionArgs a{&seg,
-                            1,
-                            nq,
-                            kv_stride,
-                            static_cast<int64_t>(head) * d,
-                            d,
-                            1.0f / std::sqrt(static_cast<float>(d)),
-                            out.data(),
-                            scratch.data(),
-                            single};
-            k->attention(a);
-            EXPECT_LT(nmse(out, want), 1e-10)
-                << k->isa << " d=" << d << " n_kv=" << n_kv << " single=" << single;
-            if (!single) {
-              if (ref.empty()) ref = out;
-              EXPECT_EQ(out, ref) << k->isa << " d=" << d << " n_kv=" << n_kv;
+      // A sliding window hides the positions before `begin`: none, some, whole pages, all but one.
+      for (int64_t begin : {int64_t{0}, n_kv / 3, n_kv / 16 * 16, n_kv - 1})
+        for (int head = 0; head < n_kv_heads; ++head) {
+          // float64 reference per query over positions begin.. (keys are dimension-major in a page).
+          std::vector<double> want(static_cast<size_t>(nq * d), 0.0);
+          for (int g = 0; g < nq; ++g) {
+            std::vector<double> sc(static_cast<size_t>(n_kv));
+            double mx = -1e300, tot = 0;
+            for (int64_t j = begin; j < n_kv; ++j) {
+              double s = 0;
+              for (int i = 0; i < d; ++i)
+                s += q[g * d + i] * static_cast<double>(kp[j / 16][(head * d + i) * 16 + j % 16]);
+              sc[j] = s / std::sqrt(static_cast<double>(d));
+              mx = std::max(mx, sc[j]);
             }
-            // One query at a time gives the same bits as the group.
-            std::vector<float> one(static_cast<size_t>(d));
-            AttentionSegment seg1 = seg;
-            seg1.q = q.data() + d;
-            AttentionArgs a1 = a;
-            a1.segs = &seg1;
-            a1.n_q = 1;
-            a1.out = one.data();
-            k->attention(a1);
-            EXPECT_TRUE(std::equal(one.begin(), one.end(), out.begin() + d))
-                << k->isa << " group vs single query";
+            for (int64_t j = begin; j < n_kv; ++j) tot += sc[j] = std::exp(sc[j] - mx);
+            for (int64_t j = begin; j < n_kv; ++j)
+              for (int i = 0; i < d; ++i)
+                want[g * d + i] += sc[j] / tot * vp[j / 16][(j % 16) * kv_stride + head * d + i];
+          }
+          std::vector<float> ref;
+          for (const CpuKernels* k : all) {
+            for (bool single : {false, true}) {
+              std::vector<float> out(static_cast<size_t>(nq * d)),
+                  scratch(static_cast<size_t>(attention_scratch_floats(nq, n_kv, d)));
+              AttentionSegment seg{q.data(), kptr.data(), vptr.data(), n_kv, begin};
+              AttentionArgs a{&seg,
+                              1,
+                              nq,
+                              kv_stride,
+                              static_cast<int64_t>(head) * d,
+                              d,
+                              1.0f / std::sqrt(static_cast<float>(d)),
+                              out.data(),
+                              scratch.data(),
+                              single};
+              k->attention(a);
+              EXPECT_LT(nmse(out, want), 1e-10)
+                  << k->isa << " d=" << d << " n_kv=" << n_kv << " begin=" << begin << " single=" << single;
+              if (!single) {
+                if (k == all.front()) ref = out;
+                EXPECT_EQ(out, ref) << k->isa << " d=" << d << " n_kv=" << n_kv << " begin=" << begin;
+              }
+              // One query at a time gives the same bits as the group.
+              std::vector<float> one(static_cast<size_t>(d));
+              AttentionSegment seg1 = seg;
+              seg1.q = q.data() + d;
+              AttentionArgs a1 = a;
+              a1.segs = &seg1;
+              a1.n_q = 1;
+              a1.out = one.data();
+              k->attention(a1);
+              EXPECT_TRUE(std::equal(one.begin(), one.end(), out.begin() + d))
+                  << k->isa << " group vs single query";
+            }
           }
         }
-      }
     }
+  }
+}
+
+// GeGLU: gelu(gate) * up with GELU through llama.cpp's f16 table, against the tanh formula in
+// float64 at the f16-rounded input, to f16 precision (2^-11 relative, plus the product's
+// rounding); 0 at or below -10 and the identity at or above 10; every table the same bits.
+TEST(Kernels, GegluIsTheTanhGeluToHalfPrecisionOnEveryVariant) {
+  std::mt19937 rng(17);
+  std::vector<const CpuKernels*> all = variants();
+  all.insert(all.begin(), &cpu_kernels_scalar());
+  auto gate = random_floats(4096, rng, 4.0f);
+  gate.insert(gate.end(), {-12.0f, -10.0f, -9.99f, 0.0f, -0.0f, 9.99f, 10.0f, 25.0f, 1e-6f, -3.5f});
+  const auto up = random_floats(gate.size(), rng);
+  std::vector<float> ref;
+  for (const CpuKernels* k : all) {
+    std::vector<float> out(gate.size());
+    k->geglu(gate.data(), up.data(), out.data(), static_cast<int64_t>(gate.size()));
+    for (size_t i = 0; i < gate.size(); ++i) {
+      const double x = f16_to_f32(f32_to_f16(gate[i]));
+      const double gelu = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * x * (1.0 + 0.044715 * x * x)));
+      double want = gelu * up[i];
+      if (gate[i] <= -10.0f) want = 0.0;
+      if (gate[i] >= 10.0f) want = static_cast<double>(gate[i]) * up[i];
+      EXPECT_NEAR(out[i], want, 1e-3 * std::fabs(want) + 1e-6) << k->isa << " gate " << gate[i];
+    }
+    if (ref.empty()) ref = out;
+    EXPECT_EQ(out, ref) << k->isa;
   }
 }
 

@@ -16,8 +16,16 @@ base64 of little-endian float32.
 The KV cache is f32 (type_k = type_v = GGML_TYPE_F32 = 0) and flash attention
 is off, so the reference is as close to exact f32 math as llama.cpp gets.
 
+With --set gemma3 (Gemma 3 270M, the pretrained base model, fetched by scripts/setup.sh
+--with-gemma): 6 plain prompts tokenized with BOS (the file's add_bos_token), 32 steps, end ids
+1 <eos> and 106 <end_of_turn>, and instead of whole logit vectors (262,144 floats) the 256 largest
+logits of the first generated position with their ids ("first_top"). Its quantized matrices are
+read by llama.cpp with int8 activations, so the same prompts also run on a temporary copy of the
+file with every tensor dequantized to F32 (make_tiny_goldens.dequantized_copy): "exact_top" holds
+those logits at the same 256 ids, the exact arithmetic of the file's weights.
+
 Usage:
-  make_generation_goldens.py [MODEL] [--out tests/goldens/generate_smollm.json]
+  make_generation_goldens.py [MODEL] [--out tests/goldens/generate_smollm.json] [--set smollm|gemma3]
 """
 import argparse
 import base64
@@ -87,6 +95,24 @@ PROMPTS = [
 ]
 
 
+# Gemma 3 270M is a base model: continuations, no chat template.
+GEMMA_PROMPTS = [
+    ("plain_fox", False, "The quick brown fox", True),
+    ("plain_capital", False, "The capital of France is", True),
+    ("plain_fibonacci", False, "def fibonacci(n):\n", True),
+    ("plain_list", False, "1, 2, 3, 4,", False),
+    ("plain_long_prose", False, LONG_PROSE, False),
+    ("plain_german", False, "Die Sonne ging langsam hinter den Bergen unter, und die Kinder", False),
+]
+
+SETS = {
+    # name: (prompts, steps, end ids, add BOS, logits stored as "b64" or top-k "top")
+    "smollm": (PROMPTS, N_STEPS, END_IDS, False, "b64"),
+    "gemma3": (GEMMA_PROMPTS, 32, (1, 106), True, "top"),
+}
+TOP_K = 256
+
+
 def generate(llm, prompt_ids, n_steps):
     """Greedy decode; returns (ids, gaps, first_logits)."""
     llm.reset()
@@ -112,7 +138,9 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", nargs="?", default=DEFAULT_MODEL)
     ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--set", default="smollm", choices=sorted(SETS))
     args = ap.parse_args()
+    prompt_set, n_steps, end_ids, add_bos, logits_form = SETS[args.set]
 
     import llama_cpp
 
@@ -128,14 +156,23 @@ def main():
         llm = llama_cpp.Llama(**kw)
     t_load = time.perf_counter() - t_start
 
+    exact = None
+    if logits_form == "top":  # the exact arithmetic: the same file dequantized to F32
+        import tempfile
+        from make_tiny_goldens import dequantized_copy
+        tmpdir = tempfile.mkdtemp()
+        copy = os.path.join(tmpdir, "dequantized.gguf")
+        dequantized_copy(args.model, copy)
+        exact = llama_cpp.Llama(**dict(kw, model_path=copy, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32))
+
     prompts = []
-    for name, chat, text, want_logits in PROMPTS:
+    for name, chat, text, want_logits in prompt_set:
         full = chatml(text) if chat else text
-        prompt_ids = llm.tokenize(full.encode("utf-8"), add_bos=False, special=True)
+        prompt_ids = llm.tokenize(full.encode("utf-8"), add_bos=add_bos, special=True)
         t0 = time.perf_counter()
-        ids, gaps, first = generate(llm, prompt_ids, N_STEPS)
+        ids, gaps, first = generate(llm, prompt_ids, n_steps)
         dt = time.perf_counter() - t0
-        first_end = next((i for i, t in enumerate(ids) if t in END_IDS), None)
+        first_end = next((i for i, t in enumerate(ids) if t in end_ids), None)
         entry = {
             "name": name,
             "chat": chat,
@@ -145,22 +182,38 @@ def main():
             "top2_gap": [round(g, 6) for g in gaps],
             "first_end": first_end,
         }
-        if want_logits:
+        if want_logits and logits_form == "b64":
             entry["first_logits_b64"] = base64.b64encode(
                 first.astype("<f4").tobytes()).decode("ascii")
+        elif want_logits:
+            top = np.argsort(-first, kind="stable")[:TOP_K]
+            entry["first_top"] = [[int(i), float(first[i])] for i in top]
+            exact.reset()
+            exact.eval(prompt_ids)
+            ex = np.array(exact.scores[exact.n_tokens - 1], dtype=np.float32)
+            entry["exact_top"] = [float(ex[i]) for i in top]
+            print("  %s: llama.cpp vs the dequantized copy over its top %d: max |dlogit| %.4f" % (
+                name, TOP_K, float(np.max(np.abs(first[top] - ex[top])))))
         prompts.append(entry)
         text_out = llm.detokenize(ids[:first_end] if first_end is not None else ids)
         print("%-20s prompt=%4d  end@%-4s min_gap=%.4f  %.2fs  %r" % (
             name, len(prompt_ids), first_end, min(gaps), dt,
             text_out.decode("utf-8", "replace")[:60]))
 
+    if exact is not None:
+        del exact
+        import shutil
+        shutil.rmtree(tmpdir)
+
     # Determinism check: re-run the first prompt; must match bit for bit.
     p0 = prompts[0]
-    ids2, gaps2, first2 = generate(llm, p0["prompt_ids"], N_STEPS)
+    ids2, gaps2, first2 = generate(llm, p0["prompt_ids"], n_steps)
     deterministic = (ids2 == p0["greedy_ids"]
                      and [round(g, 6) for g in gaps2] == p0["top2_gap"]
-                     and base64.b64encode(first2.astype("<f4").tobytes()).decode("ascii")
-                     == p0["first_logits_b64"])
+                     and all(float(first2[i]) == v for i, v in p0.get("first_top", []))
+                     and ("first_logits_b64" not in p0
+                          or base64.b64encode(first2.astype("<f4").tobytes()).decode("ascii")
+                          == p0["first_logits_b64"]))
     if not deterministic:
         print("WARNING: re-running %s gave different results" % p0["name"], file=sys.stderr)
 
@@ -173,9 +226,11 @@ def main():
         "n_batch": 512,
         "kv_type": kv_type,
         "flash_attn": False,
-        "n_steps": N_STEPS,
-        "end_ids": list(END_IDS),
-        "logits_encoding": "base64 of little-endian float32, n_vocab values",
+        "n_steps": n_steps,
+        "end_ids": list(end_ids),
+        "add_bos": add_bos,
+        "logits_encoding": ("base64 of little-endian float32, n_vocab values" if logits_form == "b64"
+                            else "first_top: the %d largest as [id, logit]" % TOP_K),
         "n_vocab": int(llm.n_vocab()),
         "prompts": prompts,
     }

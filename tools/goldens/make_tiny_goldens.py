@@ -2,7 +2,8 @@
 """Record llama.cpp logits for the tiny random-weight models.
 
 For each of tiny_llama.gguf, tiny_qwen2.gguf, tiny_llama_f32.gguf, tiny_qwen3.gguf,
-tiny_qwen35.gguf, tiny_qwen35moe.gguf, tiny_qwen3next_f32.gguf, tiny_llama_kq.gguf (written by
+tiny_qwen35.gguf, tiny_qwen35moe.gguf, tiny_qwen3next_f32.gguf, tiny_llama_kq.gguf, the RoPE
+variants and tiny_gemma3_f32.gguf (written by
 make_tiny_models.py, in the same directory as --out):
 
   cases:  3 token-id sequences (lengths 1, 7, 40; ids uniform in [0, n_vocab),
@@ -41,7 +42,7 @@ DEFAULT_OUT = os.path.join(REPO, "tests", "goldens", "tiny_models.json")
 
 MODELS = ["tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf", "tiny_qwen3.gguf",
           "tiny_qwen35.gguf", "tiny_qwen35moe.gguf", "tiny_qwen3next_f32.gguf", "tiny_llama_kq.gguf",
-          "tiny_llama3_rope_f32.gguf", "tiny_llama_yarn_f32.gguf"]
+          "tiny_llama3_rope_f32.gguf", "tiny_llama_yarn_f32.gguf", "tiny_gemma3_f32.gguf"]
 LENGTHS = [1, 7, 40]
 SEED = 20240601
 N_GREEDY = 16

@@ -28,6 +28,9 @@ byte-identical files):
                        quantized by llama.cpp's llama-quantize with one panel type per
                        matrix: attn_q, ffn_gate, token_embd Q4_K; attn_k Q5_K; attn_v,
                        ffn_down, output Q6_K; attn_output Q5_0; ffn_up Q5_1
+  tiny_gemma3_f32.gguf "gemma3": 3 layers, sliding windows of 8 on layers 0, 1 (their
+                       own RoPE base), head 64, q/k norms, post-norms, GeGLU, a final
+                       logit soft-cap, all F32 (GEMMA3 below)
   tiny_qwen3next_f32.gguf  "qwen3next": as qwen35moe, with value head h reading
                        key head h / 2 and beta/alpha packed per key head
                        (ssm_ba); all matrices F32 (no int8 activations, whose
@@ -48,7 +51,7 @@ After writing, every file is loaded with llama_cpp.Llama (if importable) and
 the last-position logits of a short token sequence are printed with their std.
 
 Usage:
-  make_tiny_models.py [--out tests/goldens] [--no-check]
+  make_tiny_models.py [--out tests/goldens] [--no-check] [--only FILE,...]
 """
 import argparse
 import hashlib
@@ -256,6 +259,62 @@ def write_model(path, spec, tokens, types):
     w.close()
 
 
+# Gemma 3 (gemma3): 3 layers, sliding windows of 8 positions on layers 0 and 1 (pattern 3: the
+# third layer global), their RoPE base 5000 (rope.freq_base_swa) against 1e6 globally, head 64
+# (q_dim 256 != n_embd 128, so the q scale 1/sqrt(64) is not 1/sqrt(n_embd / n_head)), q/k norms,
+# post-attention and post-FFN norms, GeGLU, a tied output and a final logit soft-cap of 3 (Gemma 2's
+# key, which llama.cpp's gemma3 also reads), all F32.
+GEMMA3 = dict(n_layer=3, n_head=4, n_head_kv=2, head_dim=64, n_ff=256, window=8, pattern=3,
+              rope_base=1000000.0, rope_base_swa=5000.0, eps=1e-6, softcap=3.0, seed=7777)
+
+
+def write_gemma3_model(path, tokens, types):
+    h = GEMMA3
+    n_embd, n_vocab, hd = N_EMBD, len(tokens), h["head_dim"]
+    rng = np.random.default_rng(h["seed"])
+    w = gguf.GGUFWriter(path, "gemma3")
+    w.add_name(os.path.splitext(os.path.basename(path))[0])
+    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    w.add_context_length(N_CTX)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(h["n_layer"])
+    w.add_feed_forward_length(h["n_ff"])
+    w.add_head_count(h["n_head"])
+    w.add_head_count_kv(h["n_head_kv"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(h["rope_base"])
+    w.add_rope_freq_base_swa(h["rope_base_swa"])
+    w.add_sliding_window(h["window"])
+    w.add_sliding_window_pattern(h["pattern"])
+    w.add_final_logit_softcapping(h["softcap"])
+    w.add_layer_norm_rms_eps(h["eps"])
+    w.add_vocab_size(n_vocab)
+    add_tokenizer(w, tokens, types)
+    add_matrix(w, "token_embd.weight", [n_embd, n_vocab], QT.F32, rng)
+    qd, kv = h["n_head"] * hd, h["n_head_kv"] * hd
+    for i in range(h["n_layer"]):
+        p = "blk.%d." % i
+        add_norm(w, p + "attn_norm.weight", n_embd, rng)
+        add_matrix(w, p + "attn_q.weight", [n_embd, qd], QT.F32, rng)
+        add_matrix(w, p + "attn_k.weight", [n_embd, kv], QT.F32, rng)
+        add_matrix(w, p + "attn_v.weight", [n_embd, kv], QT.F32, rng)
+        add_norm(w, p + "attn_q_norm.weight", hd, rng)
+        add_norm(w, p + "attn_k_norm.weight", hd, rng)
+        add_matrix(w, p + "attn_output.weight", [qd, n_embd], QT.F32, rng)
+        add_norm(w, p + "post_attention_norm.weight", n_embd, rng)
+        add_norm(w, p + "ffn_norm.weight", n_embd, rng)
+        add_matrix(w, p + "ffn_gate.weight", [n_embd, h["n_ff"]], QT.F32, rng)
+        add_matrix(w, p + "ffn_up.weight", [n_embd, h["n_ff"]], QT.F32, rng)
+        add_matrix(w, p + "ffn_down.weight", [h["n_ff"], n_embd], QT.F32, rng)
+        add_norm(w, p + "post_ffw_norm.weight", n_embd, rng)
+    add_norm(w, "output_norm.weight", n_embd, rng)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 # The hybrid model (qwen35): shapes and the layer pattern.
 HYBRID = dict(n_layer=4, interval=2, n_head=4, n_head_kv=2, head_dim=32, n_rot=8,
               sections=[2, 1, 1, 0], conv_kernel=4, n_k_heads=2, n_v_heads=4, state=16,
@@ -414,6 +473,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=DEFAULT_OUT, help="output directory")
     ap.add_argument("--no-check", action="store_true", help="skip loading with llama.cpp")
+    ap.add_argument("--only", default="", help="comma-separated file names to write (default: all)")
     args = ap.parse_args()
 
     t_start = time.perf_counter()
@@ -421,9 +481,13 @@ def main():
     tokens, types = build_vocab()
     print("vocab: %d tokens (%d merges, %d specials)" % (len(tokens), len(MERGES), len(SPECIALS)))
     hybrids = [("tiny_qwen35.gguf", None), ("tiny_qwen35moe.gguf", None), ("tiny_qwen3next_f32.gguf", None)]
-    for name, spec in list(MODELS.items()) + hybrids:
+    for name, spec in list(MODELS.items()) + hybrids + [("tiny_gemma3_f32.gguf", "gemma3")]:
+        if args.only and name not in args.only.split(","):
+            continue
         path = os.path.join(args.out, name)
-        if spec is None:
+        if spec == "gemma3":
+            write_gemma3_model(path, tokens, types)
+        elif spec is None:
             arch = name[len("tiny_"):-len(".gguf")].replace("_f32", "")
             write_hybrid_model(path, tokens, types, arch=arch, qt=QT.F32 if "f32" in name else QT.Q8_0)
         else:

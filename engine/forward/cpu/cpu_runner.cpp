@@ -43,6 +43,7 @@ CpuRunner::CpuRunner(const ModelConfig& config, const Weights& weights, CpuDevic
   up_.resize(T * ff);
   rope_cs_.resize(static_cast<size_t>(c_.n_rot));
   rope_ = rope_params(c_, w_);
+  rope_swa_ = RopeParams{c_.rope_theta_scale_swa(), 1.0f, nullptr};
   const int widest = std::max({c_.n_embd, c_.q_dim(), ff, c_.gdn.value_dim()});
   xq_.resize(T * static_cast<size_t>(widest / kQ8Block));
   for (int t = 0; t < 40; ++t)
@@ -113,7 +114,8 @@ void CpuRunner::gemm(std::initializer_list<Product> products, const float* x, in
   });
 }
 
-// x += W_down (silu(h W_gate) * h W_up), h = rmsnorm(x).
+// x += W_down (silu(h W_gate) * h W_up), h = rmsnorm(x); gelu for GeGLU models, and with
+// post-norms (gemma3) the product RMS-normed before it is added.
 void CpuRunner::feed_forward(const LayerWeights& L, int64_t T) {
   if (c_.moe()) {
     moe_feed_forward(L, T);
@@ -124,9 +126,14 @@ void CpuRunner::feed_forward(const LayerWeights& L, int64_t T) {
   per_token(T,
             [&](int64_t t) { K.rmsnorm(x_.data() + t * E, L.ffn_norm, h_.data() + t * E, E, c_.norm_eps); });
   gemm({{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, h_.data(), T);
-  per_token(
-      T, [&](int64_t t) { K.swiglu(gate_.data() + t * FF, up_.data() + t * FF, gate_.data() + t * FF, FF); });
+  const auto glu = c_.geglu ? K.geglu : K.swiglu;
+  per_token(T,
+            [&](int64_t t) { glu(gate_.data() + t * FF, up_.data() + t * FF, gate_.data() + t * FF, FF); });
   gemm({{&L.w_down, h_.data()}}, gate_.data(), T);
+  if (L.ffn_post_norm)
+    per_token(T, [&](int64_t t) {
+      K.rmsnorm(h_.data() + t * E, L.ffn_post_norm, h_.data() + t * E, E, c_.norm_eps);
+    });
   for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
 }
 
@@ -203,6 +210,8 @@ Status CpuRunner::forward(std::span<const BatchToken> batch, std::span<SequenceK
   for (int64_t t = 0; t < T; ++t) {  // embeddings
     const WeightMatrix& e = w_.token_embd;
     dequantize_row(e.type, e.data + static_cast<size_t>(batch[t].token) * e.row_bytes, x_.data() + t * E, E);
+    if (c_.embd_scale != 1.0f)
+      for (int i = 0; i < E; ++i) x_[static_cast<size_t>(t * E + i)] *= c_.embd_scale;
   }
   for (int l = 0; l < c_.n_layer; ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
@@ -211,7 +220,11 @@ Status CpuRunner::forward(std::span<const BatchToken> batch, std::span<SequenceK
     if (c_.is_linear(l))
       linear_layer(l, T, seqs, groups);  // h_ -> h_
     else
-      attention_layer(L, c_.kv_layer[static_cast<size_t>(l)], batch, seqs, kv, sa);  // h_ -> h_
+      attention_layer(l, L, batch, seqs, kv, sa);  // h_ -> h_
+    if (L.attn_post_norm)
+      per_token(T, [&](int64_t t) {
+        K.rmsnorm(h_.data() + t * E, L.attn_post_norm, h_.data() + t * E, E, c_.norm_eps);
+      });
     for (int64_t t = 0; t < T; ++t) K.add(x_.data() + t * E, h_.data() + t * E, E);
     feed_forward(L, T);
   }
@@ -228,6 +241,10 @@ Status CpuRunner::forward(std::span<const BatchToken> batch, std::span<SequenceK
     ++n_out;
   }
   if (n_out > 0) gemm({{&w_.output, logits_out}}, h_.data(), n_out);
+  if (c_.logit_softcap > 0) {  // c tanh(logits / c), as llama.cpp scales, tanh, scales
+    const float c = c_.logit_softcap, inv = 1.0f / c;
+    for (int64_t i = 0; i < n_out * c_.n_vocab; ++i) logits_out[i] = std::tanh(logits_out[i] * inv) * c;
+  }
   return Status::success();
 }
 
@@ -249,8 +266,9 @@ void CpuRunner::project_qkv(const LayerWeights& L, int64_t T) {
 
 // Token t's biases, q/k norms and rotary embedding; its query rotated per segment of a view;
 // its key and value written into its sequence's page.
-void CpuRunner::rotate_and_store(int64_t t, const LayerWeights& L, int kv_slot, const BatchToken& tok,
-                                 const SequenceKv& s, KvCache& kv, const StepAttention& sa) {
+void CpuRunner::rotate_and_store(int64_t t, const LayerWeights& L, const RopeParams& rope, int kv_slot,
+                                 const BatchToken& tok, const SequenceKv& s, KvCache& kv,
+                                 const StepAttention& sa) {
   const CpuKernels& K = dev_.kernels();
   const int QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim;
   const bool neox = c_.rope_layout == RopeLayout::rope_neox;
@@ -269,11 +287,11 @@ void CpuRunner::rotate_and_store(int64_t t, const LayerWeights& L, int kv_slot, 
     for (size_t sg = 0; sg < ts.size(); ++sg) {
       float* qs = q_seg_.data() + (static_cast<size_t>(t) * sa.max_segs + sg) * QD;
       std::copy(q, q + QD, qs);
-      K.rope_cache(rope_cs_.data(), c_.n_rot, rope_, ts[sg].rotation);
+      K.rope_cache(rope_cs_.data(), c_.n_rot, rope, ts[sg].rotation);
       for (int h = 0; h < c_.n_head; ++h) K.rope(qs + h * HD, c_.n_rot, rope_cs_.data(), neox);
     }
   }
-  K.rope_cache(rope_cs_.data(), c_.n_rot, rope_, static_cast<float>(tok.pos));
+  K.rope_cache(rope_cs_.data(), c_.n_rot, rope, static_cast<float>(tok.pos));
   for (int h = 0; h < c_.n_head; ++h) K.rope(q + h * HD, c_.n_rot, rope_cs_.data(), neox);
   for (int h = 0; h < c_.n_head_kv; ++h) K.rope(k + h * HD, c_.n_rot, rope_cs_.data(), neox);
   const int ps = kv.page_size();
@@ -285,16 +303,23 @@ void CpuRunner::rotate_and_store(int64_t t, const LayerWeights& L, int kv_slot, 
 }
 
 // One attention layer over the batch: h_ (normed input) -> h_ (the layer's output).
-void CpuRunner::attention_layer(const LayerWeights& L, int kv_slot, std::span<const BatchToken> batch,
+// A sliding-window layer sees, of each segment, the positions whose view position is within
+// n_swa of the query's: block position j >= rotation - n_swa + 1 (rotation = the query's view
+// position minus the segment's offset), so one block may lie inside one reader's window and
+// outside another's.
+void CpuRunner::attention_layer(int layer, const LayerWeights& L, std::span<const BatchToken> batch,
                                 std::span<SequenceKv* const> seqs, KvCache& kv, StepAttention& sa) {
   const CpuKernels& K = dev_.kernels();
   const int64_t T = static_cast<int64_t>(batch.size());
   const int QD = c_.q_dim(), KVD = c_.kv_dim(), HD = c_.head_dim;
   const int group = c_.n_head / c_.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const float scale = c_.q_scale();
+  const int kv_slot = c_.kv_layer[static_cast<size_t>(layer)];
+  const bool swa = c_.is_swa(layer);
+  const RopeParams& rope = swa ? rope_swa_ : rope_;
   project_qkv(L, T);
   for (int64_t t = 0; t < T; ++t)
-    rotate_and_store(t, L, kv_slot, batch[t], *seqs[static_cast<size_t>(batch[t].seq)], kv, sa);
+    rotate_and_store(t, L, rope, kv_slot, batch[t], *seqs[static_cast<size_t>(batch[t].seq)], kv, sa);
   for (size_t s = 0; s < seqs.size(); ++s) {
     sa.kp[s].clear();
     sa.vp[s].clear();
@@ -316,7 +341,9 @@ void CpuRunner::attention_layer(const LayerWeights& L, int kv_slot, std::span<co
       const auto b = static_cast<size_t>(ts[sg].block);
       const float* q =
           sa.any_view ? q_seg_.data() + (static_cast<size_t>(t) * sa.max_segs + sg) * QD : q_.data() + t * QD;
-      seg[sg] = {q + static_cast<int64_t>(h0) * HD, sa.kp[b].data(), sa.vp[b].data(), ts[sg].n_kv};
+      const int64_t begin = swa ? static_cast<int64_t>(ts[sg].rotation) - c_.n_swa + 1 : 0;
+      seg[sg] = {q + static_cast<int64_t>(h0) * HD, sa.kp[b].data(), sa.vp[b].data(), ts[sg].n_kv,
+                 std::max<int64_t>(begin, 0)};
     }
     AttentionArgs a{seg,
                     static_cast<int>(ts.size()),

@@ -116,11 +116,11 @@ class CpuRunner final : public Runner {
   struct StepAttention;
   Status plan_step_attention(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
                              std::span<const View> views, StepAttention& sa);
-  void attention_layer(const LayerWeights& L, int kv_slot, std::span<const BatchToken> batch,
+  void attention_layer(int layer, const LayerWeights& L, std::span<const BatchToken> batch,
                        std::span<SequenceKv* const> seqs, KvCache& kv, StepAttention& sa);
   void project_qkv(const LayerWeights& L, int64_t n_tokens);
-  void rotate_and_store(int64_t t, const LayerWeights& L, int kv_slot, const BatchToken& tok,
-                        const SequenceKv& s, KvCache& kv, const StepAttention& sa);
+  void rotate_and_store(int64_t t, const LayerWeights& L, const RopeParams& rope, int kv_slot,
+                        const BatchToken& tok, const SequenceKv& s, KvCache& kv, const StepAttention& sa);
 
   const ModelConfig& c_;
   const Weights& w_;
@@ -131,6 +131,7 @@ class CpuRunner final : public Runner {
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
   std::vector<float> rope_cs_;     // [n_rot] (cos, sin) pairs for the token being rotated
   RopeParams rope_;                // the model's rotation: base, scaling, Llama 3 factors, YaRN
+  RopeParams rope_swa_;            // sliding-window layers' (gemma3): their base, no scaling
   std::vector<float> q_seg_;       // [view tokens, segments, q_dim] queries rotated per segment
   std::vector<BlockQ8> xq_;        // [max_tokens, widest / 32] activations of the integer kernels
   std::vector<GemmChunk> chunks_;  // reused by gemm()

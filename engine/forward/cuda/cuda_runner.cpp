@@ -24,6 +24,8 @@ Status CudaRunner::check(const ModelConfig& c, const Weights& w) {
     if (Status s = CudaMoe::check(c, w); !s.ok()) return s;
   if (c.hybrid())
     if (Status s = CudaLinear::check(c, w); !s.ok()) return s;
+  if (c.n_swa > 0 || c.geglu || c.post_norms || c.embd_scale != 1.0f || c.logit_softcap > 0)
+    return unsupported("Gemma 3's sliding-window layers, GeGLU, post-norms and embedding scale");
   // Its rotations are base^(-2i/n) / scale only (kernels/cuda/rope.cu and the attention kernels).
   if (w.rope_freqs != nullptr) return unsupported("Llama 3's RoPE frequency factors (rope_freqs.weight)");
   if (c.rope_yarn) return unsupported("YaRN RoPE scaling (rope.scaling.type yarn)");
