@@ -121,7 +121,7 @@ void dequant_q6_k(const uint8_t* b, float* y, int64_t nb) {
   }
 }
 
-constexpr int8_t kIq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+using kquant::kIq4;
 
 void dequant_q2_k(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 84) {

@@ -1,5 +1,5 @@
 // Matrix kernels on weight panels (kernels/cpu/panel.h has the layout) for x86: Q5_0, Q5_1,
-// Q4_K, Q5_K, Q6_K against int8 activations (BlockQ8). One lane is one weight row:
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS against int8 activations (BlockQ8). One lane is one weight row:
 //   AVX512-VNNI  a panel's 16 rows in one pass: vpdpbusd of a 64-byte step vector (4 weights of
 //                each row) with 4 activations broadcast, 8 per k-block
 //   AVX2         two passes of 8 rows: maddubs + madd (+ add) on the 32-byte half of each step
@@ -64,6 +64,18 @@ inline VI dot4(VI acc, VI w, const int8_t* x4) {
 }
 inline VI sub_i(VI v, int32_t c) {
   return _mm512_sub_epi32(v, _mm512_set1_epi32(c));
+}
+// IQ4: the 4-bit indices through the table, as u8 (kIq4 + 128): vpdpbusd takes unsigned
+// weights, and the +128 comes off through the activations' sum (kIq4Off).
+constexpr int kIq4Off = 128;
+inline VI iq4_lookup(VI idx) {
+  const __m128i t = _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153, (char)166,
+                                  (char)181, (char)197, (char)217, (char)241);
+  return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(t), idx);
+}
+// acc += sum over 4 of w * x4 for the IQ4 weights iq4_lookup gives (unsigned here).
+inline VI dot4_iq4(VI acc, VI w, const int8_t* x4) {
+  return dot4(acc, w, x4);
 }
 inline VF cvt(VI v) {
   return _mm512_cvtepi32_ps(v);
@@ -141,6 +153,19 @@ inline VI dot4(VI acc, VI w, const int8_t* x4) {  // u <= 63: maddubs' i16 pairs
 inline VI sub_i(VI v, int32_t c) {
   return _mm256_sub_epi32(v, _mm256_set1_epi32(c));
 }
+// IQ4: the 4-bit indices through the table as signed values, and a dot that moves their signs
+// onto the activations (maddubs' i16 pairs cannot saturate: |w|, |x| <= 127), so no offset.
+constexpr int kIq4Off = 0;
+inline VI iq4_lookup(VI idx) {
+  const __m128i t = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), idx);
+}
+inline VI dot4_iq4(VI acc, VI w, const int8_t* x4) {
+  int32_t v;
+  std::memcpy(&v, x4, 4);
+  const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(_mm256_set1_epi32(v), w));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
 inline VF cvt(VI v) {
   return _mm256_cvtepi32_ps(v);
 }
@@ -189,9 +214,12 @@ template <TensorType T, int NT>
 void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int rows) {
   constexpr bool kq = chorus::panel_kquant(T);
   constexpr bool q6 = T == TensorType::q6_k;
+  constexpr bool iq4 = T == TensorType::iq4_nl || T == TensorType::iq4_xs;
   constexpr int bits = chorus::panel_quant_bits(T);
   constexpr bool min = T == TensorType::q5_1 || T == TensorType::q4_k || T == TensorType::q5_k;
-  constexpr int off = T == TensorType::q5_0 ? 16 : q6 ? 32 : 0;
+  // The scalar reference's off for IQ4 is 128 (kernels/cpu/groups.h); the sums are the same
+  // integers whether the offset comes off here (VNNI) or never went on (AVX2).
+  constexpr int off = T == TensorType::q5_0 ? 16 : q6 ? 32 : iq4 ? kIq4Off : 0;
   constexpr size_t kScaleBytes = chorus::panel_scale_bytes(T), kQuantBytes = chorus::panel_quant_bytes(T);
   // This pass's share of each record: bytes of the 64-byte step vectors, f16 and u8 scale rows.
   const int qo = 64 / kPasses * pass, ho = 2 * kLanes * pass, bo = kLanes * pass;
@@ -216,6 +244,8 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
       if constexpr (q6) {
         dw0 = mul(d, i8s(head + 32 + 16 * (2 * g) + bo));
         dw1 = mul(d, i8s(head + 32 + 16 * (2 * g + 1) + bo));
+      } else if constexpr (iq4) {  // IQ4_XS: d times the group's signed scale
+        dw0 = mul(d, i8s(head + 32 + 16 * g + bo));
       } else {
         dw0 = mul(d, u8s(head + 64 + 16 * g + bo));
         mo = neg(mul(dmin, u8s(head + 192 + 16 * g + bo)));
@@ -236,6 +266,8 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
     }
     if constexpr (bits == 5)
       for (int j = 0; j < 8; ++j) v[j] = add_fifth(v[j], p + 256 + 8 * j + 4 * pass);
+    if constexpr (iq4)
+      for (int j = 0; j < 8; ++j) v[j] = iq4_lookup(v[j]);
     if constexpr (bits == 6)
       for (int m = 0; m < 2; ++m) {
         const VI h = load_q(p + 256 + 64 * m + qo);
@@ -253,7 +285,7 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
         acc[t] = fma(cvt(sub_i(i1, off * x.qsum[1])), mul(dw1, set1(x.d)), acc[t]);
       } else {
         VI i = zero_i();
-        for (int j = 0; j < 8; ++j) i = dot4(i, v[j], x.q + 4 * j);
+        for (int j = 0; j < 8; ++j) i = iq4 ? dot4_iq4(i, v[j], x.q + 4 * j) : dot4(i, v[j], x.q + 4 * j);
         if constexpr (off != 0) i = sub_i(i, off * qsum);
         acc[t] = fma(cvt(i), mul(dw0, set1(x.d)), acc[t]);
         if constexpr (min) acc[t] = fma(mo, set1(x.d * static_cast<float>(qsum)), acc[t]);
@@ -295,6 +327,8 @@ inline void fill_panel_gemms(chorus::CpuKernels& k) {
   k.gemm_panels[static_cast<int>(TensorType::q4_k)] = pk::gemm<TensorType::q4_k>;
   k.gemm_panels[static_cast<int>(TensorType::q5_k)] = pk::gemm<TensorType::q5_k>;
   k.gemm_panels[static_cast<int>(TensorType::q6_k)] = pk::gemm<TensorType::q6_k>;
+  k.gemm_panels[static_cast<int>(TensorType::iq4_nl)] = pk::gemm<TensorType::iq4_nl>;
+  k.gemm_panels[static_cast<int>(TensorType::iq4_xs)] = pk::gemm<TensorType::iq4_xs>;
 }
 
 }  // namespace

@@ -14,11 +14,25 @@
 namespace chorus::groups {
 
 // Weight k of k-block b is  dw[h] (u - off) + mo,  h = (k % 32) / 16 for Q6_K and 0 otherwise.
+// For IQ4_NL / IQ4_XS, u is the table value plus 128 (1 .. 241) and off is 128, so u - off is
+// the table value and every dot stays an exact integer sum.
 struct Scales {
   float dw[2];
   float mo;  // 0 for the types without a minimum
-  int off;   // 16 (Q5_0), 32 (Q6_K), else 0
+  int off;   // 16 (Q5_0), 32 (Q6_K), 128 (IQ4), else 0
 };
+
+inline bool iq4(TensorType t) {
+  return t == TensorType::iq4_nl || t == TensorType::iq4_xs;
+}
+
+// The 32 table indices (nibbles) of k-block b of an IQ4 row: what a panel stores.
+inline void iq4_indices(TensorType t, const uint8_t* row, int64_t b, uint8_t* idx) {
+  if (t == TensorType::iq4_nl)
+    kquant::group_iq4(row + b * kquant::kIq4NlBytes + 2, idx);
+  else
+    kquant::group_iq4(row + (b / 8) * kquant::kIq4XsBytes + 8 + 16 * (b % 8), idx);
+}
 
 // The types whose weights have a minimum (the mo term).
 inline bool has_min(TensorType t) {
@@ -55,6 +69,11 @@ inline void quants(TensorType t, const uint8_t* row, int64_t b, uint8_t* u) {
     case TensorType::q6_k:
       kquant::group_q6k(row + (b / 8) * kquant::kQ6KBytes, static_cast<int>(b % 8), u);
       return;
+    case TensorType::iq4_nl:
+    case TensorType::iq4_xs:
+      iq4_indices(t, row, b, u);
+      for (int i = 0; i < 32; ++i) u[i] = static_cast<uint8_t>(kquant::kIq4[u[i]] + 128);
+      return;
     default: assert(false && "groups::quants: not a panel type");
   }
 }
@@ -78,6 +97,12 @@ inline Scales scales(TensorType t, const uint8_t* row, int64_t b) {
       const float d = f16_at(blk + 208);
       const int g = static_cast<int>(b % 8);
       return {{d * static_cast<float>(sc[2 * g]), d * static_cast<float>(sc[2 * g + 1])}, 0.0f, 32};
+    }
+    case TensorType::iq4_nl: return {{f16_at(row + b * kquant::kIq4NlBytes), 0.0f}, 0.0f, 128};
+    case TensorType::iq4_xs: {
+      const uint8_t* blk = row + (b / 8) * kquant::kIq4XsBytes;
+      const int ls = kquant::iq4_xs_scale(blk, static_cast<int>(b % 8));
+      return {{f16_at(blk) * static_cast<float>(ls), 0.0f}, 0.0f, 128};
     }
     default: assert(false && "groups::scales: not a panel type"); return {};
   }

@@ -132,7 +132,9 @@ GemmInput gemm_input(TensorType type) {
     case TensorType::q8_0:
     case TensorType::q4_k:
     case TensorType::q5_k:
-    case TensorType::q6_k: return GemmInput::q8;
+    case TensorType::q6_k:
+    case TensorType::iq4_nl:
+    case TensorType::iq4_xs: return GemmInput::q8;
     default: return GemmInput::f32;
   }
 }
@@ -152,8 +154,8 @@ const CpuKernels& cpu_kernels_scalar() {
     k.gemm_f32 = gemm_dequantized;
     for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q8_0})
       k.gemm[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
-    for (TensorType t :
-         {TensorType::q5_0, TensorType::q5_1, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k})
+    for (TensorType t : {TensorType::q5_0, TensorType::q5_1, TensorType::q4_k, TensorType::q5_k,
+                         TensorType::q6_k, TensorType::iq4_nl, TensorType::iq4_xs})
       k.gemm[static_cast<uint32_t>(t)] = gemm_group_scalar;
     return k;
   }();

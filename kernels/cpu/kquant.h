@@ -54,4 +54,26 @@ inline void group_q6k(const uint8_t* b, int g, uint8_t* q) {
   }
 }
 
+// IQ4_NL {f16 d; u8 qs[16]} and IQ4_XS {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: a
+// weight is d (times, in IQ4_XS, group g's 6-bit scale minus 32) times kIq4[nibble], a fixed
+// non-linear table; in a group of 32, qs byte j holds weight j in its low nibble and weight
+// j + 16 in its high one.
+inline constexpr int kIq4NlBytes = 18;
+inline constexpr int kIq4XsBytes = 136;
+inline constexpr int8_t kIq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The 32 nibbles (table indices) of a 16-byte IQ4 group.
+inline void group_iq4(const uint8_t* qs, uint8_t* idx) {
+  for (int j = 0; j < 16; ++j) {
+    idx[j] = qs[j] & 15;
+    idx[j + 16] = qs[j] >> 4;
+  }
+}
+
+// Group g's signed scale (ls - 32) of an IQ4_XS super-block.
+inline int iq4_xs_scale(const uint8_t* b, int g) {
+  const int scales_h = b[2] | b[3] << 8;
+  return (((b[4 + g / 2] >> (4 * (g % 2))) & 15) | (((scales_h >> (2 * g)) & 3) << 4)) - 32;
+}
+
 }  // namespace chorus::kquant

@@ -43,6 +43,13 @@ void pack_scales(TensorType t, const uint8_t* rows, size_t row_bytes, int64_t r0
         for (int j = 0; j < 16; ++j) out[32 + 16 * j + r] = blk[192 + j];
         break;
       }
+      case TensorType::iq4_nl: put16(out + 2 * r, row + b * kquant::kIq4NlBytes); break;
+      case TensorType::iq4_xs: {
+        const uint8_t* blk = row + (b / 8) * kquant::kIq4XsBytes;
+        put16(out + 2 * r, blk);
+        for (int g = 0; g < 8; ++g) out[32 + 16 * g + r] = static_cast<uint8_t>(kquant::iq4_xs_scale(blk, g));
+        break;
+      }
       default: break;
     }
   }
@@ -86,7 +93,13 @@ void pack_panels(const PanelLayout& l, const uint8_t* rows, size_t row_bytes, ui
         o += panel_scale_bytes(t);
       }
       std::memset(u, 0, sizeof u);
-      for (int r = 0; r < n; ++r) groups::quants(t, rows + static_cast<size_t>(r0 + r) * row_bytes, b, u[r]);
+      for (int r = 0; r < n; ++r) {  // IQ4 panels hold the table indices; the kernels look them up
+        const uint8_t* row = rows + static_cast<size_t>(r0 + r) * row_bytes;
+        if (groups::iq4(t))
+          groups::iq4_indices(t, row, b, u[r]);
+        else
+          groups::quants(t, row, b, u[r]);
+      }
       // V_j[4 r + i] = u[r][4 j + i]
       auto V = [&](int j, int pos) { return u[pos / 4][4 * j + pos % 4]; };
       for (int m = 0; m < 4; ++m)

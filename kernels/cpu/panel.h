@@ -14,6 +14,8 @@
 //              k-quants, before every 8th k-block (a super-block of 256 weights):
 //                Q4_K / Q5_K  d[16], dmin[16] f16, sc[8][16] u8, mn[8][16] u8 (6-bit values)
 //                Q6_K         d[16] f16, sc[16][16] i8 (scale j covers weights 16 j .. 16 j + 15)
+//                IQ4_XS       d[16] f16, sc[8][16] i8 (group g's ls - 32)
+//              IQ4_NL as Q5_0: d[16] f16 before every k-block
 //   [quants]   the k-block's unsigned quants u (0 .. 2^bits - 1) as 8 step vectors V_0..V_7 of
 //              64 bytes, V_j[4 r + i] = u[row r][weight 4 j + i], stored as
 //                nib[4][64]   nib[m] = (V_m & 15) | (V_{m+4} & 15) << 4         (every type)
@@ -22,6 +24,7 @@
 // Row r's value of weight k is, with g = k / 32 the k-block's group in its super-block:
 //   Q5_0  d (u - 16)    Q5_1  d u + m    Q4_K / Q5_K  d sc[g] u - dmin mn[g]
 //   Q6_K  d sc[k / 16 % 16] (u - 32)
+//   IQ4_NL  d kIq4[u]    IQ4_XS  d sc[g] kIq4[u]    (u the 4-bit index, kernels/cpu/kquant.h)
 // The kernels that read panels (CpuKernels::gemm_panels) compute exactly the arithmetic of
 // the scalar row kernels (gemm_group_scalar), lane by lane, so their results are bit-identical.
 #pragma once
@@ -39,11 +42,13 @@ inline constexpr int kPanelRows = 16;
 bool panel_type(TensorType type);
 
 // Record sizes, for the kernels that walk a panel.
-inline constexpr bool panel_kquant(TensorType t) {
-  return t == TensorType::q4_k || t == TensorType::q5_k || t == TensorType::q6_k;
+inline constexpr bool panel_kquant(TensorType t) {  // scales per super-block of 256
+  return t == TensorType::q4_k || t == TensorType::q5_k || t == TensorType::q6_k || t == TensorType::iq4_xs;
 }
-inline constexpr int panel_quant_bits(TensorType t) {
-  return t == TensorType::q4_k ? 4 : t == TensorType::q6_k ? 6 : 5;
+inline constexpr int panel_quant_bits(TensorType t) {  // IQ4: the 4-bit table indices
+  return t == TensorType::q4_k || t == TensorType::iq4_nl || t == TensorType::iq4_xs ? 4
+         : t == TensorType::q6_k                                                     ? 6
+                                                                                     : 5;
 }
 // Bytes of a k-block's quants.
 inline constexpr size_t panel_quant_bytes(TensorType t) {
@@ -57,6 +62,8 @@ inline constexpr size_t panel_scale_bytes(TensorType t) {
     case TensorType::q4_k:
     case TensorType::q5_k: return 64 + 256;
     case TensorType::q6_k: return 32 + 256;
+    case TensorType::iq4_nl: return 32;
+    case TensorType::iq4_xs: return 32 + 128;
     default: return 0;
   }
 }

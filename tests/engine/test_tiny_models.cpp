@@ -5,6 +5,7 @@
 //   tiny_qwen2      qwen2, q/k/v biases, NeoX rope, tied output, Q4_0 matrices
 //   tiny_llama_f32  llama with f32 matrices (the dequantize-and-dot kernel path)
 //   tiny_qwen3      qwen3, per-head q/k RMSNorm, head_dim 64 != n_embd / n_head, tied output
+//   tiny_llama_iq4  the same shape in IQ4_XS and IQ4_NL: against the exact arithmetic (below)
 //   tiny_llama_kq   llama quantized by llama-quantize into every panel type (Q4_K, Q5_K, Q6_K,
 //                   Q5_0, Q5_1): against the exact arithmetic (below)
 //   tiny_llama3_rope_f32  llama with rope_freqs.weight: Llama 3's per-pair RoPE divisors
@@ -157,9 +158,10 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
-// A file in every panel type (Q4_K, Q5_K, Q6_K, Q5_0, Q5_1), quantized by llama.cpp's own
-// llama-quantize. Its int8 activations differ from llama.cpp's by design (llama.cpp reads the
-// k-quants with one activation scale per 256 values, chorus with one per 32), so the oracle is
+// Files in every panel type (Q4_K, Q5_K, Q6_K, Q5_0, Q5_1; IQ4_XS, IQ4_NL), quantized by
+// llama.cpp's own llama-quantize. Their int8 activations differ from llama.cpp's by design
+// (llama.cpp reads the k-quants and IQ4_XS with one activation scale per 256 values, chorus with
+// one per 32), so the oracle is
 // the exact arithmetic: llama.cpp's logits on a copy with every tensor dequantized to F32 (the
 // gguf package's dequantizer; f32 KV cache).
 //  - with f32 activations (dequantize-and-dot: the weights' values alone), chorus matches it to
@@ -167,12 +169,14 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 //  - with the int8 kernels (weight panels), chorus must be at least as close to it as llama.cpp's
 //    own kernels on the quantized file are, case by case (they differ by 2.0-2.5 % of the
 //    largest logit here).
-TEST(TinyModelsKQuant, PanelTypesAreAsCloseToTheExactLogitsAsLlamaCpp) {
+class TinyModelsPanels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TinyModelsPanels, PanelTypesAreAsCloseToTheExactLogitsAsLlamaCpp) {
   const auto golden = test::load_golden("tiny_models.json");
   ASSERT_TRUE(golden.has_value());
-  const auto& g = (*golden)["models"]["tiny_llama_kq.gguf"];
+  const auto& g = (*golden)["models"][GetParam()];
   ASSERT_TRUE(g.contains("dequantized_cases"));
-  auto model = Model::load(test::goldens_dir() + "/tiny_llama_kq.gguf");
+  auto model = Model::load(test::goldens_dir() + "/" + GetParam());
   ASSERT_TRUE(model.ok()) << model.error().to_string();
   auto device = CpuDevice::create();
   ASSERT_TRUE(device.ok());
@@ -196,6 +200,11 @@ TEST(TinyModelsKQuant, PanelTypesAreAsCloseToTheExactLogitsAsLlamaCpp) {
   }
   EXPECT_GT((*model)->weights.panel_bytes(), 0u) << "the int8 runs read weight panels";
 }
+
+// tiny_llama_kq: Q4_K, Q5_K, Q6_K, Q5_0, Q5_1; tiny_llama_iq4: IQ4_XS and IQ4_NL.
+INSTANTIATE_TEST_SUITE_P(Files, TinyModelsPanels,
+                         ::testing::Values("tiny_llama_kq.gguf", "tiny_llama_iq4.gguf"),
+                         [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
 
 }  // namespace
 }  // namespace chorus

@@ -28,6 +28,9 @@ byte-identical files):
                        quantized by llama.cpp's llama-quantize with one panel type per
                        matrix: attn_q, ffn_gate, token_embd Q4_K; attn_k Q5_K; attn_v,
                        ffn_down, output Q6_K; attn_output Q5_0; ffn_up Q5_1
+  tiny_llama_iq4.gguf  as tiny_llama_kq, quantized by llama-quantize to IQ4_XS and IQ4_NL
+                       (attn_q, attn_v, ffn_gate, ffn_down, output IQ4_XS; the others and
+                       token_embd IQ4_NL)
   tiny_gemma3_f32.gguf "gemma3": 3 layers, sliding windows of 8 on layers 0, 1 (their
                        own RoPE base), head 64, q/k norms, post-norms, GeGLU, a final
                        logit soft-cap, all F32 (GEMMA3 below)
@@ -109,12 +112,15 @@ MODELS = {
     # Written as F32, then quantized by llama-quantize (QUANTIZED below).
     "tiny_llama_kq.gguf": ("llama", QT.F32, QT.F32, False, False, 500000.0, 1e-5, 4321,
                            gguf.LlamaFileType.ALL_F32),
+    "tiny_llama_iq4.gguf": ("llama", QT.F32, QT.F32, False, False, 500000.0, 1e-5, 8642,
+                            gguf.LlamaFileType.ALL_F32),
 }
 # Per-file extras: an explicit head size (attention.key_length/value_length)
 # and per-head q/k norms.
 EXTRAS = {
     "tiny_qwen3.gguf": {"head_dim": 64, "qk_norm": True},
     "tiny_llama_kq.gguf": {"n_embd": 256, "n_ff": 512},
+    "tiny_llama_iq4.gguf": {"n_embd": 256, "n_ff": 512},
     "tiny_llama3_rope_f32.gguf": {"rope_freqs": True},
     "tiny_llama_yarn_f32.gguf": {"yarn": (4.0, 64)},
 }
@@ -127,6 +133,10 @@ QUANTIZED = {
     "tiny_llama_kq.gguf": ("Q4_K_M", {"attn_q": "q4_k", "attn_k": "q5_k", "attn_v": "q6_k", "attn_output": "q5_0",
                                       "ffn_gate": "q4_k", "ffn_up": "q5_1", "ffn_down": "q6_k"},
                            {"--token-embedding-type": "q4_k", "--output-tensor-type": "q6_k"}),
+    "tiny_llama_iq4.gguf": ("IQ4_XS", {"attn_q": "iq4_xs", "attn_k": "iq4_nl", "attn_v": "iq4_xs",
+                                       "attn_output": "iq4_nl", "ffn_gate": "iq4_xs", "ffn_up": "iq4_nl",
+                                       "ffn_down": "iq4_xs"},
+                            {"--token-embedding-type": "iq4_nl", "--output-tensor-type": "iq4_xs"}),
 }
 
 
