@@ -24,6 +24,14 @@ case "$TARGET" in
   json_schema_fuzz) cp "$ROOT"/fuzz/seeds-json_schema/*.json "$CORPUS"/ ;;
   gbnf_fuzz) cp "$ROOT"/fuzz/seeds-gbnf/*.gbnf "$CORPUS"/ ;;
   jinja_fuzz) cp "$ROOT"/tests/data/chat_templates/*.jinja "$CORPUS"/ ;;
+  tokenizer_fuzz)  # the tokenizer corpus's strings (and byte strings), one file each
+    python3 - "$ROOT/tools/goldens/tokenizer_corpus.json" "$CORPUS" <<'PY'
+import json, os, sys
+for i, e in enumerate(json.load(open(sys.argv[1], encoding="utf-8"))):
+    data = e.encode("utf-8") if isinstance(e, str) else bytes.fromhex(e["hex"])
+    open(os.path.join(sys.argv[2], "corpus-%03d" % i), "wb").write(data)
+PY
+    ;;
   cluster_record_fuzz)
     printf '{"name":"a","endpoint":"tcp://127.0.0.1:5555","events":"","pages":64,"host_pages":0,"device":"cpu","model":{"name":"m","arch":"llama","file":"m.gguf","fingerprint":"3d4f6a9cb9c2507b"},"version":"0.1.0","started_ms":1}' >"$CORPUS/node"
     printf '{"name":"m","arch":"llama","file":"m.gguf","fingerprint":"00000000000000aa"}' >"$CORPUS/model"

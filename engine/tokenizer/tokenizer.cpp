@@ -32,7 +32,10 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
     "<eos>",
     "<turn|>",
     "<|tool_response>",
-    "<\xef\xbd\x9cend\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<\xef\xbd\x9c"
+    "end\xe2\x96\x81"
+    "of\xe2\x96\x81"
+    "sentence\xef\xbd\x9c>",  // <｜end▁of▁sentence｜>
     "[e~[",
 };
 
