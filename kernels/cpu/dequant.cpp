@@ -143,15 +143,9 @@ void dequant_q2_k(const uint8_t* b, float* y, int64_t nb) {
 void dequant_q3_k(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 110) {
     const uint8_t* hmask = b;
-    const uint8_t* s = b + 96;
     const float d = load_f16(b + 108);
-    // 16 six-bit scales: the low 4 bits from bytes 0-7 (nibbles), the high 2 from bytes 8-11.
     int scale[16];
-    for (int j = 0; j < 16; ++j) {
-      const int low = j < 8 ? s[j] & 15 : s[j - 8] >> 4;
-      const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-      scale[j] = (low | high << 4) - 32;
-    }
+    for (int j = 0; j < 16; ++j) scale[j] = kquant::q3k_scale(b, j);
     int is = 0;
     uint8_t m = 1;
     for (int half = 0; half < 2; ++half) {

@@ -1,5 +1,6 @@
 // Matrix kernels on weight panels (kernels/cpu/panel.h has the layout) for x86: Q5_0, Q5_1,
-// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS against int8 activations (BlockQ8). One lane is one weight row:
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS against int8 activations (BlockQ8). One lane is one weight
+// row:
 //   AVX512-VNNI  a panel's 16 rows in one pass: vpdpbusd of a 64-byte step vector (4 weights of
 //                each row) with 4 activations broadcast, 8 per k-block
 //   AVX2         two passes of 8 rows: maddubs + madd (+ add) on the 32-byte half of each step
@@ -213,13 +214,14 @@ constexpr size_t kPrefetch = 16384;  // bytes
 template <TensorType T, int NT>
 void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int rows) {
   constexpr bool kq = chorus::panel_kquant(T);
-  constexpr bool q6 = T == TensorType::q6_k;
+  constexpr bool q6 = T == TensorType::q6_k, q3 = T == TensorType::q3_k, q2 = T == TensorType::q2_k;
+  constexpr bool halves = q6 || q3 || q2;  // a scale (Q2_K: and a minimum) per 16 weights
   constexpr bool iq4 = T == TensorType::iq4_nl || T == TensorType::iq4_xs;
   constexpr int bits = chorus::panel_quant_bits(T);
-  constexpr bool min = T == TensorType::q5_1 || T == TensorType::q4_k || T == TensorType::q5_k;
+  constexpr bool min = T == TensorType::q5_1 || T == TensorType::q4_k || T == TensorType::q5_k || q2;
   // The scalar reference's off for IQ4 is 128 (kernels/cpu/groups.h); the sums are the same
   // integers whether the offset comes off here (VNNI) or never went on (AVX2).
-  constexpr int off = T == TensorType::q5_0 ? 16 : q6 ? 32 : iq4 ? kIq4Off : 0;
+  constexpr int off = T == TensorType::q5_0 ? 16 : q6 ? 32 : q3 ? 4 : iq4 ? kIq4Off : 0;
   constexpr size_t kScaleBytes = chorus::panel_scale_bytes(T), kQuantBytes = chorus::panel_quant_bytes(T);
   // This pass's share of each record: bytes of the 64-byte step vectors, f16 and u8 scale rows.
   const int qo = 64 / kPasses * pass, ho = 2 * kLanes * pass, bo = kLanes * pass;
@@ -232,18 +234,23 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
   VF d = zero_f(), dmin = zero_f();
   const uint8_t* head = p;
   for (int64_t b = 0; b < nkb; ++b) {
-    VF dw0, dw1 = zero_f(), mo = zero_f();
+    VF dw0, dw1 = zero_f(), mo = zero_f(), mo1 = zero_f();
     if constexpr (kq) {
       const int g = static_cast<int>(b % 8);
       if (g == 0) {
         head = p;
         d = f16s(head + ho);
-        if constexpr (!q6) dmin = f16s(head + 32 + ho);
+        if constexpr (min) dmin = f16s(head + 32 + ho);
         p += kScaleBytes;
       }
-      if constexpr (q6) {
+      if constexpr (q6 || q3) {
         dw0 = mul(d, i8s(head + 32 + 16 * (2 * g) + bo));
         dw1 = mul(d, i8s(head + 32 + 16 * (2 * g + 1) + bo));
+      } else if constexpr (q2) {
+        dw0 = mul(d, u8s(head + 64 + 16 * (2 * g) + bo));
+        dw1 = mul(d, u8s(head + 64 + 16 * (2 * g + 1) + bo));
+        mo = neg(mul(dmin, u8s(head + 320 + 16 * (2 * g) + bo)));
+        mo1 = neg(mul(dmin, u8s(head + 320 + 16 * (2 * g + 1) + bo)));
       } else if constexpr (iq4) {  // IQ4_XS: d times the group's signed scale
         dw0 = mul(d, i8s(head + 32 + 16 * g + bo));
       } else {
@@ -277,12 +284,14 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
     for (int t = 0; t < NT; ++t) {
       const chorus::BlockQ8& x = xs[t][b];
       const int32_t qsum = x.qsum[0] + x.qsum[1];
-      if constexpr (q6) {
+      if constexpr (halves) {
         VI i0 = zero_i(), i1 = zero_i();
         for (int j = 0; j < 4; ++j) i0 = dot4(i0, v[j], x.q + 4 * j);
         for (int j = 4; j < 8; ++j) i1 = dot4(i1, v[j], x.q + 4 * j);
         acc[t] = fma(cvt(sub_i(i0, off * x.qsum[0])), mul(dw0, set1(x.d)), acc[t]);
+        if constexpr (q2) acc[t] = fma(mo, set1(x.d * static_cast<float>(x.qsum[0])), acc[t]);
         acc[t] = fma(cvt(sub_i(i1, off * x.qsum[1])), mul(dw1, set1(x.d)), acc[t]);
+        if constexpr (q2) acc[t] = fma(mo1, set1(x.d * static_cast<float>(x.qsum[1])), acc[t]);
       } else {
         VI i = zero_i();
         for (int j = 0; j < 8; ++j) i = iq4 ? dot4_iq4(i, v[j], x.q + 4 * j) : dot4(i, v[j], x.q + 4 * j);
@@ -327,6 +336,8 @@ inline void fill_panel_gemms(chorus::CpuKernels& k) {
   k.gemm_panels[static_cast<int>(TensorType::q4_k)] = pk::gemm<TensorType::q4_k>;
   k.gemm_panels[static_cast<int>(TensorType::q5_k)] = pk::gemm<TensorType::q5_k>;
   k.gemm_panels[static_cast<int>(TensorType::q6_k)] = pk::gemm<TensorType::q6_k>;
+  k.gemm_panels[static_cast<int>(TensorType::q2_k)] = pk::gemm<TensorType::q2_k>;
+  k.gemm_panels[static_cast<int>(TensorType::q3_k)] = pk::gemm<TensorType::q3_k>;
   k.gemm_panels[static_cast<int>(TensorType::iq4_nl)] = pk::gemm<TensorType::iq4_nl>;
   k.gemm_panels[static_cast<int>(TensorType::iq4_xs)] = pk::gemm<TensorType::iq4_xs>;
 }

@@ -16,11 +16,18 @@ namespace chorus::groups {
 // Weight k of k-block b is  dw[h] (u - off) + mo,  h = (k % 32) / 16 for Q6_K and 0 otherwise.
 // For IQ4_NL / IQ4_XS, u is the table value plus 128 (1 .. 241) and off is 128, so u - off is
 // the table value and every dot stays an exact integer sum.
+// Q6_K, Q3_K and Q2_K have a scale per 16 weights (dw[h]), Q2_K a minimum per 16 too (mo, mo1).
 struct Scales {
   float dw[2];
-  float mo;  // 0 for the types without a minimum
-  int off;   // 16 (Q5_0), 32 (Q6_K), 128 (IQ4), else 0
+  float mo;          // 0 for the types without a minimum; Q2_K: the first 16 weights'
+  int off;           // 16 (Q5_0), 32 (Q6_K), 4 (Q3_K), 128 (IQ4), else 0
+  float mo1 = 0.0f;  // Q2_K: the second 16 weights' minimum
 };
+
+// The types with a scale (and for Q2_K a minimum) per 16 weights.
+inline bool per_half(TensorType t) {
+  return t == TensorType::q6_k || t == TensorType::q3_k || t == TensorType::q2_k;
+}
 
 inline bool iq4(TensorType t) {
   return t == TensorType::iq4_nl || t == TensorType::iq4_xs;
@@ -36,7 +43,7 @@ inline void iq4_indices(TensorType t, const uint8_t* row, int64_t b, uint8_t* id
 
 // The types whose weights have a minimum (the mo term).
 inline bool has_min(TensorType t) {
-  return t == TensorType::q5_1 || t == TensorType::q4_k || t == TensorType::q5_k;
+  return t == TensorType::q5_1 || t == TensorType::q4_k || t == TensorType::q5_k || t == TensorType::q2_k;
 }
 
 inline float f16_at(const uint8_t* p) {
@@ -69,6 +76,13 @@ inline void quants(TensorType t, const uint8_t* row, int64_t b, uint8_t* u) {
     case TensorType::q6_k:
       kquant::group_q6k(row + (b / 8) * kquant::kQ6KBytes, static_cast<int>(b % 8), u);
       return;
+    case TensorType::q2_k:
+    case TensorType::q3_k: {
+      const bool q3 = t == TensorType::q3_k;
+      kquant::group_q23k(row + (b / 8) * (q3 ? kquant::kQ3KBytes : kquant::kQ2KBytes), q3,
+                         static_cast<int>(b % 8), u);
+      return;
+    }
     case TensorType::iq4_nl:
     case TensorType::iq4_xs:
       iq4_indices(t, row, b, u);
@@ -97,6 +111,24 @@ inline Scales scales(TensorType t, const uint8_t* row, int64_t b) {
       const float d = f16_at(blk + 208);
       const int g = static_cast<int>(b % 8);
       return {{d * static_cast<float>(sc[2 * g]), d * static_cast<float>(sc[2 * g + 1])}, 0.0f, 32};
+    }
+    case TensorType::q2_k: {
+      const uint8_t* blk = row + (b / 8) * kquant::kQ2KBytes;
+      const float d = f16_at(blk + 80), dmin = f16_at(blk + 82);
+      const int j = 2 * static_cast<int>(b % 8);
+      return {{d * static_cast<float>(blk[j] & 15), d * static_cast<float>(blk[j + 1] & 15)},
+              -(dmin * static_cast<float>(blk[j] >> 4)),
+              0,
+              -(dmin * static_cast<float>(blk[j + 1] >> 4))};
+    }
+    case TensorType::q3_k: {
+      const uint8_t* blk = row + (b / 8) * kquant::kQ3KBytes;
+      const float d = f16_at(blk + 108);
+      const int j = 2 * static_cast<int>(b % 8);
+      return {{d * static_cast<float>(kquant::q3k_scale(blk, j)),
+               d * static_cast<float>(kquant::q3k_scale(blk, j + 1))},
+              0.0f,
+              4};
     }
     case TensorType::iq4_nl: return {{f16_at(row + b * kquant::kIq4NlBytes), 0.0f}, 0.0f, 128};
     case TensorType::iq4_xs: {

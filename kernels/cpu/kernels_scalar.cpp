@@ -81,7 +81,7 @@ void gemm_legacy_scalar(const GemmArgs& a) {
 //   acc = fma(mo, dx * float(sum qx), acc)         for the types with a minimum
 void gemm_group_scalar(const GemmArgs& a) {
   const int64_t nb = a.n_cols / 32;
-  const bool q6 = a.type == TensorType::q6_k;
+  const bool halves = groups::per_half(a.type);
   const bool min = groups::has_min(a.type);
   uint8_t u[32];
   for (int64_t r = a.r0; r < a.r1; ++r) {
@@ -95,9 +95,11 @@ void gemm_group_scalar(const GemmArgs& a) {
         int32_t dot[2] = {0, 0};
         for (int i = 0; i < 32; ++i) dot[i / 16] += u[i] * x[b].q[i];
         const int32_t qsum = x[b].qsum[0] + x[b].qsum[1];
-        if (q6) {
-          for (int h = 0; h < 2; ++h)
+        if (halves) {  // per 16 weights: the scale, then (Q2_K) the minimum
+          for (int h = 0; h < 2; ++h) {
             acc = std::fma(static_cast<float>(dot[h] - sc.off * x[b].qsum[h]), sc.dw[h] * x[b].d, acc);
+            if (min) acc = std::fma(h == 0 ? sc.mo : sc.mo1, x[b].d * static_cast<float>(x[b].qsum[h]), acc);
+          }
         } else {
           acc = std::fma(static_cast<float>(dot[0] + dot[1] - sc.off * qsum), sc.dw[0] * x[b].d, acc);
           if (min) acc = std::fma(sc.mo, x[b].d * static_cast<float>(qsum), acc);
@@ -133,6 +135,8 @@ GemmInput gemm_input(TensorType type) {
     case TensorType::q4_k:
     case TensorType::q5_k:
     case TensorType::q6_k:
+    case TensorType::q2_k:
+    case TensorType::q3_k:
     case TensorType::iq4_nl:
     case TensorType::iq4_xs: return GemmInput::q8;
     default: return GemmInput::f32;
@@ -154,8 +158,9 @@ const CpuKernels& cpu_kernels_scalar() {
     k.gemm_f32 = gemm_dequantized;
     for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q8_0})
       k.gemm[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
-    for (TensorType t : {TensorType::q5_0, TensorType::q5_1, TensorType::q4_k, TensorType::q5_k,
-                         TensorType::q6_k, TensorType::iq4_nl, TensorType::iq4_xs})
+    for (TensorType t :
+         {TensorType::q5_0, TensorType::q5_1, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k,
+          TensorType::q2_k, TensorType::q3_k, TensorType::iq4_nl, TensorType::iq4_xs})
       k.gemm[static_cast<uint32_t>(t)] = gemm_group_scalar;
     return k;
   }();

@@ -54,6 +54,34 @@ inline void group_q6k(const uint8_t* b, int g, uint8_t* q) {
   }
 }
 
+// Q2_K {u8 scales[16]; u8 qs[64]; f16 d, dmin} and Q3_K {u8 hmask[32]; u8 qs[64]; u8 scales[12];
+// f16 d}: 16 groups of 16 weights. Weight 32 g + k (g = 0..7, k = 0..31) has its 2 low bits at
+// qs[32 (g / 4) + k] >> 2 (g % 4) and, in Q3_K, its third bit as bit g of hmask[k]; its scale is
+// number 2 g + k / 16. Q2_K: w = d (s & 15) q - dmin (s >> 4); Q3_K: w = d (s6 - 32) (q - 4),
+// q = the two bits | the third bit << 2.
+inline constexpr int kQ2KBytes = 84;
+inline constexpr int kQ3KBytes = 110;
+
+// The 32 unsigned quants of group g: 0..3 (Q2_K) or 0..7 (Q3_K).
+inline void group_q23k(const uint8_t* b, bool q3, int g, uint8_t* q) {
+  const uint8_t* qs = b + (q3 ? 32 : 16) + 32 * (g / 4);
+  const int shift = 2 * (g % 4);
+  for (int k = 0; k < 32; ++k) {
+    int v = (qs[k] >> shift) & 3;
+    if (q3) v |= ((b[k] >> g) & 1) << 2;
+    q[k] = static_cast<uint8_t>(v);
+  }
+}
+
+// Scale j (0..15) of a Q3_K block, minus 32: the low 4 bits in bytes 0-7 (nibbles), the high 2
+// in bytes 8-11.
+inline int q3k_scale(const uint8_t* b, int j) {
+  const uint8_t* s = b + 96;
+  const int low = j < 8 ? s[j] & 15 : s[j - 8] >> 4;
+  const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | high << 4) - 32;
+}
+
 // IQ4_NL {f16 d; u8 qs[16]} and IQ4_XS {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}: a
 // weight is d (times, in IQ4_XS, group g's 6-bit scale minus 32) times kIq4[nibble], a fixed
 // non-linear table; in a group of 32, qs byte j holds weight j in its low nibble and weight

@@ -43,6 +43,22 @@ void pack_scales(TensorType t, const uint8_t* rows, size_t row_bytes, int64_t r0
         for (int j = 0; j < 16; ++j) out[32 + 16 * j + r] = blk[192 + j];
         break;
       }
+      case TensorType::q2_k: {
+        const uint8_t* blk = row + (b / 8) * kquant::kQ2KBytes;
+        put16(out + 2 * r, blk + 80);
+        put16(out + 32 + 2 * r, blk + 82);
+        for (int j = 0; j < 16; ++j) {
+          out[64 + 16 * j + r] = blk[j] & 15;
+          out[64 + 256 + 16 * j + r] = blk[j] >> 4;
+        }
+        break;
+      }
+      case TensorType::q3_k: {
+        const uint8_t* blk = row + (b / 8) * kquant::kQ3KBytes;
+        put16(out + 2 * r, blk + 108);
+        for (int j = 0; j < 16; ++j) out[32 + 16 * j + r] = static_cast<uint8_t>(kquant::q3k_scale(blk, j));
+        break;
+      }
       case TensorType::iq4_nl: put16(out + 2 * r, row + b * kquant::kIq4NlBytes); break;
       case TensorType::iq4_xs: {
         const uint8_t* blk = row + (b / 8) * kquant::kIq4XsBytes;

@@ -15,6 +15,8 @@
 //                Q4_K / Q5_K  d[16], dmin[16] f16, sc[8][16] u8, mn[8][16] u8 (6-bit values)
 //                Q6_K         d[16] f16, sc[16][16] i8 (scale j covers weights 16 j .. 16 j + 15)
 //                IQ4_XS       d[16] f16, sc[8][16] i8 (group g's ls - 32)
+//                Q3_K         as Q6_K: d[16] f16, sc[16][16] i8 (the 6-bit scales - 32)
+//                Q2_K         d[16], dmin[16] f16, sc[16][16] u8, mn[16][16] u8 (per 16 weights)
 //              IQ4_NL as Q5_0: d[16] f16 before every k-block
 //   [quants]   the k-block's unsigned quants u (0 .. 2^bits - 1) as 8 step vectors V_0..V_7 of
 //              64 bytes, V_j[4 r + i] = u[row r][weight 4 j + i], stored as
@@ -25,6 +27,7 @@
 //   Q5_0  d (u - 16)    Q5_1  d u + m    Q4_K / Q5_K  d sc[g] u - dmin mn[g]
 //   Q6_K  d sc[k / 16 % 16] (u - 32)
 //   IQ4_NL  d kIq4[u]    IQ4_XS  d sc[g] kIq4[u]    (u the 4-bit index, kernels/cpu/kquant.h)
+//   Q3_K  d sc[k / 16 % 16] (u - 4)    Q2_K  d sc[k / 16 % 16] u - dmin mn[k / 16 % 16]    (u <= 7)
 // The kernels that read panels (CpuKernels::gemm_panels) compute exactly the arithmetic of
 // the scalar row kernels (gemm_group_scalar), lane by lane, so their results are bit-identical.
 #pragma once
@@ -43,12 +46,25 @@ bool panel_type(TensorType type);
 
 // Record sizes, for the kernels that walk a panel.
 inline constexpr bool panel_kquant(TensorType t) {  // scales per super-block of 256
-  return t == TensorType::q4_k || t == TensorType::q5_k || t == TensorType::q6_k || t == TensorType::iq4_xs;
+  switch (t) {
+    case TensorType::q4_k:
+    case TensorType::q5_k:
+    case TensorType::q6_k:
+    case TensorType::q2_k:
+    case TensorType::q3_k:
+    case TensorType::iq4_xs: return true;
+    default: return false;
+  }
 }
-inline constexpr int panel_quant_bits(TensorType t) {  // IQ4: the 4-bit table indices
-  return t == TensorType::q4_k || t == TensorType::iq4_nl || t == TensorType::iq4_xs ? 4
-         : t == TensorType::q6_k                                                     ? 6
-                                                                                     : 5;
+// Bits of the stored quants: Q2_K and Q3_K (u <= 7) and the IQ4 table indices fit a nibble.
+inline constexpr int panel_quant_bits(TensorType t) {
+  switch (t) {
+    case TensorType::q6_k: return 6;
+    case TensorType::q5_0:
+    case TensorType::q5_1:
+    case TensorType::q5_k: return 5;
+    default: return 4;
+  }
 }
 // Bytes of a k-block's quants.
 inline constexpr size_t panel_quant_bytes(TensorType t) {
@@ -62,6 +78,8 @@ inline constexpr size_t panel_scale_bytes(TensorType t) {
     case TensorType::q4_k:
     case TensorType::q5_k: return 64 + 256;
     case TensorType::q6_k: return 32 + 256;
+    case TensorType::q2_k: return 64 + 512;
+    case TensorType::q3_k: return 32 + 256;
     case TensorType::iq4_nl: return 32;
     case TensorType::iq4_xs: return 32 + 128;
     default: return 0;

@@ -6,6 +6,7 @@
 //   tiny_llama_f32  llama with f32 matrices (the dequantize-and-dot kernel path)
 //   tiny_qwen3      qwen3, per-head q/k RMSNorm, head_dim 64 != n_embd / n_head, tied output
 //   tiny_llama_iq4  the same shape in IQ4_XS and IQ4_NL: against the exact arithmetic (below)
+//   tiny_llama_q23k the same shape in Q2_K and Q3_K: against the exact arithmetic (below)
 //   tiny_llama_kq   llama quantized by llama-quantize into every panel type (Q4_K, Q5_K, Q6_K,
 //                   Q5_0, Q5_1): against the exact arithmetic (below)
 //   tiny_llama3_rope_f32  llama with rope_freqs.weight: Llama 3's per-pair RoPE divisors
@@ -158,7 +159,7 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
-// Files in every panel type (Q4_K, Q5_K, Q6_K, Q5_0, Q5_1; IQ4_XS, IQ4_NL), quantized by
+// Files in every panel type (Q4_K, Q5_K, Q6_K, Q5_0, Q5_1; IQ4_XS, IQ4_NL; Q2_K, Q3_K), quantized by
 // llama.cpp's own llama-quantize. Their int8 activations differ from llama.cpp's by design
 // (llama.cpp reads the k-quants and IQ4_XS with one activation scale per 256 values, chorus with
 // one per 32), so the oracle is
@@ -201,9 +202,11 @@ TEST_P(TinyModelsPanels, PanelTypesAreAsCloseToTheExactLogitsAsLlamaCpp) {
   EXPECT_GT((*model)->weights.panel_bytes(), 0u) << "the int8 runs read weight panels";
 }
 
-// tiny_llama_kq: Q4_K, Q5_K, Q6_K, Q5_0, Q5_1; tiny_llama_iq4: IQ4_XS and IQ4_NL.
+// tiny_llama_kq: Q4_K, Q5_K, Q6_K, Q5_0, Q5_1; tiny_llama_iq4: IQ4_XS and IQ4_NL; tiny_llama_q23k: Q2_K
+// and Q3_K.
 INSTANTIATE_TEST_SUITE_P(Files, TinyModelsPanels,
-                         ::testing::Values("tiny_llama_kq.gguf", "tiny_llama_iq4.gguf"),
+                         ::testing::Values("tiny_llama_kq.gguf", "tiny_llama_iq4.gguf",
+                                           "tiny_llama_q23k.gguf"),
                          [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
 
 }  // namespace

@@ -42,7 +42,8 @@ DEFAULT_OUT = os.path.join(REPO, "tests", "goldens", "tiny_models.json")
 
 MODELS = ["tiny_llama.gguf", "tiny_qwen2.gguf", "tiny_llama_f32.gguf", "tiny_qwen3.gguf",
           "tiny_qwen35.gguf", "tiny_qwen35moe.gguf", "tiny_qwen3next_f32.gguf", "tiny_llama_kq.gguf",
-          "tiny_llama3_rope_f32.gguf", "tiny_llama_yarn_f32.gguf", "tiny_gemma3_f32.gguf", "tiny_llama_iq4.gguf"]
+          "tiny_llama3_rope_f32.gguf", "tiny_llama_yarn_f32.gguf", "tiny_gemma3_f32.gguf", "tiny_llama_iq4.gguf",
+          "tiny_llama_q23k.gguf"]
 LENGTHS = [1, 7, 40]
 SEED = 20240601
 N_GREEDY = 16
@@ -66,7 +67,7 @@ def last_logits(llm):
 # k-quants: llama.cpp reads them with per-256 activation scales, chorus with per-32): their
 # logits are also recorded from a copy with every tensor dequantized to F32 (gguf's
 # dequantizer), the exact arithmetic both must approach.
-DEQUANTIZED = ["tiny_llama_kq.gguf", "tiny_llama_iq4.gguf"]
+DEQUANTIZED = ["tiny_llama_kq.gguf", "tiny_llama_iq4.gguf", "tiny_llama_q23k.gguf"]
 
 
 def dequantized_copy(path, out):

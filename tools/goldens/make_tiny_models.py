@@ -31,6 +31,8 @@ byte-identical files):
   tiny_llama_iq4.gguf  as tiny_llama_kq, quantized by llama-quantize to IQ4_XS and IQ4_NL
                        (attn_q, attn_v, ffn_gate, ffn_down, output IQ4_XS; the others and
                        token_embd IQ4_NL)
+  tiny_llama_q23k.gguf the same shape in Q2_K (attn_q, attn_output, ffn_up, token_embd) and Q3_K
+                       (attn_k, attn_v, ffn_gate, ffn_down, output)
   tiny_gemma3_f32.gguf "gemma3": 3 layers, sliding windows of 8 on layers 0, 1 (their
                        own RoPE base), head 64, q/k norms, post-norms, GeGLU, a final
                        logit soft-cap, all F32 (GEMMA3 below)
@@ -114,6 +116,8 @@ MODELS = {
                            gguf.LlamaFileType.ALL_F32),
     "tiny_llama_iq4.gguf": ("llama", QT.F32, QT.F32, False, False, 500000.0, 1e-5, 8642,
                             gguf.LlamaFileType.ALL_F32),
+    "tiny_llama_q23k.gguf": ("llama", QT.F32, QT.F32, False, False, 500000.0, 1e-5, 9753,
+                             gguf.LlamaFileType.ALL_F32),
 }
 # Per-file extras: an explicit head size (attention.key_length/value_length)
 # and per-head q/k norms.
@@ -121,6 +125,7 @@ EXTRAS = {
     "tiny_qwen3.gguf": {"head_dim": 64, "qk_norm": True},
     "tiny_llama_kq.gguf": {"n_embd": 256, "n_ff": 512},
     "tiny_llama_iq4.gguf": {"n_embd": 256, "n_ff": 512},
+    "tiny_llama_q23k.gguf": {"n_embd": 256, "n_ff": 512},
     "tiny_llama3_rope_f32.gguf": {"rope_freqs": True},
     "tiny_llama_yarn_f32.gguf": {"yarn": (4.0, 64)},
 }
@@ -137,6 +142,9 @@ QUANTIZED = {
                                        "attn_output": "iq4_nl", "ffn_gate": "iq4_xs", "ffn_up": "iq4_nl",
                                        "ffn_down": "iq4_xs"},
                             {"--token-embedding-type": "iq4_nl", "--output-tensor-type": "iq4_xs"}),
+    "tiny_llama_q23k.gguf": ("Q3_K_M", {"attn_q": "q2_k", "attn_k": "q3_k", "attn_v": "q3_k", "attn_output": "q2_k",
+                                        "ffn_gate": "q3_k", "ffn_up": "q2_k", "ffn_down": "q3_k"},
+                             {"--token-embedding-type": "q2_k", "--output-tensor-type": "q3_k"}),
 }
 
 
