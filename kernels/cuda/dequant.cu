@@ -61,6 +61,43 @@ __device__ __forceinline__ float q6k_at(const uint8_t* blk, int e) {
                    static_cast<float>(q));
 }
 
+// Element e (0..255) of a Q2_K or (kThree) Q3_K block: group g = e / 32 takes its 2 low bits from
+// qs[32 (g / 4) + k] >> 2 (g % 4) (k = e % 32) and, in Q3_K, its third bit from bit g of hmask[k];
+// scale 2 g + k / 16 (Q2_K: 4 bits and a 4-bit min; Q3_K: 6 bits - 32, packed in 12 bytes).
+template <bool kThree>
+__device__ __forceinline__ float q23k_at(const uint8_t* blk, int e) {
+  const int g = e / 32, k = e % 32, j = 2 * g + k / 16;
+  const int q = (blk[(kThree ? 32 : 16) + 32 * (g / 4) + k] >> (2 * (g % 4))) & 3;
+  if constexpr (kThree) {
+    const uint8_t* s = blk + 96;
+    const int low = j < 8 ? s[j] & 15 : s[j - 8] >> 4;
+    const int scale = (low | ((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+    const int v = q - (((blk[k] >> g) & 1) ? 0 : 4);
+    return __fmul_rn(__fmul_rn(half_at(blk + 108), static_cast<float>(scale)), static_cast<float>(v));
+  } else {
+    const float dl = __fmul_rn(half_at(blk + 80), static_cast<float>(blk[j] & 15)),
+                ml = __fmul_rn(half_at(blk + 82), static_cast<float>(blk[j] >> 4));
+    return __fsub_rn(__fmul_rn(dl, static_cast<float>(q)), ml);
+  }
+}
+
+// Element e of an IQ4_NL block (32) or (kXs) an IQ4_XS block (256): d (times, in IQ4_XS, the
+// group's 6-bit scale - 32) times a fixed table at the element's nibble.
+template <bool kXs>
+__device__ __forceinline__ float iq4_at(const uint8_t* blk, int e) {
+  constexpr int8_t kTable[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const int g = e / 32, k = e % 32;
+  const uint8_t* qs = blk + (kXs ? 8 + 16 * g : 2);
+  const int n = k < 16 ? qs[k] & 15 : qs[k - 16] >> 4;
+  float d = half_at(blk);
+  if constexpr (kXs) {
+    const int scales_h = blk[2] | blk[3] << 8;
+    const int ls = ((blk[4 + g / 2] >> (4 * (g % 2))) & 15) | (((scales_h >> (2 * g)) & 3) << 4);
+    d = __fmul_rn(d, static_cast<float>(ls - 32));
+  }
+  return __fmul_rn(d, static_cast<float>(kTable[n]));
+}
+
 template <int kType>
 __global__ void dequant_kernel(const uint8_t* __restrict__ src, int64_t row_bytes, int64_t n_rows,
                                int64_t n_cols, __nv_bfloat16* __restrict__ dst) {
@@ -83,6 +120,14 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ src, int64_t row_byte
       x = q45k_at<true>(row + (c / 256) * 176, static_cast<int>(c % 256));
     } else if constexpr (kType == static_cast<int>(TensorType::q6_k)) {
       x = q6k_at(row + (c / 256) * 210, static_cast<int>(c % 256));
+    } else if constexpr (kType == static_cast<int>(TensorType::q2_k)) {
+      x = q23k_at<false>(row + (c / 256) * 84, static_cast<int>(c % 256));
+    } else if constexpr (kType == static_cast<int>(TensorType::q3_k)) {
+      x = q23k_at<true>(row + (c / 256) * 110, static_cast<int>(c % 256));
+    } else if constexpr (kType == static_cast<int>(TensorType::iq4_nl)) {
+      x = iq4_at<false>(row + (c / 32) * 18, static_cast<int>(c % 32));
+    } else if constexpr (kType == static_cast<int>(TensorType::iq4_xs)) {
+      x = iq4_at<true>(row + (c / 256) * 136, static_cast<int>(c % 256));
     } else if constexpr (kType == static_cast<int>(TensorType::q5_0)) {
       x = q5_at<false>(row + (c / 32) * 22, static_cast<int>(c % 32));
     } else if constexpr (kType == static_cast<int>(TensorType::q5_1)) {
@@ -144,6 +189,10 @@ DequantKernel kernel_for(int ggml_type) {
     case TensorType::q4_k: return dequant_kernel<12>;
     case TensorType::q5_k: return dequant_kernel<13>;
     case TensorType::q6_k: return dequant_kernel<14>;
+    case TensorType::q2_k: return dequant_kernel<10>;
+    case TensorType::q3_k: return dequant_kernel<11>;
+    case TensorType::iq4_nl: return dequant_kernel<20>;
+    case TensorType::iq4_xs: return dequant_kernel<23>;
     case TensorType::bf16: return dequant_kernel<30>;
     default: return nullptr;
   }
@@ -187,7 +236,7 @@ bool converts_to_bf16(int ggml_type) {
 }
 
 std::string bf16_conversions() {
-  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K";
+  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS";
 }
 
 Status to_bf16(const float* x, bf16_bits* y, int64_t n, Stream s) {

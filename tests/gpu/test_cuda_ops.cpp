@@ -144,9 +144,10 @@ TEST_F(CudaOps, EmbedRowsAndBadIds) {
 // to bf16.
 TEST_F(CudaOps, DequantizeRowsToBf16) {
   std::mt19937 rng(7);
-  for (const TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0,
-                                TensorType::q5_1, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k,
-                                TensorType::f16, TensorType::f32, TensorType::bf16}) {
+  for (const TensorType type :
+       {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q5_0, TensorType::q5_1,
+        TensorType::q4_k, TensorType::q5_k, TensorType::q6_k, TensorType::q2_k, TensorType::q3_k,
+        TensorType::iq4_nl, TensorType::iq4_xs, TensorType::f16, TensorType::f32, TensorType::bf16}) {
     const TensorTypeInfo& info = tensor_type_info(type);
     const int64_t rows = 5, cols = 512;                         // two K-quant blocks a row
     const size_t row_bytes = tensor_row_bytes(info, cols) + 4;  // padded: the kernel must use row_bytes
@@ -175,10 +176,15 @@ TEST_F(CudaOps, DequantizeRowsToBf16) {
       } else {  // each block's f16 scales (and mins); the quants stay random
         const bool min = type == TensorType::q4_1 || type == TensorType::q5_1 || type == TensorType::q4_k ||
                          type == TensorType::q5_k;
+        // Where each layout keeps its f16 scale: first, except Q6_K, Q3_K and Q2_K (d, dmin at 80).
+        const size_t at = type == TensorType::q6_k   ? 208
+                          : type == TensorType::q3_k ? 108
+                          : type == TensorType::q2_k ? 80
+                                                     : 0;
         for (int64_t b = 0; b < cols / static_cast<int64_t>(info.block_elems); ++b) {
           uint8_t* blk = row + b * info.block_bytes;
-          moderate_f16(type == TensorType::q6_k ? blk + 208 : blk);
-          if (min) moderate_f16(blk + 2);
+          moderate_f16(blk + at);
+          if (min || type == TensorType::q2_k) moderate_f16(blk + at + 2);
         }
       }
     }
@@ -583,10 +589,11 @@ TEST(CudaOpsShapes, BadShapesAreRefusedWithWhatAndWhere) {
   g.n_k_heads = 3;
   g.n_v_heads = 4;
   EXPECT_NE(cuda::gdn_decode(g, nullptr).message().find("4 value heads over 3 key heads"), std::string::npos);
-  EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q2_k), &x, 84, 1, 256, nullptr, nullptr)
-                .message()
-                .find("Q2_K has no CUDA conversion"),
-            std::string::npos);
+  EXPECT_NE(
+      cuda::dequantize_rows_bf16(static_cast<int>(TensorType::iq2_xxs), &x, 66, 1, 256, nullptr, nullptr)
+          .message()
+          .find("IQ2_XXS has no CUDA conversion"),
+      std::string::npos);
   EXPECT_NE(cuda::dequantize_rows_bf16(static_cast<int>(TensorType::q8_0), &x, 34, 1, 33, nullptr, nullptr)
                 .message()
                 .find("multiple of 32"),
