@@ -30,20 +30,27 @@ bool integer_type(GgufValueType t) {
          t != GgufValueType::f64;
 }
 
+// A per-layer array of flags (integers or booleans) at `key` into `out` [n_layer]; `what` ends
+// the error when it is not one.
+Status read_layer_flags(const GgufFile& g, const std::string& key, int n_layer, const std::string& what,
+                        std::vector<bool>& out) {
+  const GgufValue* v = g.find(key);
+  const auto* arr = v ? std::get_if<GgufArray>(&v->v) : nullptr;
+  if (arr == nullptr || arr->count != static_cast<uint64_t>(n_layer) || !integer_type(arr->elem_type))
+    return make_error(Errc::bad_format, g.name() + ": " + key + " must be " + what);
+  for (int l = 0; l < n_layer; ++l)
+    out[static_cast<size_t>(l)] = arr->elem_type == GgufValueType::boolean
+                                      ? arr->data[l] != 0
+                                      : arr->int_at(static_cast<uint64_t>(l)) != 0;
+  return Status::success();
+}
+
 // Which layers are recurrent: an explicit per-layer list (newer converters), else every layer but
 // each full_attention_interval-th.
 Status read_recurrent_layers(const GgufFile& g, const std::string& p, ModelConfig& c) {
-  auto bad = [&](const std::string& what) { return make_error(Errc::bad_format, g.name() + ": " + what); };
   if (g.find(p + "attention.recurrent_layers")) {
-    const GgufValue* v = g.find(p + "attention.recurrent_layers");
-    const auto* arr = std::get_if<GgufArray>(&v->v);
-    if (arr == nullptr || arr->count != static_cast<uint64_t>(c.n_layer) || !integer_type(arr->elem_type))
-      return bad(p + "attention.recurrent_layers must be an array of " + std::to_string(c.n_layer) +
-                 " integers");
-    for (int l = 0; l < c.n_layer; ++l)
-      c.linear_layer[static_cast<size_t>(l)] = arr->elem_type == GgufValueType::boolean
-                                                   ? arr->data[l] != 0
-                                                   : arr->int_at(static_cast<uint64_t>(l)) != 0;
+    CHORUS_TRY(read_layer_flags(g, p + "attention.recurrent_layers", c.n_layer,
+                                "an array of " + std::to_string(c.n_layer) + " integers", c.linear_layer));
   } else {
     int interval = 4;
     if (g.find(p + "full_attention_interval")) {
@@ -196,13 +203,8 @@ Status read_gemma3(const GgufFile& g, const std::string& p, ModelConfig& c) {
   const std::string key = p + "attention.sliding_window_pattern";
   const GgufValue* v = g.find(key);
   if (v != nullptr && v->type == GgufValueType::array) {  // one flag per layer
-    const auto* arr = std::get_if<GgufArray>(&v->v);
-    if (arr->count != static_cast<uint64_t>(c.n_layer) || !integer_type(arr->elem_type))
-      return bad(key + " must be an integer or an array of " + std::to_string(c.n_layer) + " flags");
-    for (int l = 0; l < c.n_layer; ++l)
-      c.swa_layer[static_cast<size_t>(l)] = arr->elem_type == GgufValueType::boolean
-                                                ? arr->data[l] != 0
-                                                : arr->int_at(static_cast<uint64_t>(l)) != 0;
+    CHORUS_TRY(read_layer_flags(
+        g, key, c.n_layer, "an integer or an array of " + std::to_string(c.n_layer) + " flags", c.swa_layer));
   } else {
     int pattern = 6;
     if (v != nullptr) {

@@ -17,6 +17,7 @@
 #include "engine/forward/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/step/generator.h"
+#include "tests/support/model_fixture.h"
 #include "tests/support/test_util.h"
 
 namespace chorus {
@@ -44,17 +45,7 @@ class Gemma3 : public ::testing::Test {
   }
 
   std::vector<TokenId> greedy(const std::vector<TokenId>& prompt, int n, std::vector<float>* first) {
-    GenerateOptions o;
-    o.n_ctx = static_cast<int>(prompt.size()) + n + 1;
-    o.max_new_tokens = n;
-    o.stop_at_end_of_generation = false;
-    o.sampling = SamplingParams::greedy();
-    auto g = Generator::create(*model_, *device_, 1, o);
-    EXPECT_TRUE(g.ok());
-    auto st = (*g)->run(prompt, nullptr);
-    EXPECT_TRUE(st.ok()) << st.error().to_string();
-    if (first) *first = (*g)->first_logits();
-    return (*g)->outputs()[0];
+    return test::greedy(*model_, *device_, prompt, n, first);
   }
 
   static std::unique_ptr<Model> model_;
@@ -85,25 +76,6 @@ TEST_F(Gemma3, PromptTokensMatchLlamaCpp) {
   }
 }
 
-// The last position's logits of `ids`, one forward of a runner of its own.
-std::vector<float> forward_logits(const Model& m, CpuDevice& device, const std::vector<TokenId>& ids,
-                                  bool f32_activations) {
-  auto kv = KvCache::create(m.config, KvCache::pages_for(static_cast<int64_t>(ids.size())));
-  EXPECT_TRUE(kv.ok());
-  CpuRunner runner(m.config, m.weights, device, static_cast<int>(ids.size()), f32_activations);
-  SequenceKv seq;
-  EXPECT_TRUE(kv->reserve(seq, static_cast<int64_t>(ids.size())).ok());
-  std::vector<BatchToken> batch;
-  for (size_t i = 0; i < ids.size(); ++i)
-    batch.push_back({ids[i], static_cast<int32_t>(i), 0, i + 1 == ids.size()});
-  std::vector<float> logits(static_cast<size_t>(m.config.n_vocab));
-  SequenceKv* seqs[] = {&seq};
-  const Status st = runner.forward(batch, seqs, *kv, logits.data());
-  EXPECT_TRUE(st.ok()) << st.error().to_string();
-  kv->release(seq);
-  return logits;
-}
-
 // Over llama.cpp's 256 largest logits of the first generated position: chorus with f32
 // activations is the exact arithmetic (llama.cpp's logits on the dequantized copy) to 1e-3;
 // chorus's int8 activations (one scale per 32 values) are no farther from it than llama.cpp's
@@ -118,8 +90,8 @@ TEST_F(Gemma3, FirstLogitsAreAsCloseToTheExactArithmeticAsLlamaCpp) {
     const auto& top = p["first_top"];
     const auto& exact = p["exact_top"];
     float llama_far = 0, int8_far = 0, f32_far = 0;
-    const auto int8 = forward_logits(*model_, *device_, ids, false);
-    const auto f32 = forward_logits(*model_, *device_, ids, true);
+    const auto int8 = test::forward_logits(*model_, *device_, ids, false);
+    const auto f32 = test::forward_logits(*model_, *device_, ids, true);
     for (size_t k = 0; k < top.size(); ++k) {
       const int id = top[k][0].get<int>();
       const float ex = exact[k].get<float>();

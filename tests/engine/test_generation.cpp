@@ -10,6 +10,7 @@
 #include "device/cpu_device.h"
 #include "engine/model/model.h"
 #include "engine/step/generator.h"
+#include "tests/support/model_fixture.h"
 #include "tests/support/test_util.h"
 
 namespace chorus {
@@ -65,17 +66,7 @@ class GenerationGoldens : public ::testing::Test {
 
   // Greedy generation of n tokens after the prompt; fills first logits.
   std::vector<TokenId> greedy(const std::vector<TokenId>& prompt, int n, std::vector<float>* first) {
-    GenerateOptions o;
-    o.n_ctx = static_cast<int>(prompt.size()) + n + 1;
-    o.max_new_tokens = n;
-    o.stop_at_end_of_generation = false;
-    o.sampling = SamplingParams::greedy();
-    auto g = Generator::create(*model_, *device_, 1, o);
-    EXPECT_TRUE(g.ok());
-    auto st = (*g)->run(prompt, nullptr);
-    EXPECT_TRUE(st.ok()) << st.error().to_string();
-    if (first) *first = (*g)->first_logits();
-    return (*g)->outputs()[0];
+    return test::greedy(*model_, *device_, prompt, n, first);
   }
 
   static std::unique_ptr<Model> model_;

@@ -22,6 +22,7 @@
 #include "engine/forward/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/step/generator.h"
+#include "tests/support/model_fixture.h"
 #include "tests/support/test_util.h"
 
 namespace chorus {
@@ -134,25 +135,6 @@ INSTANTIATE_TEST_SUITE_P(Architectures, TinyModels,
                            return n;
                          });
 
-// The last position's logits of `ids`, run as one forward by a runner of its own.
-std::vector<float> forward_logits(const Model& m, CpuDevice& device, const std::vector<TokenId>& ids,
-                                  bool f32_activations) {
-  auto kv = KvCache::create(m.config, KvCache::pages_for(static_cast<int64_t>(ids.size())));
-  EXPECT_TRUE(kv.ok());
-  CpuRunner runner(m.config, m.weights, device, static_cast<int>(ids.size()), f32_activations);
-  SequenceKv seq;
-  EXPECT_TRUE(kv->reserve(seq, static_cast<int64_t>(ids.size())).ok());
-  std::vector<BatchToken> batch;
-  for (size_t i = 0; i < ids.size(); ++i)
-    batch.push_back({ids[i], static_cast<int32_t>(i), 0, i + 1 == ids.size()});
-  std::vector<float> logits(static_cast<size_t>(m.config.n_vocab));
-  SequenceKv* seqs[] = {&seq};
-  const Status st = runner.forward(batch, seqs, *kv, logits.data());
-  EXPECT_TRUE(st.ok()) << st.error().to_string();
-  kv->release(seq);
-  return logits;
-}
-
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float d = 0;
   for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
@@ -188,8 +170,8 @@ TEST_P(TinyModelsPanels, PanelTypesAreAsCloseToTheExactLogitsAsLlamaCpp) {
     const auto exact = g["dequantized_cases"][c]["last_logits"].get<std::vector<float>>();
     float max_abs = 0;
     for (float v : exact) max_abs = std::max(max_abs, std::fabs(v));
-    const auto f32 = forward_logits(**model, **device, ids, true);
-    const auto int8 = forward_logits(**model, **device, ids, false);
+    const auto f32 = test::forward_logits(**model, **device, ids, true);
+    const auto int8 = test::forward_logits(**model, **device, ids, false);
     const float llama_err = max_abs_diff(llama, exact), f32_err = max_abs_diff(f32, exact),
                 int8_err = max_abs_diff(int8, exact);
     std::printf(

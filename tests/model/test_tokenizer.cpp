@@ -55,6 +55,24 @@ const Tokenizer& tiny_tokenizer() {
   return tok;
 }
 
+// One golden case in llama.cpp's three modes (plain, special tokens parsed, BOS/EOS added): true
+// when all three agree, else a failure that shows the ids.
+bool matches_golden(const Tokenizer& tok, const nlohmann::json& c, const std::string& label, size_t index) {
+  const std::string text = test::from_hex(c["hex"]);
+  const auto plain = tok.encode(text, {.add_special = false, .parse_special = false});
+  const auto special = tok.encode(text, {.add_special = false, .parse_special = true});
+  const auto added = tok.encode(text, {.add_special = true, .parse_special = true});
+  const auto want_plain = c["ids"].get<std::vector<TokenId>>();
+  const auto want_special = c["ids_special"].get<std::vector<TokenId>>();
+  const auto want_added = c["ids_add_special"].get<std::vector<TokenId>>();
+  if (plain == want_plain && special == want_special && added == want_added) return true;
+  ADD_FAILURE() << label << " case " << index << " hex " << c["hex"].get<std::string>().substr(0, 120)
+                << "\n  plain   got " << ids_str(plain) << "\n          want " << ids_str(want_plain)
+                << "\n  special got " << ids_str(special) << "\n          want " << ids_str(want_special)
+                << "\n  added   got " << ids_str(added) << "\n          want " << ids_str(want_added);
+  return false;
+}
+
 class TokenizerGoldens : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TokenizerGoldens, TokenIdenticalToLlamaCpp) {
@@ -75,19 +93,7 @@ TEST_P(TokenizerGoldens, TokenIdenticalToLlamaCpp) {
       EXPECT_EQ(tok->decode(tok->encode(text)), repaired);
       continue;
     }
-    const auto plain = tok->encode(text, {.add_special = false, .parse_special = false});
-    const auto special = tok->encode(text, {.add_special = false, .parse_special = true});
-    const auto added = tok->encode(text, {.add_special = true, .parse_special = true});
-    const auto want_plain = c["ids"].get<std::vector<TokenId>>();
-    const auto want_special = c["ids_special"].get<std::vector<TokenId>>();
-    const auto want_added = c["ids_add_special"].get<std::vector<TokenId>>();
-    ++n;
-    if (plain != want_plain || special != want_special || added != want_added) {
-      ++mismatches;
-      ADD_FAILURE() << pre << " case " << n - 1 << " hex " << c["hex"].get<std::string>().substr(0, 120)
-                    << "\n  plain   got " << ids_str(plain) << "\n          want " << ids_str(want_plain)
-                    << "\n  special got " << ids_str(special) << "\n          want " << ids_str(want_special);
-    }
+    mismatches += !matches_golden(*tok, c, pre, n++);
   }
   EXPECT_GE(n, 200u);
   EXPECT_EQ(mismatches, 0u) << mismatches << " of " << n << " cases differ";
@@ -132,21 +138,7 @@ TEST_P(SpmGoldens, TokenIdenticalToLlamaCpp) {
       ++aborted;
       continue;
     }
-    const std::string text = test::from_hex(c["hex"]);
-    const auto plain = tok->encode(text, {.add_special = false, .parse_special = false});
-    const auto special = tok->encode(text, {.add_special = false, .parse_special = true});
-    const auto added = tok->encode(text, {.add_special = true, .parse_special = true});
-    const auto want_plain = c["ids"].get<std::vector<TokenId>>();
-    const auto want_special = c["ids_special"].get<std::vector<TokenId>>();
-    const auto want_added = c["ids_add_special"].get<std::vector<TokenId>>();
-    ++n;
-    if (plain != want_plain || special != want_special || added != want_added) {
-      ++mismatches;
-      ADD_FAILURE() << name << " case " << n - 1 << " hex " << c["hex"].get<std::string>().substr(0, 120)
-                    << "\n  plain   got " << ids_str(plain) << "\n          want " << ids_str(want_plain)
-                    << "\n  special got " << ids_str(special) << "\n          want " << ids_str(want_special)
-                    << "\n  added   got " << ids_str(added) << "\n          want " << ids_str(want_added);
-    }
+    mismatches += !matches_golden(*tok, c, name, n++);
   }
   EXPECT_EQ(aborted, 0u);
   EXPECT_GE(n, 300u);
