@@ -107,30 +107,9 @@ TEST_F(GenerationGoldens, FirstLogitsMatchLlamaCpp) {
 }
 
 TEST_F(GenerationGoldens, GreedyContinuationsMatchLlamaCpp) {
-  constexpr int kTokens = 64;
-  int identical = 0, total = 0;
-  for (const auto& p : (*golden_)["prompts"]) {
-    const auto want = p["greedy_ids"].get<std::vector<TokenId>>();
-    const auto gaps = p["top2_gap"].get<std::vector<float>>();
-    const auto got = greedy(p["prompt_ids"].get<std::vector<TokenId>>(), kTokens, nullptr);
-    ++total;
-    int first_diff = -1;
-    for (int i = 0; i < kTokens; ++i)
-      if (got[static_cast<size_t>(i)] != want[static_cast<size_t>(i)]) {
-        first_diff = i;
-        break;
-      }
-    if (first_diff < 0) {
-      ++identical;
-      continue;
-    }
-    // A divergence is acceptable only at a near-tie in llama.cpp's own logits.
-    std::printf("  %-18s diverges at token %d (llama.cpp top-2 gap %.4f)\n",
-                p["name"].get<std::string>().c_str(), first_diff, gaps[static_cast<size_t>(first_diff)]);
-    EXPECT_LT(gaps[static_cast<size_t>(first_diff)], 0.1f) << p["name"] << " diverges at " << first_diff;
-  }
-  std::printf("  %d of %d greedy continuations identical for %d tokens\n", identical, total, kTokens);
-  EXPECT_GE(identical * 10, total * 9) << identical << " of " << total;
+  const auto& prompts = (*golden_)["prompts"];
+  const int identical = test::greedy_goldens_identical(*model_, *device_, prompts, 64, 0.1f);
+  EXPECT_GE(identical * 10, static_cast<int>(prompts.size()) * 9) << identical << " of " << prompts.size();
 }
 
 }  // namespace

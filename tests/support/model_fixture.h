@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "device/cpu_device.h"
@@ -61,6 +63,32 @@ inline std::vector<TokenId> greedy(const Model& m, CpuDevice& device, const std:
   EXPECT_TRUE(st.ok()) << st.error().to_string();
   if (first) *first = (*g)->first_logits();
   return (*g)->outputs()[0];
+}
+
+// Each golden prompt (generation goldens: prompt_ids, greedy_ids, top2_gap) run greedily for n
+// tokens against llama.cpp's continuation. A divergence fails unless llama.cpp's own top-2 gap
+// there is below `max_gap` (a near-tie). Returns how many continuations are identical.
+inline int greedy_goldens_identical(const Model& m, CpuDevice& device, const nlohmann::json& prompts, int n,
+                                    float max_gap) {
+  int identical = 0;
+  for (const auto& p : prompts) {
+    const auto want = p["greedy_ids"].get<std::vector<TokenId>>();
+    const auto gaps = p["top2_gap"].get<std::vector<float>>();
+    const auto got = greedy(m, device, p["prompt_ids"].get<std::vector<TokenId>>(), n, nullptr);
+    int first_diff = -1;
+    for (int i = 0; i < n && first_diff < 0; ++i)
+      if (got[static_cast<size_t>(i)] != want[static_cast<size_t>(i)]) first_diff = i;
+    if (first_diff < 0) {
+      ++identical;
+      continue;
+    }
+    const float gap = gaps[static_cast<size_t>(first_diff)];
+    std::printf("  %-18s diverges at token %d (llama.cpp top-2 gap %.4f)\n",
+                p["name"].get<std::string>().c_str(), first_diff, gap);
+    EXPECT_LT(gap, max_gap) << p["name"] << " diverges at " << first_diff;
+  }
+  std::printf("  %d of %zu greedy continuations identical for %d tokens\n", identical, prompts.size(), n);
+  return identical;
 }
 
 }  // namespace chorus::test
