@@ -630,8 +630,19 @@ TEST(CudaRunner, CheckSaysWhatItRunsWithoutADevice) {
   c.n_expert = 1025;
   c.n_expert_used = 2;
   refused(c, moe.weights, "choosing 2 of 1025 experts");
-  hybrid.weights.token_embd.type = TensorType::q2_k;  // (the model is not used again)
-  refused(hybrid.config, hybrid.weights, "cannot convert token_embd (Q2_K)");
+  hybrid.weights.token_embd.type = TensorType::iq2_xxs;  // (the model is not used again)
+  refused(hybrid.config, hybrid.weights, "cannot convert token_embd (IQ2_XXS)");
+  // Gemma 3 runs on the CPU only for now.
+  auto gemma = Model::load(goldens("tiny_gemma3_f32.gguf"));
+  ASSERT_TRUE(gemma.ok());
+  refused((*gemma)->config, (*gemma)->weights, "does not run Gemma 3's sliding-window layers");
+  // The quantized types the CPU reads convert, Q2_K and IQ4_XS among them.
+  for (const char* f : {"tiny_llama_q23k.gguf", "tiny_llama_iq4.gguf"}) {
+    auto m = Model::load(goldens(f));
+    ASSERT_TRUE(m.ok()) << f;
+    const Status st = CudaRunner::check((*m)->config, (*m)->weights);
+    EXPECT_TRUE(st.ok()) << f << ": " << st.error().message;
+  }
 }
 
 // create() refuses what check() refuses, before it allocates anything.
