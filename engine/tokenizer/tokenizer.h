@@ -101,6 +101,7 @@ class Tokenizer {
   Status read_spm(const GgufFile& g);
   void spm_text(std::string_view text, bool space_prefix, std::vector<TokenId>* out) const;
   void spm_bytes(std::string_view piece, std::vector<TokenId>* out) const;
+  static std::string spm_unescape(std::string_view piece);  // U+2581 back to spaces
 
   PreTokenizer pre_;
   std::vector<std::string> tokens_;  // byte-level text of each id

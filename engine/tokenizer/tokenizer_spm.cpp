@@ -65,6 +65,20 @@ Status Tokenizer::read_spm(const GgufFile& g) {
   return Status::success();
 }
 
+std::string Tokenizer::spm_unescape(std::string_view piece) {
+  std::string out;
+  out.reserve(piece.size());
+  for (size_t i = 0; i < piece.size();) {
+    if (piece.substr(i, kSpaceMark.size()) == kSpaceMark) {
+      out += ' ';
+      i += kSpaceMark.size();
+    } else {
+      out += piece[i++];
+    }
+  }
+  return out;
+}
+
 void Tokenizer::spm_bytes(std::string_view piece, std::vector<TokenId>* out) const {
   for (char c : piece) {
     const TokenId id = byte_token_[static_cast<unsigned char>(c)];

@@ -43,7 +43,8 @@ CpuRunner::CpuRunner(const ModelConfig& config, const Weights& weights, CpuDevic
   up_.resize(T * ff);
   rope_cs_.resize(static_cast<size_t>(c_.n_rot));
   rope_ = rope_params(c_, w_);
-  rope_swa_ = RopeParams{c_.rope_theta_scale_swa(), 1.0f, nullptr};
+  rope_swa_ = RopeParams{c_.rope_theta_scale_swa(), 1.0f, nullptr};  // no position scaling there,
+  rope_swa_.mscale = c_.rope_mscale;  // but the attention factor, as llama.cpp gives every layer
   const int widest = std::max({c_.n_embd, c_.q_dim(), ff, c_.gdn.value_dim()});
   xq_.resize(T * static_cast<size_t>(widest / kQ8Block));
   for (int t = 0; t < 40; ++t)
