@@ -4,6 +4,7 @@
 // linker can never mix them up). Plain loops only: no STL templates, which would be shared.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -181,8 +182,7 @@ inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, flo
       const int valid = static_cast<int>(seg.n_kv - pg * P < P ? seg.n_kv - pg * P : P);
       // Positions before the segment's begin are outside a sliding window: -inf, as a mask
       // makes them in llama.cpp (their exponentials are 0).
-      const int hidden =
-          static_cast<int>(seg.begin - pg * P < 0 ? 0 : (seg.begin - pg * P < P ? seg.begin - pg * P : P));
+      const int hidden = static_cast<int>(std::clamp<int64_t>(seg.begin - pg * P, 0, P));
       for (int g = 0; g < a.n_q; ++g) {
         float* p = a.scratch + g * stride + offset + pg * P;
         for (int t = 0; t < hidden && t < valid; ++t) p[t] = -INFINITY;
