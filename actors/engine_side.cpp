@@ -47,6 +47,8 @@ Frame EngineSide::snapshot(uint64_t rid, const std::vector<BlockId>& view) {
 Frame EngineSide::block_op(uint64_t rid, const BlockOpCmd& op) {
   BlockStore& store = engine_->blocks();
   using Op = BlockOpCmd::Op;
+  if (op.op == Op::export_part) return export_part(rid, op);  // paused blocks too: their host copy
+  if (op.op == Op::load_part) return load_part(rid, op);
   std::vector<BlockId> touched = {op.block};
   if (op.op == Op::merge) touched.push_back(op.second);
   for (BlockId b : touched) {
@@ -59,6 +61,7 @@ Frame EngineSide::block_op(uint64_t rid, const BlockOpCmd& op) {
   if (op.op == Op::free || op.op == Op::clear) {
     Status s = op.op == Op::free ? store.free(op.block) : store.clear(op.block);
     if (!s.ok()) return encode_error_envelope(rid, s.error());
+    forget_transfers(op.block);
     return op.op == Op::free ? encode_block_info(rid, op.block, "", 0, 0) : info(rid, op.block);
   }
   auto made = op.op == Op::merge ? store.merge(op.block, op.second, op.name)
@@ -113,9 +116,93 @@ Status EngineSide::end_blocks(const std::vector<BlockId>& blocks, bool cancel, c
     if (auto blk = engine_->blocks().get(b); blk && (*blk)->holds > 0)
       return make_error(Errc::invalid_argument, name + ": block " + std::to_string(b) + " has " +
                                                     std::to_string((*blk)->holds) + " pending request(s)");
-  for (BlockId b : blocks)
+  for (BlockId b : blocks) {
     if (engine_->blocks().is_live(b)) CHORUS_TRY(engine_->blocks().free(b));
+    forget_transfers(b);
+  }
   return Status::success();
+}
+
+void EngineSide::forget_transfers(BlockId b) {
+  exports_.erase(b);
+  loads_.erase(b);
+}
+
+// The part at offset 0 takes the image (Engine::export_block); the others are cut from it.
+Frame EngineSide::export_part(uint64_t rid, const BlockOpCmd& op) {
+  const std::string name = "block " + std::to_string(op.block);
+  if (op.offset == 0) {
+    auto image = engine_->export_block(op.block);
+    if (!image) return encode_error_envelope(rid, image.error());
+    exports_[op.block] = std::make_shared<const BlockImage>(std::move(*image));
+  }
+  auto it = exports_.find(op.block);
+  if (it == exports_.end())
+    return encode_error_envelope(
+        rid, make_error(Errc::invalid_argument, "no export of " + name + " is under way: start at offset 0"));
+  const BlockImage& im = *it->second;
+  if (op.offset > im.kv.size())
+    return encode_error_envelope(
+        rid, make_error(Errc::invalid_argument, "offset " + std::to_string(op.offset) + " is past the " +
+                                                    std::to_string(im.kv.size()) + " bytes of " + name));
+  const uint64_t size =
+      std::min<uint64_t>(op.max_bytes == 0 ? kBlockPartBytes : std::min(op.max_bytes, kBlockPartBytes),
+                         im.kv.size() - op.offset);
+  BlockPartData part;
+  part.block = op.block;
+  if (op.offset == 0) {
+    part.tokens = im.tokens;
+    part.cached = im.cached;
+    part.format = im.format;
+  }
+  part.total = im.kv.size();
+  part.offset = op.offset;
+  Frame f = encode_block_part(rid, part, std::span<const std::byte>(im.kv).subspan(op.offset, size));
+  if (op.offset + size == im.kv.size()) exports_.erase(it);  // the last part
+  return f;
+}
+
+// Parts gather in order; the last one loads the image into the block (Engine::load_block).
+Frame EngineSide::load_part(uint64_t rid, const BlockOpCmd& op) {
+  const std::string name = "block " + std::to_string(op.block);
+  const BlockPartData& part = *op.part;
+  auto fail = [&](Errc code, const std::string& why) {
+    loads_.erase(op.block);
+    return encode_error_envelope(rid, make_error(code, "loading " + name + ": " + why));
+  };
+  if (part.offset == 0) {
+    // No more than the whole pool could hold: a frame cannot make the node reserve more.
+    const KvCache& kv = engine_->blocks().kv();
+    const uint64_t most = static_cast<uint64_t>(kv.n_pages()) * kv.page_bytes();
+    if (part.total > most)
+      return fail(Errc::invalid_argument, std::to_string(part.total) + " bytes of KV are more than the " +
+                                              std::to_string(most) + " of the whole pool");
+    auto blk = engine_->blocks().get(op.block);
+    if (!blk) return fail(blk.error().code, blk.error().message);
+    if (!(*blk)->paused || !(*blk)->tokens.empty())
+      return fail(Errc::invalid_argument, "only a paused block that was never written can be loaded");
+    Loading& l = loads_[op.block];
+    l.total = part.total;
+    l.image = BlockImage{part.tokens, part.cached, part.format, {}};
+    l.image.kv.reserve(part.total);
+  }
+  auto it = loads_.find(op.block);
+  if (it == loads_.end()) return fail(Errc::invalid_argument, "no load is under way: start at offset 0");
+  Loading& l = it->second;
+  if (part.offset != l.image.kv.size() || part.total != l.total ||
+      part.kv.size() > l.total - l.image.kv.size())
+    return fail(Errc::invalid_argument,
+                "a part of " + std::to_string(part.kv.size()) + " bytes at " + std::to_string(part.offset) +
+                    " of " + std::to_string(part.total) + " does not follow the " +
+                    std::to_string(l.image.kv.size()) + " of " + std::to_string(l.total) + " bytes received");
+  l.image.kv.insert(l.image.kv.end(), part.kv.begin(), part.kv.end());
+  if (l.image.kv.size() < l.total) return encode_block_info(rid, op.block, "", 0, 0);
+  BlockImage image = std::move(l.image);
+  loads_.erase(it);
+  const auto n = static_cast<int64_t>(image.tokens.size());
+  if (Status s = engine_->load_block(op.block, std::move(image)); !s.ok())
+    return encode_error_envelope(rid, s.error());
+  return encode_block_info(rid, op.block, "", n, 0);  // paused: nothing cached until its restore
 }
 
 LinkResult EngineSide::apply(const LinkOp& op) {

@@ -63,6 +63,17 @@ class EngineSide {
   void emit(Subscriber& s, Frame f, const Send& send);
   std::vector<RequestId> dispatch(const std::vector<Event>& events, const Send& send);
   Result<BlockSummary> summarize(BlockId id);
+  // KV transfer (BlockOpCmd export_part / load_part): images being sent, part by part, and
+  // being received, by block.
+  Frame export_part(uint64_t rid, const BlockOpCmd& op);
+  Frame load_part(uint64_t rid, const BlockOpCmd& op);
+  void forget_transfers(BlockId b);  // the block is gone
+  struct Loading {
+    uint64_t total = 0;
+    BlockImage image;
+  };
+  std::map<BlockId, std::shared_ptr<const BlockImage>> exports_;
+  std::map<BlockId, Loading> loads_;
   Frame info(uint64_t rid, BlockId id);
 
   std::shared_ptr<Engine> engine_;

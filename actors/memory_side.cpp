@@ -23,8 +23,11 @@ std::optional<Frame> MemorySide::on_frame(const std::vector<uint8_t>& bytes, con
   if (auto* op = std::get_if<BlockOpCmd>(&*cmd)) {
     // On a paused program registered with `hold` (a source clearing its window, say), it waits
     // for the restore like a request.
+    // A block's image moves while its program is paused (exported from its host copy, loaded
+    // into a paused program's new block): those do not wait.
+    const bool transfer = op->op == BlockOpCmd::Op::export_part || op->op == BlockOpCmd::Op::load_part;
     const BlockId touched[] = {op->block, op->second};
-    if (const uint64_t p = programs_.hold_owner(touched, true))
+    if (const uint64_t p = transfer ? 0 : programs_.hold_owner(touched, true))
       return hold(p, bytes, rid, sender, defer, 0, 0);
     return on_block_op(rid, *op);
   }

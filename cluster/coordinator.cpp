@@ -130,11 +130,12 @@ struct Coordinator::Impl {
         continue;
       }
       auto health = m.health;
-      gateway->add_backend(name, m.link, m.record.pages,
-                           [health] { return health->pages_total.load() - health->pages_used.load(); });
+      gateway->add_backend(
+          name, m.link, m.record.pages,
+          [health] { return health->pages_total.load() - health->pages_used.load(); }, m.record.host_pages);
       m.serving = true;
-      spdlog::info("cluster `{}`: serving on node `{}` ({} KV pages)", opts.membership.cluster, name,
-                   m.record.pages);
+      spdlog::info("cluster `{}`: serving on node `{}` ({} KV pages, {} host pages)", opts.membership.cluster,
+                   name, m.record.pages, m.record.host_pages);
       mark("serving on", name, m.record.epoch);
     }
     std::string why;

@@ -24,6 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (chorus::TokenId t : r->tokens) (void)t;
       for (const auto& s : r->stop.strings) (void)s.size();
     }
+    if (auto* op = std::get_if<chorus::BlockOpCmd>(&*cmd); op && op->part)
+      for (std::byte b : op->part->kv) (void)b;
   }
   if (auto rep = chorus::decode_reply(frame); rep.ok()) (void)rep->text.size();
   return 0;

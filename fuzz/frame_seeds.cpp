@@ -25,7 +25,17 @@ int main(int argc, char** argv) {
   end.cancel = true;
   ProgramCmd phase{ProgramCmd::Op::phase, 5, "", {}, PauseMode::drop};
   phase.acting = true;
+  BlockPartData part;
+  part.block = 2;
+  part.tokens = {1, 2, 3, 4};
+  part.cached = 3;
+  part.format = "f32/L2/D8";
+  part.total = 4096;
+  part.kv.resize(64, std::byte{7});
   const std::vector<std::pair<std::string, Frame>> seeds = {
+      {"export", encode_export_block(27, 2, 0, 1024)},
+      {"block_part", encode_block_part(28, part)},
+      {"load", encode_load_block(29, part)},
       {"create", encode_create_block(1, "thoughts")},
       {"free", encode_free_block(2, 3)},
       {"clear", encode_clear_block(3, 3)},

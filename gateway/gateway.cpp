@@ -190,35 +190,48 @@ struct Gateway::Impl {
   // one with room (the global waiting queue, gateway_backends.h), up to kMaxMoves times.
   Admitted acquire(const ChatRequest& req, const std::vector<TokenId>& resumed = {}) {
     constexpr int kMaxMoves = 3;
-    std::string avoid;
+    Moved moved;
     for (int moves = 0;; ++moves) {
       try {
-        return acquire_on(req, resumed, avoid, moves < kMaxMoves);
-      } catch (const Moved& m) {
-        avoid = m.from;
+        return acquire_on(req, resumed, moved, moves < kMaxMoves);
+      } catch (Moved& m) {
+        moved = std::move(m);
       }
     }
   }
   struct Moved {
-    std::string from;
+    std::string from;                       // the node it left ("": none)
+    std::shared_ptr<CarriedBlock> carried;  // its conversation's KV, when that travels
   };
 
-  Admitted acquire_on(const ChatRequest& req, const std::vector<TokenId>& resumed, const std::string& avoid,
+  Admitted acquire_on(const ChatRequest& req, const std::vector<TokenId>& resumed, const Moved& moved,
                       bool may_move) {
     Admitted a;
-    a.backend = backends.place(req.program_id, avoid);
+    a.backend = backends.place(req.program_id, moved.from);
     GatewayPrograms* programs = a.backend->programs.get();
     a.turn = programs->begin(req.program_id);
+    // A program that moved here with its KV: its new block gets it (else the turn recomputes).
+    if (moved.carried && a.turn.tokens == 0 && !a.turn.ephemeral &&
+        carry_in(*programs, a.turn.id, a.turn.block, *moved.carried, a.backend->name)) {
+      a.turn.text = moved.carried->text;
+      a.turn.tokens = static_cast<int64_t>(moved.carried->image.tokens.size());
+      backends.carried(moved.carried->image.kv.size());
+    }
     try {
       admit_turn(a, req, resumed, may_move);
     } catch (const ProgramMoved& m) {  // nothing of it ran: it was ended where it waited
       free_forks(a);
       backends.moved(a.turn.id, a.backend->name, m.waited_s);
-      if (!a.turn.ephemeral) try {
+      Moved next{a.backend->name, nullptr};
+      if (!a.turn.ephemeral) {
+        next.carried =
+            carry_out(*programs, a.turn.id, a.turn.block, a.turn.text, opts.move_cost, a.backend->name);
+        try {
           programs->release_by_client(a.turn.id);
         } catch (const HttpError&) {  // another request took it meanwhile: it stays
         }
-      throw Moved{a.backend->name};
+      }
+      throw next;
     }
     return a;
   }
@@ -863,12 +876,13 @@ Result<std::unique_ptr<Gateway>> Gateway::start_empty(caf::actor_system& sys, co
 }
 
 void Gateway::add_backend(const std::string& name, caf::actor memory, int64_t pages,
-                          std::function<int64_t()> room) {
+                          std::function<int64_t()> room, int64_t host_pages) {
   auto b = std::make_shared<GatewayBackend>();
   b->name = name;
   GatewayOptions o = impl_->opts;
   o.policy.capacity_pages = pages;
-  o.policy.host_capacity_pages = 0;  // a remote node's host memory is not offered: pauses drop
+  o.policy.host_capacity_pages =
+      host_pages;  // what the node offers (chorus node --host-pages); 0: pauses drop
   b->programs = std::make_shared<GatewayPrograms>(*impl_->sys, std::move(memory), o, nullptr);
   b->room = std::move(room);
   b->programs->set_room_elsewhere(

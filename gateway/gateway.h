@@ -42,6 +42,7 @@
 
 #include "base/status.h"
 #include "engine/sched/program_policy.h"
+#include "gateway/gateway_moves.h"
 
 namespace chorus {
 
@@ -69,6 +70,10 @@ struct GatewayOptions {
   // Several backends (a coordinator): a request that waited this long for room on its node moves
   // to a node with room for it (the global waiting queue); 0: it waits where it is.
   double migrate_after_s = 0;
+  // How a program that moves for room takes its conversation along (gateway/gateway_moves.h):
+  // by KV transfer when the cost model finds it cheaper than recomputing it on the other node,
+  // or always one way. Where the KV cannot travel (dropped by a pause, say) it is recomputed.
+  MoveCost move_cost;
   // HTTP worker threads: the requests handled at once. A request waiting for its program's
   // restore holds one, and so does an idle keep-alive connection (a few seconds); requests beyond
   // them wait in a queue the scheduler does not see — their programs look idle and get paused.
@@ -105,10 +110,12 @@ class Gateway {
 
   // A backend more, named `name` (a node): its programs' commands go to `memory` (a node's
   // memory actor, or a link to it: cluster/node_link.h), scheduled over its `pages` by a scheduler
-  // of the gateway's own (pauses drop: its host memory is not offered). A new program goes to
+  // of the gateway's own, which may offload paused programs to `host_pages` of the node's host
+  // memory (0: pauses drop). A new program goes to
   // the backend whose `room()` (its free KV pages now) is largest, fewer programs breaking ties,
   // and stays there while it is there. A backend added again under the same name replaces it.
-  void add_backend(const std::string& name, caf::actor memory, int64_t pages, std::function<int64_t()> room);
+  void add_backend(const std::string& name, caf::actor memory, int64_t pages, std::function<int64_t()> room,
+                   int64_t host_pages = 0);
   // A turn whose backend's node is lost under it (its request finishes with node_lost: net/codec.h)
   // goes on on another backend: the prompt and the tokens so far are prefilled there, then the
   // rest of max_tokens; the client's reply or stream is whole. That backend takes no new program.

@@ -80,6 +80,12 @@ void GatewayBackends::moved(const std::string& id, const std::string& from, doub
   mark("moved for room", id, from, -1);
 }
 
+void GatewayBackends::carried(uint64_t bytes) {
+  std::lock_guard l(m_);
+  ++kv_moves_;
+  kv_bytes_ += static_cast<int64_t>(bytes);
+}
+
 void GatewayBackends::set_trace(std::shared_ptr<Trace> trace) {
   std::lock_guard l(m_);
   trace_ = std::move(trace);
@@ -177,7 +183,17 @@ std::string GatewayBackends::metrics_text() const {
         "# HELP chorus_cluster_program_moves_total Programs moved to another node for room (global queue)\n"
         "# TYPE chorus_cluster_program_moves_total counter\n"
         "chorus_cluster_program_moves_total " +
-        std::to_string(moves_) + "\n";
+        std::to_string(moves_) +
+        "\n"
+        "# HELP chorus_cluster_kv_moves_total Moved programs whose KV went with them (the others recompute)\n"
+        "# TYPE chorus_cluster_kv_moves_total counter\n"
+        "chorus_cluster_kv_moves_total " +
+        std::to_string(kv_moves_) +
+        "\n"
+        "# HELP chorus_cluster_kv_moved_bytes_total KV bytes sent between nodes with moved programs\n"
+        "# TYPE chorus_cluster_kv_moved_bytes_total counter\n"
+        "chorus_cluster_kv_moved_bytes_total " +
+        std::to_string(kv_bytes_) + "\n";
   }
   std::map<std::string, bool> described;
   for (const auto& b : backends) {

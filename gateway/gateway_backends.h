@@ -48,6 +48,8 @@ class GatewayBackends {
   bool room_elsewhere(const std::string& name, int64_t pages) const;
   // A program moved off `from` for room (counted for /metrics, logged).
   void moved(const std::string& id, const std::string& from, double waited_s);
+  // A moved program's KV reached its new node (`bytes` of it): counted for /metrics.
+  void carried(uint64_t bytes);
   // The backend program `id` is on (null: none), and forgetting it (released).
   std::shared_ptr<GatewayBackend> find(const std::string& id) const;
   void forget(const std::string& id);
@@ -75,6 +77,7 @@ class GatewayBackends {
   bool stopped_ = false;
   std::string unavailable_;
   int64_t moves_ = 0;
+  int64_t kv_moves_ = 0, kv_bytes_ = 0;
   std::shared_ptr<Trace> trace_;
   void mark(const std::string& what, const std::string& program, const std::string& node,
             int64_t pages) const;

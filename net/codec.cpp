@@ -1,5 +1,6 @@
 #include "net/codec.h"
 
+#include <cstring>
 #include <optional>
 
 #include "net/wire.h"
@@ -97,6 +98,51 @@ Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, cons
                 wire::CreateForkBlock(fbb, block, tokens, n, program).Union());
 }
 
+Frame encode_export_block(uint64_t request_id, BlockId block, uint64_t offset, uint64_t max_bytes) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(fbb, request_id, wire::Payload::ExportBlock,
+                wire::CreateExportBlock(fbb, block, offset, max_bytes).Union());
+}
+
+namespace {
+
+flatbuffers::Offset<wire::BlockPart> block_part(flatbuffers::FlatBufferBuilder& fbb, const BlockPartData& p,
+                                                std::span<const std::byte> bytes) {
+  const auto tokens = p.tokens.empty() ? 0 : fbb.CreateVector(p.tokens);
+  const auto format = p.format.empty() ? 0 : fbb.CreateString(p.format);
+  const auto kv = fbb.CreateVector(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  return wire::CreateBlockPart(fbb, p.block, tokens, format, p.total, p.offset, kv, p.cached);
+}
+
+BlockPartData part_of(const wire::BlockPart* p) {
+  BlockPartData d;
+  d.block = p->block();
+  d.tokens = to_vec(p->tokens());
+  d.format = p->format() ? p->format()->str() : "";
+  d.cached = p->cached();
+  d.total = p->total();
+  d.offset = p->offset();
+  if (const auto* kv = p->kv()) {
+    d.kv.resize(kv->size());
+    std::memcpy(d.kv.data(), kv->data(), kv->size());
+  }
+  return d;
+}
+
+}  // namespace
+
+Frame encode_block_part(uint64_t request_id, const BlockPartData& part, std::span<const std::byte> kv) {
+  if (kv.empty()) kv = part.kv;
+  flatbuffers::FlatBufferBuilder fbb(kv.size() + 4 * part.tokens.size() + 1024);
+  return finish(fbb, request_id, wire::Payload::BlockPart, block_part(fbb, part, kv).Union());
+}
+
+Frame encode_load_block(uint64_t request_id, const BlockPartData& part) {
+  flatbuffers::FlatBufferBuilder fbb(part.kv.size() + 4 * part.tokens.size() + 1024);
+  const auto p = block_part(fbb, part, part.kv);
+  return finish(fbb, request_id, wire::Payload::LoadBlock, wire::CreateLoadBlock(fbb, p).Union());
+}
+
 Frame encode_request(uint64_t request_id, const Request& r) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto view = fbb.CreateVector(r.view);
@@ -155,6 +201,14 @@ std::optional<Command> block_command(const wire::Envelope* env) {
     return Command{BlockOpCmd{Op::merge, m->a(), m->b(), 0, name(m->name())}};
   if (const auto* f = env->payload_as_ForkBlock())
     return Command{BlockOpCmd{Op::fork, f->block(), -1, f->tokens(), name(f->name()), f->program()}};
+  if (const auto* e = env->payload_as_ExportBlock())
+    return Command{BlockOpCmd{
+        .op = Op::export_part, .block = e->block(), .offset = e->offset(), .max_bytes = e->max_bytes()}};
+  if (const auto* l = env->payload_as_LoadBlock()) {
+    if (!l->part()) return std::nullopt;
+    auto part = std::make_shared<BlockPartData>(part_of(l->part()));
+    return Command{BlockOpCmd{.op = Op::load_part, .block = part->block, .part = part}};
+  }
   return std::nullopt;
 }
 
@@ -377,7 +431,8 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
       {"Submitted", ReplyKind::submitted},          {"TokenEvent", ReplyKind::token},
       {"ProbeResult", ReplyKind::probe_result},     {"RequestFinished", ReplyKind::finished},
       {"ProgramStatus", ReplyKind::program_status}, {"Error", ReplyKind::error},
-      {"Heartbeat", ReplyKind::heartbeat},          {"ProgramWaiting", ReplyKind::program_waiting}};
+      {"Heartbeat", ReplyKind::heartbeat},          {"ProgramWaiting", ReplyKind::program_waiting},
+      {"BlockPart", ReplyKind::block_part}};
   for (const auto& [name, kind] : kinds)
     if (summary->payload_type == name) r.kind = kind;
   auto summary_of = [](const wire::BlockInfo* b) {
@@ -386,6 +441,9 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
   if (const auto* b = env->payload_as_BlockInfo()) {
     r.id = b->block();
     r.blocks = {summary_of(b)};
+  } else if (const auto* p = env->payload_as_BlockPart()) {
+    r.id = p->block();
+    r.part = std::make_shared<BlockPartData>(part_of(p));
   } else if (const auto* v = env->payload_as_ViewSnapshot()) {
     if (v->blocks())
       for (const auto* b : *v->blocks()) r.blocks.push_back(summary_of(b));
@@ -448,6 +506,7 @@ const char* reply_kind_name(ReplyKind k) {
     case ReplyKind::program_status: return "ProgramStatus";
     case ReplyKind::error: return "Error";
     case ReplyKind::heartbeat: return "Heartbeat";
+    case ReplyKind::block_part: return "BlockPart";
     case ReplyKind::program_waiting: return "ProgramWaiting";
     case ReplyKind::other: return "other";
   }

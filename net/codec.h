@@ -3,7 +3,9 @@
 // encode_* functions or the generated code; the batcher decodes them with decode_command().
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <variant>
@@ -28,18 +30,37 @@ Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, cons
 Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view);
 Frame encode_request(uint64_t request_id, const Request& r);  // Forward, Generate or Probe
 
+// A part of a block image (schemas/blocks.fbs BlockPart): the answer to an ExportBlock, and what
+// a LoadBlock carries.
+struct BlockPartData {
+  BlockId block = -1;
+  std::vector<TokenId> tokens;  // the log: in the part at offset 0
+  int64_t cached = 0;           // the positions the KV covers: in the part at offset 0
+  std::string format;           // the pages' format: in the part at offset 0
+  uint64_t total = 0;           // KV bytes in all
+  uint64_t offset = 0;          // of this part's first byte
+  std::vector<std::byte> kv;
+};
+inline constexpr uint64_t kBlockPartBytes = 32u << 20;  // a part's KV bytes by default, and at most
+Frame encode_export_block(uint64_t request_id, BlockId block, uint64_t offset, uint64_t max_bytes = 0);
+// `kv`: the part's bytes, instead of part.kv (a part cut from an image without a copy).
+Frame encode_block_part(uint64_t request_id, const BlockPartData& part, std::span<const std::byte> kv = {});
+Frame encode_load_block(uint64_t request_id, const BlockPartData& part);
+
 // What a frame asks the batcher to do.
 struct CreateBlockCmd {
   std::string name;
   uint64_t program = 0;  // a registered program the block joins (0: none)
 };
-struct BlockOpCmd {  // FreeBlock, ClearBlock, MergeBlocks, ForkBlock
-  enum class Op { free, clear, merge, fork } op = Op::free;
-  BlockId block = -1;     // free, clear, fork: the block; merge: the first block
-  BlockId second = -1;    // merge: the second block
-  int64_t tokens = 0;     // fork: how many leading tokens
-  std::string name = {};  // merge, fork: the new block's name
-  uint64_t program = 0;   // fork: a registered program the new block joins (0: none)
+struct BlockOpCmd {  // FreeBlock, ClearBlock, MergeBlocks, ForkBlock, ExportBlock, LoadBlock
+  enum class Op { free, clear, merge, fork, export_part, load_part } op = Op::free;
+  BlockId block = -1;                        // free, clear, fork: the block; merge: the first block
+  BlockId second = -1;                       // merge: the second block
+  int64_t tokens = 0;                        // fork: how many leading tokens
+  std::string name = {};                     // merge, fork: the new block's name
+  uint64_t program = 0;                      // fork: a registered program the new block joins (0: none)
+  uint64_t offset = 0, max_bytes = 0;        // export_part: where the part starts, its size at most
+  std::shared_ptr<BlockPartData> part = {};  // load_part: the part (its block is `block`)
 };
 struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, TerminateProgram, ProgramPhase,
                      // WithdrawRequest
@@ -116,6 +137,7 @@ enum class ReplyKind {
   error,            // Error
   heartbeat,        // Heartbeat
   program_waiting,  // ProgramWaiting (id: the program)
+  block_part,       // BlockPart (part)
   other,            // a payload that is not a reply (a command, Hello)
 };
 const char* reply_kind_name(ReplyKind k);  // the payload's name, e.g. "BlockInfo"
@@ -139,9 +161,10 @@ struct Reply {
   int64_t slots = 0, wanted_slots = 0;            // ProgramStatus: linear-state slots held, and wanted;
                                                   // Heartbeat: slots in use (slots_total: all)
   int64_t slots_total = 0;
-  int64_t pages_total = 0;           // Heartbeat: the pool (pages: those in use)
-  uint64_t unix_ms = 0;              // Heartbeat
-  std::vector<BlockSummary> blocks;  // BlockInfo (one), ViewSnapshot (one per block)
+  int64_t pages_total = 0;              // Heartbeat: the pool (pages: those in use)
+  uint64_t unix_ms = 0;                 // Heartbeat
+  std::vector<BlockSummary> blocks;     // BlockInfo (one), ViewSnapshot (one per block)
+  std::shared_ptr<BlockPartData> part;  // BlockPart
 };
 // A frame that does not verify is an error; an Error frame is a Reply of kind error (its code
 // and message kept). ask() (actors/submit.h) turns the latter into the same Error.

@@ -29,6 +29,11 @@ int run_coordinator(const CoordinatorArgs& args) {
   co.gateway.policy.check_period_s = args.check_period_s;
   co.gateway.migrate_after_s = args.migrate_after_s;
   co.gateway.restore_wait_s = args.restore_wait_s;
+  co.gateway.move_cost.by = args.move_by == "kv"          ? MoveCost::By::kv
+                            : args.move_by == "recompute" ? MoveCost::By::recompute
+                                                          : MoveCost::By::cost;
+  co.gateway.move_cost.transfer_bytes_per_s = args.transfer_mb_per_s * 1e6;
+  co.gateway.move_cost.recompute_tokens_per_s = args.recompute_tokens_per_s;
   if (!gather_api_keys("coordinator", args.api_keys, args.key_files, &co.gateway.api_keys)) return 2;
   if (!read_chat_template("coordinator", args.chat_template, &co.gateway.chat_template)) return 2;
   co.gateway.metrics_public = args.metrics_public;

@@ -37,6 +37,7 @@ Result<cluster::NodeRecord> node_record(const NodeArgs& args, const NodePortEndp
   r.name = args.name.empty() ? default_member_name(r.endpoint.substr(r.endpoint.find_last_of(':') + 1))
                              : args.name;
   r.pages = args.pages;
+  r.host_pages = args.host_pages;
   r.device = served.device->describe();
   r.model = cluster::ModelIdentity::of(*served.model, args.model);
   r.version = CHORUS_VERSION_STRING;

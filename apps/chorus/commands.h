@@ -91,8 +91,9 @@ struct NodeArgs {
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::string events_endpoint = "tcp://127.0.0.1:*";  // PUB socket for event frames; "" none
   int64_t pages = 2048;                               // KV pages of 16 positions
-  int linear_slots = 0;  // hybrid models: blocks holding a linear state at once (EngineOptions)
-  int budget = 256;      // tokens per engine step
+  int64_t host_pages = 0;  // pages of host memory a coordinator may offload programs to (0: pauses drop)
+  int linear_slots = 0;    // hybrid models: blocks holding a linear state at once (EngineOptions)
+  int budget = 256;        // tokens per engine step
   int threads = 0;
   size_t max_frame_bytes = 64u << 20;
   std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
@@ -127,11 +128,14 @@ struct CoordinatorArgs {
   int64_t lease_ttl_s = 3;
   double heartbeat_s = 0.5;
   double dead_after_s = 2.0;
-  int ctx = 4096;               // longest conversation (tokens)
-  double lease_s = 600;         // idle programs are released after this long
-  double check_period_s = 1;    // each node's program scheduler checks this often
-  double migrate_after_s = 1;   // a request waiting this long for room moves to a node with room (0: never)
-  double restore_wait_s = 300;  // a request for a paused program waits this long, then 503
+  int ctx = 4096;                 // longest conversation (tokens)
+  double lease_s = 600;           // idle programs are released after this long
+  double check_period_s = 1;      // each node's program scheduler checks this often
+  double migrate_after_s = 1;     // a request waiting this long for room moves to a node with room (0: never)
+  double restore_wait_s = 300;    // a request for a paused program waits this long, then 503
+  std::string move_by = "cost";   // how a moving program's conversation goes along: cost, recompute or kv
+  double transfer_mb_per_s = 80;  // the cost model's constants (gateway/gateway_moves.h)
+  double recompute_tokens_per_s = 250;
   std::vector<std::string> api_keys;   // --api-key (repeatable)
   std::string chat_template;           // --chat-template FILE: instead of the model's own, as `chorus serve`
   std::vector<std::string> key_files;  // --api-key-file

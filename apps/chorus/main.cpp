@@ -181,6 +181,13 @@ int main(int argc, char** argv) {
       "Write a Chrome/Perfetto trace-event JSON of what the engine did to FILE at exit (docs/trace.md)");
   add_metrics(node_cmd, &node.metrics_port, &node.metrics_host);
   node_cmd->add_option("--pages", node.pages, "KV cache pages of 16 positions")->capture_default_str();
+  node_cmd
+      ->add_option(
+          "--host-pages", node.host_pages,
+          "In a cluster: pages of host memory the coordinator may offload this node's paused programs "
+          "to (0: their KV is dropped and recomputed)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   add_linear_slots(node_cmd, &node.linear_slots);
   node_cmd->add_option("--budget", node.budget, "Tokens per engine step")->capture_default_str();
   node_cmd->add_option("-t,--threads", node.threads, "Compute threads; 0 one per core")
@@ -255,6 +262,22 @@ int main(int argc, char** argv) {
                    "global waiting queue; 0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  coord_cmd
+      ->add_option("--move-by", coord.move_by,
+                   "How a program that moves takes its conversation along: its KV pages (kv), recomputed "
+                   "from its history (recompute), or whichever the cost model finds cheaper (cost)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cost", "recompute", "kv"}));
+  coord_cmd
+      ->add_option("--transfer-mbps", coord.transfer_mb_per_s,
+                   "The cost model: MB of KV a node link carries per second")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  coord_cmd
+      ->add_option("--recompute-tps", coord.recompute_tokens_per_s,
+                   "The cost model: positions a node prefills per second")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   coord_cmd
       ->add_option("--restore-wait", coord.restore_wait_s,
                    "Seconds a request waits for its program's room, then 503 program_paused")

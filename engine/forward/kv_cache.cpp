@@ -94,6 +94,11 @@ size_t KvCache::page_bytes() const {
   return static_cast<size_t>(n_kv_layer_) * 2 * kKvPageSize * static_cast<size_t>(kv_dim_) * sizeof(float);
 }
 
+std::string KvCache::page_format() const {
+  if (store_) return "device/" + std::to_string(store_->page_bytes());
+  return "f32/L" + std::to_string(n_kv_layer_) + "/D" + std::to_string(kv_dim_);
+}
+
 Status KvCache::save_pages(std::span<const int32_t> pages, std::byte* out) const {
   if (store_) return store_->save_pages(pages, out);
   const size_t bytes = static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_) * sizeof(float);

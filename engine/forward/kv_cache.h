@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -88,6 +89,10 @@ class KvCache {
   // host memory and back (offload), page_bytes() each in the order given. Errors come from
   // the store (a device copy that failed).
   size_t page_bytes() const;
+  // What save_pages() writes, for checking that pages saved by one cache can load into another:
+  // "f32/L<layers>/D<kv dim>" here, "device/<bytes>" for a device's pages (a CPU and a GPU
+  // cache do not exchange pages).
+  std::string page_format() const;
   Status save_pages(std::span<const int32_t> pages, std::byte* out) const;
   Status load_pages(std::span<const int32_t> pages, const std::byte* in);
 

@@ -97,6 +97,16 @@ struct Request {
   }
 };
 
+// A block's log and its KV as bytes, to carry it to another engine of the same model (a
+// migration by KV transfer, docs/cluster.md): Engine::export_block() makes it, load_block() puts
+// it into a paused empty block of the other engine, whose restore then copies it into pages.
+struct BlockImage {
+  std::vector<TokenId> tokens;  // the log
+  int64_t cached = 0;           // the positions the KV covers (a generated last token may have none yet)
+  std::string format;           // the pages' format (KvCache::page_format()): both engines must agree
+  std::vector<std::byte> kv;    // whole pages in position order (KvCache::save_pages)
+};
+
 enum class FinishReason {
   completed,
   max_tokens,
@@ -195,6 +205,20 @@ class Engine {
   // resident or restored in the same call. Errors name the block that stands in the way.
   Status restore(std::span<const BlockId> blocks);
   int64_t steps() const { return steps_; }
+
+  // The block's log and KV (BlockImage), from its pages when resident or its host copy when
+  // paused in offload mode. Refused (Errc::unsupported, the reason named) when the KV cannot
+  // travel alone: it was dropped by a pause, the block shares pages (merge/fork) or was written
+  // seeing other blocks (its KV depends on them), a hybrid model's linear state; and
+  // (invalid_argument) while a request uses the block.
+  Result<BlockImage> export_block(BlockId id) const;
+  // Fills block `id` — paused, never written, unused — with `image`: its log, and its KV as an
+  // offloaded copy; restore() copies it into pages (the tokens past `cached` are computed by
+  // the block's next writer, as where it came from). A later drop pause recomputes the log as
+  // one run seeing nothing else (as it was exported). Errors: another page format, a size that
+  // is not whole pages of `cached` positions, a token outside the vocabulary, a block that is
+  // not paused and empty.
+  Status load_block(BlockId id, BlockImage image);
   // Its counters, shared: they may be read after the engine moved to its batcher's thread.
   std::shared_ptr<const EngineCounters> counters() const { return counters_; }
 

@@ -217,6 +217,78 @@ Status Engine::restore(std::span<const BlockId> ids) {
   return Status::success();
 }
 
+Result<BlockImage> Engine::export_block(BlockId id) const {
+  CHORUS_ASSIGN_OR_RETURN(const Block* b, blocks_->get(id));
+  const std::string name = "block " + std::to_string(id);
+  auto cannot = [&](const std::string& why) {
+    return make_error(Errc::unsupported, "cannot export " + name + ": " + why);
+  };
+  if (b->holds > 0)
+    return make_error(Errc::invalid_argument, "cannot export " + name + ": " + std::to_string(b->holds) +
+                                                  " pending request(s) use it");
+  const int64_t cached = b->paused ? b->paused_cached : b->n_cached();
+  if (b->extents.size() > 1) return cannot("it was built by merge/fork");
+  if (b->offloaded_linear || (!b->extents.empty() && b->extents.back().kv.linear))
+    return cannot("a hybrid model's linear state does not travel");
+  for (const WriteRun& r : runs_)
+    if (r.block == id && !r.view.empty())
+      return cannot("it was written seeing block " + std::to_string(r.view.front().first) +
+                    ", so its KV depends on that block");
+  BlockImage image;
+  image.tokens = b->tokens;
+  image.cached = cached;
+  image.format = kv_.page_format();
+  if (cached == 0) return image;
+  if (b->paused) {
+    if (b->offloaded.empty()) return cannot("its KV was dropped by a pause");
+    image.kv = b->offloaded;
+    return image;
+  }
+  const SequenceKv& kv = b->extents.back().kv;
+  const std::span<const int32_t> pages(kv.pages.data(), static_cast<size_t>(KvCache::pages_for(kv.n_tokens)));
+  for (int32_t pg : pages)
+    if (kv_.refs(pg) > 1) return cannot("it shares KV pages with another block (merge/fork)");
+  image.kv.resize(pages.size() * kv_.page_bytes());
+  if (Status s = kv_.save_pages(pages, image.kv.data()); !s.ok())
+    return make_error(s.error().code, "exporting " + name + ": " + s.error().message);
+  return image;
+}
+
+Status Engine::load_block(BlockId id, BlockImage image) {
+  CHORUS_ASSIGN_OR_RETURN(Block * b, blocks_->get(id));
+  const std::string name = "block " + std::to_string(id);
+  if (!b->paused || !b->tokens.empty() || b->paused_cached != 0 || b->n_cached() != 0 || b->holds > 0)
+    return make_error(
+        Errc::invalid_argument,
+        "cannot load " + name + ": only a paused block that was never written and is unused can");
+  if (image.format != kv_.page_format())
+    return make_error(Errc::invalid_argument, "cannot load " + name + ": its pages are " + image.format +
+                                                  ", this engine's are " + kv_.page_format());
+  const int64_t n = image.cached;
+  if (n < 0 || n > static_cast<int64_t>(image.tokens.size()))
+    return make_error(Errc::invalid_argument, "cannot load " + name + ": " + std::to_string(n) +
+                                                  " cached positions in a log of " +
+                                                  std::to_string(image.tokens.size()) + " tokens");
+  const auto want = static_cast<size_t>(KvCache::pages_for(n)) * kv_.page_bytes();
+  if (image.kv.size() != want)
+    return make_error(Errc::invalid_argument, "cannot load " + name + ": " + std::to_string(n) +
+                                                  " positions take " + std::to_string(want) +
+                                                  " bytes of pages, not " + std::to_string(image.kv.size()));
+  if (image.tokens.empty()) return Status::success();
+  for (TokenId t : image.tokens)
+    if (t < 0 || t >= model_.config.n_vocab)
+      return make_error(Errc::invalid_argument, "cannot load " + name + ": token " + std::to_string(t) +
+                                                    " is outside the vocabulary");
+  b->tokens = std::move(image.tokens);
+  b->offloaded = std::move(image.kv);
+  b->paused_cached = n;
+  if (b->extents.empty()) b->extents.push_back(Extent{});
+  // Its KV was computed seeing nothing else: a drop pause later runs the log again that way.
+  runs_.push_back(WriteRun{next_run_++, id, 0, n, {}, true, 0, steps_});
+  if (trace_) trace_blocks("load", std::span<const BlockId>(&id, 1), std::to_string(n) + " positions");
+  return Status::success();
+}
+
 Status Engine::replay(const std::vector<std::tuple<const WriteRun*, int64_t, int64_t>>& pieces) {
   std::deque<SequenceKv> cut;  // context blocks cut to the lengths they had (stable addresses)
   std::vector<SequenceKv*> seqs;

@@ -11,6 +11,7 @@
 
 #include "actors/node_port.h"
 #include "cluster/node_link.h"
+#include "net/block_transfer.h"
 #include "net/wire.h"
 #include "tests/support/actors_fixture.h"
 #include "tests/support/test_util.h"
@@ -128,6 +129,67 @@ TEST_F(NodeLinkTest, StandsForTheNodesMemoryActor) {
   EXPECT_EQ(bad.kind, ReplyKind::error);
   EXPECT_EQ(bad.code, Errc::not_found) << bad.text;
   EXPECT_TRUE(eventually([&] { return health->in_flight.load() == 0; }));
+}
+
+// A block's image travels over the link in parts (ExportBlock / LoadBlock) into a paused
+// program's new block; restored, it continues with the tokens the original block gives. Parts
+// out of order, and an image larger than the pool, are refused without loading anything.
+TEST_F(NodeLinkTest, ABlockMovesByItsKvInParts) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  ASSERT_NO_FATAL_FAILURE(start(default_model_path(), 96));
+  ASSERT_NO_FATAL_FAILURE(open_port_and_link());
+  caf::scoped_actor self{*sys};
+  const FrameCall over_link = [&](const Frame& f) -> Result<Reply> {
+    Reply r = call_on(self, link, f);
+    if (r.kind == ReplyKind::error) return make_error(r.code, r.text);
+    return r;
+  };
+  const BlockId from = new_block(self, "from");
+  ASSERT_EQ(call(self, generate_into(from, 30)).kind, ReplyKind::submitted);
+  events_of(self);
+  // The destination: a program's empty block, paused (as the gateway makes a new program).
+  const BlockId to = new_block(self, "to");
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 5, {to}, PauseMode::drop, true).kind,
+            ReplyKind::program_status);
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 5).kind, ReplyKind::program_status);
+
+  auto image = fetch_block(over_link, from, 100000);  // several parts (a page is 737,280 bytes here)
+  ASSERT_TRUE(image.ok()) << image.error().to_string();
+  ASSERT_EQ(image->tokens.size(), 31u);
+  ASSERT_EQ(image->cached, 31);
+  // Out of order: refused, nothing loaded.
+  BlockPartData late;
+  late.block = to;
+  late.total = image->kv.size();
+  late.offset = 4096;
+  late.kv.resize(10);
+  const Reply refused = call_on(self, link, encode_load_block(0, late));
+  EXPECT_EQ(refused.kind, ReplyKind::error);
+  EXPECT_NE(refused.text.find("no load is under way"), std::string::npos) << refused.text;
+  BlockImage huge = *image;
+  huge.kv.resize(97 * 737280);
+  const Status too_big = send_block(over_link, to, huge);
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_NE(too_big.error().message.find("of the whole pool"), std::string::npos) << too_big.error().message;
+
+  ASSERT_TRUE(send_block(over_link, to, *image, 300000).ok());
+  ASSERT_EQ(program_cmd(self, ProgramCmd::Op::restore, 5).kind, ReplyKind::program_status);
+  const Reply moved = call_on(self, link, encode_snapshot_view(0, {to}));
+  ASSERT_EQ(moved.blocks.size(), 1u);
+  EXPECT_EQ(moved.blocks[0].tokens, 31);
+  EXPECT_EQ(moved.blocks[0].cached, 31) << "restored from the image, not recomputed";
+  StopCondition stop;
+  stop.max_tokens = 10;
+  stop.at_end_of_generation = false;
+  ASSERT_EQ(
+      call(self, encode_request(0, Request::generate(from, {from}, {5}, SamplingParams::greedy(), stop)))
+          .kind,
+      ReplyKind::submitted);
+  const auto want = tokens_of(events_of(self));
+  ASSERT_EQ(
+      call(self, encode_request(0, Request::generate(to, {to}, {5}, SamplingParams::greedy(), stop))).kind,
+      ReplyKind::submitted);
+  EXPECT_EQ(tokens_of(events_of(self)), want);
 }
 
 // A request that waits in the node (its program paused, registered with `hold`) holds up nothing

@@ -2,12 +2,18 @@
 """The coordinator's global waiting queue, end to end: a real etcd, two `chorus node --etcd`
 processes of 64 KV pages each and one `chorus coordinator --migrate-after 1`. Programs p1 and p3 are
 placed on node a, p2 on node b. While p1 streams a long reply that holds most of a's pages, p3's
-next turn cannot get room on a: after a second of waiting it moves to b (released on a, its
-conversation prefilled on b from the client's history) and is answered there, with the reply one
-`chorus serve` gives the same conversation sent as a new program (greedy). Resident programs stay
-where they are.
+next turn cannot get room on a: after a second of waiting it moves to b and is answered there.
+Resident programs stay where they are. The nodes offer host memory (--host-pages), so p3's pause
+while it waits keeps its KV there, and the coordinator's cost model (--move-by cost, its default)
+chooses how p3's conversation goes along; the argument WAY says what it should choose:
 
-    test_cluster_queue.py CHORUS_BINARY MODEL
+- recompute: with a recompute rate far above any link's (--recompute-tps), it recomputes: p3 is
+  released on a and its conversation prefilled on b from the client's history; the reply is the
+  one `chorus serve` gives the same conversation sent as a new program (greedy).
+- kv: with the measured constants (the defaults), its KV pages go from a to b; the reply is the
+  one `chorus serve` gives when p3 never moved (its second turn in the same block), to the token.
+
+    test_cluster_queue.py CHORUS_BINARY MODEL [recompute|kv]
 """
 import json
 import os
@@ -23,6 +29,8 @@ import urllib.error
 import urllib.request
 
 chorus, model = sys.argv[1], sys.argv[2]
+way = sys.argv[3] if len(sys.argv) > 3 else "recompute"
+by_kv = way == "kv"
 MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
 failures, passed, procs = [], [], []
 
@@ -99,7 +107,10 @@ try:
     wait_for(lambda: get(serve_url + "/health"), 60)
     # The second turn as the node it moves to computes it: a new block prefilled from the history.
     _, b1 = chat(serve_url, "p3", FIRST["p3"], 12)
-    _, b2 = chat(serve_url, "p3-fresh", second_turn(reply(b1)), 300)
+    if by_kv:  # ... or with the KV it had: as if it never moved
+        _, b2 = chat(serve_url, "p3", second_turn(reply(b1)), 300)
+    else:
+        _, b2 = chat(serve_url, "p3-fresh", second_turn(reply(b1)), 300)
     want_first, want_second = reply(b1), reply(b2)
     serve.terminate()
     serve.wait(timeout=30)
@@ -114,7 +125,7 @@ try:
     check(wait_for(lambda: get(etcd_url + "/health"), 20) is not None, "etcd answers")
     for name in ("a", "b"):
         start([chorus, "node", "--model", model, "--etcd", etcd_url, "--name", name, "--endpoint",
-               "tcp://127.0.0.1:*", "--pages", "64", "-t", "1", "--lease-ttl", "2"],
+               "tcp://127.0.0.1:*", "--pages", "64", "-t", "1", "--lease-ttl", "2", "--host-pages", "64"],
               os.path.join(tmp, "node-%s.log" % name))
     port = free_port()
     url = "http://127.0.0.1:%d" % port
@@ -122,7 +133,7 @@ try:
     trace_path = os.path.join(tmp, "coord-trace.json")
     coord = start([chorus, "--log-level", "info", "coordinator", "--etcd", etcd_url, "--name", "one", "--port",
                    str(port), "--lease-ttl", "2", "--heartbeat", "0.25", "--dead-after", "1.5", "--migrate-after", "1",
-                   "--trace", trace_path], coord_log)
+                   "--trace", trace_path] + ([] if by_kv else ["--recompute-tps", "1e9"]), coord_log)
 
     def up_names():
         v = get(url + "/cluster") or {"nodes": []}
@@ -170,8 +181,12 @@ try:
     p1_busy = th.is_alive()
     th.join(timeout=180)
     check(st == 200 and reply(body) == want_second,
-          "p3's turn is answered after its move with one node's reply (%d, %.1f s, p1 still streaming: %s)" %
-          (st, p3_s, p1_busy))
+          "p3's turn is answered after its move (%s) with the reply of one node %s (%d, %.1f s, p1 still "
+          "streaming: %s)" % (way, "where it never moved" if by_kv else "prefilling its history", st, p3_s,
+                              p1_busy))
+    if st == 200:
+        cached = body["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
+        check((cached > 0) == by_kv, "p3's turn on b reused %d tokens of its conversation" % cached)
     after = nodes_of()
     check(after.get("p3") == "b" and after.get("p1") == "a" and after.get("p2") == "b",
           "p3 moved to b; p1 and p2 stayed where their KV is: %s" % after)
@@ -179,8 +194,16 @@ try:
           "p1's long reply completes on a (%.1f s)" % long_done.get("s", -1))
     metrics = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
     check("chorus_cluster_program_moves_total 1" in metrics, "/metrics counts one move")
+    check(("chorus_cluster_kv_moves_total %d" % (1 if by_kv else 0)) in metrics,
+          "/metrics counts %d move with its KV" % (1 if by_kv else 0))
     log = open(coord_log).read()
     check("program `p3` waited" in log and "for room on `a`" in log, "the coordinator logged the move")
+    if by_kv:
+        check("program `p3` takes its KV from `a`" in log and "program `p3` loaded its KV on `b`" in log,
+              "the coordinator logged the KV's way")
+    else:
+        check("program `p3` leaves `a` without its KV:" in log and "positions recompute in" in log,
+              "the coordinator logged the cost model's choice")
 
     # The coordinator's trace, written when it stops: the nodes joining, each placement and the
     # move, and every request as a span naming its program and node.
