@@ -354,6 +354,7 @@ class Program::Starter {
           SinkRoleConfig cc;
           cc.name = a.sink == topology::SinkKind::stdout_stream ? "stdout" : "stderr";
           cc.kind = a.sink;
+          cc.callback = hooks_.console;  // null: the terminal
           console = spawn_sink(sys_, std::move(cc));
           im_.outlets.push_back(console);
         }

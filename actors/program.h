@@ -38,6 +38,9 @@ struct ProgramEvent {
 struct ProgramHooks {
   std::function<void(const std::string& sink, const std::string& text)> sink;  // sinks with `to: callback`
   std::function<void(const ProgramEvent&)> event;                              // every event, as it fires
+  // Sinks with `to: stdout` / `stderr`: their text, as it would reach the terminal (prefixes and
+  // line starts done), goes here instead ("stdout" or "stderr"): a program run for a client.
+  std::function<void(const std::string& stream, const std::string& text)> console;
   // Run the topology's tools even where the sandbox's isolation is missing
   // (Sandbox::missing_isolation()); otherwise a program with tools refuses to start there.
   bool unsafe_tools = false;
@@ -75,7 +78,14 @@ class SharedEngine {
   static Result<std::shared_ptr<SharedEngine>> create(caf::actor_system& sys, const Model& model,
                                                       CpuDevice& device, const EngineOptions& opts,
                                                       CudaDevice* gpu = nullptr);
-  ~SharedEngine();  // stops the batcher
+  // Programs run on another node's engine: `memory` is that node's memory actor, or a node link
+  // standing for it (cluster/node_link.h), `pages` its pool, `scheduler` the program scheduler
+  // over it (its HTTP programs' too; null: none), `where` what describe() says. The programs'
+  // roles run in this process; their frames go to `memory`. `model` (the node's, for the
+  // tokenizer) and `scheduler` must outlive it. counters() is null.
+  static std::shared_ptr<SharedEngine> remote(const Model& model, caf::actor memory, int64_t pages,
+                                              ProgramManager* scheduler, std::string where);
+  ~SharedEngine();  // stops the batcher (not a remote one's)
   SharedEngine(const SharedEngine&) = delete;
   SharedEngine& operator=(const SharedEngine&) = delete;
 

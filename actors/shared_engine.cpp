@@ -19,7 +19,10 @@ EngineOptions engine_options(const topology::Topology& t) {
 }
 
 struct SharedEngine::Impl {
-  std::shared_ptr<Engine> engine;
+  std::shared_ptr<Engine> engine;  // null: remote
+  const Model* model = nullptr;
+  std::string where;                    // remote: describe()
+  ProgramManager* scheduler = nullptr;  // remote: the node's scheduler (not owned)
   caf::actor batcher;
   std::atomic<uint64_t> next_program{1};
   int64_t pool_pages = 0;
@@ -30,7 +33,7 @@ SharedEngine::SharedEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 
 SharedEngine::~SharedEngine() {
   impl_->manager.reset();
-  if (!impl_->batcher) return;
+  if (!impl_->batcher || !impl_->engine) return;  // a remote node's memory actor is not ours to stop
   caf::scoped_actor self{impl_->batcher.home_system()};
   self->send_exit(impl_->batcher, caf::exit_reason::user_shutdown);
   self->wait_for(impl_->batcher);
@@ -43,26 +46,39 @@ Result<std::shared_ptr<SharedEngine>> SharedEngine::create(caf::actor_system& sy
   if (!engine) return engine.error();
   auto impl = std::make_unique<Impl>();
   impl->engine = std::shared_ptr<Engine>(std::move(*engine));
+  impl->model = &model;
   impl->pool_pages = opts.n_pages;
   impl->batcher = spawn_batcher(sys, impl->engine);
   return std::shared_ptr<SharedEngine>(new SharedEngine(std::move(impl)));
 }
 
+std::shared_ptr<SharedEngine> SharedEngine::remote(const Model& model, caf::actor memory, int64_t pages,
+                                                   ProgramManager* scheduler, std::string where) {
+  auto impl = std::make_unique<Impl>();
+  impl->model = &model;
+  impl->where = std::move(where);
+  impl->scheduler = scheduler;
+  impl->batcher = std::move(memory);
+  impl->pool_pages = pages;
+  return std::shared_ptr<SharedEngine>(new SharedEngine(std::move(impl)));
+}
+
 const Model& SharedEngine::model() const {
-  return impl_->engine->model();
+  return *impl_->model;
 }
 std::string SharedEngine::describe() const {
-  return impl_->engine->describe();
+  return impl_->engine ? impl_->engine->describe() : impl_->where;
 }
 caf::actor SharedEngine::batcher() const {
   return impl_->batcher;
 }
 uint64_t SharedEngine::new_program_id() {
   // Scheduled: the scheduler's ids, which its other clients (a gateway) draw from too.
-  return impl_->manager ? impl_->manager->new_program_id() : impl_->next_program++;
+  if (ProgramManager* m = manager()) return m->new_program_id();
+  return impl_->next_program++;
 }
 std::shared_ptr<const EngineCounters> SharedEngine::counters() const {
-  return impl_->engine->counters();
+  return impl_->engine ? impl_->engine->counters() : nullptr;
 }
 
 int64_t SharedEngine::pool_pages() const {
@@ -80,7 +96,7 @@ ProgramManager& SharedEngine::schedule(const ProgramPolicyOptions& opts, double 
 }
 
 ProgramManager* SharedEngine::manager() const {
-  return impl_->manager.get();
+  return impl_->scheduler ? impl_->scheduler : impl_->manager.get();
 }
 
 }  // namespace chorus

@@ -19,6 +19,7 @@
 #include "gateway/auth.h"
 #include "gateway/gateway_backends.h"
 #include "gateway/gateway_programs.h"
+#include "gateway/gateway_topology.h"
 #include "gateway/http_listen.h"
 #include "gateway/openai_request.h"
 #include "gateway/openai_response.h"
@@ -795,6 +796,10 @@ struct Gateway::Impl {
                b->programs->release_by_client(id);
                backends.forget(id);
                r.set_content(json_text(json{{"program_id", id}, {"released", true}}), "application/json");
+             }));
+    svr.Post("/programs/run", guarded([this](const httplib::Request& q, httplib::Response& r) {
+               r.set_content(run_topology_request(*sys, *model, backends, q.body, opts.unsafe_tools),
+                             "application/json");
              }));
     for (const GatewayRoute& route : opts.routes)
       svr.Get(route.path, guarded([route](const httplib::Request&, httplib::Response& r) {

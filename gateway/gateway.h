@@ -80,10 +80,11 @@ struct GatewayOptions {
   int threads = 128;
   ProgramPolicyOptions policy;  // capacity_pages: the engine's KV pages (with the gateway's own scheduler)
   SchedulingMode mode = SchedulingMode::program;  // ... and its policy
-  double ttl_s = 2.0;                         // SchedulingMode::ttl: how long an idle program stays pinned
-  std::vector<std::string> api_keys;          // empty: no authentication
-  bool metrics_public = false;                // /metrics and /health without a key
-  std::vector<GatewayRoute> routes;           // more GET routes (behind the same keys)
+  double ttl_s = 2.0;                 // SchedulingMode::ttl: how long an idle program stays pinned
+  std::vector<std::string> api_keys;  // empty: no authentication
+  bool metrics_public = false;        // /metrics and /health without a key
+  std::vector<GatewayRoute> routes;   // more GET routes (behind the same keys)
+  bool unsafe_tools = false;  // POST /programs/run: tools run where the sandbox's isolation is missing
   std::function<std::string()> more_metrics;  // appended to /metrics (Prometheus text)
   // The Jinja text prompts are rendered with (--chat-template FILE), with the model's BOS and
   // EOS; "": the model's own template. One that does not parse fails start().

@@ -209,6 +209,13 @@ GatewayPrograms::GatewayPrograms(caf::actor_system& sys, caf::actor batcher, con
   impl_->lease = std::thread([p] { p->lease_loop(); });
 }
 
+caf::actor GatewayPrograms::memory() const {
+  return impl_->batcher;
+}
+ProgramManager* GatewayPrograms::scheduler() const {
+  return impl_->scheduler;
+}
+
 GatewayPrograms::~GatewayPrograms() {
   stop();
 }

@@ -91,6 +91,10 @@ class GatewayPrograms {
   // the pages it schedules them over: what a gateway with several backends places by.
   int64_t demand_pages() const;
   int64_t capacity_pages() const;
+  // Where its commands go (the node's memory actor, or its link) and its program scheduler: a
+  // topology program on this backend runs over them (gateway_topology.h).
+  caf::actor memory() const;
+  ProgramManager* scheduler() const;
 
   nlohmann::json list() const;       // GET /programs
   std::string metrics_text() const;  // GET /metrics

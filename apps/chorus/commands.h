@@ -152,6 +152,7 @@ struct RunArgs {
   std::vector<std::string> set;    // KEY=VALUE: parameters and key paths
   std::string input;               // the parameter "input"
   bool input_given = false;
+  std::string server;              // run on a coordinator or `chorus serve` at this URL (cmd_run_remote.cpp)
   std::string model;               // overrides the topology's model
   int threads = 0;                 // overrides engine.threads
   bool events = false;             // print every event to stderr as it fires
@@ -170,6 +171,7 @@ struct RunArgs {
 };
 int run_check(const RunArgs& args);  // validates without loading a model
 int run_run(const RunArgs& args);
+int run_remote(const RunArgs& args);  // chorus run --cluster URL (cmd_run_remote.cpp)
 
 struct ServeArgs {
   std::string model;

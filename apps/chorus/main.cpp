@@ -322,6 +322,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   run_cmd->add_option("--control-host", run.control_host, "Where --control-port listens")
       ->capture_default_str();
+  run_cmd->add_option(
+      "--cluster,--server", run.server,
+      "Run it on a cluster: the coordinator's URL (or a `chorus serve`'s), which places it on the "
+      "node with the most room; its stdout sinks and report come back when it ends "
+      "(CHORUS_API_KEY: the key, where one is asked)");
   run_cmd->add_option("--copies", run.copies, "Programs per file, all at once on the one engine")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -495,7 +500,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (*info_cmd) return chorus::app::run_info(info);
-  if (*run_cmd) return chorus::app::run_run(run);
+  if (*run_cmd) return run.server.empty() ? chorus::app::run_run(run) : chorus::app::run_remote(run);
   if (*serve_cmd) return chorus::app::run_serve(serve);
   if (*sim_cmd) return chorus::app::run_simulate(sim);
   if (*trace_cmd) return chorus::app::run_trace(trace_args);

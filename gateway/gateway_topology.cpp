@@ -1,0 +1,96 @@
+#include "gateway/gateway_topology.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "actors/program.h"
+#include "gateway/openai_request.h"
+#include "topology/topology.h"
+
+namespace chorus {
+namespace {
+
+using json = nlohmann::json;
+
+std::atomic<uint64_t> g_next_run{1};
+
+}  // namespace
+
+std::string run_topology_request(caf::actor_system& sys, const Model& model, GatewayBackends& backends,
+                                 const std::string& body, bool unsafe_tools) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    bad_request(std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("topology") || !j["topology"].is_string())
+    bad_request("`topology` is required: the topology file's text", "topology");
+  const std::string name = j.value("name", std::string("topology.yaml"));
+  topology::LoadOptions lo;
+  if (j.contains("set")) {
+    if (!j["set"].is_object()) bad_request("`set` is an object of KEY: VALUE strings", "set");
+    for (const auto& [k, v] : j["set"].items()) {
+      if (!v.is_string()) bad_request("`set." + k + "` is not a string", "set");
+      lo.set.emplace_back(k, v.get<std::string>());
+    }
+  }
+  if (j.contains("input")) {
+    if (!j["input"].is_string()) bad_request("`input` is a string", "input");
+    lo.set.emplace_back("input", j["input"].get<std::string>());
+  }
+  auto loaded = topology::load_string(j["topology"].get<std::string>(), name, lo);
+  if (!loaded)
+    throw HttpError{
+        400, error_body(loaded.error().message, "invalid_request_error", "topology", "invalid_topology")};
+  topology::Topology t = std::move(*loaded);
+  for (const topology::Actor& a : t.actors)
+    if (!a.watch.empty())
+      throw HttpError{400, error_body("actor \"" + a.name + "\" watches block \"" + a.watch +
+                                          "\": a role that watches a block runs only where its engine is "
+                                          "(chorus run), not through a server yet",
+                                      "invalid_request_error", "topology", "unsupported")};
+  const std::string label = "topology-" + std::to_string(g_next_run++) + "-" + t.name;
+  const std::shared_ptr<GatewayBackend> b = backends.place(label);
+  auto engine = SharedEngine::remote(model, b->programs->memory(), b->programs->capacity_pages(),
+                                     b->programs->scheduler(), "node " + b->name);
+  auto output = std::make_shared<std::pair<std::mutex, json>>();
+  output->second = json::array();
+  ProgramHooks hooks;
+  hooks.unsafe_tools = unsafe_tools;
+  hooks.console = [output](const std::string& stream, const std::string& text) {  // into the answer
+    std::lock_guard<std::mutex> l(output->first);
+    json& out = output->second;
+    if (!out.empty() && out.back()["stream"] == stream)
+      out.back()["text"] = out.back()["text"].get<std::string>() + text;
+    else
+      out.push_back({{"stream", stream}, {"text", text}});
+  };
+  spdlog::info("gateway: topology program `{}` placed on `{}`", label, b->name);
+  auto program = Program::start(sys, t, engine, std::move(hooks));
+  if (!program) {
+    backends.forget(label);
+    throw http_error(program.error());
+  }
+  const ProgramReport report = (*program)->wait();
+  program->reset();
+  backends.forget(label);
+  spdlog::info("gateway: topology program `{}` on `{}` ended: {}{}", label, b->name, report.ended_by,
+               report.error.empty() ? "" : " (" + report.error + ")");
+  std::lock_guard<std::mutex> l(output->first);
+  return json{{"program", label},
+              {"node", b->name},
+              {"ended_by", report.ended_by},
+              {"error", report.error},
+              {"seconds", report.seconds},
+              {"generated_tokens", report.generated_tokens},
+              {"events", report.events},
+              {"blocks", report.block_tokens},
+              {"output", output->second}}
+      .dump();
+}
+
+}  // namespace chorus

@@ -1,0 +1,32 @@
+// POST /programs/run (gateway/gateway.h): a topology program (topologies/README.md) sent over HTTP,
+// run on a backend — the node with the most room behind a coordinator (`chorus run --cluster`),
+// or `chorus serve`'s own engine — under that node's program scheduler, beside its HTTP
+// programs. Its roles run in the gateway's process; their frames go to the node's memory actor
+// (through the node's link in a cluster). The request returns when the program ends. Internal to
+// the gateway library.
+//
+// Body: {"topology": YAML text, "name": file name for messages (optional), "set": {KEY: VALUE}
+// (parameters and key paths, as `chorus run --set`), "input": the parameter input (optional)}.
+// Answer: {"program", "node", "ended_by", "error", "seconds", "generated_tokens", "events":
+// {event: count}, "blocks": {block: tokens}, "output": [{"stream", "text"}...]} — what its
+// stdout and stderr sinks wrote, as `chorus run` shows it, in order (here, not on the server's
+// terminal). Its other sinks (file, zmq) and sources act in the server's process.
+// Refused (400) where the topology does not load, or needs what a remote node does not carry
+// yet: a role that watches a block grow.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <string>
+
+#include "gateway/gateway_backends.h"
+
+namespace chorus {
+
+class Model;
+
+// Throws HttpError. `model`: the backends' (tokenizer, templates); `unsafe_tools` as
+// ProgramHooks::unsafe_tools.
+std::string run_topology_request(caf::actor_system& sys, const Model& model, GatewayBackends& backends,
+                                 const std::string& body, bool unsafe_tools);
+
+}  // namespace chorus
