@@ -160,8 +160,9 @@ class ActorLink final : public EngineLink {
     o.op = cmd;
     return ask(std::move(o)).reply;
   }
-  Frame snapshot(uint64_t rid, const std::vector<BlockId>& view) override {
+  Frame snapshot(uint64_t rid, const std::vector<BlockId>& view, bool logs) override {
     LinkOp o = op(LinkOp::Kind::snapshot, rid);
+    o.logs = logs;
     o.blocks = view;
     return ask(std::move(o)).reply;
   }

@@ -31,7 +31,8 @@ class EngineLink {
   virtual bool is_live(BlockId b) = 0;
   // FreeBlock, ClearBlock, MergeBlocks, ForkBlock and SnapshotView, answered as frames.
   virtual Frame block_op(uint64_t rid, const BlockOpCmd& op) = 0;
-  virtual Frame snapshot(uint64_t rid, const std::vector<BlockId>& view) = 0;
+  virtual Frame snapshot(uint64_t rid, const std::vector<BlockId>& view,
+                         bool logs) = 0;  // logs: the tokens too
   // Submits `r`; its events go to `subscriber` under the requester's id `rid`.
   virtual Result<RequestId> submit(const Request& r, const caf::actor& subscriber, uint64_t rid) = 0;
   virtual Status pause(const std::vector<BlockId>& blocks, PauseMode mode) = 0;
@@ -65,6 +66,7 @@ struct LinkOp {
   uint64_t rid = 0;
   PauseMode mode = PauseMode::drop;
   bool cancel = false;
+  bool logs = false;         // snapshot: each block's token log too
   bool hold_events = false;  // submit: its events wait for (release_atom, ids)
 };
 struct LinkResult {

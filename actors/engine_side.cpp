@@ -20,10 +20,11 @@ PoolSnapshot EngineSide::snapshot_pool() const {
   return p;
 }
 
-Result<BlockSummary> EngineSide::summarize(BlockId id) {
+Result<BlockSummary> EngineSide::summarize(BlockId id, bool log) {
   auto blk = engine_->blocks().get(id);
   if (!blk) return blk.error();
-  return BlockSummary{id, (*blk)->name, static_cast<int64_t>((*blk)->tokens.size()), (*blk)->n_cached()};
+  return BlockSummary{id, (*blk)->name, static_cast<int64_t>((*blk)->tokens.size()), (*blk)->n_cached(),
+                      log ? (*blk)->tokens : std::vector<TokenId>{}};
 }
 
 Frame EngineSide::info(uint64_t rid, BlockId id) {
@@ -33,10 +34,10 @@ Frame EngineSide::info(uint64_t rid, BlockId id) {
 }
 
 // Each block of the view as it is now; an unknown block is an error naming it.
-Frame EngineSide::snapshot(uint64_t rid, const std::vector<BlockId>& view) {
+Frame EngineSide::snapshot(uint64_t rid, const std::vector<BlockId>& view, bool logs) {
   std::vector<BlockSummary> out;
   for (BlockId id : view) {
-    auto b = summarize(id);
+    auto b = summarize(id, logs);
     if (!b) return encode_error_envelope(rid, b.error());
     out.push_back(std::move(*b));
   }
@@ -212,7 +213,7 @@ LinkResult EngineSide::apply(const LinkOp& op) {
     case K::create: r.block = create_block(op.name); break;
     case K::is_live: r.live = is_live(op.block); break;
     case K::block_op: r.reply = block_op(op.rid, op.op); break;
-    case K::snapshot: r.reply = snapshot(op.rid, op.blocks); break;
+    case K::snapshot: r.reply = snapshot(op.rid, op.blocks, op.logs); break;
     case K::submit: {
       auto id = submit(op.request, op.subscriber, op.rid, op.hold_events);
       if (id)

@@ -30,7 +30,7 @@ class EngineSide {
   BlockId create_block(const std::string& name) { return engine_->blocks().create(name); }
   bool is_live(BlockId b) const { return engine_->blocks().is_live(b); }
   Frame block_op(uint64_t rid, const BlockOpCmd& op);
-  Frame snapshot(uint64_t rid, const std::vector<BlockId>& view);
+  Frame snapshot(uint64_t rid, const std::vector<BlockId>& view, bool logs = false);
   // With `hold_events`, the request's events wait in the engine side until `release(id)`: the
   // memory actor answers `Submitted` first, then releases, so its requester sees the answer
   // before the events (they come from two actors).
@@ -62,7 +62,7 @@ class EngineSide {
   };
   void emit(Subscriber& s, Frame f, const Send& send);
   std::vector<RequestId> dispatch(const std::vector<Event>& events, const Send& send);
-  Result<BlockSummary> summarize(BlockId id);
+  Result<BlockSummary> summarize(BlockId id, bool log = false);
   // KV transfer (BlockOpCmd export_part / load_part): images being sent, part by part, and
   // being received, by block.
   Frame export_part(uint64_t rid, const BlockOpCmd& op);
@@ -93,7 +93,9 @@ class LocalLink final : public EngineLink {
   BlockId create_block(const std::string& name) override { return e_.create_block(name); }
   bool is_live(BlockId b) override { return e_.is_live(b); }
   Frame block_op(uint64_t rid, const BlockOpCmd& op) override { return e_.block_op(rid, op); }
-  Frame snapshot(uint64_t rid, const std::vector<BlockId>& view) override { return e_.snapshot(rid, view); }
+  Frame snapshot(uint64_t rid, const std::vector<BlockId>& view, bool logs) override {
+    return e_.snapshot(rid, view, logs);
+  }
   Result<RequestId> submit(const Request& r, const caf::actor& subscriber, uint64_t rid) override {
     return e_.submit(r, subscriber, rid);  // one actor: its answer goes out before the events
   }

@@ -31,7 +31,12 @@ std::optional<Frame> MemorySide::on_frame(const std::vector<uint8_t>& bytes, con
       return hold(p, bytes, rid, sender, defer, 0, 0);
     return on_block_op(rid, *op);
   }
-  if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return link_.snapshot(rid, v->view);
+  if (auto* v = std::get_if<SnapshotViewCmd>(&*cmd)) return link_.snapshot(rid, v->view, v->logs);
+  if (std::holds_alternative<ListProgramsCmd>(*cmd)) {
+    std::vector<ProgramEntryData> out;
+    for (const auto& [id, p] : programs_.all()) out.push_back({id, p.name, p.blocks, p.state, p.hold});
+    return encode_program_list(rid, out);
+  }
   if (auto* pc = std::get_if<ProgramCmd>(&*cmd)) return on_program(rid, *pc);
   if (std::holds_alternative<HeartbeatCmd>(*cmd)) {
     const PoolView& pool = link_.pool();

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <utility>
 
 #include "actors/atoms.h"
+#include "actors/submit.h"
 #include "engine/model/model.h"
 #include "engine/step/engine.h"
 #include "engine/step/trace.h"
@@ -886,13 +889,34 @@ void Gateway::add_backend(const std::string& name, caf::actor memory, int64_t pa
   b->name = name;
   GatewayOptions o = impl_->opts;
   o.policy.capacity_pages = pages;
-  o.policy.host_capacity_pages =
-      host_pages;  // what the node offers (chorus node --host-pages); 0: pauses drop
-  b->programs = std::make_shared<GatewayPrograms>(*impl_->sys, std::move(memory), o, nullptr);
+  o.policy.host_capacity_pages = host_pages;  // what the node offers (--host-pages); 0: pauses drop
+  // What a predecessor (a leader before this one) left on the node: its program ids are not
+  // given again, and its HTTP programs are taken over below.
+  std::vector<ProgramEntryData> found;
+  {
+    caf::scoped_actor self{*impl_->sys};
+    if (auto r = ask(self, memory, encode_list_programs(0), std::chrono::seconds(5)); r)
+      found = r->programs;
+    else
+      spdlog::warn("gateway: cannot list the programs on `{}`: {}", name, r.error().message);
+  }
+  uint64_t first_id = 1;
+  for (const ProgramEntryData& e : found) first_id = std::max(first_id, e.program + 1);
+  b->programs = std::make_shared<GatewayPrograms>(*impl_->sys, std::move(memory), o, nullptr, first_id);
   b->room = std::move(room);
   b->programs->set_room_elsewhere(
       [backends = &impl_->backends, name](int64_t pages) { return backends->room_elsewhere(name, pages); });
-  if (!impl_->backends.add(b)) b->programs->stop();  // stopping: it serves nothing
+  if (!impl_->backends.add(b)) {
+    b->programs->stop();  // stopping: it serves nothing
+    return;
+  }
+  GatewayBackends& backends = impl_->backends;
+  const auto elsewhere = [&backends, &name](const std::string& id) {
+    auto at = backends.find(id);
+    return at && at->name != name;
+  };
+  for (const std::string& id : b->programs->adopt(found, impl_->model->tokenizer, elsewhere))
+    backends.place_at(id, b);
 }
 
 void Gateway::remove_backend(const std::string& name) {

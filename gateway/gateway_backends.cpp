@@ -111,6 +111,11 @@ void GatewayBackends::forget(const std::string& id) {
   placed_.erase(id);
 }
 
+void GatewayBackends::place_at(const std::string& id, std::shared_ptr<GatewayBackend> b) {
+  std::lock_guard l(m_);
+  placed_[id] = std::move(b);
+}
+
 bool GatewayBackends::add(std::shared_ptr<GatewayBackend> b) {
   std::shared_ptr<GatewayBackend> old;
   {

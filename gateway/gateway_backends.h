@@ -53,6 +53,7 @@ class GatewayBackends {
   // The backend program `id` is on (null: none), and forgetting it (released).
   std::shared_ptr<GatewayBackend> find(const std::string& id) const;
   void forget(const std::string& id);
+  void place_at(const std::string& id, std::shared_ptr<GatewayBackend> b);  // it is there (taken over)
 
   // Adds `b` (one of the same name is replaced; its programs stop). False once stopped.
   bool add(std::shared_ptr<GatewayBackend> b);

@@ -191,7 +191,7 @@ struct GatewayPrograms::Impl {
 };
 
 GatewayPrograms::GatewayPrograms(caf::actor_system& sys, caf::actor batcher, const GatewayOptions& opts,
-                                 ProgramManager* scheduler)
+                                 ProgramManager* scheduler, uint64_t first_program_id)
     : impl_(std::make_unique<Impl>()) {
   impl_->sys = &sys;
   impl_->batcher = batcher;
@@ -201,12 +201,61 @@ GatewayPrograms::GatewayPrograms(caf::actor_system& sys, caf::actor batcher, con
     so.policy = opts.policy;
     so.mode = opts.mode;
     so.ttl_s = opts.ttl_s;
+    so.first_program_id = first_program_id;
     impl_->own_scheduler = std::make_unique<ProgramManager>(sys, std::move(batcher), so);
     scheduler = impl_->own_scheduler.get();
   }
   impl_->scheduler = scheduler;
   Impl* p = impl_.get();
   impl_->lease = std::thread([p] { p->lease_loop(); });
+}
+
+std::vector<std::string> GatewayPrograms::adopt(const std::vector<ProgramEntryData>& found,
+                                                const Tokenizer& tokenizer,
+                                                const std::function<bool(const std::string& id)>& elsewhere) {
+  std::vector<std::string> adopted;
+  for (const ProgramEntryData& e : found) {
+    const bool http = e.hold && e.blocks.size() == 1 && !e.name.empty() && e.name.rfind("anon-", 0) != 0;
+    bool taken = false;
+    {
+      std::lock_guard<std::mutex> l(impl_->m);
+      taken = impl_->sessions.count(e.name) > 0;
+    }
+    taken = taken || (http && elsewhere(e.name));
+    auto log = http && !taken ? call(encode_snapshot_view(0, e.blocks, true)) : Result<Reply>(Reply{});
+    auto kept =
+        log && !log->blocks.empty() && e.state == ProgramState::active
+            ? call(encode_program(0, ProgramCmd::of(ProgramCmd::Op::pause, e.program, PauseMode::offload)))
+            : log;
+    if (!http || taken || !log || log->blocks.empty() || !kept || !impl_->scheduler->add(e.program, 0)) {
+      ProgramCmd end = ProgramCmd::of(ProgramCmd::Op::terminate, e.program);
+      end.cancel = true;  // a request its predecessor left running ends with it
+      const auto r = call(encode_program(0, end));
+      spdlog::info(
+          "gateway: program {} (`{}`) left by a predecessor is not an HTTP program to take over{}: "
+          "terminated{}",
+          e.program, e.name, !log || !kept ? " (" + (!log ? log.error() : kept.error()).message + ")" : "",
+          r ? "" : " (" + r.error().message + ")");
+      continue;
+    }
+    const BlockSummary& b = log->blocks.front();
+    Session s;
+    s.id = e.name;
+    s.program = e.program;
+    s.block = e.blocks.front();
+    s.text = tokenizer.decode(b.log, {.render_special = true});
+    s.tokens = static_cast<int64_t>(b.log.size());
+    s.phase_since = s.last_used = impl_->now();
+    {
+      std::lock_guard<std::mutex> l(impl_->m);
+      impl_->sessions[e.name] = std::move(s);
+    }
+    impl_->scheduler->tool_started(e.program);  // between two requests: its client acts
+    spdlog::info("gateway: took over program `{}` ({} tokens in its block) from a predecessor", e.name,
+                 b.log.size());
+    adopted.push_back(e.name);
+  }
+  return adopted;
 }
 
 caf::actor GatewayPrograms::memory() const {

@@ -39,9 +39,10 @@ HttpError program_not_found(const std::string& id);
 
 class GatewayPrograms {
  public:
-  // `scheduler`: the node's (null: the gateway makes one over `batcher` from `opts`).
+  // `scheduler`: the node's (null: the gateway makes one over `batcher` from `opts`, whose
+  // program ids start at `first_program_id`).
   GatewayPrograms(caf::actor_system& sys, caf::actor batcher, const GatewayOptions& opts,
-                  ProgramManager* scheduler);
+                  ProgramManager* scheduler, uint64_t first_program_id = 1);
   ~GatewayPrograms();  // stop()
 
   // A command to the memory actor; its reply decoded (an Error reply is an error).
@@ -83,6 +84,17 @@ class GatewayPrograms {
   void end(const std::string& id);
   // POST /programs/release. Throws HttpError 404 (no such program) or 409 (a request in flight).
   void release_by_client(const std::string& id);
+
+  // A coordinator that takes over (a new leader) finds the programs its predecessor left on the
+  // node (ListPrograms): each HTTP program (registered with `hold`, one block, named by its
+  // program_id) becomes a session again — its block's log read back and decoded with
+  // `tokenizer` into the text it holds, so its next request reuses it; kept in host memory
+  // (paused, offload) until that request; scheduled from now on. Every other program there (a
+  // one-shot program, a topology program whose roles died with the predecessor, a program that
+  // `elsewhere` says runs on another backend now) is terminated: its pages come back. Returns
+  // the program_ids adopted.
+  std::vector<std::string> adopt(const std::vector<ProgramEntryData>& found, const Tokenizer& tokenizer,
+                                 const std::function<bool(const std::string& id)>& elsewhere);
 
   // Token counts for /metrics.
   void count(int64_t prompt, int64_t completion, int64_t reused, int64_t recomputed);

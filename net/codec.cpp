@@ -192,7 +192,9 @@ std::optional<Command> block_command(const wire::Envelope* env) {
   auto name = [](const flatbuffers::String* n) { return n ? n->str() : std::string(); };
   if (const auto* c = env->payload_as_CreateBlock())
     return Command{CreateBlockCmd{name(c->name()), c->program()}};
-  if (const auto* v = env->payload_as_SnapshotView()) return Command{SnapshotViewCmd{to_vec(v->view())}};
+  if (const auto* v = env->payload_as_SnapshotView())
+    return Command{SnapshotViewCmd{to_vec(v->view()), v->logs()}};
+  if (env->payload_as_ListPrograms()) return Command{ListProgramsCmd{}};
   if (const auto* f = env->payload_as_FreeBlock())
     return Command{BlockOpCmd{.op = Op::free, .block = f->block()}};
   if (const auto* c = env->payload_as_ClearBlock())
@@ -349,17 +351,34 @@ Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& n
                 wire::CreateBlockInfo(fbb, block, n, tokens, cached).Union());
 }
 
-Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view) {
+Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view, bool logs) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto v = fbb.CreateVector(view);
-  return finish(fbb, request_id, wire::Payload::SnapshotView, wire::CreateSnapshotView(fbb, v).Union());
+  return finish(fbb, request_id, wire::Payload::SnapshotView, wire::CreateSnapshotView(fbb, v, logs).Union());
+}
+
+Frame encode_list_programs(uint64_t request_id) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return finish(fbb, request_id, wire::Payload::ListPrograms, wire::CreateListPrograms(fbb).Union());
+}
+
+Frame encode_program_list(uint64_t request_id, const std::vector<ProgramEntryData>& programs) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<wire::ProgramEntry>> entries;
+  for (const ProgramEntryData& p : programs)
+    entries.push_back(wire::CreateProgramEntry(fbb, p.program, fbb.CreateString(p.name),
+                                               fbb.CreateVector(p.blocks),
+                                               static_cast<wire::ProgramState>(p.state), p.hold));
+  const auto v = fbb.CreateVector(entries);
+  return finish(fbb, request_id, wire::Payload::ProgramList, wire::CreateProgramList(fbb, v).Union());
 }
 
 Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks) {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<flatbuffers::Offset<wire::BlockInfo>> infos;
   for (const BlockSummary& b : blocks)
-    infos.push_back(wire::CreateBlockInfo(fbb, b.block, fbb.CreateString(b.name), b.tokens, b.cached));
+    infos.push_back(wire::CreateBlockInfo(fbb, b.block, fbb.CreateString(b.name), b.tokens, b.cached,
+                                          b.log.empty() ? 0 : fbb.CreateVector(b.log)));
   const auto v = fbb.CreateVector(infos);
   return finish(fbb, request_id, wire::Payload::ViewSnapshot, wire::CreateViewSnapshot(fbb, v).Union());
 }
@@ -432,15 +451,21 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
       {"ProbeResult", ReplyKind::probe_result},     {"RequestFinished", ReplyKind::finished},
       {"ProgramStatus", ReplyKind::program_status}, {"Error", ReplyKind::error},
       {"Heartbeat", ReplyKind::heartbeat},          {"ProgramWaiting", ReplyKind::program_waiting},
-      {"BlockPart", ReplyKind::block_part}};
+      {"BlockPart", ReplyKind::block_part},         {"ProgramList", ReplyKind::program_list}};
   for (const auto& [name, kind] : kinds)
     if (summary->payload_type == name) r.kind = kind;
   auto summary_of = [](const wire::BlockInfo* b) {
-    return BlockSummary{b->block(), b->name() ? b->name()->str() : "", b->tokens(), b->cached()};
+    return BlockSummary{b->block(), b->name() ? b->name()->str() : "", b->tokens(), b->cached(),
+                        to_vec(b->log())};
   };
   if (const auto* b = env->payload_as_BlockInfo()) {
     r.id = b->block();
     r.blocks = {summary_of(b)};
+  } else if (const auto* l = env->payload_as_ProgramList()) {
+    if (l->programs())
+      for (const auto* e : *l->programs())
+        r.programs.push_back({e->program(), e->name() ? e->name()->str() : "", to_vec(e->blocks()),
+                              static_cast<ProgramState>(e->state()), e->hold()});
   } else if (const auto* p = env->payload_as_BlockPart()) {
     r.id = p->block();
     r.part = std::make_shared<BlockPartData>(part_of(p));
@@ -507,6 +532,7 @@ const char* reply_kind_name(ReplyKind k) {
     case ReplyKind::error: return "Error";
     case ReplyKind::heartbeat: return "Heartbeat";
     case ReplyKind::block_part: return "BlockPart";
+    case ReplyKind::program_list: return "ProgramList";
     case ReplyKind::program_waiting: return "ProgramWaiting";
     case ReplyKind::other: return "other";
   }

@@ -27,7 +27,9 @@ Frame encode_merge_blocks(uint64_t request_id, BlockId a, BlockId b, const std::
 // `program` (not 0): the registered program the fork joins.
 Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name,
                         uint64_t program = 0);
-Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view);
+// With `logs`, each block's token log comes back too (BlockSummary::log).
+Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view, bool logs = false);
+Frame encode_list_programs(uint64_t request_id);
 Frame encode_request(uint64_t request_id, const Request& r);  // Forward, Generate or Probe
 
 // A part of a block image (schemas/blocks.fbs BlockPart): the answer to an ExportBlock, and what
@@ -85,11 +87,14 @@ struct ProgramCmd {  // RegisterProgram, PauseProgram, RestoreProgram, Terminate
 };
 struct SnapshotViewCmd {
   std::vector<BlockId> view;
+  bool logs = false;
 };
+struct ListProgramsCmd {};
 struct HeartbeatCmd {  // a Heartbeat frame sent to a node: answered with the node's own Heartbeat
   std::string node_id;
 };
-using Command = std::variant<CreateBlockCmd, BlockOpCmd, Request, ProgramCmd, SnapshotViewCmd, HeartbeatCmd>;
+using Command = std::variant<CreateBlockCmd, BlockOpCmd, Request, ProgramCmd, SnapshotViewCmd, HeartbeatCmd,
+                             ListProgramsCmd>;
 Frame encode_program(uint64_t request_id, const ProgramCmd& cmd);
 
 // Verifies the frame (decode_envelope) and extracts the command; text fields are tokenized with
@@ -110,10 +115,19 @@ Frame encode_event(uint64_t request_id, const Event& e, const std::string& text)
 struct BlockSummary {  // a BlockInfo
   BlockId block = -1;
   std::string name;
-  int64_t tokens = 0;  // in the block's log
-  int64_t cached = 0;  // of which have KV (what readers see)
+  int64_t tokens = 0;             // in the block's log
+  int64_t cached = 0;             // of which have KV (what readers see)
+  std::vector<TokenId> log = {};  // the log itself, when asked for (SnapshotView logs)
   bool operator==(const BlockSummary&) const = default;
 };
+struct ProgramEntryData {  // a ProgramEntry
+  uint64_t program = 0;
+  std::string name;
+  std::vector<BlockId> blocks;
+  ProgramState state = ProgramState::active;
+  bool hold = false;
+};
+Frame encode_program_list(uint64_t request_id, const std::vector<ProgramEntryData>& programs);
 Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks);
 // A Heartbeat: the sender's node id, its KV pool (and linear-state slots) and its clock
 // (wall_clock_ms, stamped here) — for cluster liveness and placement, and a scheduler's
@@ -138,6 +152,7 @@ enum class ReplyKind {
   heartbeat,        // Heartbeat
   program_waiting,  // ProgramWaiting (id: the program)
   block_part,       // BlockPart (part)
+  program_list,     // ProgramList (programs)
   other,            // a payload that is not a reply (a command, Hello)
 };
 const char* reply_kind_name(ReplyKind k);  // the payload's name, e.g. "BlockInfo"
@@ -161,10 +176,11 @@ struct Reply {
   int64_t slots = 0, wanted_slots = 0;            // ProgramStatus: linear-state slots held, and wanted;
                                                   // Heartbeat: slots in use (slots_total: all)
   int64_t slots_total = 0;
-  int64_t pages_total = 0;              // Heartbeat: the pool (pages: those in use)
-  uint64_t unix_ms = 0;                 // Heartbeat
-  std::vector<BlockSummary> blocks;     // BlockInfo (one), ViewSnapshot (one per block)
-  std::shared_ptr<BlockPartData> part;  // BlockPart
+  int64_t pages_total = 0;                 // Heartbeat: the pool (pages: those in use)
+  uint64_t unix_ms = 0;                    // Heartbeat
+  std::vector<BlockSummary> blocks;        // BlockInfo (one), ViewSnapshot (one per block)
+  std::shared_ptr<BlockPartData> part;     // BlockPart
+  std::vector<ProgramEntryData> programs;  // ProgramList
 };
 // A frame that does not verify is an error; an Error frame is a Reply of kind error (its code
 // and message kept). ask() (actors/submit.h) turns the latter into the same Error.

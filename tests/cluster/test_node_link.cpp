@@ -152,11 +152,26 @@ TEST_F(NodeLinkTest, ABlockMovesByItsKvInParts) {
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::register_program, 5, {to}, PauseMode::drop, true).kind,
             ReplyKind::program_status);
   ASSERT_EQ(program_cmd(self, ProgramCmd::Op::pause, 5).kind, ReplyKind::program_status);
+  // What a coordinator that takes over reads back: the programs registered, and a block's log.
+  const Reply listed = call_on(self, link, encode_list_programs(0));
+  ASSERT_EQ(listed.kind, ReplyKind::program_list);
+  ASSERT_EQ(listed.programs.size(), 1u);
+  EXPECT_EQ(listed.programs[0].program, 5u);
+  EXPECT_EQ(listed.programs[0].blocks, std::vector<BlockId>{to});
+  EXPECT_EQ(listed.programs[0].state, ProgramState::paused);
+  EXPECT_TRUE(listed.programs[0].hold);
+  const Reply logs = call_on(self, link, encode_snapshot_view(0, {from}, true));
+  ASSERT_EQ(logs.blocks.size(), 1u);
+  ASSERT_EQ(logs.blocks[0].log.size(), 31u);
+  EXPECT_EQ(logs.blocks[0].log.front(), 3) << "the prefill token generate_into starts from";
+  EXPECT_TRUE(call_on(self, link, encode_snapshot_view(0, {from})).blocks[0].log.empty())
+      << "only when asked";
 
   auto image = fetch_block(over_link, from, 100000);  // several parts (a page is 737,280 bytes here)
   ASSERT_TRUE(image.ok()) << image.error().to_string();
   ASSERT_EQ(image->tokens.size(), 31u);
   ASSERT_EQ(image->cached, 31);
+  EXPECT_EQ(image->tokens, logs.blocks[0].log);
   // Out of order: refused, nothing loaded.
   BlockPartData late;
   late.block = to;

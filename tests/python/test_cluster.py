@@ -330,9 +330,19 @@ try:
     check(wait_for(lambda: up_names(two) == survivors, 30) is not None and view(two)["leader"]["name"] == "two",
           "the new leader sees the nodes: %s" % up_names(two))
     check(wait_for(lambda: serving(two, survivors), 30) is not None, "the new leader serves on %s" % survivors)
+    # It rebuilt the program table from the nodes: every program is there, where its block is.
+    listed = {p["program_id"]: p["node"] for p in (get(two + "/programs") or {"data": []})["data"]}
+    check(sorted(listed) == sorted(PROGRAMS + ["long"]) and set(listed.values()) <= set(survivors),
+          "the new leader took the programs over from the nodes: %s" % listed)
     fourth = run_turn(two, 3, got)
     check(all(st == 200 for st, _ in fourth.values()) and all(got[p] == want[p] for p in PROGRAMS),
           "clients retrying with their program_id go on through the new leader, with the replies of one node")
+    check(all(fourth[p][1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0 for p in PROGRAMS),
+          "each fourth turn reused its conversation in the block the old leader left (cached tokens: %s)" %
+          [fourth[p][1]["usage"]["prompt_tokens_details"]["cached_tokens"] for p in PROGRAMS])
+    log_two = open(os.path.join(tmp, "coord-two.log")).read()
+    check(log_two.count("took over program") == len(PROGRAMS) + 1,
+          "the new leader logged each program it took over (the six and `long`)")
 finally:
     for p in procs:
         if p.poll() is None:
