@@ -54,43 +54,63 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
                                           "(chorus run), not through a server yet",
                                       "invalid_request_error", "topology", "unsupported")};
   const std::string label = "topology-" + std::to_string(g_next_run++) + "-" + t.name;
-  const std::shared_ptr<GatewayBackend> b = backends.place(label);
-  auto engine = SharedEngine::remote(model, b->programs->memory(), b->programs->capacity_pages(),
-                                     b->programs->scheduler(), "node " + b->name);
-  auto output = std::make_shared<std::pair<std::mutex, json>>();
-  output->second = json::array();
-  ProgramHooks hooks;
-  hooks.unsafe_tools = unsafe_tools;
-  hooks.console = [output](const std::string& stream, const std::string& text) {  // into the answer
-    std::lock_guard<std::mutex> l(output->first);
-    json& out = output->second;
-    if (!out.empty() && out.back()["stream"] == stream)
-      out.back()["text"] = out.back()["text"].get<std::string>() + text;
-    else
-      out.push_back({{"stream", stream}, {"text", text}});
-  };
-  spdlog::info("gateway: topology program `{}` placed on `{}`", label, b->name);
-  auto program = Program::start(sys, t, engine, std::move(hooks));
-  if (!program) {
+  // A program whose node is lost under it starts again on another (up to kMaxRestarts times):
+  // nothing of it reached the client yet (the answer comes at its end), and its roles and blocks
+  // are made again from the topology.
+  constexpr int kMaxRestarts = 3;
+  json restarts = json::array();
+  std::string avoid;
+  for (int attempt = 0;; ++attempt) {
+    const std::shared_ptr<GatewayBackend> b = backends.place(label, avoid);
+    auto engine = SharedEngine::remote(model, b->programs->memory(), b->programs->capacity_pages(),
+                                       b->programs->scheduler(), "node " + b->name);
+    auto output = std::make_shared<std::pair<std::mutex, json>>();
+    output->second = json::array();
+    ProgramHooks hooks;
+    hooks.unsafe_tools = unsafe_tools;
+    hooks.console = [output](const std::string& stream, const std::string& text) {  // into the answer
+      std::lock_guard<std::mutex> l(output->first);
+      json& out = output->second;
+      if (!out.empty() && out.back()["stream"] == stream)
+        out.back()["text"] = out.back()["text"].get<std::string>() + text;
+      else
+        out.push_back({{"stream", stream}, {"text", text}});
+    };
+    spdlog::info("gateway: topology program `{}` placed on `{}`", label, b->name);
+    auto program = Program::start(sys, t, engine, std::move(hooks));
+    ProgramReport report;
+    if (program) {
+      report = (*program)->wait();
+      program->reset();
+    }
+    const std::string error = program ? report.error : program.error().message;
+    // Its node went away under it (the node link's words): another node runs it again.
+    if ((!program || report.ended_by == "error") &&
+        error.find("node `" + b->name + "` is down") != std::string::npos && attempt < kMaxRestarts) {
+      b->lost = true;  // nothing more is placed there
+      avoid = b->name;
+      restarts.push_back({{"node", b->name}, {"error", error}});
+      spdlog::warn("gateway: topology program `{}` lost its node `{}`: it starts again elsewhere", label,
+                   b->name);
+      continue;
+    }
     backends.forget(label);
-    throw http_error(program.error());
+    if (!program) throw http_error(program.error());
+    spdlog::info("gateway: topology program `{}` on `{}` ended: {}{}", label, b->name, report.ended_by,
+                 report.error.empty() ? "" : " (" + report.error + ")");
+    std::lock_guard<std::mutex> l(output->first);
+    return json{{"program", label},
+                {"node", b->name},
+                {"restarts", restarts},
+                {"ended_by", report.ended_by},
+                {"error", report.error},
+                {"seconds", report.seconds},
+                {"generated_tokens", report.generated_tokens},
+                {"events", report.events},
+                {"blocks", report.block_tokens},
+                {"output", output->second}}
+        .dump();
   }
-  const ProgramReport report = (*program)->wait();
-  program->reset();
-  backends.forget(label);
-  spdlog::info("gateway: topology program `{}` on `{}` ended: {}{}", label, b->name, report.ended_by,
-               report.error.empty() ? "" : " (" + report.error + ")");
-  std::lock_guard<std::mutex> l(output->first);
-  return json{{"program", label},
-              {"node", b->name},
-              {"ended_by", report.ended_by},
-              {"error", report.error},
-              {"seconds", report.seconds},
-              {"generated_tokens", report.generated_tokens},
-              {"events", report.events},
-              {"blocks", report.block_tokens},
-              {"output", output->second}}
-      .dump();
 }
 
 }  // namespace chorus

@@ -11,8 +11,10 @@
 // {event: count}, "blocks": {block: tokens}, "output": [{"stream", "text"}...]} — what its
 // stdout and stderr sinks wrote, as `chorus run` shows it, in order (here, not on the server's
 // terminal). Its other sinks (file, zmq) and sources act in the server's process.
-// Refused (400) where the topology does not load, or needs what a remote node does not carry
-// yet: a role that watches a block grow.
+// "restarts": [{"node", "error"}...] — a program whose node was lost under it (the node's link
+// says it is down) starts again from the topology on another node, up to 3 times: nothing of
+// it had reached the client. Refused (400) where the topology does not load, or needs what a
+// remote node does not carry yet: a probe that watches a block grow.
 #pragma once
 
 #include <caf/fwd.hpp>

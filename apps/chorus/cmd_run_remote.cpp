@@ -56,6 +56,9 @@ int run_remote(const RunArgs& args) {
     std::fprintf(stderr, "chorus run: %s answered %d: %s\n", args.server.c_str(), res->status, why.c_str());
     return 1;
   }
+  for (const auto& r : j.value("restarts", json::array()))
+    std::fprintf(stderr, "[node %s was lost under the program (%s): it started again on another]\n",
+                 r["node"].get<std::string>().c_str(), r["error"].get<std::string>().c_str());
   for (const auto& o : j["output"]) {
     std::FILE* to = o["stream"] == "stderr" ? stderr : stdout;
     std::fputs(o["text"].get<std::string>().c_str(), to);

@@ -8,7 +8,8 @@ serve` answers the same conversation alone (greedy), or diverges from it first a
 that reply's own log-probabilities (the two best tokens within NEAR_TIE nats: a decode batched
 with other sequences sums its products in another order than a decode alone, on one node as on
 three); and the programs spread over the three nodes. A topology with a role that watches a block
-is refused with its reason.
+is refused with its reason. Then a long topology program runs, alone, and its node is killed
+(SIGKILL): it starts again on a survivor and prints what one engine prints.
 
     test_cluster_topology.py CHORUS_BINARY MODEL TOPOLOGY
 """
@@ -26,6 +27,8 @@ import urllib.request
 
 chorus, model, topo = sys.argv[1], sys.argv[2], sys.argv[3]
 MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
+LONG = "Write a long story about a dragon and a lighthouse."
+LONG_SET = ["--set", "actors.thinker.max_tokens=200", "--set", "actors.thinker.stop=[]"]
 QUESTIONS = ["Name three colours.", "Name three fruits.", "What is two plus two?", "Name a large animal."]
 CHATS = ["Say hello to %s." % n for n in ("Ada", "Bo", "Cy", "Di", "Ed", "Flo", "Gus", "Hal", "Ivy", "Jo", "Kai",
                                            "Lu")]
@@ -124,6 +127,8 @@ try:
         rc, out, err = run_topology(["-t", "1"], q)
         want_topo[q] = out
         check(rc == 0 and out.strip(), "one engine answers %r: %r" % (q, out.strip()[:40]))
+    rc, want_long, err = run_topology(["-t", "1"] + LONG_SET, LONG)
+    check(rc == 0 and len(want_long) > 200, "one engine writes the long story (%d characters)" % len(want_long))
     sport = free_port()
     serve_url = "http://127.0.0.1:%d" % sport
     serve = start([chorus, "serve", "--model", model, "--port", str(sport), "-t", "1"],
@@ -224,6 +229,28 @@ try:
           "a topology that does not load is refused with its error: %s" % p.stderr.strip()[-160:])
     log = open(coord_log).read()
     check(log.count("topology program `topology-") >= 24, "the coordinator logged each placement and end")
+
+    # A node dies under a topology program: it starts again on a survivor, whole.
+    def placements():
+        return [l for l in open(coord_log).read().splitlines() if "topology program" in l and "placed on `" in l]
+
+    before = len(placements())
+    long_result = {}
+    th = threading.Thread(target=lambda: long_result.update(r=run_topology(["--cluster", url] + LONG_SET, LONG)))
+    th.start()
+    check(wait_for(lambda: len(placements()) > before, 60) is not None, "the long program is placed")
+    victim = placements()[-1].split("placed on `")[1].split("`")[0]
+    time.sleep(0.5)
+    t_kill = time.time()
+    [p for p in procs if p.args[:2] == [chorus, "node"] and p.args[p.args.index("--name") + 1] == victim][0].kill()
+    th.join(timeout=300)
+    rc, out, err = long_result.get("r", (-1, "", "no answer"))
+    print("the long program ended %.1f s after node %s's SIGKILL" % (time.time() - t_kill, victim), flush=True)
+    check(rc == 0 and out == want_long and "node %s was lost under the program" % victim in err,
+          "the long program, its node killed under it, starts again on a survivor and prints what one engine "
+          "prints: %s" % err.strip()[-300:])
+    check("lost its node `%s`: it starts again elsewhere" % victim in open(coord_log).read(),
+          "the coordinator logged the restart")
 finally:
     for p in procs:
         if p.poll() is None:

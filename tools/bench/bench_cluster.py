@@ -12,7 +12,8 @@ apart. The same workload (same seeds) runs twice:
   sticky   `--migrate-after 0`: a program's requests always go to the node it was placed on
            (a KV-aware router's stickiness); a turn that finds no room there waits there
   global   `--migrate-after S`: a turn that waited S seconds for room on its node moves to a node
-           with room (released there, its conversation prefilled on the other)
+           with room (released there; its conversation prefilled on the other, or its KV sent
+           there when the node kept it — `--host-pages` — and the cost model finds that cheaper)
 
 New programs go to the node with the most room under both. The coordinator runs with
 --dead-after 15: a node of one thread busy with long prefills on two shared cores can miss the
@@ -79,7 +80,8 @@ def run_routing(args, routing, tmp):
             sys.exit("etcd did not start")
         for name in ("a", "b"):
             start([args.chorus, "node", "--model", args.model, "--etcd", etcd, "--name", name, "--endpoint",
-                   "tcp://127.0.0.1:*", "--pages", str(args.pages), "-t", "1"],
+                   "tcp://127.0.0.1:*", "--pages", str(args.pages), "-t", "1", "--host-pages",
+                   str(args.host_pages)],
                   "node-%s-%s.log" % (name, routing))
         port = free_port()
         base = "http://127.0.0.1:%d" % port
@@ -173,6 +175,8 @@ def main():
     ap.add_argument("--tool-words", type=int, default=120)
     ap.add_argument("--spread", type=float, default=2.0, help="log2 of the widest factor on a program's tool words")
     ap.add_argument("--pages", type=int, default=200, help="KV pages of 16 tokens per node")
+    ap.add_argument("--host-pages", type=int, default=0,
+                    help="host pages each node offers: paused programs keep their KV, and a move may carry it")
     ap.add_argument("--check-period", type=float, default=1.0)
     ap.add_argument("--migrate-after", type=float, default=1.0)
     ap.add_argument("--json", default=None)
