@@ -590,7 +590,7 @@ class Program::Starter {
     for (const auto& [n, h] : old) {
       self_->request(h, kRetireWait, retire_atom::value)
           .receive([&, n = n](const std::vector<std::string>& queued) { carried[n] = queued; },
-                   [&, n = n](caf::error& e) {
+                   [&, n = n, h = h](caf::error& e) {
                      spdlog::warn("{}actors.{}: retiring it: {}; stopped", where_, n, caf::to_string(e));
                      self_->send_exit(h, caf::exit_reason::user_shutdown);
                    });

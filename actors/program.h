@@ -20,7 +20,7 @@
 
 namespace chorus {
 
-class Model;
+struct Model;
 class CpuDevice;
 class CudaDevice;
 class ProgramManager;

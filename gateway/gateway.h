@@ -48,7 +48,7 @@ namespace chorus {
 
 class Trace;
 
-class Model;
+struct Model;
 class ProgramManager;
 
 // A GET route more (a coordinator's /cluster): `body` answers it, on an HTTP worker thread.

@@ -24,7 +24,7 @@
 
 namespace chorus {
 
-class Model;
+struct Model;
 
 // Throws HttpError. `model`: the backends' (tokenizer, templates); `unsafe_tools` as
 // ProgramHooks::unsafe_tools.

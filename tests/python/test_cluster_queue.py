@@ -17,10 +17,6 @@ chooses how p3's conversation goes along; the argument WAY says what it should c
 """
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,47 +24,16 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_harness import Harness, free_port, get, wait_for  # noqa: E402
+
 chorus, model = sys.argv[1], sys.argv[2]
 way = sys.argv[3] if len(sys.argv) > 3 else "recompute"
 by_kv = way == "kv"
 MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
-failures, passed, procs = [], [], []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    (passed if cond else failures).append(what)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def start(args, log):
-    p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
-
-
-def get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return json.loads(r.read())
-    except Exception:
-        return None
-
-
-def wait_for(cond, limit):
-    t0 = time.time()
-    while time.time() - t0 < limit:
-        if cond():
-            return time.time() - t0
-        time.sleep(0.1)
-    return None
+tmp = tempfile.mkdtemp(prefix="chorus-queue-")
+h = Harness(tmp)
+check, start = h.check, h.start
 
 
 def chat(url, program, messages, max_tokens):
@@ -97,13 +62,12 @@ def second_turn(first_reply):
                           {"role": "user", "content": "Now list five animals that live in the sea."}]
 
 
-tmp = tempfile.mkdtemp(prefix="chorus-queue-")
 try:
     # The oracle: p3's two turns on one `chorus serve`.
     sport = free_port()
     serve_url = "http://127.0.0.1:%d" % sport
     serve = start([chorus, "serve", "--model", model, "--port", str(sport), "--pages", "64", "-t", "1"],
-                  os.path.join(tmp, "serve.log"))
+                  "serve.log")
     wait_for(lambda: get(serve_url + "/health"), 60)
     # The second turn as the node it moves to computes it: a new block prefilled from the history.
     _, b1 = chat(serve_url, "p3", FIRST["p3"], 12)
@@ -115,18 +79,11 @@ try:
     serve.terminate()
     serve.wait(timeout=30)
 
-    cport, pport = free_port(), free_port()
-    etcd_url = "http://127.0.0.1:%d" % cport
-    peer = "http://127.0.0.1:%d" % pport
-    start(["etcd", "--name=q", "--data-dir=" + os.path.join(tmp, "etcd"), "--listen-client-urls=" + etcd_url,
-           "--advertise-client-urls=" + etcd_url, "--listen-peer-urls=" + peer,
-           "--initial-advertise-peer-urls=" + peer, "--initial-cluster=q=" + peer, "--logger=zap",
-           "--log-outputs=" + os.path.join(tmp, "etcd.log")], os.path.join(tmp, "etcd.out"))
-    check(wait_for(lambda: get(etcd_url + "/health"), 20) is not None, "etcd answers")
+    etcd_url = h.etcd()
     for name in ("a", "b"):
         start([chorus, "node", "--model", model, "--etcd", etcd_url, "--name", name, "--endpoint",
                "tcp://127.0.0.1:*", "--pages", "64", "-t", "1", "--lease-ttl", "2", "--host-pages", "64"],
-              os.path.join(tmp, "node-%s.log" % name))
+              "node-%s.log" % name)
     port = free_port()
     url = "http://127.0.0.1:%d" % port
     coord_log = os.path.join(tmp, "coord.log")
@@ -223,18 +180,4 @@ try:
     check(spans == [("p1", "a"), ("p1", "a"), ("p2", "b"), ("p3", "a"), ("p3", "b")],
           "a request span per turn, each with its program and node: %s" % spans)
 finally:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                p.terminate()
-                p.wait(timeout=10)
-            except Exception:
-                p.kill()
-    if failures:
-        for f in sorted(os.listdir(tmp)):
-            if f.endswith(".log") and f != "etcd.log":
-                print("---- " + f + "\n" + open(os.path.join(tmp, f)).read()[-3000:])
-    shutil.rmtree(tmp, ignore_errors=True)
-
-print("%d passed, %d failed" % (len(passed), len(failures)))
-sys.exit(1 if failures else 0)
+    h.finish()

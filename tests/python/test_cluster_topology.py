@@ -15,8 +15,6 @@ is refused with its reason. Then a long topology program runs, alone, and its no
 """
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +22,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_harness import Harness, free_port, get, wait_for  # noqa: E402
 
 chorus, model, topo = sys.argv[1], sys.argv[2], sys.argv[3]
 MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
@@ -33,43 +34,9 @@ QUESTIONS = ["Name three colours.", "Name three fruits.", "What is two plus two?
 CHATS = ["Say hello to %s." % n for n in ("Ada", "Bo", "Cy", "Di", "Ed", "Flo", "Gus", "Hal", "Ivy", "Jo", "Kai",
                                            "Lu")]
 NEAR_TIE = 0.1
-failures, passed, procs = [], [], []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    (passed if cond else failures).append(what)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def start(args, log):
-    p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
-
-
-def get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return json.loads(r.read())
-    except Exception:
-        return None
-
-
-def wait_for(cond, limit):
-    t0 = time.time()
-    while time.time() - t0 < limit:
-        if cond():
-            return time.time() - t0
-        time.sleep(0.1)
-    return None
+tmp = tempfile.mkdtemp(prefix="chorus-topo-")
+h = Harness(tmp)
+check, start, procs = h.check, h.start, h.procs
 
 
 def chat(url, program, messages):
@@ -119,7 +86,6 @@ def run_topology(args, question):
     return p.returncode, p.stdout, p.stderr
 
 
-tmp = tempfile.mkdtemp(prefix="chorus-topo-")
 try:
     # The oracles: each question on one engine; each chat on one `chorus serve`.
     want_topo = {}
@@ -132,7 +98,7 @@ try:
     sport = free_port()
     serve_url = "http://127.0.0.1:%d" % sport
     serve = start([chorus, "serve", "--model", model, "--port", str(sport), "-t", "1"],
-                  os.path.join(tmp, "serve.log"))
+                  "serve.log")
     wait_for(lambda: get(serve_url + "/health"), 60)
     want_chat = {c: conversation(serve_url, "oracle-%d" % i, c) for i, c in enumerate(CHATS)}
     # `chorus serve` runs a topology program too (POST /programs/run), on its own engine.
@@ -142,18 +108,11 @@ try:
     serve.terminate()
     serve.wait(timeout=30)
 
-    cport, pport = free_port(), free_port()
-    etcd_url = "http://127.0.0.1:%d" % cport
-    peer = "http://127.0.0.1:%d" % pport
-    start(["etcd", "--name=t", "--data-dir=" + os.path.join(tmp, "etcd"), "--listen-client-urls=" + etcd_url,
-           "--advertise-client-urls=" + etcd_url, "--listen-peer-urls=" + peer,
-           "--initial-advertise-peer-urls=" + peer, "--initial-cluster=t=" + peer, "--logger=zap",
-           "--log-outputs=" + os.path.join(tmp, "etcd.log")], os.path.join(tmp, "etcd.out"))
-    check(wait_for(lambda: get(etcd_url + "/health"), 20) is not None, "etcd answers")
+    etcd_url = h.etcd()
     for name in ("a", "b", "c"):
         start([chorus, "node", "--model", model, "--etcd", etcd_url, "--name", name, "--endpoint",
                "tcp://127.0.0.1:*", "--pages", "256", "-t", "1", "--lease-ttl", "3", "--budget", "2048"],
-              os.path.join(tmp, "node-%s.log" % name))
+              "node-%s.log" % name)
     port = free_port()
     url = "http://127.0.0.1:%d" % port
     coord_log = os.path.join(tmp, "coord.log")
@@ -252,18 +211,4 @@ try:
     check("lost its node `%s`: it starts again elsewhere" % victim in open(coord_log).read(),
           "the coordinator logged the restart")
 finally:
-    for p in procs:
-        if p.poll() is None:
-            try:
-                p.terminate()
-                p.wait(timeout=10)
-            except Exception:
-                p.kill()
-    if failures:
-        for f in sorted(os.listdir(tmp)):
-            if f.endswith(".log") and f != "etcd.log":
-                print("---- " + f + "\n" + open(os.path.join(tmp, f)).read()[-3000:])
-    shutil.rmtree(tmp, ignore_errors=True)
-
-print("%d passed, %d failed" % (len(passed), len(failures)))
-sys.exit(1 if failures else 0)
+    h.finish()

@@ -1,0 +1,79 @@
+"""What the cluster tests share (test_cluster_queue.py, test_cluster_topology.py): checks that
+are counted, processes that are stopped at the end, free ports, polling, and a real etcd on
+loopback with a temporary data dir."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+class Harness:
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.failures, self.passed, self.procs = [], [], []
+
+    def check(self, cond, what):
+        print(("ok   " if cond else "FAIL ") + what, flush=True)
+        (self.passed if cond else self.failures).append(what)
+
+    def start(self, args, log):
+        p = subprocess.Popen(args, stdout=open(os.path.join(self.tmp, log), "w"), stderr=subprocess.STDOUT)  # log: in tmp
+        self.procs.append(p)
+        return p
+
+    def etcd(self):
+        """A real etcd on free loopback ports; returns its client URL once it answers."""
+        cport, pport = free_port(), free_port()
+        url, peer = "http://127.0.0.1:%d" % cport, "http://127.0.0.1:%d" % pport
+        self.start(["etcd", "--name=t", "--data-dir=" + os.path.join(self.tmp, "etcd"), "--listen-client-urls=" + url,
+                    "--advertise-client-urls=" + url, "--listen-peer-urls=" + peer,
+                    "--initial-advertise-peer-urls=" + peer, "--initial-cluster=t=" + peer, "--logger=zap",
+                    "--log-outputs=" + os.path.join(self.tmp, "etcd.log")], "etcd.out")
+        self.check(wait_for(lambda: get(url + "/health"), 20) is not None, "etcd answers")
+        return url
+
+    def finish(self):
+        """Stops every process (the logs printed when a check failed), removes tmp, exits."""
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.terminate()
+                    p.wait(timeout=10)
+                except Exception:
+                    p.kill()
+        if self.failures:
+            for f in sorted(os.listdir(self.tmp)):
+                if f.endswith(".log") and f != "etcd.log":
+                    print("---- " + f + "\n" + open(os.path.join(self.tmp, f)).read()[-3000:])
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        print("%d passed, %d failed" % (len(self.passed), len(self.failures)))
+        sys.exit(1 if self.failures else 0)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return json.loads(r.read())
+    except Exception:
+        return None
+
+
+def wait_for(cond, limit):
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        if cond():
+            return time.time() - t0
+        time.sleep(0.1)
+    return None
