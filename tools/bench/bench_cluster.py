@@ -157,7 +157,8 @@ def run_routing(args, routing, tmp):
         pct = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")  # noqa: E731
         return {"routing": routing, "steps": n, "wall_s": wall, "steps_per_min": 60.0 * n / wall,
                 "middle_steps_per_min": middle, "recomputed_tokens": total("chorus_recomputed_tokens_total"),
-                "moves": total("chorus_cluster_program_moves_total"), "p50_step_s": pct(0.5), "p99_step_s": pct(0.99),
+                "moves": total("chorus_cluster_program_moves_total"),
+                "kv_moves": total("chorus_cluster_kv_moves_total"), "p50_step_s": pct(0.5), "p99_step_s": pct(0.99),
                 "peak_imbalance": max(imbalance) if imbalance else float("nan"),
                 "mean_imbalance": sum(imbalance) / len(imbalance) if imbalance else float("nan"),
                 "n_errors": len(errors), "errors": errors[:3]}
@@ -192,13 +193,13 @@ def main():
         results.append(r)
         print(json.dumps(r), flush=True)
     st = results[0]
-    print("\n%-7s %10s %8s %11s %12s %6s %8s %8s %10s %10s %7s" % (
-        "routing", "steps/min", "vs sticky", "middle/min", "recomputed", "moves", "p50 s", "p99 s", "peak imbal",
-        "mean imbal", "errors"))
+    print("\n%-7s %10s %8s %11s %12s %6s %8s %8s %8s %10s %10s %7s" % (
+        "routing", "steps/min", "vs sticky", "middle/min", "recomputed", "moves", "with KV", "p50 s", "p99 s",
+        "peak imbal", "mean imbal", "errors"))
     for r in results:
-        print("%-7s %10.1f %8.2fx %11.1f %12d %6d %8.2f %8.2f %10.2f %10.2f %7d" % (
+        print("%-7s %10.1f %8.2fx %11.1f %12d %6d %8d %8.2f %8.2f %10.2f %10.2f %7d" % (
             r["routing"], r["steps_per_min"], r["steps_per_min"] / st["steps_per_min"], r["middle_steps_per_min"],
-            r["recomputed_tokens"], r["moves"], r["p50_step_s"], r["p99_step_s"], r["peak_imbalance"],
+            r["recomputed_tokens"], r["moves"], r["kv_moves"], r["p50_step_s"], r["p99_step_s"], r["peak_imbalance"],
             r["mean_imbalance"], r["n_errors"]))
     if args.json:
         with open(args.json, "w") as f:
