@@ -98,15 +98,15 @@ def run_routing(args, routing, tmp):
         client = openai.OpenAI(base_url=base + "/v1", api_key="none", timeout=600, max_retries=0)
         model = client.models.list().data[0].id
 
-        imbalance, stop = [], threading.Event()
+        imbalance, sampling_done = [], threading.Event()
 
         def sample():
-            while not stop.is_set():
+            while not sampling_done.is_set():
                 v = json.loads(get(base + "/cluster") or '{"nodes": []}')
                 used = [n["pages_used"] for n in v["nodes"]]
                 if len(used) == 2:
                     imbalance.append(abs(used[0] - used[1]) / args.pages)
-                stop.wait(0.25)
+                sampling_done.wait(0.25)
 
         latencies, lock, errors, step_times = [], threading.Lock(), [], []
 
@@ -143,7 +143,7 @@ def run_routing(args, routing, tmp):
         for t in threads:
             t.join()
         wall = time.time() - t0
-        stop.set()
+        sampling_done.set()
         sampler.join()
         metrics = get(base + "/metrics") or ""
 
