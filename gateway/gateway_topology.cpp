@@ -21,6 +21,8 @@ std::atomic<uint64_t> g_next_run{1};
 
 std::string run_topology_request(caf::actor_system& sys, const Model& model, GatewayBackends& backends,
                                  const std::string& body, bool unsafe_tools) {
+  if (const std::string why = backends.unavailable(); !why.empty())  // a standby coordinator
+    throw HttpError{503, error_body(why, "server_error", "", "not_leader")};
   json j;
   try {
     j = json::parse(body);

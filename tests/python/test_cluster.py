@@ -249,6 +249,11 @@ try:
     st, body = chat(two, "p0", turn_messages("p0", 0, []))
     check(st == 503 and body["error"]["code"] == "not_leader" and "`one`" in body["error"]["message"],
           "the standby refuses with 503 not_leader, naming the leader: " + body["error"]["message"])
+    topo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "topologies", "answer.yaml")
+    r = subprocess.run([chorus, "run", topo, "--cluster", two], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, CHORUS_API_KEY=KEYS[two]))
+    check(r.returncode == 1 and "answered 503" in r.stderr and "stands by" in r.stderr,
+          "the standby refuses a topology program too: " + r.stderr.strip()[-120:])
 
     # Refusals: another model, a name in use.
     r = subprocess.run([chorus, "node", "--model", other_model, "--etcd", etcd_url, "--name", "d", "--endpoint",
