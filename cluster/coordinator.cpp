@@ -233,7 +233,11 @@ struct Coordinator::Impl {
   json to_json() const {
     if (!ready.load()) return {{"cluster", opts.membership.cluster}, {"starting", true}};
     json nodes = json::array();
-    for (const NodeView& v : views())
+    const auto census = gateway->census();  // the programs of the nodes this coordinator serves on
+    int64_t waiting = 0;
+    for (const auto& [name, c] : census) waiting += c.waiting;
+    for (const NodeView& v : views()) {
+      const auto c = census.find(v.record.name);
       nodes.push_back({{"name", v.record.name},
                        {"endpoint", v.record.endpoint},
                        {"curve_key", v.record.curve_key},
@@ -247,7 +251,12 @@ struct Coordinator::Impl {
                        {"in_flight", v.in_flight},
                        {"device", v.record.device},
                        {"model", json::parse(v.record.model.to_json())},
-                       {"version", v.record.version}});
+                       {"version", v.record.version},
+                       {"programs", c == census.end() ? json(nullptr)
+                                                      : json{{"resident", c->second.resident},
+                                                             {"paused", c->second.paused},
+                                                             {"waiting", c->second.waiting}}}});
+    }
     json leader = nullptr;
     if (election)
       if (auto l = election->current(); l && *l)
@@ -259,6 +268,7 @@ struct Coordinator::Impl {
               {"leader", election && election->leader()},
               {"term", election ? election->term() : 0}}},
             {"leader", leader},
+            {"waiting", waiting},
             {"nodes", nodes}};
   }
 

@@ -923,6 +923,12 @@ void Gateway::remove_backend(const std::string& name) {
   impl_->backends.remove(name);
 }
 
+std::map<std::string, GatewayCensus> Gateway::census() const {
+  std::map<std::string, GatewayCensus> out;
+  for (const auto& b : impl_->backends.all()) out[b->name] = b->programs->census();
+  return out;
+}
+
 void Gateway::set_unavailable(const std::string& why) {
   impl_->backends.set_unavailable(why);
 }

@@ -36,6 +36,7 @@
 
 #include <caf/fwd.hpp>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,13 @@ struct GatewayRoute {
   std::string path;
   std::string content_type = "application/json";
   std::function<std::string()> body;
+};
+
+// A backend's programs as its scheduler last saw them — resident or paused (every program it
+// schedules on the node: HTTP and topology ones) — and its requests waiting now for room or a
+// restore (the global queue's, in a cluster).
+struct GatewayCensus {
+  int64_t resident = 0, paused = 0, waiting = 0;
 };
 
 struct GatewayOptions {
@@ -128,6 +136,8 @@ class Gateway {
   // While `why` is not empty, chat completions are refused with 503 `not_leader` and `why` as the
   // message (a standby coordinator says where the leader is).
   void set_unavailable(const std::string& why);
+  // Each backend's programs and waiting requests, by backend name (GET /cluster).
+  std::map<std::string, GatewayCensus> census() const;
 
   int port() const;
   void stop();  // stops serving, releases every program

@@ -449,6 +449,14 @@ int64_t GatewayPrograms::capacity_pages() const {
   return impl_->scheduler->options().policy.capacity_pages;
 }
 
+GatewayCensus GatewayPrograms::census() const {
+  GatewayCensus c;
+  for (const ScheduledProgram& p : impl_->scheduler->programs()) ++(p.paused ? c.paused : c.resident);
+  std::lock_guard<std::mutex> l(impl_->m);
+  for (const auto& [id, s] : impl_->sessions) c.waiting += s.waiting != 0;
+  return c;
+}
+
 json GatewayPrograms::list() const {
   const Impl& g = *impl_;
   std::map<uint64_t, ScheduledProgram> seen;  // as the scheduler last saw them

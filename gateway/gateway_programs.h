@@ -109,6 +109,7 @@ class GatewayPrograms {
   ProgramManager* scheduler() const;
 
   nlohmann::json list() const;       // GET /programs
+  GatewayCensus census() const;      // (gateway.h)
   std::string metrics_text() const;  // GET /metrics
 
   void stop_waiting();  // requests waiting in admit() end (503); new ones do not wait

@@ -114,6 +114,10 @@ try:
         firsts[p] = reply(body) if st == 200 else None
     placed = nodes_of()
     check(placed == {"p1": "a", "p2": "b", "p3": "a"}, "p1 and p3 on a, p2 on b: %s" % placed)
+    census = {n["name"]: n["programs"] for n in (get(url + "/cluster") or {"nodes": []})["nodes"]}
+    check({k: v["resident"] + v["paused"] for k, v in census.items()} == {"a": 2, "b": 1} and
+          (get(url + "/cluster") or {}).get("waiting") == 0,
+          "GET /cluster counts each node's programs and an empty queue: %s" % census)
     check(firsts["p3"] == want_first, "p3's first turn is one node's")
 
     # p1 streams a long reply on a; p3's second turn then waits for room there, and moves.
@@ -133,7 +137,15 @@ try:
     check(wait_for(lambda: pages_used_a() >= before + 3, 60) is not None,
           "p1's long reply is under way on a (its pages reserved: about 46 of 64)")
     t0 = time.time()
-    st, body = chat(url, "p3", second_turn(firsts["p3"]), 300)
+    p3 = {}
+    p3_th = threading.Thread(target=lambda: p3.update(r=chat(url, "p3", second_turn(firsts["p3"]), 300)))
+    p3_th.start()
+    # While it waits for room, GET /cluster shows it in the queue, on a.
+    seen_waiting = wait_for(lambda: any(n["name"] == "a" and (n.get("programs") or {}).get("waiting", 0) >= 1
+                                        for n in (get(url + "/cluster") or {"nodes": []})["nodes"]), 30)
+    check(seen_waiting is not None, "GET /cluster shows p3's turn waiting on a (after %.1f s)" % (seen_waiting or -1))
+    p3_th.join(timeout=300)
+    st, body = p3.get("r", (0, {}))
     p3_s = time.time() - t0
     p1_busy = th.is_alive()
     th.join(timeout=180)
