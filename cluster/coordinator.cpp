@@ -132,7 +132,8 @@ struct Coordinator::Impl {
       auto health = m.health;
       gateway->add_backend(
           name, m.link, m.record.pages,
-          [health] { return health->pages_total.load() - health->pages_used.load(); }, m.record.host_pages);
+          [health] { return health->pages_total.load() - health->pages_used.load(); }, m.record.host_pages,
+          [health] { return health->up.load(); });
       m.serving = true;
       spdlog::info("cluster `{}`: serving on node `{}` ({} KV pages, {} host pages)", opts.membership.cluster,
                    name, m.record.pages, m.record.host_pages);

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   part.kv.resize(64, std::byte{7});
   const std::vector<std::pair<std::string, Frame>> seeds = {
       {"export", encode_export_block(27, 2, 0, 1024)},
-      {"block_part", encode_block_part(28, part)},
+      {"block_part", encode_block_part(28, part, part.kv)},
       {"load", encode_load_block(29, part)},
       {"list_programs", encode_list_programs(30)},
       {"program_list", encode_program_list(31, {{5, "p1", {0, 2}, ProgramState::paused, true}})},

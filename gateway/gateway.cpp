@@ -884,7 +884,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start_empty(caf::actor_system& sys, co
 }
 
 void Gateway::add_backend(const std::string& name, caf::actor memory, int64_t pages,
-                          std::function<int64_t()> room, int64_t host_pages) {
+                          std::function<int64_t()> room, int64_t host_pages, std::function<bool()> up) {
   auto b = std::make_shared<GatewayBackend>();
   b->name = name;
   GatewayOptions o = impl_->opts;
@@ -904,6 +904,7 @@ void Gateway::add_backend(const std::string& name, caf::actor memory, int64_t pa
   for (const ProgramEntryData& e : found) first_id = std::max(first_id, e.program + 1);
   b->programs = std::make_shared<GatewayPrograms>(*impl_->sys, std::move(memory), o, nullptr, first_id);
   b->room = std::move(room);
+  b->up = std::move(up);
   b->programs->set_room_elsewhere(
       [backends = &impl_->backends, name](int64_t pages) { return backends->room_elsewhere(name, pages); });
   if (!impl_->backends.add(b)) {

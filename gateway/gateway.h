@@ -124,7 +124,7 @@ class Gateway {
   // the backend whose `room()` (its free KV pages now) is largest, fewer programs breaking ties,
   // and stays there while it is there. A backend added again under the same name replaces it.
   void add_backend(const std::string& name, caf::actor memory, int64_t pages, std::function<int64_t()> room,
-                   int64_t host_pages = 0);
+                   int64_t host_pages = 0, std::function<bool()> up = nullptr);
   // A turn whose backend's node is lost under it (its request finishes with node_lost: net/codec.h)
   // goes on on another backend: the prompt and the tokens so far are prefilled there, then the
   // rest of max_tokens; the client's reply or stream is whole. That backend takes no new program.

@@ -35,6 +35,7 @@ struct GatewayBackend {
   std::string name;
   std::shared_ptr<GatewayPrograms> programs;
   std::function<int64_t()> room;  // its free KV pages now (null: one backend, no choice to make)
+  std::function<bool()> up;       // whether its node answers now (null: always: a local engine)
   std::atomic<bool> lost{false};
 };
 

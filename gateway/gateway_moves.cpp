@@ -17,15 +17,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-const char* move_by_name(MoveCost::By by) {
-  switch (by) {
-    case MoveCost::By::cost: return "cost";
-    case MoveCost::By::recompute: return "recompute";
-    case MoveCost::By::kv: return "kv";
-  }
-  return "?";
-}
-
 std::shared_ptr<CarriedBlock> carry_out(GatewayPrograms& from, const std::string& id, BlockId block,
                                         const std::string& text, const MoveCost& cost,
                                         const std::string& node) {
@@ -51,7 +42,7 @@ std::shared_ptr<CarriedBlock> carry_out(GatewayPrograms& from, const std::string
     return nullptr;
   }
   auto carried = std::make_shared<CarriedBlock>();
-  auto image = fetch_block(call, block);  // again from offset 0: one image, of one moment
+  auto image = fetch_block(call, block, kBlockPartBytes, head->part);  // the rest, from the same export
   if (!image) {
     spdlog::info("gateway: program `{}` leaves `{}` without its KV ({}): it is recomputed", id, node,
                  image.error().message);

@@ -26,7 +26,6 @@ struct MoveCost {
   double transfer_s(uint64_t bytes) const { return static_cast<double>(bytes) / transfer_bytes_per_s; }
   double recompute_s(int64_t tokens) const { return static_cast<double>(tokens) / recompute_tokens_per_s; }
 };
-const char* move_by_name(MoveCost::By by);  // "cost", "recompute", "kv"
 
 // A program's conversation on its way: its block's image and the text it stands for.
 struct CarriedBlock {

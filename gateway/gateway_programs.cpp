@@ -99,6 +99,40 @@ struct GatewayPrograms::Impl {
     return std::pair{program, static_cast<BlockId>(b->id)};
   }
 
+  // Program `e`, found on the node, becomes a session: its block's log read back into the text
+  // it holds, kept in host memory until its next request, scheduled. Returns its tokens; an
+  // error says why it is not taken over (then nothing of it changed).
+  Result<int64_t> take_over(const ProgramEntryData& e, const Tokenizer& tokenizer,
+                            const std::function<bool(const std::string& id)>& elsewhere) {
+    if (!e.hold || e.blocks.size() != 1 || e.name.empty() || e.name.rfind("anon-", 0) == 0)
+      return make_error(Errc::unsupported, "not an HTTP program of a program_id");
+    {
+      std::lock_guard<std::mutex> l(m);
+      if (sessions.count(e.name))
+        return make_error(Errc::invalid_argument, "a program of that id is here already");
+    }
+    if (elsewhere(e.name)) return make_error(Errc::invalid_argument, "it runs on another node now");
+    CHORUS_ASSIGN_OR_RETURN(const Reply log, call(encode_snapshot_view(0, e.blocks, true)));
+    if (log.blocks.size() != 1) return make_error(Errc::internal, "its block was not read back");
+    if (e.state == ProgramState::active)
+      CHORUS_TRY(
+          call(encode_program(0, ProgramCmd::of(ProgramCmd::Op::pause, e.program, PauseMode::offload))));
+    if (!scheduler->add(e.program, 0)) return make_error(Errc::internal, "the scheduler is stopping");
+    Session s;
+    s.id = e.name;
+    s.program = e.program;
+    s.block = e.blocks.front();
+    s.text = tokenizer.decode(log.blocks.front().log, {.render_special = true});
+    s.tokens = static_cast<int64_t>(log.blocks.front().log.size());
+    s.phase_since = s.last_used = now();
+    {
+      std::lock_guard<std::mutex> l(m);
+      sessions[e.name] = std::move(s);
+    }
+    scheduler->tool_started(e.program);  // between two requests: its client acts
+    return static_cast<int64_t>(log.blocks.front().log.size());
+  }
+
   void terminate(uint64_t program) {
     if (auto r = call(encode_program(0, ProgramCmd::of(ProgramCmd::Op::terminate, program))); !r)
       spdlog::warn("gateway: ending program {}: {}", program, r.error().message);
@@ -215,45 +249,17 @@ std::vector<std::string> GatewayPrograms::adopt(const std::vector<ProgramEntryDa
                                                 const std::function<bool(const std::string& id)>& elsewhere) {
   std::vector<std::string> adopted;
   for (const ProgramEntryData& e : found) {
-    const bool http = e.hold && e.blocks.size() == 1 && !e.name.empty() && e.name.rfind("anon-", 0) != 0;
-    bool taken = false;
-    {
-      std::lock_guard<std::mutex> l(impl_->m);
-      taken = impl_->sessions.count(e.name) > 0;
-    }
-    taken = taken || (http && elsewhere(e.name));
-    auto log = http && !taken ? call(encode_snapshot_view(0, e.blocks, true)) : Result<Reply>(Reply{});
-    auto kept =
-        log && !log->blocks.empty() && e.state == ProgramState::active
-            ? call(encode_program(0, ProgramCmd::of(ProgramCmd::Op::pause, e.program, PauseMode::offload)))
-            : log;
-    if (!http || taken || !log || log->blocks.empty() || !kept || !impl_->scheduler->add(e.program, 0)) {
+    if (auto tokens = impl_->take_over(e, tokenizer, elsewhere)) {
+      spdlog::info("gateway: took over program `{}` ({} tokens in its block) from a predecessor", e.name,
+                   *tokens);
+      adopted.push_back(e.name);
+    } else {
       ProgramCmd end = ProgramCmd::of(ProgramCmd::Op::terminate, e.program);
       end.cancel = true;  // a request its predecessor left running ends with it
-      const auto r = call(encode_program(0, end));
-      spdlog::info(
-          "gateway: program {} (`{}`) left by a predecessor is not an HTTP program to take over{}: "
-          "terminated{}",
-          e.program, e.name, !log || !kept ? " (" + (!log ? log.error() : kept.error()).message + ")" : "",
-          r ? "" : " (" + r.error().message + ")");
-      continue;
+      const auto r = impl_->call(encode_program(0, end));
+      spdlog::info("gateway: program {} (`{}`) left by a predecessor is not taken over ({}): terminated{}",
+                   e.program, e.name, tokens.error().message, r ? "" : " (" + r.error().message + ")");
     }
-    const BlockSummary& b = log->blocks.front();
-    Session s;
-    s.id = e.name;
-    s.program = e.program;
-    s.block = e.blocks.front();
-    s.text = tokenizer.decode(b.log, {.render_special = true});
-    s.tokens = static_cast<int64_t>(b.log.size());
-    s.phase_since = s.last_used = impl_->now();
-    {
-      std::lock_guard<std::mutex> l(impl_->m);
-      impl_->sessions[e.name] = std::move(s);
-    }
-    impl_->scheduler->tool_started(e.program);  // between two requests: its client acts
-    spdlog::info("gateway: took over program `{}` ({} tokens in its block) from a predecessor", e.name,
-                 b.log.size());
-    adopted.push_back(e.name);
   }
   return adopted;
 }

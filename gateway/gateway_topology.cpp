@@ -86,9 +86,9 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
       program->reset();
     }
     const std::string error = program ? report.error : program.error().message;
-    // Its node went away under it (the node link's words): another node runs it again.
-    if ((!program || report.ended_by == "error") &&
-        error.find("node `" + b->name + "` is down") != std::string::npos && attempt < kMaxRestarts) {
+    // It failed with its node down (the node's link says so before it fails a request): another
+    // node runs it again.
+    if ((!program || report.ended_by == "error") && b->up && !b->up() && attempt < kMaxRestarts) {
       b->lost = true;  // nothing more is placed there
       avoid = b->name;
       restarts.push_back({{"node", b->name}, {"error", error}});

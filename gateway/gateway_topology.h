@@ -11,8 +11,8 @@
 // {event: count}, "blocks": {block: tokens}, "output": [{"stream", "text"}...]} — what its
 // stdout and stderr sinks wrote, as `chorus run` shows it, in order (here, not on the server's
 // terminal). Its other sinks (file, zmq) and sources act in the server's process.
-// "restarts": [{"node", "error"}...] — a program whose node was lost under it (the node's link
-// says it is down) starts again from the topology on another node, up to 3 times: nothing of
+// "restarts": [{"node", "error"}...] — a program that failed while its node was down (the
+// node's link stopped hearing it) starts again from the topology on another node, up to 3 times: nothing of
 // it had reached the client. Refused (400) where the topology does not load, or needs what a
 // remote node does not carry yet: a probe that watches a block grow.
 #pragma once

@@ -2,19 +2,28 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 namespace chorus {
 
-Result<BlockImage> fetch_block(const FrameCall& call, BlockId block, uint64_t part_bytes) {
+Result<BlockImage> fetch_block(const FrameCall& call, BlockId block, uint64_t part_bytes,
+                               std::shared_ptr<BlockPartData> first) {
   BlockImage image;
   uint64_t total = 0;
   for (uint64_t offset = 0;;) {
-    CHORUS_ASSIGN_OR_RETURN(const Reply r, call(encode_export_block(0, block, offset, part_bytes)));
-    if (r.kind != ReplyKind::block_part || !r.part || r.part->block != block || r.part->offset != offset)
+    std::shared_ptr<BlockPartData> part = std::exchange(first, nullptr);
+    if (!part) {
+      CHORUS_ASSIGN_OR_RETURN(const Reply r, call(encode_export_block(0, block, offset, part_bytes)));
+      if (r.kind != ReplyKind::block_part)
+        return make_error(Errc::internal, "exporting block " + std::to_string(block) +
+                                              ": the node answered a " + reply_kind_name(r.kind));
+      part = r.part;
+    }
+    if (!part || part->block != block || part->offset != offset)
       return make_error(Errc::internal, "exporting block " + std::to_string(block) +
-                                            ": the node answered a " + reply_kind_name(r.kind) +
-                                            " that is not its part at " + std::to_string(offset));
-    BlockPartData& p = *r.part;
+                                            ": the node's answer is not its part at " +
+                                            std::to_string(offset));
+    BlockPartData& p = *part;
     if (offset == 0) {
       total = p.total;
       image.tokens = std::move(p.tokens);

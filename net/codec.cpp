@@ -132,7 +132,6 @@ BlockPartData part_of(const wire::BlockPart* p) {
 }  // namespace
 
 Frame encode_block_part(uint64_t request_id, const BlockPartData& part, std::span<const std::byte> kv) {
-  if (kv.empty()) kv = part.kv;
   flatbuffers::FlatBufferBuilder fbb(kv.size() + 4 * part.tokens.size() + 1024);
   return finish(fbb, request_id, wire::Payload::BlockPart, block_part(fbb, part, kv).Union());
 }

@@ -45,8 +45,8 @@ struct BlockPartData {
 };
 inline constexpr uint64_t kBlockPartBytes = 32u << 20;  // a part's KV bytes by default, and at most
 Frame encode_export_block(uint64_t request_id, BlockId block, uint64_t offset, uint64_t max_bytes = 0);
-// `kv`: the part's bytes, instead of part.kv (a part cut from an image without a copy).
-Frame encode_block_part(uint64_t request_id, const BlockPartData& part, std::span<const std::byte> kv = {});
+// `kv`: the part's bytes (part.kv is not read: a part is cut from an image without a copy).
+Frame encode_block_part(uint64_t request_id, const BlockPartData& part, std::span<const std::byte> kv);
 Frame encode_load_block(uint64_t request_id, const BlockPartData& part);
 
 // What a frame asks the batcher to do.
