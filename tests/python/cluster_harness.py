@@ -1,4 +1,4 @@
-"""What the cluster tests share (test_cluster_queue.py, test_cluster_topology.py): checks that
+"""What the cluster tests share (test_cluster.py, test_cluster_queue.py, test_cluster_topology.py): checks that
 are counted, processes that are stopped at the end, free ports, polling, and a real etcd on
 loopback with a temporary data dir."""
 import json
@@ -68,6 +68,18 @@ def get(url):
             return json.loads(r.read())
     except Exception:
         return None
+
+
+def serving(url, nodes, key=None):
+    """Whether the coordinator at url serves on every one of nodes: its /metrics carry a series of each."""
+    req = urllib.request.Request(url + "/metrics")
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
+    try:
+        text = urllib.request.urlopen(req, timeout=2).read().decode()
+    except Exception:
+        return False
+    return all('chorus_requests_total{node="%s"}' % n in text for n in nodes)
 
 
 def wait_for(cond, limit):

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_harness import free_port, serving, wait_for  # noqa: E402
 
 chorus, model, other_model = sys.argv[1], sys.argv[2], sys.argv[3]
 TTL = 2  # seconds: the nodes' and coordinators' leases
@@ -31,28 +33,10 @@ def check(cond, what):
     (passed if cond else failures).append(what)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def start(args, log):
     p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     procs.append(p)
     return p
-
-
-def wait_for(cond, limit):
-    t0 = time.time()
-    while time.time() - t0 < limit:
-        v = cond()
-        if v:
-            return time.time() - t0
-        time.sleep(0.1)
-    return None
 
 
 def chat_request(url, program, messages, max_tokens, stream):
@@ -224,17 +208,9 @@ try:
           "/metrics carries the cluster series")
 
     # Programs through the leader: placed across the nodes, the same replies as on one node.
-    def serving(url, names):  # the gateway's series carry a node label per backend it serves on
-        req = urllib.request.Request(url + "/metrics")
-        if url in KEYS:
-            req.add_header("Authorization", "Bearer " + KEYS[url])
-        try:
-            text = urllib.request.urlopen(req, timeout=2).read().decode()
-        except Exception:
-            return False
-        return all('chorus_requests_total{node="%s"}' % n in text for n in names)
 
-    check(wait_for(lambda: serving(one, ["a", "b", "c"]), 30) is not None, "the leader serves on the three nodes")
+    check(wait_for(lambda: serving(one, ["a", "b", "c"], KEYS.get(one)), 30) is not None,
+          "the leader serves on the three nodes")
     got = {}
     first = run_turn(one, 0, got)
     second = run_turn(one, 1, got)
@@ -334,7 +310,8 @@ try:
     check(t is not None, "the standby leads after the leader's SIGKILL (in %.1f s)" % (t or -1))
     check(wait_for(lambda: up_names(two) == survivors, 30) is not None and view(two)["leader"]["name"] == "two",
           "the new leader sees the nodes: %s" % up_names(two))
-    check(wait_for(lambda: serving(two, survivors), 30) is not None, "the new leader serves on %s" % survivors)
+    check(wait_for(lambda: serving(two, survivors, KEYS.get(two)), 30) is not None,
+          "the new leader serves on %s" % survivors)
     # It rebuilt the program table from the nodes: every program is there, where its block is.
     listed = {p["program_id"]: p["node"] for p in (get(two + "/programs") or {"data": []})["data"]}
     check(sorted(listed) == sorted(PROGRAMS + ["long"]) and set(listed.values()) <= set(survivors),

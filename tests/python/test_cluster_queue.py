@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_harness import Harness, free_port, get, wait_for  # noqa: E402
+from cluster_harness import Harness, free_port, get, serving, wait_for  # noqa: E402
 
 chorus, model = sys.argv[1], sys.argv[2]
 way = sys.argv[3] if len(sys.argv) > 3 else "recompute"
@@ -96,14 +96,8 @@ try:
         v = get(url + "/cluster") or {"nodes": []}
         return sorted(n["name"] for n in v["nodes"] if n["up"])
 
-    def serving():
-        try:
-            text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
-        except Exception:
-            return False
-        return all('chorus_requests_total{node="%s"}' % n in text for n in ("a", "b"))
-
-    check(wait_for(lambda: up_names() == ["a", "b"] and serving(), 60) is not None, "two nodes up and served")
+    check(wait_for(lambda: up_names() == ["a", "b"] and serving(url, ("a", "b")), 60) is not None,
+          "two nodes up and served")
 
     def nodes_of():
         return {p["program_id"]: p["node"] for p in (get(url + "/programs") or {"data": []})["data"]}

@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_harness import Harness, free_port, get, wait_for  # noqa: E402
+from cluster_harness import Harness, free_port, get, serving, wait_for  # noqa: E402
 
 chorus, model, topo = sys.argv[1], sys.argv[2], sys.argv[3]
 MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1"
@@ -119,14 +119,7 @@ try:
     start([chorus, "--log-level", "info", "coordinator", "--model", model, "--etcd", etcd_url, "--name", "one",
            "--port", str(port), "--lease-ttl", "3"], coord_log)
 
-    def serving():
-        try:
-            text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
-        except Exception:
-            return False
-        return all('chorus_requests_total{node="%s"}' % n in text for n in ("a", "b", "c"))
-
-    check(wait_for(serving, 60) is not None, "three nodes up and served")
+    check(wait_for(lambda: serving(url, ("a", "b", "c")), 60) is not None, "three nodes up and served")
 
     # 24 programs at once: 12 topology programs and 12 chat programs of two turns.
     topo_results, chat_results = {}, {}
