@@ -44,11 +44,15 @@ Result<std::unique_ptr<CpuDevice>> CpuDevice::create(const CpuDeviceOptions& opt
     return make_error(Errc::invalid_argument, "unknown ISA '" + isa + "' (choose scalar, avx2 or avx512)");
   if (k == nullptr)
     return make_error(Errc::unsupported, "this CPU cannot run the " + isa + " kernels (" + f.summary() + ")");
-  return std::unique_ptr<CpuDevice>(new CpuDevice(k, threads > 0 ? threads : f.n_cores));
+  bool llama_order = opts.llama_order;
+  if (const char* e = std::getenv("CHORUS_LLAMA_ORDER"); e && *e)
+    llama_order = llama_order || std::atoi(e) != 0;
+  return std::unique_ptr<CpuDevice>(new CpuDevice(k, threads > 0 ? threads : f.n_cores, llama_order));
 }
 
 std::string CpuDevice::describe() const {
-  return std::string("cpu ") + kernels_->isa + ", " + std::to_string(pool_.size()) + " threads";
+  return std::string("cpu ") + kernels_->isa + ", " + std::to_string(pool_.size()) + " threads" +
+         (llama_order_ ? ", llama.cpp's order" : "");
 }
 
 }  // namespace chorus

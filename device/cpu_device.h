@@ -15,6 +15,11 @@ namespace chorus {
 struct CpuDeviceOptions {
   int n_threads = 0;  // 0: one per core (also $CHORUS_THREADS)
   std::string isa;    // "", "scalar", "avx2", "avx512" (also $CHORUS_ISA)
+  // Q8_0 matrices on llama.cpp's row kernels and its order of operations, so that a model whose
+  // integer matrices are Q8_0, Q4_0 and Q4_1 gives llama.cpp's logits to the bit (also
+  // $CHORUS_LLAMA_ORDER=1). Off, Q8_0 runs on weight panels: about twice the speed where Q8_0
+  // dominates, its sums in another order (docs/engine.md#kernels).
+  bool llama_order = false;
 };
 
 class CpuDevice {
@@ -25,11 +30,14 @@ class CpuDevice {
   ThreadPool& pool() { return pool_; }
   int n_threads() const { return pool_.size(); }
   std::string describe() const;  // e.g. "cpu avx512, 2 threads"
+  bool llama_order() const { return llama_order_; }
 
  private:
-  CpuDevice(const CpuKernels* k, int n_threads) : kernels_(k), pool_(n_threads) {}
+  CpuDevice(const CpuKernels* k, int n_threads, bool llama_order)
+      : kernels_(k), pool_(n_threads), llama_order_(llama_order) {}
   const CpuKernels* kernels_;
   ThreadPool pool_;
+  bool llama_order_;
 };
 
 // The best kernel table this CPU supports.

@@ -102,7 +102,8 @@ int run_generate(const GenerateArgs& args) {
   if (!report("generate", model)) return 1;
   show_load_progress("generate", **model);
   const Model& m = **model;
-  auto device = CpuDevice::create({.n_threads = args.threads, .isa = args.isa});
+  auto device =
+      CpuDevice::create({.n_threads = args.threads, .isa = args.isa, .llama_order = args.llama_order});
   if (!report("generate", device)) return 1;
   auto gpu = open_gpu("generate", args.device, m);
   if (!report("generate", gpu)) return 1;

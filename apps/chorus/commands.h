@@ -62,6 +62,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int threads = 0;             // 0: one per core
   std::string isa;             // "": best for this CPU
+  bool llama_order = false;    // Q8_0 in llama.cpp's order (CpuDeviceOptions::llama_order)
   bool verbose = false;        // timing line on stderr
   int parallel = 1;            // generations sharing one prompt block, batched
   std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
@@ -77,6 +78,7 @@ struct BenchArgs {
   int reps = 3;  // timed repetitions after one warm-up (best is reported)
   int threads = 0;
   std::string isa;
+  bool llama_order = false;
   std::string json;            // write results here
   bool views = false;          // the cache-block benchmarks instead (views, sharing, probes)
   bool hybrid = false;         // block views over a hybrid (Gated DeltaNet) model instead

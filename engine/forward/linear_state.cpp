@@ -198,8 +198,17 @@ void GdnBlockOps::query_through(const float* conv_w,
 
 void GdnBlockOps::append(LinearLayerState& b, int64_t n_before, const float* x, const float* k,
                          const float* v, const float* gb, int n) {
-  const int Hv = d_.n_v_heads, kd = d_.key_dim(), vd = d_.value_dim(), C = d_.conv_dim();
+  const Fold f = begin_append(b, n_before, x, k, v, gb, n);
+  if (!f.active()) return;
+  for (int h = 0; h < d_.n_v_heads; ++h) fold_head(b, f, h);
+  end_append(b, f);
+}
+
+GdnBlockOps::Fold GdnBlockOps::begin_append(LinearLayerState& b, int64_t n_before, const float* x,
+                                            const float* k, const float* v, const float* gb, int n) {
+  const int dk = d_.head_dim, Hv = d_.n_v_heads, kd = d_.key_dim(), vd = d_.value_dim(), C = d_.conv_dim();
   const int64_t keep = d_.conv_kernel - 1;
+  Fold f;
   if (b.tail_x.empty()) b.tail_x.assign(static_cast<size_t>(keep) * C, 0.0f);
   // tail_x holds the last min(n, K-1) inputs right-aligned in K-1 rows; shifting keeps that.
   shift_tail(b.tail_x.data(), x, n);
@@ -210,7 +219,7 @@ void GdnBlockOps::append(LinearLayerState& b, int64_t n_before, const float* x, 
                      gb + static_cast<size_t>(t + 1) * Hv * 2);
   }
   const int m = n - t;  // body tokens
-  if (m <= 0) return;
+  if (m <= 0) return f;
   const float* bk = k + static_cast<size_t>(t) * kd;
   const float* bv = v + static_cast<size_t>(t) * vd;
   const float* bgb = gb + static_cast<size_t>(t) * Hv * 2;
@@ -219,15 +228,39 @@ void GdnBlockOps::append(LinearLayerState& b, int64_t n_before, const float* x, 
     b.body_v.insert(b.body_v.end(), bv, bv + static_cast<size_t>(m) * vd);
     b.body_gb.insert(b.body_gb.end(), bgb, bgb + static_cast<size_t>(m) * Hv * 2);
     b.n_body += m;
-    return;
+    return f;
   }
-  if (!b.dense) densify(b);
-  fold_dense(b, bk, bv, bgb, m);
+  if (!b.dense) {  // dense from here: the identity map, the compact body's tokens folded in first
+    const size_t state = static_cast<size_t>(dk) * dk;
+    b.A.assign(state * Hv, 0.0f);
+    b.B.assign(state * Hv, 0.0f);
+    for (int h = 0; h < Hv; ++h)
+      gdn::summary_identity<float>(b.A.data() + h * state, b.B.data() + h * state, dk, dk);
+    f.old_k = std::move(b.body_k);
+    f.old_v = std::move(b.body_v);
+    f.old_gb = std::move(b.body_gb);
+    b.body_k.clear();
+    b.body_v.clear();
+    b.body_gb.clear();
+    f.n_old = b.n_body;
+    b.n_body = 0;
+    b.dense = true;
+  }
+  f.k = bk;
+  f.v = bv;
+  f.gb = bgb;
+  f.m = m;
+  return f;
 }
 
-// Folds m body tokens into the dense (A, B) of every head.
-void GdnBlockOps::fold_dense(LinearLayerState& b, const float* k, const float* v, const float* gb,
-                             int64_t m) {
+void GdnBlockOps::fold_head(LinearLayerState& b, const Fold& f, int h) {
+  if (f.n_old > 0) fold_tokens(b, h, f.old_k.data(), f.old_v.data(), f.old_gb.data(), f.n_old);
+  if (f.m > 0) fold_tokens(b, h, f.k, f.v, f.gb, f.m);
+}
+
+// Folds m body tokens into value head h's dense (A, B).
+void GdnBlockOps::fold_tokens(LinearLayerState& b, int h, const float* k, const float* v, const float* gb,
+                              int64_t m) {
   const int dk = d_.head_dim, Hv = d_.n_v_heads, kd = d_.key_dim(), vd = d_.value_dim();
   const size_t state = static_cast<size_t>(dk) * dk;
   const auto M = static_cast<size_t>(m);
@@ -235,42 +268,21 @@ void GdnBlockOps::fold_dense(LinearLayerState& b, const float* k, const float* v
   vh_.resize(M * dk);
   g_.resize(M);
   beta_.resize(M);
-  for (int h = 0; h < Hv; ++h) {
-    const int kh = d_.k_head_of(h);
-    for (size_t s = 0; s < M; ++s) {
-      std::copy_n(k + s * kd + static_cast<size_t>(kh) * dk, dk, kh_.data() + s * dk);
-      std::copy_n(v + s * vd + static_cast<size_t>(h) * dk, dk, vh_.data() + s * dk);
-      g_[s] = gb[(s * Hv + h) * 2];
-      beta_[s] = gb[(s * Hv + h) * 2 + 1];
-    }
-    // Token by token, like the recurrence: the same bits however the tokens arrive.
-    // (A, B) <- (A A_t, B A_t + B_t): A is a state whose token has no value.
-    for (size_t t = 0; t < M; ++t) {
-      K_.gdn_step(b.A.data() + h * state, nullptr, kh_.data() + t * dk, nullptr, g_[t], beta_[t], nullptr, dk,
-                  dk);
-      K_.gdn_step(b.B.data() + h * state, nullptr, kh_.data() + t * dk, vh_.data() + t * dk, g_[t], beta_[t],
-                  nullptr, dk, dk);
-    }
+  const int kh = d_.k_head_of(h);
+  for (size_t s = 0; s < M; ++s) {
+    std::copy_n(k + s * kd + static_cast<size_t>(kh) * dk, dk, kh_.data() + s * dk);
+    std::copy_n(v + s * vd + static_cast<size_t>(h) * dk, dk, vh_.data() + s * dk);
+    g_[s] = gb[(s * Hv + h) * 2];
+    beta_[s] = gb[(s * Hv + h) * 2 + 1];
   }
-  b.n_body += m;
-}
-
-// Turns a compact body into the dense form (from the identity map, folding its tokens in).
-void GdnBlockOps::densify(LinearLayerState& b) {
-  const int dk = d_.head_dim, Hv = d_.n_v_heads;
-  const size_t state = static_cast<size_t>(dk) * dk;
-  b.A.assign(state * Hv, 0.0f);
-  b.B.assign(state * Hv, 0.0f);
-  for (int h = 0; h < Hv; ++h)
-    gdn::summary_identity<float>(b.A.data() + h * state, b.B.data() + h * state, dk, dk);
-  const std::vector<float> k = std::move(b.body_k), v = std::move(b.body_v), gb = std::move(b.body_gb);
-  b.body_k.clear();
-  b.body_v.clear();
-  b.body_gb.clear();
-  const int64_t n = b.n_body;
-  b.n_body = 0;
-  b.dense = true;
-  if (n > 0) fold_dense(b, k.data(), v.data(), gb.data(), n);
+  // Token by token, like the recurrence: the same bits however the tokens arrive.
+  // (A, B) <- (A A_t, B A_t + B_t): A is a state whose token has no value.
+  for (size_t t = 0; t < M; ++t) {
+    K_.gdn_step(b.A.data() + h * state, nullptr, kh_.data() + t * dk, nullptr, g_[t], beta_[t], nullptr, dk,
+                dk);
+    K_.gdn_step(b.B.data() + h * state, nullptr, kh_.data() + t * dk, vh_.data() + t * dk, g_[t], beta_[t],
+                nullptr, dk, dk);
+  }
 }
 
 }  // namespace chorus

@@ -121,6 +121,22 @@ class GdnBlockOps {
   void append(LinearLayerState& b, int64_t n_before, const float* x, const float* k, const float* v,
               const float* gb, int n);
 
+  // append() in three parts, so that the heads' folds can run on several threads:
+  // begin_append keeps the head and tail inputs and a compact body, and says what each head of
+  // a dense body must fold; fold_head folds one value head (heads are independent; any thread's
+  // GdnBlockOps); end_append counts the folded tokens. The bits are append()'s.
+  struct Fold {
+    std::vector<float> old_k, old_v, old_gb;  // a compact body turning dense: its tokens first
+    int64_t n_old = 0;
+    const float *k = nullptr, *v = nullptr, *gb = nullptr;  // then these m body tokens
+    int64_t m = 0;
+    bool active() const { return n_old + m > 0; }
+  };
+  Fold begin_append(LinearLayerState& b, int64_t n_before, const float* x, const float* k, const float* v,
+                    const float* gb, int n);
+  void fold_head(LinearLayerState& b, const Fold& f, int h);
+  static void end_append(LinearLayerState& b, const Fold& f) { b.n_body += f.n_old + f.m; }
+
   // tail <- the last K-1 rows of (tail ++ x[0..n)).
   void shift_tail(float* tail, const float* x, int64_t n) const;
 
@@ -129,8 +145,7 @@ class GdnBlockOps {
   int dense_from() const { return d_.head_dim; }
 
  private:
-  void densify(LinearLayerState& b);
-  void fold_dense(LinearLayerState& b, const float* k, const float* v, const float* gb, int64_t m);
+  void fold_tokens(LinearLayerState& b, int h, const float* k, const float* v, const float* gb, int64_t m);
   GdnConfig d_;
   float eps_;
   const CpuKernels& K_;

@@ -113,9 +113,14 @@ struct CpuKernels {
   // Matrix products by weight type id, reading the activations gemm_input(type) names; nullptr
   // where the table has no kernel for the type (gemm_for() then falls back to gemm_f32).
   GemmFn gemm[40];
-  // The same products from weight panels (kernels/cpu/panel.h), bit-identical to gemm[type];
-  // nullptr where the table reads the rows (the scalar table, the types without panels).
+  // The same products from weight panels (kernels/cpu/panel.h), bit-identical to the scalar
+  // table's gemm[type]; nullptr where the table reads the rows (the scalar table, the types
+  // without panels).
   GemmFn gemm_panels[40];
+  // Q4_0, Q4_1 and Q8_0 from their rows in llama.cpp's order of operations (8-lane float chains
+  // per row and token, then a horizontal sum), which keeps logits bit-identical to llama.cpp's:
+  // what CpuDeviceOptions::llama_order runs instead of their panels. nullptr for other types.
+  GemmFn gemm_llama[40];
   // Any dequantizable type against f32 activations (xf): rows are dequantized, then f32 dot
   // products. No activation quantization: the exact-arithmetic path (f32 models, and runners
   // asked for f32 activations).

@@ -1,4 +1,4 @@
-// Matrix kernels on weight panels (kernels/cpu/panel.h has the layout) for x86: Q5_0, Q5_1,
+// Matrix kernels on weight panels (kernels/cpu/panel.h has the layout) for x86: Q8_0, Q5_0, Q5_1,
 // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS against int8 activations (BlockQ8). One lane is one weight
 // row:
 //   AVX512-VNNI  a panel's 16 rows in one pass: vpdpbusd of a 64-byte step vector (4 weights of
@@ -77,6 +77,12 @@ inline VI iq4_lookup(VI idx) {
 // acc += sum over 4 of w * x4 for the IQ4 weights iq4_lookup gives (unsigned here).
 inline VI dot4_iq4(VI acc, VI w, const int8_t* x4) {
   return dot4(acc, w, x4);
+}
+// Q8_0: the stored u = q + 128 as they are (unsigned, for vpdpbusd); the 128 comes off through
+// the activations' sum.
+constexpr int kQ8Off = 128;
+inline VI q8_weights(VI u) {
+  return u;
 }
 inline VF cvt(VI v) {
   return _mm512_cvtepi32_ps(v);
@@ -167,6 +173,12 @@ inline VI dot4_iq4(VI acc, VI w, const int8_t* x4) {
   const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(_mm256_set1_epi32(v), w));
   return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
+// Q8_0: the stored u = q + 128 back to the signed q, for dot4_iq4's sign trick (|q| <= 128:
+// maddubs' i16 pairs reach at most 2 * 128 * 127, so they cannot saturate); no offset.
+constexpr int kQ8Off = 0;
+inline VI q8_weights(VI u) {
+  return _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80)));
+}
 inline VF cvt(VI v) {
   return _mm256_cvtepi32_ps(v);
 }
@@ -217,11 +229,13 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
   constexpr bool q6 = T == TensorType::q6_k, q3 = T == TensorType::q3_k, q2 = T == TensorType::q2_k;
   constexpr bool halves = q6 || q3 || q2;  // a scale (Q2_K: and a minimum) per 16 weights
   constexpr bool iq4 = T == TensorType::iq4_nl || T == TensorType::iq4_xs;
+  constexpr bool q8 = T == TensorType::q8_0;
+  constexpr bool signed_dot = iq4 || q8;  // dot4_iq4: unsigned weights on VNNI, signed on AVX2
   constexpr int bits = chorus::panel_quant_bits(T);
   constexpr bool min = T == TensorType::q5_1 || T == TensorType::q4_k || T == TensorType::q5_k || q2;
   // The scalar reference's off for IQ4 is 128 (kernels/cpu/groups.h); the sums are the same
   // integers whether the offset comes off here (VNNI) or never went on (AVX2).
-  constexpr int off = T == TensorType::q5_0 ? 16 : q6 ? 32 : q3 ? 4 : iq4 ? kIq4Off : 0;
+  constexpr int off = T == TensorType::q5_0 ? 16 : q6 ? 32 : q3 ? 4 : iq4 ? kIq4Off : q8 ? kQ8Off : 0;
   constexpr size_t kScaleBytes = chorus::panel_scale_bytes(T), kQuantBytes = chorus::panel_quant_bytes(T);
   // This pass's share of each record: bytes of the 64-byte step vectors, f16 and u8 scale rows.
   const int qo = 64 / kPasses * pass, ho = 2 * kLanes * pass, bo = kLanes * pass;
@@ -266,10 +280,14 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
     for (size_t line = 0; line < kQuantBytes; line += 64)
       _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetch + line), _MM_HINT_T0);
     VI v[8];
-    for (int m = 0; m < 4; ++m) {
-      const VI n = load_q(p + 64 * m + qo);
-      v[m] = low_nibbles(n);
-      v[m + 4] = high_nibbles(n);
+    if constexpr (q8) {
+      for (int j = 0; j < 8; ++j) v[j] = q8_weights(load_q(p + 64 * j + qo));
+    } else {
+      for (int m = 0; m < 4; ++m) {
+        const VI n = load_q(p + 64 * m + qo);
+        v[m] = low_nibbles(n);
+        v[m + 4] = high_nibbles(n);
+      }
     }
     if constexpr (bits == 5)
       for (int j = 0; j < 8; ++j) v[j] = add_fifth(v[j], p + 256 + 8 * j + 4 * pass);
@@ -294,7 +312,8 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
         if constexpr (q2) acc[t] = fma(mo1, set1(x.d * static_cast<float>(x.qsum[1])), acc[t]);
       } else {
         VI i = zero_i();
-        for (int j = 0; j < 8; ++j) i = iq4 ? dot4_iq4(i, v[j], x.q + 4 * j) : dot4(i, v[j], x.q + 4 * j);
+        for (int j = 0; j < 8; ++j)
+          i = signed_dot ? dot4_iq4(i, v[j], x.q + 4 * j) : dot4(i, v[j], x.q + 4 * j);
         if constexpr (off != 0) i = sub_i(i, off * qsum);
         acc[t] = fma(cvt(i), mul(dw0, set1(x.d)), acc[t]);
         if constexpr (min) acc[t] = fma(mo, set1(x.d * static_cast<float>(qsum)), acc[t]);
@@ -331,6 +350,7 @@ void gemm(const chorus::GemmArgs& a) {
 
 inline void fill_panel_gemms(chorus::CpuKernels& k) {
   using chorus::TensorType;
+  k.gemm_panels[static_cast<int>(TensorType::q8_0)] = pk::gemm<TensorType::q8_0>;
   k.gemm_panels[static_cast<int>(TensorType::q5_0)] = pk::gemm<TensorType::q5_0>;
   k.gemm_panels[static_cast<int>(TensorType::q5_1)] = pk::gemm<TensorType::q5_1>;
   k.gemm_panels[static_cast<int>(TensorType::q4_k)] = pk::gemm<TensorType::q4_k>;

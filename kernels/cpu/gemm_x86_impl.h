@@ -451,6 +451,53 @@ inline void quantize_q8_x86(const float* x, chorus::BlockQ8* out, int64_t n) {
 }
 #endif
 
+#if defined(__AVX512F__)
+// op_gdn_step with a state row held in registers (dk = 16 NV): the decay, S k, the rank-1
+// update and S q on the registers, the row loaded and stored once. The bits are op_gdn_step's:
+// the same multiplies and fmas, dot products in dot_ggml's order (chain j % 4 takes 16 lanes
+// j, steps of 64 in order, folded (0+2)+(1+3), then reduce16's order), which needs dk % 64 == 0.
+[[gnu::always_inline]] inline float reduce16_zmm(__m512 v) {
+  const __m256 t8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
+  const __m128 t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
+  const __m128 ab = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));  // (t4[0] + t4[2], t4[1] + t4[3])
+  return _mm_cvtss_f32(_mm_add_ss(ab, _mm_shuffle_ps(ab, ab, 1)));
+}
+
+template <int NV>
+[[gnu::always_inline]] inline float dot_rows_ggml(const __m512 (&r)[NV], const float* b) {
+  static_assert(NV % 4 == 0);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int j = 0; j < NV; ++j) acc[j % 4] = _mm512_fmadd_ps(r[j], _mm512_loadu_ps(b + 16 * j), acc[j % 4]);
+  return reduce16_zmm(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])));
+}
+
+template <int NV>
+void gdn_step_rows(float* S, const float* q, const float* k, const float* v, float g, float beta, float* out,
+                   int dv) {
+  constexpr int dk = 16 * NV;
+  const __m512 alpha = _mm512_set1_ps(std::exp(g));
+  for (int i = 0; i < dv; ++i) {
+    float* s = S + static_cast<size_t>(i) * dk;
+    __m512 r[NV];
+    for (int j = 0; j < NV; ++j) r[j] = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * j), alpha);
+    const __m512 delta = _mm512_set1_ps(((v ? v[i] : 0.0f) - dot_rows_ggml<NV>(r, k)) * beta);
+    for (int j = 0; j < NV; ++j) r[j] = _mm512_fmadd_ps(_mm512_loadu_ps(k + 16 * j), delta, r[j]);
+    if (out) out[i] = dot_rows_ggml<NV>(r, q);
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(s + 16 * j, r[j]);
+  }
+}
+
+void op_gdn_step_avx512(float* S, const float* q, const float* k, const float* v, float g, float beta,
+                        float* out, int dk, int dv) {
+  switch (dk) {
+    case 64: return gdn_step_rows<4>(S, q, k, v, g, beta, out, dv);
+    case 128: return gdn_step_rows<8>(S, q, k, v, g, beta, out, dv);
+    case 256: return gdn_step_rows<16>(S, q, k, v, g, beta, out, dv);
+    default: return op_gdn_step(S, q, k, v, g, beta, out, dk, dv);
+  }
+}
+#endif
+
 inline chorus::CpuKernels make_x86_table(const char* isa) {
   using chorus::TensorType;
   chorus::CpuKernels k = chorus::cpu_kernels_scalar();
@@ -461,8 +508,14 @@ inline chorus::CpuKernels make_x86_table(const char* isa) {
   k.gemm[static_cast<int>(TensorType::q4_0)] = gemm_x86<TensorType::q4_0>;
   k.gemm[static_cast<int>(TensorType::q4_1)] = gemm_x86<TensorType::q4_1>;
   k.gemm[static_cast<int>(TensorType::q8_0)] = gemm_x86<TensorType::q8_0>;
+  k.gemm_llama[static_cast<int>(TensorType::q4_0)] = gemm_x86<TensorType::q4_0>;
+  k.gemm_llama[static_cast<int>(TensorType::q4_1)] = gemm_x86<TensorType::q4_1>;
+  k.gemm_llama[static_cast<int>(TensorType::q8_0)] = gemm_x86<TensorType::q8_0>;
   fill_panel_gemms(k);
   fill_half_gemms(k);
+#if defined(__AVX512F__)
+  k.gdn_step = op_gdn_step_avx512;
+#endif
   return k;
 }
 

@@ -20,7 +20,7 @@ namespace chorus::groups {
 struct Scales {
   float dw[2];
   float mo;          // 0 for the types without a minimum; Q2_K: the first 16 weights'
-  int off;           // 16 (Q5_0), 32 (Q6_K), 4 (Q3_K), 128 (IQ4), else 0
+  int off;           // 16 (Q5_0), 32 (Q6_K), 4 (Q3_K), 128 (IQ4, Q8_0), else 0
   float mo1 = 0.0f;  // Q2_K: the second 16 weights' minimum
 };
 
@@ -67,6 +67,10 @@ inline void quants(TensorType t, const uint8_t* row, int64_t b, uint8_t* u) {
       }
       return;
     }
+    case TensorType::q8_0:  // signed q, stored as u = q + 128 (off 128)
+      for (int i = 0; i < 32; ++i)
+        u[i] = static_cast<uint8_t>(static_cast<int8_t>(row[b * 34 + 2 + i]) + 128);
+      return;
     case TensorType::q4_k:
       kquant::group_q45k(row + (b / 8) * kquant::kQ4KBytes, false, static_cast<int>(b % 8), u);
       return;
@@ -96,6 +100,7 @@ inline Scales scales(TensorType t, const uint8_t* row, int64_t b) {
   switch (t) {
     case TensorType::q5_0: return {{f16_at(row + b * 22), 0.0f}, 0.0f, 16};
     case TensorType::q5_1: return {{f16_at(row + b * 24), 0.0f}, f16_at(row + b * 24 + 2), 0};
+    case TensorType::q8_0: return {{f16_at(row + b * 34), 0.0f}, 0.0f, 128};
     case TensorType::q4_k:
     case TensorType::q5_k: {
       const uint8_t* blk = row + (b / 8) * (t == TensorType::q4_k ? kquant::kQ4KBytes : kquant::kQ5KBytes);

@@ -20,6 +20,7 @@ void pack_scales(TensorType t, const uint8_t* rows, size_t row_bytes, int64_t r0
     const uint8_t* row = rows + static_cast<size_t>(r0 + r) * row_bytes;
     switch (t) {
       case TensorType::q5_0: put16(out + 2 * r, row + b * 22); break;
+      case TensorType::q8_0: put16(out + 2 * r, row + b * 34); break;
       case TensorType::q5_1:
         put16(out + 2 * r, row + b * 24);
         put16(out + 32 + 2 * r, row + b * 24 + 2);
@@ -118,9 +119,14 @@ void pack_panels(const PanelLayout& l, const uint8_t* rows, size_t row_bytes, ui
       }
       // V_j[4 r + i] = u[r][4 j + i]
       auto V = [&](int j, int pos) { return u[pos / 4][4 * j + pos % 4]; };
-      for (int m = 0; m < 4; ++m)
-        for (int pos = 0; pos < 64; ++pos)
-          o[64 * m + pos] = static_cast<uint8_t>((V(m, pos) & 15) | (V(m + 4, pos) & 15) << 4);
+      if (bits == 8) {
+        for (int j = 0; j < 8; ++j)
+          for (int pos = 0; pos < 64; ++pos) o[64 * j + pos] = V(j, pos);
+      } else {
+        for (int m = 0; m < 4; ++m)
+          for (int pos = 0; pos < 64; ++pos)
+            o[64 * m + pos] = static_cast<uint8_t>((V(m, pos) & 15) | (V(m + 4, pos) & 15) << 4);
+      }
       if (bits == 5) {
         for (int j = 0; j < 8; ++j) {
           uint64_t mask = 0;

@@ -10,7 +10,7 @@
 // (of 256 for the k-quants): panels of kPanelRows rows (the last one padded with zero rows),
 // each panel_bytes long; in a panel, the 32-weight groups ("k-blocks") b = 0 .. cols/32 - 1 in
 // order, each as
-//   [scales]   legacy types, before every k-block:  d[16] f16 (Q5_0);  d[16], m[16] f16 (Q5_1)
+//   [scales]   legacy types, before every k-block:  d[16] f16 (Q5_0, Q8_0);  d[16], m[16] f16 (Q5_1)
 //              k-quants, before every 8th k-block (a super-block of 256 weights):
 //                Q4_K / Q5_K  d[16], dmin[16] f16, sc[8][16] u8, mn[8][16] u8 (6-bit values)
 //                Q6_K         d[16] f16, sc[16][16] i8 (scale j covers weights 16 j .. 16 j + 15)
@@ -23,8 +23,9 @@
 //                nib[4][64]   nib[m] = (V_m & 15) | (V_{m+4} & 15) << 4         (every type)
 //                bit5[8] u64  bit p of bit5[j] = bit 4 of V_j[p]              (Q5_0, Q5_1, Q5_K)
 //                hi[2][64]    hi[m] = sum_s (V_{m+2s} >> 4 & 3) << 2s, s = 0..3    (Q6_K)
+//              Q8_0 instead stores the 8 step vectors whole: raw[8][64], raw[j] = V_j
 // Row r's value of weight k is, with g = k / 32 the k-block's group in its super-block:
-//   Q5_0  d (u - 16)    Q5_1  d u + m    Q4_K / Q5_K  d sc[g] u - dmin mn[g]
+//   Q5_0  d (u - 16)    Q5_1  d u + m    Q8_0  d (u - 128)    Q4_K / Q5_K  d sc[g] u - dmin mn[g]
 //   Q6_K  d sc[k / 16 % 16] (u - 32)
 //   IQ4_NL  d kIq4[u]    IQ4_XS  d sc[g] kIq4[u]    (u the 4-bit index, kernels/cpu/kquant.h)
 //   Q3_K  d sc[k / 16 % 16] (u - 4)    Q2_K  d sc[k / 16 % 16] u - dmin mn[k / 16 % 16]    (u <= 7)
@@ -59,6 +60,7 @@ inline constexpr bool panel_kquant(TensorType t) {  // scales per super-block of
 // Bits of the stored quants: Q2_K and Q3_K (u <= 7) and the IQ4 table indices fit a nibble.
 inline constexpr int panel_quant_bits(TensorType t) {
   switch (t) {
+    case TensorType::q8_0: return 8;
     case TensorType::q6_k: return 6;
     case TensorType::q5_0:
     case TensorType::q5_1:
@@ -68,12 +70,18 @@ inline constexpr int panel_quant_bits(TensorType t) {
 }
 // Bytes of a k-block's quants.
 inline constexpr size_t panel_quant_bytes(TensorType t) {
-  return 256 + (panel_quant_bits(t) == 5 ? 64 : panel_quant_bits(t) == 6 ? 128 : 0);
+  switch (panel_quant_bits(t)) {
+    case 5: return 256 + 64;
+    case 6: return 256 + 128;
+    case 8: return 512;
+    default: return 256;
+  }
 }
 // Bytes of the scales before a k-block (legacy types) or a super-block (k-quants).
 inline constexpr size_t panel_scale_bytes(TensorType t) {
   switch (t) {
-    case TensorType::q5_0: return 32;
+    case TensorType::q5_0:
+    case TensorType::q8_0: return 32;
     case TensorType::q5_1: return 64;
     case TensorType::q4_k:
     case TensorType::q5_k: return 64 + 256;

@@ -41,16 +41,35 @@ class Gemma3 : public ::testing::Test {
       auto d = CpuDevice::create();
       ASSERT_TRUE(d.ok()) << d.error().to_string();
       device_ = std::move(*d);
+      auto l = CpuDevice::create(test::llama_order());
+      ASSERT_TRUE(l.ok()) << l.error().to_string();
+      llama_device_ = std::move(*l);
     }
+  }
+
+  // The largest of llama.cpp's 256 top logits' distances from the exact arithmetic, for the
+  // prompt that is closest to it: how far llama.cpp's own int8 kernels are from exact at best.
+  float llama_error_floor() const {
+    float floor = 1e9f;
+    for (const auto& p : (*golden_)["prompts"]) {
+      if (!p.contains("first_top")) continue;
+      float far = 0;
+      for (size_t k = 0; k < p["first_top"].size(); ++k)
+        far = std::max(far, std::fabs(p["first_top"][k][1].get<float>() - p["exact_top"][k].get<float>()));
+      floor = std::min(floor, far);
+    }
+    return floor;
   }
 
   static std::unique_ptr<Model> model_;
   static std::unique_ptr<CpuDevice> device_;
+  static std::unique_ptr<CpuDevice> llama_device_;  // Q8_0 in llama.cpp's order
   std::optional<nlohmann::json> golden_;
 };
 
 std::unique_ptr<Model> Gemma3::model_;
 std::unique_ptr<CpuDevice> Gemma3::device_;
+std::unique_ptr<CpuDevice> Gemma3::llama_device_;
 
 TEST_F(Gemma3, ConfigAsLlamaCppReadsIt) {
   const ModelConfig& c = model_->config;
@@ -75,9 +94,9 @@ TEST_F(Gemma3, PromptTokensMatchLlamaCpp) {
 // Over llama.cpp's 256 largest logits of the first generated position: chorus with f32
 // activations is the exact arithmetic (llama.cpp's logits on the dequantized copy) to 1e-3;
 // chorus's int8 activations (one scale per 32 values) are no farther from it than llama.cpp's
-// own (Q8_0, and Q8_K for the k-quants) are. Measured when recorded: f32 0 (the same floats);
-// int8 1.14, 0.32, 0.61 against llama.cpp's 1.43, 0.51, 0.97 (logits up to 22). Both pick
-// llama.cpp's best token.
+// own (Q8_0, and Q8_K for the k-quants) are. Measured: f32 0 (the same floats); int8 1.14, 0.39,
+// 0.47 (Q8_0 on weight panels; 1.14, 0.32, 0.61 in llama.cpp's order) against llama.cpp's 1.43,
+// 0.51, 0.97 (logits up to 22). Both pick llama.cpp's best token.
 TEST_F(Gemma3, FirstLogitsAreAsCloseToTheExactArithmeticAsLlamaCpp) {
   int checked = 0;
   for (const auto& p : (*golden_)["prompts"]) {
@@ -110,12 +129,29 @@ TEST_F(Gemma3, FirstLogitsAreAsCloseToTheExactArithmeticAsLlamaCpp) {
   EXPECT_GE(checked, 3);
 }
 
+// Greedy continuations against llama.cpp's, with Q8_0 in llama.cpp's order: a divergence only at
+// a near-tie (llama.cpp's top two within 0.1). Measured: 4 of 6 identical, divergences at gaps
+// 0.07 and 0.01.
 TEST_F(Gemma3, GreedyContinuationsMatchLlamaCpp) {
   const auto& prompts = (*golden_)["prompts"];
+  const int identical = test::greedy_goldens_identical(*model_, *llama_device_, prompts,
+                                                       (*golden_)["n_steps"].get<int>(), 0.1f);
+  EXPECT_GE(identical * 2, static_cast<int>(prompts.size())) << identical << " of " << prompts.size();
+}
+
+// The default kernels (Q8_0 on weight panels, its sums in another order) move this model's
+// logits by up to about 1 from the exact arithmetic, as llama.cpp's own do (the test above), so
+// a divergence is allowed where llama.cpp's top two are closer than llama.cpp's own smallest
+// error from the exact logits (0.51 on these prompts). Measured: 3 of 6 identical, divergences
+// at gaps 0.11, 0.19 and 0.03.
+TEST_F(Gemma3, GreedyContinuationsDivergeOnlyWithinLlamaCppsOwnError) {
+  const auto& prompts = (*golden_)["prompts"];
+  const float floor = llama_error_floor();
+  ASSERT_GT(floor, 0.1f);
+  ASSERT_LT(floor, 1.0f);
   const int identical =
-      test::greedy_goldens_identical(*model_, *device_, prompts, (*golden_)["n_steps"].get<int>(), 0.1f);
-  EXPECT_GE(identical * 2, static_cast<int>(prompts.size()))
-      << identical << " of " << prompts.size();  // 4 of 6
+      test::greedy_goldens_identical(*model_, *device_, prompts, (*golden_)["n_steps"].get<int>(), floor);
+  EXPECT_GE(identical * 2, static_cast<int>(prompts.size())) << identical << " of " << prompts.size();
 }
 
 }  // namespace

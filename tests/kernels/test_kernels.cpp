@@ -118,7 +118,7 @@ struct GemmCase {
 
 // With `panels`, the rows are repacked (kernels/cpu/panel.h) and the table's panel kernel runs.
 std::vector<float> run_gemm(const CpuKernels& k, const GemmCase& c, const std::vector<uint8_t>& w,
-                            const std::vector<float>& x, bool panels = false) {
+                            const std::vector<float>& x, bool panels = false, GemmFn fn = nullptr) {
   std::vector<BlockQ8> xq(static_cast<size_t>(c.tokens * c.cols / 32));
   for (int64_t t = 0; t < c.tokens; ++t)
     k.quantize_q8(x.data() + t * c.cols, xq.data() + t * (c.cols / 32), c.cols);
@@ -135,7 +135,7 @@ std::vector<float> run_gemm(const CpuKernels& k, const GemmCase& c, const std::v
     a.panels = packed.get();
     a.panel_bytes = l.panel_bytes;
   }
-  gemm_for(k, c.type, panels)(a);
+  (fn != nullptr ? fn : gemm_for(k, c.type, panels))(a);
   return y;
 }
 
@@ -176,10 +176,22 @@ TEST(Kernels, GemmEveryTypeEveryVariant) {
         const double tol = integer ? 1e-2 : 1e-5;
         for (size_t i = 0; i < ref.size(); ++i)
           EXPECT_LE(std::fabs(ref[i] - exact[i]), tol * magnitude[i] + 1e-9) << "scalar vs float64, " << what;
+        // The types llama.cpp's order exists for (Q4_0, Q4_1, Q8_0): the scalar table's kernel in
+        // that order, against which the tables' row kernels (the same order) are checked.
+        const GemmFn llama = cpu_kernels_scalar().gemm_llama[static_cast<int>(type)];
+        const auto ref_llama = llama != nullptr ? run_gemm(cpu_kernels_scalar(), c, w, x, false, llama) : ref;
+        if (llama != nullptr) {
+          for (size_t i = 0; i < ref.size(); ++i)
+            EXPECT_LE(std::fabs(ref_llama[i] - exact[i]), tol * magnitude[i] + 1e-9)
+                << "scalar in llama.cpp's order vs float64, " << what;
+        }
         for (const CpuKernels* v : variants()) {
+          const GemmFn rows = gemm_for(*v, type, false);
+          const bool in_llama_order = llama != nullptr && rows == v->gemm_llama[static_cast<int>(type)];
+          const auto& want = in_llama_order ? ref_llama : ref;
           const auto got = run_gemm(*v, c, w, x);
           for (size_t i = 0; i < ref.size(); ++i)
-            EXPECT_LE(std::fabs(got[i] - ref[i]), 1e-5 * magnitude[i] + 1e-9)
+            EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * magnitude[i] + 1e-9)
                 << v->isa << " vs scalar, " << what;
           if (!panel_type(type)) continue;
           // Panel kernels: the scalar reference's arithmetic, lane by lane, so the same bits.
@@ -423,6 +435,45 @@ TEST(Kernels, GegluIsTheTanhGeluToHalfPrecisionOnEveryVariant) {
   }
 }
 
+// A recurrence step is the same bits on every table (ggml's AVX-512 order, which the golden
+// hybrid models' llama.cpp states round in), whether the table keeps a state row in registers
+// (head sizes 64, 128, 256 on AVX-512) or not: with and without a value and an output, over
+// 64 steps so that differences would compound.
+TEST(Kernels, GatedDeltaNetStepIsTheSameBitsOnEveryVariant) {
+  std::mt19937 rng(43);
+  const CpuKernels& ref = cpu_kernels_scalar();
+  for (int dk : {16, 40, 64, 128, 256}) {
+    const int dv = dk;
+    const auto S0 = random_floats(static_cast<size_t>(dv) * dk, rng);
+    std::vector<std::vector<float>> q, k, v;
+    for (int t = 0; t < 64; ++t) {
+      q.push_back(random_floats(static_cast<size_t>(dk), rng));
+      k.push_back(random_floats(static_cast<size_t>(dk), rng));
+      float n2 = 0;  // unit keys, as the models' L2-normalised ones: the state stays bounded
+      for (float x : k.back()) n2 += x * x;
+      for (float& x : k.back()) x /= std::sqrt(n2);
+      v.push_back(random_floats(static_cast<size_t>(dv), rng));
+    }
+    for (const CpuKernels* K : variants()) {
+      for (int form = 0; form < 3; ++form) {  // state + output; value, no output; neither
+        std::vector<float> S1 = S0, S2 = S0, o1(static_cast<size_t>(dv)), o2(static_cast<size_t>(dv));
+        for (int t = 0; t < 64; ++t) {
+          const float* vt = form < 2 ? v[static_cast<size_t>(t)].data() : nullptr;
+          const float g = -0.05f * static_cast<float>(t % 7), beta = 0.3f + 0.01f * static_cast<float>(t);
+          K->gdn_step(S1.data(), q[static_cast<size_t>(t)].data(), k[static_cast<size_t>(t)].data(), vt, g,
+                      beta, form == 0 ? o1.data() : nullptr, dk, dv);
+          ref.gdn_step(S2.data(), q[static_cast<size_t>(t)].data(), k[static_cast<size_t>(t)].data(), vt, g,
+                       beta, form == 0 ? o2.data() : nullptr, dk, dv);
+          if (form == 0) {
+            ASSERT_EQ(o1, o2) << K->isa << " output, dk " << dk << " step " << t;
+          }
+        }
+        EXPECT_EQ(S1, S2) << K->isa << " state, dk " << dk << " form " << form;
+      }
+    }
+  }
+}
+
 // The Gated DeltaNet ops of every table against the float64 reference (kernels/cpu/gdn.h),
 // with head sizes that are and are not multiples of the 16 lanes.
 TEST(Kernels, GatedDeltaNetOpsMatchTheFloat64ReferenceOnEveryVariant) {
@@ -438,7 +489,7 @@ TEST(Kernels, GatedDeltaNetOpsMatchTheFloat64ReferenceOnEveryVariant) {
     }
     return md / mx;
   };
-  for (int dk : {16, 40, 128}) {
+  for (int dk : {16, 40, 64, 128, 256}) {
     const int dv = dk;
     auto S = random_floats(static_cast<size_t>(dv) * dk, rng),
          q = random_floats(static_cast<size_t>(dk), rng), k = random_floats(static_cast<size_t>(dk), rng),

@@ -18,6 +18,14 @@ namespace chorus::test {
 
 // Loads the GGUF at `path` and creates a CPU device; a failure fails the test fatally (call it
 // under ASSERT_NO_FATAL_FAILURE).
+// A CPU device with Q8_0 in llama.cpp's order (CpuDeviceOptions::llama_order): for the tests
+// that compare logits with llama.cpp's to the bit.
+inline CpuDeviceOptions llama_order() {
+  CpuDeviceOptions o;
+  o.llama_order = true;
+  return o;
+}
+
 inline void load_model(const std::string& path, std::unique_ptr<Model>* model,
                        std::unique_ptr<CpuDevice>* device) {
   auto m = Model::load(path);

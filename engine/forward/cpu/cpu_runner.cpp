@@ -94,11 +94,14 @@ void CpuRunner::gemm(std::initializer_list<Product> products, const float* x, in
   const int threads = dev_.n_threads();
   for (const Product& p : products) {
     const WeightMatrix& w = *p.w;
-    const bool panels = w.panels != nullptr && panel_type(w.type) && !f32_activations_;
+    // Q4_0, Q4_1, Q8_0 in llama.cpp's order when the device asks for it
+    // (CpuDeviceOptions::llama_order).
+    const GemmFn llama = dev_.llama_order() ? k.gemm_llama[static_cast<int>(w.type)] : nullptr;
+    const bool panels = llama == nullptr && w.panels != nullptr && panel_type(w.type) && !f32_activations_;
     GemmArgs a{w.type,       w.data, w.row_bytes, w.cols, xq_.data(), x,
                n_tokens,     p.y,    w.rows,      0,      0,          panels ? w.panels : nullptr,
                w.panel_bytes};
-    const GemmFn fn = f32_activations_ ? k.gemm_f32 : gemm_for(k, w.type, panels);
+    const GemmFn fn = f32_activations_ ? k.gemm_f32 : llama != nullptr ? llama : gemm_for(k, w.type, panels);
     // Chunks of whole tiles: 2 rows, or a panel's 16.
     const int64_t unit = panels ? kPanelRows : 2;
     const int64_t n = std::min<int64_t>(std::max<int64_t>(w.rows / unit, 1), threads == 1 ? 1 : threads * 4);

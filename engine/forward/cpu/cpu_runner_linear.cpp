@@ -227,33 +227,46 @@ void CpuRunner::linear_recurrence(int l, std::span<SequenceKv* const> seqs,
   using Mode = LinearGroup::Mode;
   const auto G = static_cast<int64_t>(groups.size());
   // 3. The new tokens of each sequence, in order, from its view state; then into its block's
-  // summary.
+  // summary. The block's inputs and compact body first, one task a sequence; then the heads,
+  // which are independent, one task a (sequence, head): a single long prefill uses every thread.
+  std::vector<GdnBlockOps::Fold> folds(groups.size());
   dev_.pool().run(G, [&](int64_t i, int thread) {
     LinearGroup& g = groups[static_cast<size_t>(i)];
     LinearLayerState& own = seqs[static_cast<size_t>(g.seq)]->linear->layers[static_cast<size_t>(l)];
     GdnBlockOps& ops = *gdn_ops_[static_cast<size_t>(thread)];
     const int n = static_cast<int>(g.tokens.size());
-    const auto N = static_cast<size_t>(n);
-    const bool suffix = !g.suffix.empty();
-    for (int h = 0; h < Hv && g.mode != Mode::chain; ++h) {
-      float* S = own.run_S.data() + h * state;
-      const size_t kh = static_cast<size_t>(d.k_head_of(h)) * dk, vh = static_cast<size_t>(h) * dk;
-      // The query each token's output reads the state with: its own, or its query through the
-      // rest of the view (then + c).
-      auto query = [&](size_t s) { return suffix ? g.y.data() + s * vd + vh : g.q.data() + s * kd + kh; };
-      auto out = [&](size_t s) { return l_o_.data() + static_cast<size_t>(g.tokens[s]) * vd + vh; };
-      // Token by token: the recurrence gives the same bits however a block's tokens were cut
-      // into steps (a dropped block rebuilt in other chunks equals the original exactly); on
-      // the CPU it costs what the chunk-parallel form (gdn::chunk, for the GPU) costs.
-      for (size_t s = 0; s < N; ++s)
-        K.gdn_step(S, query(s), g.k.data() + s * kd + kh, g.v.data() + s * vd + vh, g.gb[(s * Hv + h) * 2],
-                   g.gb[(s * Hv + h) * 2 + 1], out(s), dk, dk);
-      if (suffix)
-        for (size_t s = 0; s < N; ++s) K.add(out(s), g.c.data() + s * vd + vh, dk);
-    }
-    ops.append(own, g.start, g.x.data(), g.k.data(), g.v.data(), g.gb.data(), n);
+    folds[static_cast<size_t>(i)] =
+        ops.begin_append(own, g.start, g.x.data(), g.k.data(), g.v.data(), g.gb.data(), n);
     ops.shift_tail(own.run_tail.data(), g.x.data(), n);
   });
+  dev_.pool().run(G * Hv, [&](int64_t i, int thread) {
+    LinearGroup& g = groups[static_cast<size_t>(i / Hv)];
+    const int h = static_cast<int>(i % Hv);
+    LinearLayerState& own = seqs[static_cast<size_t>(g.seq)]->linear->layers[static_cast<size_t>(l)];
+    const GdnBlockOps::Fold& fold = folds[static_cast<size_t>(i / Hv)];
+    if (fold.active()) gdn_ops_[static_cast<size_t>(thread)]->fold_head(own, fold, h);
+    if (g.mode == Mode::chain) return;
+    const auto N = g.tokens.size();
+    const bool suffix = !g.suffix.empty();
+    float* S = own.run_S.data() + h * state;
+    const size_t kh = static_cast<size_t>(d.k_head_of(h)) * dk, vh = static_cast<size_t>(h) * dk;
+    // The query each token's output reads the state with: its own, or its query through the
+    // rest of the view (then + c).
+    auto query = [&](size_t s) { return suffix ? g.y.data() + s * vd + vh : g.q.data() + s * kd + kh; };
+    auto out = [&](size_t s) { return l_o_.data() + static_cast<size_t>(g.tokens[s]) * vd + vh; };
+    // Token by token: the recurrence gives the same bits however a block's tokens were cut
+    // into steps (a dropped block rebuilt in other chunks equals the original exactly).
+    for (size_t s = 0; s < N; ++s)
+      K.gdn_step(S, query(s), g.k.data() + s * kd + kh, g.v.data() + s * vd + vh, g.gb[(s * Hv + h) * 2],
+                 g.gb[(s * Hv + h) * 2 + 1], out(s), dk, dk);
+    if (suffix)
+      for (size_t s = 0; s < N; ++s) K.add(out(s), g.c.data() + s * vd + vh, dk);
+  });
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const LinearGroup& g = groups[i];
+    GdnBlockOps::end_append(seqs[static_cast<size_t>(g.seq)]->linear->layers[static_cast<size_t>(l)],
+                            folds[i]);
+  }
 }
 
 void CpuRunner::linear_output(const LayerWeights& L, int64_t T) {
