@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <zmq.hpp>
 
 #include "actors/atoms.h"
@@ -151,6 +152,12 @@ class PortLoop {
             more = true;
             if (!watcher_.empty()) send_to(*sock_, watcher_, encode_program_waiting(program));
           },
+          [&](grown_atom, BlockId block, int64_t cached) {  // a watched block grew (WatchBlock)
+            more = true;
+            if (auto w = block_watchers_.find(block); w != block_watchers_.end())
+              for (const std::string& client : w->second)
+                send_to(*sock_, client, encode_block_grown(block, cached));
+          },
           [this](stop_atom) { running_ = false; },
           [this](caf::exit_msg& m) {
             running_ = false;
@@ -208,6 +215,18 @@ class PortLoop {
       send_to(*sock_, id, encode_error_envelope(0, env.error()));
       return;
     }
+    if (env->payload_type == "WatchBlock") {  // this client hears of the block's growth from now on
+      auto block = decode_watch_block(bytes);
+      if (!block) {
+        send_to(*sock_, id, encode_error_envelope(env->request_id, block.error()));
+        return;
+      }
+      auto& clients = block_watchers_[*block];
+      if (clients.empty()) self_->send(batcher_, subscribe_atom::value, static_cast<BlockId>(*block));
+      clients.insert(id);
+      self_->spawn(forwarder, me_, batcher_, id, encode_heartbeat(env->request_id, "", 0, 0));  // the answer
+      return;
+    }
     if (env->payload_type == "WatchPrograms") {  // this client hears of waiting requests from now on
       watcher_ = id;
       self_->send(batcher_, scheduler_atom::value);
@@ -225,6 +244,7 @@ class PortLoop {
   std::shared_ptr<HandshakeWatch> watch_;
   bool running_ = true;
   std::string watcher_;  // the client told when a request waits (WatchPrograms)
+  std::map<BlockId, std::set<std::string>> block_watchers_;  // WatchBlock: block -> clients
 };
 
 void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,

@@ -11,8 +11,10 @@
 // another order than their commands — each carries its command's envelope request id. A client
 // that sends WatchPrograms is told (ProgramWaiting frames) whenever a request of a `hold` program
 // waits in the memory actor — a remote program scheduler's wake-up; the port registers itself
-// as the memory actor's scheduler to hear it. The same event frames are also published on a PUB socket
-// as two-part messages [topic, frame] with topic "block:<id>" (or "request:<id>" for events
+// as the memory actor's scheduler to hear it. A client that sends WatchBlock is told (BlockGrown
+// frames) after each step in which the block's cached length changed — a probe that watches a
+// block from another process (the coordinator's topology programs). The same event frames are also published
+// on a PUB socket as two-part messages [topic, frame] with topic "block:<id>" (or "request:<id>" for events
 // without a block), so other processes can follow a block being written.
 //
 // Security (docs/security.md): with a CURVE key pair both sockets are CURVE servers and only the

@@ -4,6 +4,8 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <map>
+#include <set>
+#include <vector>
 #include <zmq.hpp>
 
 #include "actors/atoms.h"
@@ -43,6 +45,14 @@ class Link {
             [&](scheduler_atom) {
               scheduler_ = caf::actor_cast<caf::actor>(self_->current_sender());
               watching_ = false;
+            },
+            // A role that watches a block on this node (a probe's `watch`): the node tells the
+            // link (WatchBlock), the link tells every role that asked.
+            [&](subscribe_atom, BlockId block) {
+              auto& who = block_watchers_[block];
+              if (who.empty()) unsent_watches_.insert(block);
+              who.push_back(caf::actor_cast<caf::actor>(self_->current_sender()));
+              send_watches();
             },
             [&](stop_atom) { running = false; },
             [&](caf::exit_msg& m) {
@@ -135,6 +145,12 @@ class Link {
       if (scheduler_) self_->send(scheduler_, waiting_atom::value, static_cast<uint64_t>(reply->id));
       return;
     }
+    if (reply->kind == ReplyKind::block_grown) {
+      const auto block = static_cast<BlockId>(reply->id);
+      if (auto w = block_watchers_.find(block); w != block_watchers_.end())
+        for (const caf::actor& who : w->second) self_->send(who, grown_atom::value, block, reply->tokens);
+      return;
+    }
     if (auto b = beats_.find(id); b != beats_.end() && reply->kind == ReplyKind::heartbeat) {
       health_->rtt_us = static_cast<int64_t>(seconds_since(b->second) * 1e6);
       health_->pages_used = reply->pages;
@@ -176,10 +192,23 @@ class Link {
         watching_ = true;
       }
     }
+    send_watches();
     if (!down_ && seconds_since(last_answer_) > opts_.dead_after_s) {
       char why[96];
       std::snprintf(why, sizeof why, "no answer for %.1f s", seconds_since(last_answer_));
       go_down(why);
+    }
+  }
+
+  // WatchBlock for each watched block the node has not been asked about yet (once it answers).
+  void send_watches() {
+    if (down_ || !health_->up.load()) return;
+    for (auto it = unsent_watches_.begin(); it != unsent_watches_.end();) {
+      const uint64_t id = next_id_++;
+      const Frame w = encode_watch_block(id, *it);
+      if (!sock_->send(zmq::buffer(w), zmq::send_flags::dontwait)) return;
+      beats_[id] = Clock::now();  // answered with a Heartbeat
+      it = unsent_watches_.erase(it);
     }
   }
 
@@ -230,6 +259,8 @@ class Link {
   std::string down_reason_;
   caf::actor scheduler_;  // told of the node's waiting requests
   bool watching_ = false;
+  std::map<BlockId, std::vector<caf::actor>> block_watchers_;  // told when the block grows
+  std::set<BlockId> unsent_watches_;                           // WatchBlock not sent yet
 };
 
 }  // namespace

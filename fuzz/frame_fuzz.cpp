@@ -28,5 +28,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (std::byte b : op->part->kv) (void)b;
   }
   if (auto rep = chorus::decode_reply(frame); rep.ok()) (void)rep->text.size();
+  if (auto w = chorus::decode_watch_block(frame); w.ok()) (void)*w;
   return 0;
 }

@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
       {"block_part", encode_block_part(28, part, part.kv)},
       {"load", encode_load_block(29, part)},
       {"list_programs", encode_list_programs(30)},
+      {"watch_block", encode_watch_block(34, 2)},
+      {"block_grown", encode_block_grown(2, 117)},
       {"program_list", encode_program_list(31, {{5, "p1", {0, 2}, ProgramState::paused, true}})},
       {"snapshot_logs", encode_snapshot_view(32, {0, 1}, true)},
       {"view_logs", encode_view_snapshot(33, {{0, "prompt", 3, 3, {1, 2, 3}}})},

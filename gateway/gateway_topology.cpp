@@ -49,12 +49,6 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
     throw HttpError{
         400, error_body(loaded.error().message, "invalid_request_error", "topology", "invalid_topology")};
   topology::Topology t = std::move(*loaded);
-  for (const topology::Actor& a : t.actors)
-    if (!a.watch.empty())
-      throw HttpError{400, error_body("actor \"" + a.name + "\" watches block \"" + a.watch +
-                                          "\": a role that watches a block runs only where its engine is "
-                                          "(chorus run), not through a server yet",
-                                      "invalid_request_error", "topology", "unsupported")};
   const std::string label = "topology-" + std::to_string(g_next_run++) + "-" + t.name;
   // A program whose node is lost under it starts again on another (up to kMaxRestarts times):
   // nothing of it reached the client yet (the answer comes at its end), and its roles and blocks

@@ -450,7 +450,8 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
       {"ProbeResult", ReplyKind::probe_result},     {"RequestFinished", ReplyKind::finished},
       {"ProgramStatus", ReplyKind::program_status}, {"Error", ReplyKind::error},
       {"Heartbeat", ReplyKind::heartbeat},          {"ProgramWaiting", ReplyKind::program_waiting},
-      {"BlockPart", ReplyKind::block_part},         {"ProgramList", ReplyKind::program_list}};
+      {"BlockPart", ReplyKind::block_part},         {"ProgramList", ReplyKind::program_list},
+      {"BlockGrown", ReplyKind::block_grown}};
   for (const auto& [name, kind] : kinds)
     if (summary->payload_type == name) r.kind = kind;
   auto summary_of = [](const wire::BlockInfo* b) {
@@ -504,6 +505,9 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
     r.wanted_slots = ps->wanted_slots();
   } else if (const auto* w = env->payload_as_ProgramWaiting()) {
     r.id = static_cast<int64_t>(w->program());
+  } else if (const auto* g = env->payload_as_BlockGrown()) {
+    r.id = g->block();
+    r.tokens = g->cached();
   } else if (const auto* h = env->payload_as_Heartbeat()) {
     r.text = h->node_id() ? h->node_id()->str() : "";
     r.unix_ms = h->unix_ms();
@@ -533,6 +537,7 @@ const char* reply_kind_name(ReplyKind k) {
     case ReplyKind::block_part: return "BlockPart";
     case ReplyKind::program_list: return "ProgramList";
     case ReplyKind::program_waiting: return "ProgramWaiting";
+    case ReplyKind::block_grown: return "BlockGrown";
     case ReplyKind::other: return "other";
   }
   return "?";

@@ -153,6 +153,7 @@ enum class ReplyKind {
   program_waiting,  // ProgramWaiting (id: the program)
   block_part,       // BlockPart (part)
   program_list,     // ProgramList (programs)
+  block_grown,      // BlockGrown (id: the block, tokens: its cached positions)
   other,            // a payload that is not a reply (a command, Hello)
 };
 const char* reply_kind_name(ReplyKind k);  // the payload's name, e.g. "BlockInfo"

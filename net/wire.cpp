@@ -41,6 +41,24 @@ std::vector<uint8_t> encode_program_waiting(uint64_t program) {
   return finish(fbb, 0, wire::Payload::ProgramWaiting, wire::CreateProgramWaiting(fbb, program).Union());
 }
 
+std::vector<uint8_t> encode_watch_block(uint64_t request_id, int32_t block) {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  return finish(fbb, request_id, wire::Payload::WatchBlock, wire::CreateWatchBlock(fbb, block).Union());
+}
+
+std::vector<uint8_t> encode_block_grown(int32_t block, int64_t cached) {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  return finish(fbb, 0, wire::Payload::BlockGrown, wire::CreateBlockGrown(fbb, block, cached).Union());
+}
+
+Result<int32_t> decode_watch_block(std::span<const uint8_t> frame) {
+  auto summary = decode_envelope(frame);
+  if (!summary) return summary.error();
+  const auto* w = wire::GetEnvelope(frame.data())->payload_as_WatchBlock();
+  if (w == nullptr) return make_error(Errc::bad_format, "not a WatchBlock frame: " + summary->payload_type);
+  return w->block();
+}
+
 Result<EnvelopeSummary> decode_envelope(std::span<const uint8_t> frame) {
   if (frame.size() > kMaxFrameBytes)
     return make_error(Errc::out_of_range, "frame of " + std::to_string(frame.size()) +

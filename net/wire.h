@@ -32,6 +32,11 @@ Result<EnvelopeSummary> decode_envelope(std::span<const uint8_t> frame);
 // Program waits (schemas/programs.fbs): a client's request to hear of them, and the news.
 std::vector<uint8_t> encode_watch_programs(uint64_t request_id);
 std::vector<uint8_t> encode_program_waiting(uint64_t program);
+// WatchBlock and its events (schemas/blocks.fbs): a remote probe's `watch`.
+std::vector<uint8_t> encode_watch_block(uint64_t request_id, int32_t block);
+std::vector<uint8_t> encode_block_grown(int32_t block, int64_t cached);
+// The block a WatchBlock frame names; an error for any other frame.
+Result<int32_t> decode_watch_block(std::span<const uint8_t> frame);
 
 // The same message under another correlation id (a link that multiplexes many requesters over one
 // connection gives each frame an id of its own). Verifies the frame first (decode_envelope);

@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -129,6 +130,51 @@ TEST_F(NodeLinkTest, StandsForTheNodesMemoryActor) {
   EXPECT_EQ(bad.kind, ReplyKind::error);
   EXPECT_EQ(bad.code, Errc::not_found) << bad.text;
   EXPECT_TRUE(eventually([&] { return health->in_flight.load() == 0; }));
+}
+
+// A role that watches a block on a node (a probe's `watch`, in a topology program the coordinator
+// runs) sends (subscribe_atom, block) to the link as it would to a local memory actor, and hears
+// (grown_atom, block, cached) after each step in which the block's cached length changed: the
+// link asks the node with WatchBlock, the node answers with BlockGrown frames. Two watchers of
+// one block each hear every step, the same cached lengths, growing to the block's own.
+TEST_F(NodeLinkTest, AWatchedBlocksGrowthComesBackOverTheLink) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  ASSERT_NO_FATAL_FAILURE(start(default_model_path(), 96));
+  ASSERT_NO_FATAL_FAILURE(open_port_and_link());
+  ASSERT_TRUE(eventually([&] { return health->up.load(); }));
+  caf::scoped_actor self{*sys}, other{*sys};
+  const Reply made = call_on(self, link, encode_create_block(0, "watched"));
+  ASSERT_EQ(made.kind, ReplyKind::block_info);
+  const auto block = static_cast<BlockId>(made.id);
+  self->send(link, subscribe_atom::value, block);
+  other->send(link, subscribe_atom::value, block);
+  ASSERT_EQ(call_on(self, link, generate_into(block, 12)).kind, ReplyKind::submitted);
+  const auto events = events_of(self);
+  ASSERT_EQ(tokens_of(events).size(), 12u);
+  // The block's own length, as the node reports it.
+  const Reply info = call_on(self, link, encode_snapshot_view(0, {block}));
+  ASSERT_EQ(info.blocks.size(), 1u);
+  const int64_t cached = info.blocks[0].cached;
+  ASSERT_GT(cached, 0);
+  auto growth = [&](caf::scoped_actor& who) {
+    std::vector<int64_t> seen;
+    for (bool done = false; !done;)
+      who->receive(
+          [&](grown_atom, BlockId b, int64_t n) {
+            EXPECT_EQ(b, block);
+            seen.push_back(n);
+            done = n >= cached;
+          },
+          caf::after(10s) >> [&] { done = true; });
+    return seen;
+  };
+  const auto mine = growth(self), theirs = growth(other);
+  ASSERT_GE(mine.size(), 2u) << "one event per step that grew the block";
+  EXPECT_TRUE(std::is_sorted(mine.begin(), mine.end()) &&
+              std::adjacent_find(mine.begin(), mine.end()) == mine.end())
+      << "strictly growing";
+  EXPECT_EQ(mine.back(), cached);
+  EXPECT_EQ(theirs, mine);
 }
 
 // A block's image travels over the link in parts (ExportBlock / LoadBlock) into a paused

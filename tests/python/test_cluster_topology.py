@@ -7,8 +7,8 @@ programs of two turns run at once — 24 programs. Each topology program prints 
 serve` answers the same conversation alone (greedy), or diverges from it first at a near-tie of
 that reply's own log-probabilities (the two best tokens within NEAR_TIE nats: a decode batched
 with other sequences sums its products in another order than a decode alone, on one node as on
-three); and the programs spread over the three nodes. A topology with a role that watches a block
-is refused with its reason. Then a long topology program runs, alone, and its node is killed
+three); and the programs spread over the three nodes. A probe that watches a block grow asks as
+the block grows through the coordinator, and leaves the answer as one engine gives it. Then a long topology program runs, alone, and its node is killed
 (SIGKILL): it starts again on a survivor and prints what one engine prints.
 
     test_cluster_topology.py CHORUS_BINARY MODEL TOPOLOGY
@@ -167,14 +167,22 @@ try:
     check(len(topo_nodes) == 3 and len(chat_nodes) == 3,
           "the programs spread over the three nodes: topology %s, chat %s" % (topo_nodes, chat_nodes))
 
-    # A role that watches a block grow does not run through a server yet: refused, named.
+    # A probe that watches the answer grow runs through the coordinator too: the node tells the
+    # coordinator's link when the block grows (WatchBlock / BlockGrown), and the probe asks every 8
+    # new tokens while the thinker writes. It reads a scratch block, so the answer is unchanged.
     watch = open(topo).read().replace("    to: [out]\n", "    to: [out]\n  watcher:\n    kind: probe\n"
-                                      "    watch: answer\n    view: [prompt, answer]\n    question: \" Done?\"\n"
-                                      "    candidates: [\" yes\", \" no\"]\n", 1)
+                                      "    watch: answer\n    every_new_tokens: 8\n    view: [prompt, answer]\n"
+                                      "    question: \" Done?\"\n    candidates: [\" yes\", \" no\"]\n"
+                                      "    threshold: 0\n    edge: false\n    fires: looked\n"
+                                      "  seen:\n    kind: sink\n    to: stderr\n    on: [looked]\n", 1)
     wfile = os.path.join(tmp, "watch.yaml")
     open(wfile, "w").write(watch)
-    p = subprocess.run([chorus, "run", wfile, "--cluster", url], capture_output=True, text=True, timeout=60)
-    check(p.returncode != 0 and "watches block" in p.stderr, "a watching role is refused: %s" % p.stderr.strip())
+    p = subprocess.run([chorus, "run", wfile, "--cluster", url, "--input", QUESTIONS[0]], capture_output=True,
+                       text=True, timeout=120)
+    looks = p.stderr.count("[looked]")
+    check(p.returncode == 0 and p.stdout == want_topo[QUESTIONS[0]] and looks >= 1,
+          "a probe watching the answer asks through the coordinator (%d times) and the answer is one engine's: "
+          "%s" % (looks, p.stderr.strip()[-200:]))
     p = subprocess.run([chorus, "run", topo, "--cluster", url, "--set", "actors.thinker.max_tokens=oops"],
                        capture_output=True, text=True, timeout=60)
     check(p.returncode != 0 and "answered 400" in p.stderr and "max_tokens" in p.stderr,
