@@ -117,6 +117,10 @@ int run_check(const RunArgs& args) {
 }
 
 int run_run(const RunArgs& args) {
+  // Ctrl-C from the start: one during the model's load (its weight panels take a while on a
+  // large model) is kept, and the programs then stop before they start, each reported.
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
   // Every file loads first: a mistake in the last one stops the run before anything starts.
   std::vector<topology::Topology> topos;
   for (const auto& file : args.files) {
@@ -269,8 +273,6 @@ int run_run(const RunArgs& args) {
   // Declared after `runs`: the listener is gone before them.
   auto control = start_control(args, runs, m);
   if (!control) return 1;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
   std::atomic<bool> all_done{false};
   std::thread watch([&] {  // Ctrl-C ends the programs cleanly (their reports are still printed)
     while (!g_interrupted && !all_done) std::this_thread::sleep_for(std::chrono::milliseconds(50));
