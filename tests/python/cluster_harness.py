@@ -4,11 +4,14 @@ loopback with a temporary data dir."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "tools", "bench"))
+from common import free_port  # noqa: E402  (the benchmark scripts' own)
 
 
 class Harness:
@@ -52,14 +55,6 @@ class Harness:
         shutil.rmtree(self.tmp, ignore_errors=True)
         print("%d passed, %d failed" % (len(self.passed), len(self.failures)))
         sys.exit(1 if self.failures else 0)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def get(url):

@@ -151,6 +151,7 @@ class CpuRunner final : public Runner {
   std::vector<float> l_qkv_, l_z_, l_beta_, l_alpha_, l_ba_, l_gb_, l_o_;
   std::vector<std::unique_ptr<GdnBlockOps>> gdn_ops_;        // one per thread
   std::vector<std::vector<float>> prefix_S_, prefix_tails_;  // composed prefixes of one step
+  std::vector<GdnBlockOps::Fold> folds_;                     // one layer's appends, per sequence
 };
 
 }  // namespace chorus

@@ -229,13 +229,13 @@ void CpuRunner::linear_recurrence(int l, std::span<SequenceKv* const> seqs,
   // 3. The new tokens of each sequence, in order, from its view state; then into its block's
   // summary. The block's inputs and compact body first, one task a sequence; then the heads,
   // which are independent, one task a (sequence, head): a single long prefill uses every thread.
-  std::vector<GdnBlockOps::Fold> folds(groups.size());
+  folds_.resize(groups.size());
   dev_.pool().run(G, [&](int64_t i, int thread) {
     LinearGroup& g = groups[static_cast<size_t>(i)];
     LinearLayerState& own = seqs[static_cast<size_t>(g.seq)]->linear->layers[static_cast<size_t>(l)];
     GdnBlockOps& ops = *gdn_ops_[static_cast<size_t>(thread)];
     const int n = static_cast<int>(g.tokens.size());
-    folds[static_cast<size_t>(i)] =
+    folds_[static_cast<size_t>(i)] =
         ops.begin_append(own, g.start, g.x.data(), g.k.data(), g.v.data(), g.gb.data(), n);
     ops.shift_tail(own.run_tail.data(), g.x.data(), n);
   });
@@ -243,7 +243,7 @@ void CpuRunner::linear_recurrence(int l, std::span<SequenceKv* const> seqs,
     LinearGroup& g = groups[static_cast<size_t>(i / Hv)];
     const int h = static_cast<int>(i % Hv);
     LinearLayerState& own = seqs[static_cast<size_t>(g.seq)]->linear->layers[static_cast<size_t>(l)];
-    const GdnBlockOps::Fold& fold = folds[static_cast<size_t>(i / Hv)];
+    const GdnBlockOps::Fold& fold = folds_[static_cast<size_t>(i / Hv)];
     if (fold.active()) gdn_ops_[static_cast<size_t>(thread)]->fold_head(own, fold, h);
     if (g.mode == Mode::chain) return;
     const auto N = g.tokens.size();
@@ -265,7 +265,8 @@ void CpuRunner::linear_recurrence(int l, std::span<SequenceKv* const> seqs,
   for (size_t i = 0; i < groups.size(); ++i) {
     const LinearGroup& g = groups[i];
     GdnBlockOps::end_append(seqs[static_cast<size_t>(g.seq)]->linear->layers[static_cast<size_t>(l)],
-                            folds[i]);
+                            folds_[i]);
+    folds_[i] = {};  // a compact body's tokens, moved in when it turned dense, go with it
   }
 }
 
