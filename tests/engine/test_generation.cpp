@@ -129,10 +129,14 @@ TEST_F(GenerationGoldens, FirstLogitsAreLlamaCppsToTheBitInItsOrder) {
   EXPECT_GE(checked, 3);
 }
 
+// By default (the Q8_0 output on panels) every greedy continuation is llama.cpp's for 64 tokens,
+// as docs/engine.md says: 12 of 12. The AVX2 and AVX-512 tables give the same bits (12 of 12
+// under CHORUS_ISA=avx2 too); the scalar table, a readable reference in a plain summation order,
+// is not llama.cpp's and is not held to this.
 TEST_F(GenerationGoldens, GreedyContinuationsMatchLlamaCpp) {
   const auto& prompts = (*golden_)["prompts"];
   const int identical = test::greedy_goldens_identical(*model_, *device_, prompts, 64, 0.1f);
-  EXPECT_GE(identical * 10, static_cast<int>(prompts.size()) * 9) << identical << " of " << prompts.size();
+  EXPECT_EQ(identical, static_cast<int>(prompts.size())) << identical << " of " << prompts.size();
 }
 
 }  // namespace
