@@ -121,6 +121,13 @@ try:
 
     check(wait_for(lambda: serving(url, ("a", "b", "c")), 60) is not None, "three nodes up and served")
 
+    # Placement goes by room, which a node's link learns from its heartbeats: every node's pool
+    # known before the 24 programs go out (a node still loading would get none of them).
+    def pools_known():
+        nodes = (get(url + "/cluster") or {}).get("nodes", [])
+        return len(nodes) == 3 and all(n.get("up") and n.get("pages_total", 0) > 0 for n in nodes)
+    check(wait_for(pools_known, 60) is not None, "every node's pool is known to the coordinator")
+
     # 24 programs at once: 12 topology programs and 12 chat programs of two turns.
     topo_results, chat_results = {}, {}
 
