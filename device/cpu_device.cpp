@@ -47,12 +47,25 @@ Result<std::unique_ptr<CpuDevice>> CpuDevice::create(const CpuDeviceOptions& opt
   bool llama_order = opts.llama_order;
   if (const char* e = std::getenv("CHORUS_LLAMA_ORDER"); e && *e)
     llama_order = llama_order || std::atoi(e) != 0;
-  return std::unique_ptr<CpuDevice>(new CpuDevice(k, threads > 0 ? threads : f.n_cores, llama_order));
+  KvType kv_type = opts.kv_type.value_or(KvType::f32);
+  if (const char* e = std::getenv("CHORUS_KV_TYPE"); e && *e && !opts.kv_type) {
+    auto t = parse_kv_type(e);
+    if (!t) return make_error(Errc::invalid_argument, "CHORUS_KV_TYPE: " + t.error().message);
+    kv_type = *t;
+  }
+  return std::unique_ptr<CpuDevice>(
+      new CpuDevice(k, threads > 0 ? threads : f.n_cores, llama_order, kv_type));
+}
+
+Result<KvType> parse_kv_type(const std::string& name) {
+  if (name == "f32") return KvType::f32;
+  if (name == "f16") return KvType::f16;
+  return make_error(Errc::invalid_argument, "unknown KV cache type '" + name + "' (choose f32 or f16)");
 }
 
 std::string CpuDevice::describe() const {
   return std::string("cpu ") + kernels_->isa + ", " + std::to_string(pool_.size()) + " threads" +
-         (llama_order_ ? ", llama.cpp's order" : "");
+         (llama_order_ ? ", llama.cpp's order" : "") + (kv_type_ == KvType::f16 ? ", f16 KV cache" : "");
 }
 
 }  // namespace chorus

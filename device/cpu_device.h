@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -20,6 +21,10 @@ struct CpuDeviceOptions {
   // $CHORUS_LLAMA_ORDER=1). Off, Q8_0 runs on weight panels: about twice the speed where Q8_0
   // dominates, its sums in another order (docs/engine.md#kernels).
   bool llama_order = false;
+  // The KV cache's element type: f32 exact (llama.cpp's f32 set-up, to the bit where the other
+  // operations are in its order), f16 half the pages' bytes and attention's reads
+  // (docs/engine.md#the-kv-caches-type). Unset: $CHORUS_KV_TYPE (f32 or f16), else f32.
+  std::optional<KvType> kv_type;
 };
 
 class CpuDevice {
@@ -31,16 +36,21 @@ class CpuDevice {
   int n_threads() const { return pool_.size(); }
   std::string describe() const;  // e.g. "cpu avx512, 2 threads"
   bool llama_order() const { return llama_order_; }
+  KvType kv_type() const { return kv_type_; }
 
  private:
-  CpuDevice(const CpuKernels* k, int n_threads, bool llama_order)
-      : kernels_(k), pool_(n_threads), llama_order_(llama_order) {}
+  CpuDevice(const CpuKernels* k, int n_threads, bool llama_order, KvType kv_type)
+      : kernels_(k), pool_(n_threads), llama_order_(llama_order), kv_type_(kv_type) {}
   const CpuKernels* kernels_;
   ThreadPool pool_;
   bool llama_order_;
+  KvType kv_type_;
 };
 
 // The best kernel table this CPU supports.
 const CpuKernels& best_cpu_kernels();
+
+// "f32" or "f16" (CpuDeviceOptions::kv_type, --kv-type, $CHORUS_KV_TYPE). Errors name the choices.
+Result<KvType> parse_kv_type(const std::string& name);
 
 }  // namespace chorus

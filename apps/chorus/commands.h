@@ -63,6 +63,7 @@ struct GenerateArgs {
   int threads = 0;             // 0: one per core
   std::string isa;             // "": best for this CPU
   bool llama_order = false;    // Q8_0 in llama.cpp's order (CpuDeviceOptions::llama_order)
+  std::string kv_type;         // --kv-type: f32 or f16 ("": $CHORUS_KV_TYPE, else f32)
   bool verbose = false;        // timing line on stderr
   int parallel = 1;            // generations sharing one prompt block, batched
   std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
@@ -79,6 +80,7 @@ struct BenchArgs {
   int threads = 0;
   std::string isa;
   bool llama_order = false;
+  std::string kv_type;         // --kv-type: f32 or f16 ("": $CHORUS_KV_TYPE, else f32)
   std::string json;            // write results here
   bool views = false;          // the cache-block benchmarks instead (views, sharing, probes)
   bool hybrid = false;         // block views over a hybrid (Gated DeltaNet) model instead

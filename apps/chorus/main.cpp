@@ -14,6 +14,11 @@ constexpr const char* kLlamaOrderHelp =
     "llama.cpp's where the integer matrices are Q8_0, Q4_0 and Q4_1, at about half the speed of the "
     "default Q8_0 panels (also CHORUS_LLAMA_ORDER=1, which every command reads)";
 
+constexpr const char* kKvTypeHelp =
+    "The KV cache's element type: f32 (the default: exact, llama.cpp's f32 set-up) or f16 (half the "
+    "pages' bytes and attention's reads; docs/engine.md). Also CHORUS_KV_TYPE=f16|f32, which every "
+    "command reads (this flag wins)";
+
 // `--linear-slots` (node, serve): EngineOptions::linear_slots.
 void add_linear_slots(CLI::App* cmd, int* slots) {
   cmd->add_option(
@@ -117,6 +122,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   gen_cmd->add_option("--isa", gen.isa, "Force a kernel set: scalar, avx2, avx512");
   gen_cmd->add_flag("--llama-order", gen.llama_order, kLlamaOrderHelp);
+  gen_cmd->add_option("--kv-type", gen.kv_type, kKvTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
   gen_cmd->add_flag("-v,--verbose", gen.verbose, "Print timings to stderr");
   gen_cmd
       ->add_option("--parallel", gen.parallel,
@@ -152,6 +158,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   bench_cmd->add_option("--isa", bench.isa, "Force a kernel set: scalar, avx2, avx512");
   bench_cmd->add_flag("--llama-order", bench.llama_order, kLlamaOrderHelp);
+  bench_cmd->add_option("--kv-type", bench.kv_type, kKvTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
   bench_cmd->add_option(
       "--trace", bench.trace,
       "Run each decode test again recorded into a trace (its cost per step), written to FILE");

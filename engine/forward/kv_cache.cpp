@@ -28,21 +28,23 @@ Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages, KvPageSto
   return kv;
 }
 
-Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages) {
+Result<KvCache> KvCache::create(const ModelConfig& c, int64_t n_pages, KvType type) {
   constexpr int page_size = kKvPageSize;
   if (n_pages <= 0) return make_error(Errc::invalid_argument, "KV cache needs at least one page");
   KvCache kv;
   kv.n_pages_ = n_pages;
   kv.kv_dim_ = c.kv_dim();
   kv.n_kv_layer_ = c.n_kv_layer;
-  const double floats =
+  kv.type_ = type;
+  kv.elem_ = type == KvType::f16 ? sizeof(uint16_t) : sizeof(float);
+  const double values =
       static_cast<double>(c.n_kv_layer) * 2 * static_cast<double>(n_pages) * page_size * c.kv_dim();
-  const double bytes = floats * sizeof(float);
+  const double bytes = values * static_cast<double>(kv.elem_);
   if (bytes > 1e15)
     return make_error(Errc::out_of_memory, "KV cache of " + std::to_string(static_cast<int64_t>(n_pages)) +
                                                " pages would need " + std::to_string(bytes / 1e9) + " GB");
   kv.bytes_ = static_cast<size_t>(bytes);
-  kv.data_.reset(new (std::nothrow) float[static_cast<size_t>(floats)]);
+  kv.data_.reset(new (std::nothrow) std::byte[kv.bytes_]);
   if (!kv.data_)
     return make_error(Errc::out_of_memory, "cannot allocate the KV cache: " + std::to_string(kv.bytes_) +
                                                " bytes (" + std::to_string(n_pages) + " pages of " +
@@ -91,29 +93,30 @@ void KvCache::share_prefix(const SequenceKv& from, int64_t n, SequenceKv* to) {
 
 size_t KvCache::page_bytes() const {
   if (store_) return store_->page_bytes();
-  return static_cast<size_t>(n_kv_layer_) * 2 * kKvPageSize * static_cast<size_t>(kv_dim_) * sizeof(float);
+  return static_cast<size_t>(n_kv_layer_) * 2 * slab_bytes();
 }
 
 std::string KvCache::page_format() const {
   if (store_) return "device/" + std::to_string(store_->page_bytes());
-  return "f32/L" + std::to_string(n_kv_layer_) + "/D" + std::to_string(kv_dim_);
+  return std::string(kv_type_name(type_)) + "/L" + std::to_string(n_kv_layer_) + "/D" +
+         std::to_string(kv_dim_);
 }
 
 Status KvCache::save_pages(std::span<const int32_t> pages, std::byte* out) const {
   if (store_) return store_->save_pages(pages, out);
-  const size_t bytes = static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_) * sizeof(float);
+  const size_t bytes = slab_bytes();
   for (int32_t p : pages)
     for (int l = 0; l < n_kv_layer_; ++l)
-      for (int kv = 0; kv < 2; ++kv, out += bytes) std::memcpy(out, data_.get() + offset(l, p, kv), bytes);
+      for (int kv = 0; kv < 2; ++kv, out += bytes) std::memcpy(out, at(l, p, kv), bytes);
   return Status::success();
 }
 
 Status KvCache::load_pages(std::span<const int32_t> pages, const std::byte* in) {
   if (store_) return store_->load_pages(pages, in);
-  const size_t bytes = static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_) * sizeof(float);
+  const size_t bytes = slab_bytes();
   for (int32_t p : pages)
     for (int l = 0; l < n_kv_layer_; ++l)
-      for (int kv = 0; kv < 2; ++kv, in += bytes) std::memcpy(data_.get() + offset(l, p, kv), in, bytes);
+      for (int kv = 0; kv < 2; ++kv, in += bytes) std::memcpy(at(l, p, kv), in, bytes);
   return Status::success();
 }
 
@@ -139,11 +142,8 @@ Status KvCache::copy_on_write(SequenceKv& seq, int64_t pos, int n_layer) {
     seq.pages[idx] = fresh;
     return Status::success();
   }
-  const size_t floats = static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_);
-  for (int l = 0; l < n_layer; ++l) {
-    std::copy_n(k(l, old), floats, k(l, fresh));
-    std::copy_n(v(l, old), floats, v(l, fresh));
-  }
+  for (int l = 0; l < n_layer; ++l)
+    for (int kv = 0; kv < 2; ++kv) std::memcpy(at(l, fresh, kv), at(l, old, kv), slab_bytes());
   seq.pages[idx] = fresh;
   return Status::success();
 }

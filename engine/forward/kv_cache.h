@@ -53,8 +53,9 @@ class KvPageStore {
 
 class KvCache {
  public:
-  // Allocates n_pages pages. Errors: Errc::out_of_memory naming the bytes asked for.
-  static Result<KvCache> create(const ModelConfig& config, int64_t n_pages);
+  // Allocates n_pages pages of `type` (KvType: f32 exact, f16 half the bytes). Errors:
+  // Errc::out_of_memory naming the bytes asked for.
+  static Result<KvCache> create(const ModelConfig& config, int64_t n_pages, KvType type = KvType::f32);
   // Bookkeeping only: the data lives in `store` (which must outlive the cache), and k()/v()
   // are not to be called.
   static Result<KvCache> create(const ModelConfig& config, int64_t n_pages, KvPageStore* store);
@@ -65,6 +66,7 @@ class KvCache {
   int64_t n_pages() const { return n_pages_; }
   int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
   size_t bytes() const { return bytes_; }
+  KvType type() const { return type_; }
   // Hybrid models: the runner's linear-state slots, which the sequences' linear states hold
   // (engine/forward/linear_slots.h); null when nothing limits them. Set by ForwardPass.
   void set_linear_slots(const LinearSlots* s) { slots_ = s; }
@@ -90,33 +92,43 @@ class KvCache {
   // the store (a device copy that failed).
   size_t page_bytes() const;
   // What save_pages() writes, for checking that pages saved by one cache can load into another:
-  // "f32/L<layers>/D<kv dim>" here, "device/<bytes>" for a device's pages (a CPU and a GPU
-  // cache do not exchange pages).
+  // "f32/L<layers>/D<kv dim>" (or "f16/...") here, "device/<bytes>" for a device's pages (a CPU
+  // and a GPU cache, or an f32 and an f16 one, do not exchange pages).
   std::string page_format() const;
   Status save_pages(std::span<const int32_t> pages, std::byte* out) const;
   Status load_pages(std::span<const int32_t> pages, const std::byte* in);
 
   // One KV layer's keys in one page, [kv_dim][16], and values, [16][kv_dim]. `layer` is the
-  // KV slot (ModelConfig::kv_layer): hybrid models keep no KV for their linear layers.
-  float* k(int layer, int32_t page) { return data_.get() + offset(layer, page, 0); }
-  float* v(int layer, int32_t page) { return data_.get() + offset(layer, page, 1); }
+  // KV slot (ModelConfig::kv_layer): hybrid models keep no KV for their linear layers. k() and
+  // v() for an f32 cache, k_f16() and v_f16() for an f16 one.
+  float* k(int layer, int32_t page) { return reinterpret_cast<float*>(at(layer, page, 0)); }
+  float* v(int layer, int32_t page) { return reinterpret_cast<float*>(at(layer, page, 1)); }
+  uint16_t* k_f16(int layer, int32_t page) { return reinterpret_cast<uint16_t*>(at(layer, page, 0)); }
+  uint16_t* v_f16(int layer, int32_t page) { return reinterpret_cast<uint16_t*>(at(layer, page, 1)); }
 
  private:
-  size_t offset(int layer, int32_t page, int kv) const {
-    return ((static_cast<size_t>(layer) * 2 + static_cast<size_t>(kv)) * static_cast<size_t>(n_pages_) +
+  // Bytes of one layer's keys (or values) in one page.
+  size_t slab_bytes() const {
+    return static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_) * elem_;
+  }
+  std::byte* at(int layer, int32_t page, int kv) const {
+    return data_.get() +
+           ((static_cast<size_t>(layer) * 2 + static_cast<size_t>(kv)) * static_cast<size_t>(n_pages_) +
             static_cast<size_t>(page)) *
-           static_cast<size_t>(kKvPageSize) * static_cast<size_t>(kv_dim_);
+               slab_bytes();
   }
 
   int64_t n_pages_ = 0;
   int kv_dim_ = 0;
   int n_kv_layer_ = 0;
+  KvType type_ = KvType::f32;
+  size_t elem_ = sizeof(float);   // bytes per value
   KvPageStore* store_ = nullptr;  // the data's home when not data_
   const LinearSlots* slots_ = nullptr;
   size_t bytes_ = 0;
-  std::unique_ptr<float[]> data_;  // [n_kv_layer][K, V][n_pages][16 * kv_dim], or none (store_)
-  std::vector<int32_t> free_;      // free page ids (a stack)
-  std::vector<int32_t> refs_;      // [n_pages] holders of each page
+  std::unique_ptr<std::byte[]> data_;  // [n_kv_layer][K, V][n_pages][16 * kv_dim], or none (store_)
+  std::vector<int32_t> free_;          // free page ids (a stack)
+  std::vector<int32_t> refs_;          // [n_pages] holders of each page
 };
 
 }  // namespace chorus

@@ -78,7 +78,19 @@ struct AttentionSegment {
   int64_t begin = 0;            // the first of them the query sees: a sliding window hides the
                                 // ones before (their scores are -inf; pages wholly before it are
                                 // not read)
+  // An f16 KV cache (AttentionArgs::kv_f16): the same pages as IEEE binary16, in the same layout;
+  // k_pages and v_pages are then not read.
+  const uint16_t* const* k_pages_f16 = nullptr;
+  const uint16_t* const* v_pages_f16 = nullptr;
 };
+
+// The element type of a KV cache's pages. f32 is exact (llama.cpp's f32 set-up, to the bit); f16
+// (IEEE binary16, rounded to nearest even as stored) halves the pages' bytes and the attention's
+// reads, and attention over it is exactly f32 attention over the rounded keys and values.
+enum class KvType : uint8_t { f32, f16 };
+inline const char* kv_type_name(KvType t) {
+  return t == KvType::f16 ? "f16" : "f32";
+}
 
 // The queries of one KV head (n_q of them: the query heads that share it under grouped-query
 // attention) for one token, over a view of one or more blocks of a paged KV cache. Key pages
@@ -97,12 +109,16 @@ struct AttentionArgs {
   float* scratch;           // attention_scratch_floats(n_q, total positions, head_dim) floats,
                             // private to the calling thread
   bool single_token_batch;  // the step has one token: use llama.cpp's order for that shape
+  bool kv_f16 = false;      // the segments' pages are f16 (k_pages_f16, v_pages_f16)
 };
 
-// Scratch an attention call needs: scores [n_q, round_up(n_kv, 16)] and value accumulators
-// [n_q, 4 chains, 16 lanes, head_dim].
+// Scratch an attention call needs: scores [n_q, round_up(n_kv, 16)], value accumulators
+// [n_q, 4 chains, 16 lanes, head_dim], and one f16 page's keys [head_dim][16] and one value row
+// [head_dim] widened to f32.
 inline int64_t attention_scratch_floats(int n_q, int64_t n_kv, int head_dim) {
-  return static_cast<int64_t>(n_q) * (((n_kv + 15) & ~int64_t{15}) + 4 * 16 * static_cast<int64_t>(head_dim));
+  return static_cast<int64_t>(n_q) *
+             (((n_kv + 15) & ~int64_t{15}) + 4 * 16 * static_cast<int64_t>(head_dim)) +
+         17 * static_cast<int64_t>(head_dim);
 }
 
 struct CpuKernels {

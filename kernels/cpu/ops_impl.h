@@ -13,6 +13,10 @@
 #include "kernels/cpu/fp16.h"
 #include "kernels/cpu/gelu.h"
 
+#if defined(__F16C__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 // NOLINTBEGIN(google-build-namespaces)
 namespace {
 
@@ -168,17 +172,38 @@ inline void page_scores(const float* q, const float* kt, int d, float* sc) {
     for (int t = 0; t < P; ++t) sc[t] = std::fma(q[i], kt[i * P + t], sc[t]);
 }
 
+// n binary16 values widened to f32 (exact): F16C or AVX-512 conversions where the table has
+// them, the reference conversion in the scalar table.
+inline void widen_f16(const uint16_t* h, float* f, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(f + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+#elif defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+#endif
+  for (; i < n; ++i) f[i] = chorus::f16_to_f32(h[i]);
+}
+
+// Where an f16 page's keys ([head_dim][16]) and one value row are widened: after the scores and
+// the value accumulators in the scratch (attention_scratch_floats).
+inline float* widened_keys(const chorus::AttentionArgs& a, int64_t stride) {
+  return a.scratch + a.n_q * stride + static_cast<int64_t>(a.n_q) * 4 * 16 * a.head_dim;
+}
+
 // Scores, one page at a time, written at view positions (segment offset + block position), and
 // each query's largest. A page's keys are read from memory once for all queries of the group
-// (GQA), then stay in L1.
+// (GQA), then stay in L1 (an f16 page is widened once, then read as an f32 one).
 inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, float* mx) {
   constexpr int P = chorus::kKvPageSize;
+  float* kbuf = widened_keys(a, stride);
   int64_t offset = 0;
   for (int sg = 0; sg < a.n_segs; ++sg) {
     const chorus::AttentionSegment& seg = a.segs[sg];
     const int64_t n_pages = (seg.n_kv + P - 1) / P;
     for (int64_t pg = 0; pg < n_pages; ++pg) {
-      const float* kt = seg.k_pages[pg] + a.kv_offset * P;  // [d][16]
+      const float* kt = a.kv_f16 ? kbuf : seg.k_pages[pg] + a.kv_offset * P;  // [d][16]
       const int valid = static_cast<int>(seg.n_kv - pg * P < P ? seg.n_kv - pg * P : P);
       // Positions before the segment's begin are outside a sliding window: -inf, as a mask
       // makes them in llama.cpp (their exponentials are 0).
@@ -187,6 +212,7 @@ inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, flo
         float* p = a.scratch + g * stride + offset + pg * P;
         for (int t = 0; t < hidden && t < valid; ++t) p[t] = -INFINITY;
         if (hidden >= valid) continue;
+        if (g == 0 && a.kv_f16) widen_f16(seg.k_pages_f16[pg] + a.kv_offset * P, kbuf, a.head_dim * P);
         float sc[P];
         page_scores(seg.q + g * a.head_dim, kt, a.head_dim, sc);
         for (int t = hidden; t < valid; ++t) {
@@ -223,12 +249,15 @@ inline void attention_values(const chorus::AttentionArgs& a, int64_t stride, int
       float* row = accs + (static_cast<int64_t>(g) * 4 + c) * 16 * d;  // its 16 lanes
       for (int64_t i = 0; i < 16 * d; ++i) row[i] = 0.0f;
     }
+  float* vbuf = widened_keys(a, stride) + 16 * d;
   int64_t offset = 0;
   for (int sg = 0; sg < a.n_segs; ++sg) {
     const chorus::AttentionSegment& seg = a.segs[sg];
     for (int64_t jl = seg.begin > 0 ? seg.begin : 0; jl < seg.n_kv; ++jl) {  // hidden ones add p = 0
       const int64_t j = offset + jl;  // view position: picks the lane and chain
-      const float* v = seg.v_pages[jl / P] + a.kv_offset + (jl % P) * a.kv_stride;
+      const int64_t at = a.kv_offset + (jl % P) * a.kv_stride;
+      if (a.kv_f16) widen_f16(seg.v_pages_f16[jl / P] + at, vbuf, d);
+      const float* v = a.kv_f16 ? vbuf : seg.v_pages[jl / P] + at;
       const int c = static_cast<int>((j >> 4) & (chains - 1));
       const int l = static_cast<int>(j & 15);
       for (int g = 0; g < a.n_q; ++g) {

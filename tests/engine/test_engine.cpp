@@ -243,6 +243,53 @@ TEST(KvCache, SavedPagesLoadIntoOtherPagesExactly) {
       }
 }
 
+// An f16 cache: half the bytes of an f32 one, its own page format (pages do not travel between
+// the two), and its pages saved, loaded and copied on write exactly.
+TEST(KvCache, F16PagesAreHalfTheBytesAndTravelExactly) {
+  auto c = config_of(llama_header());
+  ASSERT_TRUE(c.ok());
+  auto f32 = KvCache::create(*c, 6);
+  auto kv = KvCache::create(*c, 6, KvType::f16);
+  ASSERT_TRUE(kv.ok() && f32.ok());
+  EXPECT_EQ(kv->type(), KvType::f16);
+  EXPECT_EQ(2 * kv->page_bytes(), f32->page_bytes());
+  EXPECT_EQ(2 * kv->bytes(), f32->bytes());
+  EXPECT_EQ(kv->page_format(), "f16/L" + std::to_string(c->n_kv_layer) + "/D" + std::to_string(c->kv_dim()));
+  EXPECT_NE(kv->page_format(), f32->page_format());
+  const size_t n = static_cast<size_t>(KvCache::page_size()) * static_cast<size_t>(c->kv_dim());
+  auto value = [](int32_t p, int l, size_t i, int kv) {
+    return static_cast<uint16_t>(p * 7919 + l * 104729 + i * 31 + kv);
+  };
+  for (int32_t p = 0; p < 6; ++p)
+    for (int l = 0; l < c->n_kv_layer; ++l)
+      for (size_t i = 0; i < n; ++i) {
+        kv->k_f16(l, p)[i] = value(p, l, i, 0);
+        kv->v_f16(l, p)[i] = value(p, l, i, 1);
+      }
+  const int32_t from[] = {4, 1}, to[] = {0, 5};
+  std::vector<std::byte> saved(2 * kv->page_bytes());
+  ASSERT_TRUE(kv->save_pages(from, saved.data()).ok());
+  ASSERT_TRUE(kv->load_pages(to, saved.data()).ok());
+  for (int j = 0; j < 2; ++j)
+    for (int l = 0; l < c->n_kv_layer; ++l)
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(kv->k_f16(l, to[j])[i], value(from[j], l, i, 0)) << "page " << to[j] << " layer " << l;
+        ASSERT_EQ(kv->v_f16(l, to[j])[i], value(from[j], l, i, 1)) << "page " << to[j] << " layer " << l;
+      }
+  // Copy on write: a shared page is copied whole before a write.
+  SequenceKv a, b;
+  ASSERT_TRUE(kv->reserve(a, 16).ok());
+  a.n_tokens = 16;
+  kv->share_prefix(a, 16, &b);
+  ASSERT_TRUE(kv->copy_on_write(b, 3, c->n_kv_layer).ok());
+  ASSERT_NE(b.pages[0], a.pages[0]);
+  for (int l = 0; l < c->n_kv_layer; ++l)
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(kv->k_f16(l, b.pages[0])[i], kv->k_f16(l, a.pages[0])[i]);
+      ASSERT_EQ(kv->v_f16(l, b.pages[0])[i], kv->v_f16(l, a.pages[0])[i]);
+    }
+}
+
 // A cache whose data lives elsewhere (a GPU runner's pools) asks its store to copy a shared
 // page before a write, and a failed copy leaves the sequence, the counts and the pool unchanged.
 TEST(KvCache, PageStoreCopiesSharedPagesAndFailuresChangeNothing) {

@@ -25,7 +25,16 @@ class PauseRestore : public ::testing::TestWithParam<std::string> {
 #ifdef CHORUS_ENGINE_ON_GPU
     if (auto why = test::engine_gpu(&gpu_)) GTEST_SKIP() << *why;
 #endif
-    ASSERT_NO_FATAL_FAILURE(test::load_model(test::goldens_dir() + "/" + GetParam(), &model_, &device_));
+    // "FILE@f16": the same on an f16 KV cache.
+    const std::string param = GetParam();
+    const size_t at = param.find('@');
+    ASSERT_NO_FATAL_FAILURE(
+        test::load_model(test::goldens_dir() + "/" + param.substr(0, at), &model_, &device_));
+    if (at != std::string::npos) {
+      auto d = CpuDevice::create({.kv_type = *parse_kv_type(param.substr(at + 1))});
+      ASSERT_TRUE(d.ok()) << d.error().to_string();
+      device_ = std::move(*d);
+    }
     auto e = Engine::create(*model_, *device_, {.n_pages = 256, .token_budget = 32}, gpu_.get());
     ASSERT_TRUE(e.ok()) << e.error().to_string();
     engine_ = std::move(*e);
@@ -197,8 +206,14 @@ TEST_P(PauseRestore, RefusalsChangeNothing) {
 INSTANTIATE_TEST_SUITE_P(Gpu, PauseRestore, ::testing::Values("tiny_llama_f32.gguf", "tiny_qwen3.gguf"),
                          [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
 #else
-INSTANTIATE_TEST_SUITE_P(Models, PauseRestore, ::testing::Values("tiny_llama_f32.gguf", "tiny_qwen35.gguf"),
-                         [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
+INSTANTIATE_TEST_SUITE_P(Models, PauseRestore,
+                         ::testing::Values("tiny_llama_f32.gguf", "tiny_qwen35.gguf",
+                                           "tiny_llama_f32.gguf@f16"),
+                         [](const auto& info) {
+                           const std::string& p = info.param;
+                           return p.substr(0, p.find('.')) +
+                                  (p.find("@f16") != std::string::npos ? "_f16kv" : "");
+                         });
 #endif
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "engine/forward/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/step/generator.h"
+#include "kernels/cpu/fp16.h"
 #include "tests/support/model_fixture.h"
 #include "tests/support/test_util.h"
 
@@ -88,6 +89,131 @@ TEST_P(TinyModels, LogitsAndGreedyMatchLlamaCpp) {
     break;
   }
 }
+
+// An f16 KV cache on the models with f32 matrices (no int8 activations: the caches' difference
+// is the KV rounding alone), against llama.cpp with its f16 cache
+// (tests/goldens/tiny_models_kvf16.json, type_k = type_v = f16, flash attention off). llama.cpp
+// also rounds the queries and the softmax probabilities to f16, chorus keeps them f32, so the
+// two are not the same bits: chorus's logits must lie within llama.cpp's own f16 error (its f16
+// logits against its f32 ones) of llama.cpp's f16 logits, and differ from the f32 cache's (the
+// keys and values were rounded). The greedy continuation is llama.cpp's f16 one, or diverges
+// where its top two are closer than that error.
+class TinyModelsF16Kv : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TinyModelsF16Kv, LogitsMatchLlamaCppsF16Cache) {
+  const auto golden16 = test::load_golden("tiny_models_kvf16.json");
+  const auto golden32 = test::load_golden("tiny_models.json");
+  ASSERT_TRUE(golden16.has_value() && golden32.has_value());
+  ASSERT_EQ((*golden16)["kv_type"], "f16");
+  const std::string file = GetParam();
+  const auto& g16 = (*golden16)["models"][file];
+  const auto& g32 = (*golden32)["models"][file];
+  auto model = Model::load(test::goldens_dir() + "/" + file);
+  ASSERT_TRUE(model.ok()) << model.error().to_string();
+  CpuDeviceOptions opts = test::llama_order();
+  opts.kv_type = KvType::f16;
+  auto device = CpuDevice::create(opts);
+  ASSERT_TRUE(device.ok());
+  ASSERT_EQ(g16["cases"].size(), g32["cases"].size());
+  float bound = 0.0f;  // the largest of llama.cpp's own f16 errors
+  for (size_t c = 0; c < g16["cases"].size(); ++c) {
+    const auto ids = g16["cases"][c]["ids"].get<std::vector<TokenId>>();
+    const auto want16 = g16["cases"][c]["last_logits"].get<std::vector<float>>();
+    const auto want32 = g32["cases"][c]["last_logits"].get<std::vector<float>>();
+    GenerateOptions o;
+    o.n_ctx = static_cast<int>(ids.size()) + 2;
+    o.max_new_tokens = 1;
+    o.sampling = SamplingParams::greedy();
+    auto gen = Generator::create(**model, **device, 1, o);
+    ASSERT_TRUE(gen.ok());
+    ASSERT_TRUE((*gen)->run(ids, nullptr).ok());
+    const auto& got = (*gen)->first_logits();
+    ASSERT_EQ(got.size(), want16.size());
+    float max_abs = 0, to16 = 0, to32 = 0, theirs = 0;  // theirs: llama.cpp's f16 from its f32
+    for (size_t i = 0; i < want16.size(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(want16[i]));
+      to16 = std::max(to16, std::fabs(got[i] - want16[i]));
+      to32 = std::max(to32, std::fabs(got[i] - want32[i]));
+      theirs = std::max(theirs, std::fabs(want16[i] - want32[i]));
+    }
+    std::printf(
+        "  %-24s %2zu tokens: max |dlogit| to llama.cpp f16 %.3g; from its f32: chorus f16 %.3g, "
+        "llama.cpp f16 %.3g (max |logit| %.3g)\n",
+        file.c_str(), ids.size(), to16, to32, theirs, max_abs);
+    EXPECT_LE(to16, theirs) << file << ", " << ids.size() << " tokens";
+    EXPECT_GT(to32, 0.0f) << file << ", " << ids.size() << " tokens: nothing was rounded";
+    bound = std::max(bound, theirs);
+  }
+  const auto prompt = g16["greedy"]["prompt"].get<std::vector<TokenId>>();
+  const auto want = g16["greedy"]["ids"].get<std::vector<TokenId>>();
+  const auto gaps = g16["greedy"]["top2_gap"].get<std::vector<float>>();
+  GenerateOptions o;
+  o.n_ctx = static_cast<int>(prompt.size() + want.size()) + 1;
+  o.max_new_tokens = static_cast<int>(want.size());
+  o.stop_at_end_of_generation = false;
+  o.sampling = SamplingParams::greedy();
+  auto gen = Generator::create(**model, **device, 1, o);
+  ASSERT_TRUE(gen.ok());
+  ASSERT_TRUE((*gen)->run(prompt, nullptr).ok());
+  const auto& got = (*gen)->outputs()[0];
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    std::printf("  %s: greedy diverges at %zu (llama.cpp f16 top-2 gap %.4f)\n", file.c_str(), i, gaps[i]);
+    EXPECT_LT(gaps[i], bound) << file << ": greedy diverges at " << i << " outside llama.cpp's f16 error";
+    break;
+  }
+}
+
+// The runner stores each key and value into an f16 cache rounded to nearest even, where the f32
+// cache holds it: after the same prefill, the first layer's pages (computed before any attention
+// read the cache) are the f32 cache's rounded, bit for bit, at every position.
+TEST(TinyModelsF16Kv, TheFirstLayersPagesAreTheF32CachesRounded) {
+  auto model = Model::load(test::goldens_dir() + "/tiny_llama_f32.gguf");
+  ASSERT_TRUE(model.ok()) << model.error().to_string();
+  const ModelConfig& c = (*model)->config;
+  auto device = CpuDevice::create();
+  ASSERT_TRUE(device.ok());
+  std::vector<TokenId> ids;
+  for (int i = 0; i < 37; ++i) ids.push_back((i * 37 + 11) % c.n_vocab);
+  std::vector<BatchToken> batch;
+  for (size_t i = 0; i < ids.size(); ++i)
+    batch.push_back({ids[i], static_cast<int32_t>(i), 0, i + 1 == ids.size()});
+  std::vector<float> logits(static_cast<size_t>(c.n_vocab));
+  auto fill = [&](KvType type) {
+    auto kv = KvCache::create(c, KvCache::pages_for(static_cast<int64_t>(ids.size())), type);
+    EXPECT_TRUE(kv.ok());
+    CpuRunner runner(c, (*model)->weights, **device, static_cast<int>(ids.size()));
+    SequenceKv seq;
+    EXPECT_TRUE(kv->reserve(seq, static_cast<int64_t>(ids.size())).ok());
+    SequenceKv* seqs[] = {&seq};
+    EXPECT_TRUE(runner.forward(batch, seqs, *kv, logits.data()).ok());
+    return std::make_pair(std::move(*kv), seq);
+  };
+  auto [k32, s32] = fill(KvType::f32);
+  auto [k16, s16] = fill(KvType::f16);
+  const int ps = KvCache::page_size(), kvd = c.kv_dim();
+  int64_t checked = 0;
+  for (size_t pos = 0; pos < ids.size(); ++pos) {
+    const int32_t p32 = s32.pages[pos / ps], p16 = s16.pages[pos / ps];
+    const size_t slot = pos % ps;
+    for (int i = 0; i < kvd; ++i) {
+      ASSERT_EQ(k16.k_f16(0, p16)[i * ps + slot], f32_to_f16(k32.k(0, p32)[i * ps + slot]))
+          << pos << " " << i;
+      ASSERT_EQ(k16.v_f16(0, p16)[slot * kvd + i], f32_to_f16(k32.v(0, p32)[slot * kvd + i]))
+          << pos << " " << i;
+      checked += 2;
+    }
+  }
+  EXPECT_EQ(checked, static_cast<int64_t>(ids.size()) * 2 * kvd);
+}
+
+INSTANTIATE_TEST_SUITE_P(F32Matrices, TinyModelsF16Kv,
+                         ::testing::Values("tiny_llama_f32.gguf", "tiny_gemma3_f32.gguf",
+                                           "tiny_qwen3next_f32.gguf"),
+                         [](const auto& info) {
+                           std::string n = info.param.substr(0, info.param.find('.'));
+                           return n;
+                         });
 
 // The RoPE variants the two files above carry are read, not passed over: the golden test above
 // could not tell a file whose scaling chorus ignores from one it applies only if it ran them.

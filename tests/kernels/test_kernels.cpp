@@ -408,6 +408,75 @@ TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
   }
 }
 
+// An f16 KV cache: attention over binary16 pages is exactly attention over f32 pages holding the
+// same values (widening is exact), so the two give the same bits on every table, for every
+// shape (head sizes with and without a tail past 64, partial pages, a sliding window, a view of
+// two segments, one query and a group, the single-token order).
+TEST(Kernels, AttentionOverF16PagesIsF32AttentionOverTheRoundedValues) {
+  std::mt19937 rng(29);
+  std::vector<const CpuKernels*> all = variants();
+  all.insert(all.begin(), &cpu_kernels_scalar());
+  for (int d : {32, 64, 80, 128, 256}) {
+    const int n_kv_heads = 2, kv_stride = n_kv_heads * d;
+    struct Pages {
+      std::vector<std::vector<float>> f32;  // values already rounded to binary16
+      std::vector<std::vector<uint16_t>> f16;
+      std::vector<const float*> kp32, vp32;
+      std::vector<const uint16_t*> kp16, vp16;
+    };
+    auto make = [&](int64_t n_kv) {
+      Pages p;
+      const int64_t n_pages = (n_kv + 15) / 16;
+      for (int64_t i = 0; i < 2 * n_pages; ++i) {  // K then V pages, interleaved
+        auto x = random_floats(static_cast<size_t>(16 * kv_stride), rng, 2.0f);
+        std::vector<uint16_t> h(x.size());
+        for (size_t j = 0; j < x.size(); ++j) {
+          h[j] = f32_to_f16(x[j]);
+          x[j] = f16_to_f32(h[j]);
+        }
+        p.f32.push_back(std::move(x));
+        p.f16.push_back(std::move(h));
+      }
+      for (int64_t i = 0; i < n_pages; ++i) {
+        p.kp32.push_back(p.f32[2 * i].data());
+        p.vp32.push_back(p.f32[2 * i + 1].data());
+        p.kp16.push_back(p.f16[2 * i].data());
+        p.vp16.push_back(p.f16[2 * i + 1].data());
+      }
+      return p;
+    };
+    for (int64_t n_kv : {1, 17, 100}) {
+      const Pages a = make(n_kv), b = make(23);
+      constexpr int nq = 3;
+      const auto q = random_floats(static_cast<size_t>(nq * d), rng, 0.5f);
+      for (int64_t begin : {int64_t{0}, n_kv / 2})
+        for (int n_segs : {1, 2})
+          for (const CpuKernels* k : all)
+            for (bool single : {false, true})
+              for (int n_q : {1, nq}) {
+                const int64_t total = n_kv + (n_segs == 2 ? 23 : 0);
+                std::vector<float> scratch(static_cast<size_t>(attention_scratch_floats(n_q, total, d)));
+                std::vector<float> out32(static_cast<size_t>(n_q * d)), out16(out32.size(), -1.0f);
+                AttentionSegment s32[2] = {{q.data(), a.kp32.data(), a.vp32.data(), n_kv, begin},
+                                           {q.data(), b.kp32.data(), b.vp32.data(), 23}};
+                AttentionSegment s16[2] = {
+                    {q.data(), nullptr, nullptr, n_kv, begin, a.kp16.data(), a.vp16.data()},
+                    {q.data(), nullptr, nullptr, 23, 0, b.kp16.data(), b.vp16.data()}};
+                const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+                AttentionArgs args{s32, n_segs, n_q,          kv_stride,      d,
+                                   d,   scale,  out32.data(), scratch.data(), single};
+                k->attention(args);
+                args.segs = s16;
+                args.out = out16.data();
+                args.kv_f16 = true;
+                k->attention(args);
+                EXPECT_EQ(out16, out32) << k->isa << " d=" << d << " n_kv=" << n_kv << " begin=" << begin
+                                        << " segments=" << n_segs << " single=" << single << " n_q=" << n_q;
+              }
+    }
+  }
+}
+
 // GeGLU: gelu(gate) * up with GELU through llama.cpp's f16 table, against the tanh formula in
 // float64 at the f16-rounded input, to f16 precision (2^-11 relative, plus the product's
 // rounding); 0 at or below -10 and the identity at or above 10; every table the same bits.

@@ -13,11 +13,12 @@ each round's ratios and their medians:
                `llama-batched-bench -npp 128 -ntg 64 -npl N` S_TG (its aggregate decode speed)
 
 llama.cpp runs with its defaults for everything but threads (f16 KV cache, flash attention
-off); chorus with its own (f32 KV cache). Needs only Python 3 (no packages).
+off); chorus with its own (f32 KV cache), or with --kv-type f16 the same cache type as llama.cpp.
+Needs only Python 3 (no packages).
 
 Usage (from the repository root, after scripts/setup.sh):
   python3 tools/bench/bench_native.py [--models A.gguf,B.gguf] [--threads 2] [--rounds 3]
-      [--seqs 8,16] [--bin DIR] [--markdown OUT.md] [--json OUT.json]
+      [--seqs 8,16] [--kv-type f32|f16] [--bin DIR] [--markdown OUT.md] [--json OUT.json]
 """
 import argparse
 import json
@@ -33,7 +34,8 @@ from common import chorus_bench as run_chorus_bench
 
 
 def chorus_bench(args, model, extra, tmp):
-    return run_chorus_bench(args.chorus, model, args.threads, args.reps, extra, os.path.join(tmp, "chorus.json"))
+    return run_chorus_bench(args.chorus, model, args.threads, args.reps, extra + ["--kv-type", args.kv_type],
+                            os.path.join(tmp, "chorus.json"))
 
 
 def llama_bench(args, model):
@@ -87,7 +89,8 @@ def report(args, model, rounds, seqs):
     lines = [
         f"### {name}",
         "",
-        f"CPU: {cpu_model()}, {args.threads} threads; {len(rounds)} alternating rounds, best of {args.reps} "
+        f"CPU: {cpu_model()}, {args.threads} threads; chorus's KV cache {args.kv_type}, llama.cpp's f16; "
+        f"{len(rounds)} alternating rounds, best of {args.reps} "
         "runs per test per round (llama-bench: mean of its -r runs); medians:",
         "",
         "| test | chorus tok/s | llama.cpp tok/s | ratio |",
@@ -121,6 +124,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seqs", default="8,16", help="sequence counts for the batched comparison")
+    ap.add_argument("--kv-type", default="f32", choices=["f32", "f16"], help="chorus's KV cache (llama.cpp's is f16)")
     ap.add_argument("--bin", default=None, help="llama.cpp tools (default: build_llamacpp.sh's, built if missing)")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--json", dest="json_out", default=None)
@@ -155,7 +159,8 @@ def main():
             f.write(text)
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"cpu": cpu_model(), "threads": args.threads, "results": results}, f, indent=2)
+            json.dump({"cpu": cpu_model(), "threads": args.threads, "kv_type": args.kv_type, "results": results}, f,
+                      indent=2)
 
 
 if __name__ == "__main__":

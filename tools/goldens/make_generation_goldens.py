@@ -14,7 +14,9 @@ prompts the full logit vector of the first generated position is stored as
 base64 of little-endian float32.
 
 The KV cache is f32 (type_k = type_v = GGML_TYPE_F32 = 0) and flash attention
-is off, so the reference is as close to exact f32 math as llama.cpp gets.
+is off, so the reference is as close to exact f32 math as llama.cpp gets. With --kv f16 the
+cache is f16 (GGML_TYPE_F16 = 1, llama.cpp's default), flash attention still off: the golden
+of chorus's f16 KV cache (tests/goldens/generate_smollm_kvf16.json).
 
 With --set gemma3 (Gemma 3 270M, the pretrained base model, fetched by scripts/setup.sh
 --with-gemma): 6 plain prompts tokenized with BOS (the file's add_bos_token), 32 steps, end ids
@@ -26,6 +28,7 @@ those logits at the same 256 ids, the exact arithmetic of the file's weights.
 
 Usage:
   make_generation_goldens.py [MODEL] [--out tests/goldens/generate_smollm.json] [--set smollm|gemma3]
+                             [--kv f32|f16]
 """
 import argparse
 import base64
@@ -48,6 +51,7 @@ N_STEPS = 64
 N_THREADS = 2
 END_IDS = (2, 0)  # <|im_end|>, <|endoftext|>
 GGML_TYPE_F32 = 0
+GGML_TYPE_F16 = 1
 
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
@@ -137,10 +141,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", nargs="?", default=DEFAULT_MODEL)
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--out", default=None, help="default tests/goldens/generate_smollm.json "
+                    "(generate_smollm_kvf16.json with --kv f16)")
+    ap.add_argument("--kv", default="f32", choices=["f32", "f16"], help="the KV cache's type")
     ap.add_argument("--set", default="smollm", choices=sorted(SETS))
     args = ap.parse_args()
     prompt_set, n_steps, end_ids, add_bos, logits_form = SETS[args.set]
+    if args.out is None:
+        args.out = DEFAULT_OUT if args.kv == "f32" else DEFAULT_OUT.replace(".json", "_kvf16.json")
+    kv_id = GGML_TYPE_F32 if args.kv == "f32" else GGML_TYPE_F16
 
     import llama_cpp
 
@@ -150,8 +159,8 @@ def main():
               verbose=False, seed=0, flash_attn=False)
     kv_type = "f16"
     try:
-        llm = llama_cpp.Llama(type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, **kw)
-        kv_type = "f32"
+        llm = llama_cpp.Llama(type_k=kv_id, type_v=kv_id, **kw)
+        kv_type = args.kv
     except TypeError:  # older llama-cpp-python without type_k/type_v
         llm = llama_cpp.Llama(**kw)
     t_load = time.perf_counter() - t_start

@@ -23,8 +23,10 @@ Usage:
   dequantized_cases (DEQUANTIZED models only): the same cases on a copy of the file with every
           tensor dequantized to F32 by the gguf package, under the same settings.
 
-  make_tiny_goldens.py [--out tests/goldens/tiny_models.json] [--only a.gguf,b.gguf]
-(--only records those models and keeps the other entries of --out as they are.)
+  make_tiny_goldens.py [--out tests/goldens/tiny_models.json] [--only a.gguf,b.gguf] [--kv f32|f16]
+(--only records those models and keeps the other entries of --out as they are. --kv f16 records
+the F16_MODELS with an f16 KV cache, type_k = type_v = GGML_TYPE_F16 (1), into
+tests/goldens/tiny_models_kvf16.json.)
 """
 import argparse
 import json
@@ -51,6 +53,11 @@ N_THREADS = 2
 N_CTX = 256
 N_BATCH = 256
 GGML_TYPE_F32 = 0
+GGML_TYPE_F16 = 1
+KV_TYPE = GGML_TYPE_F32  # --kv f16: GGML_TYPE_F16
+# The models recorded with --kv f16 (f32 matrices: no int8 activations, so the two caches'
+# difference is the KV rounding alone).
+F16_MODELS = ["tiny_llama_f32.gguf", "tiny_gemma3_f32.gguf", "tiny_qwen3next_f32.gguf"]
 
 
 def f32(x):
@@ -92,7 +99,7 @@ def dequantized_copy(path, out):
 def open_llm(path):
     import llama_cpp
     return llama_cpp.Llama(model_path=path, n_ctx=N_CTX, n_threads=N_THREADS, n_threads_batch=N_THREADS,
-                           n_batch=N_BATCH, logits_all=True, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32,
+                           n_batch=N_BATCH, logits_all=True, type_k=KV_TYPE, type_v=KV_TYPE,
                            flash_attn=False, seed=0, verbose=False)
 
 
@@ -122,10 +129,19 @@ def main():
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--models-dir", default=None,
                     help="directory with the .gguf files (default: the --out directory)")
+    ap.add_argument("--kv", default="f32", choices=["f32", "f16"],
+                    help="the KV cache's type; f16 records F16_MODELS into tiny_models_kvf16.json by default")
     ap.add_argument("--only", default=None,
                     help="comma-separated models to record; the others keep their entries in --out")
     args = ap.parse_args()
     models_dir = args.models_dir or os.path.dirname(os.path.abspath(args.out))
+    global KV_TYPE
+    if args.kv == "f16":
+        KV_TYPE = GGML_TYPE_F16
+        if args.out == DEFAULT_OUT:
+            args.out = DEFAULT_OUT.replace(".json", "_kvf16.json")
+        if not args.only:
+            args.only = ",".join(F16_MODELS)
 
     import llama_cpp
 
@@ -187,7 +203,7 @@ def main():
 
     out = {
         "generator": "llama-cpp-python %s" % llama_cpp.__version__,
-        "kv_type": "f32",
+        "kv_type": args.kv,
         "flash_attn": False,
         "n_threads": N_THREADS,
         "n_ctx": N_CTX,

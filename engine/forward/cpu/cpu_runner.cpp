@@ -6,6 +6,7 @@
 
 #include "device/cpu_device.h"
 #include "kernels/cpu/dequant.h"
+#include "kernels/cpu/fp16.h"
 
 namespace chorus {
 
@@ -167,6 +168,7 @@ struct CpuRunner::StepAttention {
   size_t scratch_stride = 0;  // attention scratch floats per thread
   // Page pointer tables per sequence, rebuilt per layer (cheap: a few pointers per page).
   std::vector<std::vector<const float*>> kp, vp;
+  std::vector<std::vector<const uint16_t*>> kp16, vp16;  // an f16 cache's
 };
 
 Status CpuRunner::plan_step_attention(std::span<const BatchToken> batch, std::span<SequenceKv* const> seqs,
@@ -194,6 +196,8 @@ Status CpuRunner::plan_step_attention(std::span<const BatchToken> batch, std::sp
     scratch_.resize(sa.scratch_stride * static_cast<size_t>(dev_.n_threads()));
   sa.kp.resize(seqs.size());
   sa.vp.resize(seqs.size());
+  sa.kp16.resize(seqs.size());
+  sa.vp16.resize(seqs.size());
   return Status::success();
 }
 
@@ -301,6 +305,13 @@ void CpuRunner::rotate_and_store(int64_t t, const LayerWeights& L, const RopePar
   const int ps = kv.page_size();
   const int32_t page = s.pages[static_cast<size_t>(tok.pos / ps)];
   const int pos_slot = tok.pos % ps;
+  if (kv.type() == KvType::f16) {  // rounded to nearest even, as llama.cpp stores an f16 cache
+    uint16_t* kpage = kv.k_f16(kv_slot, page);
+    for (int i = 0; i < KVD; ++i) kpage[static_cast<size_t>(i) * ps + pos_slot] = f32_to_f16(k[i]);
+    uint16_t* vrow = kv.v_f16(kv_slot, page) + static_cast<size_t>(pos_slot) * KVD;
+    for (int i = 0; i < KVD; ++i) vrow[i] = f32_to_f16(v[i]);
+    return;
+  }
   float* kpage = kv.k(kv_slot, page);  // dimension-major
   for (int i = 0; i < KVD; ++i) kpage[static_cast<size_t>(i) * ps + pos_slot] = k[i];
   std::copy(v, v + KVD, kv.v(kv_slot, page) + static_cast<size_t>(pos_slot) * KVD);
@@ -324,13 +335,20 @@ void CpuRunner::attention_layer(int layer, const LayerWeights& L, std::span<cons
   project_qkv(L, T);
   for (int64_t t = 0; t < T; ++t)
     rotate_and_store(t, L, rope, kv_slot, batch[t], *seqs[static_cast<size_t>(batch[t].seq)], kv, sa);
+  const bool f16 = kv.type() == KvType::f16;
   for (size_t s = 0; s < seqs.size(); ++s) {
     sa.kp[s].clear();
     sa.vp[s].clear();
-    for (int32_t p : seqs[s]->pages) {
-      sa.kp[s].push_back(kv.k(kv_slot, p));
-      sa.vp[s].push_back(kv.v(kv_slot, p));
-    }
+    sa.kp16[s].clear();
+    sa.vp16[s].clear();
+    for (int32_t p : seqs[s]->pages)
+      if (f16) {
+        sa.kp16[s].push_back(kv.k_f16(kv_slot, p));
+        sa.vp16[s].push_back(kv.v_f16(kv_slot, p));
+      } else {
+        sa.kp[s].push_back(kv.k(kv_slot, p));
+        sa.vp[s].push_back(kv.v(kv_slot, p));
+      }
   }
   const int calls = sa.calls_per_kv_head, qpc = sa.q_per_call;
   dev_.pool().run(T * c_.n_head_kv * calls, [&](int64_t i, int thread) {
@@ -346,8 +364,8 @@ void CpuRunner::attention_layer(int layer, const LayerWeights& L, std::span<cons
       const float* q =
           sa.any_view ? q_seg_.data() + (static_cast<size_t>(t) * sa.max_segs + sg) * QD : q_.data() + t * QD;
       const int64_t begin = swa ? static_cast<int64_t>(ts[sg].rotation) - c_.n_swa + 1 : 0;
-      seg[sg] = {q + static_cast<int64_t>(h0) * HD, sa.kp[b].data(), sa.vp[b].data(), ts[sg].n_kv,
-                 std::max<int64_t>(begin, 0)};
+      seg[sg] = {q + static_cast<int64_t>(h0) * HD, sa.kp[b].data(),   sa.vp[b].data(),  ts[sg].n_kv,
+                 std::max<int64_t>(begin, 0),       sa.kp16[b].data(), sa.vp16[b].data()};
     }
     AttentionArgs a{seg,
                     static_cast<int>(ts.size()),
@@ -358,7 +376,8 @@ void CpuRunner::attention_layer(int layer, const LayerWeights& L, std::span<cons
                     scale,
                     att_.data() + t * QD + static_cast<int64_t>(h0) * HD,
                     scratch_.data() + static_cast<size_t>(thread) * sa.scratch_stride,
-                    T == 1};
+                    T == 1,
+                    f16};
     K.attention(a);
   });
   if (c_.attn_output_gate)  // out *= sigmoid(gate), per head
