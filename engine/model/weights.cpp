@@ -14,7 +14,7 @@
 namespace chorus {
 
 struct Weights::Panels {
-  std::once_flag once;
+  std::mutex m;  // one ensure_panels() at a time
   std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> buffers;
   size_t bytes = 0;
   std::function<void(size_t, size_t)> progress;
@@ -28,53 +28,55 @@ std::shared_ptr<Weights::Panels> Weights::new_panels() {
   return std::make_shared<Panels>();
 }
 
-void Weights::ensure_panels() const {
+void Weights::ensure_panels(const std::function<bool(TensorType)>& wanted) const {
   Panels& store = *panels_;
-  std::call_once(store.once, [&] {
-    std::vector<const WeightMatrix*> all = {&token_embd, &output};
-    for (const LayerWeights& L : layers) {
-      for (const WeightMatrix* m :
-           {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_qkv, &L.w_z, &L.w_beta, &L.w_alpha, &L.w_ba, &L.w_ssm_out,
-            &L.router, &L.sh_gate, &L.sh_up, &L.sh_down, &L.w_gate, &L.w_up, &L.w_down})
-        all.push_back(m);
-      for (const auto* v : {&L.exp_gate, &L.exp_up, &L.exp_down})
-        for (const WeightMatrix& m : *v) all.push_back(&m);
-    }
-    // A tied output is the embedding: one panel set serves both.
-    std::map<const uint8_t*, const WeightMatrix*> done;
-    size_t total = 0;
-    for (const WeightMatrix* m : all)
-      if (m->data != nullptr && panel_type(m->type) && !done.count(m->data)) {
-        total += panel_layout(m->type, m->rows, m->cols).bytes();
-        done[m->data] = m;
-      }
-    done.clear();
-    for (const WeightMatrix* m : all) {
-      if (m->data == nullptr || !panel_type(m->type)) continue;
-      if (auto it = done.find(m->data); it != done.end()) {
-        m->panels = it->second->panels;
-        m->panel_bytes = it->second->panel_bytes;
-        continue;
-      }
-      const PanelLayout l = panel_layout(m->type, m->rows, m->cols);
-      auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, l.bytes()));
-      if (buf == nullptr) continue;  // no memory: this matrix keeps the row kernels
-      store.buffers.emplace_back(buf, &std::free);
-      // Split over the cores: a 1B model's panels are most of a gigabyte.
-      const int n = std::max(1, std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), 8));
-      std::vector<std::thread> workers;
-      for (int i = 0; i < n; ++i)
-        workers.emplace_back([&, i] {
-          pack_panels(l, m->data, m->row_bytes, buf, l.n_panels * i / n, l.n_panels * (i + 1) / n);
-        });
-      for (std::thread& w : workers) w.join();
-      m->panels = buf;
-      m->panel_bytes = l.panel_bytes;
-      store.bytes += l.bytes();
+  std::lock_guard<std::mutex> lock(store.m);
+  std::vector<const WeightMatrix*> all = {&token_embd, &output};
+  for (const LayerWeights& L : layers) {
+    for (const WeightMatrix* m :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_qkv, &L.w_z, &L.w_beta, &L.w_alpha, &L.w_ba, &L.w_ssm_out,
+          &L.router, &L.sh_gate, &L.sh_up, &L.sh_down, &L.w_gate, &L.w_up, &L.w_down})
+      all.push_back(m);
+    for (const auto* v : {&L.exp_gate, &L.exp_up, &L.exp_down})
+      for (const WeightMatrix& m : *v) all.push_back(&m);
+  }
+  auto todo = [&](const WeightMatrix* m) {
+    return m->data != nullptr && m->panels == nullptr && panel_type(m->type) && (!wanted || wanted(m->type));
+  };
+  // A tied output is the embedding: one panel set serves both.
+  std::map<const uint8_t*, const WeightMatrix*> done;
+  size_t total = store.bytes;
+  for (const WeightMatrix* m : all)
+    if (todo(m) && !done.count(m->data)) {
+      total += panel_layout(m->type, m->rows, m->cols).bytes();
       done[m->data] = m;
-      if (store.progress) store.progress(store.bytes, total);
     }
-  });
+  done.clear();
+  for (const WeightMatrix* m : all) {
+    if (!todo(m)) continue;
+    if (auto it = done.find(m->data); it != done.end()) {
+      m->panels = it->second->panels;
+      m->panel_bytes = it->second->panel_bytes;
+      continue;
+    }
+    const PanelLayout l = panel_layout(m->type, m->rows, m->cols);
+    auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, l.bytes()));
+    if (buf == nullptr) continue;  // no memory: this matrix keeps the row kernels
+    store.buffers.emplace_back(buf, &std::free);
+    // Split over the cores: a 1B model's panels are most of a gigabyte.
+    const int n = std::max(1, std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), 8));
+    std::vector<std::thread> workers;
+    for (int i = 0; i < n; ++i)
+      workers.emplace_back([&, i] {
+        pack_panels(l, m->data, m->row_bytes, buf, l.n_panels * i / n, l.n_panels * (i + 1) / n);
+      });
+    for (std::thread& w : workers) w.join();
+    m->panel_bytes = l.panel_bytes;
+    m->panels = buf;
+    store.bytes += l.bytes();
+    done[m->data] = m;
+    if (store.progress) store.progress(store.bytes, total);
+  }
 }
 
 size_t Weights::panel_bytes() const {

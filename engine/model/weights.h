@@ -87,11 +87,12 @@ struct Weights {
   // chorus has no kernel for.
   static Result<Weights> from_gguf(const GgufFile& gguf, const ModelConfig& config);
 
-  // Repacks every matrix of a panel type into weight panels, the first time it is called (a
-  // CPU runner whose kernels read panels calls it); later calls return at once. Thread-safe.
-  // The panels take as much memory as the matrices they copy; a model that never runs on the
-  // CPU never pays it.
-  void ensure_panels() const;
+  // Repacks every matrix of a panel type that `wanted` accepts (all of them when it is empty)
+  // into weight panels, each matrix once (a CPU runner whose kernels read panels calls it with
+  // the types it reads from panels); a later call packs only what no call packed before.
+  // Thread-safe. The panels take as much memory as the matrices they copy; a model that never
+  // runs on the CPU, or a type read from its rows (CpuDeviceOptions::llama_order), never pays it.
+  void ensure_panels(const std::function<bool(TensorType)>& wanted = {}) const;
   size_t panel_bytes() const;  // bytes of panels made so far
   // Called by ensure_panels() after each matrix it repacks with the bytes repacked so far and in
   // all (`chorus` shows a progress line from it when stderr is a terminal). Set it before the

@@ -48,11 +48,21 @@ CpuRunner::CpuRunner(const ModelConfig& config, const Weights& weights, CpuDevic
   rope_swa_.mscale = c_.rope_mscale;  // but the attention factor, as llama.cpp gives every layer
   const int widest = std::max({c_.n_embd, c_.q_dim(), ff, c_.gdn.value_dim()});
   xq_.resize(T * static_cast<size_t>(widest / kQ8Block));
-  for (int t = 0; t < 40; ++t)
-    if (dev_.kernels().gemm_panels[t] != nullptr && !f32_activations_) {
-      w_.ensure_panels();
-      break;
-    }
+  // The types this runner reads from panels: those its table has panel kernels for, less those
+  // it reads from their rows in llama.cpp's order (CpuDeviceOptions::llama_order).
+  if (!f32_activations_) {
+    const CpuKernels& k = dev_.kernels();
+    const bool llama = dev_.llama_order();
+    auto from_panels = [&k, llama](TensorType t) {
+      const int i = static_cast<int>(t);
+      return k.gemm_panels[i] != nullptr && !(llama && k.gemm_llama[i] != nullptr);
+    };
+    for (int t = 0; t < 40; ++t)
+      if (from_panels(static_cast<TensorType>(t))) {
+        w_.ensure_panels(from_panels);
+        break;
+      }
+  }
   if (c_.attn_output_gate) qg_.resize(T * 2 * c_.q_dim());
   if (c_.hybrid()) {
     const GdnConfig& d = c_.gdn;
