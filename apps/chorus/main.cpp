@@ -340,7 +340,9 @@ int main(int argc, char** argv) {
       "--cluster,--server", run.server,
       "Run it on a cluster: the coordinator's URL (or a `chorus serve`'s), which places it on the "
       "node with the most room; its stdout sinks and report come back when it ends "
-      "(CHORUS_API_KEY: the key, where one is asked)");
+      "(CHORUS_API_KEY: the key, where one is asked). Several coordinators, comma-separated: "
+      "sent to the leader, and started again through the next one if its coordinator dies "
+      "under it");
   run_cmd->add_option("--copies", run.copies, "Programs per file, all at once on the one engine")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

@@ -9,7 +9,9 @@ that reply's own log-probabilities (the two best tokens within NEAR_TIE nats: a 
 with other sequences sums its products in another order than a decode alone, on one node as on
 three); and the programs spread over the three nodes. A probe that watches a block grow asks as
 the block grows through the coordinator, and leaves the answer as one engine gives it. Then a long topology program runs, alone, and its node is killed
-(SIGKILL): it starts again on a survivor and prints what one engine prints.
+(SIGKILL): it starts again on a survivor and prints what one engine prints. Last, the long program
+again, sent to both coordinators (`--cluster ONE,TWO`), and the leader killed under it: it starts
+again through the standby once that leads, and prints what one engine prints.
 
     test_cluster_topology.py CHORUS_BINARY MODEL TOPOLOGY
 """
@@ -118,8 +120,14 @@ try:
     coord_log = os.path.join(tmp, "coord.log")
     start([chorus, "--log-level", "info", "coordinator", "--model", model, "--etcd", etcd_url, "--name", "one",
            "--port", str(port), "--lease-ttl", "3"], coord_log)
-
     check(wait_for(lambda: serving(url, ("a", "b", "c")), 60) is not None, "three nodes up and served")
+    # A standby, for the last case: `one` leads (it started first and serves).
+    url2 = "http://127.0.0.1:%d" % free_port()
+    coord2_log = os.path.join(tmp, "coord-two.log")
+    start([chorus, "--log-level", "info", "coordinator", "--model", model, "--etcd", etcd_url, "--name", "two",
+           "--port", url2.rsplit(":", 1)[1], "--lease-ttl", "3"], coord2_log)
+    check(wait_for(lambda: (get(url2 + "/cluster") or {}).get("coordinator", {}).get("leader") is False, 60)
+          is not None, "`two` stands by")
 
     # Placement goes by room, which a node's link learns from its heartbeats: every node's pool
     # known before the 24 programs go out (a node still loading would get none of them).
@@ -218,5 +226,30 @@ try:
           "prints: %s" % err.strip()[-300:])
     check("lost its node `%s`: it starts again elsewhere" % victim in open(coord_log).read(),
           "the coordinator logged the restart")
+
+    # The leader dies under a topology program sent to both coordinators: the program starts
+    # again through the standby once it leads (its roles died with the leader), whole.
+    before = len(placements())
+    long_result = {}
+    th = threading.Thread(target=lambda: long_result.update(
+        r=run_topology(["--cluster", url + "," + url2] + LONG_SET, LONG)))
+    th.start()
+    check(wait_for(lambda: len(placements()) > before, 60) is not None, "the long program is placed by `one`")
+    time.sleep(0.5)
+    t_kill = time.time()
+    [p for p in procs if p.args[:2] == [chorus, "--log-level"] and "one" in p.args][0].kill()
+    th.join(timeout=300)
+    rc, out, err = long_result.get("r", (-1, "", "no answer"))
+    print("the long program ended %.1f s after the leader's SIGKILL" % (time.time() - t_kill), flush=True)
+    check(rc == 0 and out == want_long and ("coordinator %s was lost under the program" % url) in err,
+          "the long program, its coordinator killed under it, starts again through the standby and prints "
+          "what one engine prints: %s" % err.strip()[-300:])
+    log2 = open(coord2_log).read()
+    check("topology program `topology-" in log2 and "placed on `" in log2,
+          "the new leader placed it: %s" % [l for l in log2.splitlines() if "topology program" in l][-1:])
+    name = os.path.splitext(os.path.basename(topo))[0]  # the program's name on its node
+    left = [l for l in log2.splitlines() if "(`%s`) left by a predecessor is not taken over" % name in l]
+    check(len(left) == 1 and left[0].endswith("terminated"),
+          "the new leader ended what the dead one left of it on its node: %s" % left)
 finally:
     h.finish()
