@@ -31,6 +31,23 @@ namespace {
 
 class TinyModels : public ::testing::TestWithParam<std::string> {};
 
+// The greedy continuation of a golden's `greedy` entry (prompt, ids, top2_gap) is llama.cpp's, or
+// leaves it first where llama.cpp's top two were closer than `max_gap`.
+void expect_greedy_as_recorded(const Model& m, CpuDevice& device, const nlohmann::json& g, float max_gap,
+                               const std::string& file) {
+  const auto want = g["ids"].get<std::vector<TokenId>>();
+  const auto gaps = g["top2_gap"].get<std::vector<float>>();
+  const auto got = test::greedy(m, device, g["prompt"].get<std::vector<TokenId>>(),
+                                static_cast<int>(want.size()), nullptr);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    std::printf("  %s: greedy diverges at %zu (llama.cpp's top-2 gap %.4f)\n", file.c_str(), i, gaps[i]);
+    EXPECT_LT(gaps[i], max_gap) << file << ": greedy diverges at " << i << " without a near-tie";
+    break;
+  }
+}
+
 TEST_P(TinyModels, LogitsAndGreedyMatchLlamaCpp) {
   const auto golden = test::load_golden("tiny_models.json");
   ASSERT_TRUE(golden.has_value()) << "tests/goldens/tiny_models.json is missing";
@@ -52,14 +69,8 @@ TEST_P(TinyModels, LogitsAndGreedyMatchLlamaCpp) {
   for (const auto& c : g["cases"]) {
     const auto ids = c["ids"].get<std::vector<TokenId>>();
     const auto want = c["last_logits"].get<std::vector<float>>();
-    GenerateOptions o;
-    o.n_ctx = static_cast<int>(ids.size()) + 2;
-    o.max_new_tokens = 1;
-    o.sampling = SamplingParams::greedy();
-    auto gen = Generator::create(**model, **device, 1, o);
-    ASSERT_TRUE(gen.ok());
-    ASSERT_TRUE((*gen)->run(ids, nullptr).ok());
-    const auto& got = (*gen)->first_logits();
+    std::vector<float> got;
+    test::greedy(**model, **device, ids, 1, &got);
     ASSERT_EQ(got.size(), want.size());
     float max_abs = 0, max_diff = 0;
     for (size_t i = 0; i < want.size(); ++i) {
@@ -71,23 +82,7 @@ TEST_P(TinyModels, LogitsAndGreedyMatchLlamaCpp) {
     EXPECT_LE(max_diff, tol_rel * max_abs) << file << ", " << ids.size() << " tokens";
   }
 
-  const auto prompt = g["greedy"]["prompt"].get<std::vector<TokenId>>();
-  const auto want = g["greedy"]["ids"].get<std::vector<TokenId>>();
-  const auto gaps = g["greedy"]["top2_gap"].get<std::vector<float>>();
-  GenerateOptions o;
-  o.n_ctx = static_cast<int>(prompt.size() + want.size()) + 1;
-  o.max_new_tokens = static_cast<int>(want.size());
-  o.stop_at_end_of_generation = false;
-  o.sampling = SamplingParams::greedy();
-  auto gen = Generator::create(**model, **device, 1, o);
-  ASSERT_TRUE(gen.ok());
-  ASSERT_TRUE((*gen)->run(prompt, nullptr).ok());
-  const auto& got = (*gen)->outputs()[0];
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (got[i] == want[i]) continue;
-    EXPECT_LT(gaps[i], 1e-3f) << file << ": greedy diverges at " << i << " without a near-tie";
-    break;
-  }
+  expect_greedy_as_recorded(**model, **device, g["greedy"], 1e-3f, file);
 }
 
 // An f16 KV cache on the models with f32 matrices (no int8 activations: the caches' difference
@@ -120,14 +115,8 @@ TEST_P(TinyModelsF16Kv, LogitsMatchLlamaCppsF16Cache) {
     const auto ids = g16["cases"][c]["ids"].get<std::vector<TokenId>>();
     const auto want16 = g16["cases"][c]["last_logits"].get<std::vector<float>>();
     const auto want32 = g32["cases"][c]["last_logits"].get<std::vector<float>>();
-    GenerateOptions o;
-    o.n_ctx = static_cast<int>(ids.size()) + 2;
-    o.max_new_tokens = 1;
-    o.sampling = SamplingParams::greedy();
-    auto gen = Generator::create(**model, **device, 1, o);
-    ASSERT_TRUE(gen.ok());
-    ASSERT_TRUE((*gen)->run(ids, nullptr).ok());
-    const auto& got = (*gen)->first_logits();
+    std::vector<float> got;
+    test::greedy(**model, **device, ids, 1, &got);
     ASSERT_EQ(got.size(), want16.size());
     float max_abs = 0, to16 = 0, to32 = 0, theirs = 0;  // theirs: llama.cpp's f16 from its f32
     for (size_t i = 0; i < want16.size(); ++i) {
@@ -144,24 +133,7 @@ TEST_P(TinyModelsF16Kv, LogitsMatchLlamaCppsF16Cache) {
     EXPECT_GT(to32, 0.0f) << file << ", " << ids.size() << " tokens: nothing was rounded";
     bound = std::max(bound, theirs);
   }
-  const auto prompt = g16["greedy"]["prompt"].get<std::vector<TokenId>>();
-  const auto want = g16["greedy"]["ids"].get<std::vector<TokenId>>();
-  const auto gaps = g16["greedy"]["top2_gap"].get<std::vector<float>>();
-  GenerateOptions o;
-  o.n_ctx = static_cast<int>(prompt.size() + want.size()) + 1;
-  o.max_new_tokens = static_cast<int>(want.size());
-  o.stop_at_end_of_generation = false;
-  o.sampling = SamplingParams::greedy();
-  auto gen = Generator::create(**model, **device, 1, o);
-  ASSERT_TRUE(gen.ok());
-  ASSERT_TRUE((*gen)->run(prompt, nullptr).ok());
-  const auto& got = (*gen)->outputs()[0];
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (got[i] == want[i]) continue;
-    std::printf("  %s: greedy diverges at %zu (llama.cpp f16 top-2 gap %.4f)\n", file.c_str(), i, gaps[i]);
-    EXPECT_LT(gaps[i], bound) << file << ": greedy diverges at " << i << " outside llama.cpp's f16 error";
-    break;
-  }
+  expect_greedy_as_recorded(**model, **device, g16["greedy"], bound, file);
 }
 
 // The runner stores each key and value into an f16 cache rounded to nearest even, where the f32
