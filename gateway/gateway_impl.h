@@ -27,14 +27,14 @@
 #include "gateway/access_log.h"
 #include "gateway/auth.h"
 #include "gateway/gateway_backends.h"
+#include "gateway/gateway_moves.h"
 #include "gateway/gateway_programs.h"
 #include "gateway/gateway_topology.h"
 #include "gateway/http_listen.h"
 #include "gateway/openai_request.h"
 #include "gateway/openai_response.h"
-#include "net/codec.h"
-#include "gateway/gateway_moves.h"
 #include "gateway/tool_calls.h"
+#include "net/codec.h"
 
 namespace chorus {
 
@@ -69,7 +69,6 @@ class TurnEnd {
   std::string id_;
   std::atomic<bool> done_{false};
 };
-
 
 struct Gateway::Impl {
   caf::actor_system* sys = nullptr;

@@ -6,7 +6,7 @@
 namespace chorus {
 
 bool Gateway::Impl::receive(caf::scoped_actor& self, Outcome& out, StopStrings& stops,
-             const std::function<void(const std::string&)>& emit) const {
+                            const std::function<void(const std::string&)>& emit) const {
   bool finished = false, lost = false;
   while (!finished) {
     self->receive([&](event_atom, const std::vector<uint8_t>& f) {
@@ -40,7 +40,7 @@ bool Gateway::Impl::receive(caf::scoped_actor& self, Outcome& out, StopStrings& 
 }
 
 void Gateway::Impl::close(Outcome& out, const ChatRequest& req, StopStrings& stops,
-           const std::function<void(const std::string&)>& emit) const {
+                          const std::function<void(const std::string&)>& emit) const {
   out.completion_tokens = static_cast<int64_t>(out.ids.size());
   const std::string tail = stops.flush();  // no stop string after all
   emit(tail);
@@ -72,8 +72,7 @@ Gateway::Impl::Outcome Gateway::Impl::generate(Admitted& a, const ChatRequest& r
     before = static_cast<int64_t>(out.ids.size());
     const bool lost = receive(*a.self, out, stops, emit);
     a.backend->programs->count(attempt == 0 ? static_cast<int64_t>(a.plan.toks.size()) : 0,
-                               static_cast<int64_t>(out.ids.size()) - before,
-                               attempt == 0 ? have_tokens : 0,
+                               static_cast<int64_t>(out.ids.size()) - before, attempt == 0 ? have_tokens : 0,
                                attempt == 0 ? 0 : static_cast<int64_t>(a.plan.toks.size()));
     if (!lost || req.n > 1 || attempt >= 3 || static_cast<int>(out.ids.size()) >= req.max_tokens || out.eog)
       break;
@@ -96,7 +95,8 @@ Gateway::Impl::Outcome Gateway::Impl::generate(Admitted& a, const ChatRequest& r
   return out;
 }
 
-Gateway::Impl::Outcome Gateway::Impl::generate_fork(Admitted& a, const ChatRequest& req, int i, const OnText& on_text) {
+Gateway::Impl::Outcome Gateway::Impl::generate_fork(Admitted& a, const ChatRequest& req, int i,
+                                                    const OnText& on_text) {
   Outcome out;
   out.prompt_tokens = a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size());
   out.cached_tokens = a.plan.have_tokens;
@@ -134,7 +134,8 @@ bool Gateway::Impl::resume(Admitted& a, const ChatRequest& req, const std::vecto
   }
 }
 
-json Gateway::Impl::choice_json(const ChatRequest& req, const Outcome& o, size_t index, const std::string& echo) const {
+json Gateway::Impl::choice_json(const ChatRequest& req, const Outcome& o, size_t index,
+                                const std::string& echo) const {
   const bool lp = req.sampling.logprobs >= 0;
   if (req.completion) {
     int64_t offset = static_cast<int64_t>(echo.size());
@@ -167,7 +168,8 @@ json Gateway::Impl::usage_json(const std::vector<Outcome>& os) {
 }
 
 json Gateway::Impl::completion_json(const ChatRequest& req, const std::string& rid, const std::string& id,
-                     const std::vector<Outcome>& os, bool ephemeral, const std::string& echo) const {
+                                    const std::vector<Outcome>& os, bool ephemeral,
+                                    const std::string& echo) const {
   json choices = json::array();
   for (size_t i = 0; i < os.size(); ++i) choices.push_back(choice_json(req, os[i], i, echo));
   json r = {{"id", rid},
@@ -185,8 +187,8 @@ std::string Gateway::Impl::echo_text(const ChatRequest& req) const {
   return req.prompt_ids.empty() ? req.prompt_text : model->tokenizer.decode(req.prompt_ids);
 }
 
-void Gateway::Impl::log_reply(AccessRecord rec, const Admitted& adm, const ChatRequest& req, const ReplyIds& ids,
-               const std::vector<Outcome>& os) const {
+void Gateway::Impl::log_reply(AccessRecord rec, const Admitted& adm, const ChatRequest& req,
+                              const ReplyIds& ids, const std::vector<Outcome>& os) const {
   rec.reply_id = ids.rid;
   rec.program = ids.ephemeral ? "" : adm.turn.id;
   if (adm.backend->name != "local") rec.backend = adm.backend->name;  // a coordinator's node
@@ -257,7 +259,8 @@ void Gateway::Impl::on_generate(const httplib::Request& hreq, httplib::Response&
   });
 }
 
-void Gateway::Impl::reply_whole(Admitted& adm, const ChatRequest& req, const ReplyIds& ids, httplib::Response& res) {
+void Gateway::Impl::reply_whole(Admitted& adm, const ChatRequest& req, const ReplyIds& ids,
+                                httplib::Response& res) {
   const std::string id = adm.turn.id;
   std::vector<Outcome> os;
   const OnText quiet = [](const std::string&, const Outcome&) { return true; };
@@ -302,8 +305,8 @@ void Gateway::Impl::stream(StreamedTurn& t, httplib::DataSink& sink) {
   log_reply(std::move(rec), t.adm, t.req, t.ids, os);
 }
 
-void Gateway::Impl::stream_choice(StreamedTurn& t, const ChunkWriter& w, int i, bool& ok, std::string& failure,
-                   std::vector<Outcome>& os) {
+void Gateway::Impl::stream_choice(StreamedTurn& t, const ChunkWriter& w, int i, bool& ok,
+                                  std::string& failure, std::vector<Outcome>& os) {
   const ChatRequest& req = t.req;
   const size_t index = static_cast<size_t>(i);
   size_t lp_sent = 0;                                        // logprobs entries sent with its chunks
