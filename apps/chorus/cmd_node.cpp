@@ -72,7 +72,7 @@ int run_node(const NodeArgs& args) {
   std::shared_ptr<Trace> trace;
   if (!open_trace("node", args.trace, &trace)) return 2;
   auto served = load_served("node", args.model, args.threads, args.pages, args.budget, 0, args.device,
-                            args.linear_slots, trace);
+                            args.linear_slots, trace, args.kv_type);
   if (!served) return 1;
   const auto& model = served->model;
   const auto& device = served->device;

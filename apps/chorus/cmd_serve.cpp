@@ -21,7 +21,7 @@ int run_serve(const ServeArgs& args) {
   std::shared_ptr<Trace> trace;
   if (!open_trace("serve", args.trace, &trace)) return 2;
   auto served = load_served("serve", args.model, args.threads, args.pages, args.budget, args.ctx, args.device,
-                            args.linear_slots, trace);
+                            args.linear_slots, trace, args.kv_type);
   if (!served) return 1;
   const auto& model = served->model;
   const auto& device = served->device;

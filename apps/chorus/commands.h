@@ -99,6 +99,7 @@ struct NodeArgs {
   int linear_slots = 0;    // hybrid models: blocks holding a linear state at once (EngineOptions)
   int budget = 256;        // tokens per engine step
   int threads = 0;
+  std::string kv_type;  // --kv-type: f32 or f16 ("": $CHORUS_KV_TYPE, else f32)
   size_t max_frame_bytes = 64u << 20;
   std::string device = "cpu";  // cpu, cuda or auto (apps/chorus/gpu_choice.h)
   // Cluster membership (docs/cluster.md); no --etcd: a node on its own, as before.
@@ -159,6 +160,7 @@ struct RunArgs {
   std::string server;              // run on a coordinator or `chorus serve` at this URL (cmd_run_remote.cpp)
   std::string model;               // overrides the topology's model
   int threads = 0;                 // overrides engine.threads
+  std::string kv_type;             // --kv-type: f32 or f16 ("": $CHORUS_KV_TYPE, else f32)
   bool events = false;             // print every event to stderr as it fires
   bool quiet = false;              // no report line at the end
   std::string device = "cpu";      // cpu, cuda or auto (apps/chorus/gpu_choice.h)
@@ -198,6 +200,7 @@ struct ServeArgs {
   double high_watermark = 0.95;    // program policy: pause above this share of the pages ...
   double low_watermark = 0.85;     // ... restore below this one
   int threads = 0;
+  std::string kv_type;                 // --kv-type: f32 or f16 ("": $CHORUS_KV_TYPE, else f32)
   std::string device = "cpu";          // cpu, cuda or auto (apps/chorus/gpu_choice.h)
   std::vector<std::string> api_keys;   // --api-key (repeatable)
   std::string chat_template;           // --chat-template FILE: instead of the model's own
@@ -237,7 +240,7 @@ struct Served;
 std::unique_ptr<Served> load_served(const char* cmd, const std::string& model, int threads, int64_t pages,
                                     int budget, int64_t max_view_tokens = 0,
                                     const std::string& device = "cpu", int linear_slots = 0,
-                                    std::shared_ptr<Trace> trace = nullptr);
+                                    std::shared_ptr<Trace> trace = nullptr, const std::string& kv_type = "");
 // --trace FILE: a trace the engine records into (engine/step/trace.h), the file checked writable
 // now; null for "" (no trace). False (printed as "chorus CMD: ...") when the file cannot be written.
 bool open_trace(const char* cmd, const std::string& path, std::shared_ptr<Trace>* out);

@@ -19,6 +19,11 @@ constexpr const char* kKvTypeHelp =
     "pages' bytes and attention's reads; docs/engine.md). Also CHORUS_KV_TYPE=f16|f32, which every "
     "command reads (this flag wins)";
 
+// `--kv-type` (generate, bench, node, serve, run): CpuDeviceOptions::kv_type.
+void add_kv_type(CLI::App* cmd, std::string* kv_type) {
+  cmd->add_option("--kv-type", *kv_type, kKvTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
+}
+
 // `--linear-slots` (node, serve): EngineOptions::linear_slots.
 void add_linear_slots(CLI::App* cmd, int* slots) {
   cmd->add_option(
@@ -122,7 +127,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   gen_cmd->add_option("--isa", gen.isa, "Force a kernel set: scalar, avx2, avx512");
   gen_cmd->add_flag("--llama-order", gen.llama_order, kLlamaOrderHelp);
-  gen_cmd->add_option("--kv-type", gen.kv_type, kKvTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
+  add_kv_type(gen_cmd, &gen.kv_type);
   gen_cmd->add_flag("-v,--verbose", gen.verbose, "Print timings to stderr");
   gen_cmd
       ->add_option("--parallel", gen.parallel,
@@ -158,7 +163,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   bench_cmd->add_option("--isa", bench.isa, "Force a kernel set: scalar, avx2, avx512");
   bench_cmd->add_flag("--llama-order", bench.llama_order, kLlamaOrderHelp);
-  bench_cmd->add_option("--kv-type", bench.kv_type, kKvTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
+  add_kv_type(bench_cmd, &bench.kv_type);
   bench_cmd->add_option(
       "--trace", bench.trace,
       "Run each decode test again recorded into a trace (its cost per step), written to FILE");
@@ -204,6 +209,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   add_linear_slots(node_cmd, &node.linear_slots);
   node_cmd->add_option("--budget", node.budget, "Tokens per engine step")->capture_default_str();
+  add_kv_type(node_cmd, &node.kv_type);
   node_cmd->add_option("-t,--threads", node.threads, "Compute threads; 0 one per core")
       ->capture_default_str();
   node_cmd
@@ -352,6 +358,7 @@ int main(int argc, char** argv) {
       run_cmd->add_option("--input,-i", run.input, "The parameter \"input\" (the user's question, say)");
   run_cmd->add_option("--model,-m", run.model,
                       "GGUF file (default: the topology's model, else the default model)");
+  add_kv_type(run_cmd, &run.kv_type);
   run_cmd->add_option("-t,--threads", run.threads,
                       "Compute threads (default: the topology's engine.threads; 0 one per core)");
   run_cmd
@@ -457,6 +464,7 @@ int main(int argc, char** argv) {
                    "Requests handled at once; more wait unseen by the scheduler (keep it above the programs)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  add_kv_type(serve_cmd, &serve.kv_type);
   serve_cmd->add_option("-t,--threads", serve.threads, "Compute threads; 0 one per core")
       ->capture_default_str();
   serve_cmd

@@ -75,7 +75,7 @@ void wait_for_stop() {
 std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_path, int threads,
                                     int64_t pages, int budget, int64_t max_view_tokens,
                                     const std::string& device_name, int linear_slots,
-                                    std::shared_ptr<Trace> trace) {
+                                    std::shared_ptr<Trace> trace, const std::string& kv_type) {
   auto s = std::make_unique<Served>();
   auto model = Model::load(model_path);
   if (!report(cmd, model)) return nullptr;
@@ -83,6 +83,7 @@ std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_pa
   show_load_progress(cmd, *s->model);
   CpuDeviceOptions dev;
   dev.n_threads = threads;
+  if (!kv_type.empty()) dev.kv_type = *parse_kv_type(kv_type);  // checked by the parser
   auto device = CpuDevice::create(dev);
   if (!report(cmd, device)) return nullptr;
   s->device = std::move(*device);
