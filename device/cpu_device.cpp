@@ -57,6 +57,12 @@ Result<std::unique_ptr<CpuDevice>> CpuDevice::create(const CpuDeviceOptions& opt
       new CpuDevice(k, threads > 0 ? threads : f.n_cores, llama_order, kv_type));
 }
 
+std::optional<KvType> kv_type_flag(const std::string& flag) {
+  if (flag.empty()) return std::nullopt;
+  const auto t = parse_kv_type(flag);
+  return t ? *t : KvType::f32;
+}
+
 Result<KvType> parse_kv_type(const std::string& name) {
   if (name == "f32") return KvType::f32;
   if (name == "f16") return KvType::f16;

@@ -52,5 +52,8 @@ const CpuKernels& best_cpu_kernels();
 
 // "f32" or "f16" (CpuDeviceOptions::kv_type, --kv-type, $CHORUS_KV_TYPE). Errors name the choices.
 Result<KvType> parse_kv_type(const std::string& name);
+// A `--kv-type` flag as CpuDeviceOptions::kv_type: unset for "" (the environment decides).
+// REQUIRES: "", "f32" or "f16" (the command line checks it).
+std::optional<KvType> kv_type_flag(const std::string& flag);
 
 }  // namespace chorus

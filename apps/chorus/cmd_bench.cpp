@@ -85,11 +85,10 @@ int run_bench(const BenchArgs& args) {
   auto model = Model::load(args.model);
   if (!report("bench", model)) return 1;
   const Model& m = **model;
-  auto device = CpuDevice::create(
-      {.n_threads = args.threads,
-       .isa = args.isa,
-       .llama_order = args.llama_order,
-       .kv_type = args.kv_type.empty() ? std::nullopt : std::optional(*parse_kv_type(args.kv_type))});
+  auto device = CpuDevice::create({.n_threads = args.threads,
+                                   .isa = args.isa,
+                                   .llama_order = args.llama_order,
+                                   .kv_type = kv_type_flag(args.kv_type)});
   if (!report("bench", device)) return 1;
   auto gpu_or = open_gpu("bench", args.device, m);
   if (!report("bench", gpu_or)) return 1;

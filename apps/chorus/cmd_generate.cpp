@@ -102,11 +102,10 @@ int run_generate(const GenerateArgs& args) {
   if (!report("generate", model)) return 1;
   show_load_progress("generate", **model);
   const Model& m = **model;
-  auto device = CpuDevice::create(
-      {.n_threads = args.threads,
-       .isa = args.isa,
-       .llama_order = args.llama_order,
-       .kv_type = args.kv_type.empty() ? std::nullopt : std::optional(*parse_kv_type(args.kv_type))});
+  auto device = CpuDevice::create({.n_threads = args.threads,
+                                   .isa = args.isa,
+                                   .llama_order = args.llama_order,
+                                   .kv_type = kv_type_flag(args.kv_type)});
   if (!report("generate", device)) return 1;
   auto gpu = open_gpu("generate", args.device, m);
   if (!report("generate", gpu)) return 1;

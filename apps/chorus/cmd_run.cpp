@@ -161,7 +161,7 @@ int run_run(const RunArgs& args) {
   show_load_progress("run", **model);
   CpuDeviceOptions dev;
   dev.n_threads = args.threads > 0 ? args.threads : first.engine.threads;
-  if (!args.kv_type.empty()) dev.kv_type = *parse_kv_type(args.kv_type);  // checked by the parser
+  dev.kv_type = kv_type_flag(args.kv_type);
   auto device = CpuDevice::create(dev);
   if (!report("run", device)) return 1;
   auto gpu = open_gpu("run", args.device, **model);

@@ -65,8 +65,7 @@ int run_remote(const RunArgs& args) {
   // moves within a lease (a few seconds, docs/cluster.md).
   constexpr double kSearchS = 60;
   using Clock = std::chrono::steady_clock;
-  Clock::time_point failed_at{};
-  bool failing = false;
+  std::optional<Clock::time_point> failed_at;  // the first failure
   std::string server;
   std::optional<httplib::Result> got;
   for (size_t at = 0;; at = (at + 1) % urls.size()) {
@@ -91,11 +90,8 @@ int run_remote(const RunArgs& args) {
         why = "not the leader";
     }
     if (why.empty() || urls.size() == 1) break;  // an answer, or nowhere else to go
-    if (!failing) {
-      failing = true;
-      failed_at = Clock::now();
-    }
-    if (std::chrono::duration<double>(Clock::now() - failed_at).count() > kSearchS) {
+    if (!failed_at) failed_at = Clock::now();
+    if (std::chrono::duration<double>(Clock::now() - *failed_at).count() > kSearchS) {
       std::fprintf(stderr, "chorus run: no coordinator of %s led within %.0f s (last: %s: %s)\n",
                    args.server.c_str(), kSearchS, server.c_str(), why.c_str());
       return 1;

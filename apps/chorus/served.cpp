@@ -83,7 +83,7 @@ std::unique_ptr<Served> load_served(const char* cmd, const std::string& model_pa
   show_load_progress(cmd, *s->model);
   CpuDeviceOptions dev;
   dev.n_threads = threads;
-  if (!kv_type.empty()) dev.kv_type = *parse_kv_type(kv_type);  // checked by the parser
+  dev.kv_type = kv_type_flag(kv_type);
   auto device = CpuDevice::create(dev);
   if (!report(cmd, device)) return nullptr;
   s->device = std::move(*device);

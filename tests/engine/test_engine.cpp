@@ -217,6 +217,13 @@ TEST(KvCache, PagesReturnToThePool) {
   EXPECT_EQ(kv->n_free(), 8);
 }
 
+// Pages `from` saved to host memory, then loaded into pages `to` (an offload and a restore).
+void through_host(KvCache& kv, std::span<const int32_t> from, std::span<const int32_t> to) {
+  std::vector<std::byte> saved(from.size() * kv.page_bytes());
+  ASSERT_TRUE(kv.save_pages(from, saved.data()).ok());
+  ASSERT_TRUE(kv.load_pages(to, saved.data()).ok());
+}
+
 // Host pages saved and loaded into other pages carry every layer's K and V exactly.
 TEST(KvCache, SavedPagesLoadIntoOtherPagesExactly) {
   auto c = config_of(llama_header());
@@ -232,9 +239,7 @@ TEST(KvCache, SavedPagesLoadIntoOtherPagesExactly) {
         kv->v(l, p)[i] = -static_cast<float>(p * 1000 + l * 100) - static_cast<float>(i) * 0.25f;
       }
   const int32_t from[] = {4, 1}, to[] = {0, 5};
-  std::vector<std::byte> saved(2 * kv->page_bytes());
-  ASSERT_TRUE(kv->save_pages(from, saved.data()).ok());
-  ASSERT_TRUE(kv->load_pages(to, saved.data()).ok());
+  ASSERT_NO_FATAL_FAILURE(through_host(*kv, from, to));
   for (int j = 0; j < 2; ++j)
     for (int l = 0; l < c->n_kv_layer; ++l)
       for (size_t i = 0; i < floats; ++i) {
@@ -267,9 +272,7 @@ TEST(KvCache, F16PagesAreHalfTheBytesAndTravelExactly) {
         kv->v_f16(l, p)[i] = value(p, l, i, 1);
       }
   const int32_t from[] = {4, 1}, to[] = {0, 5};
-  std::vector<std::byte> saved(2 * kv->page_bytes());
-  ASSERT_TRUE(kv->save_pages(from, saved.data()).ok());
-  ASSERT_TRUE(kv->load_pages(to, saved.data()).ok());
+  ASSERT_NO_FATAL_FAILURE(through_host(*kv, from, to));
   for (int j = 0; j < 2; ++j)
     for (int l = 0; l < c->n_kv_layer; ++l)
       for (size_t i = 0; i < n; ++i) {
