@@ -113,12 +113,12 @@ struct AttentionArgs {
 };
 
 // Scratch an attention call needs: scores [n_q, round_up(n_kv, 16)], value accumulators
-// [n_q, 4 chains, 16 lanes, head_dim], and one f16 page's keys [head_dim][16] and one value row
-// [head_dim] widened to f32.
+// [n_q, 4 chains, 16 lanes, head_dim], and one f16 page's keys [head_dim][16] and 256 value rows
+// [256][head_dim] widened to f32.
 inline int64_t attention_scratch_floats(int n_q, int64_t n_kv, int head_dim) {
   return static_cast<int64_t>(n_q) *
              (((n_kv + 15) & ~int64_t{15}) + 4 * 16 * static_cast<int64_t>(head_dim)) +
-         17 * static_cast<int64_t>(head_dim);
+         (16 + 256) * static_cast<int64_t>(head_dim);
 }
 
 struct CpuKernels {

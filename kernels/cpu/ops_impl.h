@@ -142,34 +142,64 @@ inline float reduce16(const float* v) {
   return a + b;
 }
 
-// One query's scores against one key page ([d][16], dimension-major) in ggml's dot-product order:
+// G queries' scores against one key page ([d][16], dimension-major) in ggml's dot-product order:
 // lane[l][t] is lane l of position t's dot product, the sum over steps of 64 of (q k)[16j + l] for
 // j = 0..3, folded as (j0 + j2) + (j1 + j3); the 16 lanes then reduced in
 // _mm512_reduce_add_ps order, and the dimensions past the last full step of 64 added one by one.
-inline void page_scores(const float* q, const float* kt, int d, float* sc) {
+// Each key row loaded serves the G queries.
+template <int G>
+inline void page_scores(const float* const* q, const float* kt, int d, float (*sc)[chorus::kKvPageSize]) {
   constexpr int P = chorus::kKvPageSize;
   const int d64 = d & ~63;
-  float lane[16][P];
+#if defined(__AVX512F__)
+  // The same operations on the 16 positions as one vector, written out: the compiler keeps
+  // the generic form's accumulators in memory once there are several queries.
+  __m512 lane[G][16];
   for (int l = 0; l < 16; ++l) {
-    float acc[4][P];
-    for (int j = 0; j < 4; ++j)
-      for (int t = 0; t < P; ++t) acc[j][t] = 0.0f;
+    __m512 acc[G][4];
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < 4; ++j) acc[g][j] = _mm512_setzero_ps();
     for (int s0 = 0; s0 < d64; s0 += 64)
       for (int j = 0; j < 4; ++j) {
-        const float qv = q[s0 + 16 * j + l];
-        const float* k = kt + (s0 + 16 * j + l) * P;
-        for (int t = 0; t < P; ++t) acc[j][t] = std::fma(qv, k[t], acc[j][t]);
+        const __m512 k = _mm512_loadu_ps(kt + (s0 + 16 * j + l) * P);
+        for (int g = 0; g < G; ++g)
+          acc[g][j] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][s0 + 16 * j + l]), k, acc[g][j]);
       }
-    for (int t = 0; t < P; ++t) lane[l][t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
+    for (int g = 0; g < G; ++g)
+      lane[g][l] = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][2]), _mm512_add_ps(acc[g][1], acc[g][3]));
   }
-  float t8[8][P], t4[4][P];
-  for (int i = 0; i < 8; ++i)
-    for (int t = 0; t < P; ++t) t8[i][t] = lane[8 + i][t] + lane[i][t];
-  for (int i = 0; i < 4; ++i)
-    for (int t = 0; t < P; ++t) t4[i][t] = t8[4 + i][t] + t8[i][t];
-  for (int t = 0; t < P; ++t) sc[t] = (t4[0][t] + t4[2][t]) + (t4[1][t] + t4[3][t]);
-  for (int i = d64; i < d; ++i)
-    for (int t = 0; t < P; ++t) sc[t] = std::fma(q[i], kt[i * P + t], sc[t]);
+  for (int g = 0; g < G; ++g) {
+    __m512 t8[8], t4[4];
+    for (int i = 0; i < 8; ++i) t8[i] = _mm512_add_ps(lane[g][8 + i], lane[g][i]);
+    for (int i = 0; i < 4; ++i) t4[i] = _mm512_add_ps(t8[4 + i], t8[i]);
+    _mm512_storeu_ps(sc[g], _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3])));
+  }
+#else
+  for (int g = 0; g < G; ++g) {
+    float lane[16][P];
+    for (int l = 0; l < 16; ++l) {
+      float acc[4][P];
+      for (int j = 0; j < 4; ++j)
+        for (int t = 0; t < P; ++t) acc[j][t] = 0.0f;
+      for (int s0 = 0; s0 < d64; s0 += 64)
+        for (int j = 0; j < 4; ++j) {
+          const float qv = q[g][s0 + 16 * j + l];
+          const float* k = kt + (s0 + 16 * j + l) * P;
+          for (int t = 0; t < P; ++t) acc[j][t] = std::fma(qv, k[t], acc[j][t]);
+        }
+      for (int t = 0; t < P; ++t) lane[l][t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
+    }
+    float t8[8][P], t4[4][P];
+    for (int i = 0; i < 8; ++i)
+      for (int t = 0; t < P; ++t) t8[i][t] = lane[8 + i][t] + lane[i][t];
+    for (int i = 0; i < 4; ++i)
+      for (int t = 0; t < P; ++t) t4[i][t] = t8[4 + i][t] + t8[i][t];
+    for (int t = 0; t < P; ++t) sc[g][t] = (t4[0][t] + t4[2][t]) + (t4[1][t] + t4[3][t]);
+  }
+#endif
+  for (int g = 0; g < G; ++g)
+    for (int i = d64; i < d; ++i)
+      for (int t = 0; t < P; ++t) sc[g][t] = std::fma(q[g][i], kt[i * P + t], sc[g][t]);
 }
 
 // n binary16 values widened to f32 (exact): F16C or AVX-512 conversions where the table has
@@ -186,7 +216,7 @@ inline void widen_f16(const uint16_t* h, float* f, int64_t n) {
   for (; i < n; ++i) f[i] = chorus::f16_to_f32(h[i]);
 }
 
-// Where an f16 page's keys ([head_dim][16]) and one value row are widened: after the scores and
+// Where an f16 page's keys ([head_dim][16]) and a pass's value rows are widened: after the scores and
 // the value accumulators in the scratch (attention_scratch_floats).
 inline float* widened_keys(const chorus::AttentionArgs& a, int64_t stride) {
   return a.scratch + a.n_q * stride + static_cast<int64_t>(a.n_q) * 4 * 16 * a.head_dim;
@@ -208,15 +238,36 @@ inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, flo
       // Positions before the segment's begin are outside a sliding window: -inf, as a mask
       // makes them in llama.cpp (their exponentials are 0).
       const int hidden = static_cast<int>(std::clamp<int64_t>(seg.begin - pg * P, 0, P));
+      if (hidden >= valid) {
+        for (int g = 0; g < a.n_q; ++g)
+          for (int t = 0; t < valid; ++t) a.scratch[g * stride + offset + pg * P + t] = -INFINITY;
+        continue;
+      }
+      // Pages lie apart in the pool, where the hardware's prefetchers do not look: ask for the
+      // next one's keys now.
+      if (pg + 1 < n_pages) {
+        const char* next = a.kv_f16 ? reinterpret_cast<const char*>(seg.k_pages_f16[pg + 1] + a.kv_offset * P)
+                                    : reinterpret_cast<const char*>(seg.k_pages[pg + 1] + a.kv_offset * P);
+        const int64_t bytes = static_cast<int64_t>(a.head_dim) * P * (a.kv_f16 ? 2 : 4);
+        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b);
+      }
+      if (a.kv_f16) widen_f16(seg.k_pages_f16[pg] + a.kv_offset * P, kbuf, a.head_dim * P);
+      float sc[8][P];
+      const float* qs[8];
+      for (int g = 0; g < a.n_q; ++g) qs[g] = seg.q + g * a.head_dim;
+      int g0 = 0;
+      for (; g0 + 4 <= a.n_q; g0 += 4) page_scores<4>(qs + g0, kt, a.head_dim, sc + g0);
+      switch (a.n_q - g0) {
+        case 3: page_scores<3>(qs + g0, kt, a.head_dim, sc + g0); break;
+        case 2: page_scores<2>(qs + g0, kt, a.head_dim, sc + g0); break;
+        case 1: page_scores<1>(qs + g0, kt, a.head_dim, sc + g0); break;
+        default: break;
+      }
       for (int g = 0; g < a.n_q; ++g) {
         float* p = a.scratch + g * stride + offset + pg * P;
-        for (int t = 0; t < hidden && t < valid; ++t) p[t] = -INFINITY;
-        if (hidden >= valid) continue;
-        if (g == 0 && a.kv_f16) widen_f16(seg.k_pages_f16[pg] + a.kv_offset * P, kbuf, a.head_dim * P);
-        float sc[P];
-        page_scores(seg.q + g * a.head_dim, kt, a.head_dim, sc);
+        for (int t = 0; t < hidden; ++t) p[t] = -INFINITY;
         for (int t = hidden; t < valid; ++t) {
-          p[t] = sc[t] * a.scale;
+          p[t] = sc[g][t] * a.scale;
           mx[g] = p[t] > mx[g] ? p[t] : mx[g];
         }
       }
@@ -239,34 +290,111 @@ inline void attention_softmax(const chorus::AttentionArgs& a, int64_t n, int64_t
   }
 }
 
-// Values: acc[g][chain][lane] += p[j] v_j, position j feeding lane j % 16 of chain (j / 16) %
-// chains, each value row read once for the whole group. `accs` is [query][4][16][d].
-inline void attention_values(const chorus::AttentionArgs& a, int64_t stride, int chains, float* accs) {
+// View positions per pass of the value sums: the value rows of a pass are looked up (an f16
+// page's widened) once, then every lane's accumulators run over them in registers. A multiple
+// of 64, so a pass starts on a chain boundary.
+constexpr int64_t kValueChunk = 256;
+
+// The value rows of view positions [j0, j0 + n) (n <= kValueChunk) as f32 pointers, nullptr
+// where a sliding window hides the position (its p is 0: it adds nothing); an f16 page's rows
+// are widened into buf ([kValueChunk][d]) first.
+inline void value_rows(const chorus::AttentionArgs& a, int64_t j0, int64_t n, const float** rows,
+                       float* buf) {
   constexpr int P = chorus::kKvPageSize;
   const int d = a.head_dim;
-  for (int g = 0; g < a.n_q; ++g)
-    for (int c = 0; c < chains; ++c) {
-      float* row = accs + (static_cast<int64_t>(g) * 4 + c) * 16 * d;  // its 16 lanes
-      for (int64_t i = 0; i < 16 * d; ++i) row[i] = 0.0f;
-    }
-  float* vbuf = widened_keys(a, stride) + 16 * d;
   int64_t offset = 0;
   for (int sg = 0; sg < a.n_segs; ++sg) {
     const chorus::AttentionSegment& seg = a.segs[sg];
-    for (int64_t jl = seg.begin > 0 ? seg.begin : 0; jl < seg.n_kv; ++jl) {  // hidden ones add p = 0
-      const int64_t j = offset + jl;  // view position: picks the lane and chain
-      const int64_t at = a.kv_offset + (jl % P) * a.kv_stride;
-      if (a.kv_f16) widen_f16(seg.v_pages_f16[jl / P] + at, vbuf, d);
-      const float* v = a.kv_f16 ? vbuf : seg.v_pages[jl / P] + at;
-      const int c = static_cast<int>((j >> 4) & (chains - 1));
-      const int l = static_cast<int>(j & 15);
-      for (int g = 0; g < a.n_q; ++g) {
-        const float pj = a.scratch[g * stride + j];
-        float* row = accs + ((static_cast<int64_t>(g) * 4 + c) * 16 + l) * d;
-        for (int i = 0; i < d; ++i) row[i] = std::fma(v[i], pj, row[i]);
+    const int64_t lo = j0 > offset ? j0 : offset,
+                  hi = j0 + n < offset + seg.n_kv ? j0 + n : offset + seg.n_kv;
+    for (int64_t j = lo; j < hi; ++j) {
+      const int64_t jl = j - offset, at = a.kv_offset + (jl % P) * a.kv_stride;
+      const float*& row = rows[j - j0];
+      if (jl < seg.begin) {
+        row = nullptr;
+      } else if (a.kv_f16) {
+        float* f = buf + (j - j0) * d;
+        widen_f16(seg.v_pages_f16[jl / P] + at, f, d);
+        row = f;
+      } else {
+        row = seg.v_pages[jl / P] + at;
+        // The lanes read a page's rows a page apart, where the hardware's prefetchers do not
+        // look: ask for the pass's rows now (into L2; a pass of them fits there).
+        for (int i = 0; i < d; i += 16) __builtin_prefetch(row + i, 0, 2);
       }
     }
     offset += seg.n_kv;
+  }
+}
+
+// Queries g0 .. g0 + G, dimensions i0 .. i0 + W of every lane and chain, over the rows of one
+// pass: the accumulators stay in registers across the pass, and each value row loaded serves
+// the G queries.
+template <int G, int W>
+inline void value_sums(const chorus::AttentionArgs& a, int64_t stride, int chains, const float* const* rows,
+                       int64_t j0, int64_t n, int g0, int i0, float* accs) {
+  const int d = a.head_dim;
+  const bool start = j0 == 0;  // the first pass starts the sums at 0
+  for (int c = 0; c < chains; ++c)
+    for (int l = 0; l < 16; ++l) {
+      float* out[G];
+      float acc[G][W];
+      for (int g = 0; g < G; ++g) {
+        out[g] = accs + ((static_cast<int64_t>(g0 + g) * 4 + c) * 16 + l) * d + i0;
+        for (int w = 0; w < W; ++w) acc[g][w] = start ? 0.0f : out[g][w];
+      }
+      // Position j feeds lane j % 16 of chain (j / 16) % chains.
+      const int64_t first = 16 * ((c - (j0 >> 4)) & (chains - 1)) + l;
+      const int64_t step = 16 * chains;
+      for (int64_t j = j0 + first; j < j0 + n; j += step) {
+        const float* v = rows[j - j0];
+        if (v == nullptr) continue;
+        v += i0;
+        for (int g = 0; g < G; ++g) {
+          const float pj = a.scratch[(g0 + g) * stride + j];
+          for (int w = 0; w < W; ++w) acc[g][w] = std::fma(v[w], pj, acc[g][w]);
+        }
+      }
+      for (int g = 0; g < G; ++g)
+        for (int w = 0; w < W; ++w) out[g][w] = acc[g][w];
+    }
+}
+
+// Values: acc[g][chain][lane] += p[j] v_j, position j feeding lane j % 16 of chain (j / 16) %
+// chains, in view order for every accumulator. `accs` is [query][4][16][d]. The sums run in
+// passes of kValueChunk positions, queries in groups of up to 4 and dimensions in blocks of
+// kValueWidth (then of 16, then one by one), so that each group's accumulators fit in registers.
+#if defined(__AVX512F__)
+constexpr int kValueWidth = 32;
+#else
+constexpr int kValueWidth = 16;
+#endif
+template <int G>
+inline void value_sums_group(const chorus::AttentionArgs& a, int64_t stride, int chains,
+                             const float* const* rows, int64_t j0, int64_t n, int g0, float* accs) {
+  const int d = a.head_dim;
+  int i0 = 0;
+  for (; i0 + kValueWidth <= d; i0 += kValueWidth)
+    value_sums<G, kValueWidth>(a, stride, chains, rows, j0, n, g0, i0, accs);
+  for (; i0 + 16 <= d; i0 += 16) value_sums<G, 16>(a, stride, chains, rows, j0, n, g0, i0, accs);
+  for (; i0 < d; ++i0) value_sums<G, 1>(a, stride, chains, rows, j0, n, g0, i0, accs);
+}
+
+inline void attention_values(const chorus::AttentionArgs& a, int64_t n_pos, int64_t stride, int chains,
+                             float* accs) {
+  float* vbuf = widened_keys(a, stride) + 16 * a.head_dim;
+  const float* rows[kValueChunk];
+  for (int64_t j0 = 0; j0 < n_pos; j0 += kValueChunk) {
+    const int64_t n = n_pos - j0 < kValueChunk ? n_pos - j0 : kValueChunk;
+    value_rows(a, j0, n, rows, vbuf);
+    int g0 = 0;
+    for (; g0 + 4 <= a.n_q; g0 += 4) value_sums_group<4>(a, stride, chains, rows, j0, n, g0, accs);
+    switch (a.n_q - g0) {
+      case 3: value_sums_group<3>(a, stride, chains, rows, j0, n, g0, accs); break;
+      case 2: value_sums_group<2>(a, stride, chains, rows, j0, n, g0, accs); break;
+      case 1: value_sums_group<1>(a, stride, chains, rows, j0, n, g0, accs); break;
+      default: break;
+    }
   }
 }
 
@@ -319,7 +447,7 @@ void op_attention(const chorus::AttentionArgs& a) {
   attention_softmax(a, n, stride, mx);
   const int chains = a.single_token_batch ? 4 : 1;
   float* accs = a.scratch + a.n_q * stride;  // after the scores: [query][chain][lane][d]
-  attention_values(a, stride, chains, accs);
+  attention_values(a, n, stride, chains, accs);
   attention_reduce(a, chains, accs);
 }
 
