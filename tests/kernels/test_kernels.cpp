@@ -411,7 +411,7 @@ TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
 // An f16 KV cache: attention over binary16 pages is exactly attention over f32 pages holding the
 // same values (widening is exact), so the two give the same bits on every table, for every
 // shape (head sizes with and without a tail past 64, partial pages, a sliding window, a view of
-// two segments, one query and a group, the single-token order).
+// two segments, one query and a group of five, the single-token order).
 TEST(Kernels, AttentionOverF16PagesIsF32AttentionOverTheRoundedValues) {
   std::mt19937 rng(29);
   std::vector<const CpuKernels*> all = variants();
@@ -445,9 +445,11 @@ TEST(Kernels, AttentionOverF16PagesIsF32AttentionOverTheRoundedValues) {
       }
       return p;
     };
-    for (int64_t n_kv : {1, 17, 100}) {
+    // 250 + 23 positions cross the value sums' pass of 256 inside the second segment, which
+    // starts off a page boundary; five queries are a group of four and one.
+    for (int64_t n_kv : {1, 17, 100, 250}) {
       const Pages a = make(n_kv), b = make(23);
-      constexpr int nq = 3;
+      constexpr int nq = 5;
       const auto q = random_floats(static_cast<size_t>(nq * d), rng, 0.5f);
       for (int64_t begin : {int64_t{0}, n_kv / 2})
         for (int n_segs : {1, 2})
@@ -664,7 +666,8 @@ TEST(Kernels, ViewAttentionEqualsContiguousAttention) {
   const CpuKernels& k = best_cpu_kernels();
   constexpr int d = 64, n_kv_heads = 1, kv_stride = n_kv_heads * d, nq = 3;
   const float theta_scale = std::pow(10000.0f, -2.0f / d);
-  const std::vector<std::vector<int64_t>> length_sets = {{5, 17, 40}, {0, 1, 16}, {33, 0, 2}};
+  // {7, 250, 40}: views past the value sums' pass of 256, with blocks starting off page boundaries.
+  const std::vector<std::vector<int64_t>> length_sets = {{5, 17, 40}, {0, 1, 16}, {33, 0, 2}, {7, 250, 40}};
   for (bool neox : {false, true}) {
     for (const auto& lengths : length_sets) {
       // Raw (unrotated) keys and values for each block's positions.
