@@ -98,11 +98,11 @@ void gemm_group_scalar(const GemmArgs& a) {
         if (halves) {  // per 16 weights: the scale, then (Q2_K) the minimum
           for (int h = 0; h < 2; ++h) {
             acc = std::fma(static_cast<float>(dot[h] - sc.off * x[b].qsum[h]), sc.dw[h] * x[b].d, acc);
-            if (min) acc = std::fma(h == 0 ? sc.mo : sc.mo1, x[b].d * static_cast<float>(x[b].qsum[h]), acc);
+            if (min) acc = std::fma(h == 0 ? sc.mo : sc.mo1, x[b].dq[h], acc);
           }
         } else {
           acc = std::fma(static_cast<float>(dot[0] + dot[1] - sc.off * qsum), sc.dw[0] * x[b].d, acc);
-          if (min) acc = std::fma(sc.mo, x[b].d * static_cast<float>(qsum), acc);
+          if (min) acc = std::fma(sc.mo, x[b].dq[2], acc);
         }
       }
       a.y[t * a.y_stride + r] = acc;

@@ -472,10 +472,8 @@ void quantize_q8_generic(const float* x, chorus::BlockQ8* out, int64_t n) {
     int half[2] = {0, 0};
     for (int h = 0; h < 2; ++h)
       for (int i = 16 * h; i < 16 * h + 16; ++i) half[h] += out[b].q[i];
-    out[b].d = round_to_f16(d);
-    out[b].s = round_to_f16(d * static_cast<float>(half[0] + half[1]));
-    out[b].qsum[0] = static_cast<int16_t>(half[0]);
-    out[b].qsum[1] = static_cast<int16_t>(half[1]);
+    chorus::finish_q8(out[b], round_to_f16(d), round_to_f16(d * static_cast<float>(half[0] + half[1])),
+                      half[0], half[1]);
   }
 }
 

@@ -227,6 +227,16 @@ TEST(Kernels, QuantizeQ8IsIdenticalAndBounded) {
       // half a step plus 127 * 2^-11 steps.
       EXPECT_LE(std::fabs(v - ref[b].d * ref[b].q[i]), ref[b].d * (0.5f + 127.0f / 2048.0f) + 1e-6f);
     }
+  // The halves' sums, and the minimum terms' factors the panel kernels read: d times each.
+  for (int b = 0; b < 128; ++b) {
+    int h[2] = {0, 0};
+    for (int i = 0; i < 32; ++i) h[i / 16] += ref[b].q[i];
+    EXPECT_EQ(ref[b].qsum[0], h[0]);
+    EXPECT_EQ(ref[b].qsum[1], h[1]);
+    EXPECT_EQ(ref[b].dq[0], ref[b].d * static_cast<float>(h[0]));
+    EXPECT_EQ(ref[b].dq[1], ref[b].d * static_cast<float>(h[1]));
+    EXPECT_EQ(ref[b].dq[2], ref[b].d * static_cast<float>(h[0] + h[1]));
+  }
   for (const CpuKernels* k : variants()) {
     std::vector<BlockQ8> got(128);
     k->quantize_q8(x.data(), got.data(), 4096);
