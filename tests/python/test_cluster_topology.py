@@ -179,7 +179,10 @@ try:
     chat_nodes = {}
     for p in (get(url + "/programs") or {"data": []})["data"]:
         chat_nodes[p["node"]] = chat_nodes.get(p["node"], 0) + 1
-    check(len(topo_nodes) == 3 and len(chat_nodes) == 3,
+    # Placement goes by room as each program arrives, so which kind lands where depends on what
+    # has ended by then (a CI run once put all twelve short topology programs on two nodes while
+    # the third held chats): the 24 together must reach every node.
+    check(len(set(topo_nodes) | set(chat_nodes)) == 3,
           "the programs spread over the three nodes: topology %s, chat %s" % (topo_nodes, chat_nodes))
 
     # A probe that watches the answer grow runs through the coordinator too: the node tells the
