@@ -411,7 +411,7 @@ inline void quantize_q8_x86(const float* x, chorus::BlockQ8* out, int64_t n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q), _mm512_cvtepi32_epi8(qlo));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].q + 16), _mm512_cvtepi32_epi8(qhi));
     const int h0 = _mm512_reduce_add_epi32(qlo), h1 = _mm512_reduce_add_epi32(qhi);
-    chorus::finish_q8(out[b], round_to_f16(d), round_to_f16(d * static_cast<float>(h0 + h1)), h0, h1);
+    chorus::finish_q8(out[b], d, h0, h1);
   }
 }
 #else
@@ -440,7 +440,7 @@ inline void quantize_q8_x86(const float* x, chorus::BlockQ8* out, int64_t n) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q),
                         _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     const int h0 = hsum8(_mm256_add_epi32(q[0], q[1])), h1 = hsum8(_mm256_add_epi32(q[2], q[3]));
-    chorus::finish_q8(out[b], round_to_f16(d), round_to_f16(d * static_cast<float>(h0 + h1)), h0, h1);
+    chorus::finish_q8(out[b], d, h0, h1);
   }
 }
 #endif

@@ -216,9 +216,9 @@ inline void widen_f16(const uint16_t* h, float* f, int64_t n) {
   for (; i < n; ++i) f[i] = chorus::f16_to_f32(h[i]);
 }
 
-// Where an f16 page's keys ([head_dim][16]) and a pass's value rows are widened: after the scores and
-// the value accumulators in the scratch (attention_scratch_floats).
-inline float* widened_keys(const chorus::AttentionArgs& a, int64_t stride) {
+// Where an f16 page's keys ([head_dim][16]) and then a pass's value rows are widened: after the
+// scores and the value accumulators in the scratch (attention_scratch_floats).
+inline float* widened_pages(const chorus::AttentionArgs& a, int64_t stride) {
   return a.scratch + a.n_q * stride + static_cast<int64_t>(a.n_q) * 4 * 16 * a.head_dim;
 }
 
@@ -227,11 +227,13 @@ inline float* widened_keys(const chorus::AttentionArgs& a, int64_t stride) {
 // (GQA), then stay in L1 (an f16 page is widened once, then read as an f32 one).
 inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, float* mx) {
   constexpr int P = chorus::kKvPageSize;
-  float* kbuf = widened_keys(a, stride);
+  float* kbuf = widened_pages(a, stride);
   int64_t offset = 0;
   for (int sg = 0; sg < a.n_segs; ++sg) {
     const chorus::AttentionSegment& seg = a.segs[sg];
     const int64_t n_pages = (seg.n_kv + P - 1) / P;
+    const float* qs[8];
+    for (int g = 0; g < a.n_q; ++g) qs[g] = seg.q + g * a.head_dim;
     for (int64_t pg = 0; pg < n_pages; ++pg) {
       const float* kt = a.kv_f16 ? kbuf : seg.k_pages[pg] + a.kv_offset * P;  // [d][16]
       const int valid = static_cast<int>(seg.n_kv - pg * P < P ? seg.n_kv - pg * P : P);
@@ -253,8 +255,6 @@ inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, flo
       }
       if (a.kv_f16) widen_f16(seg.k_pages_f16[pg] + a.kv_offset * P, kbuf, a.head_dim * P);
       float sc[8][P];
-      const float* qs[8];
-      for (int g = 0; g < a.n_q; ++g) qs[g] = seg.q + g * a.head_dim;
       int g0 = 0;
       for (; g0 + 4 <= a.n_q; g0 += 4) page_scores<4>(qs + g0, kt, a.head_dim, sc + g0);
       switch (a.n_q - g0) {
@@ -382,7 +382,7 @@ inline void value_sums_group(const chorus::AttentionArgs& a, int64_t stride, int
 
 inline void attention_values(const chorus::AttentionArgs& a, int64_t n_pos, int64_t stride, int chains,
                              float* accs) {
-  float* vbuf = widened_keys(a, stride) + 16 * a.head_dim;
+  float* vbuf = widened_pages(a, stride) + 16 * a.head_dim;
   const float* rows[kValueChunk];
   for (int64_t j0 = 0; j0 < n_pos; j0 += kValueChunk) {
     const int64_t n = n_pos - j0 < kValueChunk ? n_pos - j0 : kValueChunk;
@@ -453,11 +453,7 @@ void op_attention(const chorus::AttentionArgs& a) {
 
 // Matches llama.cpp's activation quantization (q8_0 / q8_1) bit for bit, so that logits agree:
 // q = round-half-even(x * 127 / amax); the scale d = amax / 127 and s = d * sum(q) are kept
-// at fp16 precision (llama.cpp stores them as fp16).
-inline float round_to_f16(float f) {
-  return chorus::f16_to_f32(chorus::f32_to_f16(f));
-}
-
+// at fp16 precision (llama.cpp stores them as fp16; chorus::finish_q8).
 void quantize_q8_generic(const float* x, chorus::BlockQ8* out, int64_t n) {
   for (int64_t b = 0; b < n / chorus::kQ8Block; ++b) {
     const float* xb = x + b * chorus::kQ8Block;
@@ -472,8 +468,7 @@ void quantize_q8_generic(const float* x, chorus::BlockQ8* out, int64_t n) {
     int half[2] = {0, 0};
     for (int h = 0; h < 2; ++h)
       for (int i = 16 * h; i < 16 * h + 16; ++i) half[h] += out[b].q[i];
-    chorus::finish_q8(out[b], round_to_f16(d), round_to_f16(d * static_cast<float>(half[0] + half[1])),
-                      half[0], half[1]);
+    chorus::finish_q8(out[b], d, half[0], half[1]);
   }
 }
 

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/fp16.h"
+
 namespace chorus {
 
 inline constexpr int kQ8Block = 32;
@@ -22,11 +24,13 @@ struct BlockQ8 {
 };
 static_assert(sizeof(BlockQ8) == 56);
 
-// Sets a block's scales and sums from d and s (already rounded to f16) and its halves' sums.
-// Always inlined: each instruction set's table compiles its own copy, and none may be shared.
-[[gnu::always_inline]] inline void finish_q8(BlockQ8& b, float d, float s, int h0, int h1) {
+// Sets a block's scales and sums from its scale d = amax / 127 and its halves' sums; d and s
+// are kept at f16 precision, as llama.cpp stores them. Always inlined: each instruction set's
+// table compiles its own copy, and none may be shared.
+[[gnu::always_inline]] inline void finish_q8(BlockQ8& b, float d_exact, int h0, int h1) {
+  const float d = f16_to_f32(f32_to_f16(d_exact));
   b.d = d;
-  b.s = s;
+  b.s = f16_to_f32(f32_to_f16(d_exact * static_cast<float>(h0 + h1)));
   b.qsum[0] = static_cast<int16_t>(h0);
   b.qsum[1] = static_cast<int16_t>(h1);
   b.dq[0] = d * static_cast<float>(h0);

@@ -31,7 +31,9 @@ class PauseRestore : public ::testing::TestWithParam<std::string> {
     ASSERT_NO_FATAL_FAILURE(
         test::load_model(test::goldens_dir() + "/" + param.substr(0, at), &model_, &device_));
     if (at != std::string::npos) {
-      auto d = CpuDevice::create({.kv_type = *parse_kv_type(param.substr(at + 1))});
+      CpuDeviceOptions opts;
+      opts.kv_type = *parse_kv_type(param.substr(at + 1));
+      auto d = CpuDevice::create(opts);
       ASSERT_TRUE(d.ok()) << d.error().to_string();
       device_ = std::move(*d);
     }

@@ -65,7 +65,9 @@ int run(int argc, char** argv) {
   Node nodes[2];
   for (int i = 0; i < 2; ++i) {
     Node& n = nodes[i];
-    n.device = must(CpuDevice::create({.n_threads = 1, .isa = ""}), "the CPU device");
+    CpuDeviceOptions one_thread;
+    one_thread.n_threads = 1;
+    n.device = must(CpuDevice::create(one_thread), "the CPU device");
     auto engine =
         must(Engine::create(*model, *n.device, {.n_pages = 1024, .token_budget = 256}), "the engine");
     n.memory = spawn_batcher(sys, std::move(engine));
