@@ -1,0 +1,58 @@
+// Program::Impl: what a running program holds (its actors, blocks, engine, outcome), shared by
+// the program's lifecycle (actors/program.cpp) and its start and patches
+// (actors/program_start.cpp). Private to those two files: it brings CAF and ZeroMQ with it.
+#pragma once
+
+#include <atomic>
+#include <caf/all.hpp>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "actors/program.h"
+#include "actors/program_roles.h"
+
+namespace chorus {
+
+struct Program::Impl {
+  caf::actor_system* sys = nullptr;
+  topology::Topology topo;  // the program as it runs: a patch's result once patched
+  ProgramHooks hooks;
+  std::shared_ptr<SharedEngine> engine;  // this program's alone, or shared with others
+  bool own_engine = false;               // made for it (Program::start with a model)
+  uint64_t program_id = 0;               // in the engine's batcher
+  caf::actor batcher, ctl;
+  std::vector<caf::actor> actors;   // roles and feeders (the controller apart)
+  std::vector<caf::actor> sinks;    // stopped after the others, once their mailboxes are written out
+  std::vector<caf::actor> outlets;  // consoles and ZeroMQ PUB sockets: stopped last
+  std::map<topology::SinkKind, caf::actor> consoles;  // one per standard stream
+  std::map<std::string, caf::actor> api_sources;
+  std::map<std::string, BlockId> blocks;
+  std::map<std::string, caf::actor> roles;  // by name, sinks included
+  caf::actor tools;                         // its sandbox's actor (tools other than edit_program)
+  caf::actor patcher;                       // where edit_program calls go (when a role may make one)
+  std::mutex patch_m;                       // one patch at a time; the end waits for the one under way
+  std::deque<program_roles::Clock::time_point> patches;  // when the patches of the last minute came
+  std::shared_ptr<program_roles::Outcome> outcome = std::make_shared<program_roles::Outcome>();
+  std::unique_ptr<zmq::context_t> zmq_ctx;  // outlives the ZeroMQ actors
+  bool torn_down = false;
+  bool registered = false;  // with the batcher, under program_id
+  // Set at teardown: a tool still running is killed instead of waited for.
+  std::shared_ptr<std::atomic<bool>> tools_cancel = std::make_shared<std::atomic<bool>>(false);
+  bool managed = false;  // scheduled by the engine's ProgramManager
+
+  bool ended() {
+    std::lock_guard<std::mutex> l(outcome->m);
+    return outcome->ended;
+  }
+
+  // Stops every actor, keeps what the blocks hold in the report, and ends the program on its
+  // engine (its blocks freed); once, under patch_m.
+  void teardown();
+};
+
+}  // namespace chorus
