@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
-#include <seccomp.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -18,6 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include "actors/sandbox_seccomp.h"
 
 namespace chorus {
 namespace {
@@ -266,64 +267,6 @@ std::vector<std::string> tool_environment(const std::string& dir, const SandboxA
   return env;
 }
 
-// What a tool has no business doing refuses with EPERM: mounts, namespaces, ptrace and other
-// processes' memory, kernel modules and kexec, bpf, keyrings, perf, userfaultfd, reboot, swap.
-// clone3 says ENOSYS (its flags cannot be checked; libc falls back to clone, whose are). The
-// compiled program, in a memfd (-1: libseccomp refused to build it).
-int seccomp_program() {
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (!ctx) return -1;
-  bool ok = true;
-  for (const char* name : {"mount",
-                           "umount2",
-                           "pivot_root",
-                           "chroot",
-                           "unshare",
-                           "setns",
-                           "ptrace",
-                           "process_vm_readv",
-                           "process_vm_writev",
-                           "kexec_load",
-                           "kexec_file_load",
-                           "init_module",
-                           "finit_module",
-                           "delete_module",
-                           "bpf",
-                           "keyctl",
-                           "add_key",
-                           "request_key",
-                           "perf_event_open",
-                           "userfaultfd",
-                           "open_by_handle_at",
-                           "reboot",
-                           "swapon",
-                           "swapoff",
-                           "acct",
-                           "quotactl",
-                           "fsopen",
-                           "fsmount",
-                           "move_mount",
-                           "open_tree"}) {
-    const int nr = seccomp_syscall_resolve_name(name);
-    if (nr != __NR_SCMP_ERROR) ok = ok && seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0) == 0;
-  }
-  constexpr uint64_t kNewNamespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                                      CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
-  for (uint64_t flag = 1; flag != 0; flag <<= 1)
-    if (flag & kNewNamespaces)
-      ok = ok && seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                                  SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag)) == 0;
-  ok = ok && seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0) == 0;
-  const int fd = ok ? ::memfd_create("chorus-seccomp", MFD_CLOEXEC) : -1;
-  if (fd >= 0 && (seccomp_export_bpf(ctx, fd) != 0 || ::lseek(fd, 0, SEEK_SET) != 0)) {
-    ::close(fd);
-    seccomp_release(ctx);
-    return -1;
-  }
-  seccomp_release(ctx);
-  return fd;
-}
-
 // The child, between fork and exec: only async-signal-safe calls. It joins the run's cgroup
 // (`procs`: its cgroup.procs, or ""), takes the rlimits, reads `in`, writes `out`, hands on the
 // seccomp program (`seccomp`, or -1), and runs `cargs` in `dir` with the environment `envp`.
@@ -362,9 +305,6 @@ int seccomp_program() {
   ::_exit(127);
 }
 
-// One run from fork to its end: its input fed, its output read (up to the limit), and it killed
-// — with every process it started — at its deadline, when cancelled, when its output overflows,
-// or when it exited but what it started still holds the output open.
 // Whether `dir` holds more than the limits allow: allocated bytes (what the disk gives, so a
 // sparse file counts what it uses) and entries. The walk stops at the first limit passed.
 bool over_dir_limits(const std::string& dir, int64_t max_bytes, int64_t max_files) {
@@ -388,6 +328,9 @@ void empty_dir(const std::string& dir) {
   }
 }
 
+// One run from fork to its end: its input fed, its output read (up to the limit), and it killed
+// — with every process it started — at its deadline, when cancelled, when its output overflows,
+// or when it exited but what it started still holds the output open.
 class Supervisor {
  public:
   Supervisor(pid_t pid, int out_fd, int in_fd, const std::string& input, const SandboxLimits& limits,
@@ -553,7 +496,7 @@ Result<ToolResult> Sandbox::run(const std::vector<std::string>& argv, const Sand
     r.output = argv[0] + ": command not found\n";
     return r;
   }
-  const int seccomp = bwrap_path().empty() ? -1 : seccomp_program();
+  const int seccomp = bwrap_path().empty() ? -1 : sandbox_seccomp_program();
   if (!bwrap_path().empty() && seccomp < 0)
     return make_error(Errc::internal, "sandbox " + name_ + ": cannot build the seccomp filter");
   for (const auto* list : {&limits.access.read, &limits.access.write})
