@@ -16,10 +16,10 @@ namespace chorus {
 struct CpuDeviceOptions {
   int n_threads = 0;  // 0: one per core (also $CHORUS_THREADS)
   std::string isa;    // "", "scalar", "avx2", "avx512" (also $CHORUS_ISA)
-  // Q8_0 matrices on llama.cpp's row kernels and its order of operations, so that a model whose
-  // integer matrices are Q8_0, Q4_0 and Q4_1 gives llama.cpp's logits to the bit (also
-  // $CHORUS_LLAMA_ORDER=1). Off, Q8_0 runs on weight panels: about twice the speed where Q8_0
-  // dominates, its sums in another order (docs/engine.md#kernels).
+  // Q4_0, Q4_1 and Q8_0 matrices on llama.cpp's row kernels and its order of operations, so that
+  // a model whose integer matrices are of those types gives llama.cpp's logits to the bit (also
+  // $CHORUS_LLAMA_ORDER=1). Off, they run on weight panels, their sums in another order: no
+  // farther from the exact arithmetic than llama.cpp's, and faster (docs/engine.md#kernels).
   bool llama_order = false;
   // The KV cache's element type: f32 exact (llama.cpp's f32 set-up, to the bit where the other
   // operations are in its order), f16 half the pages' bytes and attention's reads

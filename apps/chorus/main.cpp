@@ -10,9 +10,9 @@
 namespace {
 
 constexpr const char* kLlamaOrderHelp =
-    "Q8_0 matrices on llama.cpp's row kernels, in its order of operations: logits bit-identical to "
-    "llama.cpp's where the integer matrices are Q8_0, Q4_0 and Q4_1, at about half the speed of the "
-    "default Q8_0 panels (also CHORUS_LLAMA_ORDER=1, which every command reads)";
+    "Q4_0, Q4_1 and Q8_0 matrices on llama.cpp's row kernels, in its order of operations: logits "
+    "bit-identical to llama.cpp's where the integer matrices are of those types, slower than the "
+    "default weight panels (also CHORUS_LLAMA_ORDER=1, which every command reads)";
 
 constexpr const char* kKvTypeHelp =
     "The KV cache's element type: f32 (the default: exact, llama.cpp's f32 set-up) or f16 (half the "

@@ -131,7 +131,7 @@ struct CpuKernels {
   GemmFn gemm[40];
   // The same products from weight panels (kernels/cpu/panel.h), bit-identical to the scalar
   // table's gemm[type]; nullptr where the table reads the rows (the scalar table, the types
-  // without panels).
+  // without panels). The scalar table's Q4_0, Q4_1 and Q8_0 gemm[] are the panels' order too.
   GemmFn gemm_panels[40];
   // Q4_0, Q4_1 and Q8_0 from their rows in llama.cpp's order of operations (8-lane float chains
   // per row and token, then a horizontal sum), which keeps logits bit-identical to llama.cpp's:

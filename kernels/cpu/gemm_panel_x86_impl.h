@@ -234,10 +234,17 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
   constexpr bool q8 = T == TensorType::q8_0;
   constexpr bool signed_dot = iq4 || q8;  // dot4_iq4: unsigned weights on VNNI, signed on AVX2
   constexpr int bits = chorus::panel_quant_bits(T);
-  constexpr bool min = T == TensorType::q5_1 || T == TensorType::q4_k || T == TensorType::q5_k || q2;
+  constexpr bool min =
+      T == TensorType::q4_1 || T == TensorType::q5_1 || T == TensorType::q4_k || T == TensorType::q5_k || q2;
   // The scalar reference's off for IQ4 is 128 (kernels/cpu/groups.h); the sums are the same
   // integers whether the offset comes off here (VNNI) or never went on (AVX2).
-  constexpr int off = T == TensorType::q5_0 ? 16 : q6 ? 32 : q3 ? 4 : iq4 ? kIq4Off : q8 ? kQ8Off : 0;
+  constexpr int off = T == TensorType::q4_0   ? 8
+                      : T == TensorType::q5_0 ? 16
+                      : q6                    ? 32
+                      : q3                    ? 4
+                      : iq4                   ? kIq4Off
+                      : q8                    ? kQ8Off
+                                              : 0;
   constexpr size_t kScaleBytes = chorus::panel_scale_bytes(T), kQuantBytes = chorus::panel_quant_bytes(T);
   // This pass's share of each record: bytes of the 64-byte step vectors, f16 and u8 scale rows.
   const int qo = 64 / kPasses * pass, ho = 2 * kLanes * pass, bo = kLanes * pass;
@@ -352,6 +359,8 @@ void gemm(const chorus::GemmArgs& a) {
 
 inline void fill_panel_gemms(chorus::CpuKernels& k) {
   using chorus::TensorType;
+  k.gemm_panels[static_cast<int>(TensorType::q4_0)] = pk::gemm<TensorType::q4_0>;
+  k.gemm_panels[static_cast<int>(TensorType::q4_1)] = pk::gemm<TensorType::q4_1>;
   k.gemm_panels[static_cast<int>(TensorType::q8_0)] = pk::gemm<TensorType::q8_0>;
   k.gemm_panels[static_cast<int>(TensorType::q5_0)] = pk::gemm<TensorType::q5_0>;
   k.gemm_panels[static_cast<int>(TensorType::q5_1)] = pk::gemm<TensorType::q5_1>;

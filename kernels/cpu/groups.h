@@ -20,7 +20,7 @@ namespace chorus::groups {
 struct Scales {
   float dw[2];
   float mo;          // 0 for the types without a minimum; Q2_K: the first 16 weights'
-  int off;           // 16 (Q5_0), 32 (Q6_K), 4 (Q3_K), 128 (IQ4, Q8_0), else 0
+  int off;           // 8 (Q4_0), 16 (Q5_0), 32 (Q6_K), 4 (Q3_K), 128 (IQ4, Q8_0), else 0
   float mo1 = 0.0f;  // Q2_K: the second 16 weights' minimum
 };
 
@@ -43,7 +43,8 @@ inline void iq4_indices(TensorType t, const uint8_t* row, int64_t b, uint8_t* id
 
 // The types whose weights have a minimum (the mo term).
 inline bool has_min(TensorType t) {
-  return t == TensorType::q5_1 || t == TensorType::q4_k || t == TensorType::q5_k || t == TensorType::q2_k;
+  return t == TensorType::q4_1 || t == TensorType::q5_1 || t == TensorType::q4_k || t == TensorType::q5_k ||
+         t == TensorType::q2_k;
 }
 
 inline float f16_at(const uint8_t* p) {
@@ -54,6 +55,15 @@ inline float f16_at(const uint8_t* p) {
 
 inline void quants(TensorType t, const uint8_t* row, int64_t b, uint8_t* u) {
   switch (t) {
+    case TensorType::q4_0:
+    case TensorType::q4_1: {
+      const uint8_t* qs = row + b * (t == TensorType::q4_1 ? 20 : 18) + (t == TensorType::q4_1 ? 4 : 2);
+      for (int j = 0; j < 16; ++j) {
+        u[j] = static_cast<uint8_t>(qs[j] & 0x0f);
+        u[j + 16] = static_cast<uint8_t>(qs[j] >> 4);
+      }
+      return;
+    }
     case TensorType::q5_0:
     case TensorType::q5_1: {
       const bool min = t == TensorType::q5_1;
@@ -98,6 +108,8 @@ inline void quants(TensorType t, const uint8_t* row, int64_t b, uint8_t* u) {
 
 inline Scales scales(TensorType t, const uint8_t* row, int64_t b) {
   switch (t) {
+    case TensorType::q4_0: return {{f16_at(row + b * 18), 0.0f}, 0.0f, 8};
+    case TensorType::q4_1: return {{f16_at(row + b * 20), 0.0f}, f16_at(row + b * 20 + 2), 0};
     case TensorType::q5_0: return {{f16_at(row + b * 22), 0.0f}, 0.0f, 16};
     case TensorType::q5_1: return {{f16_at(row + b * 24), 0.0f}, f16_at(row + b * 24 + 2), 0};
     case TensorType::q8_0: return {{f16_at(row + b * 34), 0.0f}, 0.0f, 128};

@@ -73,10 +73,9 @@ void gemm_legacy_scalar(const GemmArgs& a) {
   }
 }
 
-// The panel types (Q8_0, Q5_0, Q5_1, the k-quants, IQ4) from their GGUF rows, 32 weights at a time
-// (groups::quants / groups::scales), in the order every panel kernel follows lane by lane:
-// per k-block b, with exact integer sums I = sum u qx - off * sum qx (per 16-weight half for
-// Q6_K),
+// The panel types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the k-quants, IQ4) from their GGUF rows, 32 weights at a
+// time (groups::quants / groups::scales), in the order every panel kernel follows lane by lane: per k-block
+// b, with exact integer sums I = sum u qx - off * sum qx (per 16-weight half for Q6_K),
 //   acc = fma(float(I_h), dw[h] * dx, acc)         for each half h (one for the other types)
 //   acc = fma(mo, dx * float(sum qx), acc)         for the types with a minimum
 void gemm_group_scalar(const GemmArgs& a) {
@@ -158,11 +157,9 @@ const CpuKernels& cpu_kernels_scalar() {
     k.gemm_f32 = gemm_dequantized;
     for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q8_0})
       k.gemm_llama[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
-    for (TensorType t : {TensorType::q4_0, TensorType::q4_1})
-      k.gemm[static_cast<uint32_t>(t)] = gemm_legacy_scalar;
-    for (TensorType t :
-         {TensorType::q8_0, TensorType::q5_0, TensorType::q5_1, TensorType::q4_k, TensorType::q5_k,
-          TensorType::q6_k, TensorType::q2_k, TensorType::q3_k, TensorType::iq4_nl, TensorType::iq4_xs})
+    for (TensorType t : {TensorType::q4_0, TensorType::q4_1, TensorType::q8_0, TensorType::q5_0,
+                         TensorType::q5_1, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k,
+                         TensorType::q2_k, TensorType::q3_k, TensorType::iq4_nl, TensorType::iq4_xs})
       k.gemm[static_cast<uint32_t>(t)] = gemm_group_scalar;
     return k;
   }();

@@ -19,6 +19,11 @@ void pack_scales(TensorType t, const uint8_t* rows, size_t row_bytes, int64_t r0
   for (int r = 0; r < n; ++r) {
     const uint8_t* row = rows + static_cast<size_t>(r0 + r) * row_bytes;
     switch (t) {
+      case TensorType::q4_0: put16(out + 2 * r, row + b * 18); break;
+      case TensorType::q4_1:
+        put16(out + 2 * r, row + b * 20);
+        put16(out + 32 + 2 * r, row + b * 20 + 2);
+        break;
       case TensorType::q5_0: put16(out + 2 * r, row + b * 22); break;
       case TensorType::q8_0: put16(out + 2 * r, row + b * 34); break;
       case TensorType::q5_1:

@@ -80,8 +80,10 @@ inline constexpr size_t panel_quant_bytes(TensorType t) {
 // Bytes of the scales before a k-block (legacy types) or a super-block (k-quants).
 inline constexpr size_t panel_scale_bytes(TensorType t) {
   switch (t) {
+    case TensorType::q4_0:
     case TensorType::q5_0:
     case TensorType::q8_0: return 32;
+    case TensorType::q4_1:
     case TensorType::q5_1: return 64;
     case TensorType::q4_k:
     case TensorType::q5_k: return 64 + 256;

@@ -47,23 +47,6 @@ class Gemma3 : public ::testing::Test {
     }
   }
 
-  // How far llama.cpp's first logits of a prompt are from the exact arithmetic: the largest
-  // distance over its 256 top logits.
-  static float llama_error(const nlohmann::json& p) {
-    float far = 0;
-    for (size_t k = 0; k < p["first_top"].size(); ++k)
-      far = std::max(far, std::fabs(p["first_top"][k][1].get<float>() - p["exact_top"][k].get<float>()));
-    return far;
-  }
-  // The smallest of those over the prompts: how far llama.cpp's own int8 kernels are from exact
-  // at best.
-  float llama_error_floor() const {
-    float floor = 1e9f;
-    for (const auto& p : (*golden_)["prompts"])
-      if (p.contains("first_top")) floor = std::min(floor, llama_error(p));
-    return floor;
-  }
-
   static std::unique_ptr<Model> model_;
   static std::unique_ptr<CpuDevice> device_;
   static std::unique_ptr<CpuDevice> llama_device_;  // Q8_0 in llama.cpp's order
@@ -99,37 +82,9 @@ TEST_F(Gemma3, PromptTokensMatchLlamaCpp) {
 // chorus's int8 activations (one scale per 32 values) are no farther from it than llama.cpp's
 // own (Q8_0, and Q8_K for the k-quants) are. Measured: f32 0 (the same floats); int8 1.14, 0.39,
 // 0.47 (Q8_0 on weight panels; 1.14, 0.32, 0.61 in llama.cpp's order) against llama.cpp's 1.43,
-// 0.51, 0.97 (logits up to 22). Both pick llama.cpp's best token.
+// 0.51, 0.97 (logits up to 22). Both pick llama.cpp's best token, the exact arithmetic's too.
 TEST_F(Gemma3, FirstLogitsAreAsCloseToTheExactArithmeticAsLlamaCpp) {
-  int checked = 0;
-  for (const auto& p : (*golden_)["prompts"]) {
-    if (!p.contains("first_top")) continue;
-    const auto ids = p["prompt_ids"].get<std::vector<TokenId>>();
-    const auto& top = p["first_top"];
-    const auto& exact = p["exact_top"];
-    const float llama_far = llama_error(p);
-    float int8_far = 0, f32_far = 0;
-    const auto int8 = test::forward_logits(*model_, *device_, ids, false);
-    const auto f32 = test::forward_logits(*model_, *device_, ids, true);
-    for (size_t k = 0; k < top.size(); ++k) {
-      const int id = top[k][0].get<int>();
-      const float ex = exact[k].get<float>();
-      int8_far = std::max(int8_far, std::fabs(int8[id] - ex));
-      f32_far = std::max(f32_far, std::fabs(f32[id] - ex));
-    }
-    const std::string name = p["name"].get<std::string>();
-    std::printf(
-        "  %-16s max |dlogit| from the exact over llama.cpp's top 256: chorus f32 %.2e, chorus int8 %.4f, "
-        "llama.cpp %.4f\n",
-        name.c_str(), f32_far, int8_far, llama_far);
-    EXPECT_LE(f32_far, 1e-3f) << name;
-    EXPECT_LE(int8_far, llama_far) << name;
-    const int best = top[0][0].get<int>();
-    for (const auto* logits : {&int8, &f32})
-      EXPECT_EQ(std::max_element(logits->begin(), logits->end()) - logits->begin(), best) << name;
-    ++checked;
-  }
-  EXPECT_GE(checked, 3);
+  EXPECT_GE(test::expect_as_close_to_exact_as_llama(*model_, *device_, (*golden_)["prompts"]), 3);
 }
 
 // Greedy continuations against llama.cpp's, with Q8_0 in llama.cpp's order: a divergence only at
@@ -149,7 +104,7 @@ TEST_F(Gemma3, GreedyContinuationsMatchLlamaCpp) {
 // at gaps 0.11, 0.19 and 0.03.
 TEST_F(Gemma3, GreedyContinuationsDivergeOnlyWithinLlamaCppsOwnError) {
   const auto& prompts = (*golden_)["prompts"];
-  const float floor = llama_error_floor();
+  const float floor = test::llama_exact_error_floor(prompts);
   ASSERT_GT(floor, 0.1f);
   ASSERT_LT(floor, 1.0f);
   const int identical =

@@ -1,6 +1,10 @@
 // The CPU engine against llama.cpp on the default model: first-position logits and greedy
-// continuations recorded by llama-cpp-python (f32 KV cache) on the same GGUF
-// (tests/goldens/generate_smollm.json, tools/goldens/make_generation_goldens.py).
+// continuations recorded by llama-cpp-python (f32 KV cache) on the same GGUF, and llama.cpp's
+// first logits on a copy of it dequantized to F32, the exact arithmetic of its weights
+// (tests/goldens/generate_smollm.json, tools/goldens/make_generation_goldens.py). In llama.cpp's
+// order (CpuDeviceOptions::llama_order) chorus is llama.cpp to the bit; by default its Q4_1 and
+// Q8_0 products run on weight panels, summed in another order, and are held to the exact
+// arithmetic instead: no farther from it than llama.cpp is.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +12,8 @@
 #include <numeric>
 
 #include "device/cpu_device.h"
+#include "engine/forward/cpu/cpu_runner.h"
+#include "engine/forward/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/step/generator.h"
 #include "tests/support/model_fixture.h"
@@ -74,7 +80,7 @@ class GenerationGoldens : public ::testing::Test {
 
   static std::unique_ptr<Model> model_;
   static std::unique_ptr<CpuDevice> device_;
-  static std::unique_ptr<CpuDevice> llama_device_;  // Q8_0 in llama.cpp's order
+  static std::unique_ptr<CpuDevice> llama_device_;  // Q4_1 and Q8_0 in llama.cpp's order
   std::optional<nlohmann::json> golden_;
 };
 
@@ -82,35 +88,15 @@ std::unique_ptr<Model> GenerationGoldens::model_;
 std::unique_ptr<CpuDevice> GenerationGoldens::device_;
 std::unique_ptr<CpuDevice> GenerationGoldens::llama_device_;
 
-// Tolerance on the top-10 logits by default. The model's Q4_1 matrices follow llama.cpp's order
-// of float operations (activation quantization, dot products, softmax, exp); its Q8_0 output
-// runs on weight panels, whose sums go in another order, which moves logits by about 1e-5. With
-// int8 activations a single last-bit difference can move logits by ~0.3 on this model, so
-// anything above 0.01 means the arithmetic drifted. In llama.cpp's order
-// (CpuDeviceOptions::llama_order) every logit is llama.cpp's to the bit: the next test.
-constexpr float kLogitTolerance = 0.01f;
-
-TEST_F(GenerationGoldens, FirstLogitsMatchLlamaCpp) {
-  int checked = 0;
-  for (const auto& p : (*golden_)["prompts"]) {
-    if (!p.contains("first_logits_b64") || p["first_logits_b64"].is_null()) continue;
-    const auto want = decode_b64_f32(p["first_logits_b64"]);
-    ASSERT_EQ(want.size(), static_cast<size_t>(model_->config.n_vocab));
-    std::vector<float> got;
-    greedy(p["prompt_ids"].get<std::vector<TokenId>>(), 1, &got);
-    ASSERT_EQ(got.size(), want.size());
-    auto top_want = top_k_ids(want, 10), top_got = top_k_ids(got, 10);
-    std::sort(top_want.begin(), top_want.end());
-    std::sort(top_got.begin(), top_got.end());
-    EXPECT_EQ(top_got, top_want) << p["name"];
-    float max_diff = 0.0f;
-    for (int id : top_want) max_diff = std::max(max_diff, std::fabs(got[id] - want[id]));
-    RecordProperty(p["name"].get<std::string>() + "_max_top10_logit_diff", std::to_string(max_diff));
-    std::printf("  %-18s max |dlogit| over top-10: %.4f\n", p["name"].get<std::string>().c_str(), max_diff);
-    EXPECT_LE(max_diff, kLogitTolerance) << p["name"];
-    ++checked;
-  }
-  EXPECT_GE(checked, 3);
+// The default kernels (Q4_1 and Q8_0 on weight panels): over llama.cpp's 256 largest first
+// logits, chorus's int8 activations are no farther from the exact arithmetic than llama.cpp's
+// own, its f32 activations are the exact arithmetic to 1e-3 (measured: 0), the int8 kernels pick
+// llama.cpp's best token and the f32 activations the exact arithmetic's. Measured (chat_capital,
+// chat_math, plain_fox): int8 0.4144, 0.3318, 0.9180 against llama.cpp's 1.6954, 0.3902, 0.9302;
+// on chat_capital llama.cpp's best token, ahead of its second by 0.057, is the exact arithmetic's
+// second.
+TEST_F(GenerationGoldens, FirstLogitsAreAsCloseToTheExactArithmeticAsLlamaCpp) {
+  EXPECT_EQ(test::expect_as_close_to_exact_as_llama(*model_, *device_, (*golden_)["prompts"]), 3);
 }
 
 TEST_F(GenerationGoldens, FirstLogitsAreLlamaCppsToTheBitInItsOrder) {
@@ -129,14 +115,96 @@ TEST_F(GenerationGoldens, FirstLogitsAreLlamaCppsToTheBitInItsOrder) {
   EXPECT_GE(checked, 3);
 }
 
-// By default (the Q8_0 output on panels) every greedy continuation is llama.cpp's for 64 tokens,
-// as docs/engine.md says: 12 of 12. The AVX2 and AVX-512 tables give the same bits (12 of 12
-// under CHORUS_ISA=avx2 too); the scalar table, a readable reference in a plain summation order,
-// is not llama.cpp's and is not held to this.
-TEST_F(GenerationGoldens, GreedyContinuationsMatchLlamaCpp) {
+// In llama.cpp's order every greedy continuation is llama.cpp's for 64 tokens: 12 of 12. The
+// AVX2 and AVX-512 tables give the same bits (12 of 12 under CHORUS_ISA=avx2 too); the scalar
+// table, a readable reference in a plain summation order, is not llama.cpp's and is not held to
+// this.
+TEST_F(GenerationGoldens, GreedyContinuationsMatchLlamaCppInItsOrder) {
   const auto& prompts = (*golden_)["prompts"];
-  const int identical = test::greedy_goldens_identical(*model_, *device_, prompts, 64, 0.1f);
+  const int identical = test::greedy_goldens_identical(*model_, *llama_device_, prompts, 64, 0.1f);
   EXPECT_EQ(identical, static_cast<int>(prompts.size())) << identical << " of " << prompts.size();
+}
+
+// By default the panels' other summation order moves the int8 activations' roundings, and with
+// them the logits, by as much as llama.cpp's own kernels are from the exact arithmetic (above), so
+// a continuation may leave llama.cpp's only where llama.cpp's top two are closer than its own
+// smallest error from the exact logits (0.3902 on these prompts): there the int8 arithmetic
+// cannot tell them apart. Measured: 4 of 12 identical for 64 tokens, the AVX2 and AVX-512
+// tables alike.
+TEST_F(GenerationGoldens, GreedyContinuationsDivergeOnlyWithinLlamaCppsOwnError) {
+  const auto& prompts = (*golden_)["prompts"];
+  const float floor = test::llama_exact_error_floor(prompts);
+  ASSERT_NEAR(floor, 0.3902f, 1e-4f);
+  const int identical = test::greedy_goldens_identical(*model_, *device_, prompts, 64, floor);
+  std::printf("  (by default, against llama.cpp's order)\n");
+  EXPECT_EQ(identical, 4) << "docs/engine.md states 4 of 12";
+}
+
+// Sequence 0's logits at the end of its prompt and after each of `steps` greedy tokens, with
+// `prompts` run together: their prompts in one step, then one token each per step.
+std::vector<std::vector<float>> batched_logits(const Model& m, CpuDevice& device,
+                                               const std::vector<std::vector<TokenId>>& prompts, int steps) {
+  const auto n = static_cast<int32_t>(prompts.size());
+  int64_t tokens = 0;
+  for (const auto& p : prompts) tokens += static_cast<int64_t>(p.size());
+  auto kv = KvCache::create(m.config, KvCache::pages_for(tokens + n * steps) + n);
+  EXPECT_TRUE(kv.ok());
+  CpuRunner runner(m.config, m.weights, device, static_cast<int>(tokens), false);
+  std::vector<SequenceKv> seq(prompts.size());
+  std::vector<SequenceKv*> seqs;
+  for (int32_t s = 0; s < n; ++s) {
+    EXPECT_TRUE(kv->reserve(seq[s], static_cast<int64_t>(prompts[s].size()) + steps).ok());
+    seqs.push_back(&seq[s]);
+  }
+  const auto vocab = static_cast<size_t>(m.config.n_vocab);
+  std::vector<std::vector<float>> out;
+  std::vector<BatchToken> batch;
+  for (int32_t s = 0; s < n; ++s)
+    for (size_t i = 0; i < prompts[s].size(); ++i)
+      batch.push_back({prompts[s][i], static_cast<int32_t>(i), s, i + 1 == prompts[s].size()});
+  std::vector<float> logits(vocab * static_cast<size_t>(n));
+  for (int step = 0; step <= steps; ++step) {
+    EXPECT_TRUE(runner.forward(batch, seqs, *kv, logits.data()).ok());
+    out.emplace_back(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(vocab));
+    batch.clear();
+    for (int32_t s = 0; s < n; ++s) {
+      const float* row = logits.data() + static_cast<size_t>(s) * vocab;
+      const auto best = static_cast<TokenId>(std::max_element(row, row + vocab) - row);
+      batch.push_back({best, static_cast<int32_t>(prompts[s].size()) + step, s, true});
+    }
+  }
+  for (auto& s : seq) kv->release(s);
+  return out;
+}
+
+// By default what a sequence computes does not depend on what else its steps carry: its logits
+// at the end of its prompt and at each of 48 greedy steps after it are the same bits alone (one
+// token a step) as beside two other sequences (three a step). That is what lets a program print
+// the same on one engine as on a busy node of a cluster. In llama.cpp's order attention sums a
+// one-token step's values in another order than a larger step's, as llama.cpp does; the int8
+// roundings hide most of that, not all of it: there 9 of the 48 steps' logits are the same bits
+// (measured), so the comparison can fail.
+TEST_F(GenerationGoldens, LogitsDoNotDependOnTheBatchByDefault) {
+  const auto& prompts = (*golden_)["prompts"];
+  const auto a = prompts[0]["prompt_ids"].get<std::vector<TokenId>>();
+  const auto b = prompts[1]["prompt_ids"].get<std::vector<TokenId>>();
+  const auto c = prompts[6]["prompt_ids"].get<std::vector<TokenId>>();
+  constexpr int kSteps = 48;
+  for (CpuDevice* d : {device_.get(), llama_device_.get()}) {
+    const bool llama = d == llama_device_.get();
+    const auto alone = batched_logits(*model_, *d, {a}, kSteps);
+    const auto together = batched_logits(*model_, *d, {a, b, c}, kSteps);
+    EXPECT_EQ(alone[0], together[0]) << (llama ? "llama.cpp's order" : "default") << ": the prompt's logits";
+    int same = 0;
+    for (int i = 1; i <= kSteps; ++i)
+      same += alone[static_cast<size_t>(i)] == together[static_cast<size_t>(i)];
+    std::printf("  %s: %d of %d decode steps' logits the same bits alone and batched\n",
+                llama ? "llama.cpp's order" : "default", same, kSteps);
+    if (llama)
+      EXPECT_LT(same, kSteps) << "llama.cpp's order: a one-token step's attention is summed alike";
+    else
+      EXPECT_EQ(same, kSteps) << "default: the logits depend on the batch";
+  }
 }
 
 // An f16 KV cache (CpuDeviceOptions::kv_type), against llama.cpp with its f16 cache
@@ -145,14 +213,15 @@ TEST_F(GenerationGoldens, GreedyContinuationsMatchLlamaCpp) {
 // that move logits by up to about one unit in both implementations (llama.cpp's f16 cache against
 // its f32 one: up to 1.02 on the recorded first logits, and 2 of 12 greedy continuations
 // identical), so the logits themselves are checked on the tiny f32-matrix models
-// (test_tiny_models.cpp) and here only the continuations.
+// (test_tiny_models.cpp) and here only the continuations, in llama.cpp's order of the products
+// (CpuDeviceOptions::llama_order), so that only the caches' arithmetic differs.
 class F16KvGoldens : public GenerationGoldens {
  protected:
   void SetUp() override {
     GenerationGoldens::SetUp();
     if (HasFatalFailure() || IsSkipped()) return;
     if (!f16_device_) {
-      CpuDeviceOptions o;
+      CpuDeviceOptions o = test::llama_order();  // the cache's arithmetic alone against llama.cpp's
       o.kv_type = KvType::f16;
       auto d = CpuDevice::create(o);
       ASSERT_TRUE(d.ok()) << d.error().to_string();

@@ -285,26 +285,29 @@ TEST_P(TinyModelsPanels, PanelTypesAreAsCloseToTheExactLogitsAsLlamaCpp) {
   EXPECT_GT((*model)->weights.panel_bytes(), 0u) << "the int8 runs read weight panels";
 }
 
-// A runner in llama.cpp's order reads Q8_0 from its rows: it packs no panels for it, and a
+// A runner in llama.cpp's order reads Q4_0, Q4_1 and Q8_0 from their rows: it packs no panels for them, and a
 // default runner made after it on the same weights packs them then (and nothing twice).
-TEST(TinyModelsPanelsMemory, LlamaOrderPacksNoQ8Panels) {
-  auto model = Model::load(test::goldens_dir() + "/tiny_llama.gguf");  // Q8_0 matrices
-  ASSERT_TRUE(model.ok()) << model.error().to_string();
-  const Model& m = **model;
-  auto llama = CpuDevice::create(test::llama_order());
-  auto plain = CpuDevice::create();
-  ASSERT_TRUE(llama.ok() && plain.ok());
-  const std::vector<TokenId> ids = {5, 17, 42, 7};
-  const auto a = test::forward_logits(m, **llama, ids, false);
-  EXPECT_EQ(m.weights.panel_bytes(), 0u) << "llama.cpp's order packed Q8_0 panels it never reads";
-  const auto b = test::forward_logits(m, **plain, ids, false);
-  const size_t packed = m.weights.panel_bytes();
-  EXPECT_GT(packed, 0u) << "the default runner reads Q8_0 from panels";
-  const auto c = test::forward_logits(m, **llama, ids, false);
-  EXPECT_EQ(c, a) << "the llama.cpp-order runner still reads the rows once panels exist";
-  test::forward_logits(m, **plain, ids, false);
-  EXPECT_EQ(m.weights.panel_bytes(), packed) << "packed twice";
-  EXPECT_NE(a, b) << "the two orders give different bits on Q8_0 (else this test shows nothing)";
+TEST(TinyModelsPanelsMemory, LlamaOrderPacksNoPanelsOfItsTypes) {
+  for (const char* file : {"tiny_llama.gguf", "tiny_qwen2.gguf"}) {  // Q8_0 matrices; Q4_0 ones
+    SCOPED_TRACE(file);
+    auto model = Model::load(test::goldens_dir() + "/" + file);
+    ASSERT_TRUE(model.ok()) << model.error().to_string();
+    const Model& m = **model;
+    auto llama = CpuDevice::create(test::llama_order());
+    auto plain = CpuDevice::create();
+    ASSERT_TRUE(llama.ok() && plain.ok());
+    const std::vector<TokenId> ids = {5, 17, 42, 7};
+    const auto a = test::forward_logits(m, **llama, ids, false);
+    EXPECT_EQ(m.weights.panel_bytes(), 0u) << "llama.cpp's order packed panels it never reads";
+    const auto b = test::forward_logits(m, **plain, ids, false);
+    const size_t packed = m.weights.panel_bytes();
+    EXPECT_GT(packed, 0u) << "the default runner reads Q8_0 and Q4_0 from panels";
+    const auto c = test::forward_logits(m, **llama, ids, false);
+    EXPECT_EQ(c, a) << "the llama.cpp-order runner still reads the rows once panels exist";
+    test::forward_logits(m, **plain, ids, false);
+    EXPECT_EQ(m.weights.panel_bytes(), packed) << "packed twice";
+    EXPECT_NE(a, b) << "the two orders give different bits (else this test shows nothing)";
+  }
 }
 
 // tiny_llama_kq: Q4_K, Q5_K, Q6_K, Q5_0, Q5_1; tiny_llama_iq4: IQ4_XS and IQ4_NL; tiny_llama_q23k: Q2_K

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,8 +20,8 @@ namespace chorus::test {
 
 // Loads the GGUF at `path` and creates a CPU device; a failure fails the test fatally (call it
 // under ASSERT_NO_FATAL_FAILURE).
-// A CPU device with Q8_0 in llama.cpp's order (CpuDeviceOptions::llama_order): for the tests
-// that compare logits with llama.cpp's to the bit.
+// A CPU device with Q4_0, Q4_1 and Q8_0 in llama.cpp's order (CpuDeviceOptions::llama_order):
+// for the tests that compare logits with llama.cpp's to the bit.
 inline CpuDeviceOptions llama_order() {
   CpuDeviceOptions o;
   o.llama_order = true;
@@ -71,6 +73,66 @@ inline std::vector<TokenId> greedy(const Model& m, CpuDevice& device, const std:
   EXPECT_TRUE(st.ok()) << st.error().to_string();
   if (first) *first = (*g)->first_logits();
   return (*g)->outputs()[0];
+}
+
+// How far llama.cpp's first logits of a golden prompt (generation goldens with "first_top" and
+// "exact_top": its 256 largest, and the same ids' logits of llama.cpp on a copy of the file
+// dequantized to F32, the exact arithmetic) are from the exact arithmetic: the largest distance.
+inline float llama_exact_error(const nlohmann::json& p) {
+  float far = 0;
+  for (size_t k = 0; k < p["first_top"].size(); ++k)
+    far = std::max(far, std::fabs(p["first_top"][k][1].get<float>() - p["exact_top"][k].get<float>()));
+  return far;
+}
+// The smallest of those over the prompts: how far llama.cpp's own int8 kernels are from exact at
+// best.
+inline float llama_exact_error_floor(const nlohmann::json& prompts) {
+  float floor = 1e9f;
+  for (const auto& p : prompts)
+    if (p.contains("first_top")) floor = std::min(floor, llama_exact_error(p));
+  return floor;
+}
+
+// Over llama.cpp's 256 largest first logits of each golden prompt that has them: `device`'s int8
+// kernels are no farther from the exact arithmetic than llama.cpp's own, its f32 activations are
+// the exact arithmetic to 1e-3; the int8 kernels pick llama.cpp's best token and the f32
+// activations the exact arithmetic's (the two differ at a near-tie). Returns the prompts checked.
+inline int expect_as_close_to_exact_as_llama(const Model& m, CpuDevice& device,
+                                             const nlohmann::json& prompts) {
+  int checked = 0;
+  for (const auto& p : prompts) {
+    if (!p.contains("first_top")) continue;
+    const auto ids = p["prompt_ids"].get<std::vector<TokenId>>();
+    const auto& top = p["first_top"];
+    const auto& exact = p["exact_top"];
+    const float llama_far = llama_exact_error(p);
+    float int8_far = 0, f32_far = 0;
+    const auto int8 = forward_logits(m, device, ids, false);
+    const auto f32 = forward_logits(m, device, ids, true);
+    for (size_t k = 0; k < top.size(); ++k) {
+      const int id = top[k][0].get<int>();
+      const float ex = exact[k].get<float>();
+      int8_far = std::max(int8_far, std::fabs(int8[id] - ex));
+      f32_far = std::max(f32_far, std::fabs(f32[id] - ex));
+    }
+    const std::string name = p["name"].get<std::string>();
+    std::printf(
+        "  %-16s max |dlogit| from the exact over llama.cpp's top 256: chorus f32 %.2e, chorus int8 %.4f, "
+        "llama.cpp %.4f\n",
+        name.c_str(), f32_far, int8_far, llama_far);
+    EXPECT_LE(f32_far, 1e-3f) << name;
+    EXPECT_LE(int8_far, llama_far) << name;
+    size_t exact_best = 0;  // the exact arithmetic's best of llama.cpp's 256
+    for (size_t k = 1; k < top.size(); ++k)
+      if (exact[k].get<float>() > exact[exact_best].get<float>()) exact_best = k;
+    auto argmax = [](const std::vector<float>& v) {
+      return std::max_element(v.begin(), v.end()) - v.begin();
+    };
+    EXPECT_EQ(argmax(int8), top[0][0].get<int>()) << name << ": int8, llama.cpp's best";
+    EXPECT_EQ(argmax(f32), top[exact_best][0].get<int>()) << name << ": f32, the exact arithmetic's best";
+    ++checked;
+  }
+  return checked;
 }
 
 // Each golden prompt (generation goldens: prompt_ids, greedy_ids, top2_gap) run greedily for n

@@ -377,17 +377,13 @@ void CpuRunner::attention_layer(int layer, const LayerWeights& L, std::span<cons
       seg[sg] = {q + static_cast<int64_t>(h0) * HD, sa.kp[b].data(),   sa.vp[b].data(),  ts[sg].n_kv,
                  std::max<int64_t>(begin, 0),       sa.kp16[b].data(), sa.vp16[b].data()};
     }
-    AttentionArgs a{seg,
-                    static_cast<int>(ts.size()),
-                    nq,
-                    KVD,
-                    static_cast<int64_t>(kvh) * HD,
-                    HD,
-                    scale,
+    AttentionArgs a{seg, static_cast<int>(ts.size()), nq, KVD, static_cast<int64_t>(kvh) * HD, HD, scale,
                     att_.data() + t * QD + static_cast<int64_t>(h0) * HD,
                     scratch_.data() + static_cast<size_t>(thread) * sa.scratch_stride,
-                    T == 1,
-                    f16};
+                    // llama.cpp's order for a one-token step only where its bits are wanted; else one
+                    // order for every batch, so that what a sequence computes does not depend on
+                    // what else the step carries.
+                    T == 1 && dev_.llama_order(), f16};
     K.attention(a);
   });
   if (c_.attn_output_gate)  // out *= sigmoid(gate), per head
