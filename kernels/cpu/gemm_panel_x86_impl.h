@@ -1,4 +1,4 @@
-// Matrix kernels on weight panels (kernels/cpu/panel.h has the layout) for x86: Q8_0, Q5_0, Q5_1,
+// Matrix kernels on weight panels (kernels/cpu/panel.h has the layout) for x86: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1,
 // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS against int8 activations (BlockQ8). One lane is one weight
 // row:
 //   AVX512-VNNI  a panel's 16 rows in one pass: vpdpbusd of a 64-byte step vector (4 weights of

@@ -10,7 +10,8 @@
 // (of 256 for the k-quants): panels of kPanelRows rows (the last one padded with zero rows),
 // each panel_bytes long; in a panel, the 32-weight groups ("k-blocks") b = 0 .. cols/32 - 1 in
 // order, each as
-//   [scales]   legacy types, before every k-block:  d[16] f16 (Q5_0, Q8_0);  d[16], m[16] f16 (Q5_1)
+//   [scales]   legacy types, before every k-block:  d[16] f16 (Q4_0, Q5_0, Q8_0);  d[16], m[16] f16
+//              (Q4_1, Q5_1)
 //              k-quants, before every 8th k-block (a super-block of 256 weights):
 //                Q4_K / Q5_K  d[16], dmin[16] f16, sc[8][16] u8, mn[8][16] u8 (6-bit values)
 //                Q6_K         d[16] f16, sc[16][16] i8 (scale j covers weights 16 j .. 16 j + 15)
@@ -25,7 +26,8 @@
 //                hi[2][64]    hi[m] = sum_s (V_{m+2s} >> 4 & 3) << 2s, s = 0..3    (Q6_K)
 //              Q8_0 instead stores the 8 step vectors whole: raw[8][64], raw[j] = V_j
 // Row r's value of weight k is, with g = k / 32 the k-block's group in its super-block:
-//   Q5_0  d (u - 16)    Q5_1  d u + m    Q8_0  d (u - 128)    Q4_K / Q5_K  d sc[g] u - dmin mn[g]
+//   Q4_0  d (u - 8)    Q4_1  d u + m    Q5_0  d (u - 16)    Q5_1  d u + m    Q8_0  d (u - 128)
+//   Q4_K / Q5_K  d sc[g] u - dmin mn[g]
 //   Q6_K  d sc[k / 16 % 16] (u - 32)
 //   IQ4_NL  d kIq4[u]    IQ4_XS  d sc[g] kIq4[u]    (u the 4-bit index, kernels/cpu/kquant.h)
 //   Q3_K  d sc[k / 16 % 16] (u - 4)    Q2_K  d sc[k / 16 % 16] u - dmin mn[k / 16 % 16]    (u <= 7)
