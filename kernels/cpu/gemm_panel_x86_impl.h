@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/panel.h"
@@ -60,9 +61,14 @@ inline VI zero_i() {
 // acc += per lane, sum over 4 bytes of u8(w) * s8(x4), x4 the same 4 activations in every lane.
 // The 4 activations come in through the instruction's embedded broadcast ({1to16}): GCC 12 emits
 // a separate vpbroadcastd for _mm512_set1_epi32, which takes a vector port; without it the same
-// dot steps retire about 1.5x as fast (tools/bench/isa_peak.cpp).
-inline VI dot4(VI acc, VI w, const int8_t* x4) {
-  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x4)));
+// dot steps retire about 1.5x as fast (tools/bench/isa_peak.cpp). The activations' block goes
+// in as a base register and step j's offset 4 j as an immediate, not as an "m" operand: with
+// one, GCC 12 stored every accumulator of a tile to the stack on each k-block (eight stores per
+// 64 dot steps; a "memory" clobber was worse). The activations are written before a product
+// starts and only read during it, so the asm needs no ordering against stores.
+template <int J>
+inline VI dot4_at(VI acc, VI w, const int8_t* q) {
+  __asm__("vpdpbusd %c3(%2)%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "r"(q), "i"(4 * J));
   return acc;
 }
 inline VI sub_i(VI v, int32_t c) {
@@ -77,8 +83,9 @@ inline VI iq4_lookup(VI idx) {
   return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(t), idx);
 }
 // acc += sum over 4 of w * x4 for the IQ4 weights iq4_lookup gives (unsigned here).
-inline VI dot4_iq4(VI acc, VI w, const int8_t* x4) {
-  return dot4(acc, w, x4);
+template <int J>
+inline VI dot4_iq4_at(VI acc, VI w, const int8_t* q) {
+  return dot4_at<J>(acc, w, q);
 }
 // Q8_0: the stored u = q + 128 as they are (unsigned, for vpdpbusd); the 128 comes off through
 // the activations' sum.
@@ -153,9 +160,10 @@ inline VI or_shl4(VI v, VI hi) {
 inline VI zero_i() {
   return _mm256_setzero_si256();
 }
-inline VI dot4(VI acc, VI w, const int8_t* x4) {  // u <= 63: maddubs' i16 pairs cannot saturate
+template <int J>
+inline VI dot4_at(VI acc, VI w, const int8_t* q) {  // u <= 63: maddubs' i16 pairs cannot saturate
   int32_t v;
-  std::memcpy(&v, x4, 4);
+  std::memcpy(&v, q + 4 * J, 4);
   const __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(v));
   return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
@@ -169,13 +177,14 @@ inline VI iq4_lookup(VI idx) {
   const __m128i t = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
   return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), idx);
 }
-inline VI dot4_iq4(VI acc, VI w, const int8_t* x4) {
+template <int J>
+inline VI dot4_iq4_at(VI acc, VI w, const int8_t* q) {
   int32_t v;
-  std::memcpy(&v, x4, 4);
+  std::memcpy(&v, q + 4 * J, 4);
   const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(_mm256_set1_epi32(v), w));
   return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
-// Q8_0: the stored u = q + 128 back to the signed q, for dot4_iq4's sign trick (|q| <= 128:
+// Q8_0: the stored u = q + 128 back to the signed q, for dot4_iq4_at's sign trick (|q| <= 128:
 // maddubs' i16 pairs reach at most 2 * 128 * 127, so they cannot saturate); no offset.
 constexpr int kQ8Off = 0;
 inline VI q8_weights(VI u) {
@@ -218,6 +227,14 @@ inline void store(float* y, VF v, int n) {
   std::memcpy(y, lanes, sizeof(float) * static_cast<size_t>(n));
 }
 #endif
+
+// i += steps J0 .. J0 + sizeof...(J) - 1 of a k-block: 4 weights of each lane (v[j]) times
+// activations 4 j .. 4 j + 3 of the block q, unsigned (dot4_at) or signed (dot4_iq4_at) weights.
+template <bool Signed, int J0, int... J>
+inline VI dot_steps(VI i, const VI* v, const int8_t* q, std::integer_sequence<int, J...>) {
+  ((i = Signed ? dot4_iq4_at<J0 + J>(i, v[J0 + J], q) : dot4_at<J0 + J>(i, v[J0 + J], q)), ...);
+  return i;
+}
 
 // How far ahead in a panel to prefetch: decode streams panels from memory, about 14 GB/s per
 // core here, so a few KB must be in flight; 16 KB measured best of 1, 2, 4, 8 and 16 KB on a
@@ -313,16 +330,15 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
       const int32_t qsum = x.qsum[0] + x.qsum[1];
       if constexpr (halves) {
         VI i0 = zero_i(), i1 = zero_i();
-        for (int j = 0; j < 4; ++j) i0 = dot4(i0, v[j], x.q + 4 * j);
-        for (int j = 4; j < 8; ++j) i1 = dot4(i1, v[j], x.q + 4 * j);
+        i0 = dot_steps<false, 0>(i0, v, x.q, std::make_integer_sequence<int, 4>{});
+        i1 = dot_steps<false, 4>(i1, v, x.q, std::make_integer_sequence<int, 4>{});
         acc[t] = fma(cvt(sub_i(i0, off * x.qsum[0])), mul(dw0, set1(x.d)), acc[t]);
         if constexpr (q2) acc[t] = fma(mo, set1(x.dq[0]), acc[t]);
         acc[t] = fma(cvt(sub_i(i1, off * x.qsum[1])), mul(dw1, set1(x.d)), acc[t]);
         if constexpr (q2) acc[t] = fma(mo1, set1(x.dq[1]), acc[t]);
       } else {
         VI i = zero_i();
-        for (int j = 0; j < 8; ++j)
-          i = signed_dot ? dot4_iq4(i, v[j], x.q + 4 * j) : dot4(i, v[j], x.q + 4 * j);
+        i = dot_steps<signed_dot, 0>(i, v, x.q, std::make_integer_sequence<int, 8>{});
         if constexpr (off != 0) i = sub_i(i, off * qsum);
         acc[t] = fma(cvt(i), mul(dw0, set1(x.d)), acc[t]);
         if constexpr (min) acc[t] = fma(mo, set1(x.dq[2]), acc[t]);
