@@ -62,7 +62,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int threads = 0;             // 0: one per core
   std::string isa;             // "": best for this CPU
-  bool llama_order = false;    // Q8_0 in llama.cpp's order (CpuDeviceOptions::llama_order)
+  bool llama_order = false;    // Q4_0, Q4_1, Q8_0 in llama.cpp's order (CpuDeviceOptions::llama_order)
   std::string kv_type;         // --kv-type: f32 or f16 ("": $CHORUS_KV_TYPE, else f32)
   bool verbose = false;        // timing line on stderr
   int parallel = 1;            // generations sharing one prompt block, batched

@@ -56,9 +56,9 @@ TEST_P(TinyModels, LogitsAndGreedyMatchLlamaCpp) {
   const auto& g = (*golden)["models"][file];
   auto model = Model::load(test::goldens_dir() + "/" + file);
   ASSERT_TRUE(model.ok()) << model.error().to_string();
-  // Q8_0 in llama.cpp's order (the default runs it on weight panels, whose sums go in another
-  // order: a random-weight hybrid model then drifts by 1e-2 over 40 tokens, as its int8
-  // activations round differently).
+  // Q4_0, Q4_1 and Q8_0 in llama.cpp's order (the default runs them on weight panels, whose sums
+  // go in another order: a random-weight hybrid model then drifts by 1e-2 over 40 tokens, as its
+  // int8 activations round differently).
   auto device = CpuDevice::create(test::llama_order());
   ASSERT_TRUE(device.ok());
   const bool f32 = file.find("f32") != std::string::npos;
