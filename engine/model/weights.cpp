@@ -31,7 +31,8 @@ std::shared_ptr<Weights::Panels> Weights::new_panels() {
 void Weights::ensure_panels(const std::function<bool(TensorType)>& wanted) const {
   Panels& store = *panels_;
   std::lock_guard<std::mutex> lock(store.m);
-  std::vector<const WeightMatrix*> all = {&token_embd, &output};
+  // Not the embedding: its rows are only looked up (a tied output is a copy of it and gets them).
+  std::vector<const WeightMatrix*> all = {&output};
   for (const LayerWeights& L : layers) {
     for (const WeightMatrix* m :
          {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_qkv, &L.w_z, &L.w_beta, &L.w_alpha, &L.w_ba, &L.w_ssm_out,
@@ -43,7 +44,7 @@ void Weights::ensure_panels(const std::function<bool(TensorType)>& wanted) const
   auto todo = [&](const WeightMatrix* m) {
     return m->data != nullptr && m->panels == nullptr && panel_type(m->type) && (!wanted || wanted(m->type));
   };
-  // A tied output is the embedding: one panel set serves both.
+  // Matrices that share their data share one panel set.
   std::map<const uint8_t*, const WeightMatrix*> done;
   size_t total = store.bytes;
   for (const WeightMatrix* m : all)

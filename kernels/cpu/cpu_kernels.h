@@ -104,12 +104,14 @@ struct AttentionArgs {
   int64_t kv_stride;  // floats per position in a value page (n_kv_heads * head_dim)
   int64_t kv_offset;  // this head's first dimension (kv_head * head_dim)
   int head_dim;
-  float scale;              // 1 / sqrt(head_dim)
-  float* out;               // [n_q, head_dim]
-  float* scratch;           // attention_scratch_floats(n_q, total positions, head_dim) floats,
-                            // private to the calling thread
-  bool single_token_batch;  // the step has one token: use llama.cpp's order for that shape
-  bool kv_f16 = false;      // the segments' pages are f16 (k_pages_f16, v_pages_f16)
+  float scale;     // 1 / sqrt(head_dim)
+  float* out;      // [n_q, head_dim]
+  float* scratch;  // attention_scratch_floats(n_q, total positions, head_dim) floats,
+                   // private to the calling thread
+  // The step has one token and llama.cpp's bits are wanted (CpuDeviceOptions::llama_order): its
+  // order for that shape. Off, one order for every batch.
+  bool single_token_batch;
+  bool kv_f16 = false;  // the segments' pages are f16 (k_pages_f16, v_pages_f16)
 };
 
 // Scratch an attention call needs: scores [n_q, round_up(n_kv, 16)], value accumulators

@@ -65,7 +65,9 @@ inline VI zero_i() {
 // in as a base register and step j's offset 4 j as an immediate, not as an "m" operand: with
 // one, GCC 12 stored every accumulator of a tile to the stack on each k-block (eight stores per
 // 64 dot steps; a "memory" clobber was worse). The activations are written before a product
-// starts and only read during it, so the asm needs no ordering against stores.
+// starts and only read during it, so the asm needs no ordering against stores: products are
+// called through a GemmFn pointer after the quantization. (Inlined beside the code that writes
+// them, it would need the "m" operand back.)
 template <int J>
 inline VI dot4_at(VI acc, VI w, const int8_t* q) {
   __asm__("vpdpbusd %c3(%2)%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "r"(q), "i"(4 * J));

@@ -430,8 +430,9 @@ inline void attention_reduce(const chorus::AttentionArgs& a, int chains, const f
 // so scores come out 16 positions at a time, all as vectors over positions (page_scores). Then
 // exponentials, and the values summed with fma per lane and reduced: with several tokens in the
 // step llama.cpp runs this as a tiled GEMM (one 16-lane chain over positions); with one token, as
-// ggml's dot product (4 x 16 lanes over steps of 64, folded). No KV copy; scores and accumulators
-// live in a.scratch.
+// ggml's dot product (4 x 16 lanes over steps of 64, folded) — the order single_token_batch asks
+// for, which the runner sets only in llama.cpp's order (else every batch gets the one chain). No KV copy;
+// scores and accumulators live in a.scratch.
 void op_attention(const chorus::AttentionArgs& a) {
   constexpr int P = chorus::kKvPageSize;
   static_assert(P == 16, "the reduction order below is written for 16-position pages");

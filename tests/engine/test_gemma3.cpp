@@ -49,7 +49,7 @@ class Gemma3 : public ::testing::Test {
 
   static std::unique_ptr<Model> model_;
   static std::unique_ptr<CpuDevice> device_;
-  static std::unique_ptr<CpuDevice> llama_device_;  // Q8_0 in llama.cpp's order
+  static std::unique_ptr<CpuDevice> llama_device_;  // Q4_0, Q4_1 and Q8_0 in llama.cpp's order
   std::optional<nlohmann::json> golden_;
 };
 

@@ -299,9 +299,11 @@ TEST(TinyModelsPanelsMemory, LlamaOrderPacksNoPanelsOfItsTypes) {
     const std::vector<TokenId> ids = {5, 17, 42, 7};
     const auto a = test::forward_logits(m, **llama, ids, false);
     EXPECT_EQ(m.weights.panel_bytes(), 0u) << "llama.cpp's order packed panels it never reads";
+    EXPECT_EQ(m.weights.layers[0].wq.panels, nullptr);
     const auto b = test::forward_logits(m, **plain, ids, false);
     const size_t packed = m.weights.panel_bytes();
     EXPECT_GT(packed, 0u) << "the default runner reads Q8_0 and Q4_0 from panels";
+    EXPECT_NE(m.weights.layers[0].wq.panels, nullptr) << "a layer's matrix (Q8_0; Q4_0) is on panels";
     const auto c = test::forward_logits(m, **llama, ids, false);
     EXPECT_EQ(c, a) << "the llama.cpp-order runner still reads the rows once panels exist";
     test::forward_logits(m, **plain, ids, false);
@@ -311,7 +313,10 @@ TEST(TinyModelsPanelsMemory, LlamaOrderPacksNoPanelsOfItsTypes) {
 }
 
 // tiny_llama_kq: Q4_K, Q5_K, Q6_K, Q5_0, Q5_1; tiny_llama_iq4: IQ4_XS and IQ4_NL; tiny_llama_q23k: Q2_K
-// and Q3_K.
+// and Q3_K. (Q4_0 and Q4_1 share llama.cpp's activations, so their panels move a tiny model's
+// logits by float rounding only: tiny_qwen2's Q4_0 tied llama.cpp's distance from the exact
+// logits to 1e-7, which this test's strict comparison cannot judge; the default model's Q4_1 is
+// held to the exact arithmetic in test_generation.cpp.)
 INSTANTIATE_TEST_SUITE_P(Files, TinyModelsPanels,
                          ::testing::Values("tiny_llama_kq.gguf", "tiny_llama_iq4.gguf",
                                            "tiny_llama_q23k.gguf"),
