@@ -251,7 +251,7 @@ void tile(const chorus::GemmArgs& a, int64_t panel, int pass, int64_t t0, int ro
   constexpr bool halves = q6 || q3 || q2;  // a scale (Q2_K: and a minimum) per 16 weights
   constexpr bool iq4 = T == TensorType::iq4_nl || T == TensorType::iq4_xs;
   constexpr bool q8 = T == TensorType::q8_0;
-  constexpr bool signed_dot = iq4 || q8;  // dot4_iq4: unsigned weights on VNNI, signed on AVX2
+  constexpr bool signed_dot = iq4 || q8;  // dot4_iq4_at: unsigned weights on VNNI, signed on AVX2
   constexpr int bits = chorus::panel_quant_bits(T);
   constexpr bool min =
       T == TensorType::q4_1 || T == TensorType::q5_1 || T == TensorType::q4_k || T == TensorType::q5_k || q2;

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "device/cpu_device.h"
 #include "engine/forward/cpu/cpu_runner.h"
@@ -40,14 +39,6 @@ std::vector<float> decode_b64_f32(const std::string& s) {
   std::vector<float> out(bytes.size() / 4);
   std::memcpy(out.data(), bytes.data(), out.size() * 4);
   return out;
-}
-
-std::vector<int> top_k_ids(const std::vector<float>& v, int k) {
-  std::vector<int> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return v[a] > v[b]; });
-  idx.resize(static_cast<size_t>(k));
-  return idx;
 }
 
 class GenerationGoldens : public ::testing::Test {

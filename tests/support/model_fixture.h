@@ -18,8 +18,6 @@
 
 namespace chorus::test {
 
-// Loads the GGUF at `path` and creates a CPU device; a failure fails the test fatally (call it
-// under ASSERT_NO_FATAL_FAILURE).
 // A CPU device with Q4_0, Q4_1 and Q8_0 in llama.cpp's order (CpuDeviceOptions::llama_order):
 // for the tests that compare logits with llama.cpp's to the bit.
 inline CpuDeviceOptions llama_order() {
@@ -28,6 +26,8 @@ inline CpuDeviceOptions llama_order() {
   return o;
 }
 
+// Loads the GGUF at `path` and creates a CPU device; a failure fails the test fatally (call it
+// under ASSERT_NO_FATAL_FAILURE).
 inline void load_model(const std::string& path, std::unique_ptr<Model>* model,
                        std::unique_ptr<CpuDevice>* device) {
   auto m = Model::load(path);
