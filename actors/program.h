@@ -24,6 +24,7 @@ struct Model;
 class CpuDevice;
 class CudaDevice;
 class ProgramManager;
+class ProgramJournal;
 class Trace;
 struct ProgramPolicyOptions;
 
@@ -52,6 +53,11 @@ struct ProgramHooks {
   std::shared_ptr<Trace> trace;
   int64_t trace_lane = -1;
   std::string trace_name;
+  // Records what the program does (its generations, tool results, what its outward sinks
+  // delivered) and, when it holds records of an earlier run of the same program, takes that
+  // work again instead of doing it twice (actors/program_journal.h): a coordinator's program
+  // that starts again on another node. Null: none.
+  std::shared_ptr<ProgramJournal> journal;
 };
 
 struct ProgramReport {

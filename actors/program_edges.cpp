@@ -155,7 +155,8 @@ caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig
     auto& st = self->state;
     if (text.empty()) return;
     if (c->callback) {
-      c->callback(c->name, text);
+      if (const std::string fresh = c->journal ? c->journal->deliver(c->name, text) : text; !fresh.empty())
+        c->callback(c->name, fresh);
       return;
     }
     std::string s;
@@ -169,7 +170,8 @@ caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig
       s += ch;
     }
     st.last = from;
-    out(s);
+    if (c->journal) s = c->journal->deliver(c->name, s);  // not again what an earlier run delivered
+    if (!s.empty()) out(s);
   };
   return {
       [=](text_atom, const std::string& text) { write(text, self->current_sender()); },

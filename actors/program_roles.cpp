@@ -11,6 +11,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <zmq.hpp>
 #include "actors/atoms.h"
@@ -175,6 +176,9 @@ struct GeneratorState {
   bool retiring = false;             // a patch replaces or removes it: this run is its last
   bool editing = false;           // waiting for its edit_program call (the patcher is busy with that patch)
   caf::response_promise retired;  // answered with `queued` when that run ends
+  // The journal's record of the request in flight, played back when the forward that writes its
+  // tokens ends (ProgramJournal::replay).
+  std::optional<ProgramJournal::Generation> replaying;
 };
 
 using GeneratorSelf = caf::stateful_actor<GeneratorState>*;
@@ -200,6 +204,30 @@ void on_generated(GeneratorSelf self, const GeneratorConf& c, const Reply& r) {
     self->send(st.ctl, signal_atom::value, c->emits[i].event, p.substr(0, at + c->emits[i].at.size()));
     p.erase(0, at + c->emits[i].at.size());
   }
+}
+
+// Submits a request of the run (request st.tool_calls of run st.runs): a generate, recorded in
+// the journal as it streams — or, when the journal holds that request's finished record (the
+// program runs again after its node was lost), a forward of the recorded input and tokens into
+// the block, after which the generator hears the recorded tokens (its event handler).
+void submit_generate(GeneratorSelf self, const GeneratorConf& c, const caf::actor& batcher,
+                     const Request& r) {
+  auto& st = self->state;
+  auto failed = [=](const std::string& why) {
+    self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
+  };
+  if (c->journal) {
+    if (auto g = c->journal->replay(c->name, st.runs, st.tool_calls, r.tokens)) {
+      Request f = Request::forward(r.write_to, r.tokens, r.view);
+      for (const auto& t : g->out)
+        if (t.id >= 0) f.tokens.push_back(t.id);
+      st.replaying = std::move(*g);
+      submit(self, batcher, f, failed);
+      return;
+    }
+    c->journal->begin(c->name, st.runs, st.tool_calls, r.tokens);
+  }
+  submit(self, batcher, r, failed);
 }
 
 // When the request stopped at a tool call (and the run may make one more): the program acts —
@@ -229,17 +257,23 @@ bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::acto
     next.tokens = c->tokenizer->encode(response, {.parse_special = true});
     next.stop.max_tokens = std::max(1, c->request.stop.max_tokens - s2.generated);
     s2.request_text.clear();
-    submit(self, batcher, next, [=](const std::string& why) {
-      self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
-    });
+    submit_generate(self, c, batcher, next);
   };
   const caf::actor& to = edit ? c->patcher : c->tools;
+  const int call = st.tool_calls - 1, run = st.runs;
+  std::optional<std::string> recorded;  // a tool's result from an earlier run of the program
+  if (!edit && to && !tool.empty() && c->journal) recorded = c->journal->replay_tool(c->name, run, call);
   if (tool.empty()) {
     go_on("error: " + error);
   } else if (!to) {
     go_on("error: no tool \"" + tool + "\" here");
+  } else if (recorded) {
+    go_on(*recorded);  // the tool ran in that run: not again
   } else {
-    auto answered = [=](const std::string& result) { go_on(result); };
+    auto answered = [=](const std::string& result) {
+      if (c->journal && !edit) c->journal->tool(c->name, run, call, result);
+      go_on(result);
+    };
     auto silent = [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); };
     st.editing = edit;
     if (edit)
@@ -286,11 +320,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
     st.done = true;
     self->send(st.ctl, signal_atom::value, c->name + ".done", std::string());
   };
-  auto submit_run = [=] {
-    submit(self, batcher, self->state.next, [=](const std::string& why) {
-      self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
-    });
-  };
+  auto submit_run = [=] { submit_generate(self, c, batcher, self->state.next); };
   // `fresh`: the block is cleared first; while a reader holds it, the clear is tried again shortly.
   auto clear_then_submit = [=] {
     self->request(batcher, caf::infinite, frame_atom::value, encode_clear_block(0, c->clear_before_run))
@@ -335,6 +365,18 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
     st.retired.deliver(std::vector<std::string>(st.queued.begin(), st.queued.end()));
     self->quit();
   };
+  // A request of the run ended (live, or played back from the journal).
+  auto finished = [=](const Reply& r) {
+    if (r.reason == FinishReason::error || r.reason == FinishReason::context_full) {  // not a short success
+      self->send(self->state.ctl, fail_atom::value, c->name, "generation failed: " + r.text);
+      return;
+    }
+    if (go_on_with_tool(self, c, batcher, r)) return;
+    end_run(self, c);
+    if (self->state.retiring) return quit_retired();
+    run();
+    maybe_done();
+  };
   return {
       [=](start_atom, const caf::actor& ctl) { start(ctl, {}); },
       [=](start_atom, const caf::actor& ctl, const std::vector<std::string>& carried) {
@@ -362,19 +404,31 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
       [=](event_atom, const std::vector<uint8_t>& frame) {
         auto r = decode_reply(frame);
         if (!r) return;
+        auto& st = self->state;
+        if (st.replaying) {  // the forward of a recorded generation: now its tokens, then its end
+          if (r->kind != ReplyKind::finished) return;
+          if (r->reason == FinishReason::error) return finished(*r);
+          ProgramJournal::Generation g = std::move(*st.replaying);
+          st.replaying.reset();
+          for (const auto& t : g.out) {
+            Reply tr;
+            tr.kind = ReplyKind::token;
+            tr.token = t.id;
+            tr.text = t.text;
+            on_generated(self, c, tr);
+          }
+          Reply fr;
+          fr.kind = ReplyKind::finished;
+          fr.reason = g.reason;
+          return finished(fr);
+        }
         if (r->kind == ReplyKind::token) {
+          if (c->journal) c->journal->token(c->name, st.runs, st.tool_calls, r->token, r->text);
           on_generated(self, c, *r);
         } else if (r->kind == ReplyKind::finished) {
-          if (r->reason == FinishReason::error ||
-              r->reason == FinishReason::context_full) {  // not a short success
-            self->send(self->state.ctl, fail_atom::value, c->name, "generation failed: " + r->text);
-            return;
-          }
-          if (go_on_with_tool(self, c, batcher, *r)) return;
-          end_run(self, c);
-          if (self->state.retiring) return quit_retired();
-          run();
-          maybe_done();
+          if (c->journal && r->reason != FinishReason::error && r->reason != FinishReason::context_full)
+            c->journal->finish(c->name, st.runs, st.tool_calls, r->reason);
+          finished(*r);
         }
       },
   };

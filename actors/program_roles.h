@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actors/program.h"
+#include "actors/program_journal.h"
 #include "engine/step/engine.h"
 #include "topology/topology.h"
 
@@ -115,6 +116,9 @@ struct GeneratorConfig {
   const Tokenizer* tokenizer = nullptr;
   BlockId clear_before_run =
       -1;  // `fresh`: this block (its `writes`) is cleared before each run but the first
+  // Where its requests and tool results are recorded, and taken again when the program runs again
+  // (actors/program_journal.h); null: none.
+  std::shared_ptr<ProgramJournal> journal;
 };
 
 struct ProbeRoleConfig {
@@ -155,6 +159,9 @@ struct SinkRoleConfig {
   caf::actor zmq;                   // a ZeroMQ PUB sink's socket actor
   caf::actor console;               // stdout/stderr sinks write through the stream's one console actor
   std::function<void(const std::string&, const std::string&)> callback;
+  // A sink that reaches the outside skips what it delivered in an earlier run of the program
+  // (ProgramJournal::deliver); null: none.
+  std::shared_ptr<ProgramJournal> journal;
 };
 
 caf::actor spawn_controller(caf::actor_system& sys, ControllerConfig cfg);

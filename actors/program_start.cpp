@@ -22,6 +22,7 @@
 #include "actors/feeders.h"
 #include "actors/node_port.h"
 #include "actors/program_impl.h"
+#include "actors/program_journal.h"
 #include "actors/program_manager.h"
 #include "actors/program_roles.h"
 #include "actors/sandbox.h"
@@ -233,6 +234,7 @@ class Program::Starter {
     sc.kind = a.sink;
     sc.prefix = a.prefix;
     if (Status s = sink_outlet(a, sc); !s.ok()) return s;
+    if (!sc.console) sc.journal = hooks_.journal;  // a file, a socket, a callback: the outside
     im_.roles[a.name] = spawn_sink(sys_, std::move(sc));
     im_.sinks.push_back(im_.roles[a.name]);
     return Status::success();
@@ -243,7 +245,9 @@ class Program::Starter {
     const std::string at = where_ + "actors." + a.name + ": ";
     switch (a.sink) {
       case topology::SinkKind::file: {
-        std::FILE* f = std::fopen(a.path.c_str(), "w");
+        // Truncated, unless an earlier run of the program wrote to it (ProgramHooks::journal).
+        const bool wrote = hooks_.journal && hooks_.journal->delivered(a.name) > 0;
+        std::FILE* f = std::fopen(a.path.c_str(), wrote ? "a" : "w");
         if (!f) return make_error(Errc::io, at + "cannot open " + a.path + ": " + std::strerror(errno));
         sc.file = std::shared_ptr<std::FILE>(f, [](std::FILE* p) { std::fclose(p); });
         break;
@@ -311,6 +315,7 @@ class Program::Starter {
     }
     gc.tokenizer = &tok_;
     if (a.fresh) gc.clear_before_run = im_.blocks.at(a.writes);
+    gc.journal = hooks_.journal;
     return spawn_generator(sys_, im_.batcher, std::move(gc));
   }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/program.h"
+#include "actors/program_journal.h"
 #include "gateway/openai_request.h"
 #include "topology/topology.h"
 
@@ -51,12 +52,15 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
   topology::Topology t = std::move(*loaded);
   const std::string label = "topology-" + std::to_string(g_next_run++) + "-" + t.name;
   // A program whose node is lost under it starts again on another (up to kMaxRestarts times):
-  // nothing of it reached the client yet (the answer comes at its end), and its roles and blocks
-  // are made again from the topology.
+  // nothing of it reached the client yet (the answer comes at its end); its roles and blocks are
+  // made again from the topology, and the journal gives them back what they had finished there
+  // (each generation's tokens, each tool's result), so that nothing is done twice.
   constexpr int kMaxRestarts = 3;
   json restarts = json::array();
   std::string avoid;
+  auto journal = std::make_shared<ProgramJournal>();
   for (int attempt = 0;; ++attempt) {
+    journal->new_run();
     const std::shared_ptr<GatewayBackend> b = backends.place(label, avoid);
     auto engine = SharedEngine::remote(model, b->programs->memory(), b->programs->capacity_pages(),
                                        b->programs->scheduler(), "node " + b->name);
@@ -64,6 +68,7 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
     output->second = json::array();
     ProgramHooks hooks;
     hooks.unsafe_tools = unsafe_tools;
+    hooks.journal = journal;
     hooks.console = [output](const std::string& stream, const std::string& text) {  // into the answer
       std::lock_guard<std::mutex> l(output->first);
       json& out = output->second;
@@ -92,12 +97,23 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
     }
     backends.forget(label);
     if (!program) throw http_error(program.error());
+    const ProgramJournal::Counts replayed = journal->replayed();
     spdlog::info("gateway: topology program `{}` on `{}` ended: {}{}", label, b->name, report.ended_by,
                  report.error.empty() ? "" : " (" + report.error + ")");
+    if (attempt > 0)
+      spdlog::info(
+          "gateway: topology program `{}` took again from its journal {} generations ({} tokens), {} "
+          "tool results, {} bytes its sinks had delivered",
+          label, replayed.requests, replayed.tokens, replayed.tool_results, replayed.sink_bytes);
     std::lock_guard<std::mutex> l(output->first);
     return json{{"program", label},
                 {"node", b->name},
                 {"restarts", restarts},
+                {"replayed",
+                 {{"generations", replayed.requests},
+                  {"tokens", replayed.tokens},
+                  {"tool_results", replayed.tool_results},
+                  {"sink_bytes", replayed.sink_bytes}}},
                 {"ended_by", report.ended_by},
                 {"error", report.error},
                 {"seconds", report.seconds},

@@ -113,6 +113,14 @@ int run_remote(const RunArgs& args) {
   for (const auto& r : j.value("restarts", json::array()))
     std::fprintf(stderr, "[node %s was lost under the program (%s): it started again on another]\n",
                  r["node"].get<std::string>().c_str(), r["error"].get<std::string>().c_str());
+  if (const json re = j.value("replayed", json::object()); !j.value("restarts", json::array()).empty())
+    std::fprintf(
+        stderr,
+        "[taken again from the coordinator's journal, not redone: %lld generations (%lld tokens), %lld "
+        "tool results]\n",
+        static_cast<long long>(re.value("generations", int64_t{0})),
+        static_cast<long long>(re.value("tokens", int64_t{0})),
+        static_cast<long long>(re.value("tool_results", int64_t{0})));
   for (const auto& o : j["output"]) {
     std::FILE* to = o["stream"] == "stderr" ? stderr : stdout;
     std::fputs(o["text"].get<std::string>().c_str(), to);

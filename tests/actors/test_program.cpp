@@ -19,6 +19,7 @@
 #include <zmq.hpp>
 
 #include "actors/program.h"
+#include "actors/program_journal.h"
 #include "actors/program_roles.h"
 #include "actors/submit.h"
 #include "device/cpu_device.h"
@@ -85,6 +86,7 @@ class ProgramTest : public ::testing::Test {
     ProgramHooks hooks;
     hooks.unsafe_tools = unsafe_tools_;
     hooks.trace = trace_;
+    hooks.journal = journal_;
     hooks.event = [&](const ProgramEvent& e) { note(e.name, e.text); };
     hooks.sink = [&](const std::string& sink, const std::string& text) { note("sink:" + sink, text); };
     caf::actor_system_config cfg;
@@ -101,8 +103,9 @@ class ProgramTest : public ::testing::Test {
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<CpuDevice> device_;
-  bool unsafe_tools_ = false;     // ProgramHooks::unsafe_tools for run_topology
-  std::shared_ptr<Trace> trace_;  // ProgramHooks::trace for run_topology
+  bool unsafe_tools_ = false;                // ProgramHooks::unsafe_tools for run_topology
+  std::shared_ptr<Trace> trace_;             // ProgramHooks::trace for run_topology
+  std::shared_ptr<ProgramJournal> journal_;  // ProgramHooks::journal for run_topology
 };
 
 TEST_F(ProgramTest, ThinkerWriterInterleaves) {
@@ -469,6 +472,52 @@ TEST_F(ProgramTest, ATracedProgramRecordsItsMessagesAndToolRuns) {
             by_name["solver.tool_result"]["ts"].get<int64_t>());
 }
 
+// The tool runs in a trace's `roles` process (pid 3): one slice per run.
+size_t tool_runs(const Trace& trace) {
+  size_t n = 0;
+  const nlohmann::json j = nlohmann::json::parse(trace.json());
+  for (const auto& e : j["traceEvents"]) n += e["pid"] == 3 && e["ph"] == "X" && e["cat"] == "tool" ? 1 : 0;
+  return n;
+}
+
+// A program run again with the journal of its first run (as a coordinator runs one whose node
+// died) takes its finished work back instead of doing it again: the solver's two generations
+// (before and after the call) are written into its block by forwards and heard as generated, the
+// tool does not run, and the callback sink, which reaches the outside, is not given again what
+// it was given. Events, blocks and tokens are the first run's.
+TEST_F(ProgramTest, AJournalGivesBackWhatAnEarlierRunFinished) {
+  journal_ = std::make_shared<ProgramJournal>();
+  const std::vector<std::pair<std::string, std::string>> sets = {
+      {"a", "1234"}, {"b", "4321"}, {"actors.out.to", "callback"}};
+  trace_ = std::make_shared<Trace>();
+  Outcome first = run_topology("tool_agent.yaml", sets);
+  EXPECT_EQ(tool_runs(*trace_), 1u);
+  EXPECT_EQ(journal_->replayed().requests, 0) << "nothing to take back in a first run";
+  std::string delivered;
+  for (const auto& s : first.named("sink:out")) delivered += s.text;
+  ASSERT_FALSE(delivered.empty());
+
+  journal_->new_run();
+  trace_ = std::make_shared<Trace>();
+  Outcome again = run_topology("tool_agent.yaml", sets);
+  EXPECT_EQ(tool_runs(*trace_), 0u) << "the tool ran again";
+  trace_.reset();
+  const ProgramJournal::Counts c = journal_->replayed();
+  journal_.reset();
+  EXPECT_EQ(c.requests, 2) << "the solver's generations before and after the call";
+  EXPECT_EQ(c.tool_results, 1);
+  EXPECT_EQ(c.tokens, first.report.generated_tokens);
+  EXPECT_EQ(c.sink_bytes, static_cast<int64_t>(delivered.size()));
+  EXPECT_TRUE(again.named("sink:out").empty()) << "the callback sink was given its text again";
+  EXPECT_EQ(again.report.ended_by, first.report.ended_by);
+  EXPECT_EQ(again.report.generated_tokens, first.report.generated_tokens);
+  EXPECT_EQ(again.report.block_tokens, first.report.block_tokens);
+  EXPECT_EQ(again.report.events, first.report.events);
+  const auto results = again.named("solver.tool_result");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].text, "5555") << "the recorded result";
+}
+
 // Without the sandbox's isolation (CHORUS_SANDBOX=plain stands in for a machine without
 // bubblewrap), a program with tools refuses to start, saying what is missing and how to go on
 // anyway; with unsafe_tools (`chorus run --unsafe-tools`) it runs; a program without tools
@@ -627,6 +676,66 @@ TEST_F(TinyProgram, EndingOnASharedEngineCancelsWhatItsRolesLeftRunning) {
   where.program = 1;
   EXPECT_FALSE(ask(self, (*engine)->batcher(), encode_program(0, where)).ok())
       << "program 1 is still registered";
+}
+
+// The journal's own rules: a finished record with the same input is given back, once per run
+// of the program that asks; an unfinished one, or another input, is not, and drops what the role
+// recorded from there on; a sink is given only the bytes past those it delivered before.
+TEST(ProgramJournal, GivesBackFinishedRecordsAndDropsAPathLeft) {
+  ProgramJournal j;
+  j.begin("s", 0, 0, {1, 2});
+  j.token("s", 0, 0, 7, "a");
+  j.token("s", 0, 0, 8, "b");
+  j.finish("s", 0, 0, FinishReason::stop_string);
+  j.tool("s", 0, 0, "42");
+  j.begin("s", 0, 1, {3});
+  j.token("s", 0, 1, 9, "c");  // in flight when the node died
+  j.begin("s", 1, 0, {5});     // (not reachable in practice: a later run after an unfinished one)
+  j.finish("s", 1, 0, FinishReason::max_tokens);
+
+  auto g = j.replay("s", 0, 0, {1, 2});
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->out.size(), 2u);
+  EXPECT_EQ(g->out[1].text, "b");
+  EXPECT_EQ(g->reason, FinishReason::stop_string);
+  EXPECT_FALSE(j.replay("t", 0, 0, {1, 2}).has_value()) << "another role";
+  EXPECT_EQ(j.replay_tool("s", 0, 0), std::optional<std::string>("42"));
+  EXPECT_FALSE(j.replay("s", 0, 1, {3}).has_value()) << "unfinished: it runs again";
+  j.begin("s", 0, 1, {3});  // live, as the role runs it
+  EXPECT_FALSE(j.replay("s", 1, 0, {5}).has_value()) << "dropped: it came after the request run again";
+  EXPECT_TRUE(j.replay("s", 0, 0, {1, 2}).has_value()) << "what came before stays";
+  const ProgramJournal::Counts c = j.replayed();
+  EXPECT_EQ(c.requests, 2);
+  EXPECT_EQ(c.tokens, 4);
+  EXPECT_EQ(c.tool_results, 1);
+  j.finish("s", 0, 1, FinishReason::max_tokens);
+
+  // Another path: role u asks with another input; nothing more is given back in this run, and
+  // what the roles recorded past the point this run reached goes (s keeps its request 0; v, not
+  // reached, keeps nothing).
+  j.new_run();
+  for (const char* role : {"u", "v"}) {
+    j.begin(role, 0, 0, {1});
+    j.finish(role, 0, 0, FinishReason::max_tokens);
+  }
+  j.new_run();
+  EXPECT_TRUE(j.replay("s", 0, 0, {1, 2}).has_value());
+  EXPECT_FALSE(j.replay("u", 0, 0, {2}).has_value()) << "another input";
+  EXPECT_FALSE(j.replay("s", 0, 0, {1, 2}).has_value()) << "nothing more in this run";
+  EXPECT_FALSE(j.replay_tool("s", 0, 0).has_value());
+  j.new_run();
+  EXPECT_TRUE(j.replay("s", 0, 0, {1, 2}).has_value()) << "reached before the other path: kept";
+  EXPECT_FALSE(j.replay("v", 0, 0, {1}).has_value()) << "not reached: dropped";
+
+  EXPECT_EQ(j.deliver("f", "hello "), "hello ");
+  EXPECT_EQ(j.deliver("f", "wor"), "wor");
+  EXPECT_EQ(j.delivered("f"), 9);
+  j.new_run();
+  EXPECT_EQ(j.deliver("f", "hello "), "");
+  EXPECT_EQ(j.deliver("f", "world"), "ld") << "the bytes past those delivered";
+  EXPECT_EQ(j.deliver("f", "!"), "!");
+  EXPECT_EQ(j.delivered("f"), 12);
+  EXPECT_EQ(j.replayed().sink_bytes, 9);
 }
 
 // A program's tool actor: its sandbox made with each tool's `setup` run in it; removed on
