@@ -46,12 +46,22 @@ void ProgramJournal::begin(const std::string& role, int run, int k, const std::v
   if (runs.size() < static_cast<size_t>(run) + 1) runs.resize(static_cast<size_t>(run) + 1);
   auto& reqs = runs[static_cast<size_t>(run)].requests;
   reqs.resize(static_cast<size_t>(k) + 1);
-  reqs.back() = Generation{input, {}, false, FinishReason::completed};
+  if (full()) {  // recorded no more: a later run does this request and what follows live
+    reqs.pop_back();
+    return;
+  }
+  bytes_ += static_cast<int64_t>(sizeof(TokenId) * input.size());
+  reqs.back() = Generation{input, {}, {}, {}, false, FinishReason::completed};
 }
 
 void ProgramJournal::token(const std::string& role, int run, int k, TokenId id, const std::string& text) {
   std::lock_guard<std::mutex> l(m_);
-  if (Generation* g = at(role, run, k); g && !g->finished) g->out.push_back({id, text});
+  Generation* g = at(role, run, k);
+  if (g == nullptr || g->finished) return;
+  g->out.push_back(id);
+  g->text += text;
+  g->ends.push_back(static_cast<uint32_t>(g->text.size()));
+  bytes_ += static_cast<int64_t>(sizeof(TokenId) + sizeof(uint32_t) + text.size());
 }
 
 void ProgramJournal::finish(const std::string& role, int run, int k, FinishReason reason) {
@@ -69,6 +79,8 @@ void ProgramJournal::tool(const std::string& role, int run, int call, const std:
   auto& tools = it->second[static_cast<size_t>(run)].tools;
   if (call < 0 || static_cast<size_t>(call) > tools.size()) return;
   tools.resize(static_cast<size_t>(call));  // a call run live again replaces what an earlier run recorded
+  if (full()) return;
+  bytes_ += static_cast<int64_t>(result.size());
   tools.push_back(result);
 }
 
@@ -84,7 +96,7 @@ std::optional<ProgramJournal::Generation> ProgramJournal::replay(const std::stri
   }
   touch(role, run, k);
   ++replayed_.requests;
-  for (const Token& t : g->out) replayed_.tokens += t.id >= 0 ? 1 : 0;
+  for (TokenId t : g->out) replayed_.tokens += t >= 0 ? 1 : 0;
   return *g;
 }
 
@@ -111,6 +123,11 @@ std::string ProgramJournal::deliver(const std::string& sink, const std::string& 
   replayed_.sink_bytes += n - fresh;
   s.delivered = s.seen;
   return text.substr(static_cast<size_t>(n - fresh));
+}
+
+bool ProgramJournal::stopped_recording() const {
+  std::lock_guard<std::mutex> l(m_);
+  return full();
 }
 
 int64_t ProgramJournal::delivered(const std::string& sink) const {

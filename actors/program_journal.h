@@ -32,16 +32,24 @@ namespace chorus {
 
 class ProgramJournal {
  public:
-  struct Token {
-    TokenId id = -1;
-    std::string text;
-  };
-  // One request of a run: what went in, what came out, how it ended.
+  // What one program may record: past it, nothing more is recorded (a run after that gives back
+  // what came before and does the rest live), so a program that runs for days does not grow the
+  // coordinator's memory without end.
+  static constexpr int64_t kDefaultMaxBytes = int64_t{64} << 20;
+  explicit ProgramJournal(int64_t max_bytes = kDefaultMaxBytes) : max_bytes_(max_bytes) {}
+
+  // One request of a run: what went in, what came out (each token and its text), how it ended.
   struct Generation {
     std::vector<TokenId> input;
-    std::vector<Token> out;
+    std::vector<TokenId> out;
+    std::vector<uint32_t> ends;  // token i's text is text[ends[i - 1] .. ends[i])
+    std::string text;
     bool finished = false;
     FinishReason reason = FinishReason::completed;
+    std::string token_text(size_t i) const {
+      const uint32_t b = i == 0 ? 0 : ends[i - 1];
+      return text.substr(b, ends[i] - b);
+    }
   };
   struct Counts {
     int64_t requests = 0;      // generations taken from the record
@@ -67,6 +75,7 @@ class ProgramJournal {
   // (counted in bytes since the run began); what it returns counts as delivered.
   std::string deliver(const std::string& sink, const std::string& text);
 
+  bool stopped_recording() const;  // past max_bytes
   // Bytes sink `sink` has delivered, over every run (a file sink of a run that starts again
   // appends to its file rather than truncating it).
   int64_t delivered(const std::string& sink) const;
@@ -96,6 +105,9 @@ class ProgramJournal {
   std::map<std::string, std::pair<int, int>> touched_;  // per role, the last request this run reached
   bool diverged_ = false;                               // in this run
   Counts replayed_;
+  const int64_t max_bytes_;
+  int64_t bytes_ = 0;  // recorded so far (what was dropped included)
+  bool full() const { return bytes_ >= max_bytes_; }
 };
 
 }  // namespace chorus

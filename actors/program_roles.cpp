@@ -219,8 +219,8 @@ void submit_generate(GeneratorSelf self, const GeneratorConf& c, const caf::acto
   if (c->journal) {
     if (auto g = c->journal->replay(c->name, st.runs, st.tool_calls, r.tokens)) {
       Request f = Request::forward(r.write_to, r.tokens, r.view);
-      for (const auto& t : g->out)
-        if (t.id >= 0) f.tokens.push_back(t.id);
+      for (TokenId t : g->out)
+        if (t >= 0) f.tokens.push_back(t);
       st.replaying = std::move(*g);
       submit(self, batcher, f, failed);
       return;
@@ -410,11 +410,11 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
           if (r->reason == FinishReason::error) return finished(*r);
           ProgramJournal::Generation g = std::move(*st.replaying);
           st.replaying.reset();
-          for (const auto& t : g.out) {
+          for (size_t i = 0; i < g.out.size(); ++i) {
             Reply tr;
             tr.kind = ReplyKind::token;
-            tr.token = t.id;
-            tr.text = t.text;
+            tr.token = g.out[i];
+            tr.text = g.token_text(i);
             on_generated(self, c, tr);
           }
           Reply fr;

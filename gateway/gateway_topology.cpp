@@ -100,6 +100,11 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
     const ProgramJournal::Counts replayed = journal->replayed();
     spdlog::info("gateway: topology program `{}` on `{}` ended: {}{}", label, b->name, report.ended_by,
                  report.error.empty() ? "" : " (" + report.error + ")");
+    if (journal->stopped_recording())
+      spdlog::warn(
+          "gateway: topology program `{}` filled its journal ({} MiB): what it did after that would be "
+          "done again if its node were lost",
+          label, ProgramJournal::kDefaultMaxBytes >> 20);
     if (attempt > 0)
       spdlog::info(
           "gateway: topology program `{}` took again from its journal {} generations ({} tokens), {} "

@@ -695,8 +695,8 @@ TEST(ProgramJournal, GivesBackFinishedRecordsAndDropsAPathLeft) {
 
   auto g = j.replay("s", 0, 0, {1, 2});
   ASSERT_TRUE(g.has_value());
-  EXPECT_EQ(g->out.size(), 2u);
-  EXPECT_EQ(g->out[1].text, "b");
+  EXPECT_EQ(g->out, std::vector<TokenId>({7, 8}));
+  EXPECT_EQ(g->token_text(1), "b");
   EXPECT_EQ(g->reason, FinishReason::stop_string);
   EXPECT_FALSE(j.replay("t", 0, 0, {1, 2}).has_value()) << "another role";
   EXPECT_EQ(j.replay_tool("s", 0, 0), std::optional<std::string>("42"));
@@ -736,6 +736,25 @@ TEST(ProgramJournal, GivesBackFinishedRecordsAndDropsAPathLeft) {
   EXPECT_EQ(j.deliver("f", "!"), "!");
   EXPECT_EQ(j.delivered("f"), 12);
   EXPECT_EQ(j.replayed().sink_bytes, 9);
+}
+
+// Past its size a journal records nothing more: what it holds is still given back, and what
+// came after runs live (a request begun past the limit has no record, not half of one).
+TEST(ProgramJournal, StopsRecordingPastItsSize) {
+  ProgramJournal j(64);
+  j.begin("s", 0, 0, {1, 2});  // 8 bytes
+  j.token("s", 0, 0, 7, std::string(40, 'x'));
+  j.finish("s", 0, 0, FinishReason::max_tokens);
+  EXPECT_FALSE(j.stopped_recording());
+  j.tool("s", 0, 0, std::string(16, 'r'));  // 8 + 48 + 16 = 72 bytes: full
+  EXPECT_TRUE(j.stopped_recording());
+  j.begin("s", 0, 1, {3});
+  j.token("s", 0, 1, 9, "c");
+  j.finish("s", 0, 1, FinishReason::max_tokens);
+  j.new_run();
+  EXPECT_TRUE(j.replay("s", 0, 0, {1, 2}).has_value());
+  EXPECT_TRUE(j.replay_tool("s", 0, 0).has_value());
+  EXPECT_FALSE(j.replay("s", 0, 1, {3}).has_value()) << "begun past the limit: not recorded";
 }
 
 // A program's tool actor: its sandbox made with each tool's `setup` run in it; removed on
