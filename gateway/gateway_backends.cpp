@@ -166,7 +166,7 @@ std::string GatewayBackends::unavailable() const {
 
 json GatewayBackends::programs_json() const {
   const auto backends = all();
-  if (backends.size() == 1) return backends[0]->programs->list();
+  if (backends.size() == 1 && !backends[0]->up) return backends[0]->programs->list();
   json data = json::array();
   for (const auto& b : backends) {
     const json list = b->programs->list();  // kept: the loop reads into it
@@ -178,9 +178,23 @@ json GatewayBackends::programs_json() const {
   return json{{"object", "list"}, {"data", data}};
 }
 
+void GatewayBackends::restarted() {
+  std::lock_guard l(m_);
+  ++restarts_;
+}
+
+void GatewayBackends::replayed(int64_t generations, int64_t tokens, int64_t tool_results) {
+  std::lock_guard l(m_);
+  replayed_generations_ += generations;
+  replayed_tokens_ += tokens;
+  replayed_tools_ += tool_results;
+}
+
 std::string GatewayBackends::metrics_text() const {
   const auto backends = all();
-  if (backends.size() == 1) return backends[0]->programs->metrics_text();
+  // One local engine (`chorus serve`): its series as they are. A coordinator labels every node's,
+  // and has its own, however few nodes are left.
+  if (backends.size() == 1 && !backends[0]->up) return backends[0]->programs->metrics_text();
   std::string out;
   {
     std::lock_guard l(m_);
@@ -198,7 +212,30 @@ std::string GatewayBackends::metrics_text() const {
         "# HELP chorus_cluster_kv_moved_bytes_total KV bytes sent between nodes with moved programs\n"
         "# TYPE chorus_cluster_kv_moved_bytes_total counter\n"
         "chorus_cluster_kv_moved_bytes_total " +
-        std::to_string(kv_bytes_) + "\n";
+        std::to_string(kv_bytes_) +
+        "\n"
+        "# HELP chorus_cluster_topology_restarts_total Topology programs run again after their node was "
+        "lost\n"
+        "# TYPE chorus_cluster_topology_restarts_total counter\n"
+        "chorus_cluster_topology_restarts_total " +
+        std::to_string(restarts_) +
+        "\n"
+        "# HELP chorus_cluster_journal_generations_total Generations given back from topology programs' "
+        "journals\n"
+        "# TYPE chorus_cluster_journal_generations_total counter\n"
+        "chorus_cluster_journal_generations_total " +
+        std::to_string(replayed_generations_) +
+        "\n"
+        "# HELP chorus_cluster_journal_tokens_total Tokens of those generations (forwarded, not generated "
+        "again)\n"
+        "# TYPE chorus_cluster_journal_tokens_total counter\n"
+        "chorus_cluster_journal_tokens_total " +
+        std::to_string(replayed_tokens_) +
+        "\n"
+        "# HELP chorus_cluster_journal_tool_results_total Tool results given back (the tools not run again)\n"
+        "# TYPE chorus_cluster_journal_tool_results_total counter\n"
+        "chorus_cluster_journal_tool_results_total " +
+        std::to_string(replayed_tools_) + "\n";
   }
   std::map<std::string, bool> described;
   for (const auto& b : backends) {

@@ -51,6 +51,10 @@ class GatewayBackends {
   void moved(const std::string& id, const std::string& from, double waited_s);
   // A moved program's KV reached its new node (`bytes` of it): counted for /metrics.
   void carried(uint64_t bytes);
+  // A topology program ran again after its node was lost (`restarted`), and what its journal gave
+  // back when it ended: counted for /metrics.
+  void restarted();
+  void replayed(int64_t generations, int64_t tokens, int64_t tool_results);
   // The backend program `id` is on (null: none), and forgetting it (released).
   std::shared_ptr<GatewayBackend> find(const std::string& id) const;
   void forget(const std::string& id);
@@ -67,8 +71,10 @@ class GatewayBackends {
   void set_unavailable(const std::string& why);
   std::string unavailable() const;
 
-  nlohmann::json programs_json() const;  // GET /programs: every backend's, with its node when several
-  std::string metrics_text() const;      // GET /metrics: with a `node` label when several
+  // GET /programs and GET /metrics: every backend's, with its node (a `node` label) on a
+  // coordinator however many nodes are left; one local engine's as they are.
+  nlohmann::json programs_json() const;
+  std::string metrics_text() const;
   // Placements, moves and programs started again elsewhere as instants of the trace (null: none).
   void set_trace(std::shared_ptr<Trace> trace);
 
@@ -80,6 +86,7 @@ class GatewayBackends {
   std::string unavailable_;
   int64_t moves_ = 0;
   int64_t kv_moves_ = 0, kv_bytes_ = 0;
+  int64_t restarts_ = 0, replayed_generations_ = 0, replayed_tokens_ = 0, replayed_tools_ = 0;
   std::shared_ptr<Trace> trace_;
   void mark(const std::string& what, const std::string& program, const std::string& node,
             int64_t pages) const;

@@ -91,6 +91,7 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
       b->lost = true;  // nothing more is placed there
       avoid = b->name;
       restarts.push_back({{"node", b->name}, {"error", error}});
+      backends.restarted();
       spdlog::warn("gateway: topology program `{}` lost its node `{}`: it starts again elsewhere", label,
                    b->name);
       continue;
@@ -105,6 +106,7 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
           "gateway: topology program `{}` filled its journal ({} MiB): what it did after that would be "
           "done again if its node were lost",
           label, ProgramJournal::kDefaultMaxBytes >> 20);
+    if (attempt > 0) backends.replayed(replayed.requests, replayed.tokens, replayed.tool_results);
     if (attempt > 0)
       spdlog::info(
           "gateway: topology program `{}` took again from its journal {} generations ({} tokens), {} "

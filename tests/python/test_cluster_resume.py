@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_harness import Harness, free_port, serving, wait_for  # noqa: E402
@@ -115,5 +116,13 @@ try:
     taken = [l for l in (p.stderr if p else "").splitlines() if "taken again from the coordinator's journal" in l]
     check(len(taken) == 1 and "2 generations" in taken[0] and "1 tool results" in taken[0],
           "the journal gave back the solver's two generations and the call's result: %s" % taken)
+    metrics = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    series = {l.split()[0]: float(l.split()[1]) for l in metrics.splitlines()
+              if l.startswith(("chorus_cluster_topology_restarts_total", "chorus_cluster_journal_"))}
+    check(series.get("chorus_cluster_topology_restarts_total") == 1 and
+          series.get("chorus_cluster_journal_generations_total") == 2 and
+          series.get("chorus_cluster_journal_tool_results_total") == 1 and
+          series.get("chorus_cluster_journal_tokens_total", 0) > 0,
+          "/metrics counts the restart and what the journal gave back: %s" % series)
 finally:
     h.finish()
