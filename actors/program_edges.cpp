@@ -150,13 +150,14 @@ caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig
     std::fwrite(s.data(), 1, s.size(), f);
     std::fflush(f);
   };
-  // Text with the prefix at each line start; a new producer starts on a new line.
-  auto write = [=](const std::string& text, const caf::strong_actor_ptr& from) {
+  // Text with the prefix at each line start; a new producer starts on a new line. `producer`
+  // names it for the journal, which skips what an earlier run of the program delivered.
+  auto write = [=](const std::string& given, const caf::strong_actor_ptr& from, const std::string& producer) {
     auto& st = self->state;
+    const std::string text = c->journal ? c->journal->deliver(c->name, producer, given) : given;
     if (text.empty()) return;
     if (c->callback) {
-      if (const std::string fresh = c->journal ? c->journal->deliver(c->name, text) : text; !fresh.empty())
-        c->callback(c->name, fresh);
+      c->callback(c->name, text);
       return;
     }
     std::string s;
@@ -170,16 +171,18 @@ caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig
       s += ch;
     }
     st.last = from;
-    if (c->journal) s = c->journal->deliver(c->name, s);  // not again what an earlier run delivered
-    if (!s.empty()) out(s);
+    out(s);
   };
   return {
-      [=](text_atom, const std::string& text) { write(text, self->current_sender()); },
+      [=](text_atom, const std::string& text) { write(text, self->current_sender(), std::string()); },
+      [=](text_atom, const std::string& text, const std::string& producer) {
+        write(text, self->current_sender(), producer);
+      },
       [=](stop_atom) { self->quit(); },  // after what was queued before it
       [=](signal_atom, const std::string& ev, const std::string& text) {
         std::string t = text;
         while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-        write("[" + ev + "] " + t + "\n", nullptr);
+        write("[" + ev + "] " + t + "\n", nullptr, "event " + ev);
       },
   };
 }

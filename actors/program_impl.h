@@ -44,6 +44,9 @@ struct Program::Impl {
   // Set at teardown: a tool still running is killed instead of waited for.
   std::shared_ptr<std::atomic<bool>> tools_cancel = std::make_shared<std::atomic<bool>>(false);
   bool managed = false;  // scheduled by the engine's ProgramManager
+  // Generators made under each name so far: a role a patch makes again is another incarnation,
+  // recorded apart in the journal (ProgramHooks::journal).
+  std::map<std::string, int> incarnations;
 
   bool ended() {
     std::lock_guard<std::mutex> l(outcome->m);

@@ -195,7 +195,7 @@ void on_generated(GeneratorSelf self, const GeneratorConf& c, const Reply& r) {
   st.piece += r.text;
   st.request_text += r.text;
   if (c->stream)
-    for (const auto& s : c->sinks) self->send(s, text_atom::value, r.text);
+    for (const auto& s : c->sinks) self->send(s, text_atom::value, r.text, c->journal_name);
   for (size_t i = 0; i < c->emits.size(); ++i) {
     std::string& p = st.pending[i];
     p += r.text;
@@ -217,7 +217,7 @@ void submit_generate(GeneratorSelf self, const GeneratorConf& c, const caf::acto
     self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
   };
   if (c->journal) {
-    if (auto g = c->journal->replay(c->name, st.runs, st.tool_calls, r.tokens)) {
+    if (auto g = c->journal->replay(c->journal_name, st.runs, st.tool_calls, r.tokens)) {
       Request f = Request::forward(r.write_to, r.tokens, r.view);
       for (TokenId t : g->out)
         if (t >= 0) f.tokens.push_back(t);
@@ -225,7 +225,7 @@ void submit_generate(GeneratorSelf self, const GeneratorConf& c, const caf::acto
       submit(self, batcher, f, failed);
       return;
     }
-    c->journal->begin(c->name, st.runs, st.tool_calls, r.tokens);
+    c->journal->begin(c->journal_name, st.runs, st.tool_calls, r.tokens);
   }
   submit(self, batcher, r, failed);
 }
@@ -252,7 +252,7 @@ bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::acto
     const std::string response = "\n<tool_response>\n" + result + "\n</tool_response>\n";
     s2.piece += response;
     if (c->stream)
-      for (const auto& sk : c->sinks) self->send(sk, text_atom::value, response);
+      for (const auto& sk : c->sinks) self->send(sk, text_atom::value, response, c->journal_name);
     Request next = c->request;
     next.tokens = c->tokenizer->encode(response, {.parse_special = true});
     next.stop.max_tokens = std::max(1, c->request.stop.max_tokens - s2.generated);
@@ -262,7 +262,8 @@ bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::acto
   const caf::actor& to = edit ? c->patcher : c->tools;
   const int call = st.tool_calls - 1, run = st.runs;
   std::optional<std::string> recorded;  // a tool's result from an earlier run of the program
-  if (!edit && to && !tool.empty() && c->journal) recorded = c->journal->replay_tool(c->name, run, call);
+  if (!edit && to && !tool.empty() && c->journal)
+    recorded = c->journal->replay_tool(c->journal_name, run, call);
   if (tool.empty()) {
     go_on("error: " + error);
   } else if (!to) {
@@ -271,7 +272,11 @@ bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::acto
     go_on(*recorded);  // the tool ran in that run: not again
   } else {
     auto answered = [=](const std::string& result) {
-      if (c->journal && !edit) c->journal->tool(c->name, run, call, result);
+      // A patch is applied again by the new run; a run cancelled as the program ended is not a
+      // result.
+      if (c->journal && !(c->ending && c->ending->load()))
+        c->journal->tool(c->journal_name, run, call,
+                         edit ? std::nullopt : std::optional<std::string>(result));
       go_on(result);
     };
     auto silent = [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); };
@@ -300,9 +305,9 @@ void end_run(GeneratorSelf self, const GeneratorConf& c) {
     while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
     while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) line.erase(0, 1);
     if (!line.empty())
-      for (const auto& s : c->sinks) self->send(s, text_atom::value, line + "\n");
+      for (const auto& s : c->sinks) self->send(s, text_atom::value, line + "\n", c->journal_name);
   } else if (!st.piece.empty() && st.piece.back() != '\n') {
-    for (const auto& s : c->sinks) self->send(s, text_atom::value, std::string("\n"));
+    for (const auto& s : c->sinks) self->send(s, text_atom::value, std::string("\n"), c->journal_name);
   }
   st.busy = false;
   ++st.runs;
@@ -407,7 +412,10 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
         auto& st = self->state;
         if (st.replaying) {  // the forward of a recorded generation: now its tokens, then its end
           if (r->kind != ReplyKind::finished) return;
-          if (r->reason == FinishReason::error) return finished(*r);
+          if (r->reason == FinishReason::error || r->reason == FinishReason::context_full) {
+            st.replaying.reset();
+            return finished(*r);  // its block does not hold the tokens: the run fails as a live one would
+          }
           ProgramJournal::Generation g = std::move(*st.replaying);
           st.replaying.reset();
           for (size_t i = 0; i < g.out.size(); ++i) {
@@ -423,11 +431,11 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
           return finished(fr);
         }
         if (r->kind == ReplyKind::token) {
-          if (c->journal) c->journal->token(c->name, st.runs, st.tool_calls, r->token, r->text);
+          if (c->journal) c->journal->token(c->journal_name, st.runs, st.tool_calls, r->token, r->text);
           on_generated(self, c, *r);
         } else if (r->kind == ReplyKind::finished) {
           if (c->journal && r->reason != FinishReason::error && r->reason != FinishReason::context_full)
-            c->journal->finish(c->name, st.runs, st.tool_calls, r->reason);
+            c->journal->finish(c->journal_name, st.runs, st.tool_calls, r->reason);
           finished(*r);
         }
       },

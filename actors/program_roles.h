@@ -117,8 +117,13 @@ struct GeneratorConfig {
   BlockId clear_before_run =
       -1;  // `fresh`: this block (its `writes`) is cleared before each run but the first
   // Where its requests and tool results are recorded, and taken again when the program runs again
-  // (actors/program_journal.h); null: none.
+  // (actors/program_journal.h), under `journal_name` (its name, and its incarnation when a patch
+  // made it again); null: none. It also names its text to the sinks (their journal counts per
+  // producer).
   std::shared_ptr<ProgramJournal> journal;
+  std::string journal_name;
+  // Set when its program is ending: a tool's answer then (a cancelled run) is not recorded.
+  std::shared_ptr<std::atomic<bool>> ending;
 };
 
 struct ProbeRoleConfig {

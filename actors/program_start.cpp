@@ -316,6 +316,9 @@ class Program::Starter {
     gc.tokenizer = &tok_;
     if (a.fresh) gc.clear_before_run = im_.blocks.at(a.writes);
     gc.journal = hooks_.journal;
+    const int n = im_.incarnations[a.name]++;
+    gc.journal_name = n == 0 ? a.name : a.name + "#" + std::to_string(n);
+    gc.ending = im_.tools_cancel;
     return spawn_generator(sys_, im_.batcher, std::move(gc));
   }
 

@@ -678,64 +678,68 @@ TEST_F(TinyProgram, EndingOnASharedEngineCancelsWhatItsRolesLeftRunning) {
       << "program 1 is still registered";
 }
 
-// The journal's own rules: a finished record with the same input is given back, once per run
-// of the program that asks; an unfinished one, or another input, is not, and drops what the role
-// recorded from there on; a sink is given only the bytes past those it delivered before.
-TEST(ProgramJournal, GivesBackFinishedRecordsAndDropsAPathLeft) {
+// The journal's own rules: a finished record with the same input is given back; an unfinished one,
+// or another input, is not. The history stops at the first thing done otherwise: when a run
+// begins, at the first request that had not finished; when a request runs live over a record, at
+// that record — every record begun after it, of any role, goes. Tool results follow their requests;
+// a patch's call is recorded as one to make again. A sink is given, per producer, only the bytes
+// past those it delivered before.
+TEST(ProgramJournal, GivesBackTheHistoryUpToTheFirstThingDoneOtherwise) {
+  auto generation = [](ProgramJournal& j, const std::string& role, int run, int k, std::vector<TokenId> input,
+                       bool finish) {
+    j.begin(role, run, k, input);
+    j.token(role, run, k, 7, "a");
+    j.token(role, run, k, 8, "b");
+    if (finish) j.finish(role, run, k, FinishReason::stop_string);
+  };
   ProgramJournal j;
-  j.begin("s", 0, 0, {1, 2});
-  j.token("s", 0, 0, 7, "a");
-  j.token("s", 0, 0, 8, "b");
-  j.finish("s", 0, 0, FinishReason::stop_string);
-  j.tool("s", 0, 0, "42");
-  j.begin("s", 0, 1, {3});
-  j.token("s", 0, 1, 9, "c");  // in flight when the node died
-  j.begin("s", 1, 0, {5});     // (not reachable in practice: a later run after an unfinished one)
-  j.finish("s", 1, 0, FinishReason::max_tokens);
-
+  generation(j, "s", 0, 0, {1, 2}, true);  // seq 1
+  j.tool("s", 0, 0, std::string("42"));
+  generation(j, "t", 0, 0, {5}, true);   // seq 2
+  generation(j, "s", 0, 1, {3}, false);  // seq 3: in flight when the node died
+  generation(j, "u", 0, 0, {6}, true);   // seq 4: began after it, may have read what it wrote
+  j.new_run();
   auto g = j.replay("s", 0, 0, {1, 2});
   ASSERT_TRUE(g.has_value());
   EXPECT_EQ(g->out, std::vector<TokenId>({7, 8}));
   EXPECT_EQ(g->token_text(1), "b");
   EXPECT_EQ(g->reason, FinishReason::stop_string);
-  EXPECT_FALSE(j.replay("t", 0, 0, {1, 2}).has_value()) << "another role";
   EXPECT_EQ(j.replay_tool("s", 0, 0), std::optional<std::string>("42"));
+  EXPECT_TRUE(j.replay("t", 0, 0, {5}).has_value()) << "began before the unfinished request";
   EXPECT_FALSE(j.replay("s", 0, 1, {3}).has_value()) << "unfinished: it runs again";
-  j.begin("s", 0, 1, {3});  // live, as the role runs it
-  EXPECT_FALSE(j.replay("s", 1, 0, {5}).has_value()) << "dropped: it came after the request run again";
-  EXPECT_TRUE(j.replay("s", 0, 0, {1, 2}).has_value()) << "what came before stays";
+  EXPECT_FALSE(j.replay("u", 0, 0, {6}).has_value()) << "began after the unfinished request";
+  EXPECT_FALSE(j.replay("s", 0, 0, {1, 3}).has_value()) << "another input";
+  EXPECT_FALSE(j.replay("x", 0, 0, {1, 2}).has_value()) << "another role";
   const ProgramJournal::Counts c = j.replayed();
   EXPECT_EQ(c.requests, 2);
   EXPECT_EQ(c.tokens, 4);
   EXPECT_EQ(c.tool_results, 1);
-  j.finish("s", 0, 1, FinishReason::max_tokens);
 
-  // Another path: role u asks with another input; nothing more is given back in this run, and
-  // what the roles recorded past the point this run reached goes (s keeps its request 0; v, not
-  // reached, keeps nothing).
+  // Another path: the new run writes s's request 0 otherwise; t's record began after it and goes.
+  generation(j, "s", 0, 0, {1, 9}, true);
+  EXPECT_FALSE(j.replay_tool("s", 0, 0).has_value()) << "its call went with it";
+  EXPECT_FALSE(j.replay("t", 0, 0, {5}).has_value()) << "began after the record written otherwise";
+  // A patch's call is recorded as one to make again, and the calls after it still are recorded.
+  j.tool("s", 0, 0, std::nullopt);
+  generation(j, "s", 0, 1, {4}, true);
+  j.tool("s", 0, 1, std::string("ok"));
   j.new_run();
-  for (const char* role : {"u", "v"}) {
-    j.begin(role, 0, 0, {1});
-    j.finish(role, 0, 0, FinishReason::max_tokens);
-  }
-  j.new_run();
-  EXPECT_TRUE(j.replay("s", 0, 0, {1, 2}).has_value());
-  EXPECT_FALSE(j.replay("u", 0, 0, {2}).has_value()) << "another input";
-  EXPECT_FALSE(j.replay("s", 0, 0, {1, 2}).has_value()) << "nothing more in this run";
-  EXPECT_FALSE(j.replay_tool("s", 0, 0).has_value());
-  j.new_run();
-  EXPECT_TRUE(j.replay("s", 0, 0, {1, 2}).has_value()) << "reached before the other path: kept";
-  EXPECT_FALSE(j.replay("v", 0, 0, {1}).has_value()) << "not reached: dropped";
+  EXPECT_TRUE(j.replay("s", 0, 0, {1, 9}).has_value());
+  EXPECT_FALSE(j.replay_tool("s", 0, 0).has_value()) << "the patch is applied again";
+  EXPECT_TRUE(j.replay("s", 0, 1, {4}).has_value());
+  EXPECT_EQ(j.replay_tool("s", 0, 1), std::optional<std::string>("ok"));
 
-  EXPECT_EQ(j.deliver("f", "hello "), "hello ");
-  EXPECT_EQ(j.deliver("f", "wor"), "wor");
-  EXPECT_EQ(j.delivered("f"), 9);
+  // Sinks: per producer, the bytes past those delivered; the order between producers is free.
+  EXPECT_EQ(j.deliver("f", "solver", "hello "), "hello ");
+  EXPECT_EQ(j.deliver("f", "event e", "[e] x\n"), "[e] x\n");
+  EXPECT_EQ(j.deliver("f", "solver", "wor"), "wor");
+  EXPECT_EQ(j.delivered("f"), 15);
   j.new_run();
-  EXPECT_EQ(j.deliver("f", "hello "), "");
-  EXPECT_EQ(j.deliver("f", "world"), "ld") << "the bytes past those delivered";
-  EXPECT_EQ(j.deliver("f", "!"), "!");
-  EXPECT_EQ(j.delivered("f"), 12);
-  EXPECT_EQ(j.replayed().sink_bytes, 9);
+  EXPECT_EQ(j.deliver("f", "solver", "hello world"), "ld") << "the bytes past those delivered";
+  EXPECT_EQ(j.deliver("f", "event e", "[e] x\n"), "");
+  EXPECT_EQ(j.deliver("f", "solver", "!"), "!");
+  EXPECT_EQ(j.delivered("f"), 18);
+  EXPECT_EQ(j.replayed().sink_bytes, 15);
 }
 
 // Past its size a journal records nothing more: what it holds is still given back, and what
