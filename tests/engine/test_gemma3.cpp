@@ -82,7 +82,8 @@ TEST_F(Gemma3, PromptTokensMatchLlamaCpp) {
 // chorus's int8 activations (one scale per 32 values) are no farther from it than llama.cpp's
 // own (Q8_0, and Q8_K for the k-quants) are. Measured: f32 0 (the same floats); int8 1.14, 0.39,
 // 0.47 (Q8_0 on weight panels; 1.14, 0.32, 0.61 in llama.cpp's order) against llama.cpp's 1.43,
-// 0.51, 0.97 (logits up to 22). Both pick llama.cpp's best token, the exact arithmetic's too.
+// 0.51, 0.97 (logits up to 22; the test asserts the mean and the largest over the prompts). Both
+// pick llama.cpp's best token, the exact arithmetic's too.
 TEST_F(Gemma3, FirstLogitsAreAsCloseToTheExactArithmeticAsLlamaCpp) {
   EXPECT_GE(test::expect_as_close_to_exact_as_llama(*model_, *device_, (*golden_)["prompts"]), 3);
 }
