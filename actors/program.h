@@ -159,6 +159,7 @@ class Program {
  private:
   struct Impl;
   class Starter;
+  struct Sinks;  // actors/program_sinks.cpp
   explicit Program(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

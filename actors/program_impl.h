@@ -58,4 +58,18 @@ struct Program::Impl {
   void teardown();
 };
 
+// A program's sinks (actors/program_sinks.cpp).
+struct Program::Sinks {
+  // Makes sink `a` of the program: its outlet (its file, its PUB socket, the callback hook, or its
+  // stream's one console) and its role, added to im.roles and im.sinks. Errors name `where` (the
+  // file) and the actor.
+  static Status make(caf::actor_system& sys, Program::Impl& im, const std::string& where,
+                     const topology::Actor& a);
+
+ private:
+  // Where a sink's text goes: its file, its PUB socket, the hook, or its stream's one console.
+  static Status outlet(caf::actor_system& sys, Program::Impl& im, const std::string& where,
+                       const topology::Actor& a, program_roles::SinkRoleConfig& sc);
+};
+
 }  // namespace chorus

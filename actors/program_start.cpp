@@ -22,7 +22,6 @@
 #include "actors/feeders.h"
 #include "actors/node_port.h"
 #include "actors/program_impl.h"
-#include "actors/program_journal.h"
 #include "actors/program_manager.h"
 #include "actors/program_roles.h"
 #include "actors/sandbox.h"
@@ -228,62 +227,7 @@ class Program::Starter {
     return Status::success();
   }
 
-  Status make_sink(const topology::Actor& a) {
-    SinkRoleConfig sc;
-    sc.name = a.name;
-    sc.kind = a.sink;
-    sc.prefix = a.prefix;
-    if (Status s = sink_outlet(a, sc); !s.ok()) return s;
-    if (!sc.console) sc.journal = hooks_.journal;  // a file, a socket, a callback: the outside
-    im_.roles[a.name] = spawn_sink(sys_, std::move(sc));
-    im_.sinks.push_back(im_.roles[a.name]);
-    return Status::success();
-  }
-
-  // Where a sink's text goes: its file, its PUB socket, the hook, or its stream's one console.
-  Status sink_outlet(const topology::Actor& a, SinkRoleConfig& sc) {
-    const std::string at = where_ + "actors." + a.name + ": ";
-    switch (a.sink) {
-      case topology::SinkKind::file: {
-        // Truncated, unless an earlier run of the program wrote to it (ProgramHooks::journal).
-        const bool wrote = hooks_.journal && hooks_.journal->delivered(a.name) > 0;
-        std::FILE* f = std::fopen(a.path.c_str(), wrote ? "a" : "w");
-        if (!f) return make_error(Errc::io, at + "cannot open " + a.path + ": " + std::strerror(errno));
-        sc.file = std::shared_ptr<std::FILE>(f, [](std::FILE* p) { std::fclose(p); });
-        break;
-      }
-      case topology::SinkKind::zmq: {
-        if (!im_.zmq_ctx) im_.zmq_ctx = std::make_unique<zmq::context_t>(1);
-        caf::actor pub;
-        auto bound = spawn_zmq_pub_sink(sys_, *im_.zmq_ctx, a.endpoint, a.topic, &pub);
-        if (!bound) return make_error(bound.error().code, at + bound.error().message);
-        im_.outlets.push_back(pub);
-        sc.zmq = pub;
-        break;
-      }
-      case topology::SinkKind::callback:
-        if (!hooks_.sink)
-          return make_error(Errc::invalid_argument,
-                            at + "a callback sink needs a sink hook (embedded use only)");
-        sc.callback = hooks_.sink;
-        break;
-      case topology::SinkKind::stdout_stream:
-      case topology::SinkKind::stderr_stream: {
-        caf::actor& console = im_.consoles[a.sink];
-        if (!console) {
-          SinkRoleConfig cc;
-          cc.name = a.sink == topology::SinkKind::stdout_stream ? "stdout" : "stderr";
-          cc.kind = a.sink;
-          cc.callback = hooks_.console;  // null: the terminal
-          console = spawn_sink(sys_, std::move(cc));
-          im_.outlets.push_back(console);
-        }
-        sc.console = console;
-        break;
-      }
-    }
-    return Status::success();
-  }
+  Status make_sink(const topology::Actor& a) { return Sinks::make(sys_, im_, where_, a); }
 
   static Triggers triggers(const topology::Actor& a,
                            const std::map<std::string, std::vector<std::string>>& emitters) {

@@ -68,7 +68,7 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
     output->second = json::array();
     ProgramHooks hooks;
     hooks.unsafe_tools = unsafe_tools;
-    hooks.journal = journal;
+    if (b->up) hooks.journal = journal;  // a node that can be lost; one local engine records nothing
     hooks.console = [output](const std::string& stream, const std::string& text) {  // into the answer
       std::lock_guard<std::mutex> l(output->first);
       json& out = output->second;
@@ -106,12 +106,13 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
           "gateway: topology program `{}` filled its journal ({} MiB): what it did after that would be "
           "done again if its node were lost",
           label, ProgramJournal::kDefaultMaxBytes >> 20);
-    if (attempt > 0) backends.replayed(replayed.requests, replayed.tokens, replayed.tool_results);
-    if (attempt > 0)
+    if (attempt > 0) {
+      backends.replayed(replayed.requests, replayed.tokens, replayed.tool_results);
       spdlog::info(
           "gateway: topology program `{}` took again from its journal {} generations ({} tokens), {} "
           "tool results, {} bytes its sinks had delivered",
           label, replayed.requests, replayed.tokens, replayed.tool_results, replayed.sink_bytes);
+    }
     std::lock_guard<std::mutex> l(output->first);
     return json{{"program", label},
                 {"node", b->name},
