@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/big_buffer.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model_config.h"
 #include "kernels/cpu/dequant.h"
@@ -14,8 +15,8 @@
 namespace chorus {
 
 struct Weights::Panels {
-  std::mutex m;  // one ensure_panels() at a time
-  std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> buffers;
+  std::mutex m;                    // one ensure_panels() at a time
+  std::vector<BigBuffer> buffers;  // one per ensure_panels() call that packed any
   size_t bytes = 0;
   std::function<void(size_t, size_t)> progress;
 };
@@ -46,13 +47,23 @@ void Weights::ensure_panels(const std::function<bool(TensorType)>& wanted) const
   };
   // Matrices that share their data share one panel set.
   std::map<const uint8_t*, const WeightMatrix*> done;
-  size_t total = store.bytes;
+  // All of them in one buffer, on huge pages where the kernel gives them: a decode step reads
+  // every panel, and on 4 KiB pages that is a TLB miss every 4 KiB.
+  auto padded = [](size_t bytes) { return (bytes + 63) / 64 * 64; };
+  size_t arena = 0, total = store.bytes;
   for (const WeightMatrix* m : all)
     if (todo(m) && !done.count(m->data)) {
-      total += panel_layout(m->type, m->rows, m->cols).bytes();
+      const size_t bytes = panel_layout(m->type, m->rows, m->cols).bytes();
+      arena += padded(bytes);
+      total += bytes;
       done[m->data] = m;
     }
   done.clear();
+  if (arena == 0) return;
+  BigBuffer buffer = allocate_big(arena);
+  if (!buffer) return;  // no memory: the matrices keep the row kernels
+  auto* next = reinterpret_cast<uint8_t*>(buffer.get());
+  store.buffers.push_back(std::move(buffer));
   for (const WeightMatrix* m : all) {
     if (!todo(m)) continue;
     if (auto it = done.find(m->data); it != done.end()) {
@@ -61,9 +72,8 @@ void Weights::ensure_panels(const std::function<bool(TensorType)>& wanted) const
       continue;
     }
     const PanelLayout l = panel_layout(m->type, m->rows, m->cols);
-    auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, l.bytes()));
-    if (buf == nullptr) continue;  // no memory: this matrix keeps the row kernels
-    store.buffers.emplace_back(buf, &std::free);
+    uint8_t* buf = next;
+    next += padded(l.bytes());
     // Split over the cores: a 1B model's panels are most of a gigabyte.
     const int n = std::max(1, std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), 8));
     std::vector<std::thread> workers;

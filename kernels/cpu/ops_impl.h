@@ -147,32 +147,95 @@ inline float reduce16(const float* v) {
 // j = 0..3, folded as (j0 + j2) + (j1 + j3); the 16 lanes then reduced in
 // _mm512_reduce_add_ps order, and the dimensions past the last full step of 64 added one by one.
 // Each key row loaded serves the G queries.
+#if defined(__AVX512F__)
+// One lane of page_scores for G queries: dimensions l, l + 16, l + 32, ... in 4 chains over steps
+// of 64 (S steps), folded. S is a constant so that the chains stay in registers.
+template <int G, int S>
+inline __attribute__((always_inline)) void lane_sum(const float* const* q, const float* kt, int l,
+                                                    __m512 (&out)[G]) {
+  constexpr int P = chorus::kKvPageSize;
+  __m512 acc[G][4];
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < 4; ++j) acc[g][j] = _mm512_setzero_ps();
+  for (int s = 0; s < S; ++s)
+    for (int j = 0; j < 4; ++j) {
+      const __m512 k = _mm512_loadu_ps(kt + (64 * s + 16 * j + l) * P);
+      for (int g = 0; g < G; ++g)
+        acc[g][j] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][64 * s + 16 * j + l]), k, acc[g][j]);
+    }
+  for (int g = 0; g < G; ++g)
+    out[g] = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][2]), _mm512_add_ps(acc[g][1], acc[g][3]));
+}
+
+// The lanes are made in the order the reduction tree consumes them (lanes i and 8 + i make
+// t8[i]; t8[i] and t8[4 + i] make t4[i]), so that only a few partial sums per query are live and
+// they stay in registers. Addition commutes, so the tree is the generic form's to the bit.
+template <int G, int S>
+inline __attribute__((always_inline)) void t8_sum(const float* const* q, const float* kt, int i,
+                                                  __m512 (&out)[G]) {
+  __m512 hi[G], lo[G];
+  lane_sum<G, S>(q, kt, 8 + i, hi);
+  lane_sum<G, S>(q, kt, i, lo);
+  for (int g = 0; g < G; ++g) out[g] = _mm512_add_ps(hi[g], lo[g]);
+}
+template <int G, int S>
+inline __attribute__((always_inline)) void t4_sum(const float* const* q, const float* kt, int i,
+                                                  __m512 (&out)[G]) {
+  __m512 hi[G], lo[G];
+  t8_sum<G, S>(q, kt, 4 + i, hi);
+  t8_sum<G, S>(q, kt, i, lo);
+  for (int g = 0; g < G; ++g) out[g] = _mm512_add_ps(hi[g], lo[g]);
+}
+// One query at a time: the keys come from L1 for each (a memory operand of the FMA either way),
+// and the partial sums of one query fit in registers where those of several spill.
+template <int G, int S>
+inline void page_scores_s(const float* const* q, const float* kt, float (*sc)[chorus::kKvPageSize]) {
+  for (int g = 0; g < G; ++g) {
+    __m512 a[1], b[1];
+    t4_sum<1, S>(q + g, kt, 0, a);
+    t4_sum<1, S>(q + g, kt, 2, b);
+    const __m512 even = _mm512_add_ps(a[0], b[0]);
+    t4_sum<1, S>(q + g, kt, 1, a);
+    t4_sum<1, S>(q + g, kt, 3, b);
+    _mm512_storeu_ps(sc[g], _mm512_add_ps(even, _mm512_add_ps(a[0], b[0])));
+  }
+}
+#endif
+
 template <int G>
 inline void page_scores(const float* const* q, const float* kt, int d, float (*sc)[chorus::kKvPageSize]) {
   constexpr int P = chorus::kKvPageSize;
   const int d64 = d & ~63;
 #if defined(__AVX512F__)
-  // The same operations on the 16 positions as one vector, written out: the compiler keeps
-  // the generic form's accumulators in memory once there are several queries.
-  __m512 lane[G][16];
-  for (int l = 0; l < 16; ++l) {
-    __m512 acc[G][4];
-    for (int g = 0; g < G; ++g)
-      for (int j = 0; j < 4; ++j) acc[g][j] = _mm512_setzero_ps();
-    for (int s0 = 0; s0 < d64; s0 += 64)
-      for (int j = 0; j < 4; ++j) {
-        const __m512 k = _mm512_loadu_ps(kt + (s0 + 16 * j + l) * P);
-        for (int g = 0; g < G; ++g)
-          acc[g][j] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][s0 + 16 * j + l]), k, acc[g][j]);
-      }
-    for (int g = 0; g < G; ++g)
-      lane[g][l] = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][2]), _mm512_add_ps(acc[g][1], acc[g][3]));
-  }
-  for (int g = 0; g < G; ++g) {
-    __m512 t8[8], t4[4];
-    for (int i = 0; i < 8; ++i) t8[i] = _mm512_add_ps(lane[g][8 + i], lane[g][i]);
-    for (int i = 0; i < 4; ++i) t4[i] = _mm512_add_ps(t8[4 + i], t8[i]);
-    _mm512_storeu_ps(sc[g], _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3])));
+  // The same operations on the 16 positions as one vector, written out for the usual head sizes
+  // (the compiler keeps the generic form's accumulators in memory).
+  if (d64 == 64) {
+    page_scores_s<G, 1>(q, kt, sc);
+  } else if (d64 == 128) {
+    page_scores_s<G, 2>(q, kt, sc);
+  } else if (d64 == 256) {
+    page_scores_s<G, 4>(q, kt, sc);
+  } else {
+    __m512 lane[G][16];
+    for (int l = 0; l < 16; ++l) {
+      __m512 acc[G][4];
+      for (int g = 0; g < G; ++g)
+        for (int j = 0; j < 4; ++j) acc[g][j] = _mm512_setzero_ps();
+      for (int s0 = 0; s0 < d64; s0 += 64)
+        for (int j = 0; j < 4; ++j) {
+          const __m512 k = _mm512_loadu_ps(kt + (s0 + 16 * j + l) * P);
+          for (int g = 0; g < G; ++g)
+            acc[g][j] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][s0 + 16 * j + l]), k, acc[g][j]);
+        }
+      for (int g = 0; g < G; ++g)
+        lane[g][l] = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][2]), _mm512_add_ps(acc[g][1], acc[g][3]));
+    }
+    for (int g = 0; g < G; ++g) {
+      __m512 t8[8], t4[4];
+      for (int i = 0; i < 8; ++i) t8[i] = _mm512_add_ps(lane[g][8 + i], lane[g][i]);
+      for (int i = 0; i < 4; ++i) t4[i] = _mm512_add_ps(t8[4 + i], t8[i]);
+      _mm512_storeu_ps(sc[g], _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3])));
+    }
   }
 #else
   for (int g = 0; g < G; ++g) {
@@ -228,6 +291,10 @@ inline float* widened_pages(const chorus::AttentionArgs& a, int64_t stride) {
 inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, float* mx) {
   constexpr int P = chorus::kKvPageSize;
   float* kbuf = widened_pages(a, stride);
+#if defined(__AVX512F__)
+  __m512 mxv[8];
+  for (int g = 0; g < a.n_q; ++g) mxv[g] = _mm512_set1_ps(-INFINITY);
+#endif
   int64_t offset = 0;
   for (int sg = 0; sg < a.n_segs; ++sg) {
     const chorus::AttentionSegment& seg = a.segs[sg];
@@ -253,6 +320,16 @@ inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, flo
         const int64_t bytes = static_cast<int64_t>(a.head_dim) * P * (a.kv_f16 ? 2 : 4);
         for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b);
       }
+      // And this page's value rows, read after all the scores: by then they are in L2.
+      {
+        const int64_t row_bytes = static_cast<int64_t>(a.head_dim) * (a.kv_f16 ? 2 : 4);
+        for (int t = hidden; t < valid; ++t) {
+          const int64_t at = a.kv_offset + t * a.kv_stride;
+          const char* row = a.kv_f16 ? reinterpret_cast<const char*>(seg.v_pages_f16[pg] + at)
+                                     : reinterpret_cast<const char*>(seg.v_pages[pg] + at);
+          for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, 2);
+        }
+      }
       if (a.kv_f16) widen_f16(seg.k_pages_f16[pg] + a.kv_offset * P, kbuf, a.head_dim * P);
       float sc[8][P];
       int g0 = 0;
@@ -265,6 +342,14 @@ inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, flo
       }
       for (int g = 0; g < a.n_q; ++g) {
         float* p = a.scratch + g * stride + offset + pg * P;
+#if defined(__AVX512F__)
+        if (hidden == 0 && valid == P) {  // a whole page: scaled and its largest kept as vectors
+          const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(sc[g]), _mm512_set1_ps(a.scale));
+          _mm512_storeu_ps(p, v);
+          mxv[g] = _mm512_max_ps(mxv[g], v);
+          continue;
+        }
+#endif
         for (int t = 0; t < hidden; ++t) p[t] = -INFINITY;
         for (int t = hidden; t < valid; ++t) {
           p[t] = sc[g][t] * a.scale;
@@ -274,6 +359,10 @@ inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, flo
     }
     offset += seg.n_kv;
   }
+#if defined(__AVX512F__)
+  // The largest of a set is the same whatever order it is looked for in.
+  for (int g = 0; g < a.n_q; ++g) mx[g] = std::max(mx[g], _mm512_reduce_max_ps(mxv[g]));
+#endif
 }
 
 // Exponentials summed 16 at a time in double, probabilities normalized (padding is -inf: 0).
@@ -407,13 +496,17 @@ inline void attention_reduce(const chorus::AttentionArgs& a, int chains, const f
     for (int i0 = 0; i0 < d; i0 += 16) {
       const int w = d - i0 < 16 ? d - i0 : 16;
       float ln[16][16];
-      for (int l = 0; l < 16; ++l)
-        for (int ii = 0; ii < 16; ++ii) {
-          const int i = i0 + (ii < w ? ii : 0);
-          ln[l][ii] = chains == 4 ? (acc_row(g, 0, l)[i] + acc_row(g, 2, l)[i]) +
-                                        (acc_row(g, 1, l)[i] + acc_row(g, 3, l)[i])
-                                  : acc_row(g, 0, l)[i];
-        }
+      if (w == 16 && chains == 1) {  // whole rows of 16: copied as they are (the same sums)
+        for (int l = 0; l < 16; ++l) std::copy_n(acc_row(g, 0, l) + i0, 16, ln[l]);
+      } else {
+        for (int l = 0; l < 16; ++l)
+          for (int ii = 0; ii < 16; ++ii) {
+            const int i = i0 + (ii < w ? ii : 0);
+            ln[l][ii] = chains == 4 ? (acc_row(g, 0, l)[i] + acc_row(g, 2, l)[i]) +
+                                          (acc_row(g, 1, l)[i] + acc_row(g, 3, l)[i])
+                                    : acc_row(g, 0, l)[i];
+          }
+      }
       float t8[8][16], t4[4][16];
       for (int k = 0; k < 8; ++k)
         for (int ii = 0; ii < 16; ++ii) t8[k][ii] = ln[8 + k][ii] + ln[k][ii];

@@ -344,7 +344,7 @@ TEST(Kernels, AttentionMatchesMathOnEveryVariant) {
   std::mt19937 rng(5);
   std::vector<const CpuKernels*> all = variants();
   all.insert(all.begin(), &cpu_kernels_scalar());
-  for (int d : {32, 64, 80, 128}) {
+  for (int d : {32, 64, 80, 128, 256}) {
     for (int64_t n_kv : {1, 15, 16, 17, 100, 300}) {
       const int n_kv_heads = 2, kv_stride = n_kv_heads * d;
       const int64_t n_pages = (n_kv + 15) / 16;
