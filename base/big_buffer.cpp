@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 namespace chorus {
 
@@ -28,7 +30,9 @@ BigBuffer allocate_big(size_t bytes) {
   std::byte* end = start + length;
   if (base + length + kHugePage > end) ::munmap(end, static_cast<size_t>(base + length + kHugePage - end));
 #if defined(MADV_HUGEPAGE)
-  ::madvise(start, length, MADV_HUGEPAGE);  // advice: ignored where huge pages are off
+  // Advice: ignored where huge pages are off. CHORUS_HUGE_PAGES=0 leaves them out.
+  const char* e = std::getenv("CHORUS_HUGE_PAGES");
+  if (e == nullptr || std::string_view(e) != "0") ::madvise(start, length, MADV_HUGEPAGE);
 #endif
   return BigBuffer(start, BigBufferFree{length});
 }

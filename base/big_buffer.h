@@ -4,7 +4,8 @@
 // TLB every 4 KiB (the kernel's default "madvise" mode gives huge pages only to memory that asks).
 // Not for memory used sparsely: a huge page is zeroed and resident whole at its first touch. The
 // KV cache's pool is such memory (its pages are spread over every layer's region), and measured
-// no faster on huge pages (docs/performance.md). Where huge pages are off it is ordinary memory.
+// no faster on huge pages (docs/performance.md). Where huge pages are off, or the environment has
+// CHORUS_HUGE_PAGES=0, it is ordinary memory.
 #pragma once
 
 #include <cstddef>
