@@ -148,56 +148,39 @@ inline float reduce16(const float* v) {
 // _mm512_reduce_add_ps order, and the dimensions past the last full step of 64 added one by one.
 // Each key row loaded serves the G queries.
 #if defined(__AVX512F__)
-// One lane of page_scores for G queries: dimensions l, l + 16, l + 32, ... in 4 chains over steps
-// of 64 (S steps), folded. S is a constant so that the chains stay in registers.
-template <int G, int S>
-inline __attribute__((always_inline)) void lane_sum(const float* const* q, const float* kt, int l,
-                                                    __m512 (&out)[G]) {
+// One lane of page_scores for one query: dimensions l, l + 16, l + 32, ... in 4 chains over
+// steps of 64 (S steps), folded. S is a constant so that the chains stay in registers.
+template <int S>
+inline __attribute__((always_inline)) __m512 lane_sum(const float* q, const float* kt, int l) {
   constexpr int P = chorus::kKvPageSize;
-  __m512 acc[G][4];
-  for (int g = 0; g < G; ++g)
-    for (int j = 0; j < 4; ++j) acc[g][j] = _mm512_setzero_ps();
+  __m512 acc[4];
+  for (int j = 0; j < 4; ++j) acc[j] = _mm512_setzero_ps();
   for (int s = 0; s < S; ++s)
-    for (int j = 0; j < 4; ++j) {
-      const __m512 k = _mm512_loadu_ps(kt + (64 * s + 16 * j + l) * P);
-      for (int g = 0; g < G; ++g)
-        acc[g][j] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][64 * s + 16 * j + l]), k, acc[g][j]);
-    }
-  for (int g = 0; g < G; ++g)
-    out[g] = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][2]), _mm512_add_ps(acc[g][1], acc[g][3]));
+    for (int j = 0; j < 4; ++j)
+      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[64 * s + 16 * j + l]),
+                               _mm512_loadu_ps(kt + (64 * s + 16 * j + l) * P), acc[j]);
+  return _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
 }
 
-// The lanes are made in the order the reduction tree consumes them (lanes i and 8 + i make
-// t8[i]; t8[i] and t8[4 + i] make t4[i]), so that only a few partial sums per query are live and
-// they stay in registers. Addition commutes, so the tree is the generic form's to the bit.
-template <int G, int S>
-inline __attribute__((always_inline)) void t8_sum(const float* const* q, const float* kt, int i,
-                                                  __m512 (&out)[G]) {
-  __m512 hi[G], lo[G];
-  lane_sum<G, S>(q, kt, 8 + i, hi);
-  lane_sum<G, S>(q, kt, i, lo);
-  for (int g = 0; g < G; ++g) out[g] = _mm512_add_ps(hi[g], lo[g]);
+// The lanes are made in the order the reduction tree consumes them, t8[i] = lane[8 + i] +
+// lane[i] (Span 8) and t4[i] = t8[4 + i] + t8[i] (Span 4), so that only a few partial sums are
+// live and they stay in registers. Addition commutes, so the tree is the generic form's to the bit.
+template <int S, int Span>
+inline __attribute__((always_inline)) __m512 tree_sum(const float* q, const float* kt, int i) {
+  if constexpr (Span == 8)
+    return _mm512_add_ps(lane_sum<S>(q, kt, 8 + i), lane_sum<S>(q, kt, i));
+  else
+    return _mm512_add_ps(tree_sum<S, 2 * Span>(q, kt, Span + i), tree_sum<S, 2 * Span>(q, kt, i));
 }
-template <int G, int S>
-inline __attribute__((always_inline)) void t4_sum(const float* const* q, const float* kt, int i,
-                                                  __m512 (&out)[G]) {
-  __m512 hi[G], lo[G];
-  t8_sum<G, S>(q, kt, 4 + i, hi);
-  t8_sum<G, S>(q, kt, i, lo);
-  for (int g = 0; g < G; ++g) out[g] = _mm512_add_ps(hi[g], lo[g]);
-}
+
 // One query at a time: the keys come from L1 for each (a memory operand of the FMA either way),
 // and the partial sums of one query fit in registers where those of several spill.
 template <int G, int S>
 inline void page_scores_s(const float* const* q, const float* kt, float (*sc)[chorus::kKvPageSize]) {
   for (int g = 0; g < G; ++g) {
-    __m512 a[1], b[1];
-    t4_sum<1, S>(q + g, kt, 0, a);
-    t4_sum<1, S>(q + g, kt, 2, b);
-    const __m512 even = _mm512_add_ps(a[0], b[0]);
-    t4_sum<1, S>(q + g, kt, 1, a);
-    t4_sum<1, S>(q + g, kt, 3, b);
-    _mm512_storeu_ps(sc[g], _mm512_add_ps(even, _mm512_add_ps(a[0], b[0])));
+    const __m512 even = _mm512_add_ps(tree_sum<S, 4>(q[g], kt, 0), tree_sum<S, 4>(q[g], kt, 2));
+    const __m512 odd = _mm512_add_ps(tree_sum<S, 4>(q[g], kt, 1), tree_sum<S, 4>(q[g], kt, 3));
+    _mm512_storeu_ps(sc[g], _mm512_add_ps(even, odd));
   }
 }
 #endif
