@@ -142,86 +142,51 @@ inline float reduce16(const float* v) {
   return a + b;
 }
 
-// G queries' scores against one key page ([d][16], dimension-major) in ggml's dot-product order:
-// lane[l][t] is lane l of position t's dot product, the sum over steps of 64 of (q k)[16j + l] for
-// j = 0..3, folded as (j0 + j2) + (j1 + j3); the 16 lanes then reduced in
-// _mm512_reduce_add_ps order, and the dimensions past the last full step of 64 added one by one.
-// Each key row loaded serves the G queries.
+// n_q queries' scores against one key page ([d][16], dimension-major), one query at a time, in
+// ggml's dot-product order: lane[l][t] is lane l of position t's dot product, the sum over steps
+// of 64 of (q k)[16j + l] for j = 0..3, folded as (j0 + j2) + (j1 + j3); the 16 lanes then
+// reduced in _mm512_reduce_add_ps order, and the dimensions past the last full step of 64 added
+// one by one.
 #if defined(__AVX512F__)
-// One lane of page_scores for one query: dimensions l, l + 16, l + 32, ... in 4 chains over
-// steps of 64 (S steps), folded. S is a constant so that the chains stay in registers.
-template <int S>
-inline __attribute__((always_inline)) __m512 lane_sum(const float* q, const float* kt, int l) {
+// One lane of one query's scores: dimensions l, l + 16, l + 32, ... in 4 chains over the d64 / 64
+// steps, folded.
+inline __attribute__((always_inline)) __m512 lane_sum(const float* q, const float* kt, int d64, int l) {
   constexpr int P = chorus::kKvPageSize;
   __m512 acc[4];
   for (int j = 0; j < 4; ++j) acc[j] = _mm512_setzero_ps();
-  for (int s = 0; s < S; ++s)
+  for (int s0 = 0; s0 < d64; s0 += 64)
     for (int j = 0; j < 4; ++j)
-      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[64 * s + 16 * j + l]),
-                               _mm512_loadu_ps(kt + (64 * s + 16 * j + l) * P), acc[j]);
+      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[s0 + 16 * j + l]),
+                               _mm512_loadu_ps(kt + (s0 + 16 * j + l) * P), acc[j]);
   return _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
 }
 
 // The lanes are made in the order the reduction tree consumes them, t8[i] = lane[8 + i] +
 // lane[i] (Span 8) and t4[i] = t8[4 + i] + t8[i] (Span 4), so that only a few partial sums are
-// live and they stay in registers. Addition commutes, so the tree is the generic form's to the bit.
-template <int S, int Span>
-inline __attribute__((always_inline)) __m512 tree_sum(const float* q, const float* kt, int i) {
+// live and they stay in registers (16 lanes of several queries at once spilled). Addition
+// commutes, so the tree is the generic form's to the bit.
+template <int Span>
+inline __attribute__((always_inline)) __m512 tree_sum(const float* q, const float* kt, int d64, int i) {
   if constexpr (Span == 8)
-    return _mm512_add_ps(lane_sum<S>(q, kt, 8 + i), lane_sum<S>(q, kt, i));
+    return _mm512_add_ps(lane_sum(q, kt, d64, 8 + i), lane_sum(q, kt, d64, i));
   else
-    return _mm512_add_ps(tree_sum<S, 2 * Span>(q, kt, Span + i), tree_sum<S, 2 * Span>(q, kt, i));
-}
-
-// One query at a time: the keys come from L1 for each (a memory operand of the FMA either way),
-// and the partial sums of one query fit in registers where those of several spill.
-template <int G, int S>
-inline void page_scores_s(const float* const* q, const float* kt, float (*sc)[chorus::kKvPageSize]) {
-  for (int g = 0; g < G; ++g) {
-    const __m512 even = _mm512_add_ps(tree_sum<S, 4>(q[g], kt, 0), tree_sum<S, 4>(q[g], kt, 2));
-    const __m512 odd = _mm512_add_ps(tree_sum<S, 4>(q[g], kt, 1), tree_sum<S, 4>(q[g], kt, 3));
-    _mm512_storeu_ps(sc[g], _mm512_add_ps(even, odd));
-  }
+    return _mm512_add_ps(tree_sum<2 * Span>(q, kt, d64, Span + i), tree_sum<2 * Span>(q, kt, d64, i));
 }
 #endif
 
-template <int G>
-inline void page_scores(const float* const* q, const float* kt, int d, float (*sc)[chorus::kKvPageSize]) {
+inline void page_scores(const float* const* q, int n_q, const float* kt, int d,
+                        float (*sc)[chorus::kKvPageSize]) {
   constexpr int P = chorus::kKvPageSize;
   const int d64 = d & ~63;
 #if defined(__AVX512F__)
-  // The same operations on the 16 positions as one vector, written out for the usual head sizes
-  // (the compiler keeps the generic form's accumulators in memory).
-  if (d64 == 64) {
-    page_scores_s<G, 1>(q, kt, sc);
-  } else if (d64 == 128) {
-    page_scores_s<G, 2>(q, kt, sc);
-  } else if (d64 == 256) {
-    page_scores_s<G, 4>(q, kt, sc);
-  } else {
-    __m512 lane[G][16];
-    for (int l = 0; l < 16; ++l) {
-      __m512 acc[G][4];
-      for (int g = 0; g < G; ++g)
-        for (int j = 0; j < 4; ++j) acc[g][j] = _mm512_setzero_ps();
-      for (int s0 = 0; s0 < d64; s0 += 64)
-        for (int j = 0; j < 4; ++j) {
-          const __m512 k = _mm512_loadu_ps(kt + (s0 + 16 * j + l) * P);
-          for (int g = 0; g < G; ++g)
-            acc[g][j] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][s0 + 16 * j + l]), k, acc[g][j]);
-        }
-      for (int g = 0; g < G; ++g)
-        lane[g][l] = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][2]), _mm512_add_ps(acc[g][1], acc[g][3]));
-    }
-    for (int g = 0; g < G; ++g) {
-      __m512 t8[8], t4[4];
-      for (int i = 0; i < 8; ++i) t8[i] = _mm512_add_ps(lane[g][8 + i], lane[g][i]);
-      for (int i = 0; i < 4; ++i) t4[i] = _mm512_add_ps(t8[4 + i], t8[i]);
-      _mm512_storeu_ps(sc[g], _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3])));
-    }
+  // One query at a time: its keys come from L1 (a memory operand of the FMA either way).
+  for (int g = 0; g < n_q; ++g) {
+    const __m512 even = _mm512_add_ps(tree_sum<4>(q[g], kt, d64, 0), tree_sum<4>(q[g], kt, d64, 2));
+    const __m512 odd = _mm512_add_ps(tree_sum<4>(q[g], kt, d64, 1), tree_sum<4>(q[g], kt, d64, 3));
+    _mm512_storeu_ps(sc[g], _mm512_add_ps(even, odd));
   }
 #else
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < n_q; ++g) {
     float lane[16][P];
     for (int l = 0; l < 16; ++l) {
       float acc[4][P];
@@ -243,7 +208,7 @@ inline void page_scores(const float* const* q, const float* kt, int d, float (*s
     for (int t = 0; t < P; ++t) sc[g][t] = (t4[0][t] + t4[2][t]) + (t4[1][t] + t4[3][t]);
   }
 #endif
-  for (int g = 0; g < G; ++g)
+  for (int g = 0; g < n_q; ++g)
     for (int i = d64; i < d; ++i)
       for (int t = 0; t < P; ++t) sc[g][t] = std::fma(q[g][i], kt[i * P + t], sc[g][t]);
 }
@@ -315,14 +280,7 @@ inline void attention_scores(const chorus::AttentionArgs& a, int64_t stride, flo
       }
       if (a.kv_f16) widen_f16(seg.k_pages_f16[pg] + a.kv_offset * P, kbuf, a.head_dim * P);
       float sc[8][P];
-      int g0 = 0;
-      for (; g0 + 4 <= a.n_q; g0 += 4) page_scores<4>(qs + g0, kt, a.head_dim, sc + g0);
-      switch (a.n_q - g0) {
-        case 3: page_scores<3>(qs + g0, kt, a.head_dim, sc + g0); break;
-        case 2: page_scores<2>(qs + g0, kt, a.head_dim, sc + g0); break;
-        case 1: page_scores<1>(qs + g0, kt, a.head_dim, sc + g0); break;
-        default: break;
-      }
+      page_scores(qs, a.n_q, kt, a.head_dim, sc);
       for (int g = 0; g < a.n_q; ++g) {
         float* p = a.scratch + g * stride + offset + pg * P;
 #if defined(__AVX512F__)
@@ -391,7 +349,9 @@ inline void value_rows(const chorus::AttentionArgs& a, int64_t j0, int64_t n, co
       } else {
         row = seg.v_pages[jl / P] + at;
         // The lanes read a page's rows a page apart, where the hardware's prefetchers do not
-        // look: ask for the pass's rows now (into L2; a pass of them fits there).
+        // look: ask for the pass's rows now (into L2; a pass of them fits there). The scores
+        // asked for them too, but not all are still there: without this, pages out of cache
+        // took 1.2x as long.
         for (int i = 0; i < d; i += 16) __builtin_prefetch(row + i, 0, 2);
       }
     }
