@@ -184,6 +184,11 @@ struct GeneratorState {
 using GeneratorSelf = caf::stateful_actor<GeneratorState>*;
 using GeneratorConf = std::shared_ptr<const GeneratorConfig>;
 
+// A request that ended without its answer (not a short success): the run fails.
+bool ended_in_failure(FinishReason f) {
+  return f == FinishReason::error || f == FinishReason::context_full;
+}
+
 // A token of the run: counted, streamed to the sinks, and into each emit's pending text (an
 // event when its separator comes).
 void on_generated(GeneratorSelf self, const GeneratorConf& c, const Reply& r) {
@@ -372,7 +377,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
   };
   // A request of the run ended (live, or played back from the journal).
   auto finished = [=](const Reply& r) {
-    if (r.reason == FinishReason::error || r.reason == FinishReason::context_full) {  // not a short success
+    if (ended_in_failure(r.reason)) {
       self->send(self->state.ctl, fail_atom::value, c->name, "generation failed: " + r.text);
       return;
     }
@@ -412,7 +417,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
         auto& st = self->state;
         if (st.replaying) {  // the forward of a recorded generation: now its tokens, then its end
           if (r->kind != ReplyKind::finished) return;
-          if (r->reason == FinishReason::error || r->reason == FinishReason::context_full) {
+          if (ended_in_failure(r->reason)) {
             st.replaying.reset();
             return finished(*r);  // its block does not hold the tokens: the run fails as a live one would
           }
@@ -434,7 +439,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
           if (c->journal) c->journal->token(c->journal_name, st.runs, st.tool_calls, r->token, r->text);
           on_generated(self, c, *r);
         } else if (r->kind == ReplyKind::finished) {
-          if (c->journal && r->reason != FinishReason::error && r->reason != FinishReason::context_full)
+          if (c->journal && !ended_in_failure(r->reason))
             c->journal->finish(c->journal_name, st.runs, st.tool_calls, r->reason);
           finished(*r);
         }
@@ -560,7 +565,7 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
         if (r->kind == ReplyKind::probe_result) {
           judge(self, *c, *r, it->second);
         } else if (r->kind == ReplyKind::finished) {
-          if (r->reason == FinishReason::error || r->reason == FinishReason::context_full)
+          if (ended_in_failure(r->reason))
             self->send(st.ctl, fail_atom::value, c->name, "probe failed: " + r->text);
           st.out.erase(it);
           while (!st.waiting.empty() &&

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/step/trace.h"
+#include "gateway/metrics_server.h"
 #include "gateway/openai_request.h"
 
 namespace chorus {
@@ -198,44 +199,23 @@ std::string GatewayBackends::metrics_text() const {
   std::string out;
   {
     std::lock_guard l(m_);
-    out +=
-        "# HELP chorus_cluster_program_moves_total Programs moved to another node for room (global queue)\n"
-        "# TYPE chorus_cluster_program_moves_total counter\n"
-        "chorus_cluster_program_moves_total " +
-        std::to_string(moves_) +
-        "\n"
-        "# HELP chorus_cluster_kv_moves_total Moved programs whose KV went with them (the others recompute)\n"
-        "# TYPE chorus_cluster_kv_moves_total counter\n"
-        "chorus_cluster_kv_moves_total " +
-        std::to_string(kv_moves_) +
-        "\n"
-        "# HELP chorus_cluster_kv_moved_bytes_total KV bytes sent between nodes with moved programs\n"
-        "# TYPE chorus_cluster_kv_moved_bytes_total counter\n"
-        "chorus_cluster_kv_moved_bytes_total " +
-        std::to_string(kv_bytes_) +
-        "\n"
-        "# HELP chorus_cluster_topology_restarts_total Topology programs run again after their node was "
-        "lost\n"
-        "# TYPE chorus_cluster_topology_restarts_total counter\n"
-        "chorus_cluster_topology_restarts_total " +
-        std::to_string(restarts_) +
-        "\n"
-        "# HELP chorus_cluster_journal_generations_total Generations given back from topology programs' "
-        "journals\n"
-        "# TYPE chorus_cluster_journal_generations_total counter\n"
-        "chorus_cluster_journal_generations_total " +
-        std::to_string(replayed_generations_) +
-        "\n"
-        "# HELP chorus_cluster_journal_tokens_total Tokens of those generations (forwarded, not generated "
-        "again)\n"
-        "# TYPE chorus_cluster_journal_tokens_total counter\n"
-        "chorus_cluster_journal_tokens_total " +
-        std::to_string(replayed_tokens_) +
-        "\n"
-        "# HELP chorus_cluster_journal_tool_results_total Tool results given back (the tools not run again)\n"
-        "# TYPE chorus_cluster_journal_tool_results_total counter\n"
-        "chorus_cluster_journal_tool_results_total " +
-        std::to_string(replayed_tools_) + "\n";
+    auto counter = [&](const char* name, const char* help, int64_t v) {
+      append_metric(out, name, "counter", help, static_cast<double>(v));
+    };
+    counter("chorus_cluster_program_moves_total", "Programs moved to another node for room (global queue)",
+            moves_);
+    counter("chorus_cluster_kv_moves_total", "Moved programs whose KV went with them (the others recompute)",
+            kv_moves_);
+    counter("chorus_cluster_kv_moved_bytes_total", "KV bytes sent between nodes with moved programs",
+            kv_bytes_);
+    counter("chorus_cluster_topology_restarts_total", "Topology programs run again after their node was lost",
+            restarts_);
+    counter("chorus_cluster_journal_generations_total",
+            "Generations given back from topology programs' journals", replayed_generations_);
+    counter("chorus_cluster_journal_tokens_total",
+            "Tokens of those generations (forwarded, not generated again)", replayed_tokens_);
+    counter("chorus_cluster_journal_tool_results_total", "Tool results given back (the tools not run again)",
+            replayed_tools_);
   }
   std::map<std::string, bool> described;
   for (const auto& b : backends) {
