@@ -5,13 +5,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/text.h"
+
 namespace chorus {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
+// A header's or a key file line's blanks: spaces, tabs and a CR (a line's LF is already gone).
+std::string_view trim_blanks(std::string_view s) {
+  return trim(s, " \t\r");
 }
 
 // Time depends on the lengths only: every byte of the longer one is visited.
@@ -29,14 +30,14 @@ bool same(std::string_view a, std::string_view b) {
 }  // namespace
 
 std::optional<std::string_view> bearer_token(std::string_view header) {
-  header = trim(header);
+  header = trim_blanks(header);
   constexpr std::string_view scheme = "bearer";
   if (header.size() <= scheme.size() || (header[scheme.size()] != ' ' && header[scheme.size()] != '\t'))
     return std::nullopt;
   for (size_t i = 0; i < scheme.size(); ++i)
     if (static_cast<char>(std::tolower(static_cast<unsigned char>(header[i]))) != scheme[i])
       return std::nullopt;
-  const std::string_view key = trim(header.substr(scheme.size()));
+  const std::string_view key = trim_blanks(header.substr(scheme.size()));
   if (key.empty()) return std::nullopt;
   return key;
 }
@@ -53,7 +54,7 @@ Result<std::vector<std::string>> read_key_file(const std::string& path) {
   std::vector<std::string> keys;
   std::string line;
   for (int n = 1; std::getline(f, line); ++n) {
-    const std::string_view k = trim(line);
+    const std::string_view k = trim_blanks(line);
     if (k.empty() || k.front() == '#') continue;
     for (char c : k)
       if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f)

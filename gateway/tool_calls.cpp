@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "base/text.h"
+
 namespace chorus {
 
 namespace {
@@ -21,13 +23,6 @@ std::string call_id() {
   std::string id = "call_";
   for (int k = 0; k < 24; ++k) id += digits[rng() % (sizeof digits - 1)];
   return id;
-}
-
-std::string trim(std::string_view s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return {};
-  const size_t e = s.find_last_not_of(" \t\r\n");
-  return std::string(s.substr(b, e - b + 1));
 }
 
 bool all_space(std::string_view s) {
@@ -81,7 +76,7 @@ bool read_call(std::string_view text, const json& j, const ChatTools& tools, std
     return true;
   }
   if (!args.is_object()) return false;
-  const std::string written = key ? trim(member_text(text, key)) : std::string();
+  const std::string written = key ? std::string(trim(member_text(text, key))) : std::string();
   out.push_back({call_id(), name, written.empty() ? args.dump() : written});
   return true;
 }
@@ -98,7 +93,8 @@ std::vector<ToolCall> tagged_calls(const std::string& text, size_t first, const 
     const size_t body = at + kOpen.size();
     const size_t end = text.find(kClose, body);
     if (end == std::string::npos) return cut ? calls : std::vector<ToolCall>{};
-    if (!read_call(trim(std::string_view(text).substr(body, end - body)), tools, calls)) return {};
+    if (!read_call(std::string(trim(std::string_view(text).substr(body, end - body))), tools, calls))
+      return {};
     at = end + kClose.size();  // text after the last call is dropped, as other servers do
   }
   return calls;
@@ -112,7 +108,7 @@ ToolReply read_tool_calls(const std::string& text, const ChatTools& tools, bool 
   if (!tools.active()) return r;
   std::vector<ToolCall> calls;
   std::string before;
-  const std::string body = trim(text);
+  const std::string body(trim(text));
   if (const size_t at = text.find(kOpen); at != std::string::npos) {
     calls = tagged_calls(text, at, tools, cut);
     before = text.substr(0, at);

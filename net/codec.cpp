@@ -3,17 +3,11 @@
 #include <cstring>
 #include <optional>
 
+#include "net/envelope_finish.h"
 #include "net/wire.h"
-#include "schemas/envelope_generated.h"
 
 namespace chorus {
 namespace {
-
-Frame finish(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id, wire::Payload type,
-             flatbuffers::Offset<void> payload) {
-  wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, kWireVersion, request_id, type, payload));
-  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
-}
 
 template <class T>
 std::vector<T> to_vec(const flatbuffers::Vector<T>* v) {
@@ -25,8 +19,8 @@ std::vector<T> to_vec(const flatbuffers::Vector<T>* v) {
 Frame encode_create_block(uint64_t request_id, const std::string& name, uint64_t program) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto n = fbb.CreateString(name);
-  return finish(fbb, request_id, wire::Payload::CreateBlock,
-                wire::CreateCreateBlock(fbb, n, program).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::CreateBlock,
+                         wire::CreateCreateBlock(fbb, n, program).Union());
 }
 
 Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
@@ -35,29 +29,29 @@ Frame encode_program(uint64_t request_id, const ProgramCmd& c) {
     case ProgramCmd::Op::register_program: {
       const auto name = fbb.CreateString(c.name);
       const auto blocks = fbb.CreateVector(c.blocks);
-      return finish(fbb, request_id, wire::Payload::RegisterProgram,
-                    wire::CreateRegisterProgram(fbb, c.program, name, blocks, c.hold).Union());
+      return finish_envelope(fbb, request_id, wire::Payload::RegisterProgram,
+                             wire::CreateRegisterProgram(fbb, c.program, name, blocks, c.hold).Union());
     }
     case ProgramCmd::Op::pause:
-      return finish(
+      return finish_envelope(
           fbb, request_id, wire::Payload::PauseProgram,
           wire::CreatePauseProgram(
               fbb, c.program, c.mode == PauseMode::offload ? wire::PauseMode::offload : wire::PauseMode::drop)
               .Union());
     case ProgramCmd::Op::restore:
-      return finish(fbb, request_id, wire::Payload::RestoreProgram,
-                    wire::CreateRestoreProgram(fbb, c.program).Union());
+      return finish_envelope(fbb, request_id, wire::Payload::RestoreProgram,
+                             wire::CreateRestoreProgram(fbb, c.program).Union());
     case ProgramCmd::Op::terminate:
-      return finish(fbb, request_id, wire::Payload::TerminateProgram,
-                    wire::CreateTerminateProgram(fbb, c.program, c.cancel).Union());
+      return finish_envelope(fbb, request_id, wire::Payload::TerminateProgram,
+                             wire::CreateTerminateProgram(fbb, c.program, c.cancel).Union());
     case ProgramCmd::Op::phase:
-      return finish(
+      return finish_envelope(
           fbb, request_id, wire::Payload::ProgramPhase,
           wire::CreateProgramPhase(fbb, c.program, c.acting ? wire::Phase::acting : wire::Phase::reasoning, 0)
               .Union());
     case ProgramCmd::Op::withdraw:
-      return finish(fbb, request_id, wire::Payload::WithdrawRequest,
-                    wire::CreateWithdrawRequest(fbb, c.program, c.request).Union());
+      return finish_envelope(fbb, request_id, wire::Payload::WithdrawRequest,
+                             wire::CreateWithdrawRequest(fbb, c.program, c.request).Union());
   }
   return {};
 }
@@ -66,7 +60,7 @@ Frame encode_program_status(uint64_t request_id, uint64_t program, ProgramState 
                             uint32_t resident_pages, uint64_t tokens, bool acting, uint32_t pending,
                             uint32_t held, uint32_t wanted_pages, uint32_t slots, uint32_t wanted_slots) {
   flatbuffers::FlatBufferBuilder fbb;
-  return finish(
+  return finish_envelope(
       fbb, request_id, wire::Payload::ProgramStatus,
       wire::CreateProgramStatus(fbb, program, static_cast<wire::ProgramState>(state),
                                 acting ? wire::Phase::acting : wire::Phase::reasoning, resident_pages, tokens,
@@ -76,32 +70,35 @@ Frame encode_program_status(uint64_t request_id, uint64_t program, ProgramState 
 
 Frame encode_free_block(uint64_t request_id, BlockId block) {
   flatbuffers::FlatBufferBuilder fbb;
-  return finish(fbb, request_id, wire::Payload::FreeBlock, wire::CreateFreeBlock(fbb, block).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::FreeBlock,
+                         wire::CreateFreeBlock(fbb, block).Union());
 }
 
 Frame encode_clear_block(uint64_t request_id, BlockId block) {
   flatbuffers::FlatBufferBuilder fbb;
-  return finish(fbb, request_id, wire::Payload::ClearBlock, wire::CreateClearBlock(fbb, block).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::ClearBlock,
+                         wire::CreateClearBlock(fbb, block).Union());
 }
 
 Frame encode_merge_blocks(uint64_t request_id, BlockId a, BlockId b, const std::string& name) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto n = fbb.CreateString(name);
-  return finish(fbb, request_id, wire::Payload::MergeBlocks, wire::CreateMergeBlocks(fbb, a, b, n).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::MergeBlocks,
+                         wire::CreateMergeBlocks(fbb, a, b, n).Union());
 }
 
 Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, const std::string& name,
                         uint64_t program) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto n = fbb.CreateString(name);
-  return finish(fbb, request_id, wire::Payload::ForkBlock,
-                wire::CreateForkBlock(fbb, block, tokens, n, program).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::ForkBlock,
+                         wire::CreateForkBlock(fbb, block, tokens, n, program).Union());
 }
 
 Frame encode_export_block(uint64_t request_id, BlockId block, uint64_t offset, uint64_t max_bytes) {
   flatbuffers::FlatBufferBuilder fbb;
-  return finish(fbb, request_id, wire::Payload::ExportBlock,
-                wire::CreateExportBlock(fbb, block, offset, max_bytes).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::ExportBlock,
+                         wire::CreateExportBlock(fbb, block, offset, max_bytes).Union());
 }
 
 namespace {
@@ -122,7 +119,7 @@ BlockPartData part_of(const wire::BlockPart* p) {
   d.cached = p->cached();
   d.total = p->total();
   d.offset = p->offset();
-  if (const auto* kv = p->kv()) {
+  if (const auto* kv = p->kv(); kv && kv->size() > 0) {  // (a memcpy to an empty vector's null: UB)
     d.kv.resize(kv->size());
     std::memcpy(d.kv.data(), kv->data(), kv->size());
   }
@@ -133,13 +130,13 @@ BlockPartData part_of(const wire::BlockPart* p) {
 
 Frame encode_block_part(uint64_t request_id, const BlockPartData& part, std::span<const std::byte> kv) {
   flatbuffers::FlatBufferBuilder fbb(kv.size() + 4 * part.tokens.size() + 1024);
-  return finish(fbb, request_id, wire::Payload::BlockPart, block_part(fbb, part, kv).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::BlockPart, block_part(fbb, part, kv).Union());
 }
 
 Frame encode_load_block(uint64_t request_id, const BlockPartData& part) {
   flatbuffers::FlatBufferBuilder fbb(part.kv.size() + 4 * part.tokens.size() + 1024);
   const auto p = block_part(fbb, part, part.kv);
-  return finish(fbb, request_id, wire::Payload::LoadBlock, wire::CreateLoadBlock(fbb, p).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::LoadBlock, wire::CreateLoadBlock(fbb, p).Union());
 }
 
 Frame encode_request(uint64_t request_id, const Request& r) {
@@ -148,11 +145,11 @@ Frame encode_request(uint64_t request_id, const Request& r) {
   const auto tokens = fbb.CreateVector(r.tokens);
   switch (r.kind) {
     case RequestKind::forward:
-      return finish(fbb, request_id, wire::Payload::Forward,
-                    wire::CreateForward(fbb, view, r.write_to, tokens).Union());
+      return finish_envelope(fbb, request_id, wire::Payload::Forward,
+                             wire::CreateForward(fbb, view, r.write_to, tokens).Union());
     case RequestKind::append:
-      return finish(fbb, request_id, wire::Payload::AppendTokens,
-                    wire::CreateAppendTokens(fbb, r.write_to, view, tokens).Union());
+      return finish_envelope(fbb, request_id, wire::Payload::AppendTokens,
+                             wire::CreateAppendTokens(fbb, r.write_to, view, tokens).Union());
     case RequestKind::generate: {
       const auto& s = r.sampling;
       std::vector<int32_t> bias_tokens;
@@ -170,14 +167,14 @@ Frame encode_request(uint64_t request_id, const Request& r) {
       const auto stop =
           wire::CreateStop(fbb, fbb.CreateVectorOfStrings(r.stop.strings), fbb.CreateVector(r.stop.token_ids),
                            r.stop.max_tokens, r.stop.at_end_of_generation);
-      return finish(fbb, request_id, wire::Payload::Generate,
-                    wire::CreateGenerate(fbb, view, r.write_to, tokens, sampling, stop).Union());
+      return finish_envelope(fbb, request_id, wire::Payload::Generate,
+                             wire::CreateGenerate(fbb, view, r.write_to, tokens, sampling, stop).Union());
     }
     case RequestKind::probe: {
       std::vector<flatbuffers::Offset<wire::Candidate>> cands;
       for (const auto& c : r.candidates) cands.push_back(wire::CreateCandidate(fbb, fbb.CreateVector(c)));
-      return finish(fbb, request_id, wire::Payload::Probe,
-                    wire::CreateProbe(fbb, view, tokens, fbb.CreateVector(cands)).Union());
+      return finish_envelope(fbb, request_id, wire::Payload::Probe,
+                             wire::CreateProbe(fbb, view, tokens, fbb.CreateVector(cands)).Union());
     }
   }
   return {};
@@ -346,19 +343,20 @@ Frame encode_block_info(uint64_t request_id, BlockId block, const std::string& n
                         int64_t cached) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto n = fbb.CreateString(name);
-  return finish(fbb, request_id, wire::Payload::BlockInfo,
-                wire::CreateBlockInfo(fbb, block, n, tokens, cached).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::BlockInfo,
+                         wire::CreateBlockInfo(fbb, block, n, tokens, cached).Union());
 }
 
 Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view, bool logs) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto v = fbb.CreateVector(view);
-  return finish(fbb, request_id, wire::Payload::SnapshotView, wire::CreateSnapshotView(fbb, v, logs).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::SnapshotView,
+                         wire::CreateSnapshotView(fbb, v, logs).Union());
 }
 
 Frame encode_list_programs(uint64_t request_id) {
   flatbuffers::FlatBufferBuilder fbb;
-  return finish(fbb, request_id, wire::Payload::ListPrograms, wire::CreateListPrograms(fbb).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::ListPrograms, wire::CreateListPrograms(fbb).Union());
 }
 
 Frame encode_program_list(uint64_t request_id, const std::vector<ProgramEntryData>& programs) {
@@ -369,7 +367,8 @@ Frame encode_program_list(uint64_t request_id, const std::vector<ProgramEntryDat
                                                fbb.CreateVector(p.blocks),
                                                static_cast<wire::ProgramState>(p.state), p.hold));
   const auto v = fbb.CreateVector(entries);
-  return finish(fbb, request_id, wire::Payload::ProgramList, wire::CreateProgramList(fbb, v).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::ProgramList,
+                         wire::CreateProgramList(fbb, v).Union());
 }
 
 Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>& blocks) {
@@ -379,22 +378,24 @@ Frame encode_view_snapshot(uint64_t request_id, const std::vector<BlockSummary>&
     infos.push_back(wire::CreateBlockInfo(fbb, b.block, fbb.CreateString(b.name), b.tokens, b.cached,
                                           b.log.empty() ? 0 : fbb.CreateVector(b.log)));
   const auto v = fbb.CreateVector(infos);
-  return finish(fbb, request_id, wire::Payload::ViewSnapshot, wire::CreateViewSnapshot(fbb, v).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::ViewSnapshot,
+                         wire::CreateViewSnapshot(fbb, v).Union());
 }
 
 Frame encode_heartbeat(uint64_t request_id, const std::string& node_id, uint32_t pages_used,
                        uint32_t pages_total, uint32_t slots_used, uint32_t slots_total) {
   flatbuffers::FlatBufferBuilder fbb(128);
   const auto id = fbb.CreateString(node_id);
-  return finish(fbb, request_id, wire::Payload::Heartbeat,
-                wire::CreateHeartbeat(fbb, id, static_cast<uint64_t>(wall_clock_ms()), pages_used,
-                                      pages_total, slots_used, slots_total)
-                    .Union());
+  return finish_envelope(fbb, request_id, wire::Payload::Heartbeat,
+                         wire::CreateHeartbeat(fbb, id, static_cast<uint64_t>(wall_clock_ms()), pages_used,
+                                               pages_total, slots_used, slots_total)
+                             .Union());
 }
 
 Frame encode_submitted(uint64_t request_id, RequestId request) {
   flatbuffers::FlatBufferBuilder fbb;
-  return finish(fbb, request_id, wire::Payload::Submitted, wire::CreateSubmitted(fbb, request).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::Submitted,
+                         wire::CreateSubmitted(fbb, request).Union());
 }
 
 namespace {
@@ -417,23 +418,24 @@ Frame encode_event(uint64_t request_id, const Event& e, const std::string& text)
   flatbuffers::FlatBufferBuilder fbb;
   switch (e.type) {
     case Event::Type::token:
-      return finish(fbb, request_id, wire::Payload::TokenEvent, token_event(fbb, e, text).Union());
+      return finish_envelope(fbb, request_id, wire::Payload::TokenEvent, token_event(fbb, e, text).Union());
     case Event::Type::probe_result:
-      return finish(
+      return finish_envelope(
           fbb, request_id, wire::Payload::ProbeResult,
           wire::CreateProbeResult(fbb, e.request, fbb.CreateVector(e.probabilities), e.step).Union());
     case Event::Type::finished:
-      return finish(fbb, request_id, wire::Payload::RequestFinished,
-                    wire::CreateRequestFinished(fbb, e.request, e.block, static_cast<wire::Finish>(e.reason),
-                                                fbb.CreateString(e.error), e.step)
-                        .Union());
+      return finish_envelope(
+          fbb, request_id, wire::Payload::RequestFinished,
+          wire::CreateRequestFinished(fbb, e.request, e.block, static_cast<wire::Finish>(e.reason),
+                                      fbb.CreateString(e.error), e.step)
+              .Union());
   }
   return {};
 }
 
 Frame encode_node_lost(uint64_t request_id, RequestId request, const std::string& why) {
   flatbuffers::FlatBufferBuilder fbb;
-  return finish(
+  return finish_envelope(
       fbb, request_id, wire::Payload::RequestFinished,
       wire::CreateRequestFinished(fbb, request, -1, wire::Finish::error, fbb.CreateString(why), 0, true)
           .Union());

@@ -15,16 +15,12 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "base/text.h"
+
 namespace chorus {
 namespace {
 
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";  // fixed by RFC 27
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
 
 // The lines of a file without comments and blanks, each with its number.
 Result<std::vector<std::pair<int, std::string>>> read_lines(const std::string& path) {
@@ -33,7 +29,7 @@ Result<std::vector<std::pair<int, std::string>>> read_lines(const std::string& p
   std::vector<std::pair<int, std::string>> lines;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
-    line = trim(line);
+    line = std::string(trim(line));
     // A comment starts with `#`. `#` is a Z85 digit too, but never the first of a key (it is 84,
     // and a group of five digits starting so would exceed 32 bits), so a key line never does.
     if (line.empty() || line[0] == '#') continue;
@@ -153,7 +149,7 @@ Result<std::vector<AllowedKey>> read_allowed_keys(const std::vector<std::string>
       AllowedKey k;
       in >> k.key;
       std::getline(in, k.name);
-      k.name = trim(k.name);
+      k.name = std::string(trim(k.name));
       if (k.key == "public" || k.key == "secret")
         return make_error(Errc::bad_format, where(path, n) + "this is a secret key file: give the .pub file");
       if (!valid_z85_key(k.key))

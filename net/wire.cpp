@@ -2,25 +2,14 @@
 
 #include <chrono>
 
-#include "schemas/envelope_generated.h"
+#include "net/envelope_finish.h"
 
 namespace chorus {
-namespace {
-
-std::vector<uint8_t> finish(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id, wire::Payload type,
-                            flatbuffers::Offset<void> payload) {
-  const auto env = wire::CreateEnvelope(fbb, kWireVersion, request_id, type, payload);
-  wire::FinishEnvelopeBuffer(fbb, env);
-  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
-}
-
-}  // namespace
-
 std::vector<uint8_t> encode_error_envelope(uint64_t request_id, const Error& error) {
   flatbuffers::FlatBufferBuilder fbb(256);
   const auto msg = fbb.CreateString(error.message);
   const auto err = wire::CreateError(fbb, static_cast<wire::ErrorCode>(error.code), msg);
-  return finish(fbb, request_id, wire::Payload::Error, err.Union());
+  return finish_envelope(fbb, request_id, wire::Payload::Error, err.Union());
 }
 
 std::vector<uint8_t> encode_hello_envelope(uint64_t request_id, const std::string& node_id) {
@@ -28,27 +17,31 @@ std::vector<uint8_t> encode_hello_envelope(uint64_t request_id, const std::strin
   const auto id = fbb.CreateString(node_id);
   const auto ver = fbb.CreateString(CHORUS_VERSION_STRING);
   const auto hello = wire::CreateHello(fbb, kWireVersion, id, ver);
-  return finish(fbb, request_id, wire::Payload::Hello, hello.Union());
+  return finish_envelope(fbb, request_id, wire::Payload::Hello, hello.Union());
 }
 
 std::vector<uint8_t> encode_watch_programs(uint64_t request_id) {
   flatbuffers::FlatBufferBuilder fbb(64);
-  return finish(fbb, request_id, wire::Payload::WatchPrograms, wire::CreateWatchPrograms(fbb).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::WatchPrograms,
+                         wire::CreateWatchPrograms(fbb).Union());
 }
 
 std::vector<uint8_t> encode_program_waiting(uint64_t program) {
   flatbuffers::FlatBufferBuilder fbb(64);
-  return finish(fbb, 0, wire::Payload::ProgramWaiting, wire::CreateProgramWaiting(fbb, program).Union());
+  return finish_envelope(fbb, 0, wire::Payload::ProgramWaiting,
+                         wire::CreateProgramWaiting(fbb, program).Union());
 }
 
 std::vector<uint8_t> encode_watch_block(uint64_t request_id, int32_t block) {
   flatbuffers::FlatBufferBuilder fbb(64);
-  return finish(fbb, request_id, wire::Payload::WatchBlock, wire::CreateWatchBlock(fbb, block).Union());
+  return finish_envelope(fbb, request_id, wire::Payload::WatchBlock,
+                         wire::CreateWatchBlock(fbb, block).Union());
 }
 
 std::vector<uint8_t> encode_block_grown(int32_t block, int64_t cached) {
   flatbuffers::FlatBufferBuilder fbb(64);
-  return finish(fbb, 0, wire::Payload::BlockGrown, wire::CreateBlockGrown(fbb, block, cached).Union());
+  return finish_envelope(fbb, 0, wire::Payload::BlockGrown,
+                         wire::CreateBlockGrown(fbb, block, cached).Union());
 }
 
 Result<int32_t> decode_watch_block(std::span<const uint8_t> frame) {

@@ -42,7 +42,7 @@ struct Decode {
 };
 
 // Runs until idle, timing only the steps; returns tokens/s and the view-state share.
-Decode drain(Engine& e, int64_t counted_block = -1) {
+Decode drain_timed(Engine& e, int64_t counted_block = -1) {
   e.cpu_runner()->reset_linear_stats();
   int64_t tokens = 0, steps = 0;
   const auto t0 = Clock::now();
@@ -95,7 +95,7 @@ int run_bench_hybrid(const BenchArgs& args, const Model& m, CpuDevice& device, n
         if (!report("bench", e)) return 1;
         const auto view = make_context(**e, v ? 3 : 1);
         for (int i = 0; i < G; ++i) (void)(*e)->submit(gen((*e)->blocks().create(), view, tg));
-        const Decode d = drain(**e);
+        const Decode d = drain_timed(**e);
         if (d.tok_s > best[v].tok_s) best[v] = d;
       }
     std::printf(
@@ -127,7 +127,7 @@ int run_bench_hybrid(const BenchArgs& args, const Model& m, CpuDevice& device, n
       (void)(*e)->submit(gen(thoughts, view, tg + 8));
       view.push_back(thoughts);
       for (int i = 0; i < 8; ++i) (void)(*e)->submit(gen((*e)->blocks().create(), view, tg));
-      const Decode d = drain(**e, thoughts);
+      const Decode d = drain_timed(**e, thoughts);
       if (d.tok_s > best.tok_s) best = d;
     }
     std::printf(

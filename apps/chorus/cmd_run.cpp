@@ -25,11 +25,6 @@
 namespace chorus::app {
 namespace {
 
-std::atomic<bool> g_interrupted{false};
-void on_signal(int) {
-  g_interrupted = true;
-}
-
 Result<topology::Topology> load(const std::string& file, const std::vector<std::string>& sets,
                                 const std::string* input, bool require) {
   topology::LoadOptions lo;
@@ -119,8 +114,7 @@ int run_check(const RunArgs& args) {
 int run_run(const RunArgs& args) {
   // Ctrl-C from the start: one during the model's load (its weight panels take a while on a
   // large model) is kept, and the programs then stop before they start, each reported.
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  stop_on_signals();
   // Every file loads first: a mistake in the last one stops the run before anything starts.
   std::vector<topology::Topology> topos;
   for (const auto& file : args.files) {
@@ -276,8 +270,8 @@ int run_run(const RunArgs& args) {
   if (!control) return 1;
   std::atomic<bool> all_done{false};
   std::thread watch([&] {  // Ctrl-C ends the programs cleanly (their reports are still printed)
-    while (!g_interrupted && !all_done) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (g_interrupted) stop_all();
+    while (!stop_requested() && !all_done) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (stop_requested()) stop_all();
   });
   {
     std::vector<std::thread> threads;

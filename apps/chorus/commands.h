@@ -254,10 +254,12 @@ std::optional<std::unique_ptr<MetricsServer>> start_metrics(const char* cmd, con
 // Writes it (nothing for a null trace), with one line on stderr: events, dropped, the file.
 void write_trace(const char* cmd, const std::shared_ptr<Trace>& trace, const std::string& path);
 
-// The serving commands (serve, node, coordinator) run until SIGINT or SIGTERM: stop_on_signals()
-// installs the handlers, wait_for_stop() returns once one came (or request_stop() was called).
+// The serving commands (serve, node, coordinator) run until SIGINT or SIGTERM, and `run` stops its
+// programs at one: stop_on_signals() installs the handlers, stop_requested() says whether one came
+// (or request_stop() was called), wait_for_stop() returns once it has.
 void stop_on_signals();
 void request_stop();
+bool stop_requested();
 void wait_for_stop();
 // --api-key and --api-key-file, read into `out`; false (the error printed as "chorus CMD: ...")
 // for a file that cannot be read or an empty key.

@@ -29,6 +29,9 @@ void stop_on_signals() {
 void request_stop() {
   g_stop = true;
 }
+bool stop_requested() {
+  return g_stop;
+}
 bool read_chat_template(const char* cmd, const std::string& file, std::string* out) {
   if (file.empty()) return true;
   std::ifstream in(file, std::ios::binary);

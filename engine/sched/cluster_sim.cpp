@@ -14,9 +14,7 @@ const char* sim_routing_name(SimRouting r) {
 
 namespace {
 
-constexpr auto pages_of = pages_for_tokens;
-
-struct Prog {
+struct ClusterProg {
   uint64_t id = 0;
   int home = 0;   // the node it was placed on
   int node = -1;  // where its KV is (resident), or was last (-1: never resident)
@@ -99,7 +97,7 @@ class ClusterSim {
   // (which may pause a program it could take), whichever comes first.
   double idle_until(size_t ni, double t) const {
     double next = std::numeric_limits<double>::infinity();
-    for (const Prog& p : progs_)
+    for (const ClusterProg& p : progs_)
       if (!p.reasoning && p.act_end > t) next = std::min(next, p.act_end);
     for (size_t i = 0; i < nodes_.size(); ++i)
       if (i != ni && nodes_[i].clock > t) next = std::min(next, nodes_[i].clock);
@@ -108,7 +106,7 @@ class ClusterSim {
 
   bool tools_done(double t) {
     bool any = false;
-    for (Prog& p : progs_)
+    for (ClusterProg& p : progs_)
       if (!p.reasoning && p.act_end <= t) {
         p.reasoning = true;
         p.reason_start = p.phase_since = t;
@@ -119,17 +117,17 @@ class ClusterSim {
     return any;
   }
 
-  std::vector<std::pair<Prog*, int64_t>> plan_step(size_t ni, int64_t& tokens, double& pairs) {
+  std::vector<std::pair<ClusterProg*, int64_t>> plan_step(size_t ni, int64_t& tokens, double& pairs) {
     Node& n = nodes_[ni];
     int64_t budget = s_.token_budget;
-    std::vector<std::pair<Prog*, int64_t>> work;
+    std::vector<std::pair<ClusterProg*, int64_t>> work;
     for (int pass = 0; pass < 2; ++pass)
-      for (Prog& p : progs_) {
+      for (ClusterProg& p : progs_) {
         if (!p.resident || p.node != static_cast<int>(ni) || !p.reasoning || budget == 0) continue;
         const bool decode = p.pending() == 0;
         if ((pass == 0) != decode) continue;
         const int64_t k = decode ? 1 : std::min(p.pending(), budget);
-        const int64_t need = pages_of(p.cached + k) - pages_of(p.cached);
+        const int64_t need = pages_for_tokens(p.cached + k) - pages_for_tokens(p.cached);
         if (need > s_.capacity_pages - n.used) continue;  // the policy reserved room when it restored
         n.used += need;
         work.emplace_back(&p, k);
@@ -140,7 +138,7 @@ class ClusterSim {
     return work;
   }
 
-  bool apply_step(const std::vector<std::pair<Prog*, int64_t>>& work, double t) {
+  bool apply_step(const std::vector<std::pair<ClusterProg*, int64_t>>& work, double t) {
     bool boundary = false;
     for (auto& [p, k] : work) {
       const bool decode = p->pending() == 0;
@@ -152,7 +150,7 @@ class ClusterSim {
       ++r_.steps_done;
       boundary = true;
       if (++p->step >= p->steps || p->ctx + p->tool_tokens + s_.reason_tokens > max_ctx_) {
-        nodes_[static_cast<size_t>(p->node)].used -= pages_of(p->cached);
+        nodes_[static_cast<size_t>(p->node)].used -= pages_for_tokens(p->cached);
         p->id = 0;  // replaced below
       } else {
         p->reasoning = false;
@@ -161,7 +159,7 @@ class ClusterSim {
       }
     }
     const size_t before = progs_.size();
-    std::erase_if(progs_, [](const Prog& p) { return p.id == 0; });
+    std::erase_if(progs_, [](const ClusterProg& p) { return p.id == 0; });
     for (size_t i = progs_.size(); i < before; ++i) spawn(t);
     return boundary;
   }
@@ -185,14 +183,14 @@ class ClusterSim {
   void spawn(double t) {
     std::vector<int64_t> room(nodes_.size()), count(nodes_.size(), 0);
     for (size_t i = 0; i < nodes_.size(); ++i) room[i] = s_.capacity_pages - nodes_[i].used;
-    for (const Prog& q : progs_) {
+    for (const ClusterProg& q : progs_) {
       ++count[static_cast<size_t>(q.home)];
-      if (!q.resident) room[static_cast<size_t>(q.home)] -= pages_of(q.ctx);
+      if (!q.resident) room[static_cast<size_t>(q.home)] -= pages_for_tokens(q.ctx);
     }
     size_t best = 0;
     for (size_t i = 1; i < nodes_.size(); ++i)
       if (room[i] > room[best] || (room[i] == room[best] && count[i] < count[best])) best = i;
-    Prog p;
+    ClusterProg p;
     p.id = next_id_++;
     p.home = static_cast<int>(best);
     p.ctx = s_.prompt_tokens;
@@ -210,7 +208,7 @@ class ClusterSim {
   void apply_policy(size_t ni, double t) {
     const int here = static_cast<int>(ni);
     std::vector<ProgramSnapshot> snaps;
-    for (const Prog& p : progs_) {
+    for (const ClusterProg& p : progs_) {
       const bool mine = p.resident ? p.node == here : o_.routing == SimRouting::global || p.home == here;
       if (!mine) continue;
       ProgramSnapshot s;
@@ -219,18 +217,18 @@ class ClusterSim {
       s.phase_since = p.phase_since;
       s.state = p.resident ? ProgramState::active : ProgramState::paused;
       s.paused_since = p.paused_since;
-      s.pages = p.reasoning  ? pages_of(p.ctx + p.remaining)
-                : p.resident ? pages_of(p.cached)
-                             : pages_of(p.ctx);
+      s.pages = p.reasoning  ? pages_for_tokens(p.ctx + p.remaining)
+                : p.resident ? pages_for_tokens(p.cached)
+                             : pages_for_tokens(p.ctx);
       s.pinned = p.resident && p.reasoning;
       s.tools_warm = true;
       snaps.push_back(s);
     }
     const PolicyDecision d = policy_.decide(t, snaps);
     for (const auto& [id, mode] : d.pause)
-      if (Prog* p = find(id)) evict(*p, t);
+      if (ClusterProg* p = find(id)) evict(*p, t);
     for (uint64_t id : d.restore) {
-      Prog* p = find(id);
+      ClusterProg* p = find(id);
       if (!p) continue;
       // The global queue balances: a node takes a program only while no other has more room
       // (with sticky routing a program has one node only).
@@ -243,9 +241,9 @@ class ClusterSim {
   // the tokens it will generate, an acting one what it holds.
   int64_t room(size_t ni) const {
     int64_t want = 0;
-    for (const Prog& p : progs_)
+    for (const ClusterProg& p : progs_)
       if (p.resident && p.node == static_cast<int>(ni))
-        want += p.reasoning ? pages_of(p.ctx + p.remaining) : pages_of(p.cached);
+        want += p.reasoning ? pages_for_tokens(p.ctx + p.remaining) : pages_for_tokens(p.cached);
     return s_.capacity_pages - std::max(want, nodes_[ni].used);
   }
   int64_t most_room_elsewhere(size_t ni) const {
@@ -255,14 +253,14 @@ class ClusterSim {
     return most;
   }
 
-  Prog* find(uint64_t id) {
-    for (Prog& p : progs_)
+  ClusterProg* find(uint64_t id) {
+    for (ClusterProg& p : progs_)
       if (p.id == id) return &p;
     return nullptr;
   }
 
-  void evict(Prog& p, double t) {
-    nodes_[static_cast<size_t>(p.node)].used -= pages_of(p.cached);
+  void evict(ClusterProg& p, double t) {
+    nodes_[static_cast<size_t>(p.node)].used -= pages_for_tokens(p.cached);
     p.lost += p.cached;
     p.cached = 0;
     p.resident = false;
@@ -270,7 +268,7 @@ class ClusterSim {
     ++r_.evictions;
   }
 
-  void admit(Prog& p, int node) {
+  void admit(ClusterProg& p, int node) {
     if (p.node >= 0 && p.node != node) ++r_.migrations;
     p.node = node;
     p.resident = true;
@@ -284,7 +282,7 @@ class ClusterSim {
   ProgramPolicy policy_;
   std::vector<Node> nodes_;
   const int64_t max_ctx_ = o_.max_context_tokens > 0 ? o_.max_context_tokens : s_.capacity_pages * 16 / 4;
-  std::vector<Prog> progs_;
+  std::vector<ClusterProg> progs_;
   uint64_t next_id_ = 1;
   std::vector<double> latencies_;
   ClusterSimResult r_;

@@ -19,8 +19,6 @@ const char* sim_policy_name(SimPolicy p) {
 
 namespace {
 
-constexpr auto pages_of = pages_for_tokens;
-
 struct Prog {
   uint64_t id = 0;
   bool reasoning = true;
@@ -112,7 +110,7 @@ class Sim {
         if ((pass == 0) != decode) continue;
         const int64_t n = decode ? 1 : std::min(p.pending(), budget);
         if (!room_for(p, n, t)) continue;
-        used_ += pages_of(p.cached + n) - pages_of(p.cached);
+        used_ += pages_for_tokens(p.cached + n) - pages_for_tokens(p.cached);
         p.in_step = true;
         work.emplace_back(&p, n);
         budget -= n;
@@ -136,7 +134,7 @@ class Sim {
       ++r_.steps_done;
       boundary = true;
       if (++p->step >= o_.steps) {
-        used_ -= pages_of(p->cached);
+        used_ -= pages_for_tokens(p->cached);
         *p = Prog{};
         p->id = 0;  // replaced below
       } else {
@@ -189,7 +187,7 @@ class Sim {
   }
 
   void evict(Prog& p, double t, PauseMode mode = PauseMode::drop) {
-    const int64_t pages = pages_of(p.cached);
+    const int64_t pages = pages_for_tokens(p.cached);
     used_ -= pages;
     if (mode == PauseMode::offload) {
       p.off = p.cached;
@@ -210,7 +208,7 @@ class Sim {
     r_.recomputed_tokens += p.lost;  // its dropped context is prefilled again
     p.lost = 0;
     if (p.off > 0) {  // its offloaded context is copied back
-      const int64_t pages = pages_of(p.off);
+      const int64_t pages = pages_for_tokens(p.off);
       used_ += pages;
       copy_s_ += o_.offload_page_s * static_cast<double>(pages);
       p.cached = p.off;
@@ -224,7 +222,7 @@ class Sim {
   // pin) and then preempt the most recently admitted reasoning program. The program policy
   // reserved room when it restored; it stalls otherwise.
   bool room_for(Prog& p, int64_t n, double t) {
-    const int64_t need = pages_of(p.cached + n) - pages_of(p.cached);
+    const int64_t need = pages_for_tokens(p.cached + n) - pages_for_tokens(p.cached);
     if (need <= free_pages()) return true;
     if (o_.policy == SimPolicy::program) return false;
     while (need > free_pages()) {
@@ -260,7 +258,7 @@ class Sim {
     std::sort(waiting.begin(), waiting.end(),
               [](Prog* a, Prog* b) { return a->reason_start < b->reason_start; });
     for (Prog* p : waiting) {
-      const int64_t need = pages_of(p->ctx);
+      const int64_t need = pages_for_tokens(p->ctx);
       while (need > free_pages()) {
         Prog* victim = lru_idle(t);
         if (!victim) break;
@@ -281,9 +279,9 @@ class Sim {
       s.state = p.resident ? ProgramState::active : ProgramState::paused;
       s.paused_since = p.paused_since;
       // A reasoning program's room: its whole context and the tokens it will generate.
-      s.pages = p.reasoning  ? pages_of(p.ctx + p.remaining)
-                : p.resident ? pages_of(p.cached)
-                             : pages_of(p.ctx);
+      s.pages = p.reasoning  ? pages_for_tokens(p.ctx + p.remaining)
+                : p.resident ? pages_for_tokens(p.cached)
+                             : pages_for_tokens(p.ctx);
       s.pinned = p.resident && p.reasoning;
       s.offloaded = p.off > 0;
       s.tools_warm = true;
@@ -305,7 +303,7 @@ class Sim {
       if (p.reasoning && (!w || (!p.resident && (w->resident || p.reason_start < w->reason_start)))) w = &p;
     if (!w) return false;
     for (Prog& q : progs_)
-      if (&q != w && q.resident && free_pages() < pages_of(w->ctx + w->remaining)) evict(q, t);
+      if (&q != w && q.resident && free_pages() < pages_for_tokens(w->ctx + w->remaining)) evict(q, t);
     if (!w->resident) admit(*w, t);
     return free_pages() > 0;
   }

@@ -18,7 +18,7 @@ namespace {
 
 constexpr int kPrograms = 5, kTurns = 4, kSlots = 4;  // programs of 2 blocks: 2 resident at once
 
-struct Outcome {
+struct SlotOutcome {
   std::map<int, std::vector<TokenId>> tokens;  // per program, every turn's generated tokens
   int errors = 0;
   std::string first_error;
@@ -31,14 +31,14 @@ class SlotScheduling : public ActorsFixture {
   // run at once: per turn a few tokens into the prompt, then a generate of 6 into the answer,
   // then a "tool call" of 30 ms. `slots`: the node's limit (0: none); `mode`: how pauses keep
   // the blocks (the policy chooses offload while host memory has room).
-  Outcome run_programs(int slots, bool offload) {
-    Outcome out;
+  SlotOutcome run_programs(int slots, bool offload) {
+    SlotOutcome out;
     start(test::goldens_dir() + "/tiny_qwen35.gguf", 512, slots);
     run_on_node(slots, offload, out);
     TearDown();  // the next run starts a node of its own
     return out;
   }
-  void run_on_node(int slots, bool offload, Outcome& out) {
+  void run_on_node(int slots, bool offload, SlotOutcome& out) {
     caf::scoped_actor self{*sys};
     std::vector<std::pair<BlockId, BlockId>> blocks;
     for (int p = 1; p <= kPrograms; ++p) {
@@ -105,11 +105,11 @@ class SlotScheduling : public ActorsFixture {
 };
 
 TEST_F(SlotScheduling, MoreHybridProgramsThanSlotsAllFinishWithTheSameOutputs) {
-  const Outcome room = run_programs(0, true);
+  const SlotOutcome room = run_programs(0, true);
   ASSERT_EQ(room.errors, 0) << room.first_error;
   for (const bool offload : {true, false}) {
     SCOPED_TRACE(offload ? "pauses offload" : "pauses drop");
-    const Outcome tight = run_programs(kSlots, offload);
+    const SlotOutcome tight = run_programs(kSlots, offload);
     EXPECT_EQ(tight.errors, 0) << tight.first_error;
     EXPECT_GT(tight.stats.pauses, 0) << "the slots were never short: the test does not test the scheduler";
     EXPECT_EQ(tight.stats.offloaded_pauses > 0, offload);
