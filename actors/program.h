@@ -121,9 +121,10 @@ inline constexpr size_t kPatchesPerMinute = 20;
 class Program {
  public:
   // `model` and `device` (and `gpu`, when given: the engine's forward passes run there) must
-  // outlive the program. Errors: the model cannot run the topology
-  // (a chat block on a model without a ChatML template...), a block's initial text is refused,
-  // a file sink or ZeroMQ endpoint cannot be opened — each naming the block or actor.
+  // outlive the program. Errors: its tools need isolation this machine lacks
+  // (Sandbox::missing_isolation(), unless hooks.unsafe_tools), a block's initial text is refused
+  // (past the context, or invalid), a file sink or ZeroMQ endpoint cannot be opened — each naming
+  // the block or actor.
   static Result<std::unique_ptr<Program>> start(caf::actor_system& sys, const topology::Topology& t,
                                                 const Model& model, CpuDevice& device,
                                                 ProgramHooks hooks = {}, CudaDevice* gpu = nullptr);

@@ -13,8 +13,9 @@
 // terminal). Its other sinks (file, zmq) and sources act in the server's process.
 // "restarts": [{"node", "error"}...] — a program that failed while its node was down (the
 // node's link stopped hearing it) starts again from the topology on another node, up to 3 times: nothing of
-// it had reached the client. Refused (400) where the topology does not load, or needs what a
-// remote node does not carry yet: a probe that watches a block grow.
+// it had reached the client. Refused (400) where the body is not the JSON above or the topology
+// does not load (its error names file, line and key). A probe that watches a block grow runs too:
+// the node tells the gateway's roles of the block's growth (WatchBlock, schemas/blocks.fbs).
 #pragma once
 
 #include <caf/fwd.hpp>

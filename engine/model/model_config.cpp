@@ -372,6 +372,12 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& g) {
   const GgufTensor* emb = g.find_tensor("token_embd.weight");
   if (emb == nullptr)
     return make_error(Errc::not_found, g.name() + ": tensor 'token_embd.weight' is missing");
+  // An embedding of no rows (or of more than an int holds) is no vocabulary: found by the fuzzer,
+  // whose zero-row embedding made every output matrix empty and its row size a division by zero.
+  if (emb->n_dims != 2 || emb->ne[1] < 1 || emb->ne[1] > (1 << 30))
+    return make_error(Errc::bad_format, g.name() + ": tensor 'token_embd.weight' has shape " +
+                                            emb->shape_string() +
+                                            ": not [n_embd, n_vocab] with a vocabulary");
   c.n_vocab = static_cast<int>(emb->ne[1]);
   c.tied_output = g.find_tensor("output.weight") == nullptr;
   const bool hybrid = c.arch == "qwen35" || c.arch == "qwen35moe" || c.arch == "qwen3next";

@@ -115,6 +115,10 @@ struct TensorReader {
   Status matrix(const std::string& name, int64_t rows, int64_t cols, WeightMatrix* out) const {
     const GgufTensor* t = g.find_tensor(name);
     if (t == nullptr) return make_error(Errc::not_found, g.name() + ": tensor '" + name + "' is missing");
+    if (rows < 1 || cols < 1)  // the configuration's checks keep sizes positive; this keeps it so here
+      return make_error(Errc::bad_format, g.name() + ": tensor '" + name + "' would be " +
+                                              shape_str(cols, rows) +
+                                              ": the model's sizes give an empty matrix");
     if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
       return make_error(Errc::bad_format, g.name() + ": tensor '" + name + "' has shape " +
                                               t->shape_string() + ", expected " + shape_str(cols, rows));

@@ -303,10 +303,13 @@ TEST_F(ProgramTest, LogMonitorCatchesIncidents) {
       "log_monitor: caught %d of 5 incidents in 500 lines (%.1f s), false alarms %d; delay in lines:%s; in "
       "ms:%s\n",
       caught, r.report.seconds, false_alarms, dl.c_str(), dm.c_str());
-  EXPECT_GE(caught, 4);
-  EXPECT_LE(false_alarms, 5);
-  for (double d : delay_lines) EXPECT_LE(d, 64) << "a probe must keep up with the log";
-  EXPECT_GE(r.named("sink:alerts_out").size(), 4u)
+  // The probe's question carries its line and its view is the fixed examples, so what it fires on
+  // depends on the line alone: every incident, no other line (README, topologies/README.md).
+  EXPECT_EQ(caught, 5);
+  EXPECT_EQ(false_alarms, 0);
+  // How many lines are in by then depends on how far the source ran ahead of the probes.
+  for (double d : delay_lines) EXPECT_LE(d, 16) << "a probe must keep up with the log";
+  EXPECT_GE(r.named("sink:alerts_out").size(), 5u)
       << "a writer's alert per incident (and the incident lines)";
   std::remove(log.c_str());
   ::rmdir(dir);

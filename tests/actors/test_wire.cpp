@@ -173,6 +173,24 @@ TEST(Wire, StatusAndHeartbeatCarryTheirSlots) {
   EXPECT_EQ(hb->slots_total, 4);
 }
 
+// Found by frame_fuzz with UB fatal: a part with no KV bytes was copied with memcpy into an empty
+// vector's null pointer. It decodes to an empty part, as one with bytes decodes to its bytes.
+TEST(Wire, ABlockPartWithNoKvBytesDecodes) {
+  BlockPartData part;
+  part.block = 7;
+  part.tokens = {1, 2, 3};
+  part.format = "f32";
+  for (const std::vector<std::byte>& kv :
+       {std::vector<std::byte>{}, std::vector<std::byte>(5, std::byte{9})}) {
+    part.total = kv.size();
+    auto r = decode_reply(encode_block_part(1, part, kv));
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    ASSERT_NE(r->part, nullptr);
+    EXPECT_EQ(r->part->tokens, part.tokens);
+    EXPECT_EQ(r->part->kv, kv);
+  }
+}
+
 TEST(ActorRuntime, SelfTestRepliesThroughAnActor) {
   auto r = check_actor_runtime(2);
   ASSERT_TRUE(r.ok()) << r.error().to_string();

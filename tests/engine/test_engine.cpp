@@ -45,6 +45,24 @@ Result<ModelConfig> config_of(const test::GgufBuilder& b) {
   return ModelConfig::from_gguf(*g);
 }
 
+// Found by the fuzzer in CI: an embedding of no rows gave a vocabulary of 0, every output matrix
+// empty, and its bytes per row a division by zero when the weights were read.
+TEST(ModelConfig, AnEmbeddingOfNoRowsIsNoVocabulary) {
+  test::GgufBuilder b;
+  b.kv_string("general.architecture", "llama");
+  b.kv_u32("llama.embedding_length", 64);
+  b.kv_u32("llama.block_count", 2);
+  b.kv_u32("llama.attention.head_count", 4);
+  b.kv_u32("llama.attention.head_count_kv", 2);
+  b.kv_u32("llama.feed_forward_length", 128);
+  b.kv_u32("llama.context_length", 256);
+  b.tensor("token_embd.weight", 0, {64, 0}, {});
+  auto c = config_of(b);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, Errc::bad_format);
+  EXPECT_NE(c.error().message.find("token_embd.weight' has shape"), std::string::npos) << c.error().message;
+}
+
 TEST(ModelConfig, ReadsLlamaHyperParameters) {
   auto c = config_of(llama_header());
   ASSERT_TRUE(c.ok()) << c.error().to_string();

@@ -204,8 +204,10 @@ TEST_P(PauseRestore, RefusalsChangeNothing) {
 }
 
 #ifdef CHORUS_ENGINE_ON_GPU
-// The CUDA runner runs attention models only (no Gated DeltaNet yet).
-INSTANTIATE_TEST_SUITE_P(Gpu, PauseRestore, ::testing::Values("tiny_llama_f32.gguf", "tiny_qwen3.gguf"),
+// On the CUDA runner: attention models and a Gated DeltaNet hybrid (its per-block summaries kept
+// on the device, tests/gpu/test_cuda_runner.cpp).
+INSTANTIATE_TEST_SUITE_P(Gpu, PauseRestore,
+                         ::testing::Values("tiny_llama_f32.gguf", "tiny_qwen3.gguf", "tiny_qwen35.gguf"),
                          [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
 #else
 INSTANTIATE_TEST_SUITE_P(Models, PauseRestore,

@@ -62,9 +62,12 @@ TEST_P(TinyModels, LogitsAndGreedyMatchLlamaCpp) {
   auto device = CpuDevice::create(test::llama_order());
   ASSERT_TRUE(device.ok());
   const bool f32 = file.find("f32") != std::string::npos;
-  // Integer formats follow llama.cpp's order of operations and match to the bit; f32 matrices
-  // use a plain dot product (llama.cpp a tiled GEMM), so they agree to float rounding.
-  const float tol_rel = f32 ? 1e-5f : 1e-6f;
+  // Integer formats follow llama.cpp's order of operations on the AVX2 and AVX-512 tables and
+  // match to the bit there (docs/engine.md); the scalar table, a readable reference in a plain
+  // summation order, is not llama.cpp's and is not held to this. f32 matrices use a plain dot
+  // product (llama.cpp a tiled GEMM), so they agree to float rounding.
+  const bool simd = std::string((*device)->kernels().isa) != "scalar";
+  const float tol_rel = f32 ? 1e-5f : (simd ? 0.0f : 1e-6f);
 
   for (const auto& c : g["cases"]) {
     const auto ids = c["ids"].get<std::vector<TokenId>>();

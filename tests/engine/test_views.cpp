@@ -74,8 +74,9 @@ class Views : public ::testing::Test {
     return md / mx;
   }
 
-  void check_every_order(const std::vector<std::vector<int>>& length_sets, int chunk = 128,
-                         float tol = 1e-4f);
+  // tol: max |dlogit| / max |logit|. 1e-6 holds on the AVX2 and AVX-512 tables (measured up to
+  // 8.3e-7, docs/blocks.md); the scalar table sums in another order and reaches 2.6e-6.
+  void check_every_order(const std::vector<std::vector<int>>& length_sets, int chunk = 128, float tol = -1);
   void check_chunked_prefill();
   void check_growing_context(const View& answer_view, int64_t chain_compositions);
 
@@ -113,21 +114,25 @@ TEST_F(Views, Qwen3ViewEqualsContiguousEncodingInEveryOrder) {
 // than the convolution (1, 2, 3 tokens), compact bodies and dense ones (>= 16 body tokens);
 // blocks written in one chunk (chunk-parallel form) and token by token (recurrent steps, with
 // the cached view state).
+// The composed summaries round otherwise than the sequential recurrence: 2e-6 of the largest logit
+// (measured up to 1.4e-6 on every table, the mixture-of-experts and qwen3next files the farthest).
+constexpr float kHybridTol = 2e-6f;
+
 TEST_F(Views, HybridViewEqualsContiguousEncodingInEveryOrder) {
   load(test::goldens_dir() + "/tiny_qwen35.gguf", /*f32_activations=*/true);
-  check_every_order({{5, 20, 7}, {1, 0, 33}, {2, 3, 1}, {17, 1, 2}, {40, 2, 18}});
-  check_every_order({{5, 20, 7}, {2, 3, 1}}, /*chunk=*/1);
-  check_every_order({{19, 4, 6}}, /*chunk=*/3);
+  check_every_order({{5, 20, 7}, {1, 0, 33}, {2, 3, 1}, {17, 1, 2}, {40, 2, 18}}, 128, kHybridTol);
+  check_every_order({{5, 20, 7}, {2, 3, 1}}, /*chunk=*/1, kHybridTol);
+  check_every_order({{19, 4, 6}}, /*chunk=*/3, kHybridTol);
 }
 
 // qwen35moe: the same layers with mixture-of-experts feed-forward (routing per token is
 // unaffected by where the token's block sits in a view).
 TEST_F(Views, HybridMoeViewEqualsContiguousEncodingInEveryOrder) {
   load(test::goldens_dir() + "/tiny_qwen35moe.gguf", /*f32_activations=*/true);
-  check_every_order({{5, 20, 7}, {2, 3, 1}});
+  check_every_order({{5, 20, 7}, {2, 3, 1}}, 128, kHybridTol);
   // qwen3next: value head h reads key head h / 2 (not h % 2), beta/alpha packed per key head.
   load(test::goldens_dir() + "/tiny_qwen3next_f32.gguf", /*f32_activations=*/true);
-  check_every_order({{5, 20, 7}, {2, 3, 1}}, /*chunk=*/1);
+  check_every_order({{5, 20, 7}, {2, 3, 1}}, /*chunk=*/1, kHybridTol);
 }
 
 // gemma3: sliding windows of 8 view positions on two of its three layers. Blocks longer than the
@@ -148,6 +153,7 @@ TEST_F(Views, SlidingWindowCountsViewPositions) {
 }
 
 void Views::check_every_order(const std::vector<std::vector<int>>& length_sets, int chunk, float tol) {
+  if (tol < 0) tol = std::string(device_->kernels().isa) == "scalar" ? 4e-6f : 1e-6f;
   for (const std::vector<int>& lengths : length_sets) {
     std::vector<std::vector<TokenId>> toks;
     for (int n : lengths) toks.push_back(random_tokens(n));
