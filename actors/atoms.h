@@ -6,25 +6,24 @@
 
 namespace chorus {
 
-using frame_atom = caf::atom_constant<caf::atom("frame")>;          // a command frame -> reply frame
-using event_atom = caf::atom_constant<caf::atom("event")>;          // an event frame, batcher -> requester
-using stop_atom = caf::atom_constant<caf::atom("stop")>;            // end an actor's work
-using paragraph_atom = caf::atom_constant<caf::atom("paragraph")>;  // a thinker finished a paragraph
-using done_atom = caf::atom_constant<caf::atom("done")>;            // a role has nothing more to do
+using frame_atom = caf::atom_constant<caf::atom("frame")>;  // a command frame -> reply frame
+using event_atom = caf::atom_constant<caf::atom("event")>;  // an event frame, batcher -> requester
+using stop_atom = caf::atom_constant<caf::atom("stop")>;    // end an actor's work
 using subscribe_atom =
-    caf::atom_constant<caf::atom("subscribe")>;             // (subscribe_atom, block): tell me when it grows
-using grown_atom = caf::atom_constant<caf::atom("grown")>;  // (grown_atom, block, cached tokens)
-using text_atom = caf::atom_constant<caf::atom("text")>;    // (text_atom, string): text for a source or sink
-using step_atom = caf::atom_constant<caf::atom("step")>;    // a cooperative batcher: run one step
-using tick_atom = caf::atom_constant<caf::atom("tick")>;    // a role's own timer
-using fired_atom =
-    caf::atom_constant<caf::atom("fired")>;  // (fired_atom, candidate, probability): a probe fired
-// A program (actors/program.h): its roles and its controller.
-using signal_atom =
-    caf::atom_constant<caf::atom("signal")>;                // (signal_atom, event, text): a named event fired
-using start_atom = caf::atom_constant<caf::atom("start")>;  // a role may begin (its blocks are ready)
-using tokens_atom = caf::atom_constant<caf::atom("tokens")>;  // (tokens_atom, n): a role generated n tokens
-using fail_atom = caf::atom_constant<caf::atom("fail")>;      // (fail_atom, actor, what): a role cannot go on
+    caf::atom_constant<caf::atom("subscribe")>;  // (subscribe_atom, block): BlockGrown events as it grows
+using step_atom = caf::atom_constant<caf::atom("step")>;  // a cooperative batcher: run one step
+using tick_atom = caf::atom_constant<caf::atom("tick")>;  // an actor's own timer
+
+// A program (actors/program.h): its roles, its controller, its sandbox and patcher.
+// (role_atom, frame): a message between a program's actors, a schemas/roles.fbs frame
+// (net/role_codec.h). (role_ask_atom, frame) -> frame: one that asks for an answer (a tool
+// call, edit_program, retiring a role, warming or removing a sandbox), which is one too.
+using role_atom = caf::atom_constant<caf::atom("role")>;
+using role_ask_atom = caf::atom_constant<caf::atom("roleask")>;
+// (start_atom, controller, StartRole frame): a role may begin (its blocks are ready); the
+// controller is where its events go.
+using start_atom = caf::atom_constant<caf::atom("start")>;
+
 // The scheduler of programs on a batcher (actors/program_manager.h).
 using scheduler_atom =
     caf::atom_constant<caf::atom("scheduler")>;  // (scheduler_atom) to the batcher: tell me ...

@@ -113,7 +113,7 @@ class BatcherLoop {
       self_->send(memory_, report_atom::value, StepReport{std::move(*finished), std::move(pool)});
     }
     for (auto& [who, f] : events_) send(who, std::move(f));
-    for (const auto& [who, b, n] : growth_) self_->send(who, grown_atom::value, b, n);
+    for (const auto& [who, b, n] : growth_) send(who, encode_block_grown(b, n));
     return true;
   }
 
@@ -326,7 +326,7 @@ caf::behavior node_cooperative(caf::stateful_actor<CooperativeState>* self, std:
         auto finished = self->state.engine->step(
             [self](const caf::actor& who, Frame f) { self->send(who, event_atom::value, std::move(f)); },
             [self](const caf::actor& who, BlockId b, int64_t n) {
-              self->send(who, grown_atom::value, b, n);
+              self->send(who, event_atom::value, encode_block_grown(b, n));
             });
         if (!finished) {
           self->quit(caf::make_error(caf::sec::runtime_error, finished.error().to_string()));

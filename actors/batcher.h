@@ -24,7 +24,8 @@
 //   then, to the sender of a Submitted request: (event_atom, frame) with TokenEvent (text is
 //   whole UTF-8 characters), ProbeResult, and last RequestFinished
 //   (subscribe_atom, block) -> after each step in which the block's cached length changed,
-//   (grown_atom, block, cached tokens) to the subscriber (a probe watching a log, say)
+//   (event_atom, frame) with a BlockGrown (the block, its cached tokens) to the subscriber (a
+//   probe watching a log, say)
 //   (stop_atom) ends the actor once the work it has accepted is done; an exit message ends it
 //   at once.
 // Commands are applied in mailbox order before each step; when the engine is idle the actor

@@ -8,15 +8,16 @@
 #include <cstring>
 
 #include "actors/atoms.h"
+#include "net/role_codec.h"
 
 namespace chorus {
 namespace {
 
-// Sends each complete line of `partial` to `target` as (text_atom, line + "\n") and keeps the rest.
+// Sends each complete line of `partial` to `target` as a RoleText (line + "\n") and keeps the rest.
 void send_lines(caf::blocking_actor* self, const caf::actor& target, std::string& partial) {
   size_t start = 0;
   for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1)
-    self->send(target, text_atom::value, partial.substr(start, nl + 1 - start));
+    self->send(target, role_atom::value, encode_role_text(partial.substr(start, nl + 1 - start)));
   partial.erase(0, start);
 }
 
@@ -56,10 +57,10 @@ void fd_lines(caf::blocking_actor* self, int fd, caf::actor target, caf::actor n
     }
     // End of input (or an error reading it): the last line even without a newline, then done.
     if (n < 0) spdlog::error("reading fd {}: {}", fd, std::strerror(errno));
-    if (!partial.empty()) self->send(target, text_atom::value, partial);
+    if (!partial.empty()) self->send(target, role_atom::value, encode_role_text(partial));
     running = false;
   }
-  if (notify) self->send(notify, done_atom::value);
+  if (notify) self->send(notify, role_atom::value, encode_feed_ended());
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 #include <zmq.hpp>
 
 #include "actors/atoms.h"
+#include "actors/role_messages.h"
 #include "net/codec.h"
+#include "net/role_codec.h"
 #include "net/wire.h"
 
 namespace chorus {
@@ -152,11 +154,12 @@ class PortLoop {
             more = true;
             if (!watcher_.empty()) send_to(*sock_, watcher_, encode_program_waiting(program));
           },
-          [&](grown_atom, BlockId block, int64_t cached) {  // a watched block grew (WatchBlock)
+          [&](event_atom, const std::vector<uint8_t>& f) {  // a watched block grew (BlockGrown)
             more = true;
-            if (auto w = block_watchers_.find(block); w != block_watchers_.end())
-              for (const std::string& client : w->second)
-                send_to(*sock_, client, encode_block_grown(block, cached));
+            auto r = decode_reply(f);
+            if (!r || r->kind != ReplyKind::block_grown) return;
+            if (auto w = block_watchers_.find(static_cast<BlockId>(r->id)); w != block_watchers_.end())
+              for (const std::string& client : w->second) send_to(*sock_, client, f);
           },
           [this](stop_atom) { running_ = false; },
           [this](caf::exit_msg& m) {
@@ -263,7 +266,7 @@ void sub_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, ca
     if (!running || zmq::poll(&item, 1, std::chrono::milliseconds(20)) <= 0) continue;
     for (zmq::message_t part; sock->recv(part, zmq::recv_flags::dontwait);) {
       if (part.more()) continue;  // the topic: the text is the last part
-      self->send(target, text_atom::value, std::string(part.data<char>(), part.size()));
+      self->send(target, role_atom::value, encode_role_text(std::string(part.data<char>(), part.size())));
     }
   }
   sock->close();
@@ -272,9 +275,12 @@ void sub_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, ca
 void pub_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, std::string topic) {
   for (bool running = true; running;)
     self->receive(
-        [&](text_atom, const std::string& text) {
+        [&](role_atom, const Frame& f) {
+          auto m = read_role("ZeroMQ sink " + topic, f);
+          if (!m) return;
+          if (m->kind != RoleKind::text) return unexpected_role("ZeroMQ sink " + topic, *m);
           sock->send(zmq::buffer(topic), zmq::send_flags::sndmore);
-          sock->send(zmq::buffer(text), zmq::send_flags::dontwait);
+          sock->send(zmq::buffer(m->text), zmq::send_flags::dontwait);
         },
         [&](stop_atom) { running = false; }, [&](caf::exit_msg&) { running = false; });
   sock->close();

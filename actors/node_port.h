@@ -61,8 +61,9 @@ Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor bat
 // The ZeroMQ feeders of a program's source and sink roles (actors/feeders.h has the others),
 // each a detached actor that owns its socket:
 //  - a SUB source: connects to `endpoint`, subscribes to `topic`, and sends the text of each
-//    message's last part to `target` as (text_atom, text) — point it at a source role;
-//  - a PUB sink: binds `endpoint` and publishes each (text_atom, text) it receives as
+//    message's last part to `target` as a RoleText (schemas/roles.fbs) — point it at a source
+//    role;
+//  - a PUB sink: binds `endpoint` and publishes the text of each RoleText it receives as
 //    [topic, text]. Returns the bound endpoint.
 Result<caf::actor> spawn_zmq_sub_source(caf::actor_system& sys, zmq::context_t& context,
                                         const std::string& endpoint, const std::string& topic,

@@ -10,6 +10,7 @@
 #include "actors/program_manager.h"
 #include "actors/submit.h"
 #include "net/codec.h"
+#include "net/role_codec.h"
 
 namespace chorus {
 
@@ -69,7 +70,7 @@ Status Program::feed(const std::string& source, const std::string& text) {
   auto it = impl_->api_sources.find(source);
   if (it == impl_->api_sources.end())
     return make_error(Errc::not_found, "no source \"" + source + "\" with from: api");
-  caf::anon_send(it->second, text_atom::value, text);
+  caf::anon_send(it->second, role_atom::value, encode_role_text(text));
   return Status::success();
 }
 
@@ -77,7 +78,7 @@ Status Program::close(const std::string& source) {
   auto it = impl_->api_sources.find(source);
   if (it == impl_->api_sources.end())
     return make_error(Errc::not_found, "no source \"" + source + "\" with from: api");
-  caf::anon_send(it->second, done_atom::value);
+  caf::anon_send(it->second, role_atom::value, encode_feed_ended());
   return Status::success();
 }
 

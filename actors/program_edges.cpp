@@ -11,15 +11,17 @@
 
 #include "actors/atoms.h"
 #include "actors/program_roles.h"
+#include "actors/role_messages.h"
 #include "actors/sandbox.h"
 #include "engine/step/trace.h"
+#include "net/role_codec.h"
 
 namespace chorus::program_roles {
 namespace {
 
 // The program's tools: one sandbox (actors/sandbox.h), made with the program (each tool's
 // `setup` run in it) and removed with it — and, while the program is paused past its idle lease,
-// removed (cool_atom) and made again ahead of its restore (warm_atom) or at its next call. Calls
+// removed (SandboxCool) and made again ahead of its restore (SandboxWarm) or at its next call. Calls
 // run one at a time. A detached actor: a run blocks until the tool ends.
 // A tool's run: its time and output limits, and what it opted in to reach.
 SandboxLimits limits_of(const topology::Tool& t) {
@@ -78,55 +80,72 @@ void tool_main(caf::blocking_actor* self, std::string base, std::string name,
       }
     }
   };
+  auto call = [&](const std::string& tool, const std::string& args) -> std::string {
+    const topology::Tool* t = nullptr;
+    std::string known;
+    for (const auto& x : tools) {
+      if (x.name == tool) t = &x;
+      known += (known.empty() ? "" : ", ") + x.name;
+    }
+    if (!t) return "error: unknown tool \"" + tool + "\" (tools: " + known + ")";
+    make();  // cold: made again first
+    if (!broken.empty()) return "error: " + broken;
+    auto r = traced_run(*box, tl, t->name, t->command, *t, args, cancel.get());
+    if (!r) return "error: " + r.error().message;
+    std::string out = r->output;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    if (!r->ok()) out += (out.empty() ? "" : "\n") + std::string("[") + r->describe() + "]";
+    return out;
+  };
+  const std::string who = "sandbox of " + name;
+  auto cool = [&] {  // nothing runs now (calls run one at a time): remove it all
+    if (!box) return false;
+    if (Status s = box->destroy(); !s.ok())
+      spdlog::warn("program {}: removing its sandbox: {}", name, s.error().message);
+    box.reset();
+    mark("sandbox removed");
+    return true;
+  };
   make();
   for (bool running = true; running;)
     self->receive(
-        [&](tool_atom, const std::string& tool, const std::string& args) -> std::string {
-          const topology::Tool* t = nullptr;
-          std::string known;
-          for (const auto& x : tools) {
-            if (x.name == tool) t = &x;
-            known += (known.empty() ? "" : ", ") + x.name;
+        [&](role_ask_atom, const Frame& f) -> Frame {
+          auto m = read_role(who, f);
+          if (!m) return encode_tool_result("error: the sandbox could not read the call");
+          if (m->kind == RoleKind::tool_call) return encode_tool_result(call(m->tool, m->text));
+          if (m->kind == RoleKind::sandbox_warm) {
+            if (!box || !broken.empty()) {
+              box.reset();
+              make();
+            }
+            return encode_tool_result(broken);
           }
-          if (!t) return "error: unknown tool \"" + tool + "\" (tools: " + known + ")";
-          make();  // cold: made again first
-          if (!broken.empty()) return "error: " + broken;
-          auto r = traced_run(*box, tl, t->name, t->command, *t, args, cancel.get());
-          if (!r) return "error: " + r.error().message;
-          std::string out = r->output;
-          while (!out.empty() && out.back() == '\n') out.pop_back();
-          if (!r->ok()) out += (out.empty() ? "" : "\n") + std::string("[") + r->describe() + "]";
-          return out;
+          if (m->kind == RoleKind::sandbox_cool) return encode_tool_result(cool() ? "removed" : "");
+          unexpected_role(who, *m);
+          return encode_tool_result(std::string("error: a sandbox does not take ") + role_kind_name(m->kind));
         },
-        [&](cool_atom) -> bool {  // nothing runs now (calls run one at a time): remove it all
-          if (!box) return false;
-          if (Status s = box->destroy(); !s.ok())
-            spdlog::warn("program {}: removing its sandbox: {}", name, s.error().message);
-          box.reset();
-          mark("sandbox removed");
-          return true;
-        },
-        [&](warm_atom) -> std::string {
-          if (!box || !broken.empty()) {
-            box.reset();
-            make();
-          }
-          return broken;
+        [&](role_atom, const Frame& f) {
+          auto m = read_role(who, f);
+          if (!m) return;
+          if (m->kind != RoleKind::sandbox_cool) return unexpected_role(who, *m);
+          cool();
         },
         [&](caf::exit_msg&) { running = false; });
 }
 
-// Reads a whole file (no following) and sends it line by line, then done_atom.
+// Reads a whole file (no following) and sends it line by line, then FeedEnded.
 void read_file_lines(caf::blocking_actor* self, std::string path, caf::actor target, std::string who,
                      caf::actor ctl) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    self->send(ctl, fail_atom::value, who, "cannot open " + path + ": " + std::strerror(errno));
+    self->send(ctl, role_atom::value,
+               encode_role_failed(who, "cannot open " + path + ": " + std::strerror(errno)));
     return;
   }
   std::string line;
-  while (std::getline(in, line)) self->send(target, text_atom::value, in.eof() ? line : line + "\n");
-  self->send(target, done_atom::value);
+  while (std::getline(in, line))
+    self->send(target, role_atom::value, encode_role_text(in.eof() ? line : line + "\n"));
+  self->send(target, role_atom::value, encode_feed_ended());
 }
 
 // ---- sink: text somewhere, a prefix at each line start -----------------------------------------
@@ -141,7 +160,7 @@ caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig
   auto out = [=](const std::string& s) {
     using topology::SinkKind;
     if (c->kind == SinkKind::zmq || c->console) {
-      self->send(c->console ? c->console : c->zmq, text_atom::value, s);
+      self->send(c->console ? c->console : c->zmq, role_atom::value, encode_role_text(s));
       return;
     }
     std::FILE* f = c->kind == SinkKind::stdout_stream   ? stdout
@@ -174,16 +193,16 @@ caf::behavior sink_role(caf::stateful_actor<SinkRoleState>* self, SinkRoleConfig
     out(s);
   };
   return {
-      [=](text_atom, const std::string& text) { write(text, self->current_sender(), std::string()); },
-      [=](text_atom, const std::string& text, const std::string& producer) {
-        write(text, self->current_sender(), producer);
+      [=](role_atom, const Frame& f) {
+        auto m = read_role(c->name, f);
+        if (!m) return;
+        if (m->kind == RoleKind::text) return write(m->text, self->current_sender(), m->producer);
+        if (m->kind != RoleKind::signal) return unexpected_role(c->name, *m);
+        std::string t = m->text;
+        while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+        write("[" + m->event + "] " + t + "\n", nullptr, "event " + m->event);
       },
       [=](stop_atom) { self->quit(); },  // after what was queued before it
-      [=](signal_atom, const std::string& ev, const std::string& text) {
-        std::string t = text;
-        while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-        write("[" + ev + "] " + t + "\n", nullptr, "event " + ev);
-      },
   };
 }
 

@@ -19,11 +19,13 @@
 #include "actors/feeders.h"
 #include "actors/node_port.h"
 #include "actors/program_triggers.h"
+#include "actors/role_messages.h"
 #include "actors/sandbox.h"
 #include "actors/submit.h"
 #include "engine/model/model.h"
 #include "engine/step/engine.h"
 #include "net/codec.h"
+#include "net/role_codec.h"
 
 namespace chorus::program_roles {
 namespace {
@@ -59,12 +61,12 @@ void rewire(caf::stateful_actor<ControllerState>* self, ControllerConfig& c, con
     std::vector<std::string> left;
     for (const auto& e : emitters)
       if (!done.count(e)) left.push_back(e);
-    self->send(who, upstream_atom::value, left);
+    self->send(who, role_atom::value, encode_upstream(left));
   }
   for (const auto& n : w.fresh) {
     const caf::actor& who = c.roles.at(n);
     for (const auto& d : done)
-      if (hears(c, d + ".done", who)) self->send(who, signal_atom::value, d + ".done", std::string());
+      if (hears(c, d + ".done", who)) self->send(who, role_atom::value, encode_signal(d + ".done", ""));
   }
 }
 
@@ -85,39 +87,51 @@ caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerC
   if (cfgp->budget_seconds > 0)
     self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(cfgp->budget_seconds * 1e6)),
                        tick_atom::value);
+  // A named event: counted, told to the hook, routed (the same frame) to who runs on it.
+  auto on_signal = [=](const Frame& f, const std::string& ev, const std::string& text) {
+    if (self->state.ended) return;
+    if (const std::string who = done_of(ev); !who.empty()) {
+      auto r = cfgp->roles.find(who);
+      if (r != cfgp->roles.end() && caf::actor_cast<caf::actor>(self->current_sender()) != r->second)
+        return;  // its old self's, retired by a patch
+      self->state.done.insert(who);
+    }
+    {
+      std::lock_guard<std::mutex> l(cfgp->outcome->m);
+      ++cfgp->outcome->report.events[ev];
+    }
+    const auto it = cfgp->subscribers.find(ev);
+    if (cfgp->hook) {
+      ProgramEvent e{ev, text, cfgp->outcome->now(), {}};
+      if (it != cfgp->subscribers.end())
+        for (const caf::actor& who : it->second)
+          for (const auto& [name, h] : cfgp->roles)
+            if (h == who) e.to.push_back(name);
+      cfgp->hook(e);
+    }
+    if (it != cfgp->subscribers.end()) {
+      const caf::message routed = caf::make_message(role_atom::value, f);
+      for (const caf::actor& who : it->second) self->send(who, routed);
+    }
+    if (const std::string who = done_of(ev); !who.empty()) cfgp->pending.erase(who);
+    if (cfgp->finish.count(ev))
+      end("finish event " + ev, "");
+    else if (cfgp->pending.empty() && !done_of(ev).empty())
+      end("all roles done", "");
+  };
   return {
-      [=](signal_atom, const std::string& ev, const std::string& text) {
-        if (self->state.ended) return;
-        if (const std::string who = done_of(ev); !who.empty()) {
-          auto r = cfgp->roles.find(who);
-          if (r != cfgp->roles.end() && caf::actor_cast<caf::actor>(self->current_sender()) != r->second)
-            return;  // its old self's, retired by a patch
-          self->state.done.insert(who);
+      [=](role_atom, const Frame& f) {
+        auto m = read_role("controller", f);
+        if (!m) return;
+        switch (m->kind) {
+          case RoleKind::signal: return on_signal(f, m->event, m->text);
+          case RoleKind::tokens:
+            self->state.tokens += m->count;
+            if (cfgp->budget_tokens > 0 && self->state.tokens >= cfgp->budget_tokens) end("token budget", "");
+            return;
+          case RoleKind::failed: return end("error", m->actor + ": " + m->text);
+          default: return unexpected_role("controller", *m);
         }
-        {
-          std::lock_guard<std::mutex> l(cfgp->outcome->m);
-          ++cfgp->outcome->report.events[ev];
-        }
-        const auto it = cfgp->subscribers.find(ev);
-        if (cfgp->hook) {
-          ProgramEvent e{ev, text, cfgp->outcome->now(), {}};
-          if (it != cfgp->subscribers.end())
-            for (const caf::actor& who : it->second)
-              for (const auto& [name, h] : cfgp->roles)
-                if (h == who) e.to.push_back(name);
-          cfgp->hook(e);
-        }
-        if (it != cfgp->subscribers.end())
-          for (const caf::actor& who : it->second) self->send(who, signal_atom::value, ev, text);
-        if (const std::string who = done_of(ev); !who.empty()) cfgp->pending.erase(who);
-        if (cfgp->finish.count(ev))
-          end("finish event " + ev, "");
-        else if (cfgp->pending.empty() && !done_of(ev).empty())
-          end("all roles done", "");
-      },
-      [=](tokens_atom, int64_t n) {
-        self->state.tokens += n;
-        if (cfgp->budget_tokens > 0 && self->state.tokens >= cfgp->budget_tokens) end("token budget", "");
       },
       [=](rewire_atom, const Rewiring& w) {
         if (self->state.ended) return false;
@@ -126,7 +140,6 @@ caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerC
         return true;
       },
       [=](tick_atom) { end("time budget", ""); },
-      [=](fail_atom, const std::string& who, const std::string& what) { end("error", who + ": " + what); },
       [=](stop_atom) { end("stopped", ""); },
   };
 }
@@ -189,24 +202,31 @@ bool ended_in_failure(FinishReason f) {
   return f == FinishReason::error || f == FinishReason::context_full;
 }
 
+// Text to the generator's sinks: one frame, the same message to each.
+void to_sinks(GeneratorSelf self, const GeneratorConfig& c, const std::string& text) {
+  if (c.sinks.empty()) return;
+  const caf::message m = caf::make_message(role_atom::value, encode_role_text(text, c.journal_name));
+  for (const auto& s : c.sinks) self->send(s, m);
+}
+
 // A token of the run: counted, streamed to the sinks, and into each emit's pending text (an
 // event when its separator comes).
 void on_generated(GeneratorSelf self, const GeneratorConf& c, const Reply& r) {
   auto& st = self->state;
   if (r.token >= 0) {
-    self->send(st.ctl, tokens_atom::value, int64_t{1});
+    self->send(st.ctl, role_atom::value, encode_tokens_made(1));
     ++st.generated;
   }
   st.piece += r.text;
   st.request_text += r.text;
-  if (c->stream)
-    for (const auto& s : c->sinks) self->send(s, text_atom::value, r.text, c->journal_name);
+  if (c->stream) to_sinks(self, *c, r.text);
   for (size_t i = 0; i < c->emits.size(); ++i) {
     std::string& p = st.pending[i];
     p += r.text;
     const auto at = p.find(c->emits[i].at, 1);  // a piece has something before its end
     if (at == std::string::npos) continue;
-    self->send(st.ctl, signal_atom::value, c->emits[i].event, p.substr(0, at + c->emits[i].at.size()));
+    self->send(st.ctl, role_atom::value,
+               encode_signal(c->emits[i].event, p.substr(0, at + c->emits[i].at.size())));
     p.erase(0, at + c->emits[i].at.size());
   }
 }
@@ -219,7 +239,7 @@ void submit_generate(GeneratorSelf self, const GeneratorConf& c, const caf::acto
                      const Request& r) {
   auto& st = self->state;
   auto failed = [=](const std::string& why) {
-    self->send(self->state.ctl, fail_atom::value, c->name, "generate refused: " + why);
+    self->send(self->state.ctl, role_atom::value, encode_role_failed(c->name, "generate refused: " + why));
   };
   if (c->journal) {
     if (auto g = c->journal->replay(c->journal_name, st.runs, st.tool_calls, r.tokens)) {
@@ -248,16 +268,16 @@ bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::acto
   ++st.tool_calls;
   // edit_program is the program's own: not a tool phase (the patch's result is program.patched).
   const bool edit = tool == topology::kEditProgram;
-  self->send(st.ctl, signal_atom::value, c->name + (edit ? ".edit_program" : ".tool_call"),
-             edit ? args : st.request_text.substr(st.request_text.rfind("<tool_call>")));
+  self->send(st.ctl, role_atom::value,
+             encode_signal(c->name + (edit ? ".edit_program" : ".tool_call"),
+                           edit ? args : st.request_text.substr(st.request_text.rfind("<tool_call>"))));
   auto go_on = [=](const std::string& result) {
     auto& s2 = self->state;
     s2.editing = false;
-    if (!edit) self->send(s2.ctl, signal_atom::value, c->name + ".tool_result", result);
+    if (!edit) self->send(s2.ctl, role_atom::value, encode_signal(c->name + ".tool_result", result));
     const std::string response = "\n<tool_response>\n" + result + "\n</tool_response>\n";
     s2.piece += response;
-    if (c->stream)
-      for (const auto& sk : c->sinks) self->send(sk, text_atom::value, response, c->journal_name);
+    if (c->stream) to_sinks(self, *c, response);
     Request next = c->request;
     next.tokens = c->tokenizer->encode(response, {.parse_special = true});
     next.stop.max_tokens = std::max(1, c->request.stop.max_tokens - s2.generated);
@@ -276,7 +296,12 @@ bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::acto
   } else if (recorded) {
     go_on(*recorded);  // the tool ran in that run: not again
   } else {
-    auto answered = [=](const std::string& result) {
+    auto answered = [=](const Frame& reply) {
+      auto m = decode_role(reply);
+      const std::string result = !m ? "error: " + m.error().message
+                                 : m->kind != RoleKind::tool_result
+                                     ? std::string("error: the tool answered ") + role_kind_name(m->kind)
+                                     : m->text;
       // A patch is applied again by the new run; a run cancelled as the program ended is not a
       // result.
       if (c->journal && !(c->ending && c->ending->load()))
@@ -286,10 +311,9 @@ bool go_on_with_tool(GeneratorSelf self, const GeneratorConf& c, const caf::acto
     };
     auto silent = [=](caf::error& e) { go_on("error: the tool did not answer: " + caf::to_string(e)); };
     st.editing = edit;
-    if (edit)
-      self->request(to, caf::infinite, patch_atom::value, c->name, args).then(answered, silent);
-    else
-      self->request(to, caf::infinite, tool_atom::value, tool, args).then(answered, silent);
+    self->request(to, caf::infinite, role_ask_atom::value,
+                  edit ? encode_edit_program(c->name, args) : encode_tool_call(tool, args, c->name))
+        .then(answered, silent);
   }
   return true;
 }
@@ -300,7 +324,7 @@ void end_run(GeneratorSelf self, const GeneratorConf& c) {
   auto& st = self->state;
   for (size_t i = 0; i < c->emits.size(); ++i) {
     if (st.pending[i].find_first_not_of(" \t\r\n") != std::string::npos)
-      self->send(st.ctl, signal_atom::value, c->emits[i].event, st.pending[i]);
+      self->send(st.ctl, role_atom::value, encode_signal(c->emits[i].event, st.pending[i]));
     st.pending[i].clear();
   }
   if (!c->stream) {
@@ -309,10 +333,9 @@ void end_run(GeneratorSelf self, const GeneratorConf& c) {
       if (ends_with(line, s)) line.erase(line.size() - s.size());
     while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
     while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) line.erase(0, 1);
-    if (!line.empty())
-      for (const auto& s : c->sinks) self->send(s, text_atom::value, line + "\n", c->journal_name);
+    if (!line.empty()) to_sinks(self, *c, line + "\n");
   } else if (!st.piece.empty() && st.piece.back() != '\n') {
-    for (const auto& s : c->sinks) self->send(s, text_atom::value, std::string("\n"), c->journal_name);
+    to_sinks(self, *c, "\n");
   }
   st.busy = false;
   ++st.runs;
@@ -328,7 +351,7 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
     if (st.done || st.busy || !st.queued.empty() || st.retiring || !st.ctl) return;
     if (once ? st.runs == 0 : !st.trig.upstream_left.empty()) return;
     st.done = true;
-    self->send(st.ctl, signal_atom::value, c->name + ".done", std::string());
+    self->send(st.ctl, role_atom::value, encode_signal(c->name + ".done", ""));
   };
   auto submit_run = [=] { submit_generate(self, c, batcher, self->state.next); };
   // `fresh`: the block is cleared first; while a reader holds it, the clear is tried again shortly.
@@ -341,8 +364,8 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
               self->delayed_send(self, std::chrono::milliseconds(5), tick_atom::value);
             },
             [=](caf::error& e) {
-              self->send(self->state.ctl, fail_atom::value, c->name,
-                         "clearing its block refused: " + caf::to_string(e));
+              self->send(self->state.ctl, role_atom::value,
+                         encode_role_failed(c->name, "clearing its block refused: " + caf::to_string(e)));
             });
   };
   auto run = [=] {
@@ -372,13 +395,14 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
   // A patch retires it: the run it is in ends first; then it answers with what it had queued.
   auto quit_retired = [=] {
     auto& st = self->state;
-    st.retired.deliver(std::vector<std::string>(st.queued.begin(), st.queued.end()));
+    st.retired.deliver(encode_retired(std::vector<std::string>(st.queued.begin(), st.queued.end())));
     self->quit();
   };
   // A request of the run ended (live, or played back from the journal).
   auto finished = [=](const Reply& r) {
     if (ended_in_failure(r.reason)) {
-      self->send(self->state.ctl, fail_atom::value, c->name, "generation failed: " + r.text);
+      self->send(self->state.ctl, role_atom::value,
+                 encode_role_failed(c->name, "generation failed: " + r.text));
       return;
     }
     if (go_on_with_tool(self, c, batcher, r)) return;
@@ -388,11 +412,12 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
     maybe_done();
   };
   return {
-      [=](start_atom, const caf::actor& ctl) { start(ctl, {}); },
-      [=](start_atom, const caf::actor& ctl, const std::vector<std::string>& carried) {
-        start(ctl, carried);
+      [=](start_atom, const caf::actor& ctl, const Frame& f) {
+        if (auto m = read_role(c->name, f); m && m->kind == RoleKind::start) start(ctl, m->names);
       },
-      [=](retire_atom) {
+      [=](role_ask_atom, const Frame& f) -> caf::result<Frame> {
+        auto m = read_role(c->name, f);
+        if (!m || m->kind != RoleKind::retire) return caf::sec::unexpected_message;
         auto& st = self->state;
         st.retiring = true;
         st.retired = self->make_response_promise();
@@ -400,15 +425,22 @@ caf::behavior generator(caf::stateful_actor<GeneratorState>* self, caf::actor ba
         if (!st.busy || st.editing) quit_retired();
         return st.retired;
       },
-      [=](upstream_atom, const std::vector<std::string>& emitters) {
-        self->state.trig.rewire(emitters);
-        maybe_done();
-      },
-      [=](signal_atom, const std::string& ev, const std::string& text) {
-        for (int n = self->state.trig.on_signal(c->triggers, ev); n > 0; --n)
-          self->state.queued.push_back(text);
-        run();
-        maybe_done();
+      [=](role_atom, const Frame& f) {
+        auto m = read_role(c->name, f);
+        if (!m) return;
+        auto& st = self->state;
+        switch (m->kind) {
+          case RoleKind::upstream:
+            st.trig.rewire(m->names);
+            maybe_done();
+            break;
+          case RoleKind::signal:
+            for (int n = st.trig.on_signal(c->triggers, m->event); n > 0; --n) st.queued.push_back(m->text);
+            run();
+            maybe_done();
+            break;
+          default: unexpected_role(c->name, *m);
+        }
       },
       [=](tick_atom) { clear_then_submit(); },
       [=](event_atom, const std::vector<uint8_t>& frame) {
@@ -477,7 +509,7 @@ void judge(caf::stateful_actor<ProbeRoleState>* self, const ProbeRoleConfig& c, 
   if (above && (!c.edge || !st.above)) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(p));
-    self->send(st.ctl, signal_atom::value, c.fires, asked.empty() ? std::string(buf) : asked);
+    self->send(st.ctl, role_atom::value, encode_signal(c.fires, asked.empty() ? std::string(buf) : asked));
   }
   st.above = above;
 }
@@ -502,11 +534,13 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
               if (rep && rep->kind == ReplyKind::submitted)
                 self->state.out[rep->id] = text;
               else
-                self->send(self->state.ctl, fail_atom::value, c->name,
-                           "probe refused: " + (rep ? rep->text : rep.error().message));
+                self->send(
+                    self->state.ctl, role_atom::value,
+                    encode_role_failed(c->name, "probe refused: " + (rep ? rep->text : rep.error().message)));
             },
             [=](caf::error& e) {
-              self->send(self->state.ctl, fail_atom::value, c->name, "probe refused: " + caf::to_string(e));
+              self->send(self->state.ctl, role_atom::value,
+                         encode_role_failed(c->name, "probe refused: " + caf::to_string(e)));
             });
   };
   // Only a probe driven by events alone ends: when everyone emitting them is done.
@@ -516,11 +550,11 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
         c->every_ms > 0 || !st.trig.upstream_left.empty())
       return;
     st.done = true;
-    self->send(st.ctl, signal_atom::value, c->name + ".done", std::string());
+    self->send(st.ctl, role_atom::value, encode_signal(c->name + ".done", ""));
   };
   const auto period = std::chrono::milliseconds(c->every_ms);
   return {
-      [=](start_atom, const caf::actor& ctl) {
+      [=](start_atom, const caf::actor& ctl, const Frame&) {
         auto& st = self->state;
         st.ctl = ctl;
         if (c->watch >= 0) self->send(batcher, subscribe_atom::value, c->watch);
@@ -529,44 +563,53 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
           ask(early.front());  // what triggered it before it started (made by a patch)
         maybe_done();
       },
-      [=](retire_atom) {  // its questions out are dropped: it has nothing queued to hand on
-        self->quit();
-        return std::vector<std::string>();
+      [=](role_ask_atom, const Frame& f) -> caf::result<Frame> {
+        auto m = read_role(c->name, f);
+        if (!m || m->kind != RoleKind::retire) return caf::sec::unexpected_message;
+        self->quit();  // its questions out are dropped: it has nothing queued to hand on
+        return encode_retired({});
       },
-      [=](upstream_atom, const std::vector<std::string>& emitters) {
-        self->state.trig.rewire(emitters);
-        maybe_done();
+      [=](role_atom, const Frame& f) {
+        auto m = read_role(c->name, f);
+        if (!m) return;
+        auto& st = self->state;
+        switch (m->kind) {
+          case RoleKind::upstream:
+            st.trig.rewire(m->names);
+            maybe_done();
+            break;
+          case RoleKind::signal:
+            if (st.trig.on_signal(c->triggers, m->event) > 0) {
+              if (st.ctl)
+                ask(m->text);
+              else
+                st.waiting.push_back(m->text);
+            }
+            maybe_done();
+            break;
+          default: unexpected_role(c->name, *m);
+        }
       },
       [=](tick_atom) {
         ask("");
         self->delayed_send(self, period, tick_atom::value);
       },
-      [=](grown_atom, BlockId, int64_t n) {
-        if (n - self->state.last < c->every_new_tokens) return;
-        self->state.last = n;
-        ask("");
-      },
-      [=](signal_atom, const std::string& ev, const std::string& text) {
-        auto& st = self->state;
-        if (st.trig.on_signal(c->triggers, ev) > 0) {
-          if (st.ctl)
-            ask(text);
-          else
-            st.waiting.push_back(text);
-        }
-        maybe_done();
-      },
       [=](event_atom, const std::vector<uint8_t>& frame) {
         auto r = decode_reply(frame);
         if (!r) return;
         auto& st = self->state;
+        if (r->kind == ReplyKind::block_grown) {  // the watched block grew (BlockGrown)
+          if (r->tokens - st.last < c->every_new_tokens) return;
+          st.last = r->tokens;
+          return ask("");
+        }
         auto it = st.out.find(r->id);
         if (it == st.out.end()) return;
         if (r->kind == ReplyKind::probe_result) {
           judge(self, *c, *r, it->second);
         } else if (r->kind == ReplyKind::finished) {
           if (ended_in_failure(r->reason))
-            self->send(st.ctl, fail_atom::value, c->name, "probe failed: " + r->text);
+            self->send(st.ctl, role_atom::value, encode_role_failed(c->name, "probe failed: " + r->text));
           st.out.erase(it);
           while (!st.waiting.empty() &&
                  static_cast<int>(st.out.size()) + st.submitting < kProbeQuestionsOut) {

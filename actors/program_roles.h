@@ -26,21 +26,6 @@
 
 namespace chorus::program_roles {
 
-// (tool_atom, tool, arguments json) -> result text: a generator's call to its program's tool actor.
-using tool_atom = caf::atom_constant<caf::atom("toolcall")>;
-// (cool_atom) -> bool: the tool actor removes its sandbox (processes, directory), if made.
-using cool_atom = caf::atom_constant<caf::atom("toolcool")>;
-// (warm_atom) -> error text ("" when ready): it makes its sandbox again, if removed, running each
-// tool's setup.
-using warm_atom = caf::atom_constant<caf::atom("toolwarm")>;
-// (patch_atom, caller, patch text) -> "applied: SUMMARY" or "refused: ERROR": a generator's
-// edit_program call to its program's patcher (Program::patch).
-using patch_atom = caf::atom_constant<caf::atom("patch")>;
-// (retire_atom) -> the texts of the runs it had queued, not begun: a role a patch changes or
-// removes finishes the run it is in (a probe: none), then answers and quits.
-using retire_atom = caf::atom_constant<caf::atom("retire")>;
-// (upstream_atom, names): a patch changed who emits the events a role runs on; these, not done.
-using upstream_atom = caf::atom_constant<caf::atom("upstream")>;
 // (rewire_atom, Rewiring) -> bool (false: the program has ended): the controller routes by it.
 using rewire_atom = caf::atom_constant<caf::atom("rewire")>;
 
@@ -181,16 +166,18 @@ struct TraceLane {
 };
 
 // The program's tools, in one sandbox under `base` named `name` (removed when the actor ends;
-// each tool's `setup` run whenever it is made); answers (tool_atom, tool, arguments) with the
-// result text, making the sandbox first if cool_atom removed it. A detached actor: while a tool
+// each tool's `setup` run whenever it is made); answers (role_ask_atom, ToolCall) with a
+// ToolResult, making the sandbox first if a SandboxCool removed it (one-way, or asked: then the
+// answer is "removed", or "" when there was none); SandboxWarm makes it again and answers "" when
+// ready, else why not. A detached actor: while a tool
 // runs it reads no message, so its program ends it by setting `cancel` first (the run is killed
 // within about 50 ms, its result says so), then sending it an exit. With a trace, each run (and
 // setup) is a slice of the program's lane, the sandbox's making and removal instants.
 caf::actor spawn_tools(caf::actor_system& sys, std::string base, std::string name,
                        std::vector<topology::Tool> tools, std::shared_ptr<std::atomic<bool>> cancel = nullptr,
                        TraceLane trace = {});
-// Reads a whole file (not followed) into `target` line by line, then done_atom; `ctl` hears of
-// a file that cannot be opened.
+// Reads a whole file (not followed) into `target` line by line (RoleText), then FeedEnded; `ctl`
+// hears (RoleFailed) of a file that cannot be opened.
 caf::actor spawn_file_reader(caf::actor_system& sys, std::string path, caf::actor target, std::string who,
                              caf::actor ctl);
 

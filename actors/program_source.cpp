@@ -10,8 +10,10 @@
 #include "actors/atoms.h"
 #include "actors/program_roles.h"
 #include "actors/program_triggers.h"
+#include "actors/role_messages.h"
 #include "actors/submit.h"
 #include "net/codec.h"
+#include "net/role_codec.h"
 
 namespace chorus::program_roles {
 namespace {
@@ -105,7 +107,7 @@ void lines_in(caf::stateful_actor<SourceRoleState>* self, const SourceRoleConfig
     if (++st.lines_done < st.next_emit || c.every_lines == 0) continue;
     std::string lines_text;
     for (const auto& l : st.recent) lines_text += l;
-    self->send(st.ctl, signal_atom::value, c.emit_event, lines_text);
+    self->send(st.ctl, role_atom::value, encode_signal(c.emit_event, lines_text));
     st.next_emit += c.every_lines;
   }
 }
@@ -124,6 +126,7 @@ class SourceRole : public std::enable_shared_from_this<SourceRole> {
   }
 
   SourceRoleState& st() { return self_->state; }
+  const std::string& name() const { return c_.name; }
 
   void start(const caf::actor& ctl) {
     st().ctl = ctl;
@@ -138,13 +141,15 @@ class SourceRole : public std::enable_shared_from_this<SourceRole> {
     drain();
   }
 
-  void fail(const std::string& what) { self_->send(st().ctl, fail_atom::value, c_.name, what); }
+  void fail(const std::string& what) {
+    self_->send(st().ctl, role_atom::value, encode_role_failed(c_.name, what));
+  }
 
   void maybe_done() {
     if (st().done || !st().input_ended || !st().in_flight.empty() || st().rotating || !st().backlog.empty())
       return;
     st().done = true;
-    self_->send(st().ctl, signal_atom::value, c_.name + ".done", std::string());
+    self_->send(st().ctl, role_atom::value, encode_signal(c_.name + ".done", ""));
   }
 
   void forward(const std::string& text, bool carry) {
@@ -192,7 +197,8 @@ class SourceRole : public std::enable_shared_from_this<SourceRole> {
   void send_text() {
     if (st().sent) return;
     st().sent = true;
-    self_->delayed_send(self_, std::chrono::milliseconds(c_.delay_ms), text_atom::value, c_.text);
+    self_->delayed_send(self_, std::chrono::milliseconds(c_.delay_ms), role_atom::value,
+                        encode_role_text(c_.text));
   }
 
   // A forward's event: the next forward in order is in (or the source fails).
@@ -220,13 +226,17 @@ caf::behavior source_role(caf::stateful_actor<SourceRoleState>* self, caf::actor
                           SourceRoleConfig cfg) {
   auto r = std::make_shared<SourceRole>(self, std::move(batcher), std::move(cfg));
   return {
-      [r](start_atom, const caf::actor& ctl) { r->start(ctl); },
-      [r](signal_atom, const std::string& ev, const std::string&) { r->signal(ev); },
+      [r](start_atom, const caf::actor& ctl, const Frame&) { r->start(ctl); },
       [r](tick_atom) { r->try_clear(); },
-      [r](text_atom, std::string text) { r->text(std::move(text)); },
-      [r](done_atom) {
-        r->st().input_ended = true;
-        r->maybe_done();
+      [r](role_atom, const Frame& f) {
+        auto m = read_role(r->name(), f);
+        if (!m) return;
+        switch (m->kind) {
+          case RoleKind::signal: return r->signal(m->event);
+          case RoleKind::text: return r->text(std::move(m->text));
+          case RoleKind::feed_ended: r->st().input_ended = true; return r->maybe_done();
+          default: return unexpected_role(r->name(), *m);
+        }
       },
       [r](event_atom, const std::vector<uint8_t>& frame) { r->finished(frame); },
   };

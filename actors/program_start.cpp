@@ -24,6 +24,7 @@
 #include "actors/program_impl.h"
 #include "actors/program_manager.h"
 #include "actors/program_roles.h"
+#include "actors/role_messages.h"
 #include "actors/sandbox.h"
 #include "actors/submit.h"
 #include "engine/forward/kv_cache.h"
@@ -31,6 +32,7 @@
 #include "engine/step/engine.h"
 #include "engine/step/trace.h"
 #include "net/codec.h"
+#include "net/role_codec.h"
 
 namespace chorus {
 
@@ -177,8 +179,10 @@ class Program::Starter {
       return failed(r.error(), "pausing the program until it is admitted");
     ProgramTools env;
     if (im_.tools) {
-      env.cool = [tools = im_.tools] { caf::anon_send(tools, cool_atom::value); };
-      env.warm = [tools = im_.tools] { caf::anon_send(tools, warm_atom::value); };
+      env.cool = [tools = im_.tools] { caf::anon_send(tools, role_atom::value, encode_sandbox_cool()); };
+      env.warm = [tools = im_.tools] {  // its answer (whether the sandbox is ready) is not awaited
+        caf::anon_send(tools, role_ask_atom::value, encode_sandbox_warm());
+      };
     }
     if (!manager_->add(im_.program_id, need, std::move(env)))
       return make_error(Errc::invalid_argument, where_ + "not started: the run is ending");
@@ -346,9 +350,12 @@ class Program::Starter {
   void make_patcher() {
     if (im_.patcher || !t_.tool(topology::kEditProgram)) return;
     im_.patcher = sys_.spawn<caf::detached>([im = &im_]() -> caf::behavior {
-      return {[im](patch_atom, const std::string& caller, const std::string& text) {
-        auto r = Starter::patch(*im, text, caller);
-        return r ? "applied: " + *r : "refused: " + r.error().message;
+      return {[im](role_ask_atom, const Frame& f) {
+        auto m = read_role("patcher", f);
+        if (!m || m->kind != RoleKind::edit_program)
+          return encode_tool_result("refused: the patcher takes EditProgram messages");
+        auto r = Starter::patch(*im, m->text, m->actor);
+        return encode_tool_result(r ? "applied: " + *r : "refused: " + r.error().message);
       }};
     });
     im_.actors.push_back(im_.patcher);
@@ -389,7 +396,8 @@ class Program::Starter {
     for (const auto& [a, h] : feeding_)
       if (Status s = feed(*a, h); !s.ok()) return s;
     for (const auto& a : t_.actors)
-      if (a.kind != Kind::sink) self_->send(im_.roles.at(a.name), start_atom::value, im_.ctl);
+      if (a.kind != Kind::sink)
+        self_->send(im_.roles.at(a.name), start_atom::value, im_.ctl, encode_start_role());
     if (im_.managed) manager_->started(im_.program_id);
     return Status::success();
   }
@@ -456,20 +464,21 @@ class Program::Starter {
                  [&](caf::error& e) { spdlog::warn("{}rewiring: {}", where_, caf::to_string(e)); });
     std::map<std::string, std::vector<std::string>> carried;
     for (const auto& [n, h] : old) {
-      self_->request(h, kRetireWait, retire_atom::value)
-          .receive([&, n = n](const std::vector<std::string>& queued) { carried[n] = queued; },
-                   [&, n = n, h = h](caf::error& e) {
-                     spdlog::warn("{}actors.{}: retiring it: {}; stopped", where_, n, caf::to_string(e));
-                     self_->send_exit(h, caf::exit_reason::user_shutdown);
-                   });
+      self_->request(h, kRetireWait, role_ask_atom::value, encode_retire_role())
+          .receive(
+              [&, n = n](const Frame& reply) {
+                if (auto m = read_role(where_ + "actors." + n, reply); m && m->kind == RoleKind::retired)
+                  carried[n] = m->names;
+              },
+              [&, n = n, h = h](caf::error& e) {
+                spdlog::warn("{}actors.{}: retiring it: {}; stopped", where_, n, caf::to_string(e));
+                self_->send_exit(h, caf::exit_reason::user_shutdown);
+              });
       self_->wait_for(h);
       std::erase(im_.actors, h);
     }
-    for (const auto& n : fresh)
-      if (t_.actor(n)->kind == Kind::probe)
-        self_->send(im_.roles.at(n), start_atom::value, im_.ctl);
-      else
-        self_->send(im_.roles.at(n), start_atom::value, im_.ctl, carried[n]);
+    for (const auto& n : fresh)  // (a probe carries nothing: it had nothing queued)
+      self_->send(im_.roles.at(n), start_atom::value, im_.ctl, encode_start_role(carried[n]));
   }
 
   static constexpr std::chrono::seconds kRetireWait{120};
@@ -481,7 +490,7 @@ class Program::Starter {
     if (im.torn_down || !im.ctl || im.ended())
       return make_error(Errc::invalid_argument, "patch: the program has ended; nothing was changed");
     auto refused = [&](const Error& e) {
-      caf::anon_send(im.ctl, signal_atom::value, std::string("program.patch_refused"), e.message);
+      caf::anon_send(im.ctl, role_atom::value, encode_signal("program.patch_refused", e.message));
       return e;
     };
     if (!caller.empty() && !im.topo.actor(caller))
@@ -508,7 +517,7 @@ class Program::Starter {
       return refused(st.error());
     }
     s.swap_roles(*p, before);
-    caf::anon_send(im.ctl, signal_atom::value, std::string("program.patched"), p->summary());
+    caf::anon_send(im.ctl, role_atom::value, encode_signal("program.patched", p->summary()));
     return p->summary();
   }
 

@@ -148,7 +148,8 @@ class Link {
     if (reply->kind == ReplyKind::block_grown) {
       const auto block = static_cast<BlockId>(reply->id);
       if (auto w = block_watchers_.find(block); w != block_watchers_.end())
-        for (const caf::actor& who : w->second) self_->send(who, grown_atom::value, block, reply->tokens);
+        for (const caf::actor& who : w->second)  // the same frame
+          self_->send(who, event_atom::value, std::vector<uint8_t>(bytes.begin(), bytes.end()));
       return;
     }
     if (auto b = beats_.find(id); b != beats_.end() && reply->kind == ReplyKind::heartbeat) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "net/codec.h"
+#include "net/role_codec.h"
 #include "net/wire.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -29,5 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (auto rep = chorus::decode_reply(frame); rep.ok()) (void)rep->text.size();
   if (auto w = chorus::decode_watch_block(frame); w.ok()) (void)*w;
+  if (auto m = chorus::decode_role(frame); m.ok())  // what a program's actors read
+    for (const auto& n : m->names) (void)n.size();
   return 0;
 }

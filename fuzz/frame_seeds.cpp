@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "net/codec.h"
+#include "net/role_codec.h"
 #include "net/wire.h"
 
 int main(int argc, char** argv) {
@@ -39,6 +40,13 @@ int main(int argc, char** argv) {
       {"list_programs", encode_list_programs(30)},
       {"watch_block", encode_watch_block(34, 2)},
       {"block_grown", encode_block_grown(2, 117)},
+      {"role_signal", encode_signal("thinker.paragraph", "First idea.\n\n")},
+      {"role_text", encode_role_text("a line\n", "writer#2")},
+      {"role_start", encode_start_role({"queued run"})},
+      {"role_tool_call", encode_tool_call("add", "{\"a\": 1}", "thinker")},
+      {"role_edit", encode_edit_program("planner", "actors:\n  w1: {kind: thinker}\n")},
+      {"role_retired", encode_retired({"a", "b"})},
+      {"role_tokens", encode_tokens_made(3)},
       {"program_list", encode_program_list(31, {{5, "p1", {0, 2}, ProgramState::paused, true}})},
       {"snapshot_logs", encode_snapshot_view(32, {0, 1}, true)},
       {"view_logs", encode_view_snapshot(33, {{0, "prompt", 3, 3, {1, 2, 3}}})},

@@ -21,6 +21,7 @@
 #include "device/cpu_device.h"
 #include "engine/step/engine.h"
 #include "net/codec.h"
+#include "net/role_codec.h"
 #include "net/wire.h"
 #include "tests/support/actors_fixture.h"
 #include "tests/support/model_fixture.h"
@@ -28,6 +29,12 @@
 
 namespace chorus {
 namespace {
+
+// The text of a RoleText frame (a feeder's line), "" for any other frame.
+std::string text_of(const Frame& f) {
+  auto m = decode_role(f);
+  return m && m->kind == RoleKind::text ? m->text : std::string();
+}
 
 TEST_F(ActorsFixture, BatcherCreatesBlocksRunsRequestsAndStreamsEventsInOrder) {
   start(test::goldens_dir() + "/tiny_llama_f32.gguf");
@@ -270,7 +277,7 @@ TEST(ActorsFeeders, FileTailFollowsAGrowingFile) {
     }
   }
   while (lines.size() < 6)
-    self->receive([&](text_atom, const std::string& t) { lines.push_back(t); },
+    self->receive([&](role_atom, const Frame& f) { lines.push_back(text_of(f)); },
                   caf::after(std::chrono::seconds(10)) >>
                       [&] {
                         ADD_FAILURE() << "no line within 10 s";
@@ -300,8 +307,8 @@ TEST(ActorsRoles, ZeroMqPubSinkFeedsSubSource) {
     std::vector<std::string> got;
     // PUB/SUB drops messages until the subscription is in place: send until one arrives.
     for (int i = 0; i < 200 && got.empty(); ++i) {
-      self->send(pub, text_atom::value, std::string("hello ") + std::to_string(i));
-      self->receive([&](text_atom, const std::string& t) { got.push_back(t); },
+      self->send(pub, role_atom::value, encode_role_text("hello " + std::to_string(i)));
+      self->receive([&](role_atom, const Frame& f) { got.push_back(text_of(f)); },
                     caf::after(std::chrono::milliseconds(20)) >> [] {});
     }
     ASSERT_FALSE(got.empty()) << "nothing came through PUB -> SUB";
@@ -345,7 +352,7 @@ TEST(ActorsStress, EightWritersOneBlockHundredThousandAppends) {
           *next = [=, &mu, &granted] {
             if (*sent == kAppends) {
               if (*acked == kAppends) {
-                a->send(me, done_atom::value);
+                a->send(me, stop_atom::value);
                 a->quit();
               }
               return;
@@ -375,7 +382,7 @@ TEST(ActorsStress, EightWritersOneBlockHundredThousandAppends) {
         });
       }
       for (int w = 0; w < kWriters; ++w)
-        self->receive([](done_atom) {},
+        self->receive([](stop_atom) {},
                       caf::after(std::chrono::seconds(120)) >> [] { FAIL() << "a writer timed out"; });
       // A graceful stop: the batcher applies everything it acknowledged, then ends.
       self->send(batcher, stop_atom::value);
@@ -477,8 +484,8 @@ TEST(ActorsDeterministic, ThinkerAnnouncesParagraphsAndWriterWritesOnePiecePerPa
     }
   };
   caf::actor ctl = spawn_controller(sys, cc);
-  caf::anon_send(writer, start_atom::value, ctl);
-  caf::anon_send(thinker, start_atom::value, ctl);
+  caf::anon_send(writer, start_atom::value, ctl, encode_start_role());
+  caf::anon_send(thinker, start_atom::value, ctl, encode_start_role());
   sched.run();
   EXPECT_TRUE(writer_done);
   // Three pieces: two paragraphs ended by the separator, and the unterminated tail at the end.
@@ -796,7 +803,7 @@ TEST(ActorsDeterministic, ProbeAsksOnEachTimerTickAndFiresAtTheThreshold) {
   pc.fires = "p.fired";
   pc.every_ms = 1000;
   caf::actor probe = program_roles::spawn_probe(sys, fake_batcher, pc);
-  caf::anon_send(probe, start_atom::value, ctl);
+  caf::anon_send(probe, start_atom::value, ctl, encode_start_role());
   sched.run();
   EXPECT_EQ(questions, 0) << "nothing asks before the first tick";
   for (int tick = 1; tick <= 4; ++tick) {
@@ -823,7 +830,7 @@ TEST(ActorsRoles, FdLinesReadsAPipeLineByLineUntilItCloses) {
   caf::actor reader = spawn_fd_lines(sys, fds[0], me, me);
   auto next_text = [&] {
     std::string got = "(nothing)";
-    self->receive([&](text_atom, const std::string& t) { got = t; },
+    self->receive([&](role_atom, const Frame& f) { got = text_of(f); },
                   caf::after(std::chrono::seconds(30)) >> [] { ADD_FAILURE() << "no line within 30 s"; });
     return got;
   };
@@ -837,7 +844,8 @@ TEST(ActorsRoles, FdLinesReadsAPipeLineByLineUntilItCloses) {
   ::close(fds[1]);
   EXPECT_EQ(next_text(), "third");
   bool done = false;
-  self->receive([&](done_atom) { done = true; }, caf::after(std::chrono::seconds(30)) >> [] {});
+  self->receive([&](role_atom, const Frame& f) { done = decode_role(f)->kind == RoleKind::feed_ended; },
+                caf::after(std::chrono::seconds(30)) >> [] {});
   EXPECT_TRUE(done);
   ::close(fds[0]);
   (void)reader;

@@ -26,6 +26,7 @@
 #include "engine/model/model.h"
 #include "engine/step/trace.h"
 #include "net/codec.h"
+#include "net/role_codec.h"
 #include "tests/support/model_fixture.h"
 #include "tests/support/test_util.h"
 
@@ -765,8 +766,8 @@ TEST(ProgramJournal, StopsRecordingPastItsSize) {
 }
 
 // A program's tool actor: its sandbox made with each tool's `setup` run in it; removed on
-// cool_atom (the program paused past its lease) and made again, setup and all, on warm_atom or at
-// the next call; a setup that fails is what the calls answer.
+// SandboxCool (the program paused past its lease) and made again, setup and all, on SandboxWarm or
+// at the next call; a setup that fails is what the calls answer. Each is a schemas/roles.fbs frame.
 TEST(ToolActor, ItsSandboxGoesAndComesBackWithItsSetup) {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
@@ -779,29 +780,31 @@ TEST(ToolActor, ItsSandboxGoesAndComesBackWithItsSetup) {
   probe.timeout_s = 10;
   caf::actor tools = program_roles::spawn_tools(sys, base, "t1", {probe});
   caf::scoped_actor self{sys};
-  auto call = [&](auto... msg) {
+  auto ask = [&](const caf::actor& to, Frame f) {
     std::string out;
-    self->request(tools, std::chrono::seconds(20), msg...)
-        .receive([&](const std::string& r) { out = r; },
-                 [&](caf::error& e) { out = "failed: " + caf::to_string(e); });
+    self->request(to, std::chrono::seconds(20), role_ask_atom::value, std::move(f))
+        .receive(
+            [&](const Frame& r) {
+              auto m = decode_role(r);
+              out = !m                                 ? "undecodable: " + m.error().message
+                    : m->kind != RoleKind::tool_result ? std::string("answered ") + role_kind_name(m->kind)
+                                                       : m->text;
+            },
+            [&](caf::error& e) { out = "failed: " + caf::to_string(e); });
     return out;
   };
-  auto cool = [&] {
-    bool out = false;
-    self->request(tools, std::chrono::seconds(20), program_roles::cool_atom::value)
-        .receive([&](bool r) { out = r; }, [&](caf::error&) {});
-    return out;
-  };
+  auto call = [&](Frame f) { return ask(tools, std::move(f)); };
+  auto cool = [&] { return call(encode_sandbox_cool()) == "removed"; };
   const std::string dir = base + "/t1";
-  EXPECT_EQ(call(program_roles::tool_atom::value, std::string("probe"), std::string("{}")), "ready");
+  EXPECT_EQ(call(encode_tool_call("probe", "{}", "t")), "ready");
   EXPECT_TRUE(cool());
   EXPECT_FALSE(std::filesystem::exists(dir)) << "its sandbox is still there";
   EXPECT_FALSE(cool()) << "nothing to remove twice";
-  EXPECT_EQ(call(program_roles::warm_atom::value), "");
+  EXPECT_EQ(call(encode_sandbox_warm()), "");
   EXPECT_TRUE(std::filesystem::exists(dir + "/marker")) << "made again without its setup";
   EXPECT_TRUE(cool());
-  EXPECT_EQ(call(program_roles::tool_atom::value, std::string("probe"), std::string("{}")), "ready")
-      << "not made again at the call";
+  EXPECT_EQ(call(encode_tool_call("probe", "{}", "t")), "ready") << "not made again at the call";
+  EXPECT_EQ(call(encode_signal("x", "y")), "error: a sandbox does not take Signal");
   self->send_exit(tools, caf::exit_reason::user_shutdown);
   self->wait_for(tools);
   EXPECT_FALSE(std::filesystem::exists(dir));
@@ -814,13 +817,13 @@ TEST(ToolActor, ItsSandboxGoesAndComesBackWithItsSetup) {
   slow.setup.clear();
   slow.timeout_s = 60;
   caf::actor sleeper = program_roles::spawn_tools(sys, base, "t3", {slow}, cancel);
-  auto asked = self->request(sleeper, std::chrono::seconds(20), program_roles::tool_atom::value,
-                             std::string("slow"), std::string("{}"));
+  auto asked = self->request(sleeper, std::chrono::seconds(20), role_ask_atom::value,
+                             encode_tool_call("slow", "{}", "t"));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto t0 = std::chrono::steady_clock::now();
   cancel->store(true);
   std::string slow_out;
-  asked.receive([&](const std::string& r) { slow_out = r; },
+  asked.receive([&](const Frame& r) { slow_out = decode_role(r)->text; },
                 [&](caf::error& e) { slow_out = caf::to_string(e); });
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
   EXPECT_EQ(slow_out, "[cancelled: its program ended (killed)]");
@@ -830,11 +833,8 @@ TEST(ToolActor, ItsSandboxGoesAndComesBackWithItsSetup) {
 
   probe.setup = {"sh", "-c", "echo no network here; exit 3"};
   caf::actor broken = program_roles::spawn_tools(sys, base, "t2", {probe});
-  std::string out;
-  self->request(broken, std::chrono::seconds(20), program_roles::tool_atom::value, std::string("probe"),
-                std::string("{}"))
-      .receive([&](const std::string& r) { out = r; }, [&](caf::error&) {});
-  EXPECT_EQ(out, "error: the setup of tool probe failed: exited with status 3: no network here\n");
+  EXPECT_EQ(ask(broken, encode_tool_call("probe", "{}", "t")),
+            "error: the setup of tool probe failed: exited with status 3: no network here\n");
   self->send_exit(broken, caf::exit_reason::user_shutdown);
   self->wait_for(broken);
   std::filesystem::remove_all(base);

@@ -6,6 +6,7 @@
 
 #include "actors/runtime_check.h"
 #include "net/codec.h"
+#include "net/role_codec.h"
 #include "net/wire.h"
 #include "schemas/envelope_generated.h"
 
@@ -189,6 +190,71 @@ TEST(Wire, ABlockPartWithNoKvBytesDecodes) {
     EXPECT_EQ(r->part->tokens, part.tokens);
     EXPECT_EQ(r->part->kv, kv);
   }
+}
+
+// Every message between a program's actors (schemas/roles.fbs) reads back as it was written.
+TEST(Wire, EveryRoleMessageRoundTrips) {
+  auto read = [](const Frame& f) {
+    auto m = decode_role(f);
+    EXPECT_TRUE(m.ok()) << m.error().to_string();
+    return m.ok() ? *m : RoleMessage{};
+  };
+  RoleMessage m = read(encode_signal("thinker.paragraph", "First idea.\n\n"));
+  EXPECT_EQ(m.kind, RoleKind::signal);
+  EXPECT_EQ(m.event, "thinker.paragraph");
+  EXPECT_EQ(m.text, "First idea.\n\n");
+  m = read(encode_role_text("a line\n", "writer#2"));
+  EXPECT_EQ(m.kind, RoleKind::text);
+  EXPECT_EQ(m.text, "a line\n");
+  EXPECT_EQ(m.producer, "writer#2");
+  EXPECT_EQ(read(encode_feed_ended()).kind, RoleKind::feed_ended);
+  m = read(encode_tokens_made(7));
+  EXPECT_EQ(m.kind, RoleKind::tokens);
+  EXPECT_EQ(m.count, 7);
+  m = read(encode_role_failed("probe", "probe refused: no block"));
+  EXPECT_EQ(m.kind, RoleKind::failed);
+  EXPECT_EQ(m.actor, "probe");
+  EXPECT_EQ(m.text, "probe refused: no block");
+  m = read(encode_start_role({"one", "two"}));
+  EXPECT_EQ(m.kind, RoleKind::start);
+  EXPECT_EQ(m.names, (std::vector<std::string>{"one", "two"}));
+  EXPECT_TRUE(read(encode_start_role()).names.empty());
+  m = read(encode_upstream({"a"}));
+  EXPECT_EQ(m.kind, RoleKind::upstream);
+  EXPECT_EQ(m.names, std::vector<std::string>{"a"});
+  EXPECT_EQ(read(encode_retire_role()).kind, RoleKind::retire);
+  m = read(encode_retired({"queued"}));
+  EXPECT_EQ(m.kind, RoleKind::retired);
+  EXPECT_EQ(m.names, std::vector<std::string>{"queued"});
+  m = read(encode_tool_call("add", "{\"a\": 1}", "thinker"));
+  EXPECT_EQ(m.kind, RoleKind::tool_call);
+  EXPECT_EQ(m.tool, "add");
+  EXPECT_EQ(m.text, "{\"a\": 1}");
+  EXPECT_EQ(m.actor, "thinker");
+  m = read(encode_edit_program("planner", "actors: {}"));
+  EXPECT_EQ(m.kind, RoleKind::edit_program);
+  EXPECT_EQ(m.actor, "planner");
+  EXPECT_EQ(m.text, "actors: {}");
+  m = read(encode_tool_result("5555"));
+  EXPECT_EQ(m.kind, RoleKind::tool_result);
+  EXPECT_EQ(m.text, "5555");
+  EXPECT_EQ(read(encode_sandbox_cool()).kind, RoleKind::sandbox_cool);
+  EXPECT_EQ(read(encode_sandbox_warm()).kind, RoleKind::sandbox_warm);
+}
+
+// A frame of another protocol is no role message, and a role message no command: each decoder
+// refuses the other's frames by name, and a corrupt one by the verifier.
+TEST(Wire, RoleMessagesAndCommandsAreNotTakenForEachOther) {
+  auto not_role = decode_role(encode_create_block(1, "b"));
+  ASSERT_FALSE(not_role.ok());
+  EXPECT_EQ(not_role.error().code, Errc::bad_format);
+  EXPECT_NE(not_role.error().message.find("CreateBlock"), std::string::npos) << not_role.error().message;
+  uint64_t rid = 0;
+  EXPECT_FALSE(decode_command(encode_signal("e", "t"), &rid).ok());
+  Frame bad = encode_signal("event", "text");
+  bad[bad.size() / 2] ^= 0xff;
+  bad.resize(bad.size() - 3);
+  EXPECT_FALSE(decode_role(bad).ok());
 }
 
 TEST(ActorRuntime, SelfTestRepliesThroughAnActor) {

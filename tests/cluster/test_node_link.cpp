@@ -72,12 +72,19 @@ struct NodeLinkTest : ActorsFixture {
 };
 
 // The events of one request, until it finishes (at most 30 s).
-std::vector<Reply> events_of(caf::scoped_actor& self) {
+// A request's events up to its RequestFinished; the BlockGrown events that come among them (a
+// watched block's) go to `grown` (their cached lengths), when given.
+std::vector<Reply> events_of(caf::scoped_actor& self, std::vector<int64_t>* grown = nullptr) {
   std::vector<Reply> out;
   for (bool done = false; !done;)
     self->receive(
         [&](event_atom, const std::vector<uint8_t>& f) {
-          out.push_back(*decode_reply(f));
+          Reply r = *decode_reply(f);
+          if (r.kind == ReplyKind::block_grown) {
+            if (grown) grown->push_back(r.tokens);
+            return;
+          }
+          out.push_back(std::move(r));
           done = out.back().kind == ReplyKind::finished;
         },
         caf::after(30s) >>
@@ -134,7 +141,7 @@ TEST_F(NodeLinkTest, StandsForTheNodesMemoryActor) {
 
 // A role that watches a block on a node (a probe's `watch`, in a topology program the coordinator
 // runs) sends (subscribe_atom, block) to the link as it would to a local memory actor, and hears
-// (grown_atom, block, cached) after each step in which the block's cached length changed: the
+// a BlockGrown event after each step in which the block's cached length changed: the
 // link asks the node with WatchBlock, the node answers with BlockGrown frames. Two watchers of
 // one block each hear every step, the same cached lengths, growing to the block's own.
 TEST_F(NodeLinkTest, AWatchedBlocksGrowthComesBackOverTheLink) {
@@ -149,26 +156,29 @@ TEST_F(NodeLinkTest, AWatchedBlocksGrowthComesBackOverTheLink) {
   self->send(link, subscribe_atom::value, block);
   other->send(link, subscribe_atom::value, block);
   ASSERT_EQ(call_on(self, link, generate_into(block, 12)).kind, ReplyKind::submitted);
-  const auto events = events_of(self);
+  std::vector<int64_t> mine;  // what came among the generate's own events
+  const auto events = events_of(self, &mine);
   ASSERT_EQ(tokens_of(events).size(), 12u);
   // The block's own length, as the node reports it.
   const Reply info = call_on(self, link, encode_snapshot_view(0, {block}));
   ASSERT_EQ(info.blocks.size(), 1u);
   const int64_t cached = info.blocks[0].cached;
   ASSERT_GT(cached, 0);
-  auto growth = [&](caf::scoped_actor& who) {
-    std::vector<int64_t> seen;
-    for (bool done = false; !done;)
+  auto growth = [&](caf::scoped_actor& who, std::vector<int64_t> seen) {
+    for (bool done = !seen.empty() && seen.back() >= cached; !done;)
       who->receive(
-          [&](grown_atom, BlockId b, int64_t n) {
-            EXPECT_EQ(b, block);
-            seen.push_back(n);
-            done = n >= cached;
+          [&](event_atom, const std::vector<uint8_t>& f) {
+            auto r = decode_reply(f);
+            ASSERT_TRUE(r.ok() && r->kind == ReplyKind::block_grown);
+            EXPECT_EQ(r->id, block);
+            seen.push_back(r->tokens);
+            done = r->tokens >= cached;
           },
           caf::after(10s) >> [&] { done = true; });
     return seen;
   };
-  const auto mine = growth(self), theirs = growth(other);
+  mine = growth(self, mine);
+  const auto theirs = growth(other, {});
   ASSERT_GE(mine.size(), 2u) << "one event per step that grew the block";
   EXPECT_TRUE(std::is_sorted(mine.begin(), mine.end()) &&
               std::adjacent_find(mine.begin(), mine.end()) == mine.end())

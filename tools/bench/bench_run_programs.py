@@ -19,10 +19,17 @@ whole (every block the same as the program alone on an engine of its own), and t
 line (admissions, pauses, restores, recomputed tokens).
 
   python3 tools/bench/bench_run_programs.py --copies 32
+
+With --baseline OTHER_CHORUS (another build of chorus) every configuration runs --rounds times
+with each binary, alternating, and the table gives both binaries' median wall seconds and their
+ratio: a change measured against the tree before it, in one run.
+
+  python3 tools/bench/bench_run_programs.py --copies 32 --baseline /tmp/chorus-before --rounds 5
 """
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +48,8 @@ def main():
     ap.add_argument("--host-pages", type=int, default=4096)
     ap.add_argument("--tool-s", type=float, default=2.0)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--baseline", default="", help="another chorus binary, run alternately with --chorus")
+    ap.add_argument("--rounds", type=int, default=3, help="with --baseline: runs of each binary per configuration")
     args = ap.parse_args()
     roomy = args.roomy_pages or 16 * args.copies
 
@@ -56,8 +65,8 @@ def main():
     with open(path, "w") as f:
         f.write(agent)
 
-    def run(copies, pages, *extra):
-        cmd = [args.chorus, "run", path, "--copies", str(copies), "--set", "engine.pages=%d" % pages,
+    def run(copies, pages, *extra, chorus=None):
+        cmd = [chorus or args.chorus, "run", path, "--copies", str(copies), "--set", "engine.pages=%d" % pages,
                "-t", str(args.threads)] + list(extra)
         t0 = time.monotonic()
         p = subprocess.run(cmd, capture_output=True, text=True)
@@ -72,10 +81,12 @@ def main():
     if alone.returncode != 0 or want is None:
         sys.exit("the program alone failed:\n" + alone.stderr[-2000:])
     print("alone: blocks %s" % want)
+    configs = (("roomy", roomy, []), ("roomy-none", roomy, ["--policy", "none"]), ("program", args.pages, []),
+               ("offload", args.pages, ["--host-pages", str(args.host_pages)]), ("none", args.pages, ["--policy", "none"]))
+    if args.baseline:
+        return compare(args, configs, run, blocks, want)
     rows = []
-    for name, pages, extra in (("roomy", roomy, []), ("roomy-none", roomy, ["--policy", "none"]), ("program", args.pages, []),
-                               ("offload", args.pages, ["--host-pages", str(args.host_pages)]),
-                               ("none", args.pages, ["--policy", "none"])):
+    for name, pages, extra in configs:
         secs, p = run(args.copies, pages, *extra)
         reports = [l for l in p.stderr.splitlines() if l.startswith("[tool_agent#")]
         whole = sum(1 for l in reports if "ended by all roles done" in l and blocks(l) == want)
@@ -90,6 +101,28 @@ def main():
         ppm = 60.0 * whole / secs
         print("| %s | %d | %.1f | %.1f | %.2fx | %d of %d | %s |" % (name, pages, secs, ppm, ppm / base if base else 0.0,
                                                                whole, args.copies, sched.strip("[]") or "-"))
+
+
+def compare(args, configs, run, blocks, want):
+    """Each configuration with both binaries, alternating; their medians and ratio."""
+    print()
+    print("| run | pool pages | %s wall s (median of %d) | %s wall s | ratio | whole (all runs) |"
+          % (os.path.basename(args.baseline), args.rounds, os.path.basename(args.chorus)))
+    print("|---|---|---|---|---|---|")
+    for name, pages, extra in configs:
+        if name == "none":
+            continue  # it fails at once by design: nothing to time
+        times = {"base": [], "this": []}
+        whole = 0
+        for _ in range(args.rounds):
+            for who, binary in (("base", args.baseline), ("this", args.chorus)):
+                secs, p = run(args.copies, pages, *extra, chorus=binary)
+                reports = [l for l in p.stderr.splitlines() if l.startswith("[tool_agent#")]
+                whole += sum(1 for l in reports if "ended by all roles done" in l and blocks(l) == want)
+                times[who].append(secs)
+        b, t = statistics.median(times["base"]), statistics.median(times["this"])
+        print("| %s | %d | %.2f | %.2f | %.3fx | %d of %d |" % (name, pages, b, t, t / b, whole,
+                                                               2 * args.rounds * args.copies), flush=True)
 
 
 if __name__ == "__main__":
