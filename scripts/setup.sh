@@ -57,11 +57,12 @@ BUILD_PACKAGES=(
   libpcre2-dev libgtest-dev libgmock-dev
 )
 # The rest of what the test suite needs: a compiler cache, the Python environments, tool
-# sandboxes, etcd for the cluster tests, clang for the fuzz build, the format check, and headless
-# Chromium for the timeline page's test.
+# sandboxes, etcd for the cluster tests and iproute2 for their separate hosts (network
+# namespaces), clang for the fuzz build, the format check, and headless Chromium for the timeline
+# page's test.
 TEST_PACKAGES=(
   ccache python3-venv bubblewrap etcd-server etcd-client clang libclang-rt-14-dev clang-format
-  chromium fonts-dejavu-core
+  chromium fonts-dejavu-core iproute2
 )
 PACKAGES=("${BUILD_PACKAGES[@]}")
 [ "$DEMO" = 1 ] || PACKAGES+=("${TEST_PACKAGES[@]}")
