@@ -13,6 +13,8 @@ using subscribe_atom =
     caf::atom_constant<caf::atom("subscribe")>;  // (subscribe_atom, block): BlockGrown events as it grows
 using step_atom = caf::atom_constant<caf::atom("step")>;  // a cooperative batcher: run one step
 using tick_atom = caf::atom_constant<caf::atom("tick")>;  // an actor's own timer
+// (answer_atom, client, frame): a frame for a node port's client (the port sends it on).
+using answer_atom = caf::atom_constant<caf::atom("answer")>;
 
 // A program (actors/program.h): its roles, its controller, its sandbox and patcher.
 // (role_atom, frame): a message between a program's actors, a schemas/roles.fbs frame

@@ -9,9 +9,11 @@
 #include <set>
 #include <zmq.hpp>
 
+#include "actors/actor_host.h"
 #include "actors/atoms.h"
 #include "actors/role_messages.h"
 #include "net/codec.h"
+#include "net/hosting_codec.h"
 #include "net/role_codec.h"
 #include "net/wire.h"
 
@@ -27,7 +29,6 @@ void send_to(zmq::socket_t& s, const std::string& identity, const std::vector<ui
 // request's events (a Submitted request's) until it finishes. The port itself never waits for
 // an answer, so a request that waits in the memory actor (its program paused, no room) holds up
 // nobody else.
-using answer_atom = caf::atom_constant<caf::atom("answer")>;  // (answer_atom, client, frame)
 
 caf::behavior forwarder(caf::event_based_actor* self, caf::actor port, caf::actor memory, std::string client,
                         std::vector<uint8_t> frame) {
@@ -109,14 +110,17 @@ class HandshakeWatch {
 class PortLoop {
  public:
   PortLoop(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock, std::shared_ptr<zmq::socket_t> pub,
-           caf::actor batcher, size_t max_frame_bytes, std::shared_ptr<HandshakeWatch> watch)
+           caf::actor batcher, size_t max_frame_bytes, std::shared_ptr<HandshakeWatch> watch,
+           zmq::context_t& context, ActorHostOptions host)
       : self_(self),
         me_(caf::actor_cast<caf::actor>(self)),
         sock_(std::move(sock)),
         pub_(std::move(pub)),
         batcher_(std::move(batcher)),
         max_frame_bytes_(max_frame_bytes),
-        watch_(std::move(watch)) {}
+        watch_(std::move(watch)),
+        host_name_(host.node),
+        host_(self->home_system(), me_, context, std::move(host)) {}
 
   void run() {
     while (running_) {
@@ -218,6 +222,28 @@ class PortLoop {
       send_to(*sock_, id, encode_error_envelope(0, env.error()));
       return;
     }
+    static const std::set<std::string> hosting = {"HostSink", "HostSandbox", "Deliver", "Unhost", "Hosted"};
+    if (hosting.count(env->payload_type)) {  // a program's actors hosted here (actors/actor_host.h)
+      auto m = decode_hosting(bytes);
+      if (!m)
+        send_to(*sock_, id, encode_error_envelope(env->request_id, m.error()));
+      else
+        host_.handle(id, *m);
+      return;
+    }
+    if (!batcher_) {  // an actors-only node: no engine behind it
+      if (env->payload_type == "Heartbeat") {
+        send_to(*sock_, id, encode_heartbeat(env->request_id, host_name(), 0, 0));
+        return;
+      }
+      send_to(*sock_, id,
+              encode_error_envelope(env->request_id,
+                                    make_error(Errc::unsupported, "node `" + host_name() +
+                                                                      "` hosts actors only (--no-model): it "
+                                                                      "runs no engine for " +
+                                                                      env->payload_type)));
+      return;
+    }
     if (env->payload_type == "WatchBlock") {  // this client hears of the block's growth from now on
       auto block = decode_watch_block(bytes);
       if (!block) {
@@ -248,12 +274,17 @@ class PortLoop {
   bool running_ = true;
   std::string watcher_;  // the client told when a request waits (WatchPrograms)
   std::map<BlockId, std::set<std::string>> block_watchers_;  // WatchBlock: block -> clients
+  const std::string host_name_;                              // this node's name in the cluster ("" alone)
+  ActorHost host_;                                           // what this node hosts of others' programs
+  const std::string& host_name() const { return host_name_; }
 };
 
 void port_main(caf::blocking_actor* self, std::shared_ptr<zmq::socket_t> sock,
                std::shared_ptr<zmq::socket_t> pub, caf::actor batcher, size_t max_frame_bytes,
-               std::shared_ptr<CurveGate> gate, std::shared_ptr<HandshakeWatch> watch) {
-  PortLoop(self, std::move(sock), std::move(pub), std::move(batcher), max_frame_bytes, std::move(watch))
+               std::shared_ptr<CurveGate> gate, std::shared_ptr<HandshakeWatch> watch,
+               zmq::context_t* context, ActorHostOptions host) {
+  PortLoop(self, std::move(sock), std::move(pub), std::move(batcher), max_frame_bytes, std::move(watch),
+           *context, std::move(host))
       .run();
   gate.reset();  // after the sockets it answers for
 }
@@ -367,8 +398,13 @@ Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor bat
   eps.gate = gate;
   if (curve) eps.curve_key = opts.curve.public_key;
   auto watch = curve ? std::make_shared<HandshakeWatch>(context, *sock) : nullptr;
+  ActorHostOptions host;
+  host.node = opts.node_name;
+  host.unsafe_tools = opts.unsafe_tools;
+  host.sandbox_base = opts.sandbox_base;
   *out = sys.spawn<caf::detached>(port_main, std::move(sock), std::move(pub), std::move(batcher),
-                                  opts.max_frame_bytes, std::move(gate), std::move(watch));
+                                  opts.max_frame_bytes, std::move(gate), std::move(watch), &context,
+                                  std::move(host));
   return eps;
 }
 

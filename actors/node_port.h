@@ -38,7 +38,12 @@ class context_t;
 namespace chorus {
 
 struct NodePortOptions {
-  std::string endpoint = "tcp://127.0.0.1:5555";      // "tcp://127.0.0.1:*" picks a free port
+  std::string endpoint = "tcp://127.0.0.1:5555";  // "tcp://127.0.0.1:*" picks a free port
+  // Hosting actors of programs run elsewhere (HostSink, HostSandbox, Deliver, Unhost:
+  // actors/actor_host.h): this node's name in those answers, and its tool sandboxes' settings.
+  std::string node_name;
+  bool unsafe_tools = false;
+  std::string sandbox_base = "/tmp/chorus-sandboxes";
   std::string events_endpoint = "tcp://127.0.0.1:*";  // the PUB socket; empty: none
   size_t max_frame_bytes = 64u << 20;                 // larger frames are refused with an error
   CurveKeys curve;                  // the node's key pair; empty: plaintext, on loopback only
@@ -53,6 +58,8 @@ struct NodePortEndpoints {
 };
 
 // Binds the sockets and spawns the port's actor (a detached actor that owns them) into *out.
+// `batcher` null: an actors-only node (`chorus node --no-model`) — it answers heartbeats and
+// hosting frames, and refuses every engine command naming itself.
 // `context` must outlive the actor. Errors: Errc::io naming the endpoint; Errc::invalid_argument
 // for plaintext on an endpoint other machines reach, or CURVE with nobody allowed.
 Result<NodePortEndpoints> spawn_node_port(caf::actor_system& sys, caf::actor batcher, zmq::context_t& context,

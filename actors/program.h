@@ -25,6 +25,7 @@ class CpuDevice;
 class CudaDevice;
 class ProgramManager;
 class ProgramJournal;
+class ActorPlacement;
 class Trace;
 struct ProgramPolicyOptions;
 
@@ -58,6 +59,9 @@ struct ProgramHooks {
   // work again instead of doing it twice (actors/program_journal.h): a coordinator's program
   // that starts again on another node. Null: none.
   std::shared_ptr<ProgramJournal> journal;
+  // Where sinks and tool sandboxes with a `node:` key run (actors/actor_placement.h: a
+  // coordinator's nodes). Null: here, whatever the placement says.
+  std::shared_ptr<ActorPlacement> placement;
 };
 
 struct ProgramReport {

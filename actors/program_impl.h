@@ -44,6 +44,24 @@ struct Program::Impl {
   // Set at teardown: a tool still running is killed instead of waited for.
   std::shared_ptr<std::atomic<bool>> tools_cancel = std::make_shared<std::atomic<bool>>(false);
   bool managed = false;  // scheduled by the engine's ProgramManager
+  // Its placed actors (actors/placed_actor.h): the key their nodes host them under (random: no
+  // two programs of a cluster share one), and where one that is lost for good reports it (the
+  // controller, once it is made).
+  static uint64_t new_host_key();  // actors/program_sinks.cpp
+  uint64_t host_key = new_host_key();
+  struct ControllerSlot {
+    std::mutex m;
+    caf::actor ctl;
+  };
+  std::shared_ptr<ControllerSlot> ctl_slot = std::make_shared<ControllerSlot>();
+  // What a placed actor reports when it is lost for good: the program ends with the error
+  // (actors/program_sinks.cpp).
+  std::function<void(const std::string&)> lost(const std::string& actor) const;
+  // Hosts `actor`'s stand-in on a node its placement names (actors/placed_actor.h); `host`
+  // makes the hosting frame. Errors: spawn_placed_actor's, naming the program (`where`) and the
+  // actor (`actors.NAME`; the tool sandbox, "sandbox": `tools`).
+  Result<caf::actor> place(const std::string& where, const std::string& actor, const topology::Placement& at,
+                           std::function<Frame(uint64_t id)> host);
   // Generators made under each name so far: a role a patch makes again is another incarnation,
   // recorded apart in the journal (ProgramHooks::journal).
   std::map<std::string, int> incarnations;

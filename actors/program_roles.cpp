@@ -77,8 +77,10 @@ caf::behavior controller(caf::stateful_actor<ControllerState>* self, ControllerC
     self->state.ended = true;
     Outcome& o = *cfgp->outcome;
     std::lock_guard<std::mutex> l(o.m);
-    o.report.ended_by = why;
-    o.report.error = error;
+    if (o.report.ended_by != "error") {  // (a placed actor lost for good said so first: that stands)
+      o.report.ended_by = why;
+      o.report.error = error;
+    }
     o.report.seconds = o.now();
     o.report.generated_tokens = self->state.tokens;
     o.ended = true;

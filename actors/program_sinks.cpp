@@ -3,10 +3,15 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <random>
 
+#include "actors/atoms.h"
 #include "actors/node_port.h"
+#include "actors/placed_actor.h"
 #include "actors/program_impl.h"
 #include "actors/program_journal.h"
+#include "net/role_codec.h"
 
 namespace chorus {
 
@@ -58,8 +63,63 @@ Status Program::Sinks::outlet(caf::actor_system& sys, Program::Impl& im, const s
   return Status::success();
 }
 
+uint64_t Program::Impl::new_host_key() {
+  static std::mutex m;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> l(m);
+  return rng() | 1;  // never 0
+}
+
+std::function<void(const std::string&)> Program::Impl::lost(const std::string& actor) const {
+  // The report says so whenever it happens — also while the program ends, when a sink is given its
+  // last text — and a program still running ends with the error.
+  return [slot = ctl_slot, out = outcome, actor](const std::string& why) {
+    {
+      std::lock_guard<std::mutex> l(out->m);
+      if (out->report.ended_by != "error") {
+        out->report.ended_by = "error";
+        out->report.error = actor + ": " + why;
+      }
+    }
+    std::lock_guard<std::mutex> l(slot->m);
+    if (slot->ctl) caf::anon_send(slot->ctl, role_atom::value, encode_role_failed(actor, why));
+  };
+}
+
+Result<caf::actor> Program::Impl::place(const std::string& where, const std::string& actor,
+                                        const topology::Placement& at, std::function<Frame(uint64_t)> host) {
+  PlacedActorConfig pc;
+  pc.program = host_key;
+  pc.program_name = topo.name;
+  pc.actor = actor;
+  pc.where = at;
+  pc.host = std::move(host);
+  pc.placement = hooks.placement;
+  const std::string named = actor == "sandbox" ? std::string("tools") : "actors." + actor;  // in messages
+  pc.on_lost = lost(named);
+  auto h = spawn_placed_actor(*sys, std::move(pc));
+  if (!h) return make_error(h.error().code, where + named + ": " + h.error().message);
+  return h;
+}
+
 Status Program::Sinks::make(caf::actor_system& sys, Program::Impl& im, const std::string& where,
                             const topology::Actor& a) {
+  if (!a.node.empty() && im.hooks.placement) {  // on another node: its stand-in here
+    if (a.sink == topology::SinkKind::callback)
+      return make_error(Errc::invalid_argument,
+                        where + "actors." + a.name +
+                            ": a callback sink runs in its program's process: it cannot "
+                            "be placed on " +
+                            a.node.describe());
+    const SinkSpecData spec = sink_spec(a);
+    auto h = im.place(where, a.name, a.node, [key = im.host_key, name = im.topo.name, spec](uint64_t id) {
+      return encode_host_sink(id, key, name, spec);
+    });
+    if (!h) return h.error();
+    im.roles[a.name] = *h;
+    im.sinks.push_back(*h);
+    return Status::success();
+  }
   SinkRoleConfig sc;
   sc.name = a.name;
   sc.kind = a.sink;

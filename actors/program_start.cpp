@@ -21,6 +21,7 @@
 #include "actors/batcher.h"
 #include "actors/feeders.h"
 #include "actors/node_port.h"
+#include "actors/placed_actor.h"
 #include "actors/program_impl.h"
 #include "actors/program_manager.h"
 #include "actors/program_roles.h"
@@ -84,9 +85,9 @@ class Program::Starter {
         emitters_(im.topo.emitters()) {}
 
   Status run() {
-    for (auto phase :
-         {&Starter::trace_program, &Starter::make_tools, &Starter::register_blocks, &Starter::await_admission,
-          &Starter::initial_texts, &Starter::make_sinks, &Starter::make_roles, &Starter::go})
+    for (auto phase : {&Starter::check_placement, &Starter::trace_program, &Starter::make_tools,
+                       &Starter::register_blocks, &Starter::await_admission, &Starter::initial_texts,
+                       &Starter::make_sinks, &Starter::make_roles, &Starter::go})
       if (Status s = (this->*phase)(); !s.ok()) return s;
     return Status::success();
   }
@@ -100,6 +101,21 @@ class Program::Starter {
     std::vector<BlockId> v;
     for (const auto& n : names) v.push_back(im_.blocks.at(n));
     return v;
+  }
+
+  // Placed roles: sinks and the tool sandbox go where their `node:` says (make_sinks,
+  // make_tools); a thinker's, writer's, probe's or source's placement is not carried yet, and is
+  // refused rather than run elsewhere than the file says.
+  Status check_placement() {
+    if (!hooks_.placement) return Status::success();
+    for (const auto& a : t_.actors)
+      if (!a.node.empty() && a.kind != Kind::sink)
+        return make_error(
+            Errc::unsupported,
+            where_ + "actors." + a.name + ": a " + std::string(topology::kind_name(a.kind)) + " placed on " +
+                a.node.describe() +
+                " is not carried yet (sinks and tool sandboxes are placed): nothing was started");
+    return Status::success();
   }
 
   // With a trace: the program's lane in it, and each event on it with who heard it.
@@ -125,6 +141,7 @@ class Program::Starter {
     for (const auto& tool : t_.tools)
       if (!tool.builtin()) sandboxed.push_back(tool);
     if (sandboxed.empty()) return Status::success();
+    if (!sandboxed.front().node.empty() && hooks_.placement) return place_tools(sandboxed);
     if (const std::string missing = Sandbox::missing_isolation(); !missing.empty() && !hooks_.unsafe_tools)
       return make_error(Errc::unsupported,
                         where_ + "its tools need the sandbox, and this machine lacks " + missing +
@@ -136,6 +153,20 @@ class Program::Starter {
     im_.tools = spawn_tools(sys_, std::string(env ? env : "/tmp/chorus-sandboxes"),
                             t_.name + "-" + std::to_string(::getpid()) + "-" + std::to_string(++n),
                             std::move(sandboxed), im_.tools_cancel, lane_);
+    im_.actors.push_back(im_.tools);
+    return Status::success();
+  }
+
+  // The program's sandbox on the node its tools' placement names (one sandbox: they share it).
+  Status place_tools(const std::vector<topology::Tool>& tools) {
+    std::vector<ToolSpecData> specs;
+    for (const auto& t : tools) specs.push_back(tool_spec(t));
+    auto h = im_.place(where_, "sandbox", tools.front().node,  // reported as `tools`
+                       [key = im_.host_key, name = t_.name, specs](uint64_t id) {
+                         return encode_host_sandbox(id, key, name, "sandbox", specs);
+                       });
+    if (!h) return h.error();
+    im_.tools = *h;
     im_.actors.push_back(im_.tools);
     return Status::success();
   }
@@ -393,6 +424,10 @@ class Program::Starter {
     cc.hook = hooks_.event;
     im_.outcome->t0 = Clock::now();
     im_.ctl = spawn_controller(sys_, std::move(cc));
+    {
+      std::lock_guard<std::mutex> l(im_.ctl_slot->m);
+      im_.ctl_slot->ctl = im_.ctl;
+    }
     for (const auto& [a, h] : feeding_)
       if (Status s = feed(*a, h); !s.ok()) return s;
     for (const auto& a : t_.actors)

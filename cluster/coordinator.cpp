@@ -10,6 +10,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "actors/actor_placement.h"
 #include "actors/atoms.h"
 #include "cluster/election.h"
 #include "cluster/node_link.h"
@@ -43,7 +44,8 @@ struct Coordinator::Impl {
     bool warned = false;   // of another model
   };
   mutable std::mutex mu;
-  std::map<std::string, Member> members;  // by node name
+  std::map<std::string, Member> members;      // by node name
+  std::map<std::string, std::string> hosted;  // "PROGRAM/ACTOR" -> the node that hosts it (placed actors)
 
   std::thread poller;
   std::atomic<bool> stopping{false};
@@ -121,7 +123,7 @@ struct Coordinator::Impl {
         gateway->remove_backend(name);
         m.serving = false;
       }
-      if (!leading || m.serving || !m.health->up.load()) continue;
+      if (!leading || m.serving || !m.health->up.load() || m.record.actors_only) continue;
       if (!m.record.model.same_model(identity)) {
         if (!m.warned)
           spdlog::warn("cluster `{}`: node `{}` runs {}, this coordinator {}: not served",
@@ -184,8 +186,13 @@ struct Coordinator::Impl {
     }
     for (const NodeRecord& r : *records) {
       if (members.count(r.name)) continue;
-      spdlog::info("cluster `{}`: node `{}` joined (epoch {}, {}, {} KV pages, {})", opts.membership.cluster,
-                   r.name, r.epoch, r.endpoint, r.pages, r.model.describe());
+      if (r.actors_only)
+        spdlog::info("cluster `{}`: node `{}` joined (epoch {}, {}, actors only{})", opts.membership.cluster,
+                     r.name, r.epoch, r.endpoint, labels_of(r).empty() ? "" : ", labels " + labels_of(r));
+      else
+        spdlog::info("cluster `{}`: node `{}` joined (epoch {}, {}, {} KV pages, {}{})",
+                     opts.membership.cluster, r.name, r.epoch, r.endpoint, r.pages, r.model.describe(),
+                     labels_of(r).empty() ? "" : ", labels " + labels_of(r));
       mark("joined", r.name, r.epoch);
       link(r);
     }
@@ -239,24 +246,28 @@ struct Coordinator::Impl {
     for (const auto& [name, c] : census) waiting += c.waiting;
     for (const NodeView& v : views()) {
       const auto c = census.find(v.record.name);
-      nodes.push_back({{"name", v.record.name},
-                       {"endpoint", v.record.endpoint},
-                       {"curve_key", v.record.curve_key},
-                       {"events", v.record.events},
-                       {"epoch", v.record.epoch},
-                       {"lease", std::to_string(v.record.lease)},
-                       {"up", v.up},
-                       {"rtt_us", v.rtt_us},
-                       {"pages_used", v.pages_used},
-                       {"pages_total", v.pages_total},
-                       {"in_flight", v.in_flight},
-                       {"device", v.record.device},
-                       {"model", json::parse(v.record.model.to_json())},
-                       {"version", v.record.version},
-                       {"programs", c == census.end() ? json(nullptr)
-                                                      : json{{"resident", c->second.resident},
-                                                             {"paused", c->second.paused},
-                                                             {"waiting", c->second.waiting}}}});
+      nodes.push_back(
+          {{"name", v.record.name},
+           {"endpoint", v.record.endpoint},
+           {"curve_key", v.record.curve_key},
+           {"events", v.record.events},
+           {"epoch", v.record.epoch},
+           {"lease", std::to_string(v.record.lease)},
+           {"up", v.up},
+           {"rtt_us", v.rtt_us},
+           {"pages_used", v.pages_used},
+           {"pages_total", v.pages_total},
+           {"in_flight", v.in_flight},
+           {"device", v.record.device},
+           {"model", v.record.actors_only ? json(nullptr) : json::parse(v.record.model.to_json())},
+           {"labels", v.record.labels},
+           {"actors_only", v.record.actors_only},
+           {"hosts", hosts_on(v.record.name)},
+           {"version", v.record.version},
+           {"programs", c == census.end() ? json(nullptr)
+                                          : json{{"resident", c->second.resident},
+                                                 {"paused", c->second.paused},
+                                                 {"waiting", c->second.waiting}}}});
     }
     json leader = nullptr;
     if (election)
@@ -271,6 +282,48 @@ struct Coordinator::Impl {
             {"leader", leader},
             {"waiting", waiting},
             {"nodes", nodes}};
+  }
+
+  static std::string labels_of(const NodeRecord& r) {
+    std::string s;
+    for (const auto& [k, v] : r.labels) s += (s.empty() ? "" : " ") + k + "=" + v;
+    return s;
+  }
+
+  json hosts_on(const std::string& node) const {
+    std::lock_guard lock(mu);
+    json out = json::array();
+    for (const auto& [what, where] : hosted)
+      if (where == node) out.push_back(what);
+    return out;
+  }
+
+  static bool satisfies(const NodeRecord& r, const topology::Placement& where) {
+    return where.node.empty() ? r.has_label(where.label) : r.name == where.node;
+  }
+
+  // ActorPlacement::find over the members: one that is up, not fenced, satisfies `where`.
+  Result<PlacedNode> find(const topology::Placement& where, const std::string& avoid, double wait_s) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+    for (;;) {
+      std::string seen;
+      {
+        std::lock_guard lock(mu);
+        for (const auto& [name, m] : members) {
+          if (!satisfies(m.record, where)) continue;
+          if (m.link && !m.fenced && m.health->up.load() && name != avoid) return PlacedNode{name, m.link};
+          seen += (seen.empty() ? "" : ", ") + name + " (down)";
+        }
+      }
+      if (std::chrono::steady_clock::now() >= until || stopping.load())
+        return make_error(
+            Errc::not_found,
+            (where.node.empty() ? "no live node is labelled " + where.label
+                                : "node `" + where.node + "` is not live") +
+                " (waited " + std::to_string(static_cast<int>(wait_s + 0.5)) + " s; " +
+                (seen.empty() ? std::string("no member satisfies it") : "members that do: " + seen) + ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
 
   std::string metrics() const {
@@ -303,6 +356,32 @@ struct Coordinator::Impl {
     return out;
   }
 };
+
+namespace {
+
+// The coordinator's nodes as the places a program's actors may run (actors/actor_placement.h).
+class ClusterPlacement : public ActorPlacement {
+ public:
+  using Find = std::function<Result<PlacedNode>(const topology::Placement&, const std::string&, double)>;
+  using Hosting = std::function<void(const std::string&, const std::string&, const std::string&)>;
+  ClusterPlacement(Find find, Hosting hosting, double wait_s)
+      : find_(std::move(find)), hosting_(std::move(hosting)), wait_s_(wait_s) {}
+  Result<PlacedNode> find(const topology::Placement& where, const std::string& avoid,
+                          double wait_s) override {
+    return find_(where, avoid, wait_s);
+  }
+  void hosting(const std::string& program, const std::string& actor, const std::string& node) override {
+    hosting_(program, actor, node);
+  }
+  double wait_s() const override { return wait_s_; }
+
+ private:
+  Find find_;  // the coordinator's: it outlives every program (its gateway stops first)
+  Hosting hosting_;
+  double wait_s_;
+};
+
+}  // namespace
 
 Coordinator::Coordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Coordinator::~Coordinator() {
@@ -338,6 +417,18 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(caf::actor_system& sys, 
   go.port = opts.port;
   go.routes.push_back({"/cluster", "application/json", [p] { return p->to_json().dump(2); }});
   go.more_metrics = [p] { return p->metrics(); };
+  go.placement = std::make_shared<ClusterPlacement>(
+      [p](const topology::Placement& where, const std::string& avoid, double wait_s) {
+        return p->find(where, avoid, wait_s);
+      },
+      [p](const std::string& program, const std::string& actor, const std::string& node) {
+        std::lock_guard lock(p->mu);
+        if (node.empty())
+          p->hosted.erase(program + "/" + actor);
+        else
+          p->hosted[program + "/" + actor] = node;
+      },
+      opts.placement_wait_s);
   CHORUS_ASSIGN_OR_RETURN(impl->gateway, Gateway::start_empty(sys, *impl->model, std::move(go)));
   impl->port = impl->gateway->port();
   impl->gateway->set_unavailable("coordinator `" + opts.name + "` is starting");

@@ -8,7 +8,8 @@
 //
 //   GET /cluster   JSON: this coordinator (name, leader or standby, term), the leader, and each
 //                  node: name, endpoint, CURVE key ("" : plaintext), epoch, lease, up (its link's heartbeat),
-//                  round trip, KV pages used and total, model, device
+//                  round trip, KV pages used and total, model, device, labels, whether it hosts
+//                  actors only, and the programs' actors placed on it ("PROGRAM/ACTOR")
 //   GET /metrics   Prometheus text: chorus_cluster_nodes, _nodes_up, _leader, _term, and per node
 //                  chorus_cluster_node_pages_used / _total / _up / _rtt_seconds
 //   /v1/chat/completions, /v1/models, /programs (each with its `node`), /programs/release, /health:
@@ -50,6 +51,9 @@ struct CoordinatorOptions {
   double heartbeat_s = 0.5;   // node links (cluster/node_link.h)
   double dead_after_s = 2.0;  // ... a node silent this long is down, and the leader fences it
   CurveKeys curve;            // this coordinator's key pair, for nodes with a CURVE key (net/curve.h)
+  // Placed actors (docs/cluster.md, "Placing actors"): how long a `node:` placement waits for a
+  // live node that satisfies it, at a program's start and after its node was lost.
+  double placement_wait_s = 30;
 };
 
 // One node as the coordinator sees it.

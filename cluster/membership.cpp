@@ -87,17 +87,27 @@ Result<ModelIdentity> ModelIdentity::from_json(const std::string& text) {
 }
 
 std::string NodeRecord::to_json() const {
-  return json{{"name", name},
-              {"endpoint", endpoint},
-              {"events", events},
-              {"pages", pages},
-              {"host_pages", host_pages},
-              {"device", device},
-              {"model", json::parse(model.to_json())},
-              {"version", version},
-              {"started_ms", started_ms},
-              {"curve_key", curve_key}}
-      .dump();
+  json j{{"name", name},       {"endpoint", endpoint},      {"events", events},
+         {"pages", pages},     {"host_pages", host_pages},  {"device", device},
+         {"version", version}, {"started_ms", started_ms},  {"curve_key", curve_key},
+         {"labels", labels},   {"actors_only", actors_only}};
+  if (!actors_only) j["model"] = json::parse(model.to_json());
+  return j.dump();
+}
+
+bool NodeRecord::has_label(const std::string& key_value) const {
+  const size_t eq = key_value.find('=');
+  if (eq == std::string::npos) return false;
+  auto it = labels.find(key_value.substr(0, eq));
+  return it != labels.end() && it->second == key_value.substr(eq + 1);
+}
+
+Result<std::pair<std::string, std::string>> parse_label(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || text.find_first_of(" \t\n/") != std::string::npos)
+    return make_error(Errc::invalid_argument,
+                      "a label is KEY=VALUE without spaces or `/` (e.g. role=edge): `" + text + "`");
+  return std::pair{text.substr(0, eq), text.substr(eq + 1)};
 }
 
 Result<NodeRecord> NodeRecord::from_json(const std::string& text) {
@@ -115,7 +125,20 @@ Result<NodeRecord> NodeRecord::from_json(const std::string& text) {
     r.curve_key = j.value("curve_key", "");
     if (!r.curve_key.empty() && r.curve_key.size() != 40)
       return make_error(Errc::bad_format, "a node record: `curve_key` is not a 40-character Z85 key");
-    CHORUS_ASSIGN_OR_RETURN(r.model, ModelIdentity::from_json(j.at("model").dump()));
+    r.actors_only = j.value("actors_only", false);
+    if (j.contains("labels")) {
+      if (!j["labels"].is_object())
+        return make_error(Errc::bad_format, "a node record: `labels` is not an object");
+      for (const auto& [k, v] : j["labels"].items()) {
+        if (k.empty() || !v.is_string())
+          return make_error(Errc::bad_format,
+                            "a node record: a label is a non-empty KEY with a string VALUE");
+        r.labels[k] = v.get<std::string>();
+      }
+    }
+    if (!r.actors_only || j.contains("model")) {
+      CHORUS_ASSIGN_OR_RETURN(r.model, ModelIdentity::from_json(j.at("model").dump()));
+    }
   } catch (const json::exception& e) {
     return make_error(Errc::bad_format, std::string("a node record: ") + e.what());
   }
@@ -177,8 +200,8 @@ Status NodeMembership::enter() {
                                                     (holder ? " at " + holder->endpoint : std::string()) +
                                                     ": give this node another --name");
     }
-    bool write_model = !model_kv;
-    if (model_kv) {
+    bool write_model = !model_kv && !self_.actors_only;
+    if (model_kv && !self_.actors_only) {  // an actors-only node serves no model: any cluster takes it
       auto theirs = ModelIdentity::from_json(model_kv->value);
       if (!theirs || !theirs->same_model(self_.model)) {
         CHORUS_ASSIGN_OR_RETURN(auto live, list_nodes(*etcd_, keys_));
@@ -200,8 +223,8 @@ Status NodeMembership::enter() {
       (void)etcd_->revoke(lease);
       return e;
     };
-    std::vector<EtcdCompare> cmp = {{keys_.model(), model_kv ? model_kv->mod_revision : 0},
-                                    {keys_.node(self_.name), 0}};
+    std::vector<EtcdCompare> cmp = {{keys_.node(self_.name), 0}};
+    if (!self_.actors_only) cmp.push_back({keys_.model(), model_kv ? model_kv->mod_revision : 0});
     std::vector<EtcdPut> puts = {{keys_.node(self_.name), self_.to_json(), lease}};
     if (write_model) puts.push_back({keys_.model(), self_.model.to_json(), 0});
     auto ok = etcd_->txn(cmp, puts);

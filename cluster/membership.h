@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -59,13 +60,23 @@ struct NodeRecord {
   std::string version;     // chorus's
   int64_t started_ms = 0;  // unix ms when the process started
   std::string curve_key;   // the node port's CURVE public key (z85; "" : plaintext, loopback)
+  // `chorus node --label KEY=VALUE`: what topologies place actors by (`node: {label: KEY=VALUE}`).
+  std::map<std::string, std::string> labels;
+  // `--no-model`: it hosts actors (sinks, tool sandboxes) and no engine; `model` is empty, and
+  // the cluster's one-model rule does not apply to it.
+  bool actors_only = false;
   // From etcd, when read back:
   int64_t lease = 0;
   int64_t epoch = 0;  // the record's create_revision
 
   std::string to_json() const;
   static Result<NodeRecord> from_json(const std::string& text);
+  bool has_label(const std::string& key_value) const;  // "KEY=VALUE"
 };
+
+// Parses `KEY=VALUE` (a label as `--label` and topologies write it): an error naming `text` when
+// it is not one (no `=`, an empty key, a space).
+Result<std::pair<std::string, std::string>> parse_label(const std::string& text);
 
 struct MembershipOptions {
   std::string etcd_url = "http://127.0.0.1:2379";

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "net/codec.h"
+#include "net/hosting_codec.h"
 #include "net/role_codec.h"
 #include "net/wire.h"
 
@@ -32,5 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto w = chorus::decode_watch_block(frame); w.ok()) (void)*w;
   if (auto m = chorus::decode_role(frame); m.ok())  // what a program's actors read
     for (const auto& n : m->names) (void)n.size();
+  if (auto h = chorus::decode_hosting(frame); h.ok())  // what a node's actor host reads
+    for (const auto& t : h->tools) (void)t.command.size();
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "net/codec.h"
+#include "net/hosting_codec.h"
 #include "net/role_codec.h"
 #include "net/wire.h"
 
@@ -47,6 +48,13 @@ int main(int argc, char** argv) {
       {"role_edit", encode_edit_program("planner", "actors:\n  w1: {kind: thinker}\n")},
       {"role_retired", encode_retired({"a", "b"})},
       {"role_tokens", encode_tokens_made(3)},
+      {"host_sink",
+       encode_host_sink(40, 9, "agent", SinkSpecData{SinkSpecData::To::file, "log", "/tmp/x", "", "", ""})},
+      {"host_sandbox",
+       encode_host_sandbox(41, 9, "agent", "sandbox",
+                           {ToolSpecData{"add", {"true"}, {}, 1, 10, 1 << 20, {"A=1"}, false, {}, {}}})},
+      {"deliver", encode_deliver(42, 9, "log", encode_role_text("hi\n"))},
+      {"unhost", encode_unhost(43, 9)},
       {"program_list", encode_program_list(31, {{5, "p1", {0, 2}, ProgramState::paused, true}})},
       {"snapshot_logs", encode_snapshot_view(32, {0, 1}, true)},
       {"view_logs", encode_view_snapshot(33, {{0, "prompt", 3, 3, {1, 2, 3}}})},

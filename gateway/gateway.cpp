@@ -245,8 +245,9 @@ void Gateway::Impl::routes() {
              r.set_content(json_text(json{{"program_id", id}, {"released", true}}), "application/json");
            }));
   svr.Post("/programs/run", guarded([this](const httplib::Request& q, httplib::Response& r) {
-             r.set_content(run_topology_request(*sys, *model, backends, q.body, opts.unsafe_tools),
-                           "application/json");
+             r.set_content(
+                 run_topology_request(*sys, *model, backends, q.body, opts.unsafe_tools, opts.placement),
+                 "application/json");
            }));
   for (const GatewayRoute& route : opts.routes)
     svr.Get(route.path, guarded([route](const httplib::Request&, httplib::Response& r) {

@@ -50,6 +50,7 @@ namespace chorus {
 class Trace;
 
 struct Model;
+class ActorPlacement;
 class ProgramManager;
 
 // A GET route more (a coordinator's /cluster): `body` answers it, on an HTTP worker thread.
@@ -93,6 +94,9 @@ struct GatewayOptions {
   bool metrics_public = false;        // /metrics and /health without a key
   std::vector<GatewayRoute> routes;   // more GET routes (behind the same keys)
   bool unsafe_tools = false;  // POST /programs/run: tools run where the sandbox's isolation is missing
+  // POST /programs/run: where sinks and tool sandboxes with a `node:` key run (a coordinator's
+  // nodes, actors/actor_placement.h). Null: with the program, whatever the placement says.
+  std::shared_ptr<ActorPlacement> placement;
   std::function<std::string()> more_metrics;  // appended to /metrics (Prometheus text)
   // The Jinja text prompts are rendered with (--chat-template FILE), with the model's BOS and
   // EOS; "": the model's own template. One that does not parse fails start().

@@ -21,7 +21,8 @@ std::atomic<uint64_t> g_next_run{1};
 }  // namespace
 
 std::string run_topology_request(caf::actor_system& sys, const Model& model, GatewayBackends& backends,
-                                 const std::string& body, bool unsafe_tools) {
+                                 const std::string& body, bool unsafe_tools,
+                                 std::shared_ptr<ActorPlacement> placement) {
   if (const std::string why = backends.unavailable(); !why.empty())  // a standby coordinator
     throw HttpError{503, error_body(why, "server_error", "", "not_leader")};
   json j;
@@ -50,6 +51,11 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
     throw HttpError{
         400, error_body(loaded.error().message, "invalid_request_error", "topology", "invalid_topology")};
   topology::Topology t = std::move(*loaded);
+  if (!placement) {  // `chorus serve`: one process
+    for (const auto& a : t.actors)
+      if (!a.node.empty())
+        spdlog::info("gateway: topology {}: actors.{} runs here: `node:` is for a cluster", t.name, a.name);
+  }
   const std::string label = "topology-" + std::to_string(g_next_run++) + "-" + t.name;
   // A program whose node is lost under it starts again on another (up to kMaxRestarts times):
   // nothing of it reached the client yet (the answer comes at its end); its roles and blocks are
@@ -68,6 +74,7 @@ std::string run_topology_request(caf::actor_system& sys, const Model& model, Gat
     output->second = json::array();
     ProgramHooks hooks;
     hooks.unsafe_tools = unsafe_tools;
+    hooks.placement = placement;
     if (b->up) hooks.journal = journal;  // a node that can be lost; one local engine records nothing
     hooks.console = [output](const std::string& stream, const std::string& text) {  // into the answer
       std::lock_guard<std::mutex> l(output->first);

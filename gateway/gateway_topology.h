@@ -19,6 +19,7 @@
 #pragma once
 
 #include <caf/fwd.hpp>
+#include <memory>
 #include <string>
 
 #include "gateway/gateway_backends.h"
@@ -27,9 +28,12 @@ namespace chorus {
 
 struct Model;
 
-// Throws HttpError. `model`: the backends' (tokenizer, templates); `unsafe_tools` as
-// ProgramHooks::unsafe_tools.
+class ActorPlacement;
+
+// Throws HttpError. `model`: the backends' (tokenizer, templates); `unsafe_tools` and
+// `placement` as ProgramHooks's (null: every actor runs here, whatever its `node:` says).
 std::string run_topology_request(caf::actor_system& sys, const Model& model, GatewayBackends& backends,
-                                 const std::string& body, bool unsafe_tools);
+                                 const std::string& body, bool unsafe_tools,
+                                 std::shared_ptr<ActorPlacement> placement);
 
 }  // namespace chorus

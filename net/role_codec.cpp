@@ -1,6 +1,7 @@
 #include "net/role_codec.h"
 
 #include "net/envelope_finish.h"
+#include "net/fb_read.h"
 #include "net/wire.h"
 
 namespace chorus {
@@ -8,17 +9,6 @@ namespace {
 
 using Offset = flatbuffers::Offset<flatbuffers::String>;
 using Names = flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>>;
-
-std::string str(const flatbuffers::String* s) {
-  return s ? s->str() : std::string();
-}
-
-std::vector<std::string> strs(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
-  std::vector<std::string> out;
-  if (v)
-    for (const auto* s : *v) out.push_back(str(s));
-  return out;
-}
 
 Names names(flatbuffers::FlatBufferBuilder& fbb, const std::vector<std::string>& v) {
   return fbb.CreateVectorOfStrings(v);
@@ -134,15 +124,15 @@ Result<RoleMessage> decode_role(std::span<const uint8_t> frame) {
     case wire::Payload::Signal: {
       const auto* p = env->payload_as_Signal();
       m.kind = RoleKind::signal;
-      m.event = str(p->event());
-      m.text = str(p->text());
+      m.event = fb_str(p->event());
+      m.text = fb_str(p->text());
       break;
     }
     case wire::Payload::RoleText: {
       const auto* p = env->payload_as_RoleText();
       m.kind = RoleKind::text;
-      m.text = str(p->text());
-      m.producer = str(p->producer());
+      m.text = fb_str(p->text());
+      m.producer = fb_str(p->producer());
       break;
     }
     case wire::Payload::FeedEnded: m.kind = RoleKind::feed_ended; break;
@@ -153,41 +143,41 @@ Result<RoleMessage> decode_role(std::span<const uint8_t> frame) {
     case wire::Payload::RoleFailed: {
       const auto* p = env->payload_as_RoleFailed();
       m.kind = RoleKind::failed;
-      m.actor = str(p->actor());
-      m.text = str(p->what());
+      m.actor = fb_str(p->actor());
+      m.text = fb_str(p->what());
       break;
     }
     case wire::Payload::StartRole:
       m.kind = RoleKind::start;
-      m.names = strs(env->payload_as_StartRole()->carried());
+      m.names = fb_strs(env->payload_as_StartRole()->carried());
       break;
     case wire::Payload::Upstream:
       m.kind = RoleKind::upstream;
-      m.names = strs(env->payload_as_Upstream()->emitters());
+      m.names = fb_strs(env->payload_as_Upstream()->emitters());
       break;
     case wire::Payload::RetireRole: m.kind = RoleKind::retire; break;
     case wire::Payload::Retired:
       m.kind = RoleKind::retired;
-      m.names = strs(env->payload_as_Retired()->queued());
+      m.names = fb_strs(env->payload_as_Retired()->queued());
       break;
     case wire::Payload::ToolCall: {
       const auto* p = env->payload_as_ToolCall();
       m.kind = RoleKind::tool_call;
-      m.tool = str(p->tool());
-      m.text = str(p->arguments());
-      m.actor = str(p->caller());
+      m.tool = fb_str(p->tool());
+      m.text = fb_str(p->arguments());
+      m.actor = fb_str(p->caller());
       break;
     }
     case wire::Payload::EditProgram: {
       const auto* p = env->payload_as_EditProgram();
       m.kind = RoleKind::edit_program;
-      m.actor = str(p->caller());
-      m.text = str(p->patch());
+      m.actor = fb_str(p->caller());
+      m.text = fb_str(p->patch());
       break;
     }
     case wire::Payload::ToolResult:
       m.kind = RoleKind::tool_result;
-      m.text = str(env->payload_as_ToolResult()->text());
+      m.text = fb_str(env->payload_as_ToolResult()->text());
       break;
     case wire::Payload::SandboxCool: m.kind = RoleKind::sandbox_cool; break;
     case wire::Payload::SandboxWarm: m.kind = RoleKind::sandbox_warm; break;

@@ -207,6 +207,20 @@ class Checker {
              a ? Errc::bad_format : Errc::not_found);
       }
     for (size_t i = 0; i < t_.finish.size(); ++i) event("finish[" + std::to_string(i) + "]", t_.finish[i]);
+    // A program's tools run in one sandbox: placed, they are placed together.
+    const Tool* first = nullptr;
+    for (const Tool& tool : t_.tools) {
+      if (tool.builtin()) continue;
+      if (!first) first = &tool;
+      if (!(tool.node == first->node))
+        fail("tools." + tool.name + ".node", "a program's tools share one sandbox: place them alike (tools." +
+                                                 first->name + " runs on " + first->node.describe() +
+                                                 ", this one on " + tool.node.describe() + ")");
+    }
+    for (const Actor& a : t_.actors)
+      if (!a.node.empty() && a.kind == Kind::sink && a.sink == SinkKind::callback)
+        fail("actors." + a.name + ".node",
+             "a callback sink runs in its program's process: it has no placement");
     for (const Actor& a : t_.actors)
       for (const Emit& e : a.emits)
         if (e.event.size() > 5 && e.event.compare(e.event.size() - 5, 5, ".done") == 0 &&

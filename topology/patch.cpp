@@ -59,6 +59,14 @@ YAML::Node sampling_node(const SamplingParams& s) {
   return n;
 }
 
+// `node: NAME` or `node: {label: KEY=VALUE}`.
+YAML::Node placement_node(const Placement& p) {
+  if (!p.node.empty()) return str_node(p.node);
+  YAML::Node n(YAML::NodeType::Map);
+  n["label"] = str_node(p.label);
+  return n;
+}
+
 // A thinker, writer or probe as the file's keys (read back by Loader::read_actor, the same role).
 YAML::Node actor_node(const Actor& a) {
   YAML::Node n(YAML::NodeType::Map);
@@ -80,6 +88,7 @@ YAML::Node actor_node(const Actor& a) {
       n["every_new_tokens"] = YAML::Node(std::to_string(a.every_new_tokens));
     }
     if (a.every_ms > 0) n["every_ms"] = YAML::Node(std::to_string(a.every_ms));
+    if (!a.node.empty()) n["node"] = placement_node(a.node);
     return n;
   }
   n["writes"] = str_node(a.writes);
@@ -107,6 +116,7 @@ YAML::Node actor_node(const Actor& a) {
     n["max_tool_calls"] = YAML::Node(std::to_string(a.max_tool_calls));
   }
   if (a.fresh) n["fresh"] = YAML::Node(std::string("true"));
+  if (!a.node.empty()) n["node"] = placement_node(a.node);
   return n;
 }
 

@@ -34,6 +34,12 @@ bool Tool::builtin() const {
   return name == kEditProgram;
 }
 
+std::string Placement::describe() const {
+  if (!node.empty()) return "node `" + node + "`";
+  if (!label.empty()) return "a node labelled " + label;
+  return "its program's node";
+}
+
 std::string Tool::access() const {
   std::string s;
   auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
@@ -327,7 +333,7 @@ void Loader::read_tools(const YAML::Node& n) {
     if (t.tool(tool.name)) r.fail(it->first, path, "declared twice");
     r.keys(it->second, path,
            {"command", "setup", "description", "parameters", "timeout_s", "max_output_bytes", "max_dir_bytes",
-            "env", "network", "read", "write"});
+            "env", "network", "read", "write", "node"});
     auto argv = [&](const YAML::Node& c, const std::string& where) {  // a string runs as sh -c STRING
       std::vector<std::string> v =
           c.IsScalar() ? std::vector<std::string>{"sh", "-c", text(c, where)} : r.strings(c, where, 256);
@@ -351,6 +357,7 @@ void Loader::read_tools(const YAML::Node& n) {
     if (auto v = it->second["max_dir_bytes"])
       tool.max_dir_bytes = r.integer(v, path + ".max_dir_bytes", int64_t{1} << 20, int64_t{64} << 30);
     read_tool_access(tool, it->second, path);
+    if (auto v = it->second["node"]) tool.node = read_placement(v, path + ".node");
     t.tools.push_back(std::move(tool));
   }
 }
@@ -441,6 +448,7 @@ void Loader::read_actor(Actor& a, const YAML::Node& n, const std::string& path) 
     r.fail(kind, path + ".kind",
            "unknown role kind \"" + Reader::clip(k) + "\" (kinds: " + join(kinds) + ")");
   a.kind = static_cast<Kind>(at - kinds.begin());
+  if (auto v = n["node"]) a.node = read_placement(v, path + ".node");
   switch (a.kind) {
     case Kind::thinker:
     case Kind::writer: read_generator(a, n, path); break;
@@ -448,6 +456,23 @@ void Loader::read_actor(Actor& a, const YAML::Node& n, const std::string& path) 
     case Kind::source: read_source(a, n, path); break;
     case Kind::sink: read_sink(a, n, path); break;
   }
+}
+
+// `node: NAME` or `node: {label: KEY=VALUE}`.
+Placement Loader::read_placement(const YAML::Node& n, const std::string& path) {
+  Placement p;
+  if (n.IsScalar()) {
+    p.node = r.name(n, path);
+    return p;
+  }
+  if (!n.IsMap()) r.fail(n, path, "expected a node's name or {label: KEY=VALUE}, found " + Reader::shape(n));
+  r.keys(n, path, {"label"});
+  const YAML::Node l = required(n, path, "label", "KEY=VALUE: any node labelled so (`chorus node --label`)");
+  p.label = r.str(l, path + ".label");
+  const size_t eq = p.label.find('=');
+  if (eq == std::string::npos || eq == 0 || p.label.find_first_of(" \t\n") != std::string::npos)
+    r.fail(l, path + ".label", "expected KEY=VALUE (no spaces), as `chorus node --label` takes it");
+  return p;
 }
 
 YAML::Node Loader::required(const YAML::Node& n, const std::string& path, const std::string& key,

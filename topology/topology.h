@@ -33,6 +33,18 @@ inline constexpr const char* kEditProgram = "edit_program";
 
 // A tool: a command run in the program's sandbox (actors/sandbox.h), with the call's arguments
 // (JSON) on its stdin; what it prints is the result.
+// Where an actor or a tool runs in a cluster (docs/cluster.md, "Placing actors"): `node: NAME`,
+// that node; `node: {label: KEY=VALUE}`, any node labelled so. Empty: with its program (where
+// its blocks are; today, for a cluster, the coordinator). `chorus run` on one engine runs
+// everything in its process whatever the placement says (and says so).
+struct Placement {
+  std::string node;   // a node's name
+  std::string label;  // "KEY=VALUE"
+  bool empty() const { return node.empty() && label.empty(); }
+  std::string describe() const;  // "node `edge-1`", "a node labelled role=edge"
+  bool operator==(const Placement&) const = default;
+};
+
 struct Tool {
   std::string name;                  // kEditProgram: the built-in tool that patches the program (no command)
   std::vector<std::string> command;  // argv; a string in the file runs as sh -c STRING
@@ -46,6 +58,7 @@ struct Tool {
   std::map<std::string, std::string> env;  // variables added to its empty environment
   bool network = false;                    // the host's network (else none at all)
   std::vector<std::string> read, write;    // host paths bound read-only / read-write, at their place
+  Placement node;                          // where its sandbox runs (tools placed alike share one sandbox)
   bool opts_in() const { return !env.empty() || network || !read.empty() || !write.empty(); }
   bool builtin() const;        // edit_program: run by the program itself, not in the sandbox
   std::string access() const;  // "network, reads /data, writes /out, env KEY" ("" : none)
@@ -62,7 +75,8 @@ enum class SinkKind { stdout_stream, stderr_stream, file, zmq, callback };
 struct Actor {
   std::string name;
   Kind kind = Kind::thinker;
-  int line = 0;  // where it is declared (1-based), for run-time messages
+  int line = 0;    // where it is declared (1-based), for run-time messages
+  Placement node;  // where it runs in a cluster (Placement)
 
   // thinker, writer, probe, source
   std::vector<std::string> view;

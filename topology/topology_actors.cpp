@@ -26,7 +26,7 @@ void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& pa
   const bool thinker = a.kind == Kind::thinker;
   r.keys(n, path,
          {"kind", "view", "writes", "prefill", "max_tokens", "stop", "sampling", "schema", "grammar", "emit",
-          "to", "on", "after", "tools", "max_tool_calls", "fresh"});
+          "to", "on", "after", "tools", "max_tool_calls", "fresh", "node"});
   read_view_and_writes(a, n, path, true);
   if (auto v = n["prefill"]) a.prefill = text(v, path + ".prefill", true);
   a.max_tokens = thinker ? 256 : 48;
@@ -105,7 +105,7 @@ void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& pa
 void Loader::read_probe(Actor& a, const YAML::Node& n, const std::string& path) {
   r.keys(n, path,
          {"kind", "view", "question", "candidates", "fire_on", "threshold", "fires", "edge", "watch",
-          "every_new_tokens", "every_ms", "on"});
+          "every_new_tokens", "every_ms", "on", "node"});
   read_view_and_writes(a, n, path, false);
   const YAML::Node q =
       required(n, path, "question", "the text asked after the view (e.g. \"Is anything wrong? Answer:\")");
@@ -156,9 +156,9 @@ void Loader::read_probe(Actor& a, const YAML::Node& n, const std::string& path) 
 }
 
 void Loader::read_source(Actor& a, const YAML::Node& n, const std::string& path) {
-  r.keys(
-      n, path,
-      {"kind", "view", "writes", "from", "every_lines", "emit", "max_lines", "keep_lines", "on", "delay_ms"});
+  r.keys(n, path,
+         {"kind", "view", "writes", "from", "every_lines", "emit", "max_lines", "keep_lines", "on",
+          "delay_ms", "node"});
   const YAML::Node w = required(n, path, "writes", "the block the text goes into");
   a.writes = r.name(w, path + ".writes");
   check_block(w, path + ".writes", a.writes);
@@ -225,7 +225,7 @@ void Loader::read_source(Actor& a, const YAML::Node& n, const std::string& path)
 }
 
 void Loader::read_sink(Actor& a, const YAML::Node& n, const std::string& path) {
-  r.keys(n, path, {"kind", "to", "prefix", "on"});
+  r.keys(n, path, {"kind", "to", "prefix", "on", "node"});
   const YAML::Node to = required(n, path, "to", "stdout, stderr, callback, {file: PATH} or {zmq: ENDPOINT}");
   const std::string tp = path + ".to";
   if (to.IsScalar()) {

@@ -47,6 +47,7 @@ struct Loader {
   std::vector<std::string> block_list(const YAML::Node& n, const std::string& path);
   void check_block(const YAML::Node& at, const std::string& path, const std::string& n);
   void read_actor(Actor& a, const YAML::Node& n, const std::string& path);
+  Placement read_placement(const YAML::Node& n, const std::string& path);
   YAML::Node required(const YAML::Node& n, const std::string& path, const std::string& key,
                       const std::string& what);
   void read_view_and_writes(Actor& a, const YAML::Node& n, const std::string& path, bool writes);

@@ -22,6 +22,7 @@ int run_coordinator(const CoordinatorArgs& args) {
   co.port = args.port;
   co.heartbeat_s = args.heartbeat_s;
   co.dead_after_s = args.dead_after_s;
+  co.placement_wait_s = args.placement_wait_s;
   co.model_path = args.model;
   co.gateway.model_name = served_model_name(args.model);
   co.gateway.max_tokens_limit = args.ctx;

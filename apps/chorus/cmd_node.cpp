@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <zmq.hpp>
 
@@ -27,8 +28,12 @@ std::atomic<bool> g_refused{false};
 // The node's record for the cluster, or an error when it cannot be described (an endpoint bound to
 // every interface, with nothing to advertise).
 Result<cluster::NodeRecord> node_record(const NodeArgs& args, const NodePortEndpoints& bound,
-                                        const Served& served) {
+                                        const Served* served) {
   cluster::NodeRecord r;
+  for (const std::string& l : args.labels) {
+    CHORUS_ASSIGN_OR_RETURN(auto kv, cluster::parse_label(l));
+    r.labels[kv.first] = kv.second;
+  }
   r.endpoint = args.advertise.empty() ? bound.requests : args.advertise;
   if (r.endpoint.find("0.0.0.0") != std::string::npos || r.endpoint.find("//*") != std::string::npos)
     return make_error(Errc::invalid_argument, "the node port is bound to every interface (" + bound.requests +
@@ -36,10 +41,15 @@ Result<cluster::NodeRecord> node_record(const NodeArgs& args, const NodePortEndp
   r.events = bound.events;
   r.name = args.name.empty() ? default_member_name(r.endpoint.substr(r.endpoint.find_last_of(':') + 1))
                              : args.name;
-  r.pages = args.pages;
-  r.host_pages = args.host_pages;
-  r.device = served.device->describe();
-  r.model = cluster::ModelIdentity::of(*served.model, args.model);
+  if (served) {
+    r.pages = args.pages;
+    r.host_pages = args.host_pages;
+    r.device = served->device->describe();
+    r.model = cluster::ModelIdentity::of(*served->model, args.model);
+  } else {
+    r.actors_only = true;
+    r.device = "none (actors only)";
+  }
   r.version = CHORUS_VERSION_STRING;
   r.started_ms = wall_clock_ms();
   r.curve_key = bound.curve_key;
@@ -57,6 +67,85 @@ Status curve_options(const NodeArgs& args, NodePortOptions* po) {
   CHORUS_ASSIGN_OR_RETURN(po->allowed, read_allowed_keys(args.allow_keys));
   return {};
 }
+
+// The port's options from the command line.
+Result<NodePortOptions> port_options(const NodeArgs& args) {
+  NodePortOptions po;
+  po.endpoint = args.endpoint;
+  po.max_frame_bytes = args.max_frame_bytes;
+  po.events_endpoint = args.no_model ? "" : args.events_endpoint;
+  po.node_name = args.name;
+  po.unsafe_tools = args.unsafe_tools;
+  if (const char* dir = std::getenv("CHORUS_SANDBOX_DIR")) po.sandbox_base = dir;
+  CHORUS_TRY(curve_options(args, &po));
+  return po;
+}
+
+// With --etcd: the node's membership (null without); an error when it cannot join.
+Result<std::unique_ptr<cluster::NodeMembership>> join_cluster(const NodeArgs& args,
+                                                              const NodePortEndpoints& bound,
+                                                              const Served* served) {
+  if (args.etcd.empty()) return std::unique_ptr<cluster::NodeMembership>();
+  CHORUS_ASSIGN_OR_RETURN(auto record, node_record(args, bound, served));
+  cluster::MembershipOptions mo;
+  mo.etcd_url = args.etcd;
+  mo.cluster = args.cluster;
+  mo.ttl_s = args.lease_ttl_s;
+  return cluster::NodeMembership::join(mo, record, [](const Error&) {
+    g_refused = true;
+    request_stop();
+  });
+}
+
+void print_started(const NodeArgs& args, const NodePortOptions& po, const cluster::NodeMembership* member) {
+  if (member)
+    std::printf("chorus node: member `%s` of cluster `%s` (epoch %lld, lease %lld s, etcd at %s)%s\n",
+                member->name().c_str(), args.cluster.c_str(), static_cast<long long>(member->epoch()),
+                static_cast<long long>(args.lease_ttl_s), args.etcd.c_str(),
+                args.labels.empty() ? ""
+                                    : (", labels " +
+                                       [&] {
+                                         std::string l;
+                                         for (const auto& x : args.labels) l += (l.empty() ? "" : " ") + x;
+                                         return l;
+                                       }())
+                                          .c_str());
+  if (po.curve.secret_key.empty())
+    std::printf("chorus node: plaintext on loopback: any process of this machine may use it (--curve-key)\n");
+  else
+    std::printf("chorus node: CURVE, key %s; %zu client key(s) allowed\n", po.curve.public_key.c_str(),
+                po.allowed.size());
+}
+
+// `--no-model`: the port, hosting the sinks and tool sandboxes placed here, and no engine.
+int run_actors_node(const NodeArgs& args) {
+  auto po = port_options(args);
+  if (!report("node", po)) return 1;
+  zmq::context_t zctx(1);
+  {
+    caf::actor_system_config cfg;
+    cfg.set("scheduler.max-threads", 2);
+    caf::actor_system sys{cfg};
+    caf::actor port;
+    auto bound = spawn_node_port(sys, caf::actor(), zctx, *po, &port);
+    if (!report("node", bound)) return 1;
+    auto member = join_cluster(args, *bound, nullptr);
+    if (!report("node", member)) {
+      caf::anon_send_exit(port, caf::exit_reason::user_shutdown);
+      return 1;
+    }
+    stop_on_signals();
+    std::printf("chorus node: actors only (no model), hosting sinks and tool sandboxes, listening on %s\n",
+                bound->requests.c_str());
+    print_started(args, *po, member->get());
+    std::fflush(stdout);
+    wait_for_stop();
+    member->reset();  // leaves the cluster first: the coordinator places nothing more here
+    caf::anon_send_exit(port, caf::exit_reason::user_shutdown);
+  }
+  std::printf("chorus node: stopped\n");
+  return g_refused ? 1 : 0;
+}
 }  // namespace
 
 int run_keygen(const KeygenArgs& args) {
@@ -69,6 +158,9 @@ int run_keygen(const KeygenArgs& args) {
 }
 
 int run_node(const NodeArgs& args) {
+  for (const std::string& l : args.labels)
+    if (auto kv = cluster::parse_label(l); !report("node", kv)) return 2;
+  if (args.no_model) return run_actors_node(args);
   std::shared_ptr<Trace> trace;
   if (!open_trace("node", args.trace, &trace)) return 2;
   auto served = load_served("node", args.model, args.threads, args.pages, args.budget, 0, args.device,
@@ -96,51 +188,24 @@ int run_node(const NodeArgs& args) {
       return 1;
     }
     caf::actor port;
-    NodePortOptions po;
-    po.endpoint = args.endpoint;
-    po.max_frame_bytes = args.max_frame_bytes;
-    po.events_endpoint = args.events_endpoint;
-    Status curve = curve_options(args, &po);
-    auto bound =
-        curve ? spawn_node_port(sys, batcher, zctx, po, &port) : Result<NodePortEndpoints>(curve.error());
+    auto po = port_options(args);
+    auto bound = po ? spawn_node_port(sys, batcher, zctx, *po, &port) : Result<NodePortEndpoints>(po.error());
     if (!report("node", bound)) {
       caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
       return 1;
     }
-    std::unique_ptr<cluster::NodeMembership> member;
-    if (!args.etcd.empty()) {
-      auto record = node_record(args, *bound, *served);
-      cluster::MembershipOptions mo;
-      mo.etcd_url = args.etcd;
-      mo.cluster = args.cluster;
-      mo.ttl_s = args.lease_ttl_s;
-      auto joined = record ? cluster::NodeMembership::join(mo, *record,
-                                                           [](const Error&) {
-                                                             g_refused = true;
-                                                             request_stop();
-                                                           })
-                           : Result<std::unique_ptr<cluster::NodeMembership>>(record.error());
-      if (!report("node", joined)) {
-        caf::anon_send_exit(port, caf::exit_reason::user_shutdown);
-        caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
-        return 1;
-      }
-      member = std::move(*joined);
+    auto joined = join_cluster(args, *bound, served.get());
+    if (!report("node", joined)) {
+      caf::anon_send_exit(port, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(batcher, caf::exit_reason::user_shutdown);
+      return 1;
     }
+    std::unique_ptr<cluster::NodeMembership> member = std::move(*joined);
     stop_on_signals();
     std::printf("chorus node: %s, %s, events on %s, listening on %s\n", model->config.name.c_str(),
                 device->describe().c_str(), bound->events.empty() ? "(none)" : bound->events.c_str(),
                 bound->requests.c_str());
-    if (member)
-      std::printf("chorus node: member `%s` of cluster `%s` (epoch %lld, lease %lld s, etcd at %s)\n",
-                  member->name().c_str(), args.cluster.c_str(), static_cast<long long>(member->epoch()),
-                  static_cast<long long>(args.lease_ttl_s), args.etcd.c_str());
-    if (po.curve.secret_key.empty())
-      std::printf(
-          "chorus node: plaintext on loopback: any process of this machine may use it (--curve-key)\n");
-    else
-      std::printf("chorus node: CURVE, key %s; %zu client key(s) allowed\n", po.curve.public_key.c_str(),
-                  po.allowed.size());
+    print_started(args, *po, member.get());
     if (*metrics)
       std::printf("chorus node: metrics on http://%s:%d/metrics\n", args.metrics_host.c_str(),
                   (*metrics)->port());

@@ -106,8 +106,11 @@ int run_check(const RunArgs& args) {
       args.file.c_str(), t->name.c_str(), t->blocks.size(), roles[0], roles[1], roles[2], roles[3], roles[4],
       t->emitters().size());
   for (const auto& tool : t->tools)  // what each tool may reach beyond its sandbox's defaults
-    std::printf("  tool %s: %s\n", tool.name.c_str(),
-                tool.opts_in() ? tool.access().c_str() : "no network, its own directory only");
+    std::printf("  tool %s: %s%s\n", tool.name.c_str(),
+                tool.opts_in() ? tool.access().c_str() : "no network, its own directory only",
+                tool.node.empty() ? "" : ("; runs on " + tool.node.describe()).c_str());
+  for (const auto& a : t->actors)  // where placed actors run in a cluster
+    if (!a.node.empty()) std::printf("  actor %s: runs on %s\n", a.name.c_str(), a.node.describe().c_str());
   return 0;
 }
 
@@ -146,6 +149,20 @@ int run_run(const RunArgs& args) {
                    t.file.c_str(), first.file.c_str());
       return 1;
     }
+  }
+  // Placement (`node:`) is for a cluster: on one engine every actor runs here, which it says.
+  for (const auto& t : topos) {
+    std::string placed;
+    for (const auto& a : t.actors)
+      if (!a.node.empty()) placed += (placed.empty() ? "" : ", ") + ("actors." + a.name);
+    for (const auto& tool : t.tools)
+      if (!tool.node.empty()) placed += (placed.empty() ? "" : ", ") + ("tools." + tool.name);
+    if (!placed.empty())
+      std::fprintf(
+          stderr,
+          "chorus run: %s: %s run%s here: their `node:` placement is for a cluster (chorus run --cluster "
+          "URL)\n",
+          t.file.c_str(), placed.c_str(), placed.find(',') == std::string::npos ? "s" : "");
   }
   const std::string model_path = !args.model.empty()    ? args.model
                                  : !first.model.empty() ? first.model

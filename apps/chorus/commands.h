@@ -114,6 +114,12 @@ struct NodeArgs {
   std::string trace;  // --trace FILE: Chrome/Perfetto trace-event JSON of the engine (engine/step/trace.h)
   int metrics_port = -1;  // --metrics-port: GET /metrics there (0: any free port; -1: none)
   std::string metrics_host = "127.0.0.1";
+  // Placing actors (docs/cluster.md): labels topologies place by (KEY=VALUE), an actors-only node
+  // (no model, no engine: it hosts other programs' sinks and tool sandboxes), and tool sandboxes
+  // hosted without the isolation this machine lacks.
+  std::vector<std::string> labels;
+  bool no_model = false;
+  bool unsafe_tools = false;
 };
 int run_node(const NodeArgs& args);
 
@@ -133,6 +139,7 @@ struct CoordinatorArgs {
   int64_t lease_ttl_s = 3;
   double heartbeat_s = 0.5;
   double dead_after_s = 2.0;
+  double placement_wait_s = 30;   // a `node:` placement waits this long for a live node that satisfies it
   int ctx = 4096;                 // longest conversation (tokens)
   double lease_s = 600;           // idle programs are released after this long
   double check_period_s = 1;      // each node's program scheduler checks this often

@@ -226,6 +226,15 @@ int main(int argc, char** argv) {
   node_cmd->add_option("--cluster", node.cluster, "The cluster's name (its keys in etcd: /chorus/NAME/)")
       ->capture_default_str();
   node_cmd->add_option("--name", node.name, "This node's name in the cluster (default: HOSTNAME-PORT)");
+  node_cmd->add_option(
+      "--label", node.labels,
+      "KEY=VALUE: a label topologies place actors by (`node: {label: KEY=VALUE}`); repeatable");
+  node_cmd->add_flag("--no-model", node.no_model,
+                     "An actors-only node: no model and no engine; it hosts other programs' sinks and tool "
+                     "sandboxes placed on it (docs/cluster.md, Placing actors)");
+  node_cmd->add_flag("--unsafe-tools", node.unsafe_tools,
+                     "Host tool sandboxes even without the isolation this machine lacks (bubblewrap, a pids "
+                     "cgroup)");
   node_cmd->add_option("--advertise", node.advertise,
                        "The node port as other processes reach it (default: the bound endpoint)");
   node_cmd
@@ -319,6 +328,13 @@ int main(int argc, char** argv) {
                    "Seconds without an answer after which a node is down and its lease is revoked")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  coord_cmd
+      ->add_option("--placement-wait", coord.placement_wait_s,
+                   "Seconds a program's placed actor (`node:` in its topology) waits for a live node that "
+                   "satisfies its placement, at its start and after its node was lost; then the program ends "
+                   "with an error naming the placement")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   coord_cmd
       ->add_option("--curve-key", coord.curve_key,
                    "CURVE: this coordinator's key pair (NAME.key), for the nodes that have a CURVE key; "

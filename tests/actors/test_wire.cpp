@@ -6,6 +6,7 @@
 
 #include "actors/runtime_check.h"
 #include "net/codec.h"
+#include "net/hosting_codec.h"
 #include "net/role_codec.h"
 #include "net/wire.h"
 #include "schemas/envelope_generated.h"
@@ -255,6 +256,67 @@ TEST(Wire, RoleMessagesAndCommandsAreNotTakenForEachOther) {
   bad[bad.size() / 2] ^= 0xff;
   bad.resize(bad.size() - 3);
   EXPECT_FALSE(decode_role(bad).ok());
+}
+
+// The hosting frames (schemas/hosting.fbs) read back as they were written; another protocol's
+// frame is not one.
+TEST(Wire, EveryHostingMessageRoundTrips) {
+  SinkSpecData sink;
+  sink.name = "log";
+  sink.to = SinkSpecData::To::zmq;
+  sink.endpoint = "tcp://10.0.0.2:5557";
+  sink.topic = "status";
+  sink.prefix = "[edge] ";
+  auto m = decode_hosting(encode_host_sink(7, 99, "agent", sink));
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  EXPECT_EQ(m->kind, HostingMessage::Kind::host_sink);
+  EXPECT_EQ(m->request_id, 7u);
+  EXPECT_EQ(m->program, 99u);
+  EXPECT_EQ(m->program_name, "agent");
+  EXPECT_EQ(m->actor, "log");
+  EXPECT_EQ(m->sink.to, SinkSpecData::To::zmq);
+  EXPECT_EQ(m->sink.endpoint, sink.endpoint);
+  EXPECT_EQ(m->sink.topic, "status");
+  EXPECT_EQ(m->sink.prefix, "[edge] ");
+  ToolSpecData tool;
+  tool.name = "add";
+  tool.command = {"python3", "-c", "print(1)"};
+  tool.setup = {"true"};
+  tool.timeout_s = 2.5;
+  tool.max_output_bytes = 100;
+  tool.max_dir_bytes = 1 << 20;
+  tool.env = {"A=1"};
+  tool.network = true;
+  tool.read = {"/data"};
+  tool.write = {"/out"};
+  m = decode_hosting(encode_host_sandbox(8, 99, "agent", "sandbox", {tool}));
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  EXPECT_EQ(m->kind, HostingMessage::Kind::host_sandbox);
+  ASSERT_EQ(m->tools.size(), 1u);
+  EXPECT_EQ(m->tools[0].command, tool.command);
+  EXPECT_EQ(m->tools[0].setup, tool.setup);
+  EXPECT_EQ(m->tools[0].timeout_s, 2.5);
+  EXPECT_EQ(m->tools[0].max_output_bytes, 100u);
+  EXPECT_EQ(m->tools[0].env, tool.env);
+  EXPECT_TRUE(m->tools[0].network);
+  EXPECT_EQ(m->tools[0].read, tool.read);
+  EXPECT_EQ(m->tools[0].write, tool.write);
+  const Frame inner = encode_tool_call("add", "{}", "solver");
+  m = decode_hosting(encode_deliver(9, 99, "sandbox", inner));
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->kind, HostingMessage::Kind::deliver);
+  EXPECT_EQ(m->frame, inner);
+  EXPECT_EQ(decode_role(m->frame)->tool, "add");
+  m = decode_hosting(encode_hosted(10, 99, "log", "edge"));
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->node, "edge");
+  m = decode_hosting(encode_unhost(11, 99, "log"));
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->kind, HostingMessage::Kind::unhost);
+  EXPECT_EQ(m->actor, "log");
+  auto other = decode_hosting(encode_signal("e", "t"));
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.error().message.find("Signal"), std::string::npos);
 }
 
 TEST(ActorRuntime, SelfTestRepliesThroughAnActor) {

@@ -130,6 +130,40 @@ TEST_F(MembershipTest, ANodeRefusedWhenItJoinsAgainIsTold) {
   EXPECT_TRUE(eventually([&] { return refused.load(); }));
 }
 
+// An actors-only node (`chorus node --no-model`) carries no model: it joins a cluster of any
+// model, its labels come back from etcd as it wrote them, and a model node of another model is
+// still refused beside it.
+TEST_F(MembershipTest, AnActorsOnlyNodeJoinsWithItsLabelsAndNoModel) {
+  auto a = NodeMembership::join(opts, record("a"));
+  ASSERT_TRUE(a.ok()) << a.error().to_string();
+  NodeRecord edge;
+  edge.name = "edge";
+  edge.endpoint = "tcp://127.0.0.1:2";
+  edge.actors_only = true;
+  edge.labels = {{"role", "edge"}, {"site", "lab-2"}};
+  auto e = NodeMembership::join(opts, edge);
+  ASSERT_TRUE(e.ok()) << e.error().to_string();
+  const auto nodes = live();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_TRUE(nodes[1].actors_only);
+  EXPECT_EQ(nodes[1].labels, edge.labels);
+  EXPECT_TRUE(nodes[1].has_label("role=edge"));
+  EXPECT_FALSE(nodes[1].has_label("role=tools"));
+  EXPECT_FALSE(nodes[1].has_label("role"));
+  EXPECT_TRUE(nodes[1].model.fingerprint.empty());
+  EXPECT_FALSE(nodes[0].actors_only);
+  auto other = NodeMembership::join(opts, record("b", "00000000000000bb"));
+  EXPECT_FALSE(other.ok()) << "a model node of another model joined beside the actors-only one";
+  // Labels as `--label` takes them.
+  EXPECT_EQ(parse_label("role=edge")->second, "edge");
+  EXPECT_EQ(parse_label("k=")->second, "");
+  for (const char* bad : {"role", "=edge", "a b=c", "a/b=c"}) EXPECT_FALSE(parse_label(bad).ok()) << bad;
+  // A record whose labels are not strings is refused, naming the field.
+  auto bad = NodeRecord::from_json(R"({"name":"x","endpoint":"e","actors_only":true,"labels":{"k":1}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("label"), std::string::npos) << bad.error().message;
+}
+
 TEST_F(MembershipTest, BadNamesAndTtlsAreRefused) {
   EXPECT_EQ(NodeMembership::join(opts, record("")).error().code, Errc::invalid_argument);
   EXPECT_EQ(NodeMembership::join(opts, record("a/b")).error().code, Errc::invalid_argument);

@@ -57,6 +57,24 @@ class Harness:
         sys.exit(1 if self.failures else 0)
 
 
+def stop_all(procs):
+    """Ends every process still running (SIGTERM, then SIGKILL after 10 s)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def print_logs(tmp):
+    """The tail of every *.log in tmp but etcd's (after a failed check)."""
+    for f in sorted(os.listdir(tmp)):
+        if f.endswith(".log") and f != "etcd.log":
+            print("---- " + f + "\n" + open(os.path.join(tmp, f)).read()[-3000:])
+
+
 def get(url):
     try:
         with urllib.request.urlopen(url, timeout=2) as r:

@@ -20,8 +20,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_harness import free_port, get, serving, wait_for  # noqa: E402
-from netns_hosts import hosts_or_reason  # noqa: E402
+from cluster_harness import free_port, get, print_logs, serving, stop_all, wait_for  # noqa: E402
+from netns_hosts import require_hosts  # noqa: E402
 
 chorus, model = sys.argv[1], sys.argv[2]
 TTL = 2
@@ -64,13 +64,7 @@ def run_turn(url, k, history):
     return out
 
 
-hosts, why = hosts_or_reason(["hub", "na", "nb"])
-if hosts is None:
-    if os.environ.get("CHORUS_TEST_WITHOUT_NETNS") == "1":
-        print("skipped (CHORUS_TEST_WITHOUT_NETNS=1): no separate hosts here: " + why)
-        sys.exit(0)
-    print("FAIL separate hosts cannot be made here: %s (CHORUS_TEST_WITHOUT_NETNS=1 skips this test)" % why)
-    sys.exit(1)
+hosts = require_hosts(["hub", "na", "nb"])
 
 tmp = tempfile.mkdtemp(prefix="chorus-hosts-")
 
@@ -189,18 +183,10 @@ try:
     check(all(third[p][1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0 for p in PROGRAMS),
           "every program's turn 3 found its turn 2 where it ran it")
 finally:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    stop_all(procs)
     hosts.remove()
     if failures:
-        for f in sorted(os.listdir(tmp)):
-            if f.endswith(".log") and f != "etcd.log":
-                print("---- " + f + "\n" + open(os.path.join(tmp, f)).read()[-3000:])
+        print_logs(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
 print("%d passed, %d failed" % (len(passed), len(failures)))
 sys.exit(1 if failures else 0)

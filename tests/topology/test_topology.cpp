@@ -134,7 +134,7 @@ TEST(Topology, UnknownKeysListTheValidOnes) {
   EXPECT_EQ(
       e,
       "t.yaml:17:5: actors.thinker.prefil: unknown key (valid here: kind, view, writes, prefill, max_tokens, "
-      "stop, sampling, schema, grammar, emit, to, on, after, tools, max_tool_calls, fresh)");
+      "stop, sampling, schema, grammar, emit, to, on, after, tools, max_tool_calls, fresh, node)");
   const auto top = error_of(std::string(kBase) + "budgett: {seconds: 1}\n");
   EXPECT_EQ(
       top,
@@ -601,6 +601,53 @@ TEST(Builder, SharedWritersAndToolsAsAFileHasThem) {
   ASSERT_TRUE(built.ok()) << built.error().message;
   EXPECT_EQ(built->actors[0].stop, std::vector<std::string>{"</tool_call>"});
   EXPECT_EQ(built->tools.size(), 1u);
+}
+
+}  // namespace
+}  // namespace chorus::topology
+
+namespace chorus::topology {
+namespace {
+
+// `node:` on actors and tools (docs/cluster.md, "Placing actors"): a node's name or a label.
+TEST(TopologyPlacement, NodeNamesAndLabelsAreReadAndChecked) {
+  auto t = load_string(
+      replace(replace(kBase, "    to: stdout\n", "    to: stdout\n    node: {label: role=edge}\n"),
+              "    kind: writer\n", "    kind: writer\n    node: gpu-1\n"),
+      "t.yaml");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->actor("out")->node.label, "role=edge");
+  EXPECT_EQ(t->actor("writer")->node.node, "gpu-1");
+  EXPECT_TRUE(t->actor("thinker")->node.empty());
+  EXPECT_EQ(t->actor("out")->node.describe(), "a node labelled role=edge");
+  EXPECT_EQ(t->actor("writer")->node.describe(), "node `gpu-1`");
+  const std::string with_tool = std::string(kBase) + R"(tools:
+  a:
+    command: "true"
+    node: {label: role=tools}
+  b:
+    command: "true"
+    node: {label: role=tools}
+)";
+  auto tools = load_string(with_tool, "t.yaml");
+  ASSERT_TRUE(tools.ok()) << tools.error().message;
+  EXPECT_EQ(tools->tool("a")->node.label, "role=tools");
+  // Refusals, each at its line and key.
+  EXPECT_NE(error_of(replace(kBase, "    to: stdout\n", "    to: stdout\n    node: {label: edge}\n"))
+                .find("actors.out.node.label: expected KEY=VALUE"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kBase, "    to: stdout\n", "    to: stdout\n    node: {name: a}\n"))
+                .find("actors.out.node"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kBase, "    to: stdout\n", "    to: stdout\n    node: [a]\n"))
+                .find("expected a node's name or {label: KEY=VALUE}"),
+            std::string::npos);
+  std::string apart = with_tool;
+  apart.replace(apart.rfind("role=tools"), 10, "role=other");
+  EXPECT_NE(error_of(apart).find("tools.b.node: a program's tools share one sandbox"), std::string::npos);
+  EXPECT_NE(error_of(replace(kBase, "    to: stdout\n", "    to: callback\n    node: {label: role=edge}\n"))
+                .find("a callback sink runs in its program's process"),
+            std::string::npos);
 }
 
 }  // namespace

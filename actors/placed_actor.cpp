@@ -1,0 +1,141 @@
+#include "actors/placed_actor.h"
+
+#include <spdlog/spdlog.h>
+#include <caf/all.hpp>
+#include <chrono>
+
+#include "actors/atoms.h"
+#include "net/codec.h"
+#include "net/role_codec.h"
+
+namespace chorus {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The node's answer to `frame` through its link, as a hosting message; a refusal, or the link's
+// word that the node is out of reach, as an error (its code says which: Errc::io is a lost node).
+Result<HostingMessage> ask_node(caf::blocking_actor* self, const caf::actor& link, Frame frame) {
+  Result<HostingMessage> out = make_error(Errc::io, "no answer");
+  self->request(link, caf::infinite, frame_atom::value, std::move(frame))
+      .receive(
+          [&](const Frame& reply) {
+            if (auto r = decode_reply(reply); r && r->kind == ReplyKind::error)
+              out = make_error(r->code, r->text);
+            else
+              out = decode_hosting(reply);
+          },
+          [&](caf::error& e) { out = make_error(Errc::io, caf::to_string(e)); });
+  return out;
+}
+
+// A node that satisfies the placement hosts the actor: found and asked, again while nodes are
+// out of reach, until the placement's wait is over. A node's refusal ends the search at once.
+Result<PlacedNode> host_somewhere(caf::blocking_actor* self, const PlacedActorConfig& c, double wait_s) {
+  const auto until = Clock::now() + std::chrono::duration<double>(wait_s);
+  std::string last;
+  for (;;) {
+    const double left = std::chrono::duration<double>(until - Clock::now()).count();
+    auto node = c.placement->find(c.where, "", std::max(0.0, left));
+    if (!node)
+      return make_error(node.error().code, "placed on " + c.where.describe() + ": " + node.error().message +
+                                               (last.empty() ? "" : "; " + last));
+    auto hosted = ask_node(self, node->link, c.host(0));
+    if (hosted && hosted->kind == HostingMessage::Kind::hosted) {
+      c.placement->hosting(c.program_name, c.actor, node->name);
+      return *node;
+    }
+    const Error e = hosted ? make_error(Errc::internal, "an answer that is not Hosted") : hosted.error();
+    if (e.code != Errc::io)  // refused (no isolation there, a file it cannot open...): say so
+      return make_error(e.code, "on node `" + node->name + "`: " + e.message);
+    last = "node `" + node->name + "` is out of reach";
+    if (Clock::now() >= until)
+      return make_error(Errc::not_found, "placed on " + c.where.describe() + ": " + last);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void placed_main(caf::blocking_actor* self, PlacedActorConfig c, PlacedNode node) {
+  std::string lost;  // why it is hosted nowhere ("" : it is)
+  // One role message to the node, sent again after the actor is hosted again wherever its node
+  // was lost; the node's answer (the role frame inside its Deliver), or why there is none.
+  auto deliver = [&](const Frame& f) -> Result<Frame> {
+    for (;;) {
+      if (!lost.empty()) return make_error(Errc::io, lost);
+      auto r = ask_node(self, node.link, encode_deliver(0, c.program, c.actor, f));
+      if (r && r->kind == HostingMessage::Kind::deliver) return r->frame;
+      const Error e = r ? make_error(Errc::internal, "an answer that is not a Deliver") : r.error();
+      if (e.code != Errc::io && e.code != Errc::not_found) return e;  // its own refusal
+      spdlog::warn("program {}: actors.{} on node `{}`: {}: hosting it again ({})", c.program_name, c.actor,
+                   node.name, e.message, c.where.describe());
+      auto again = host_somewhere(self, c, c.placement->wait_s());
+      if (!again) {
+        lost = again.error().message;
+        c.placement->hosting(c.program_name, c.actor, "");
+        spdlog::error("program {}: {}", c.program_name, lost);
+        if (c.on_lost) c.on_lost(lost);
+        return again.error();
+      }
+      node = *again;
+    }
+  };
+  for (bool running = true; running;)
+    self->receive([&](role_atom, const Frame& f) { (void)deliver(f); },
+                  [&](role_ask_atom, const Frame& f) -> Frame {
+                    auto r = deliver(f);
+                    return r ? *r : encode_tool_result("error: " + r.error().message);
+                  },
+                  [&](stop_atom) { running = false; },  // after what came before it
+                  [&](caf::exit_msg&) { running = false; });
+  if (lost.empty()) {
+    (void)ask_node(self, node.link, encode_unhost(0, c.program, c.actor));
+    c.placement->hosting(c.program_name, c.actor, "");
+  }
+}
+
+}  // namespace
+
+Result<caf::actor> spawn_placed_actor(caf::actor_system& sys, PlacedActorConfig cfg) {
+  PlacedNode node;
+  {
+    caf::scoped_actor self{sys};
+    auto hosted = host_somewhere(self.ptr(), cfg, cfg.placement->wait_s());
+    if (!hosted) return hosted.error();
+    node = *hosted;
+  }
+  return sys.spawn<caf::detached>(placed_main, std::move(cfg), std::move(node));
+}
+
+SinkSpecData sink_spec(const topology::Actor& a) {
+  SinkSpecData s;
+  s.name = a.name;
+  s.prefix = a.prefix;
+  s.path = a.path;
+  s.endpoint = a.endpoint;
+  s.topic = a.topic;
+  switch (a.sink) {
+    case topology::SinkKind::stdout_stream: s.to = SinkSpecData::To::stdout_stream; break;
+    case topology::SinkKind::stderr_stream: s.to = SinkSpecData::To::stderr_stream; break;
+    case topology::SinkKind::file: s.to = SinkSpecData::To::file; break;
+    case topology::SinkKind::zmq:
+    case topology::SinkKind::callback: s.to = SinkSpecData::To::zmq; break;  // (a callback is refused first)
+  }
+  return s;
+}
+
+ToolSpecData tool_spec(const topology::Tool& t) {
+  ToolSpecData d;
+  d.name = t.name;
+  d.command = t.command;
+  d.setup = t.setup;
+  d.timeout_s = t.timeout_s;
+  d.max_output_bytes = t.max_output_bytes;
+  d.max_dir_bytes = t.max_dir_bytes;
+  for (const auto& [k, v] : t.env) d.env.push_back(k + "=" + v);
+  d.network = t.network;
+  d.read = t.read;
+  d.write = t.write;
+  return d;
+}
+
+}  // namespace chorus

@@ -1,0 +1,51 @@
+// An actor of a program placed on another node (actors/actor_placement.h): in the program's
+// process it stands for the actor — a sink, or the program's tool sandbox — so the roles talk to
+// it as to a local one; on its node the node port hosts the real one (actors/actor_host.h).
+//
+// - Made: a node that satisfies the placement is found (waiting up to the placement's wait) and
+//   asked to host the actor (HostSink / HostSandbox); an error names the placement.
+// - Each role message it gets goes to the node inside a Deliver, one at a time and in order; a
+//   sink's text counts as delivered once the node acknowledges it, a sandbox's answer (ToolResult)
+//   comes back to the asker.
+// - The node lost (its link down, its answer an error): the actor is hosted again on another node
+//   that satisfies the placement — or the same one once it is back — and what was not acknowledged
+//   goes again, in order: nothing is lost, and a text whose acknowledgement was lost with the node
+//   may be written twice, once in each place. When no node satisfies it within the wait,
+//   `on_lost` says why (the program ends with an error naming the placement) and the actor drops
+//   what comes after (a tool call then answers with that error).
+// - When it ends (the program's teardown) it asks its node to end what it hosts of the program
+//   (Unhost).
+// A detached actor: it waits for its node's answers.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "actors/actor_placement.h"
+#include "net/hosting_codec.h"
+
+namespace chorus {
+
+struct PlacedActorConfig {
+  uint64_t program = 0;      // the program's id (what the node keys its hosted actors by)
+  std::string program_name;  // for messages and GET /cluster
+  std::string actor;         // the sink's name, or the sandbox's
+  topology::Placement where;
+  // The frame that asks a node to host it (encode_host_sink / encode_host_sandbox), under `id`.
+  std::function<Frame(uint64_t id)> host;
+  std::shared_ptr<ActorPlacement> placement;
+  std::function<void(const std::string& why)> on_lost;
+};
+
+// Hosts the actor on a node and spawns its stand-in. Errors: no node satisfies the placement
+// within its wait, or the node refused to host it (its reason).
+Result<caf::actor> spawn_placed_actor(caf::actor_system& sys, PlacedActorConfig cfg);
+
+// The specs of a topology's sink and tools, as hosting frames carry them.
+SinkSpecData sink_spec(const topology::Actor& sink);
+ToolSpecData tool_spec(const topology::Tool& tool);
+
+}  // namespace chorus

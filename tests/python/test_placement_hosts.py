@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Actors placed on other hosts (docs/cluster.md, "Placing actors"): network namespaces the test
+makes (netns_hosts.py) — etcd and the coordinator on `hub`, a model node on `na`, actors-only nodes
+(`chorus node --no-model`) labelled role=edge on `edge1` and `edge2` and role=tools on `tools`,
+every ZeroMQ link under CURVE. tests/data/topologies/placed_agent.yaml runs through the
+coordinator with its tool sandbox on the tools node and its log sink on an edge node:
+
+  - its output and its log are those of the same topology on one engine (greedy), the tool ran in
+    the tools node's sandbox, /cluster lists each node's labels and what it hosts;
+  - the edge node hosting the log is cut off while the tool runs: the log is hosted again on the
+    other edge node and the program ends whole, its log the one engine's;
+  - both edge nodes cut off: the program ends with an error naming the placement.
+
+    test_placement_hosts.py CHORUS_BINARY MODEL TOPOLOGY
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_harness import get, print_logs, serving, stop_all, wait_for  # noqa: E402
+from netns_hosts import require_hosts  # noqa: E402
+
+chorus, model, topology = sys.argv[1], sys.argv[2], sys.argv[3]
+TTL = 2
+PLACED = "/tmp/chorus-placed"  # the topology's tool writes where it ran here; its log sink writes here
+failures, passed, procs = [], [], []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    (passed if cond else failures).append(what)
+
+
+hosts = require_hosts(["hub", "na", "edge1", "edge2", "tools"])
+
+tmp = tempfile.mkdtemp(prefix="chorus-placement-")
+shutil.rmtree(PLACED, ignore_errors=True)
+os.makedirs(PLACED)
+
+
+def start(host, args, log, env=None):
+    p = subprocess.Popen(hosts.run_args(host, args), stdout=open(os.path.join(tmp, log), "w"),
+                         stderr=subprocess.STDOUT, env=env)
+    procs.append(p)
+    return p
+
+
+def read(path):
+    try:
+        return open(path).read()
+    except OSError:
+        return ""
+
+
+def split_report(out):
+    """A run's output without its last line (the report, which names where it ran and times it)."""
+    lines = out.rstrip("\n").split("\n")
+    return "\n".join(l for l in lines if not l.startswith("[") or "ended by" not in l)
+
+
+try:
+    hub = hosts.address["hub"]
+    # The oracle: the same topology on one engine, here.
+    r = subprocess.run([chorus, "run", topology, "--model", model], capture_output=True, text=True, timeout=120)
+    want_out, want_log = split_report(r.stdout), read(PLACED + "/log.txt")
+    check(r.returncode == 0 and "A: 42" in want_log and read(PLACED + "/ran").startswith("/tmp"),
+          "the topology on one engine: the tool answers, the log is written")
+
+    etcd = "http://%s:2379" % hub
+    start("hub", ["etcd", "--name=t", "--data-dir=" + os.path.join(tmp, "etcd"),
+                  "--listen-client-urls=" + etcd, "--advertise-client-urls=" + etcd,
+                  "--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+                  "--initial-cluster=t=http://127.0.0.1:2380", "--logger=zap",
+                  "--log-outputs=" + os.path.join(tmp, "etcd.log")], "etcd.out")
+    check(wait_for(lambda: get(etcd + "/health"), 20) is not None, "etcd answers on hub")
+    for who in ("hub", "na", "edge1", "edge2", "tools"):
+        subprocess.run([chorus, "keygen", os.path.join(tmp, who)], check=True, capture_output=True)
+
+    def node(name, *extra, env=None):
+        return start(name, [chorus, "node", "--etcd", etcd, "--name", name,
+                            "--endpoint", "tcp://%s:5555" % hosts.address[name], "--lease-ttl", str(TTL),
+                            "--curve-key", os.path.join(tmp, name + ".key"),
+                            "--allow-keys", os.path.join(tmp, "hub.pub"), *extra], "node-%s.log" % name, env=env)
+
+    node("na", "--model", model, "--pages", "64", "-t", "1")
+    node("edge1", "--no-model", "--label", "role=edge")
+    node("edge2", "--no-model", "--label", "role=edge")
+    sandboxes = os.path.join(tmp, "tools-sandboxes")
+    os.makedirs(sandboxes)
+    node("tools", "--no-model", "--label", "role=tools", env=dict(os.environ, CHORUS_SANDBOX_DIR=sandboxes))
+    url = "http://%s:8100" % hub
+    start("hub", [chorus, "--log-level", "info", "coordinator", "--etcd", etcd, "--name", "hub", "--model", model,
+                  "--host", hub, "--port", "8100", "--lease-ttl", str(TTL), "--heartbeat", "0.25",
+                  "--dead-after", "1.5", "--placement-wait", "5", "--curve-key", os.path.join(tmp, "hub.key")],
+          "coord.log")
+
+    def nodes():
+        return {n["name"]: n for n in (get(url + "/cluster") or {"nodes": []})["nodes"]}
+
+    names = ["edge1", "edge2", "na", "tools"]
+    t = wait_for(lambda: sorted(n for n, v in nodes().items() if v["up"]) == names, 90)
+    check(t is not None, "the coordinator sees the four nodes up over CURVE: %s" % sorted(nodes()))
+    v = nodes()
+    check(v["edge1"]["labels"] == {"role": "edge"} and v["tools"]["labels"] == {"role": "tools"} and
+          v["edge1"]["actors_only"] and not v["na"]["actors_only"] and v["edge1"]["model"] is None,
+          "/cluster lists each node's labels, and the actors-only ones")
+    check(wait_for(lambda: serving(url, ["na"]), 30) is not None, "the coordinator serves on na (the model node)")
+
+    def run_placed(tool_s, env=None):
+        return subprocess.Popen([chorus, "run", "--cluster", url, topology, "--set", "tool_s=%g" % tool_s],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    # 1. Placed as its file says.
+    os.remove(PLACED + "/log.txt")
+    p = run_placed(0)
+    out, err = p.communicate(timeout=120)
+    check(p.returncode == 0 and split_report(out) == want_out and read(PLACED + "/log.txt") == want_log,
+          "through the coordinator, its tool and its log placed elsewhere: the output and log of one engine"
+          + ("" if p.returncode == 0 else ": " + err.strip()[-300:]))
+    check(read(PLACED + "/ran").startswith(sandboxes),
+          "the tool ran in the tools node's sandbox: %s" % read(PLACED + "/ran"))
+    edge_logs = read(os.path.join(tmp, "node-edge1.log")) + read(os.path.join(tmp, "node-edge2.log"))
+    check("hosting program placed_agent's sink `log`" in edge_logs and
+          "hosting program placed_agent's tool sandbox" in read(os.path.join(tmp, "node-tools.log")),
+          "an edge node hosted the log, the tools node the sandbox")
+
+    # 2. The edge node hosting the log is cut off while the tool runs: the log moves.
+    os.remove(PLACED + "/log.txt")
+    p = run_placed(6)
+    t = wait_for(lambda: any("placed_agent/log" in n["hosts"] for n in nodes().values()), 60)
+    holder = next((name for name, n in nodes().items() if "placed_agent/log" in n["hosts"]), None)
+    check(t is not None and holder in ("edge1", "edge2"), "the log is hosted on %s" % holder)
+    time.sleep(1)
+    t_cut = time.time()
+    hosts.cut(holder)
+    out, err = p.communicate(timeout=120)
+    other = "edge2" if holder == "edge1" else "edge1"
+    check(p.returncode == 0 and split_report(out) == want_out and read(PLACED + "/log.txt") == want_log,
+          "%s cut off under the program: it ends whole %.1f s later, its output and log those of one engine%s"
+          % (holder, time.time() - t_cut, "" if p.returncode == 0 else ": " + err.strip()[-300:]))
+    check(read(os.path.join(tmp, "node-%s.log" % other)).count("hosting program placed_agent's sink `log`") >= 1,
+          "the log was hosted again on %s" % other)
+    hosts.heal(holder)
+    check(wait_for(lambda: nodes().get(holder, {}).get("up"), 60) is not None, "%s is back" % holder)
+
+    # 3. No edge node left: the program ends with an error naming the placement.
+    p = run_placed(6)
+    t = wait_for(lambda: any("placed_agent/log" in n["hosts"] for n in nodes().values()), 60)
+    time.sleep(1)
+    hosts.cut("edge1")
+    hosts.cut("edge2")
+    out, err = p.communicate(timeout=120)
+    check(p.returncode != 0 and "a node labelled role=edge" in err,
+          "with both edge nodes cut off the program fails, naming the placement: " +
+          next((l for l in err.splitlines() if "role=edge" in l), err.strip()[-240:]))
+finally:
+    stop_all(procs)
+    hosts.remove()
+    if failures:
+        print_logs(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(PLACED, ignore_errors=True)
+print("%d passed, %d failed" % (len(passed), len(failures)))
+sys.exit(1 if failures else 0)
