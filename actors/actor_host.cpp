@@ -8,6 +8,7 @@
 #include <zmq.hpp>
 
 #include "actors/atoms.h"
+#include "actors/feeders.h"
 #include "actors/node_port.h"
 #include "actors/program_roles.h"
 #include "actors/role_messages.h"
@@ -54,6 +55,18 @@ caf::behavior ask_sandbox(caf::event_based_actor* self, caf::actor port, caf::ac
             self->quit();
           });
   return {};
+}
+
+// A hosted feed's lines, on their way to the asker: each frame the feeder sends it goes to the
+// port as a Deliver under the HostFeed's request id.
+caf::behavior feed_relay(caf::event_based_actor* self, caf::actor port, std::string client,
+                         HostingMessage m) {
+  return {
+      [=](role_atom, const Frame& f) {
+        self->send(port, answer_atom::value, client, encode_deliver(m.request_id, m.program, m.actor, f));
+      },
+      [=](stop_atom) { self->quit(); },
+  };
 }
 
 }  // namespace
@@ -140,17 +153,40 @@ Result<ActorHost::Hosted> ActorHost::host_sandbox(const HostingMessage& m) {
   return h;
 }
 
+Result<ActorHost::Hosted> ActorHost::host_feed(const std::string& client, const HostingMessage& m) {
+  Hosted h;
+  h.actor = sys_.spawn(feed_relay, port_, client, m);
+  const FeedSpecData& f = m.feed;
+  if (f.from == FeedSpecData::From::zmq) {
+    auto sub = spawn_zmq_sub_source(sys_, context_, f.endpoint, f.topic, h.actor);
+    if (!sub) {
+      caf::anon_send(h.actor, stop_atom::value);
+      return make_error(sub.error().code,
+                        "program " + m.program_name + ", actors." + m.actor + ": " + sub.error().message);
+    }
+    h.own.push_back(*sub);
+  } else {
+    h.own.push_back(f.follow ? spawn_file_tail(sys_, f.path, h.actor, true)
+                             : program_roles::spawn_file_reader(sys_, f.path, h.actor, m.actor, h.actor));
+  }
+  h.own.push_back(h.actor);
+  return h;
+}
+
 void ActorHost::handle(const std::string& client, const HostingMessage& m) {
   using Kind = HostingMessage::Kind;
   switch (m.kind) {
     case Kind::host_sink:
-    case Kind::host_sandbox: {
+    case Kind::host_sandbox:
+    case Kind::host_feed: {
       const std::pair key{m.program, m.actor};
       if (hosted_.count(key)) {  // the coordinator asks again (an answer it lost): it is here
         answer(client, encode_hosted(m.request_id, m.program, m.actor, opts_.node));
         return;
       }
-      auto h = m.kind == Kind::host_sink ? host_sink(m) : host_sandbox(m);
+      auto h = m.kind == Kind::host_sink   ? host_sink(m)
+               : m.kind == Kind::host_feed ? host_feed(client, m)
+                                           : host_sandbox(m);
       if (!h) {
         spdlog::warn("node `{}`: not hosting {}: {}", opts_.node, m.actor, h.error().message);
         answer(client, encode_error_envelope(m.request_id, h.error()));
@@ -158,7 +194,10 @@ void ActorHost::handle(const std::string& client, const HostingMessage& m) {
       }
       hosted_[key] = std::move(*h);
       spdlog::info("node `{}`: hosting program {}'s {} `{}`", opts_.node, m.program_name,
-                   m.kind == Kind::host_sink ? "sink" : "tool sandbox", m.actor);
+                   m.kind == Kind::host_sink   ? "sink"
+                   : m.kind == Kind::host_feed ? "source's feed"
+                                               : "tool sandbox",
+                   m.actor);
       answer(client, encode_hosted(m.request_id, m.program, m.actor, opts_.node));
       return;
     }

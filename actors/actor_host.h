@@ -1,10 +1,12 @@
 // A node's part in placing actors (docs/cluster.md, "Placing actors"): the node port hands it
-// the hosting frames (schemas/hosting.fbs) a coordinator sends, and it hosts there the sinks and
-// tool sandboxes of programs that run elsewhere — their role actors made here from the specs the
-// frames carry — and delivers them the programs' role messages. Every frame is answered under
-// its request's id: HostSink / HostSandbox with Hosted or an Error, a Deliver with a Deliver (a
-// sandbox's answer; a sink's empty ToolResult once the text is handed to it), Unhost with Hosted.
-// Internal to actors/: the node port owns one, on its thread.
+// the hosting frames (schemas/hosting.fbs) a coordinator sends, and it hosts there the sinks,
+// sources' feeds and tool sandboxes of programs that run elsewhere — their role actors made here from the
+// specs the frames carry — and delivers them the programs' role messages. Every frame is answered under its
+// request's id: HostSink / HostSandbox with Hosted or an Error, a Deliver with a Deliver (a sandbox's answer;
+// a sink's empty ToolResult once the text is handed to it), Unhost with Hosted. A feed answers HostFeed with
+// Hosted, then sends what it reads to the asker as Deliver frames under that request's id (RoleText lines,
+// then FeedEnded; a file it cannot read: RoleFailed). Internal to actors/: the node port owns one, on its
+// thread.
 #pragma once
 
 #include <caf/actor.hpp>
@@ -52,6 +54,7 @@ class ActorHost {
   void answer(const std::string& client, Frame f);
   Result<Hosted> host_sink(const HostingMessage& m);
   Result<Hosted> host_sandbox(const HostingMessage& m);
+  Result<Hosted> host_feed(const std::string& client, const HostingMessage& m);
   void deliver(const std::string& client, const HostingMessage& m);
   void unhost(uint64_t program, const std::string& actor);  // "": all of the program's
   caf::actor console(bool err);  // one per stream, shared by the hosted sinks that write there

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <caf/all.hpp>
 #include <chrono>
+#include <future>
+#include <thread>
 
 #include "actors/atoms.h"
 #include "net/codec.h"
@@ -93,7 +95,53 @@ void placed_main(caf::blocking_actor* self, PlacedActorConfig c, PlacedNode node
   }
 }
 
+// A placed feed's stand-in: it asks for the feed itself (the node link streams the feed's
+// Deliver frames to whoever asked), tells `started` how that went, then relays.
+void feed_main(caf::blocking_actor* self, PlacedActorConfig c, caf::actor source,
+               std::shared_ptr<std::promise<Status>> started) {
+  auto node = host_somewhere(self, c, c.placement->wait_s());
+  started->set_value(node ? Status::success() : Status(node.error()));
+  if (!node) return;
+  std::string lost;
+  for (bool running = true; running;)
+    self->receive(
+        [&](event_atom, const Frame& f) {
+          if (auto r = decode_reply(f); r && r->kind == ReplyKind::error) {  // its node is lost
+            spdlog::warn("program {}: actors.{}'s feed on node `{}`: {}: hosting it again ({})",
+                         c.program_name, c.actor, node->name, r->text, c.where.describe());
+            node = host_somewhere(self, c, c.placement->wait_s());
+            if (!node) {
+              lost = node.error().message;
+              c.placement->hosting(c.program_name, c.actor, "");
+              if (c.on_lost) c.on_lost(lost);
+              running = false;
+            }
+            return;
+          }
+          auto m = decode_hosting(f);
+          if (!m || m->kind != HostingMessage::Kind::deliver) return;
+          if (auto inner = decode_role(m->frame); inner && inner->kind == RoleKind::failed) {
+            if (c.on_lost) c.on_lost(inner->text);  // its file cannot be read there
+            return;
+          }
+          self->send(source, role_atom::value, std::move(m->frame));
+        },
+        [&](stop_atom) { running = false; }, [&](caf::exit_msg&) { running = false; });
+  if (lost.empty()) {
+    (void)ask_node(self, node->link, encode_unhost(0, c.program, c.actor));
+    c.placement->hosting(c.program_name, c.actor, "");
+  }
+}
+
 }  // namespace
+
+Result<caf::actor> spawn_placed_feed(caf::actor_system& sys, PlacedActorConfig cfg, caf::actor source) {
+  auto started = std::make_shared<std::promise<Status>>();
+  auto done = started->get_future();
+  caf::actor a = sys.spawn<caf::detached>(feed_main, std::move(cfg), std::move(source), started);
+  if (Status s = done.get(); !s.ok()) return s.error();
+  return a;
+}
 
 Result<caf::actor> spawn_placed_actor(caf::actor_system& sys, PlacedActorConfig cfg) {
   PlacedNode node;
@@ -121,6 +169,16 @@ SinkSpecData sink_spec(const topology::Actor& a) {
     case topology::SinkKind::callback: s.to = SinkSpecData::To::zmq; break;  // (a callback is refused first)
   }
   return s;
+}
+
+FeedSpecData feed_spec(const topology::Actor& a) {
+  FeedSpecData f;
+  f.from = a.from == topology::SourceKind::zmq ? FeedSpecData::From::zmq : FeedSpecData::From::file;
+  f.path = a.path;
+  f.follow = a.follow;
+  f.endpoint = a.endpoint;
+  f.topic = a.topic;
+  return f;
 }
 
 ToolSpecData tool_spec(const topology::Tool& t) {

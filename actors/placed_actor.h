@@ -44,8 +44,16 @@ struct PlacedActorConfig {
 // within its wait, or the node refused to host it (its reason).
 Result<caf::actor> spawn_placed_actor(caf::actor_system& sys, PlacedActorConfig cfg);
 
-// The specs of a topology's sink and tools, as hosting frames carry them.
+// A source's feed placed on another node (HostFeed: its file or ZeroMQ socket read there): what
+// it reads comes back to `source` as it would from a local feeder (RoleText lines, FeedEnded).
+// When its node is lost the feed is hosted again on a node that satisfies the placement (what
+// was read there meanwhile is the new node's: a feed is live input), or `on_lost` says why none
+// does. Errors: as spawn_placed_actor's, for its first hosting.
+Result<caf::actor> spawn_placed_feed(caf::actor_system& sys, PlacedActorConfig cfg, caf::actor source);
+
+// The specs of a topology's sink, tools and source feed, as hosting frames carry them.
 SinkSpecData sink_spec(const topology::Actor& sink);
 ToolSpecData tool_spec(const topology::Tool& tool);
+FeedSpecData feed_spec(const topology::Actor& source);
 
 }  // namespace chorus

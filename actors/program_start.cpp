@@ -103,18 +103,18 @@ class Program::Starter {
     return v;
   }
 
-  // Placed roles: sinks and the tool sandbox go where their `node:` says (make_sinks,
-  // make_tools); a thinker's, writer's, probe's or source's placement is not carried yet, and is
-  // refused rather than run elsewhere than the file says.
+  // Placed roles: sinks, sources' feeds and the tool sandbox go where their `node:` says
+  // (make_sinks, feed, make_tools); a thinker's, writer's or probe's placement is not carried
+  // yet, and is refused rather than run elsewhere than the file says.
   Status check_placement() {
     if (!hooks_.placement) return Status::success();
     for (const auto& a : t_.actors)
-      if (!a.node.empty() && a.kind != Kind::sink)
+      if (!a.node.empty() && a.kind != Kind::sink && a.kind != Kind::source)
         return make_error(
             Errc::unsupported,
             where_ + "actors." + a.name + ": a " + std::string(topology::kind_name(a.kind)) + " placed on " +
                 a.node.describe() +
-                " is not carried yet (sinks and tool sandboxes are placed): nothing was started");
+                " is not carried yet (sinks, sources and tool sandboxes are placed): nothing was started");
     return Status::success();
   }
 
@@ -343,6 +343,22 @@ class Program::Starter {
 
   // Its feeder, once the controller exists (a file reader tells it of a file it cannot open).
   Status feed(const topology::Actor& a, const caf::actor& h) {
+    if (!a.node.empty() && hooks_.placement) {  // its file or socket is read on another node
+      PlacedActorConfig pc;
+      pc.program = im_.host_key;
+      pc.program_name = t_.name;
+      pc.actor = a.name;
+      pc.where = a.node;
+      pc.host = [key = im_.host_key, name = t_.name, actor = a.name, spec = feed_spec(a)](uint64_t id) {
+        return encode_host_feed(id, key, name, actor, spec);
+      };
+      pc.placement = hooks_.placement;
+      pc.on_lost = im_.lost("actors." + a.name);
+      auto f = spawn_placed_feed(sys_, std::move(pc), h);
+      if (!f) return make_error(f.error().code, where_ + "actors." + a.name + ": " + f.error().message);
+      im_.actors.push_back(*f);
+      return Status::success();
+    }
     switch (a.from) {
       case topology::SourceKind::stdin_lines: im_.actors.push_back(spawn_fd_lines(sys_, 0, h, h)); break;
       case topology::SourceKind::file:

@@ -77,6 +77,7 @@ class Link {
     caf::response_promise promise;
     uint64_t their_id = 0;
     caf::actor requester;
+    bool feed = false;  // a HostFeed: its Deliver frames stream after the answer
   };
   struct Stream {
     caf::actor requester;
@@ -107,7 +108,7 @@ class Link {
                : mine.error()));
       return;
     }
-    pending_[id] = Pending{std::move(promise), their, requester};
+    pending_[id] = Pending{std::move(promise), their, requester, summary->payload_type == "HostFeed"};
     count();
   }
 
@@ -159,6 +160,11 @@ class Link {
       beats_.erase(b);
       return;
     }
+    if (auto f = feeds_.find(id);
+        f != feeds_.end() && pending_.find(id) == pending_.end()) {  // a feed's line
+      self_->send(f->second.requester, event_atom::value, readdressed(bytes, f->second.their_id));
+      return;
+    }
     const bool event = reply->kind == ReplyKind::token || reply->kind == ReplyKind::probe_result ||
                        reply->kind == ReplyKind::finished;
     if (!event) {
@@ -166,6 +172,8 @@ class Link {
       if (p == pending_.end()) return;  // an answer to a command given up on when the node was down
       if (reply->kind == ReplyKind::submitted)
         streams_[reply->id] = Stream{p->second.requester, p->second.their_id};
+      if (p->second.feed && reply->kind != ReplyKind::error)
+        feeds_[id] = Stream{p->second.requester, p->second.their_id};
       p->second.promise.deliver(readdressed(bytes, p->second.their_id));
       pending_.erase(p);
     } else if (auto s = streams_.find(reply->id); s != streams_.end()) {
@@ -234,8 +242,11 @@ class Link {
     for (auto& [request, s] : streams_)
       if (s.requester)
         self_->send(s.requester, event_atom::value, encode_node_lost(s.their_id, request, err.message));
+    for (auto& [id, f] : feeds_)
+      if (f.requester) self_->send(f.requester, event_atom::value, encode_error_envelope(f.their_id, err));
     pending_.clear();
     streams_.clear();
+    feeds_.clear();
     beats_.clear();
     count();
   }
@@ -253,6 +264,9 @@ class Link {
   uint64_t next_id_ = 1;
   std::map<uint64_t, Pending> pending_;  // by the link's envelope id
   std::map<int64_t, Stream> streams_;    // by the node's engine request id
+  // Hosted feeds, by the link's envelope id of their HostFeed: one small entry each, kept until the
+  // link goes down (a feed unhosted sends nothing more; a dead requester's frames are dropped).
+  std::map<uint64_t, Stream> feeds_;
   std::map<uint64_t, Clock::time_point> beats_;
   Clock::time_point last_beat_{};
   Clock::time_point last_answer_ = Clock::now();

@@ -12,6 +12,9 @@
 //   naming the node, every request in flight ends with reason `error` and `node_lost` set
 //   (encode_node_lost, net/codec.h: a gateway resumes such a turn elsewhere), and new commands are
 //   refused at once until the node answers again.
+// - A HostFeed (a source's feed hosted on the node, actors/actor_host.h) streams too: after its
+//   Hosted answer, the Deliver frames the node sends under its id go to its requester as
+//   (event_atom, frame); when the node goes down the requester gets an Error frame (Errc::io).
 // - Frames from the node are verified (FlatBuffers verifier, size) before anything reads them; a
 //   bad one is logged and dropped.
 // - With CURVE keys the connection is encrypted and the node checks this process's public key; a

@@ -65,6 +65,18 @@ Frame encode_unhost(uint64_t request_id, uint64_t program, const std::string& ac
   return finish_envelope(fbb, request_id, wire::Payload::Unhost, wire::CreateUnhost(fbb, program, a).Union());
 }
 
+Frame encode_host_feed(uint64_t request_id, uint64_t program, const std::string& program_name,
+                       const std::string& actor, const FeedSpecData& feed) {
+  flatbuffers::FlatBufferBuilder fbb(256);
+  const auto pn = fbb.CreateString(program_name), a = fbb.CreateString(actor),
+             path = fbb.CreateString(feed.path), ep = fbb.CreateString(feed.endpoint),
+             topic = fbb.CreateString(feed.topic);
+  return finish_envelope(fbb, request_id, wire::Payload::HostFeed,
+                         wire::CreateHostFeed(fbb, program, pn, a, static_cast<wire::FeedFrom>(feed.from),
+                                              path, feed.follow, ep, topic)
+                             .Union());
+}
+
 Result<HostingMessage> decode_hosting(std::span<const uint8_t> frame) {
   auto summary = decode_envelope(frame);
   if (!summary) return summary.error();
@@ -127,6 +139,21 @@ Result<HostingMessage> decode_hosting(std::span<const uint8_t> frame) {
       m.program = p->program();
       m.actor = fb_str(p->actor());
       if (p->frame()) m.frame.assign(p->frame()->begin(), p->frame()->end());
+      break;
+    }
+    case wire::Payload::HostFeed: {
+      const auto* p = env->payload_as_HostFeed();
+      m.kind = HostingMessage::Kind::host_feed;
+      m.program = p->program();
+      m.program_name = fb_str(p->program_name());
+      m.actor = fb_str(p->actor());
+      if (p->from() > wire::FeedFrom::MAX)
+        return make_error(Errc::bad_format, "HostFeed: an unknown kind of feed");
+      m.feed.from = static_cast<FeedSpecData::From>(p->from());
+      m.feed.path = fb_str(p->path());
+      m.feed.follow = p->follow();
+      m.feed.endpoint = fb_str(p->endpoint());
+      m.feed.topic = fb_str(p->topic());
       break;
     }
     case wire::Payload::Unhost:

@@ -30,8 +30,16 @@ struct ToolSpecData {
   std::vector<std::string> read, write;
 };
 
+// A source's feed as its topology declares it (a file or a ZeroMQ SUB socket).
+struct FeedSpecData {
+  enum class From { file, zmq } from = From::file;
+  std::string path;
+  bool follow = true;
+  std::string endpoint, topic;
+};
+
 struct HostingMessage {
-  enum class Kind { host_sink, host_sandbox, hosted, deliver, unhost } kind = Kind::deliver;
+  enum class Kind { host_sink, host_sandbox, hosted, deliver, unhost, host_feed } kind = Kind::deliver;
   uint64_t request_id = 0;  // the envelope's
   uint64_t program = 0;
   std::string program_name;         // host_sink, host_sandbox
@@ -40,6 +48,7 @@ struct HostingMessage {
   Frame frame;                      // deliver: the role frame inside
   SinkSpecData sink;                // host_sink
   std::vector<ToolSpecData> tools;  // host_sandbox
+  FeedSpecData feed;                // host_feed (`actor`: the source)
 };
 
 Frame encode_host_sink(uint64_t request_id, uint64_t program, const std::string& program_name,
@@ -50,6 +59,8 @@ Frame encode_hosted(uint64_t request_id, uint64_t program, const std::string& ac
 Frame encode_deliver(uint64_t request_id, uint64_t program, const std::string& actor,
                      std::span<const uint8_t> frame);
 Frame encode_unhost(uint64_t request_id, uint64_t program, const std::string& actor = {});
+Frame encode_host_feed(uint64_t request_id, uint64_t program, const std::string& program_name,
+                       const std::string& actor, const FeedSpecData& feed);
 
 // Verifies `frame` and reads it (decode_envelope's checks); a verified frame of another protocol
 // is an error naming its payload (Errc::bad_format).

@@ -217,10 +217,16 @@ class Checker {
                                                  first->name + " runs on " + first->node.describe() +
                                                  ", this one on " + tool.node.describe() + ")");
     }
-    for (const Actor& a : t_.actors)
+    for (const Actor& a : t_.actors) {
       if (!a.node.empty() && a.kind == Kind::sink && a.sink == SinkKind::callback)
         fail("actors." + a.name + ".node",
              "a callback sink runs in its program's process: it has no placement");
+      if (!a.node.empty() && a.kind == Kind::source && a.from != SourceKind::file &&
+          a.from != SourceKind::zmq)
+        fail("actors." + a.name + ".node",
+             "a source is placed where it reads: a file or a ZeroMQ socket (stdin, api and text have no "
+             "place)");
+    }
     for (const Actor& a : t_.actors)
       for (const Emit& e : a.emits)
         if (e.event.size() > 5 && e.event.compare(e.event.size() - 5, 5, ".done") == 0 &&

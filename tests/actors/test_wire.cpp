@@ -314,6 +314,17 @@ TEST(Wire, EveryHostingMessageRoundTrips) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->kind, HostingMessage::Kind::unhost);
   EXPECT_EQ(m->actor, "log");
+  FeedSpecData feed;
+  feed.from = FeedSpecData::From::zmq;
+  feed.endpoint = "tcp://10.0.0.9:5601";
+  feed.topic = "sensor";
+  m = decode_hosting(encode_host_feed(12, 99, "agent", "imu", feed));
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->kind, HostingMessage::Kind::host_feed);
+  EXPECT_EQ(m->actor, "imu");
+  EXPECT_EQ(m->feed.from, FeedSpecData::From::zmq);
+  EXPECT_EQ(m->feed.endpoint, feed.endpoint);
+  EXPECT_EQ(m->feed.topic, "sensor");
   auto other = decode_hosting(encode_signal("e", "t"));
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.error().message.find("Signal"), std::string::npos);

@@ -28,13 +28,14 @@ class Hosts:
         self.tag = "%04x" % random.randrange(1 << 16)  # keeps the names of concurrent runs apart
         self.subnet = "10.231.%d" % random.randrange(1, 255)
         self.bridge = "chb" + self.tag
+        self.bridge_address = self.subnet + ".254"  # the test's own process, on the bridge
         self.names = list(names)
         self.address = {}
         self._made_ns, self._made_links = [], []
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
             self._made_links.append(self.bridge)
-            _ip("addr", "add", self.subnet + ".254/24", "dev", self.bridge)
+            _ip("addr", "add", self.bridge_address + "/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
             for i, name in enumerate(self.names):
                 self._add(i + 1, name)

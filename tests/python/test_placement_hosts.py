@@ -9,9 +9,12 @@ coordinator with its tool sandbox on the tools node and its log sink on an edge 
     the tools node's sandbox, /cluster lists each node's labels and what it hosts;
   - the edge node hosting the log is cut off while the tool runs: the log is hosted again on the
     other edge node and the program ends whole, its log the one engine's;
-  - both edge nodes cut off: the program ends with an error naming the placement.
+  - both edge nodes cut off: the program ends with an error naming the placement;
+  - tests/data/topologies/placed_bridge.yaml, a sensor loop: its source and its sink on an edge node
+    (ZeroMQ SUB and PUB there), readings published from the test's host, a status line back from
+    the edge node's address for each.
 
-    test_placement_hosts.py CHORUS_BINARY MODEL TOPOLOGY
+    test_placement_hosts.py CHORUS_BINARY MODEL TOPOLOGY BRIDGE_TOPOLOGY PYTHON_WITH_PYZMQ
 """
 import os
 import shutil
@@ -24,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_harness import get, print_logs, serving, stop_all, wait_for  # noqa: E402
 from netns_hosts import require_hosts  # noqa: E402
 
-chorus, model, topology = sys.argv[1], sys.argv[2], sys.argv[3]
+chorus, model, topology, bridge, pyzmq = sys.argv[1:6]
 TTL = 2
 PLACED = "/tmp/chorus-placed"  # the topology's tool writes where it ran here; its log sink writes here
 failures, passed, procs = [], [], []
@@ -157,6 +160,29 @@ try:
     check(p.returncode != 0 and "a node labelled role=edge" in err,
           "with both edge nodes cut off the program fails, naming the placement: " +
           next((l for l in err.splitlines() if "role=edge" in l), err.strip()[-240:]))
+    for e in ("edge1", "edge2"):
+        hosts.heal(e)
+    check(wait_for(lambda: all(nodes().get(e, {}).get("up") for e in ("edge1", "edge2")), 60) is not None,
+          "both edge nodes are back")
+
+    # 4. A sensor loop: readings in on an edge node, a status line per reading out from it.
+    edge_out = "tcp://%s:5702" % hosts.address["edge1"]  # (placed by name: the socket binds there)
+    p = subprocess.Popen([chorus, "run", "--cluster", url, bridge, "--set", "in=tcp://%s:5801" % hosts.bridge_address,
+                          "--set", "out=" + edge_out, "--set", "budget.seconds=40",
+                          "--set", "actors.feed.node=edge1", "--set", "actors.pub.node=edge1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    loop = subprocess.run([pyzmq, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sensor_loop.py"),
+                           "tcp://%s:5801" % hosts.bridge_address, edge_out, "5"],
+                          capture_output=True, text=True, timeout=120)
+    p.terminate()
+    p.communicate(timeout=60)
+    replies = [l for l in loop.stdout.splitlines() if l.startswith("reply ")]
+    check(loop.returncode == 0 and len(replies) == 5,
+          "5 readings published here, 5 status lines back from edge1's address: %s" %
+          (replies[-1] if replies else loop.stdout.strip()[-200:] + loop.stderr.strip()[-200:]))
+    check(any("hosting program placed_bridge's source's feed `feed`" in l
+              for l in read(os.path.join(tmp, "node-edge1.log")).splitlines()),
+          "edge1 hosted the source's feed and the sink")
 finally:
     stop_all(procs)
     hosts.remove()

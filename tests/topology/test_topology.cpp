@@ -648,6 +648,14 @@ TEST(TopologyPlacement, NodeNamesAndLabelsAreReadAndChecked) {
   EXPECT_NE(error_of(replace(kBase, "    to: stdout\n", "    to: callback\n    node: {label: role=edge}\n"))
                 .find("a callback sink runs in its program's process"),
             std::string::npos);
+  // A source is placed where it reads: a file or a socket; stdin, api and text have no place.
+  const std::string source =
+      "name: s\nblocks:\n  log:\nactors:\n  feed:\n    kind: source\n    writes: log\n";
+  EXPECT_TRUE(
+      load_string(source + "    from: {zmq: tcp://10.0.0.2:5601}\n    node: edge-1\n", "t.yaml").ok());
+  EXPECT_NE(
+      error_of(source + "    from: stdin\n    node: edge-1\n").find("a source is placed where it reads"),
+      std::string::npos);
 }
 
 }  // namespace
