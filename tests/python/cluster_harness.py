@@ -57,6 +57,16 @@ class Harness:
         sys.exit(1 if self.failures else 0)
 
 
+def turn_messages(program, k, replies):
+    """Turn k of a chat program: its history (the replies so far) and the k-th question."""
+    msgs = []
+    for j in range(k + 1):
+        msgs.append({"role": "user", "content": "Question %d of %s: name a colour." % (j, program)})
+        if j < k:
+            msgs.append({"role": "assistant", "content": replies[j]})
+    return msgs
+
+
 def stop_all(procs):
     """Ends every process still running (SIGTERM, then SIGKILL after 10 s)."""
     for p in procs:

@@ -69,6 +69,15 @@ class Hosts:
         sandboxes use). The process is the command itself."""
         return ["nsenter", "--net=/run/netns/" + self.ns(name), *argv]
 
+    def etcd_args(self, name, data_dir, log):
+        """etcd serving clients on host `name`'s address (port 2379; its peer port on loopback)."""
+        url = "http://%s:2379" % self.address[name]
+        return self.run_args(name, ["etcd", "--name=t", "--data-dir=" + data_dir, "--listen-client-urls=" + url,
+                                    "--advertise-client-urls=" + url, "--listen-peer-urls=http://127.0.0.1:2380",
+                                    "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+                                    "--initial-cluster=t=http://127.0.0.1:2380", "--logger=zap",
+                                    "--log-outputs=" + log])
+
     def cut(self, name):
         """Host `name` loses the network: its link is down (its processes keep running)."""
         _ip("link", "set", self.veth(name), "down")

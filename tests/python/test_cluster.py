@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_harness import free_port, serving, wait_for  # noqa: E402
+from cluster_harness import free_port, serving, turn_messages, wait_for  # noqa: E402
 
 chorus, model, other_model = sys.argv[1], sys.argv[2], sys.argv[3]
 TTL = 2  # seconds: the nodes' and coordinators' leases
@@ -88,16 +88,6 @@ def stream_chat(url, program, messages, max_tokens, chunks, state):
     except Exception as e:  # noqa: BLE001
         state["error"] = repr(e)
     state["done"] = True
-
-
-def turn_messages(program, k, replies):
-    """Turn k of a program: its history (the replies so far) and the k-th question."""
-    msgs = []
-    for j in range(k + 1):
-        msgs.append({"role": "user", "content": "Question %d of %s: name a colour." % (j, program)})
-        if j < k:
-            msgs.append({"role": "assistant", "content": replies[j]})
-    return msgs
 
 
 def run_turn(url, k, history):

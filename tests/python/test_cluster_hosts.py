@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster_harness import free_port, get, print_logs, serving, stop_all, wait_for  # noqa: E402
+from cluster_harness import free_port, get, print_logs, serving, stop_all, turn_messages, wait_for  # noqa: E402
 from netns_hosts import require_hosts  # noqa: E402
 
 chorus, model = sys.argv[1], sys.argv[2]
@@ -44,15 +44,6 @@ def chat(url, program, messages, max_tokens=12):
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
-
-
-def turn_messages(program, k, replies):
-    msgs = []
-    for j in range(k + 1):
-        msgs.append({"role": "user", "content": "Question %d of %s: name a colour." % (j, program)})
-        if j < k:
-            msgs.append({"role": "assistant", "content": replies[j]})
-    return msgs
 
 
 def run_turn(url, k, history):
@@ -93,11 +84,8 @@ try:
     check(all(len(want[p]) == 3 for p in PROGRAMS), "one `chorus serve` answers 3 turns of 4 programs")
 
     etcd = "http://%s:2379" % hub
-    start("hub", ["etcd", "--name=t", "--data-dir=" + os.path.join(tmp, "etcd"),
-                  "--listen-client-urls=" + etcd, "--advertise-client-urls=" + etcd,
-                  "--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
-                  "--initial-cluster=t=http://127.0.0.1:2380", "--logger=zap",
-                  "--log-outputs=" + os.path.join(tmp, "etcd.log")], "etcd.out")
+    procs.append(subprocess.Popen(hosts.etcd_args("hub", os.path.join(tmp, "etcd"), os.path.join(tmp, "etcd.log")),
+                                  stdout=open(os.path.join(tmp, "etcd.out"), "w"), stderr=subprocess.STDOUT))
     check(wait_for(lambda: get(etcd + "/health"), 20) is not None, "etcd answers on hub, from the test's host")
 
     for who in ("hub", "na", "nb"):

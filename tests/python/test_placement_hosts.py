@@ -74,11 +74,8 @@ try:
           "the topology on one engine: the tool answers, the log is written")
 
     etcd = "http://%s:2379" % hub
-    start("hub", ["etcd", "--name=t", "--data-dir=" + os.path.join(tmp, "etcd"),
-                  "--listen-client-urls=" + etcd, "--advertise-client-urls=" + etcd,
-                  "--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
-                  "--initial-cluster=t=http://127.0.0.1:2380", "--logger=zap",
-                  "--log-outputs=" + os.path.join(tmp, "etcd.log")], "etcd.out")
+    procs.append(subprocess.Popen(hosts.etcd_args("hub", os.path.join(tmp, "etcd"), os.path.join(tmp, "etcd.log")),
+                                  stdout=open(os.path.join(tmp, "etcd.out"), "w"), stderr=subprocess.STDOUT))
     check(wait_for(lambda: get(etcd + "/health"), 20) is not None, "etcd answers on hub")
     for who in ("hub", "na", "edge1", "edge2", "tools"):
         subprocess.run([chorus, "keygen", os.path.join(tmp, who)], check=True, capture_output=True)

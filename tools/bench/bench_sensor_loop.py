@@ -66,10 +66,8 @@ def main():
 
         hub = hosts.address["hub"]
         etcd = "http://%s:2379" % hub
-        start("hub", ["etcd", "--name=t", "--data-dir=" + os.path.join(tmp, "etcd"), "--listen-client-urls=" + etcd,
-                      "--advertise-client-urls=" + etcd, "--listen-peer-urls=http://127.0.0.1:2380",
-                      "--initial-advertise-peer-urls=http://127.0.0.1:2380",
-                      "--initial-cluster=t=http://127.0.0.1:2380"], "etcd.log")
+        procs.append(subprocess.Popen(hosts.etcd_args("hub", os.path.join(tmp, "etcd"), os.path.join(tmp, "etcd.log")),
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
         if wait_for(lambda: get(etcd + "/health"), 20) is None:
             sys.exit("etcd did not start")
         for who in ("hub", "na", "edge"):
