@@ -127,7 +127,7 @@ class PortLoop {
       drain_mailbox();
       zmq::pollitem_t items[] = {{sock_->handle(), 0, ZMQ_POLLIN, 0},
                                  {watch_ ? watch_->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-      if (!running_ || zmq::poll(items, items[1].socket ? 2 : 1, std::chrono::milliseconds(2)) <= 0) continue;
+      if (!running_ || zmq::poll(items, items[1].socket ? 2 : 1, std::chrono::milliseconds(1)) <= 0) continue;
       if (items[1].revents & ZMQ_POLLIN) watch_->drain();
       read_socket();
     }

@@ -63,7 +63,7 @@ class Link {
       }
       if (!running) break;
       zmq::pollitem_t item{sock_->handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(10)) > 0)
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(1)) > 0)
         for (zmq::message_t m; sock_->recv(m, zmq::recv_flags::dontwait);)
           on_frame(std::span<const uint8_t>(m.data<uint8_t>(), m.size()));
       on_clock();
