@@ -20,7 +20,7 @@ int64_t number(const json& j, const char* field) {
       return 0;
     }
   }
-  return it->is_number() ? it->get<int64_t>() : 0;
+  return it->is_number_integer() ? it->get<int64_t>() : 0;  // a float would not convert safely
 }
 
 // The key just past every key that starts with `prefix` (etcd's range_end for a prefix).

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "engine/model/model.h"
 
@@ -41,6 +42,14 @@ bool nap(double s, const std::atomic<bool>& stop) {
   return !stop.load();
 }
 
+// An integer field of a record, `fallback` when absent; a float or a string is a bad record, not a
+// conversion (a float beyond int64's range would be undefined behaviour).
+int64_t integer_field(const json& j, const char* key, int64_t fallback) {
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if (!it->is_number_integer()) throw std::invalid_argument(std::string("`") + key + "` is not an integer");
+  return it->get<int64_t>();
+}
 }  // namespace
 
 ModelIdentity ModelIdentity::of(const Model& model, const std::string& path) {
@@ -117,11 +126,11 @@ Result<NodeRecord> NodeRecord::from_json(const std::string& text) {
     r.name = j.at("name").get<std::string>();
     r.endpoint = j.at("endpoint").get<std::string>();
     r.events = j.value("events", "");
-    r.pages = j.value("pages", int64_t{0});
-    r.host_pages = j.value("host_pages", int64_t{0});
+    r.pages = integer_field(j, "pages", 0);
+    r.host_pages = integer_field(j, "host_pages", 0);
     r.device = j.value("device", "");
     r.version = j.value("version", "");
-    r.started_ms = j.value("started_ms", int64_t{0});
+    r.started_ms = integer_field(j, "started_ms", 0);
     r.curve_key = j.value("curve_key", "");
     if (!r.curve_key.empty() && r.curve_key.size() != 40)
       return make_error(Errc::bad_format, "a node record: `curve_key` is not a 40-character Z85 key");
@@ -140,6 +149,8 @@ Result<NodeRecord> NodeRecord::from_json(const std::string& text) {
       CHORUS_ASSIGN_OR_RETURN(r.model, ModelIdentity::from_json(j.at("model").dump()));
     }
   } catch (const json::exception& e) {
+    return make_error(Errc::bad_format, std::string("a node record: ") + e.what());
+  } catch (const std::invalid_argument& e) {
     return make_error(Errc::bad_format, std::string("a node record: ") + e.what());
   }
   return r;

@@ -176,6 +176,16 @@ TEST_F(MembershipTest, BadNamesAndTtlsAreRefused) {
   // Found by cluster_record_fuzz: a field of another type made the model identity throw.
   EXPECT_EQ(ModelIdentity::from_json(R"({"name": {"name": "m"}, "fingerprint": "00"})").error().code,
             Errc::bad_format);
+  // Found by cluster_record_fuzz: a number past int64's range in an integer field was converted
+  // (undefined behaviour); a float there is a bad record, naming the field.
+  for (const char* field : {"pages", "host_pages", "started_ms"}) {
+    auto r = NodeRecord::from_json(std::string(R"({"name":"x","endpoint":"e","actors_only":true,")") + field +
+                                   R"(":2.2e107})");
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_EQ(r.error().code, Errc::bad_format);
+    EXPECT_NE(r.error().message.find(field), std::string::npos) << r.error().message;
+  }
+  EXPECT_EQ(NodeRecord::from_json(R"({"name":"x","endpoint":"e","actors_only":true,"pages":7})")->pages, 7);
   ASSERT_TRUE(etcd->put(ClusterKeys(opts.cluster).model(), R"({"fingerprint": ["x"]})").ok());
   auto joined = NodeMembership::join(opts, record("a"));
   EXPECT_TRUE(joined.ok()) << "an unreadable model record with no live node is replaced: "
