@@ -218,7 +218,12 @@ nlohmann::json json_of(const Reader& r, const YAML::Node& n, const std::string& 
 
 std::string read_schema(const Reader& r, const YAML::Node& n, const std::string& path) {
   if (!n.IsMap()) r.fail(n, path, "expected a JSON Schema (a mapping), found " + Reader::shape(n));
-  const std::string text = json_of(r, n, path).dump();
+  std::string text;
+  try {
+    text = json_of(r, n, path).dump();
+  } catch (const nlohmann::json::type_error& e) {  // (found by topology_fuzz) a string that is not UTF-8
+    r.fail(n, path, std::string("a JSON Schema is UTF-8 text: ") + e.what());
+  }
   if (auto g = grammar_of(OutputConstraint::json_schema_of(text)); !g)
     r.fail(n, path, g.error().message, Errc::invalid_argument);
   return text;

@@ -301,6 +301,12 @@ TEST(Topology, SchemasConstrainRolesAndToolCalls) {
             "(docs/structured-output.md lists what is)");
   EXPECT_EQ(error_of(replace(kBase, "    writes: thoughts\n", "    writes: thoughts\n    schema: [1]\n")),
             "t.yaml:17:13: actors.thinker.schema: expected a JSON Schema (a mapping), found a list");
+  // Found by topology_fuzz: yaml-cpp reads the escape \_ (U+00A0) as the one byte 0xA0, not UTF-8; a
+  // schema holding it threw out of the loader.
+  EXPECT_NE(error_of(replace(kBase, "    writes: thoughts\n",
+                             "    writes: thoughts\n    schema: {type: string, const: \"a\\_b\"}\n"))
+                .find("actors.thinker.schema: a JSON Schema is UTF-8 text"),
+            std::string::npos);
 
   const std::string with_tools =
       replace(kBase, "actors:\n",
