@@ -13,6 +13,7 @@
 #include "actors/program_roles.h"
 #include "actors/role_messages.h"
 #include "actors/sandbox.h"
+#include "net/codec.h"
 #include "net/role_codec.h"
 #include "net/wire.h"
 #include "topology/topology.h"
@@ -66,6 +67,58 @@ caf::behavior feed_relay(caf::event_based_actor* self, caf::actor port, std::str
         self->send(port, answer_atom::value, client, encode_deliver(m.request_id, m.program, m.actor, f));
       },
       [=](stop_atom) { self->quit(); },
+  };
+}
+
+// A hosted probe's end of its relay: the probe takes it for its controller and its batcher. What
+// the probe sends goes up to its program as Relay frames under the HostProbe's request id (an
+// engine request waits here for its answer to come down); what comes down (relay_atom) goes to
+// the probe as if from its controller or its batcher. The probe is linked to it: they end together.
+struct RoleRelayState {
+  caf::actor role;
+  uint64_t seq = 0;
+  std::map<uint64_t, caf::response_promise> asked;  // engine requests up, by seq
+};
+
+caf::behavior role_relay(caf::stateful_actor<RoleRelayState>* self, caf::actor port, std::string client,
+                         HostingMessage m, program_roles::ProbeRoleConfig probe) {
+  self->state.role =
+      program_roles::spawn_probe(self->system(), caf::actor_cast<caf::actor>(self), std::move(probe));
+  self->link_to(self->state.role);
+  auto up = [=](RelayTo to, uint64_t seq, const Frame& f, const std::string& text = {}) {
+    self->send(port, answer_atom::value, client,
+               encode_relay(m.request_id, m.program, m.actor, to, seq, f, text));
+  };
+  return {
+      [=](frame_atom, const Frame& f, const std::string& asked) -> caf::result<Frame> {
+        auto& st = self->state;
+        auto promise = self->make_response_promise();
+        st.asked.emplace(++st.seq, promise);
+        up(RelayTo::engine, st.seq, f, asked);
+        return promise;
+      },
+      [=](role_atom, const Frame& f) { up(RelayTo::role, 0, f); },
+      [=](subscribe_atom, BlockId block) { up(RelayTo::watch, static_cast<uint64_t>(block), {}); },
+      [=](relay_atom, int to, uint64_t seq, const Frame& f) {
+        auto& st = self->state;
+        switch (static_cast<RelayTo>(to)) {
+          case RelayTo::role:
+            if (auto r = decode_role(f); r && r->kind == RoleKind::start)
+              self->send(st.role, start_atom::value, caf::actor_cast<caf::actor>(self), f);
+            else
+              self->send(st.role, role_atom::value, f);
+            break;
+          case RelayTo::answer:
+            if (auto it = st.asked.find(seq); it != st.asked.end()) {
+              it->second.deliver(f);
+              st.asked.erase(it);
+            }
+            break;
+          case RelayTo::event: self->send(st.role, event_atom::value, f); break;
+          case RelayTo::engine:
+          case RelayTo::watch: break;  // (up only)
+        }
+      },
   };
 }
 
@@ -173,20 +226,51 @@ Result<ActorHost::Hosted> ActorHost::host_feed(const std::string& client, const 
   return h;
 }
 
+Result<ActorHost::Hosted> ActorHost::host_probe(const std::string& client, const HostingMessage& m) {
+  const ProbeSpecData& d = m.probe;
+  const std::string at = "program " + m.program_name + ", actors." + d.name + ": ";
+  uint64_t rid = 0;
+  auto cmd = decode_command(d.request, &rid);
+  const Request* req = cmd ? std::get_if<Request>(&*cmd) : nullptr;
+  if (!req || req->kind != RequestKind::probe)
+    return make_error(Errc::bad_format, at + "its question is not a Probe frame" +
+                                            (cmd ? std::string() : ": " + cmd.error().message));
+  program_roles::ProbeRoleConfig pc;
+  pc.name = d.name;
+  pc.triggers.on = {d.on.begin(), d.on.end()};
+  pc.triggers.after = {d.after.begin(), d.after.end()};
+  pc.triggers.upstream = {d.upstream.begin(), d.upstream.end()};
+  pc.request = *req;
+  pc.question = program_roles::RunText{d.question, req->tokens, nullptr};
+  pc.fire_on = d.fire_on;
+  pc.threshold = d.threshold;
+  pc.edge = d.edge;
+  pc.fires = d.fires;
+  pc.watch = d.watch;
+  pc.every_new_tokens = d.every_new_tokens;
+  pc.every_ms = d.every_ms;
+  pc.relayed = true;
+  Hosted h;
+  h.actor = sys_.spawn(role_relay, port_, client, m, std::move(pc));
+  return h;
+}
+
 void ActorHost::handle(const std::string& client, const HostingMessage& m) {
   using Kind = HostingMessage::Kind;
   switch (m.kind) {
     case Kind::host_sink:
     case Kind::host_sandbox:
-    case Kind::host_feed: {
+    case Kind::host_feed:
+    case Kind::host_probe: {
       const std::pair key{m.program, m.actor};
       if (hosted_.count(key)) {  // the coordinator asks again (an answer it lost): it is here
         answer(client, encode_hosted(m.request_id, m.program, m.actor, opts_.node));
         return;
       }
-      auto h = m.kind == Kind::host_sink   ? host_sink(m)
-               : m.kind == Kind::host_feed ? host_feed(client, m)
-                                           : host_sandbox(m);
+      auto h = m.kind == Kind::host_sink    ? host_sink(m)
+               : m.kind == Kind::host_feed  ? host_feed(client, m)
+               : m.kind == Kind::host_probe ? host_probe(client, m)
+                                            : host_sandbox(m);
       if (!h) {
         spdlog::warn("node `{}`: not hosting {}: {}", opts_.node, m.actor, h.error().message);
         answer(client, encode_error_envelope(m.request_id, h.error()));
@@ -194,14 +278,28 @@ void ActorHost::handle(const std::string& client, const HostingMessage& m) {
       }
       hosted_[key] = std::move(*h);
       spdlog::info("node `{}`: hosting program {}'s {} `{}`", opts_.node, m.program_name,
-                   m.kind == Kind::host_sink   ? "sink"
-                   : m.kind == Kind::host_feed ? "source's feed"
-                                               : "tool sandbox",
+                   m.kind == Kind::host_sink    ? "sink"
+                   : m.kind == Kind::host_feed  ? "source's feed"
+                   : m.kind == Kind::host_probe ? "probe"
+                                                : "tool sandbox",
                    m.actor);
       answer(client, encode_hosted(m.request_id, m.program, m.actor, opts_.node));
       return;
     }
     case Kind::deliver: return deliver(client, m);
+    case Kind::relay: {  // down to a hosted role: handed over in order, acknowledged at once
+      auto it = hosted_.find({m.program, m.actor});
+      if (it == hosted_.end() || it->second.sink) {
+        answer(client,
+               encode_error_envelope(m.request_id,
+                                     make_error(Errc::not_found, "node `" + opts_.node + "` hosts no role `" +
+                                                                     m.actor + "` of that program")));
+        return;
+      }
+      caf::anon_send(it->second.actor, relay_atom::value, static_cast<int>(m.to), m.seq, m.frame);
+      answer(client, encode_hosted(m.request_id, m.program, m.actor, opts_.node));
+      return;
+    }
     case Kind::unhost:
       unhost(m.program, m.actor);
       answer(client, encode_hosted(m.request_id, m.program, m.actor, opts_.node));

@@ -5,8 +5,9 @@
 // request's id: HostSink / HostSandbox with Hosted or an Error, a Deliver with a Deliver (a sandbox's answer;
 // a sink's empty ToolResult once the text is handed to it), Unhost with Hosted. A feed answers HostFeed with
 // Hosted, then sends what it reads to the asker as Deliver frames under that request's id (RoleText lines,
-// then FeedEnded; a file it cannot read: RoleFailed). Internal to actors/: the node port owns one, on its
-// thread.
+// then FeedEnded; a file it cannot read: RoleFailed). A probe answers HostProbe with Hosted, then sends its
+// Relay frames (to its controller, to the engine, a watch) the same way; a Relay down to it is answered
+// with Hosted once handed over. Internal to actors/: the node port owns one, on its thread.
 #pragma once
 
 #include <caf/actor.hpp>
@@ -55,6 +56,7 @@ class ActorHost {
   Result<Hosted> host_sink(const HostingMessage& m);
   Result<Hosted> host_sandbox(const HostingMessage& m);
   Result<Hosted> host_feed(const std::string& client, const HostingMessage& m);
+  Result<Hosted> host_probe(const std::string& client, const HostingMessage& m);
   void deliver(const std::string& client, const HostingMessage& m);
   void unhost(uint64_t program, const std::string& actor);  // "": all of the program's
   caf::actor console(bool err);  // one per stream, shared by the hosted sinks that write there

@@ -15,6 +15,9 @@ using step_atom = caf::atom_constant<caf::atom("step")>;  // a cooperative batch
 using tick_atom = caf::atom_constant<caf::atom("tick")>;  // an actor's own timer
 // (answer_atom, client, frame): a frame for a node port's client (the port sends it on).
 using answer_atom = caf::atom_constant<caf::atom("answer")>;
+// (relay_atom, RelayTo as int, seq, frame): a Relay frame's content, down to a hosted role's relay
+// end (actors/actor_host.cpp).
+using relay_atom = caf::atom_constant<caf::atom("relay")>;
 
 // A program (actors/program.h): its roles, its controller, its sandbox and patcher.
 // (role_atom, frame): a message between a program's actors, a schemas/roles.fbs frame

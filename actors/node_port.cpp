@@ -222,8 +222,8 @@ class PortLoop {
       send_to(*sock_, id, encode_error_envelope(0, env.error()));
       return;
     }
-    static const std::set<std::string> hosting = {"HostSink", "HostSandbox", "HostFeed",
-                                                  "Deliver",  "Unhost",      "Hosted"};
+    static const std::set<std::string> hosting = {"HostSink", "HostSandbox", "HostFeed", "HostProbe",
+                                                  "Relay",    "Deliver",     "Unhost",   "Hosted"};
     if (hosting.count(env->payload_type)) {  // a program's actors hosted here (actors/actor_host.h)
       auto m = decode_hosting(bytes);
       if (!m)

@@ -4,11 +4,13 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <future>
+#include <set>
 #include <thread>
 
 #include "actors/atoms.h"
 #include "net/codec.h"
 #include "net/role_codec.h"
+#include "net/wire.h"
 
 namespace chorus {
 namespace {
@@ -57,6 +59,30 @@ Result<PlacedNode> host_somewhere(caf::blocking_actor* self, const PlacedActorCo
   }
 }
 
+// Its first hosting, which `started` hears of.
+Result<PlacedNode> host_first(caf::blocking_actor* self, const PlacedActorConfig& c,
+                              std::promise<Status>& started) {
+  auto node = host_somewhere(self, c, c.placement->wait_s());
+  started.set_value(node ? Status::success() : Status(node.error()));
+  return node;
+}
+
+// No node satisfies the placement any more: `lost` says why, and the program hears it.
+void lost_for_good(const PlacedActorConfig& c, std::string& lost, const std::string& why) {
+  lost = why;
+  c.placement->hosting(c.program_name, c.actor, "");
+  spdlog::error("program {}: {}", c.program_name, lost);
+  if (c.on_lost) c.on_lost(lost);
+}
+
+// It ends: its node (while it still had one) ends what it hosts of it.
+void leave(caf::blocking_actor* self, const PlacedActorConfig& c, const caf::actor& link,
+           const std::string& lost) {
+  if (!lost.empty()) return;
+  (void)ask_node(self, link, encode_unhost(0, c.program, c.actor));
+  c.placement->hosting(c.program_name, c.actor, "");
+}
+
 void placed_main(caf::blocking_actor* self, PlacedActorConfig c, PlacedNode node) {
   std::string lost;  // why it is hosted nowhere ("" : it is)
   // One role message to the node, sent again after the actor is hosted again wherever its node
@@ -72,10 +98,7 @@ void placed_main(caf::blocking_actor* self, PlacedActorConfig c, PlacedNode node
                    node.name, e.message, c.where.describe());
       auto again = host_somewhere(self, c, c.placement->wait_s());
       if (!again) {
-        lost = again.error().message;
-        c.placement->hosting(c.program_name, c.actor, "");
-        spdlog::error("program {}: {}", c.program_name, lost);
-        if (c.on_lost) c.on_lost(lost);
+        lost_for_good(c, lost, again.error().message);
         return again.error();
       }
       node = *again;
@@ -89,18 +112,14 @@ void placed_main(caf::blocking_actor* self, PlacedActorConfig c, PlacedNode node
                   },
                   [&](stop_atom) { running = false; },  // after what came before it
                   [&](caf::exit_msg&) { running = false; });
-  if (lost.empty()) {
-    (void)ask_node(self, node.link, encode_unhost(0, c.program, c.actor));
-    c.placement->hosting(c.program_name, c.actor, "");
-  }
+  leave(self, c, node.link, lost);
 }
 
 // A placed feed's stand-in: it asks for the feed itself (the node link streams the feed's
 // Deliver frames to whoever asked), tells `started` how that went, then relays.
 void feed_main(caf::blocking_actor* self, PlacedActorConfig c, caf::actor source,
                std::shared_ptr<std::promise<Status>> started) {
-  auto node = host_somewhere(self, c, c.placement->wait_s());
-  started->set_value(node ? Status::success() : Status(node.error()));
+  auto node = host_first(self, c, *started);
   if (!node) return;
   std::string lost;
   for (bool running = true; running;)
@@ -109,13 +128,13 @@ void feed_main(caf::blocking_actor* self, PlacedActorConfig c, caf::actor source
           if (auto r = decode_reply(f); r && r->kind == ReplyKind::error) {  // its node is lost
             spdlog::warn("program {}: actors.{}'s feed on node `{}`: {}: hosting it again ({})",
                          c.program_name, c.actor, node->name, r->text, c.where.describe());
-            node = host_somewhere(self, c, c.placement->wait_s());
-            if (!node) {
-              lost = node.error().message;
-              c.placement->hosting(c.program_name, c.actor, "");
-              if (c.on_lost) c.on_lost(lost);
+            auto again = host_somewhere(self, c, c.placement->wait_s());
+            if (!again) {
+              lost_for_good(c, lost, again.error().message);
               running = false;
+              return;
             }
+            node = *again;
             return;
           }
           auto m = decode_hosting(f);
@@ -127,13 +146,146 @@ void feed_main(caf::blocking_actor* self, PlacedActorConfig c, caf::actor source
           self->send(source, role_atom::value, std::move(m->frame));
         },
         [&](stop_atom) { running = false; }, [&](caf::exit_msg&) { running = false; });
-  if (lost.empty()) {
-    (void)ask_node(self, node->link, encode_unhost(0, c.program, c.actor));
-    c.placement->hosting(c.program_name, c.actor, "");
-  }
+  leave(self, c, node->link, lost);
+}
+
+// A placed probe's stand-in (spawn_placed_probe).
+void probe_main(caf::blocking_actor* self, PlacedActorConfig c, caf::actor batcher,
+                std::shared_ptr<std::promise<Status>> started) {
+  auto node = host_first(self, c, *started);
+  if (!node) return;
+  caf::actor ctl;
+  bool began = false;         // its StartRole came
+  std::vector<Frame> shaped;  // Upstream and `.done` signals, in order: a new host gets them after its start
+  // Its questions out, in the order asked: (engine request id, what it asks about). A probe hosted
+  // anew asks them again first (its StartRole carries them); the lost one's answers are its own.
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::set<BlockId> watched;  // subscribed here once, whichever host asked
+  std::string lost;
+  bool running = true;
+  auto relay = [&](RelayTo to, uint64_t seq, const Frame& f) {
+    return ask_node(self, node->link, encode_relay(0, c.program, c.actor, to, seq, f));
+  };
+  // Its node was lost: hosted again where the placement allows, and given what shaped it.
+  auto rehost = [&](const std::string& why) {
+    for (std::string reason = why;;) {
+      spdlog::warn("program {}: actors.{} on node `{}`: {}: hosting it again ({})", c.program_name, c.actor,
+                   node->name, reason, c.where.describe());
+      auto again = host_somewhere(self, c, c.placement->wait_s());
+      if (!again) {
+        lost_for_good(c, lost, again.error().message);
+        running = false;
+        return false;
+      }
+      node = *again;
+      bool whole = true;
+      std::vector<std::string> asked;
+      for (const auto& q : out) asked.push_back(q.second);
+      std::vector<Frame> frames;
+      if (began) frames.push_back(encode_start_role(asked));
+      frames.insert(frames.end(), shaped.begin(), shaped.end());
+      for (const Frame& f : frames)
+        if (auto r = relay(RelayTo::role, 0, f); !r || r->kind != HostingMessage::Kind::hosted) {
+          reason = r ? "an answer that is not Hosted" : r.error().message;
+          whole = false;
+          break;
+        }
+      if (whole) {
+        spdlog::info(
+            "program {}: actors.{} hosted again on node `{}`; it asks again the {} question(s) its lost "
+            "self had out",
+            c.program_name, c.actor, node->name, out.size());
+        out.clear();
+        return true;
+      }
+    }
+  };
+  // Down to the role. The engine's answers and events are the host's they were asked from: after
+  // a loss they are dropped; a role message goes to the new host.
+  auto down = [&](RelayTo to, uint64_t seq, const Frame& f) {
+    while (running && lost.empty()) {
+      auto r = relay(to, seq, f);
+      if (r && r->kind == HostingMessage::Kind::hosted) return;
+      const Error e = r ? make_error(Errc::internal, "an answer that is not Hosted") : r.error();
+      if (e.code != Errc::io && e.code != Errc::not_found) {
+        spdlog::warn("program {}: actors.{}: {}", c.program_name, c.actor, e.message);
+        return;
+      }
+      if (!rehost(e.message) || to != RelayTo::role) return;
+    }
+  };
+  // Up from the role: to its controller, to the engine (its answer comes down), a watch.
+  auto up = [&](const HostingMessage& m) {
+    switch (m.to) {
+      case RelayTo::role:
+        if (ctl) self->send(ctl, role_atom::value, m.frame);
+        break;
+      case RelayTo::engine: {
+        Frame answer;
+        self->request(batcher, caf::infinite, frame_atom::value, m.frame)
+            .receive([&](const Frame& reply) { answer = reply; },
+                     [&](caf::error& e) {
+                       answer = encode_error_envelope(0, make_error(Errc::io, caf::to_string(e)));
+                     });
+        if (auto r = decode_reply(answer); r && r->kind == ReplyKind::submitted)
+          out.emplace_back(r->id, m.text);
+        down(RelayTo::answer, m.seq, answer);
+        break;
+      }
+      case RelayTo::watch:
+        if (watched.insert(static_cast<BlockId>(m.seq)).second)
+          self->send(batcher, subscribe_atom::value, static_cast<BlockId>(m.seq));
+        break;
+      case RelayTo::answer:
+      case RelayTo::event: break;  // (down only)
+    }
+  };
+  auto shapes = [](const Frame& f) {
+    auto m = decode_role(f);
+    return m &&
+           (m->kind == RoleKind::upstream || (m->kind == RoleKind::signal && m->event.ends_with(".done")));
+  };
+  while (running)
+    self->receive(
+        [&](start_atom, const caf::actor& who, const Frame& f) {
+          ctl = who;
+          began = true;
+          down(RelayTo::role, 0, f);
+        },
+        [&](role_atom, const Frame& f) {
+          if (shapes(f)) shaped.push_back(f);
+          down(RelayTo::role, 0, f);
+        },
+        [&](role_ask_atom, const Frame& f) -> Frame {  // retired by a patch: it hands nothing on
+          running = false;
+          if (auto m = decode_role(f); !m || m->kind != RoleKind::retire)
+            return encode_error_envelope(
+                0, make_error(Errc::invalid_argument, "a probe answers RetireRole only"));
+          return encode_retired({});
+        },
+        [&](event_atom, const Frame& f) {
+          if (auto m = decode_hosting(f); m && m->kind == HostingMessage::Kind::relay) return up(*m);
+          auto r = decode_reply(f);
+          if (r && r->kind == ReplyKind::error &&
+              self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(node->link)) {
+            rehost(r->text);  // the link to its node is down
+            return;
+          }
+          if (!r) return;
+          if (r->kind == ReplyKind::finished)
+            std::erase_if(out, [&](const auto& q) { return q.first == r->id; });
+          down(RelayTo::event, 0, f);  // its questions' answers, its watched block's growth
+        },
+        [&](stop_atom) { running = false; }, [&](caf::exit_msg&) { running = false; });
+  leave(self, c, node->link, lost);
 }
 
 }  // namespace
+
+caf::actor spawn_placed_probe(caf::actor_system& sys, PlacedActorConfig cfg, caf::actor batcher,
+                              std::shared_ptr<std::promise<Status>> started) {
+  return sys.spawn<caf::detached>(probe_main, std::move(cfg), std::move(batcher), std::move(started));
+}
 
 Result<caf::actor> spawn_placed_feed(caf::actor_system& sys, PlacedActorConfig cfg, caf::actor source) {
   auto started = std::make_shared<std::promise<Status>>();

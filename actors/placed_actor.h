@@ -21,6 +21,7 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -50,6 +51,20 @@ Result<caf::actor> spawn_placed_actor(caf::actor_system& sys, PlacedActorConfig 
 // was read there meanwhile is the new node's: a feed is live input), or `on_lost` says why none
 // does. Errors: as spawn_placed_actor's, for its first hosting.
 Result<caf::actor> spawn_placed_feed(caf::actor_system& sys, PlacedActorConfig cfg, caf::actor source);
+
+// A probe's role placed on another node (HostProbe: its triggers, threshold and firing run
+// there): the stand-in here is the probe to its controller and stands for it at `batcher` —
+// what the role sends its controller and the engine comes up as Relay frames and goes on from
+// here (the controller hears it from the stand-in), the engine's answers and events and the
+// controller's messages go down. When its node is lost the probe is hosted again on a node that
+// satisfies the placement and given again what shaped it (its start, its upstream, the `.done`
+// events it heard), its start carrying what the lost one's questions out asked about: it asks
+// them again first (the lost one's answers are dropped; one judged just as its node was lost may
+// fire twice). A patch retiring it ends it at once (a probe hands nothing on). `started` says how
+// its first hosting went (an error names the placement); the actor is returned either way, and
+// has ended after a failed start.
+caf::actor spawn_placed_probe(caf::actor_system& sys, PlacedActorConfig cfg, caf::actor batcher,
+                              std::shared_ptr<std::promise<Status>> started);
 
 // The specs of a topology's sink, tools and source feed, as hosting frames carry them.
 SinkSpecData sink_spec(const topology::Actor& sink);

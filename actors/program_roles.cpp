@@ -527,23 +527,29 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
     }
     ++st.submitting;
     Request req = c->request;
-    if (c->question.dynamic()) req.tokens = c->question.tokens(text);
-    self->request(batcher, caf::infinite, frame_atom::value, encode_request(0, req))
-        .then(
-            [=](const std::vector<uint8_t>& reply) {
-              --self->state.submitting;
-              auto rep = decode_reply(reply);
-              if (rep && rep->kind == ReplyKind::submitted)
-                self->state.out[rep->id] = text;
-              else
-                self->send(
-                    self->state.ctl, role_atom::value,
-                    encode_role_failed(c->name, "probe refused: " + (rep ? rep->text : rep.error().message)));
-            },
-            [=](caf::error& e) {
-              self->send(self->state.ctl, role_atom::value,
-                         encode_role_failed(c->name, "probe refused: " + caf::to_string(e)));
-            });
+    std::string question_text;
+    if (c->question.dynamic() && c->question.tokenizer)
+      req.tokens = c->question.tokens(text);
+    else if (c->question.dynamic())
+      req.tokens.clear(), question_text = c->question.filled(text);
+    auto submitted = [=](const std::vector<uint8_t>& reply) {
+      --self->state.submitting;
+      auto rep = decode_reply(reply);
+      if (rep && rep->kind == ReplyKind::submitted)
+        self->state.out[rep->id] = text;
+      else
+        self->send(self->state.ctl, role_atom::value,
+                   encode_role_failed(c->name, "probe refused: " + (rep ? rep->text : rep.error().message)));
+    };
+    auto refused = [=](caf::error& e) {
+      self->send(self->state.ctl, role_atom::value,
+                 encode_role_failed(c->name, "probe refused: " + caf::to_string(e)));
+    };
+    const Frame question = encode_request(0, req, question_text);
+    if (c->relayed)
+      self->request(batcher, caf::infinite, frame_atom::value, question, text).then(submitted, refused);
+    else
+      self->request(batcher, caf::infinite, frame_atom::value, question).then(submitted, refused);
   };
   // Only a probe driven by events alone ends: when everyone emitting them is done.
   auto maybe_done = [=] {
@@ -556,9 +562,13 @@ caf::behavior probe_role(caf::stateful_actor<ProbeRoleState>* self, caf::actor b
   };
   const auto period = std::chrono::milliseconds(c->every_ms);
   return {
-      [=](start_atom, const caf::actor& ctl, const Frame&) {
+      // `carried` (StartRole's names): what it asks about first — the questions a lost self of it
+      // had out (a placed probe hosted anew, actors/placed_actor.h).
+      [=](start_atom, const caf::actor& ctl, const Frame& f) {
         auto& st = self->state;
         st.ctl = ctl;
+        if (auto m = read_role(c->name, f); m && m->kind == RoleKind::start)
+          for (auto it = m->names.rbegin(); it != m->names.rend(); ++it) st.waiting.push_front(*it);
         if (c->watch >= 0) self->send(batcher, subscribe_atom::value, c->watch);
         if (c->every_ms > 0) self->delayed_send(self, period, tick_atom::value);
         for (std::deque<std::string> early = std::move(st.waiting); !early.empty(); early.pop_front())

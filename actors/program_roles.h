@@ -79,11 +79,14 @@ struct RunText {
   std::vector<TokenId> fixed;
   const Tokenizer* tokenizer = nullptr;
   bool dynamic() const { return tmpl.find("{{event}}") != std::string::npos; }
-  std::vector<TokenId> tokens(const std::string& event) const {
-    if (!dynamic()) return fixed;
+  std::string filled(const std::string& event) const {
     std::string s = tmpl;
     for (size_t at; (at = s.find("{{event}}")) != std::string::npos;) s.replace(at, 9, event);
-    return tokenizer->encode(s, {.parse_special = true});
+    return s;
+  }
+  std::vector<TokenId> tokens(const std::string& event) const {
+    if (!dynamic()) return fixed;
+    return tokenizer->encode(filled(event), {.parse_special = true});
   }
 };
 
@@ -115,6 +118,8 @@ struct ProbeRoleConfig {
   std::string name;
   Triggers triggers;
   Request request;
+  // Its question; with {{event}} and no tokenizer (hosted on an actors-only node) the filled-in
+  // text goes as the Probe's question_text, tokenized by the node of the program's blocks.
   RunText question;
   std::vector<int> fire_on;
   float threshold = 0.5f;
@@ -123,6 +128,9 @@ struct ProbeRoleConfig {
   BlockId watch = -1;
   int64_t every_new_tokens = 0;
   int every_ms = 0;
+  // Hosted on a node (actors/actor_host.cpp): each question goes to its batcher as (frame_atom,
+  // frame, asked), the text it asks about with it, which its program keeps while it is out.
+  bool relayed = false;
 };
 
 struct SourceRoleConfig {

@@ -12,8 +12,10 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <zmq.hpp>
 
@@ -103,18 +105,18 @@ class Program::Starter {
     return v;
   }
 
-  // Placed roles: sinks, sources' feeds and the tool sandbox go where their `node:` says
-  // (make_sinks, feed, make_tools); a thinker's, writer's or probe's placement is not carried
+  // Placed roles: sinks, sources' feeds, probes and the tool sandbox go where their `node:` says
+  // (make_sinks, feed, placed_probe, make_tools); a thinker's or writer's placement is not carried
   // yet, and is refused rather than run elsewhere than the file says.
   Status check_placement() {
     if (!hooks_.placement) return Status::success();
     for (const auto& a : t_.actors)
-      if (!a.node.empty() && a.kind != Kind::sink && a.kind != Kind::source)
-        return make_error(
-            Errc::unsupported,
-            where_ + "actors." + a.name + ": a " + std::string(topology::kind_name(a.kind)) + " placed on " +
-                a.node.describe() +
-                " is not carried yet (sinks, sources and tool sandboxes are placed): nothing was started");
+      if (!a.node.empty() && (a.kind == Kind::thinker || a.kind == Kind::writer))
+        return make_error(Errc::unsupported,
+                          where_ + "actors." + a.name + ": a " + std::string(topology::kind_name(a.kind)) +
+                              " placed on " + a.node.describe() +
+                              " is not carried yet (sinks, sources, probes and tool sandboxes are placed): "
+                              "nothing was started");
     return Status::success();
   }
 
@@ -316,7 +318,42 @@ class Program::Starter {
     pc.watch = a.watch.empty() ? -1 : im_.blocks.at(a.watch);
     pc.every_new_tokens = a.every_new_tokens;
     pc.every_ms = a.every_ms;
+    if (!a.node.empty() && hooks_.placement) return placed_probe(a, pc);
     return spawn_probe(sys_, im_.batcher, std::move(pc));
+  }
+
+  // A probe whose role runs on the node its placement names: its stand-in here. A failed hosting
+  // is the program's error (unplaced_).
+  caf::actor placed_probe(const topology::Actor& a, const ProbeRoleConfig& pc) {
+    ProbeSpecData d;
+    d.name = a.name;
+    d.request = encode_request(0, pc.request);
+    if (pc.question.dynamic()) d.question = pc.question.tmpl;
+    d.fire_on = pc.fire_on;
+    d.threshold = pc.threshold;
+    d.edge = pc.edge;
+    d.fires = pc.fires;
+    d.watch = pc.watch;
+    d.every_new_tokens = pc.every_new_tokens;
+    d.every_ms = pc.every_ms;
+    d.on = {pc.triggers.on.begin(), pc.triggers.on.end()};
+    d.after = {pc.triggers.after.begin(), pc.triggers.after.end()};
+    d.upstream = {pc.triggers.upstream.begin(), pc.triggers.upstream.end()};
+    PlacedActorConfig c;
+    c.program = im_.host_key;
+    c.program_name = t_.name;
+    c.actor = a.name;
+    c.where = a.node;
+    c.host = [key = im_.host_key, name = t_.name, d](uint64_t id) {
+      return encode_host_probe(id, key, name, d);
+    };
+    c.placement = hooks_.placement;
+    c.on_lost = im_.lost("actors." + a.name);
+    auto started = std::make_shared<std::promise<Status>>();
+    auto result = started->get_future();
+    caf::actor h = spawn_placed_probe(sys_, std::move(c), im_.batcher, started);
+    if (Status s = result.get(); !s.ok() && !unplaced_) unplaced_.emplace(a.name, s.error());
+    return h;
   }
 
   caf::actor source(const topology::Actor& a) {
@@ -383,6 +420,9 @@ class Program::Starter {
     make_patcher();
     for (const auto& a : t_.actors)
       if (a.kind != Kind::sink) make_role(a);
+    if (unplaced_)
+      return make_error(unplaced_->second.code,
+                        where_ + "actors." + unplaced_->first + ": " + unplaced_->second.message);
     return Status::success();
   }
 
@@ -493,6 +533,10 @@ class Program::Starter {
         const topology::Actor& a = *t_.actor(n);
         if (a.kind == Kind::sink) continue;
         make_role(a);
+        if (unplaced_) {  // a placed probe no node hosts: the program ends with why
+          im_.lost("actors." + n)(unplaced_->second.message);
+          unplaced_.reset();
+        }
         w.fresh.push_back(n);
         if (pends(a)) w.pending_added.push_back(n);
       }
@@ -585,6 +629,7 @@ class Program::Starter {
   ProgramManager* manager_;
   const std::map<std::string, std::vector<std::string>> emitters_;
   std::vector<std::pair<const topology::Actor*, caf::actor>> feeding_;  // sources with a feeder
+  std::optional<std::pair<std::string, Error>> unplaced_;  // a placed probe no node hosted, and why
 };
 
 Result<std::unique_ptr<Program>> Program::start(caf::actor_system& sys, const topology::Topology& t,

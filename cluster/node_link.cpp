@@ -77,7 +77,7 @@ class Link {
     caf::response_promise promise;
     uint64_t their_id = 0;
     caf::actor requester;
-    bool feed = false;  // a HostFeed: its Deliver frames stream after the answer
+    bool feed = false;  // a HostFeed or HostProbe: its Deliver or Relay frames stream after the answer
   };
   struct Stream {
     caf::actor requester;
@@ -108,7 +108,8 @@ class Link {
                : mine.error()));
       return;
     }
-    pending_[id] = Pending{std::move(promise), their, requester, summary->payload_type == "HostFeed"};
+    pending_[id] = Pending{std::move(promise), their, requester,
+                           summary->payload_type == "HostFeed" || summary->payload_type == "HostProbe"};
     count();
   }
 

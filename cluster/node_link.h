@@ -15,6 +15,7 @@
 // - A HostFeed (a source's feed hosted on the node, actors/actor_host.h) streams too: after its
 //   Hosted answer, the Deliver frames the node sends under its id go to its requester as
 //   (event_atom, frame); when the node goes down the requester gets an Error frame (Errc::io).
+//   A HostProbe (a probe's role hosted there) streams its Relay frames the same way.
 // - Frames from the node are verified (FlatBuffers verifier, size) before anything reads them; a
 //   bad one is logged and dropped.
 // - With CURVE keys the connection is encrypted and the node checks this process's public key; a

@@ -33,7 +33,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto w = chorus::decode_watch_block(frame); w.ok()) (void)*w;
   if (auto m = chorus::decode_role(frame); m.ok())  // what a program's actors read
     for (const auto& n : m->names) (void)n.size();
-  if (auto h = chorus::decode_hosting(frame); h.ok())  // what a node's actor host reads
+  if (auto h = chorus::decode_hosting(frame); h.ok()) {  // what a node's actor host reads
     for (const auto& t : h->tools) (void)t.command.size();
+    uint64_t inner = 0;  // a hosted probe's question, and what a Relay carries
+    if (h->kind == chorus::HostingMessage::Kind::host_probe)
+      (void)chorus::decode_command(h->probe.request, &inner);
+    if (h->kind == chorus::HostingMessage::Kind::relay) (void)chorus::decode_role(h->frame);
+  }
   return 0;
 }

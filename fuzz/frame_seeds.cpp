@@ -55,6 +55,21 @@ int main(int argc, char** argv) {
                            {ToolSpecData{"add", {"true"}, {}, 1, 10, 1 << 20, {"A=1"}, false, {}, {}}})},
       {"deliver", encode_deliver(42, 9, "log", encode_role_text("hi\n"))},
       {"unhost", encode_unhost(43, 9)},
+      {"host_probe",
+       [] {
+         ProbeSpecData p;
+         p.name = "watch";
+         p.request = encode_request(0, Request::probe({0}, {5, 6}, {{1}, {2}}));
+         p.question = "Line: {{event}}Level:";
+         p.fire_on = {0};
+         p.fires = "incident";
+         p.on = {"new_line"};
+         p.upstream = {"tail"};
+         return encode_host_probe(44, 9, "agent", p);
+       }()},
+      {"relay_engine", encode_relay(45, 9, "watch", RelayTo::engine, 3,
+                                    encode_request(0, Request::probe({0}, {}, {{1}}), "Line: x\nLevel:"))},
+      {"relay_role", encode_relay(46, 9, "watch", RelayTo::role, 0, encode_signal("new_line", "x\n"))},
       {"program_list", encode_program_list(31, {{5, "p1", {0, 2}, ProgramState::paused, true}})},
       {"snapshot_logs", encode_snapshot_view(32, {0, 1}, true)},
       {"view_logs", encode_view_snapshot(33, {{0, "prompt", 3, 3, {1, 2, 3}}})},

@@ -139,14 +139,15 @@ Frame encode_load_block(uint64_t request_id, const BlockPartData& part) {
   return finish_envelope(fbb, request_id, wire::Payload::LoadBlock, wire::CreateLoadBlock(fbb, p).Union());
 }
 
-Frame encode_request(uint64_t request_id, const Request& r) {
+Frame encode_request(uint64_t request_id, const Request& r, const std::string& text) {
   flatbuffers::FlatBufferBuilder fbb;
   const auto view = fbb.CreateVector(r.view);
   const auto tokens = fbb.CreateVector(r.tokens);
+  const auto txt = text.empty() ? 0 : fbb.CreateString(text);
   switch (r.kind) {
     case RequestKind::forward:
       return finish_envelope(fbb, request_id, wire::Payload::Forward,
-                             wire::CreateForward(fbb, view, r.write_to, tokens).Union());
+                             wire::CreateForward(fbb, view, r.write_to, tokens, txt).Union());
     case RequestKind::append:
       return finish_envelope(fbb, request_id, wire::Payload::AppendTokens,
                              wire::CreateAppendTokens(fbb, r.write_to, view, tokens).Union());
@@ -167,14 +168,15 @@ Frame encode_request(uint64_t request_id, const Request& r) {
       const auto stop =
           wire::CreateStop(fbb, fbb.CreateVectorOfStrings(r.stop.strings), fbb.CreateVector(r.stop.token_ids),
                            r.stop.max_tokens, r.stop.at_end_of_generation);
-      return finish_envelope(fbb, request_id, wire::Payload::Generate,
-                             wire::CreateGenerate(fbb, view, r.write_to, tokens, sampling, stop).Union());
+      return finish_envelope(
+          fbb, request_id, wire::Payload::Generate,
+          wire::CreateGenerate(fbb, view, r.write_to, tokens, sampling, stop, txt).Union());
     }
     case RequestKind::probe: {
       std::vector<flatbuffers::Offset<wire::Candidate>> cands;
       for (const auto& c : r.candidates) cands.push_back(wire::CreateCandidate(fbb, fbb.CreateVector(c)));
       return finish_envelope(fbb, request_id, wire::Payload::Probe,
-                             wire::CreateProbe(fbb, view, tokens, fbb.CreateVector(cands)).Union());
+                             wire::CreateProbe(fbb, view, tokens, fbb.CreateVector(cands), txt).Union());
     }
   }
   return {};

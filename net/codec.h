@@ -30,7 +30,11 @@ Frame encode_fork_block(uint64_t request_id, BlockId block, int64_t tokens, cons
 // With `logs`, each block's token log comes back too (BlockSummary::log).
 Frame encode_snapshot_view(uint64_t request_id, const std::vector<BlockId>& view, bool logs = false);
 Frame encode_list_programs(uint64_t request_id);
-Frame encode_request(uint64_t request_id, const Request& r);  // Forward, Generate or Probe
+// Forward, Generate or Probe. `text`, if given, is tokenized by the receiver (control tokens
+// recognised) and appended to the request's tokens: Forward text, Generate prefill_text, Probe
+// question_text (an actors-only node's probe fills in its question and leaves tokenizing to the
+// node of the program's blocks).
+Frame encode_request(uint64_t request_id, const Request& r, const std::string& text = {});
 
 // A part of a block image (schemas/blocks.fbs BlockPart): the answer to an ExportBlock, and what
 // a LoadBlock carries.

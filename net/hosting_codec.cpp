@@ -77,6 +77,31 @@ Frame encode_host_feed(uint64_t request_id, uint64_t program, const std::string&
                              .Union());
 }
 
+Frame encode_host_probe(uint64_t request_id, uint64_t program, const std::string& program_name,
+                        const ProbeSpecData& p) {
+  flatbuffers::FlatBufferBuilder fbb(512 + p.request.size());
+  const auto pn = fbb.CreateString(program_name), name = fbb.CreateString(p.name),
+             question = fbb.CreateString(p.question), fires = fbb.CreateString(p.fires);
+  const auto request = fbb.CreateVector(p.request.data(), p.request.size());
+  const auto fire_on = fbb.CreateVector(p.fire_on);
+  const Strings on = fbb.CreateVectorOfStrings(p.on), after = fbb.CreateVectorOfStrings(p.after),
+                upstream = fbb.CreateVectorOfStrings(p.upstream);
+  const auto spec = wire::CreateProbeSpec(fbb, name, request, question, fire_on, p.threshold, p.edge, fires,
+                                          p.watch, p.every_new_tokens, p.every_ms, on, after, upstream);
+  return finish_envelope(fbb, request_id, wire::Payload::HostProbe,
+                         wire::CreateHostProbe(fbb, program, pn, spec).Union());
+}
+
+Frame encode_relay(uint64_t request_id, uint64_t program, const std::string& actor, RelayTo to, uint64_t seq,
+                   std::span<const uint8_t> frame, const std::string& text) {
+  flatbuffers::FlatBufferBuilder fbb(128 + frame.size() + text.size());
+  const auto a = fbb.CreateString(actor), t = fbb.CreateString(text);
+  const auto f = fbb.CreateVector(frame.data(), frame.size());
+  return finish_envelope(
+      fbb, request_id, wire::Payload::Relay,
+      wire::CreateRelay(fbb, program, a, static_cast<wire::RelayTo>(to), seq, f, t).Union());
+}
+
 Result<HostingMessage> decode_hosting(std::span<const uint8_t> frame) {
   auto summary = decode_envelope(frame);
   if (!summary) return summary.error();
@@ -154,6 +179,46 @@ Result<HostingMessage> decode_hosting(std::span<const uint8_t> frame) {
       m.feed.follow = p->follow();
       m.feed.endpoint = fb_str(p->endpoint());
       m.feed.topic = fb_str(p->topic());
+      break;
+    }
+    case wire::Payload::HostProbe: {
+      const auto* p = env->payload_as_HostProbe();
+      m.kind = HostingMessage::Kind::host_probe;
+      m.program = p->program();
+      m.program_name = fb_str(p->program_name());
+      const auto* s = p->probe();
+      if (s == nullptr || s->request() == nullptr)
+        return make_error(Errc::bad_format, "HostProbe without its probe and its question");
+      ProbeSpecData& d = m.probe;
+      d.name = fb_str(s->name());
+      d.request.assign(s->request()->begin(), s->request()->end());
+      d.question = fb_str(s->question());
+      if (s->fire_on()) d.fire_on.assign(s->fire_on()->begin(), s->fire_on()->end());
+      d.threshold = s->threshold();
+      d.edge = s->edge();
+      d.fires = fb_str(s->fires());
+      d.watch = s->watch();
+      d.every_new_tokens = s->every_new_tokens();
+      d.every_ms = s->every_ms();
+      d.on = fb_strs(s->on());
+      d.after = fb_strs(s->after());
+      d.upstream = fb_strs(s->upstream());
+      if (d.name.empty()) return make_error(Errc::bad_format, "HostProbe: a probe without a name");
+      if (d.every_ms < 0 || d.every_new_tokens < 0)
+        return make_error(Errc::bad_format, "HostProbe: a negative period");
+      m.actor = d.name;
+      break;
+    }
+    case wire::Payload::Relay: {
+      const auto* p = env->payload_as_Relay();
+      m.kind = HostingMessage::Kind::relay;
+      m.program = p->program();
+      m.actor = fb_str(p->actor());
+      if (p->to() > wire::RelayTo::MAX) return make_error(Errc::bad_format, "Relay: an unknown direction");
+      m.to = static_cast<RelayTo>(p->to());
+      m.seq = p->seq();
+      m.text = fb_str(p->text());
+      if (p->frame()) m.frame.assign(p->frame()->begin(), p->frame()->end());
       break;
     }
     case wire::Payload::Unhost:

@@ -325,6 +325,55 @@ TEST(Wire, EveryHostingMessageRoundTrips) {
   EXPECT_EQ(m->feed.from, FeedSpecData::From::zmq);
   EXPECT_EQ(m->feed.endpoint, feed.endpoint);
   EXPECT_EQ(m->feed.topic, "sensor");
+  // A probe's role, and the Relay frames between it and its program.
+  ProbeSpecData probe;
+  probe.name = "watch";
+  probe.request = encode_request(0, Request::probe({3, 4}, {7, 8}, {{1}, {2, 5}}));
+  probe.question = "Line: {{event}}Level:";
+  probe.fire_on = {0};
+  probe.threshold = 0.4f;
+  probe.edge = false;
+  probe.fires = "incident";
+  probe.watch = 4;
+  probe.every_new_tokens = 16;
+  probe.every_ms = 250;
+  probe.on = {"new_line"};
+  probe.after = {"ready"};
+  probe.upstream = {"tail"};
+  m = decode_hosting(encode_host_probe(13, 99, "agent", probe));
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  EXPECT_EQ(m->kind, HostingMessage::Kind::host_probe);
+  EXPECT_EQ(m->actor, "watch");
+  EXPECT_EQ(m->program_name, "agent");
+  EXPECT_EQ(m->probe.request, probe.request);
+  EXPECT_EQ(m->probe.question, probe.question);
+  EXPECT_EQ(m->probe.fire_on, probe.fire_on);
+  EXPECT_EQ(m->probe.threshold, 0.4f);
+  EXPECT_FALSE(m->probe.edge);
+  EXPECT_EQ(m->probe.fires, "incident");
+  EXPECT_EQ(m->probe.watch, 4);
+  EXPECT_EQ(m->probe.every_new_tokens, 16);
+  EXPECT_EQ(m->probe.every_ms, 250);
+  EXPECT_EQ(m->probe.on, probe.on);
+  EXPECT_EQ(m->probe.after, probe.after);
+  EXPECT_EQ(m->probe.upstream, probe.upstream);
+  probe.every_ms = -1;
+  EXPECT_FALSE(decode_hosting(encode_host_probe(13, 99, "agent", probe)).ok()) << "a negative period";
+  for (RelayTo to : {RelayTo::role, RelayTo::engine, RelayTo::answer, RelayTo::event, RelayTo::watch}) {
+    m = decode_hosting(encode_relay(14, 99, "watch", to, 21, inner, "a line\n"));
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    EXPECT_EQ(m->text, "a line\n");
+    EXPECT_EQ(m->kind, HostingMessage::Kind::relay);
+    EXPECT_EQ(m->to, to);
+    EXPECT_EQ(m->seq, 21u);
+    EXPECT_EQ(m->frame, inner);
+    EXPECT_EQ(m->actor, "watch");
+  }
+  // A probe's filled-in question travels as text the receiver tokenizes after the question's tokens.
+  uint64_t rid = 0;
+  auto cmd = decode_command(encode_request(5, Request::probe({3}, {7}, {{1}}), "more"), &rid);
+  ASSERT_FALSE(cmd.ok()) << "text without a tokenizer is refused";
+  EXPECT_NE(cmd.error().message.find("tokenize"), std::string::npos) << cmd.error().message;
   auto other = decode_hosting(encode_signal("e", "t"));
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.error().message.find("Signal"), std::string::npos);

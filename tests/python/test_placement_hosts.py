@@ -12,10 +12,17 @@ coordinator with its tool sandbox on the tools node and its log sink on an edge 
   - both edge nodes cut off: the program ends with an error naming the placement;
   - tests/data/topologies/placed_bridge.yaml, a sensor loop: its source and its sink on an edge node
     (ZeroMQ SUB and PUB there), readings published from the test's host, a status line back from
-    the edge node's address for each.
+    the edge node's address for each;
+  - tests/data/topologies/placed_monitor.yaml, a log monitor: its source, its probe and its
+    incidents sink on an edge node, the probe's forwards on the model node: the incidents of one
+    engine, every one the log generator injected;
+  - its probe alone on an edge node (the source on the model node, the sink on the tools node),
+    that node cut off while it judges: the probe is hosted again on the other edge node, asks again
+    what its lost self had out, and the program ends whole with the one engine's 5 incidents.
 
-    test_placement_hosts.py CHORUS_BINARY MODEL TOPOLOGY BRIDGE_TOPOLOGY PYTHON_WITH_PYZMQ
+    test_placement_hosts.py CHORUS_BINARY MODEL TOPOLOGY BRIDGE_TOPOLOGY MONITOR_TOPOLOGY PYTHON_WITH_PYZMQ
 """
+import json
 import os
 import shutil
 import subprocess
@@ -27,9 +34,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_harness import get, print_logs, serving, stop_all, wait_for  # noqa: E402
 from netns_hosts import require_hosts  # noqa: E402
 
-chorus, model, topology, bridge, pyzmq = sys.argv[1:6]
+chorus, model, topology, bridge, monitor, pyzmq = sys.argv[1:7]
 TTL = 2
 PLACED = "/tmp/chorus-placed"  # the topology's tool writes where it ran here; its log sink writes here
+LOGGEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "topologies", "loggen.py")
 failures, passed, procs = [], [], []
 
 
@@ -180,6 +188,58 @@ try:
     check(any("hosting program placed_bridge's source's feed `feed`" in l
               for l in read(os.path.join(tmp, "node-edge1.log")).splitlines()),
           "edge1 hosted the source's feed and the sink")
+
+    # 5. A log monitor whose source, probe and sink run on an edge node.
+    app_log, incidents = PLACED + "/app.log", PLACED + "/incidents.txt"
+    gen = subprocess.run([sys.executable, LOGGEN, app_log, "--lines", "200", "--incidents", "4",
+                          "--rate", "0", "--seed", "7"], capture_output=True, text=True, check=True)
+    truth = [json.loads(l)["text"] for l in gen.stdout.splitlines()]
+    r = subprocess.run([chorus, "run", monitor, "--model", model], capture_output=True, text=True, timeout=180)
+    want_incidents = read(incidents)
+    check(r.returncode == 0 and len(want_incidents.splitlines()) == 4 and
+          all(t in want_incidents for t in truth), "the monitor on one engine reports the 4 injected incidents")
+    os.remove(incidents)
+    p = subprocess.run([chorus, "run", "--cluster", url, monitor], capture_output=True, text=True, timeout=180)
+    check(p.returncode == 0 and sorted(read(incidents).splitlines()) == sorted(want_incidents.splitlines()),
+          "through the coordinator, its source, probe and sink on an edge node: the incidents of one engine"
+          + ("" if p.returncode == 0 else ": " + p.stderr.strip()[-300:]))
+    edge_logs = read(os.path.join(tmp, "node-edge1.log")) + read(os.path.join(tmp, "node-edge2.log"))
+    check("hosting program placed_monitor's probe `watch`" in edge_logs, "an edge node hosted the probe")
+    p = subprocess.run([chorus, "run", "--cluster", url, monitor, "--set", "actors.last.node=edge1"],
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode != 0 and "actors.last: a writer placed on node `edge1` is not carried yet" in p.stderr,
+          "a placed writer is refused, named: " + p.stderr.strip()[-200:])
+
+    # 6. The probe alone on an edge node, cut off while it judges: it is hosted again on the other.
+    os.remove(incidents)
+    gen = subprocess.run([sys.executable, LOGGEN, app_log + ".long", "--lines", "300",
+                          "--incidents", "5", "--rate", "0", "--seed", "11"], capture_output=True, text=True,
+                         check=True)
+    r = subprocess.run([chorus, "run", monitor, "--model", model, "--set", "log=" + app_log + ".long"],
+                       capture_output=True, text=True, timeout=300)
+    want_long = set(read(incidents).splitlines())
+    os.remove(incidents)
+    p = subprocess.Popen([chorus, "run", "--cluster", url, monitor, "--set", "log=" + app_log + ".long",
+                          "--set", "actors.tail.node=na", "--set", "actors.incidents.node=tools"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t = wait_for(lambda: any("placed_monitor/watch" in n["hosts"] for n in nodes().values()), 60)
+    holder = next((name for name, n in nodes().items() if "placed_monitor/watch" in n["hosts"]), None)
+    check(t is not None and holder in ("edge1", "edge2"), "the probe is hosted on %s" % holder)
+    time.sleep(2)
+    t_cut = time.time()
+    hosts.cut(holder)
+    other = "edge2" if holder == "edge1" else "edge1"
+    moved = wait_for(lambda: "placed_monitor/watch" in nodes().get(other, {}).get("hosts", []), 60)
+    check(moved is not None, "the probe is hosted on %s %.1f s after the cut" % (other, time.time() - t_cut))
+    out, err = p.communicate(timeout=300)
+    got = set(read(incidents).splitlines())
+    check(p.returncode == 0 and got == want_long and len(got) == 5,
+          "%s cut off under the probe: the program ends whole %.1f s later with the one engine's incidents "
+          "(%d of its %d)%s" % (holder, time.time() - t_cut, len(got & want_long), len(want_long),
+                                "" if p.returncode == 0 else ": " + err.strip()[-300:]))
+    check(read(os.path.join(tmp, "node-%s.log" % other)).count("hosting program placed_monitor's probe `watch`") >= 1,
+          "the probe was hosted again on %s" % other)
+    hosts.heal(holder)
 finally:
     stop_all(procs)
     hosts.remove()
