@@ -216,11 +216,23 @@ void Gateway::Impl::routes() {
            guarded([this](const httplib::Request& q, httplib::Response& r) { on_generate(q, r, false); }));
   svr.Post("/v1/completions",
            guarded([this](const httplib::Request& q, httplib::Response& r) { on_generate(q, r, true); }));
-  svr.Get(
-      "/v1/models", guarded([this](const httplib::Request&, httplib::Response& r) {
-        json m = {{"id", model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "chorus"}};
-        r.set_content(json_text(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
-      }));
+  auto model_object = [this] {
+    return json{{"id", model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "chorus"}};
+  };
+  svr.Get("/v1/models", guarded([model_object](const httplib::Request&, httplib::Response& r) {
+            r.set_content(json_text(json{{"object", "list"}, {"data", json::array({model_object()})}}),
+                          "application/json");
+          }));
+  // One model by its id (the served one; `default` names it too), else OpenAI's 404.
+  svr.Get(R"(/v1/models/(.+))",
+          guarded([this, model_object](const httplib::Request& q, httplib::Response& r) {
+            const std::string id = q.matches[1];
+            if (id != model_name && id != "default")
+              throw HttpError{404, error_body("The model `" + id + "` does not exist (this server serves `" +
+                                                  model_name + "`)",
+                                              "invalid_request_error", "model", "model_not_found")};
+            r.set_content(json_text(model_object()), "application/json");
+          }));
   svr.Get("/programs", guarded([this](const httplib::Request&, httplib::Response& r) {
             r.set_content(json_text(backends.programs_json()), "application/json");
           }));

@@ -265,19 +265,47 @@ void read_chat_logprobs(const json& j, ChatRequest& r) {
   if (on) r.sampling.logprobs = std::max(top, 0);
 }
 
-// Every top-level field is honoured or refused, none silently ignored: those chorus reads
-// (`read`), and those whose value asks for nothing (null, `store: false`, empty metadata, ...).
-void check_fields(const json& j, const std::set<std::string>& read) {
-  auto no_op = [](const std::string& k, const json& v) {
-    if (v.is_null()) return true;
-    if (k == "store") return v.is_boolean() && !v.get<bool>();
-    if (k == "metadata") return v.is_object() && v.empty();
-    if (k == "functions") return v.is_array() && v.empty();
-    return false;
+// Fields that do not change the reply, accepted when well-formed (docs/serve.md says so): `store`
+// (chorus keeps no stored completions to list; a program keeps its blocks by `program_id`),
+// `metadata` (at most 16 string values, as OpenAI's), `service_tier` (one tier here),
+// `prompt_cache_key` (reuse follows the program's blocks), `safety_identifier`, and `verbosity`
+// at its default, `medium` (another level would change the reply: refused).
+void check_harmless(const std::string& k, const json& v) {
+  auto must = [&](bool ok, const std::string& what) {
+    if (!ok) bad_request("`" + k + "` must be " + what, k);
   };
-  for (const auto& [k, v] : j.items())
-    if (!read.count(k) && !no_op(k, v))
-      bad_request("`" + k + "` is not supported by this server (docs/serve.md lists what is)", k);
+  if (k == "store") return must(v.is_boolean(), "a boolean");
+  if (k == "metadata") {
+    must(v.is_object() && v.size() <= 16, "an object of at most 16 string values");
+    for (const auto& [mk, mv] : v.items())
+      must(mv.is_string() && mk.size() <= 64 && mv.get<std::string>().size() <= 512,
+           "an object of string values (keys up to 64 characters, values up to 512)");
+    return;
+  }
+  if (k == "service_tier") {
+    static const std::set<std::string> tiers = {"auto", "default", "flex", "scale", "priority"};
+    return must(v.is_string() && tiers.count(v.get<std::string>()), "auto, default, flex, scale or priority");
+  }
+  if (k == "prompt_cache_key" || k == "safety_identifier") return must(v.is_string(), "a string");
+  if (k == "verbosity")
+    return must(v.is_string() && v.get<std::string>() == "medium",
+                "`medium` here (the default; another level would change the reply)");
+}
+
+// Every top-level field is honoured or refused, none silently ignored: those chorus reads
+// (`read`), those that do not change the reply (check_harmless), and those whose value asks for
+// nothing (null, empty `functions`).
+void check_fields(const json& j, const std::set<std::string>& read) {
+  static const std::set<std::string> harmless = {
+      "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier", "verbosity"};
+  for (const auto& [k, v] : j.items()) {
+    if (read.count(k) || v.is_null() || (k == "functions" && v.is_array() && v.empty())) continue;
+    if (harmless.count(k)) {
+      check_harmless(k, v);
+      continue;
+    }
+    bad_request("`" + k + "` is not supported by this server (docs/serve.md lists what is)", k);
+  }
 }
 
 // Fields both endpoints read.

@@ -72,6 +72,19 @@ TEST(OpenAiRequest, FieldsItDoesNotHonourAreRefusedByName) {
        {R"("tools":[])", R"("logprobs":false)", R"("presence_penalty":0)", R"("tool_choice":"none")",
         R"("parallel_tool_calls":true)", R"("user":"u1")", R"("top_logprobs":null)", R"("store":false)"})
     EXPECT_NO_THROW(parse_chat_request(head + f + "}", "m", 256, 4096)) << f;
+  // Fields that do not change the reply are accepted when well-formed, refused naming them when not.
+  for (const char* f :
+       {R"("store":true)", R"("metadata":{"run":"7","user":"ann"})", R"("metadata":{})",
+        R"("service_tier":"auto")", R"("service_tier":"priority")", R"("prompt_cache_key":"k-1")",
+        R"("safety_identifier":"hash-9")", R"("verbosity":"medium")"})
+    EXPECT_NO_THROW(parse_chat_request(head + f + "}", "m", 256, 4096)) << f;
+  for (const char* f :
+       {R"("store":"yes")", R"("metadata":{"n":1})", R"("metadata":[1])", R"("service_tier":"gold")",
+        R"("prompt_cache_key":5)", R"("safety_identifier":{})", R"("verbosity":"low")"}) {
+    auto [status, e] = refusal(head + f + "}");
+    EXPECT_EQ(status, 400) << f;
+    EXPECT_EQ(e["param"], json::parse(std::string("{") + f + "}").begin().key()) << f;
+  }
 }
 
 // logprobs, n, penalties, logit_bias; and /v1/completions' prompt, echo, suffix, best_of.

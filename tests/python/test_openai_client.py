@@ -40,6 +40,22 @@ try:
     models = client.models.list()
     model = models.data[0].id
     check(len(models.data) == 1 and model, "GET /v1/models lists the model (%s)" % model)
+    check(client.models.retrieve(model).id == model, "GET /v1/models/{id} gives the served model")
+    try:
+        client.models.retrieve("no-such-model")
+        check(False, "an unknown model id is a 404")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404 and e.code == "model_not_found", "an unknown model id is a 404, model_not_found")
+
+    # Fields that do not change the reply are accepted, and the reply is the one without them.
+    ask = dict(model=model, messages=[{"role": "user", "content": "Name a fruit."}], max_tokens=8, temperature=0)
+    plain = client.chat.completions.create(**ask)
+    extra = client.chat.completions.create(**ask, store=True, metadata={"run": "7"}, service_tier="auto",
+                                           extra_body={"prompt_cache_key": "fruit", "safety_identifier": "u-9",
+                                                       "verbosity": "medium"})
+    check(extra.choices[0].message.content == plain.choices[0].message.content,
+          "store, metadata, service_tier, prompt_cache_key, safety_identifier, verbosity=medium: accepted, "
+          "the same reply")
 
     r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Name a color."}],
                                        max_tokens=12, temperature=0)
