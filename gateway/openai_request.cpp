@@ -8,7 +8,7 @@
 
 namespace chorus {
 
-using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;  // a request's schemas keep their order (a reply's keys follow it)
 
 // An OpenAI-style error body.
 HttpError http_error(const Error& e) {
@@ -24,14 +24,14 @@ HttpError http_error(const Error& e) {
 
 std::string error_body(const std::string& message, const std::string& type, const std::string& param,
                        const std::string& code) {
-  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  ojson e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
   if (!param.empty()) e["param"] = param;
   if (!code.empty()) e["code"] = code;
-  return json_text(json{{"error", e}});
+  return json_text(ojson{{"error", e}});
 }
 
 std::string json_text(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 [[noreturn]] void bad_request(const std::string& message, const std::string& param) {
@@ -48,14 +48,14 @@ bool is_function_name(const std::string& s) {
 }
 
 // An assistant turn's tool_calls, a tool turn's tool_call_id (and name).
-void read_turn_tools(const json& m, const std::string& where, ChatMessage& msg) {
+void read_turn_tools(const ojson& m, const std::string& where, ChatMessage& msg) {
   if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
-    const json& calls = m["tool_calls"];
+    const ojson& calls = m["tool_calls"];
     if (msg.role != "assistant" || !calls.is_array())
       bad_request(where + ".tool_calls: only an assistant turn has tool calls, as an array",
                   where + ".tool_calls");
     for (size_t k = 0; k < calls.size(); ++k) {
-      const json& c = calls[k];
+      const ojson& c = calls[k];
       const std::string at = where + ".tool_calls[" + std::to_string(k) + "]";
       if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
           !c["function"].contains("name") || !c["function"]["name"].is_string())
@@ -76,7 +76,7 @@ void read_turn_tools(const json& m, const std::string& where, ChatMessage& msg) 
 
 // tools, tool_choice, parallel_tool_calls. "required" and a named function constrain the reply
 // to calls whose arguments match the tools' parameters.
-void read_tools(const json& j, ChatRequest& r) {
+void read_tools(const ojson& j, ChatRequest& r) {
   ChatTools& t = r.tools;
   if (j.contains("parallel_tool_calls") && !j["parallel_tool_calls"].is_null()) {
     if (!j["parallel_tool_calls"].is_boolean())
@@ -85,27 +85,27 @@ void read_tools(const json& j, ChatRequest& r) {
   }
   const bool has_tools = j.contains("tools") && !j["tools"].is_null();
   if (has_tools && !j["tools"].is_array()) bad_request("`tools` must be an array", "tools");
-  json functions = json::array();
+  ojson functions = ojson::array();
   if (has_tools) {
     for (size_t k = 0; k < j["tools"].size(); ++k) {
-      const json& tool = j["tools"][k];
+      const ojson& tool = j["tools"][k];
       const std::string at = "tools[" + std::to_string(k) + "]";
       if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
           !tool["function"].is_object())
         bad_request(at + " must be {\"type\": \"function\", \"function\": {...}}", at);
-      const json& f = tool["function"];
+      const ojson& f = tool["function"];
       if (!f.contains("name") || !f["name"].is_string() || !is_function_name(f["name"]))
         bad_request(at + ".function.name must be 1 to 64 letters, digits, _ or -", at + ".function.name");
       const std::string name = f["name"];
       if (std::find(t.names.begin(), t.names.end(), name) != t.names.end())
         bad_request("two tools are named `" + name + "`", at + ".function.name");
       t.names.push_back(name);
-      json fn = {{"name", name}};
+      ojson fn = {{"name", name}};
       if (f.contains("parameters") && !f["parameters"].is_null()) {
         if (!f["parameters"].is_object())
           bad_request(at + ".function.parameters must be a JSON Schema object", at + ".function.parameters");
         fn["parameters"] = f["parameters"];
-        auto g = grammar_of(OutputConstraint::tool_calls_of(json::array({fn}).dump()));
+        auto g = grammar_of(OutputConstraint::tool_calls_of(ojson::array({fn}).dump()));
         if (!g) bad_request(g.error().message, at + ".function.parameters");
       }
       functions.push_back(std::move(fn));
@@ -113,7 +113,7 @@ void read_tools(const json& j, ChatRequest& r) {
     if (!t.names.empty()) t.tools_json = j["tools"].dump();
   }
   if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
-    const json& c = j["tool_choice"];
+    const ojson& c = j["tool_choice"];
     if (c.is_string()) {
       t.choice = c;
       if (t.choice != "none" && t.choice != "auto" && t.choice != "required")
@@ -127,7 +127,7 @@ void read_tools(const json& j, ChatRequest& r) {
       if (it == t.names.end())
         bad_request("`tool_choice` names `" + name + "`, which is not among the tools", "tool_choice");
       t.choice = "function";
-      functions = json::array({functions[static_cast<size_t>(it - t.names.begin())]});
+      functions = ojson::array({functions[static_cast<size_t>(it - t.names.begin())]});
     } else {
       bad_request(
           "`tool_choice` must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": "
@@ -141,16 +141,16 @@ void read_tools(const json& j, ChatRequest& r) {
   if (!t.constrained()) return;
   if (!r.sampling.constraint.empty())
     bad_request("`response_format` and a required tool call cannot both constrain the reply", "tool_choice");
-  json spec = {{"tools", functions}, {"required", true}, {"parallel", t.parallel}};
+  ojson spec = {{"tools", functions}, {"required", true}, {"parallel", t.parallel}};
   r.sampling.constraint = OutputConstraint::tool_calls_of(spec.dump());
 }
 
 // messages[]: role and content (a string, or text parts); `developer` is a system turn.
-void read_messages(const json& j, ChatRequest& r) {
+void read_messages(const ojson& j, ChatRequest& r) {
   if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
     bad_request("`messages` must be a non-empty array", "messages");
   for (size_t i = 0; i < j["messages"].size(); ++i) {
-    const json& m = j["messages"][i];
+    const ojson& m = j["messages"][i];
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       bad_request(where + ".role is required", where);
@@ -161,7 +161,7 @@ void read_messages(const json& j, ChatRequest& r) {
     if (m.contains("content") && m["content"].is_string()) {
       content = m["content"];
     } else if (m.contains("content") && m["content"].is_array()) {  // [{type: text, text: ...}]
-      for (const json& part : m["content"]) {
+      for (const ojson& part : m["content"]) {
         if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
             !part["text"].is_string())
           bad_request(where + ".content: only text parts are supported", where + ".content");
@@ -177,7 +177,7 @@ void read_messages(const json& j, ChatRequest& r) {
   }
 }
 
-int integer_field(const json& j, const char* key, int lo, int hi, int dflt) {
+int integer_field(const ojson& j, const char* key, int lo, int hi, int dflt) {
   if (!j.contains(key) || j[key].is_null()) return dflt;
   if (!j[key].is_number_integer()) bad_request(std::string("`") + key + "` must be an integer", key);
   const int64_t v = j[key];
@@ -188,7 +188,7 @@ int integer_field(const json& j, const char* key, int lo, int hi, int dflt) {
   return static_cast<int>(v);
 }
 
-double number_field(const json& j, const char* key, double lo, double hi, double dflt) {
+double number_field(const ojson& j, const char* key, double lo, double hi, double dflt) {
   if (!j.contains(key) || j[key].is_null()) return dflt;
   if (!j[key].is_number()) bad_request(std::string("`") + key + "` must be a number", key);
   const double v = j[key];
@@ -209,9 +209,9 @@ TokenId token_id(int64_t v, int n_vocab, const std::string& param) {
 }
 
 // logit_bias: {"token id": bias in [-100, 100]}.
-void read_logit_bias(const json& j, int n_vocab, ChatRequest& r) {
+void read_logit_bias(const ojson& j, int n_vocab, ChatRequest& r) {
   if (!j.contains("logit_bias") || j["logit_bias"].is_null()) return;
-  const json& b = j["logit_bias"];
+  const ojson& b = j["logit_bias"];
   if (!b.is_object()) bad_request("`logit_bias` must be an object of token ids to biases", "logit_bias");
   if (b.size() > 1024) bad_request("`logit_bias` has more than 1024 entries", "logit_bias");
   for (const auto& [k, v] : b.items()) {
@@ -227,7 +227,8 @@ void read_logit_bias(const json& j, int n_vocab, ChatRequest& r) {
 }
 
 // max_tokens, n, temperature, top_p, seed, stop, penalties, logit_bias.
-void read_sampling(const json& j, int default_max_tokens, int max_tokens_limit, int n_vocab, ChatRequest& r) {
+void read_sampling(const ojson& j, int default_max_tokens, int max_tokens_limit, int n_vocab,
+                   ChatRequest& r) {
   r.max_tokens = integer_field(j, "max_tokens", 1, max_tokens_limit, default_max_tokens);
   r.max_tokens = integer_field(j, "max_completion_tokens", 1, max_tokens_limit, r.max_tokens);
   r.n = integer_field(j, "n", 1, kMaxChoices, 1);
@@ -243,7 +244,7 @@ void read_sampling(const json& j, int default_max_tokens, int max_tokens_limit, 
   if (j["stop"].is_string()) {
     r.stop = {j["stop"].get<std::string>()};
   } else if (j["stop"].is_array() && j["stop"].size() <= 4) {
-    for (const json& s : j["stop"]) {
+    for (const ojson& s : j["stop"]) {
       if (!s.is_string() || s.get<std::string>().empty())
         bad_request("`stop` entries must be non-empty strings", "stop");
       r.stop.push_back(s);
@@ -254,7 +255,7 @@ void read_sampling(const json& j, int default_max_tokens, int max_tokens_limit, 
 }
 
 // Chat: `logprobs` (a boolean) and `top_logprobs` (0 to 20, with logprobs).
-void read_chat_logprobs(const json& j, ChatRequest& r) {
+void read_chat_logprobs(const ojson& j, ChatRequest& r) {
   bool on = false;
   if (j.contains("logprobs") && !j["logprobs"].is_null()) {
     if (!j["logprobs"].is_boolean()) bad_request("`logprobs` must be a boolean", "logprobs");
@@ -270,7 +271,7 @@ void read_chat_logprobs(const json& j, ChatRequest& r) {
 // `metadata` (at most 16 string values, as OpenAI's), `service_tier` (one tier here),
 // `prompt_cache_key` (reuse follows the program's blocks), `safety_identifier`, and `verbosity`
 // at its default, `medium` (another level would change the reply: refused).
-void check_harmless(const std::string& k, const json& v) {
+void check_harmless(const std::string& k, const ojson& v) {
   auto must = [&](bool ok, const std::string& what) {
     if (!ok) bad_request("`" + k + "` must be " + what, k);
   };
@@ -295,7 +296,7 @@ void check_harmless(const std::string& k, const json& v) {
 // Every top-level field is honoured or refused, none silently ignored: those chorus reads
 // (`read`), those that do not change the reply (check_harmless), and those whose value asks for
 // nothing (null, empty `functions`).
-void check_fields(const json& j, const std::set<std::string>& read) {
+void check_fields(const ojson& j, const std::set<std::string>& read) {
   static const std::set<std::string> harmless = {
       "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier", "verbosity"};
   for (const auto& [k, v] : j.items()) {
@@ -331,9 +332,9 @@ const std::set<std::string>& common_fields() {
 
 // response_format: text (nothing), json_object, or json_schema ({"schema": ..., "name", "strict"}),
 // checked here so that a schema chorus cannot follow is a 400 naming its keyword.
-void read_response_format(const json& j, ChatRequest& r) {
+void read_response_format(const ojson& j, ChatRequest& r) {
   if (!j.contains("response_format") || j["response_format"].is_null()) return;
-  const json& f = j["response_format"];
+  const ojson& f = j["response_format"];
   if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
     bad_request("`response_format` must be an object with a `type`", "response_format");
   const std::string type = f["type"];
@@ -346,7 +347,7 @@ void read_response_format(const json& j, ChatRequest& r) {
     bad_request("`response_format.type` must be text, json_object or json_schema", "response_format.type");
   if (!f.contains("json_schema") || !f["json_schema"].is_object())
     bad_request("`response_format.json_schema` must be an object", "response_format.json_schema");
-  const json& js = f["json_schema"];
+  const ojson& js = f["json_schema"];
   if (js.contains("name") && !js["name"].is_string())
     bad_request("`response_format.json_schema.name` must be a string", "response_format.json_schema.name");
   if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean())
@@ -362,7 +363,7 @@ void read_response_format(const json& j, ChatRequest& r) {
 
 // grammar (llama-server's field; the openai client sends it through extra_body): a GBNF grammar
 // (engine/grammar/gbnf.h) the reply follows.
-void read_grammar(const json& j, ChatRequest& r) {
+void read_grammar(const ojson& j, ChatRequest& r) {
   if (!j.contains("grammar") || j["grammar"].is_null()) return;
   if (!j["grammar"].is_string() || j["grammar"].get<std::string>().empty())
     bad_request("`grammar` must be a GBNF grammar (a string)", "grammar");
@@ -373,13 +374,13 @@ void read_grammar(const json& j, ChatRequest& r) {
 }
 
 // stream, stream_options, and chorus's program_id (top level, or in extra_body).
-void read_delivery(const json& j, ChatRequest& r) {
+void read_delivery(const ojson& j, ChatRequest& r) {
   if (j.contains("stream") && !j["stream"].is_null()) {
     if (!j["stream"].is_boolean()) bad_request("`stream` must be a boolean", "stream");
     r.stream = j["stream"];
   }
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
-    const json& so = j["stream_options"];
+    const ojson& so = j["stream_options"];
     if (!so.is_object()) bad_request("`stream_options` must be an object", "stream_options");
     if (so.contains("include_usage") && !so["include_usage"].is_null()) {
       if (!so["include_usage"].is_boolean())
@@ -387,7 +388,7 @@ void read_delivery(const json& j, ChatRequest& r) {
       r.include_usage = so["include_usage"];
     }
   }
-  const json* pid = nullptr;
+  const ojson* pid = nullptr;
   if (j.contains("program_id"))
     pid = &j["program_id"];
   else if (j.contains("extra_body") && j["extra_body"].is_object() && j["extra_body"].contains("program_id"))
@@ -404,11 +405,11 @@ void read_delivery(const json& j, ChatRequest& r) {
 namespace {
 // The body as a JSON object naming the server's model (or "default"): 400 for what is not JSON
 // or not an object, 404 model_not_found for another model.
-json read_body(const std::string& body, const std::string& model_name) {
-  json j;
+ojson read_body(const std::string& body, const std::string& model_name) {
+  ojson j;
   try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
+    j = ojson::parse(body);
+  } catch (const ojson::exception& e) {
     bad_request(std::string("the body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad_request("the body must be a JSON object");
@@ -424,7 +425,7 @@ json read_body(const std::string& body, const std::string& model_name) {
 
 ChatRequest parse_chat_request(const std::string& body, const std::string& model_name, int default_max_tokens,
                                int max_tokens_limit, int n_vocab) {
-  const json j = read_body(body, model_name);
+  const ojson j = read_body(body, model_name);
   ChatRequest r;
   static const std::set<std::string> chat_fields = [] {
     std::set<std::string> f = common_fields();
@@ -447,22 +448,22 @@ namespace {
 
 // prompt: a string, or token ids; an array of one of them is the same (several prompts in one
 // request are refused: send one request each).
-void read_prompt(const json& j, int n_vocab, ChatRequest& r) {
+void read_prompt(const ojson& j, int n_vocab, ChatRequest& r) {
   if (!j.contains("prompt") || j["prompt"].is_null())
     bad_request("`prompt` is required (a string or an array of token ids)", "prompt");
-  const json* p = &j["prompt"];
+  const ojson* p = &j["prompt"];
   if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
   if (p->is_string()) {
     r.prompt_text = *p;
     return;
   }
   if (p->is_array() && !p->empty() &&
-      std::all_of(p->begin(), p->end(), [](const json& t) { return t.is_number_integer(); })) {
-    for (const json& t : *p) r.prompt_ids.push_back(token_id(t.get<int64_t>(), n_vocab, "prompt"));
+      std::all_of(p->begin(), p->end(), [](const ojson& t) { return t.is_number_integer(); })) {
+    for (const ojson& t : *p) r.prompt_ids.push_back(token_id(t.get<int64_t>(), n_vocab, "prompt"));
     return;
   }
   if (p->is_array() && p->size() > 1 &&
-      std::all_of(p->begin(), p->end(), [](const json& t) { return t.is_string() || t.is_array(); }))
+      std::all_of(p->begin(), p->end(), [](const ojson& t) { return t.is_string() || t.is_array(); }))
     bad_request("`prompt` holds " + std::to_string(p->size()) +
                     " prompts: this server takes one prompt per request (send several requests)",
                 "prompt");
@@ -473,7 +474,7 @@ void read_prompt(const json& j, int n_vocab, ChatRequest& r) {
 
 ChatRequest parse_completion_request(const std::string& body, const std::string& model_name,
                                      int max_tokens_limit, int n_vocab) {
-  const json j = read_body(body, model_name);
+  const ojson j = read_body(body, model_name);
   static const std::set<std::string> completion_fields = [] {
     std::set<std::string> f = common_fields();
     f.insert({"prompt", "echo", "suffix", "best_of", "grammar"});

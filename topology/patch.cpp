@@ -31,7 +31,7 @@ YAML::Node list_node(const std::vector<std::string>& v) {
   return n;
 }
 
-YAML::Node json_node(const nlohmann::json& j) {
+YAML::Node json_node(const nlohmann::ordered_json& j) {
   if (j.is_object()) {
     YAML::Node n(YAML::NodeType::Map);
     for (const auto& [k, v] : j.items()) n[k] = json_node(v);
@@ -98,7 +98,7 @@ YAML::Node actor_node(const Actor& a) {
   if (!a.tools.empty() && !stop.empty() && stop.back() == "</tool_call>") stop.pop_back();
   n["stop"] = list_node(stop);
   n["sampling"] = sampling_node(a.sampling);
-  if (!a.schema.empty()) n["schema"] = json_node(nlohmann::json::parse(a.schema));
+  if (!a.schema.empty()) n["schema"] = json_node(nlohmann::ordered_json::parse(a.schema));
   if (!a.grammar.empty()) n["grammar"] = str_node(a.grammar);
   if (!a.emits.empty()) {
     YAML::Node emits(YAML::NodeType::Sequence);

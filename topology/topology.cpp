@@ -190,9 +190,9 @@ namespace {
 
 // YAML as JSON: quoted scalars are strings; plain ones true/false, null (~, empty), numbers,
 // else strings.
-nlohmann::json json_of(const Reader& r, const YAML::Node& n, const std::string& path) {
+nlohmann::ordered_json json_of(const Reader& r, const YAML::Node& n, const std::string& path) {
   if (n.IsMap()) {
-    nlohmann::json o = nlohmann::json::object();
+    nlohmann::ordered_json o = nlohmann::ordered_json::object();
     for (auto it = n.begin(); it != n.end(); ++it) {
       const std::string k = r.str(it->first, path);
       o[k] = json_of(r, it->second, path + "." + k);
@@ -200,16 +200,17 @@ nlohmann::json json_of(const Reader& r, const YAML::Node& n, const std::string& 
     return o;
   }
   if (n.IsSequence()) {
-    nlohmann::json a = nlohmann::json::array();
+    nlohmann::ordered_json a = nlohmann::ordered_json::array();
     for (size_t i = 0; i < n.size(); ++i) a.push_back(json_of(r, n[i], path + "[" + std::to_string(i) + "]"));
     return a;
   }
-  if (!n.IsScalar() || n.Tag() == "!") return n.IsScalar() ? nlohmann::json(n.Scalar()) : nlohmann::json();
+  if (!n.IsScalar() || n.Tag() == "!")
+    return n.IsScalar() ? nlohmann::ordered_json(n.Scalar()) : nlohmann::ordered_json();
   const std::string& v = n.Scalar();
   if (v == "true" || v == "True") return true;
   if (v == "false" || v == "False") return false;
   if (v.empty() || v == "~" || v == "null" || v == "Null") return nullptr;
-  const auto num = nlohmann::json::parse(v, nullptr, false);
+  const auto num = nlohmann::ordered_json::parse(v, nullptr, false);
   if (!num.is_discarded() && num.is_number()) return num;
   return v;
 }
@@ -221,7 +222,8 @@ std::string read_schema(const Reader& r, const YAML::Node& n, const std::string&
   std::string text;
   try {
     text = json_of(r, n, path).dump();
-  } catch (const nlohmann::json::type_error& e) {  // (found by topology_fuzz) a string that is not UTF-8
+  } catch (
+      const nlohmann::ordered_json::type_error& e) {  // (found by topology_fuzz) a string that is not UTF-8
     r.fail(n, path, std::string("a JSON Schema is UTF-8 text: ") + e.what());
   }
   if (auto g = grammar_of(OutputConstraint::json_schema_of(text)); !g)

@@ -85,12 +85,13 @@ void Loader::read_generator(Actor& a, const YAML::Node& n, const std::string& pa
     a.sampling.constraint = OutputConstraint::json_schema_of(a.schema);
   } else if (std::any_of(a.tools.begin(), a.tools.end(),
                          [&](const std::string& n) { return !t.tool(n)->parameters.empty(); })) {
-    nlohmann::json tools = nlohmann::json::array();
+    nlohmann::ordered_json tools = nlohmann::ordered_json::array();
     for (const std::string& name : a.tools) {
       const Tool& tool = *t.tool(name);
-      tools.push_back({{"name", name},
-                       {"parameters", tool.parameters.empty() ? nlohmann::json()
-                                                              : nlohmann::json::parse(tool.parameters)}});
+      tools.push_back(
+          {{"name", name},
+           {"parameters", tool.parameters.empty() ? nlohmann::ordered_json()
+                                                  : nlohmann::ordered_json::parse(tool.parameters)}});
     }
     a.sampling.constraint = OutputConstraint::tool_calls_of(tools.dump());
     if (auto g = grammar_of(a.sampling.constraint); !g)

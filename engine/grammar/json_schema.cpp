@@ -13,7 +13,7 @@ namespace chorus {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // a schema's properties in the order it writes them
 using B = GrammarBuilder;
 using Seq = GrammarBuilder::Seq;
 
@@ -321,8 +321,8 @@ class Compiler {
     // after[i] when one is (so a comma comes first).
     std::vector<std::pair<std::string, const json*>> list;
     for (const auto& [k, v] : props.items()) list.emplace_back(k, &v);
-    // nlohmann's object keeps keys sorted; the order a user wrote is not kept. Sorted order is
-    // then the order of the properties: stable, and the same for every request.
+    // The properties in the order the schema writes them (ordered_json keeps it): a reply's keys
+    // come in that order, so a schema that puts `reasoning` before `answer` gets it first.
     const size_t n = list.size();
     std::vector<int32_t> first(n + 1), after(n + 1);
     for (size_t i = 0; i <= n; ++i) {

@@ -26,7 +26,7 @@
 
 namespace chorus {
 
-Result<Grammar> json_schema_grammar(const nlohmann::json& schema);
+Result<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
 
 // Any JSON object (OpenAI's response_format {"type": "json_object"}).
 Grammar json_object_grammar();
@@ -41,6 +41,6 @@ Grammar json_object_grammar();
 // `tools` may also be {"tools": [...], "required": true, "parallel": P}: then calls only, no
 // text (HTTP tool_choice "required" or a named function): one call, or with P one to 8 calls
 // apart by a newline.
-Result<Grammar> tool_call_grammar(const nlohmann::json& tools);
+Result<Grammar> tool_call_grammar(const nlohmann::ordered_json& tools);
 
 }  // namespace chorus

@@ -15,7 +15,7 @@ Result<Grammar> grammar_of(const OutputConstraint& c) {
     case OutputConstraint::Kind::json_schema:
     case OutputConstraint::Kind::tool_calls: {
       const bool tools = c.kind == OutputConstraint::Kind::tool_calls;
-      const auto doc = nlohmann::json::parse(c.schema, nullptr, false);
+      const auto doc = nlohmann::ordered_json::parse(c.schema, nullptr, false);  // its order kept
       if (doc.is_discarded())
         return make_error(Errc::invalid_argument,
                           tools ? "tool calls: the tools are not valid JSON" : "JSON schema: not valid JSON");

@@ -113,7 +113,8 @@ TEST(JsonSchemaGrammar, AcceptsInstancesAndRejectsTheRest) {
   CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
   auto g = schema(kPerson);
   ASSERT_TRUE(g);
-  // Properties in sorted order: age, name, nick, ok, score, tags.
+  // kPerson is read into a nlohmann::json, which sorts keys: its properties' order is age, name,
+  // nick, ok, score, tags (a schema's own order is kept by ordered_json: PropertiesInTheSchemasOrder).
   for (
       const char* ok : {
           R"({"age":3,"name":"x","ok":true,"tags":["a"]})",
@@ -140,6 +141,28 @@ TEST(JsonSchemaGrammar, AcceptsInstancesAndRejectsTheRest) {
            "{\"age\":3,\"name\":\"a\tb\",\"ok\":true,\"tags\":[\"a\"]}",  // raw control character
        })
     EXPECT_FALSE(accepts(g, no)) << no;
+}
+
+// A reply's keys come in the order the schema writes its properties (a schema that puts its
+// reasoning before its answer gets the reasoning first), not sorted.
+TEST(JsonSchemaGrammar, PropertiesInTheSchemasOrder) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  auto g = json_schema_grammar(nlohmann::ordered_json::parse(R"({"type": "object",
+    "properties": {"reasoning": {"type": "string"}, "answer": {"type": "integer"}, "confidence": {"type": "number"}},
+    "required": ["reasoning", "answer"], "additionalProperties": false})"));
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  auto tg = TokenGrammar::create(std::move(*g), default_tokenizer());
+  EXPECT_TRUE(accepts(tg, R"({"reasoning": "2+2", "answer": 4})"));
+  EXPECT_TRUE(accepts(tg, R"({"reasoning": "2+2", "answer": 4, "confidence": 0.9})"));
+  EXPECT_FALSE(accepts(tg, R"({"answer": 4, "reasoning": "2+2"})"));
+  EXPECT_FALSE(accepts(tg, R"({"reasoning": "2+2", "confidence": 0.9, "answer": 4})"));
+  // Through an output constraint (what a request carries): its text keeps the order too.
+  auto c = grammar_of(OutputConstraint::json_schema_of(
+      R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"integer"}},"required":["z","a"]})"));
+  ASSERT_TRUE(c.ok());
+  auto tc = TokenGrammar::create(std::move(*c), default_tokenizer());
+  EXPECT_TRUE(accepts(tc, R"({"z":1,"a":2})"));
+  EXPECT_FALSE(accepts(tc, R"({"a":2,"z":1})"));
 }
 
 TEST(JsonSchemaGrammar, RecursiveReferencesThatEnd) {

@@ -1,7 +1,8 @@
 """Structured outputs through the official `openai` client against `chorus serve`, with the
 `jsonschema` package as the oracle: for a corpus of schemas, sampling hot (temperature 1.5) on
 the default model, every reply that ends (finish_reason "stop") is JSON that validates; a reply
-cut by max_tokens ("length") is a prefix of one. Also response_format json_object, streaming,
+cut by max_tokens ("length") is a prefix of one, and an object's keys come in the schema's order;
+the SDK's chat.completions.parse with a pydantic model. Also response_format json_object, streaming,
 and the 400s for schemas chorus cannot follow (naming the keyword) or that accept nothing.
 
   python tests/python/test_structured_output.py build/chorus MODEL.gguf
@@ -11,6 +12,7 @@ import sys
 
 import jsonschema
 import openai
+import pydantic
 
 from serve_support import check, finish, start_server, stop_server
 
@@ -95,12 +97,16 @@ try:
             if why == "stop":
                 ended += 1
                 try:
-                    jsonschema.validate(json.loads(text), schema)
+                    value = json.loads(text)
+                    jsonschema.validate(value, schema)
                     ok = True
                 except (ValueError, jsonschema.ValidationError) as e:
                     ok = False
                     print("   ", e)
                 check(ok, "%s, seed %d: %r validates" % (name, seed, text))
+                if ok and isinstance(value, dict) and "properties" in schema:  # keys in its order (json.loads keeps them)
+                    order = [k for k in schema["properties"] if k in value]
+                    check(list(value) == order, "%s, seed %d: keys in the schema's order %s" % (name, seed, order))
             else:
                 check(why == "length", "%s, seed %d: cut by max_tokens (%s): %r" % (name, seed, why, text))
         whole += ended
@@ -123,6 +129,20 @@ try:
             check(True, "streamed reply validates: %r" % text)
         except (ValueError, jsonschema.ValidationError) as e:
             check(False, "streamed reply validates: %r (%s)" % (text, e))
+
+    # The SDK's structured-output helper with a pydantic model: the reply parses into it, its
+    # fields in the model's order (reasoning before answer), not sorted.
+    class Verdict(pydantic.BaseModel):
+        reasoning: str
+        answer: int
+        confident: bool
+
+    r = client.beta.chat.completions.parse(model=model, messages=[{"role": "user", "content": "What is 2 plus 2?"}],
+                                           max_tokens=120, temperature=0, response_format=Verdict)
+    text = r.choices[0].message.content
+    check(r.choices[0].finish_reason == "stop" and isinstance(r.choices[0].message.parsed, Verdict) and
+          list(json.loads(text)) == ["reasoning", "answer", "confident"],
+          "chat.completions.parse with a pydantic model: parsed, fields in its order: %r" % text)
 
     # json_object: any JSON object.
     r = client.chat.completions.create(model=model, messages=ask, max_tokens=120, temperature=0,
