@@ -157,6 +157,7 @@ struct Gateway::Impl {
   struct Outcome {
     std::string content;
     std::vector<ToolCall> calls;  // read from the content when the request offered tools
+    std::string cut_call;         // a call max_tokens cut off after `calls` (finish_reason length)
     std::string finish_reason;
     int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     std::string error;

@@ -41,6 +41,7 @@ struct GatewaySession {
   double phase_since = 0;  // busy: when the request began; idle: when the last one ended
   double last_used = 0;
   int64_t requests = 0;
+  std::deque<uint64_t> queued;  // tickets of the turns that wait for it to be idle, first first
 };
 
 HttpError program_not_found(const std::string& id) {
@@ -58,6 +59,8 @@ struct GatewayPrograms::Impl {
 
   mutable std::mutex m;
   std::condition_variable cv;
+  std::condition_variable turn_cv;  // a program is idle again, or gone: queued turns look
+  uint64_t next_ticket = 1;
   std::map<std::string, GatewaySession> sessions;
   uint64_t next_anon = 1;
   uint64_t next_request = 1;  // request ids of the commands admit() sends
@@ -175,9 +178,43 @@ struct GatewayPrograms::Impl {
       program = it->second.program;
       sessions.erase(it);
     }
+    turn_cv.notify_all();
     scheduler->remove(program);
     terminate(program);
     scheduler->check_now();  // its room may let another program in
+  }
+
+  // A turn of a program with one in flight waits behind it, and behind the turns that came
+  // before it (FIFO, one writer per block): at most kQueuedTurns wait, each for restore_wait_s at
+  // most, else a 429 (program_busy). Under `l`; the session once it is this turn's.
+  static constexpr size_t kQueuedTurns = 8;
+  GatewaySession& wait_turn(std::unique_lock<std::mutex>& l, const std::string& id) {
+    GatewaySession* s = &sessions.at(id);
+    if (s->queued.size() >= kQueuedTurns)
+      throw HttpError{429, error_body("program `" + id + "` has a request in flight and " +
+                                          std::to_string(kQueuedTurns) + " more waiting (the limit)",
+                                      "invalid_request_error", "program_id", "program_busy")};
+    const uint64_t ticket = next_ticket++;
+    s->queued.push_back(ticket);
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(opts.restore_wait_s));
+    for (;;) {
+      auto it = sessions.find(id);
+      if (it == sessions.end()) throw program_not_found(id);  // released while it waited
+      s = &it->second;
+      if (!s->busy && s->queued.front() == ticket) {
+        s->queued.pop_front();
+        return *s;
+      }
+      if (stopping || turn_cv.wait_until(l, until) == std::cv_status::timeout) {
+        if (auto again = sessions.find(id); again != sessions.end()) std::erase(again->second.queued, ticket);
+        turn_cv.notify_all();  // the turn behind it may go first now
+        throw HttpError{429,
+                        error_body("program `" + id + "`: waited " + std::to_string(opts.restore_wait_s) +
+                                       " s for the requests before this one to end",
+                                   "invalid_request_error", "program_id", "program_busy")};
+      }
+    }
   }
 
   // The request is over before it ran: the program acts again (a one-shot one is released).
@@ -194,6 +231,7 @@ struct GatewayPrograms::Impl {
         GatewaySession& s = it->second;
         s.busy = false;
         s.waiting = 0;
+        turn_cv.notify_all();
         request_seconds += now() - s.phase_since;  // phase_since: when the request arrived
         s.phase_since = s.last_used = now();
         ephemeral = s.ephemeral;
@@ -285,6 +323,7 @@ void GatewayPrograms::stop_waiting() {
       if (s.waiting) waiting.emplace_back(s.program, s.waiting);
   }
   impl_->cv.notify_all();
+  impl_->turn_cv.notify_all();  // queued turns give up: the gateway stops
   for (const auto& [program, request] : waiting) {
     ProgramCmd w = ProgramCmd::of(ProgramCmd::Op::withdraw, program);
     w.request = request;
@@ -315,11 +354,10 @@ GatewayPrograms::Turn GatewayPrograms::begin(const std::string& program_id) {
   uint64_t program = 0;
   Turn turn;
   {
-    std::lock_guard<std::mutex> l(impl_->m);
-    GatewaySession& s = impl_->sessions.at(*id);
-    if (s.busy)
-      throw HttpError{409, error_body("program `" + *id + "` already has a request in flight",
-                                      "invalid_request_error", "program_id", "program_busy")};
+    std::unique_lock<std::mutex> l(impl_->m);
+    GatewaySession* sp = &impl_->sessions.at(*id);
+    if (sp->busy || !sp->queued.empty()) sp = &impl_->wait_turn(l, *id);
+    GatewaySession& s = *sp;
     s.busy = true;  // from here on its text and tokens are this request's to change
     s.phase_since = impl_->now();
     ++s.requests;
@@ -412,6 +450,7 @@ void GatewayPrograms::end(const std::string& id) {
     if (it == g.sessions.end()) return;
     GatewaySession& s = it->second;
     s.busy = false;
+    g.turn_cv.notify_all();
     g.request_seconds += g.now() - s.phase_since;  // phase_since: when the request arrived
     s.phase_since = s.last_used = g.now();
     ephemeral = s.ephemeral;

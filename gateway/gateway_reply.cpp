@@ -51,7 +51,10 @@ void Gateway::Impl::close(Outcome& out, const ChatRequest& req, StopStrings& sto
     if (!reply.calls.empty()) {
       out.content = std::move(reply.content);
       out.calls = std::move(reply.calls);
-      out.finish_reason = "tool_calls";
+      // A call cut off after complete ones: those are the reply's calls, and the client sees the
+      // cut (finish_reason length, its text in cut_tool_call), not a whole reply.
+      out.finish_reason = reply.cut.empty() ? "tool_calls" : "length";
+      out.cut_call = std::move(reply.cut);
     }
   }
 }
@@ -150,11 +153,13 @@ json Gateway::Impl::choice_json(const ChatRequest& req, const Outcome& o, size_t
     if (o.content.empty()) message["content"] = nullptr;
     message["tool_calls"] = tool_calls_json(o.calls, false);
   }
-  return {
+  json choice = {
       {"index", index},
       {"message", message},
       {"logprobs", lp ? chat_logprobs(model->tokenizer, o.logprobs, 0, o.logprobs.size()) : json(nullptr)},
       {"finish_reason", o.finish_reason}};
+  if (!o.cut_call.empty()) choice["cut_tool_call"] = o.cut_call;
+  return choice;
 }
 
 json Gateway::Impl::usage_json(const std::vector<Outcome>& os) {
@@ -345,7 +350,8 @@ void Gateway::Impl::stream_choice(StreamedTurn& t, const ChunkWriter& w, int i, 
   if (o.calls.empty() && !calls.held().empty()) w.send(index, {{"content", calls.held()}});
   // The logprobs of tokens whose text has not gone out (held back, or none) come last.
   const json rest = lp_sent < o.logprobs.size() ? logprobs(o) : json(nullptr);
-  ok = w.send(index, json::object(), rest, o.finish_reason);
+  ok = w.send(index, o.cut_call.empty() ? json::object() : json{{"cut_tool_call", o.cut_call}}, rest,
+              o.finish_reason);
 }
 
 }  // namespace chorus

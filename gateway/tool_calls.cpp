@@ -87,12 +87,17 @@ bool read_call(const std::string& text, const ChatTools& tools, std::vector<Tool
 
 // The calls written as <tool_call>...</tool_call>; one left open (the reply was cut) is dropped
 // when `cut`, and makes it no calls otherwise.
-std::vector<ToolCall> tagged_calls(const std::string& text, size_t first, const ChatTools& tools, bool cut) {
+std::vector<ToolCall> tagged_calls(const std::string& text, size_t first, const ChatTools& tools, bool cut,
+                                   std::string* left_open) {
   std::vector<ToolCall> calls;
   for (size_t at = first; at != std::string::npos; at = text.find(kOpen, at)) {
     const size_t body = at + kOpen.size();
     const size_t end = text.find(kClose, body);
-    if (end == std::string::npos) return cut ? calls : std::vector<ToolCall>{};
+    if (end == std::string::npos) {
+      if (!cut) return {};
+      if (!calls.empty()) *left_open = text.substr(at);
+      return calls;
+    }
     if (!read_call(std::string(trim(std::string_view(text).substr(body, end - body))), tools, calls))
       return {};
     at = end + kClose.size();  // text after the last call is dropped, as other servers do
@@ -110,7 +115,7 @@ ToolReply read_tool_calls(const std::string& text, const ChatTools& tools, bool 
   std::string before;
   const std::string body(trim(text));
   if (const size_t at = text.find(kOpen); at != std::string::npos) {
-    calls = tagged_calls(text, at, tools, cut);
+    calls = tagged_calls(text, at, tools, cut, &r.cut);
     before = text.substr(0, at);
   } else if (body.rfind(kMistral, 0) == 0) {
     const json list = json::parse(body.substr(kMistral.size()), nullptr, false);
@@ -124,7 +129,10 @@ ToolReply read_tool_calls(const std::string& text, const ChatTools& tools, bool 
     read_call(body, tools, calls);
   }
   if (calls.empty()) return r;
-  if (!tools.parallel) calls.resize(1);
+  if (!tools.parallel) {
+    calls.resize(1);
+    r.cut.clear();  // one call is the reply: what came after it is not
+  }
   r.calls = std::move(calls);
   r.content = all_space(before) ? std::string() : before;
   return r;

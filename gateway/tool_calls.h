@@ -44,11 +44,13 @@ struct ToolCall {
 struct ToolReply {
   std::string content;  // the text before the calls, or all of it when there are none
   std::vector<ToolCall> calls;
+  std::string cut;  // the call max_tokens cut off after `calls` (dropped), as written so far
 };
 
 // The calls in a finished reply; none when it holds none that parse, name an offered tool and
 // carry an object of arguments (then `content` is the whole reply). `cut`: the reply was cut
-// by max_tokens in the middle of a call, which is dropped, the complete ones before it kept.
+// by max_tokens in the middle of a call, which is dropped (its text in ToolReply::cut), the
+// complete ones before it kept.
 ToolReply read_tool_calls(const std::string& text, const ChatTools& tools, bool cut = false);
 
 // The system text that shows a model its tools when its template does not.

@@ -248,9 +248,13 @@ TEST(ToolCalls, ReadBackInEachFormatAndNeverInvented) {
   const std::string cut =
       R"(<tool_call>{"name": "search", "arguments": {"q": "z"}}</tool_call><tool_call>{"na)";
   EXPECT_EQ(read_tool_calls(cut, t, true).calls.size(), 1u);
+  EXPECT_EQ(read_tool_calls(cut, t, true).cut, R"(<tool_call>{"na)") << "what was cut is said";
   EXPECT_TRUE(read_tool_calls(cut, t, false).calls.empty());
+  EXPECT_TRUE(read_tool_calls(R"(<tool_call>{"na)", t, true).cut.empty())
+      << "no complete call: all is content";
   t.parallel = false;
   EXPECT_EQ(read_tool_calls(cut, t, true).calls.size(), 1u);
+  EXPECT_TRUE(read_tool_calls(cut, t, true).cut.empty()) << "one call is the whole reply";
 }
 
 // A reply's call, sent back in the history, is written as the grammar spells calls (the model's

@@ -108,6 +108,34 @@ try:
     check(all(results[p].choices[0].message.content is not None for p in ("conc-a", "conc-b")),
           "two programs served at once (%.2f s)" % (time.time() - t0))
 
+    # Turns of one program sent at once wait for each other in order (one writer per block): none
+    # is refused while 8 wait; a ninth waiting is a 429.
+    order, codes = [], {}
+
+    def turn(i):
+        try:
+            say = "Count from 1 to 200." if i == 0 else "Say %d." % i  # the first is long
+            client.chat.completions.create(model=model, messages=[{"role": "user", "content": say}],
+                                           max_tokens=160 if i == 0 else 12, temperature=0,
+                                           extra_body={"program_id": "queued"})
+            order.append(i)
+        except openai.APIStatusError as e:
+            codes[i] = (e.status_code, e.code)
+
+    threads = []
+    for i in range(9):  # one in flight and eight waiting, started a little apart
+        threads.append(threading.Thread(target=turn, args=(i,)))
+        threads[-1].start()
+        time.sleep(0.03)
+    over = http("POST", base + "/v1/chat/completions", {"model": model, "max_tokens": 4, "program_id": "queued",
+                                                        "messages": [{"role": "user", "content": "One more."}]})
+    for t in threads:
+        t.join()
+    check(not codes and order == list(range(9)),
+          "9 turns of one program at once: each answered, in the order sent %s %s" % (order, codes))
+    check(over[0] == 429 and json.loads(over[1])["error"]["code"] == "program_busy",
+          "a tenth while nine are there: 429 program_busy (%d)" % over[0])
+
     # More requests at once than a small HTTP worker pool would take: each stream's first chunk
     # (sent once the request has started) comes before any of them ends, so none sat in a queue
     # the scheduler cannot see.

@@ -47,13 +47,33 @@ def main():
         client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
         ask = lambda **kw: client.chat.completions.create(model="default", **{"max_tokens": 96, **kw})
 
-        # required: hot sampling, never anything but valid calls.
-        good = 0
+        # required: hot sampling, never anything but valid calls. Parallel calls allowed (OpenAI's
+        # default), a reply may start one more call than max_tokens lets it finish: the complete
+        # calls come back, finish_reason says length, cut_tool_call holds what was cut.
+        good, cut = 0, 0
         for seed in range(5):
             r = ask(messages=QUESTION, tools=TOOLS, tool_choice="required", temperature=1.5, seed=seed)
             c = r.choices[0]
-            good += c.finish_reason == "tool_calls" and c.message.content is None and valid_calls(c.message.tool_calls)
-        check(good == 5, f"tool_choice required at temperature 1.5: {good} of 5 replies are valid calls")
+            cut_call = (c.model_extra or {}).get("cut_tool_call")
+            ended = c.finish_reason == "tool_calls" and cut_call is None
+            was_cut = c.finish_reason == "length" and isinstance(cut_call, str) and cut_call.startswith("<tool_call>")
+            good += (ended or was_cut) and c.message.content is None and valid_calls(c.message.tool_calls)
+            cut += was_cut
+            if was_cut and cut == 1:
+                cut_seed, cut_text = seed, cut_call
+        check(good == 5, f"tool_choice required at temperature 1.5: {good} of 5 replies are valid calls "
+                         f"({cut} cut after their complete calls: finish_reason length, the cut call said)")
+        # The same reply streamed: the last chunk's delta says what was cut.
+        check(cut > 0, "a hot reply here is cut after its complete calls (the streamed check needs one)")
+        if cut:
+            last = None
+            for chunk in ask(messages=QUESTION, tools=TOOLS, tool_choice="required", temperature=1.5, seed=cut_seed,
+                             stream=True):
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    last = chunk.choices[0]
+            said = (last.delta.model_extra or {}).get("cut_tool_call") if last else None
+            check(last is not None and last.finish_reason == "length" and said == cut_text,
+                  "streamed, the same reply ends with finish_reason length and cut_tool_call in its last delta")
 
         r = ask(messages=QUESTION, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, temperature=0)
         calls = r.choices[0].message.tool_calls
