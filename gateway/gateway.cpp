@@ -51,6 +51,26 @@ Gateway::Impl::Plan Gateway::Impl::plan(const ChatRequest& req, BlockId block, c
   return p;
 }
 
+void Gateway::Impl::keep_common_prefix(Admitted& a, const ChatRequest& req) const {
+  Plan& p = a.plan;
+  if (!p.restart || !p.known || a.turn.tokens <= 0) return;
+  auto snap = a.backend->programs->call(encode_snapshot_view(0, {p.block}, true));
+  if (!snap || snap->blocks.size() != 1) return;  // (start again, as before)
+  const std::vector<TokenId>& log = snap->blocks.front().log;
+  std::vector<size_t> ends;  // the prompt's text length after each kept token
+  for (size_t at = 0; ends.size() < log.size();) {
+    const std::string piece =
+        model->tokenizer.decode(std::span(&log[ends.size()], 1), {.render_special = true});
+    if (piece.empty() || p.prompt.compare(at, piece.size(), piece) != 0) break;
+    ends.push_back(at += piece.size());
+  }
+  // Choices fork from the prompt's last token: at least one must be new.
+  while (!ends.empty() && req.n > 1 && ends.back() >= p.prompt.size()) ends.pop_back();
+  if (ends.empty()) return;
+  p.keep = p.have_tokens = static_cast<int64_t>(ends.size());
+  p.toks = model->tokenizer.encode(p.prompt.substr(ends.back()), {.parse_special = true});
+}
+
 void Gateway::Impl::free_forks(Admitted& a) {
   for (const Fork& f : a.forks)
     if (auto r = a.backend->programs->call(encode_free_block(0, f.block)); !r)
@@ -123,6 +143,7 @@ void Gateway::Impl::admit_turn(Admitted& a, const ChatRequest& req, const std::v
     programs->end(a.turn.id);
     throw;
   }
+  keep_common_prefix(a, req);
   a.plan.toks.insert(a.plan.toks.end(), resumed.begin(), resumed.end());
   const int max_tokens = req.max_tokens - static_cast<int>(resumed.size());
   const int64_t need = a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size()) +
@@ -133,7 +154,21 @@ void Gateway::Impl::admit_turn(Admitted& a, const ChatRequest& req, const std::v
     programs->end(a.turn.id);
     throw http_error(e);
   };
-  if (a.plan.restart) {  // the history changed: start the block again
+  if (a.plan.keep > 0) {  // the history changed after its first `keep` tokens: a fork keeps them
+    const BlockId old = a.plan.block;
+    auto r = programs->admit(
+        *a.self, a.turn.id, need,
+        [&](uint64_t rid) { return encode_fork_block(rid, old, a.plan.keep, "", a.turn.program); },
+        std::exchange(first, false));
+    if (!r || r->kind != ReplyKind::block_info)
+      fail(make_error(r ? Errc::internal : r.error().code,
+                      "cannot keep the program's common prefix: " + (r ? r->text : r.error().message)));
+    a.plan.block = a.turn.block = static_cast<BlockId>(r->id);
+    programs->set_block(a.turn.id, a.plan.block);
+    if (auto f = programs->call(encode_free_block(0, old)); !f)
+      spdlog::warn("gateway: freeing the old block of `{}`: {}", a.turn.id, f.error().message);
+    programs->count(0, 0, 0, a.turn.tokens - a.plan.keep);
+  } else if (a.plan.restart) {  // the history changed: start the block again
     auto r = programs->admit(
         *a.self, a.turn.id, need, [&](uint64_t rid) { return encode_clear_block(rid, a.plan.block); },
         std::exchange(first, false));

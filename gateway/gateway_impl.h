@@ -88,6 +88,7 @@ struct Gateway::Impl {
     std::vector<TokenId> toks;
     int64_t have_tokens = 0;  // in the block, reused
     bool restart = false;     // the history changed: the block starts again
+    int64_t keep = 0;         // ... but for this many tokens, which start the new prompt too
     bool known = true;        // the prompt's text is known (not for a prompt of token ids)
   };
 
@@ -152,6 +153,9 @@ struct Gateway::Impl {
                       bool may_move);
 
   void admit_turn(Admitted& a, const ChatRequest& req, const std::vector<TokenId>& resumed, bool may_move);
+  // A changed history (a.plan.restart): the longest prefix of the block's log whose text starts
+  // the new prompt is kept (a.plan.keep, have_tokens) and only the rest is prefilled.
+  void keep_common_prefix(Admitted& a, const ChatRequest& req) const;
 
   // One choice's reply as it comes: its tokens, text and logprobs, then how it finished.
   struct Outcome {

@@ -432,6 +432,11 @@ void GatewayPrograms::set_room_elsewhere(std::function<bool(int64_t pages)> test
   impl_->room_elsewhere = std::move(test);
 }
 
+void GatewayPrograms::set_block(const std::string& id, BlockId block) {
+  std::lock_guard<std::mutex> l(impl_->m);
+  if (auto it = impl_->sessions.find(id); it != impl_->sessions.end()) it->second.block = block;
+}
+
 void GatewayPrograms::set_contents(const std::string& id, std::string text, int64_t tokens) {
   std::lock_guard<std::mutex> l(impl_->m);
   auto it = impl_->sessions.find(id);

@@ -80,6 +80,8 @@ class GatewayPrograms {
   void set_room_elsewhere(std::function<bool(int64_t pages)> test);
   // What the block holds now ("" when not known: the next request starts it again).
   void set_contents(const std::string& id, std::string text, int64_t tokens);
+  // The program's conversation is in `block` now (its common prefix kept in a fork of the old one).
+  void set_block(const std::string& id, BlockId block);
   // The request is over: the program acts until its next one (one-shot programs are released).
   void end(const std::string& id);
   // POST /programs/release. Throws HttpError 404 (no such program) or 409 (a request in flight).

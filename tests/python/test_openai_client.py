@@ -92,6 +92,21 @@ try:
     check(cached == a1.usage.prompt_tokens + a1.usage.completion_tokens,
           "turn 2 reuses turn 1 from the program's block (%d cached tokens, %d prompt)" % (cached, a2.usage.prompt_tokens))
 
+    # A changed history (the client edits turn 2's question): the block is kept up to where the
+    # histories part, and the reply is the one a fresh program gives the same history.
+    edited = history[:-1] + [{"role": "user", "content": "And of Spain?"}]
+    a3 = client.chat.completions.create(model=model, messages=edited, max_tokens=24, temperature=0,
+                                        extra_body={"program_id": "conv-1"})
+    fresh = client.chat.completions.create(model=model, messages=edited, max_tokens=24, temperature=0,
+                                           extra_body={"program_id": "conv-1-fresh"})
+    kept = a3.usage.prompt_tokens_details.cached_tokens
+    check(a1.usage.prompt_tokens + a1.usage.completion_tokens <= kept < a2.usage.prompt_tokens and
+          fresh.usage.prompt_tokens_details.cached_tokens == 0,
+          "an edited last question: the block is kept up to it (%d cached of %d prompt tokens)" %
+          (kept, a3.usage.prompt_tokens))
+    check(a3.choices[0].message.content == fresh.choices[0].message.content,
+          "and the reply is a fresh program's: %r" % a3.choices[0].message.content)
+
     # Two programs at once.
     results = {}
 
