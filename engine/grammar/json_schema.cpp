@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 namespace chorus {
@@ -25,11 +26,65 @@ constexpr int kMaxCalls = 8;  // calls in one reply, with parallel tool calls
 const std::set<std::string> kAnnotations = {"title",       "description", "default",  "examples",
                                             "$schema",     "$id",         "$comment", "$defs",
                                             "definitions", "deprecated",  "readOnly", "writeOnly"};
-const std::set<std::string> kHandled = {"type",       "enum",     "const",
-                                        "anyOf",      "allOf",    "$ref",
-                                        "properties", "required", "additionalProperties",
-                                        "items",      "minItems", "maxItems",
-                                        "minLength",  "maxLength"};
+const std::set<std::string> kHandled = {"type",
+                                        "enum",
+                                        "const",
+                                        "anyOf",
+                                        "allOf",
+                                        "$ref",
+                                        "properties",
+                                        "required",
+                                        "additionalProperties",
+                                        "items",
+                                        "minItems",
+                                        "maxItems",
+                                        "minLength",
+                                        "maxLength",
+                                        "minimum",
+                                        "maximum",
+                                        "exclusiveMinimum",
+                                        "exclusiveMaximum",
+                                        "format"};
+
+// Decimal digit strings of one length, x..y (x <= y, both that long, leading zeros allowed): the
+// alternatives of a byte sequence, one digit set per position.
+void digit_range(const std::string& x, const std::string& y, Seq prefix, std::vector<Seq>& out) {
+  if (x.empty()) {
+    out.push_back(std::move(prefix));
+    return;
+  }
+  auto with = [&](uint8_t lo, uint8_t hi) {
+    Seq p = prefix;
+    p.push_back(B::bytes(B::range(lo, hi)));
+    return p;
+  };
+  const std::string rx = x.substr(1), ry = y.substr(1);
+  const std::string zeros(rx.size(), '0'), nines(rx.size(), '9');
+  if (x == std::string(x.size(), '0') && y == std::string(y.size(), '9')) {  // every string of that length
+    for (size_t i = 0; i < x.size(); ++i) prefix.push_back(B::bytes(B::range('0', '9')));
+    out.push_back(std::move(prefix));
+    return;
+  }
+  if (x[0] == y[0]) return digit_range(rx, ry, with(x[0], x[0]), out);
+  // The first digit x0 with the rest from rx up, the digits between with any rest, y0 with the
+  // rest up to ry; a rest that is already every string joins the digits between.
+  const uint8_t lo = rx == zeros ? x[0] : x[0] + 1, hi = ry == nines ? y[0] : y[0] - 1;
+  if (rx != zeros) digit_range(rx, nines, with(x[0], x[0]), out);
+  if (lo <= hi) digit_range(zeros, nines, with(lo, hi), out);
+  if (ry != nines) digit_range(zeros, ry, with(y[0], y[0]), out);
+}
+
+// The natural numbers lo..hi (0 <= lo <= hi) as JSON writes them (no leading zero).
+std::vector<Seq> naturals(int64_t lo, int64_t hi) {
+  std::vector<Seq> out;
+  const std::string a = std::to_string(lo), b = std::to_string(hi);
+  for (size_t len = a.size(); len <= b.size(); ++len) {
+    const std::string from = len == a.size() ? a : "1" + std::string(len - 1, '0');
+    const std::string to = len == b.size() ? b : std::string(len, '9');
+    digit_range(from, to, {}, out);
+  }
+  return out;
+}
 
 Seq cat(std::initializer_list<Seq> parts) {
   Seq out;
@@ -249,8 +304,11 @@ class Compiler {
         types.push_back("object");
       else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
         types.push_back("array");
-      else if (s.contains("minLength") || s.contains("maxLength"))
+      else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format"))
         types.push_back("string");
+      else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+               s.contains("exclusiveMaximum"))
+        types.push_back("number");
       else
         return lex_.value;
     }
@@ -269,15 +327,156 @@ class Compiler {
     if (t == "object") return object(s, at);
     if (t == "array") return array(s, at);
     if (t == "string") {
+      if (s.contains("format")) {
+        if (!s["format"].is_string()) return fail(at + "/format", "a format name");
+        if (s.contains("minLength") || s.contains("maxLength"))
+          return fail(at, "'format' beside 'minLength' or 'maxLength' is not supported");
+        return formatted(s["format"].get<std::string>(), at);
+      }
       const auto min = count(s, "minLength", at), max = count(s, "maxLength", at);
       if (min < 0 && max < 0) return lex_.string;
       if (max >= 0 && min > max) return fail(at, "minLength is more than maxLength");
       return lex_.string_of(b_, at + "/string", std::max<int64_t>(min, 0), max);
     }
-    if (t == "number") return lex_.number;
-    if (t == "integer") return lex_.integer;
+    if (t == "number" || t == "integer") return bounded(s, t == "integer", at);
     if (t == "boolean") return lex_.boolean;
     return lex_.null;
+  }
+
+  // An integer, or a number, within minimum / maximum / exclusiveMinimum / exclusiveMaximum.
+  // Integers: any bounds (the grammar writes at most kMaxIntDigits digits). Numbers: whole-number
+  // bounds with the lower one at 0 or above (what Field(ge=0, le=1) makes), no exponent.
+  int32_t bounded(const json& s, bool integer, const std::string& at) {
+    const char* keys[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    bool any = false;
+    for (const char* k : keys) {
+      if (!s.contains(k)) continue;
+      if (!s[k].is_number()) return fail(at + "/" + k, "a number");
+      any = true;
+    }
+    if (!any) return integer ? lex_.integer : lex_.number;
+    const double big = 9999999999999999.0;  // kMaxIntDigits nines
+    double lo = -big, hi = big;
+    bool lo_open = false, hi_open = false;
+    if (s.contains("minimum")) lo = s["minimum"].get<double>();
+    if (s.contains("exclusiveMinimum") && s["exclusiveMinimum"].get<double>() >= lo)
+      lo = s["exclusiveMinimum"].get<double>(), lo_open = true;
+    if (s.contains("maximum")) hi = s["maximum"].get<double>();
+    if (s.contains("exclusiveMaximum") && s["exclusiveMaximum"].get<double>() <= hi)
+      hi = s["exclusiveMaximum"].get<double>(), hi_open = true;
+    if (lo > big || hi < -big) return fail(at, "no value of at most 16 digits lies between its bounds");
+    lo = std::max(lo, -big), hi = std::min(hi, big);
+    if (integer) {
+      auto first = static_cast<int64_t>(std::ceil(lo)), last = static_cast<int64_t>(std::floor(hi));
+      if (lo_open && static_cast<double>(first) == lo) ++first;
+      if (hi_open && static_cast<double>(last) == hi) --last;
+      if (first > last) return fail(at, "no integer lies between its bounds");
+      std::vector<Seq> alts;
+      if (first < 0)
+        for (Seq& q : naturals(std::max<int64_t>(1, last < 0 ? -last : 1), -first))
+          alts.push_back(cat({B::literal("-"), q}));
+      if (last >= 0)
+        for (Seq& q : naturals(std::max<int64_t>(first, 0), last)) alts.push_back(std::move(q));
+      return b_.add(at + "/integer-range", std::move(alts));
+    }
+    if (lo < 0 || lo != std::floor(lo) || (hi != big && hi != std::floor(hi)))
+      return fail(at,
+                  "bounds on a number are supported when they are whole numbers, the lower one 0 or more");
+    // N.F: N from lo (lo + 1 when lo is open and F is zero: so any N > lo with any F, or N = lo
+    // with a fraction that is not all zeros) up to hi - 1 with any F, or hi itself (closed) with
+    // a zero fraction.
+    const auto first = static_cast<int64_t>(lo), last = static_cast<int64_t>(hi);
+    const int32_t digits = b_.repeat(at + "/fraction-digits", {B::bytes(B::range('0', '9'))}, 1, 15);
+    const int32_t zeros = b_.repeat(at + "/zero-digits", {B::bytes(B::range('0', '0'))}, 1, 15);
+    const int32_t any_fraction = b_.add(at + "/fraction", {cat({B::literal("."), r(digits)}), {}});
+    const int32_t nonzero_fraction =  // digits with a non-zero one among them
+        b_.add(at + "/nonzero-fraction",
+               {cat({B::literal("."),
+                     r(b_.repeat(at + "/lead-zeros", {B::bytes(B::range('0', '0'))}, 0, 14)),
+                     {B::bytes(B::range('1', '9'))},
+                     r(b_.repeat(at + "/tail-digits", {B::bytes(B::range('0', '9'))}, 0, 14))})});
+    const int32_t zero_fraction = b_.add(at + "/zero-fraction", {cat({B::literal("."), r(zeros)}), {}});
+    std::vector<Seq> alts;
+    auto add_range = [&](int64_t a, int64_t b, int32_t fraction) {
+      if (a > b) return;
+      for (Seq& q : naturals(a, b)) alts.push_back(cat({q, r(fraction)}));
+    };
+    add_range(lo_open ? first + 1 : first, last - 1, any_fraction);
+    if (lo_open && first <= last - 1) add_range(first, first, nonzero_fraction);
+    if (!hi_open) add_range(last, last, zero_fraction);
+    if (lo_open && !hi_open && first == last) alts.clear();
+    if (alts.empty()) return fail(at, "no number lies between its bounds");
+    return b_.add(at + "/number-range", std::move(alts));
+  }
+
+  // A string of a `format` chorus writes exactly: date, time, date-time (RFC 3339), uuid, email,
+  // ipv4. The dates are real ones (February to the 28th, the 30-day months to the 30th).
+  int32_t formatted(const std::string& f, const std::string& at) {
+    const ByteSet digit = B::range('0', '9');
+    auto d = [&](uint8_t lo, uint8_t hi) { return B::bytes(B::range(lo, hi)); };
+    auto two = [&](int lo, int hi) {  // a two-digit number lo..hi
+      std::vector<Seq> alts;
+      for (int v = lo; v <= hi; ++v) alts.push_back({B::byte('0' + v / 10), B::byte('0' + v % 10)});
+      return alts;
+    };
+    auto rule = [&](const std::string& name, std::vector<Seq> alts) {
+      return b_.add(at + "/" + name, std::move(alts));
+    };
+    auto date = [&] {
+      std::vector<Seq> md;
+      for (int m = 1; m <= 12; ++m) {
+        const int days = m == 2 ? 28 : (m == 4 || m == 6 || m == 9 || m == 11) ? 30 : 31;
+        for (Seq& day : two(1, days))
+          md.push_back(cat({{B::byte('0' + m / 10), B::byte('0' + m % 10)}, B::literal("-"), day}));
+      }
+      return rule("date", {cat({{d('1', '2'), B::bytes(digit), B::bytes(digit), B::bytes(digit)},
+                                B::literal("-"),
+                                r(rule("month-day", md))})});
+    };
+    auto time = [&] {
+      const int32_t h = rule("hour", two(0, 23)), m = rule("minute", two(0, 59));
+      const int32_t frac =
+          rule("second-fraction",
+               {cat({B::literal("."), r(b_.repeat(at + "/second-digits", {B::bytes(digit)}, 1, 9))}), {}});
+      const int32_t offset =
+          rule("offset", {B::literal("Z"), cat({{d('+', '+')}, r(h), B::literal(":"), r(m)}),
+                          cat({B::literal("-"), r(h), B::literal(":"), r(m)})});
+      return rule("time", {cat({r(h), B::literal(":"), r(m), B::literal(":"), r(m), r(frac), r(offset)})});
+    };
+    int32_t inner = -1;
+    if (f == "date")
+      inner = date();
+    else if (f == "time")
+      inner = time();
+    else if (f == "date-time")
+      inner = rule("date-time", {cat({r(date()), B::literal("T"), r(time())})});
+    else if (f == "uuid") {
+      const ByteSet hex = B::range('0', '9') | B::range('a', 'f');
+      Seq q;
+      for (int n : {8, 4, 4, 4, 12}) {
+        if (!q.empty()) q.push_back(B::byte('-'));
+        for (int i = 0; i < n; ++i) q.push_back(B::bytes(hex));
+      }
+      inner = rule("uuid", {q});
+    } else if (f == "email") {
+      const ByteSet local = B::range('a', 'z') | B::range('A', 'Z') | B::range('0', '9') |
+                            B::range('.', '.') | B::range('_', '_') | B::range('+', '+') | B::range('-', '-');
+      const ByteSet label = B::range('a', 'z') | B::range('A', 'Z') | B::range('0', '9') | B::range('-', '-');
+      const int32_t part = b_.repeat(at + "/email-label", {B::bytes(label)}, 1, 32);
+      inner =
+          rule("email",
+               {cat({r(b_.repeat(at + "/email-local", {B::bytes(local)}, 1, 32)), B::literal("@"), r(part),
+                     r(b_.repeat(at + "/email-domain", cat({B::literal("."), r(part)}), 1, 4))})});
+    } else if (f == "ipv4") {
+      const int32_t octet = rule("octet", naturals(0, 255));
+      inner = rule(
+          "ipv4",
+          {cat({r(octet), B::literal("."), r(octet), B::literal("."), r(octet), B::literal("."), r(octet)})});
+    } else {
+      return fail(at + "/format",
+                  "format '" + f + "' is not supported (date, time, date-time, uuid, email, ipv4 are)");
+    }
+    return b_.add(at + "/formatted", {cat({B::literal("\""), r(inner), B::literal("\"")})});
   }
 
   // A non-negative integer keyword, or -1 when absent.

@@ -165,6 +165,64 @@ TEST(JsonSchemaGrammar, PropertiesInTheSchemasOrder) {
   EXPECT_FALSE(accepts(tc, R"({"a":2,"z":1})"));
 }
 
+// minimum / maximum / exclusive bounds, exact on integers (every integer from -30 to 300 checked
+// against the bounds in arithmetic), and on numbers with whole bounds; and the formats chorus writes.
+TEST(JsonSchemaGrammar, BoundsAndFormats) {
+  CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
+  struct Case {
+    const char* schema;
+    double lo, hi;
+    bool lo_open, hi_open;
+  };
+  for (const Case& c :
+       {Case{R"({"type":"integer","minimum":-5,"maximum":120})", -5, 120, false, false},
+        Case{R"({"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":10})", 0, 10, true, true},
+        Case{R"({"type":"integer","minimum":7})", 7, 1e300, false, false},
+        Case{R"({"type":"integer","maximum":-3})", -1e300, -3, false, false},
+        Case{R"({"type":"integer","minimum":0.5,"maximum":99.5})", 0.5, 99.5, false, false}}) {
+    auto g = schema(json::parse(c.schema));
+    ASSERT_TRUE(g) << c.schema;
+    for (int v = -30; v <= 300; ++v) {
+      const bool in = (c.lo_open ? v > c.lo : v >= c.lo) && (c.hi_open ? v < c.hi : v <= c.hi);
+      EXPECT_EQ(accepts(g, std::to_string(v)), in) << c.schema << " " << v;
+    }
+    EXPECT_FALSE(accepts(g, "05")) << c.schema;
+  }
+  auto unit = schema(json::parse(R"({"type":"number","minimum":0,"maximum":1})"));
+  for (const char* ok : {"0", "0.5", "0.000", "1", "1.0", "1.000", "0.999"})
+    EXPECT_TRUE(accepts(unit, ok)) << ok;
+  for (const char* no : {"1.5", "1.01", "-0.1", "2", "01", "1e0"}) EXPECT_FALSE(accepts(unit, no)) << no;
+  auto open = schema(json::parse(R"({"type":"number","exclusiveMinimum":0,"exclusiveMaximum":2})"));
+  for (const char* ok : {"0.1", "1", "1.9", "0.001"}) EXPECT_TRUE(accepts(open, ok)) << ok;
+  for (const char* no : {"0", "0.0", "2", "2.0", "2.5"}) EXPECT_FALSE(accepts(open, no)) << no;
+  EXPECT_NE(schema_error(json::parse(R"({"type":"number","minimum":-1.5})")).find("whole numbers"),
+            std::string::npos);
+  EXPECT_NE(schema_error(json::parse(R"({"type":"integer","minimum":3,"maximum":2})")).find("no integer"),
+            std::string::npos);
+
+  const std::vector<std::tuple<const char*, std::vector<const char*>, std::vector<const char*>>> formats = {
+      {"date",
+       {"2026-12-07", "1999-02-28", "2030-04-30"},
+       {"2026-13-01", "2026-02-30", "2026-04-31", "26-12-07"}},
+      {"time", {"10:00:00Z", "23:59:59.123+02:00", "00:00:00-05:30"}, {"24:00:00Z", "10:60:00Z", "10:00:00"}},
+      {"date-time",
+       {"2026-12-07T10:00:00Z", "2026-01-31T23:59:59.5+01:00"},
+       {"2026-12-07 10:00:00Z", "2026-12-07T10:00Z"}},
+      {"uuid",
+       {"123e4567-e89b-12d3-a456-426614174000"},
+       {"123e4567e89b12d3a456426614174000", "123E4567-e89b-12d3-a456-42661417400"}},
+      {"email", {"ann@example.org", "a.b+c@mail.co.uk"}, {"ann", "@example.org", "ann@example"}},
+      {"ipv4", {"0.0.0.0", "192.168.1.255", "255.255.255.255"}, {"256.1.1.1", "1.2.3", "01.2.3.4"}}};
+  for (const auto& [f, ok, no] : formats) {
+    auto g = schema(json{{"type", "string"}, {"format", f}});
+    ASSERT_TRUE(g) << f;
+    for (const char* v : ok) EXPECT_TRUE(accepts(g, json(v).dump())) << f << " " << v;
+    for (const char* v : no) EXPECT_FALSE(accepts(g, json(v).dump())) << f << " " << v;
+  }
+  EXPECT_NE(schema_error(json::parse(R"({"type":"string","format":"hostname"})")).find("format 'hostname'"),
+            std::string::npos);
+}
+
 TEST(JsonSchemaGrammar, RecursiveReferencesThatEnd) {
   CHORUS_REQUIRE_DEFAULT_MODEL(gguf);
   auto g = schema(json::parse(R"({
@@ -214,15 +272,15 @@ TEST(ToolCallGrammar, OnlyValidCallsOfKnownTools) {
   EXPECT_NE(
       tool_call_grammar(json::parse(R"([{"name": "a", "parameters": {"type": "string", "format": "x"}}])"))
           .error()
-          .message.find("tool 'a': JSON schema at '#': keyword 'format' is not supported"),
+          .message.find("tool 'a': JSON schema at '#/format': format 'x' is not supported"),
       std::string::npos);
 }
 
 TEST(JsonSchemaGrammar, RefusesWhatItDoesNotSupportByName) {
   const std::vector<std::pair<json, std::string>> cases = {
       {json::parse(R"({"type":"string","pattern":"a+"})"), "keyword 'pattern' is not supported"},
-      {json::parse(R"({"type":"string","format":"date-time"})"), "keyword 'format' is not supported"},
-      {json::parse(R"({"type":"integer","minimum":3})"), "keyword 'minimum' is not supported"},
+      {json::parse(R"({"type":"string","format":"hostname"})"), "format 'hostname' is not supported"},
+      {json::parse(R"({"type":"integer","multipleOf":3})"), "keyword 'multipleOf' is not supported"},
       {json::parse(R"({"oneOf":[{"type":"string"}]})"), "keyword 'oneOf' is not supported"},
       {json::parse(R"({"type":"array","uniqueItems":true})"), "keyword 'uniqueItems' is not supported"},
       {json::parse(R"({"type":"object","additionalProperties":{"type":"integer"}})"),
@@ -234,7 +292,7 @@ TEST(JsonSchemaGrammar, RefusesWhatItDoesNotSupportByName) {
     const std::string e = schema_error(s);
     EXPECT_NE(e.find(want), std::string::npos) << s.dump() << " -> " << e;
   }
-  EXPECT_NE(schema_error(json::parse(R"({"properties":{"a":{"type":"integer","minimum":1}}})"))
+  EXPECT_NE(schema_error(json::parse(R"({"properties":{"a":{"type":"integer","multipleOf":1}}})"))
                 .find("'#/properties/a'"),
             std::string::npos)
       << "the error names where the keyword is";

@@ -17,6 +17,8 @@ import pydantic
 from serve_support import check, finish, start_server, stop_server
 
 CHORUS, MODEL = sys.argv[1], sys.argv[2]
+FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER  # date-time, time need rfc3339-validator (setup.sh)
+assert "date-time" in FORMATS.checkers, "jsonschema cannot check date-time here: pip install rfc3339-validator"
 SCHEMAS = {
     "tool call with 5 arguments": {
         "type": "object",
@@ -64,6 +66,22 @@ SCHEMAS = {
         },
         "$ref": "#/$defs/node",
     },
+    "bounds and formats": {
+        "type": "object",
+        "properties": {
+            "count": {"type": "integer", "minimum": -5, "maximum": 120},
+            "share": {"type": "number", "minimum": 0, "maximum": 1},
+            "rank": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10},
+            "when": {"type": "string", "format": "date-time"},
+            "day": {"type": "string", "format": "date"},
+            "at": {"type": "string", "format": "time"},
+            "id": {"type": "string", "format": "uuid"},
+            "mail": {"type": "string", "format": "email"},
+            "ip": {"type": "string", "format": "ipv4"},
+        },
+        "required": ["count", "share", "rank", "when", "day", "at", "id", "mail", "ip"],
+        "additionalProperties": False,
+    },
     "constants and enums": {
         "type": "object",
         "properties": {
@@ -75,6 +93,9 @@ SCHEMAS = {
         "additionalProperties": False,
     },
 }
+
+
+LONG = {"bounds and formats": 480}  # nine fields, and the model's whitespace: more room than 160 tokens
 
 
 def schema_format(name, schema):
@@ -91,14 +112,14 @@ try:
     for name, schema in SCHEMAS.items():
         ended = 0
         for seed in range(3):
-            r = client.chat.completions.create(model=model, messages=ask, max_tokens=160, temperature=1.5,
-                                               seed=seed, response_format=schema_format(name, schema))
+            r = client.chat.completions.create(model=model, messages=ask, max_tokens=LONG.get(name, 160),
+                                               temperature=1.5, seed=seed, response_format=schema_format(name, schema))
             text, why = r.choices[0].message.content, r.choices[0].finish_reason
             if why == "stop":
                 ended += 1
                 try:
                     value = json.loads(text)
-                    jsonschema.validate(value, schema)
+                    jsonschema.validate(value, schema, format_checker=FORMATS)
                     ok = True
                 except (ValueError, jsonschema.ValidationError) as e:
                     ok = False
@@ -110,7 +131,9 @@ try:
             else:
                 check(why == "length", "%s, seed %d: cut by max_tokens (%s): %r" % (name, seed, why, text))
         whole += ended
-        print("     %s: %d of 3 replies ended within 160 tokens" % (name, ended))
+        print("     %s: %d of 3 replies ended within %d tokens" % (name, ended, LONG.get(name, 160)))
+        if name in LONG:
+            check(ended > 0, "%s: a hot reply ends (and validates) within %d tokens" % (name, LONG[name]))
     check(whole > 0, "%d of %d hot replies ended; each of those validated" % (whole, 3 * len(SCHEMAS)))
 
     # Streaming: the pieces join into the same kind of JSON.
@@ -134,13 +157,14 @@ try:
     # fields in the model's order (reasoning before answer), not sorted.
     class Verdict(pydantic.BaseModel):
         reasoning: str
-        answer: int
+        answer: int = pydantic.Field(ge=0, le=100)
         confident: bool
 
     r = client.beta.chat.completions.parse(model=model, messages=[{"role": "user", "content": "What is 2 plus 2?"}],
                                            max_tokens=120, temperature=0, response_format=Verdict)
     text = r.choices[0].message.content
     check(r.choices[0].finish_reason == "stop" and isinstance(r.choices[0].message.parsed, Verdict) and
+          0 <= r.choices[0].message.parsed.answer <= 100 and
           list(json.loads(text)) == ["reasoning", "answer", "confident"],
           "chat.completions.parse with a pydantic model: parsed, fields in its order: %r" % text)
 
@@ -156,7 +180,8 @@ try:
     # Schemas chorus cannot follow, or that accept nothing: a 400 that says why, never a hang.
     bad = [
         ({"type": "string", "pattern": "^a+$"}, "pattern"),
-        ({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}, "minimum"),
+        ({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}, "multipleOf"),
+        ({"type": "number", "minimum": -0.5}, "whole numbers"),
         ({"enum": []}, "no value is allowed"),
         ({"$ref": "#"}, "derives no finite text"),
         ({"type": "object", "properties": {}, "required": ["x"]}, "'x' is not in 'properties'"),
