@@ -219,13 +219,17 @@ httplib::Server::HandlerResponse Gateway::Impl::authorize(const httplib::Request
   if (opts.metrics_public && (q.path == "/metrics" || q.path == "/health"))
     return httplib::Server::HandlerResponse::Unhandled;
   const std::string header = q.get_header_value("Authorization");  // the token points into it
-  const auto token = bearer_token(header);
+  const std::string x_api_key = q.get_header_value("x-api-key");   // (Anthropic's clients send this)
+  auto token = bearer_token(header);
+  if (!token && !x_api_key.empty()) token = std::string_view(x_api_key);
   if (token && key_allowed(*token, opts.api_keys)) return httplib::Server::HandlerResponse::Unhandled;
   r.status = 401;
   r.set_header("WWW-Authenticate", "Bearer");
-  r.set_content(error_body(token ? "Incorrect API key provided"
-                                 : "No API key provided: send `Authorization: Bearer KEY`",
-                           "invalid_request_error", "", "invalid_api_key"),
+  const HttpError refused{401, error_body(token ? "Incorrect API key provided"
+                                                : "No API key provided: send `Authorization: Bearer KEY` "
+                                                  "(or `x-api-key: KEY`)",
+                                          "invalid_request_error", "", "invalid_api_key")};
+  r.set_content(q.path.starts_with("/v1/messages") ? anthropic_error(refused) : refused.body,
                 "application/json");
   return httplib::Server::HandlerResponse::Handled;
 }
@@ -251,6 +255,10 @@ void Gateway::Impl::routes() {
            guarded([this](const httplib::Request& q, httplib::Response& r) { on_generate(q, r, false); }));
   svr.Post("/v1/completions",
            guarded([this](const httplib::Request& q, httplib::Response& r) { on_generate(q, r, true); }));
+  svr.Post("/v1/messages",
+           guarded([this](const httplib::Request& q, httplib::Response& r) { on_messages(q, r); }));
+  svr.Post("/v1/messages/count_tokens",
+           guarded([this](const httplib::Request& q, httplib::Response& r) { on_count_tokens(q, r); }));
   auto model_object = [this] {
     return json{{"id", model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "chorus"}};
   };

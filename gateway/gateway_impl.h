@@ -233,6 +233,13 @@ struct Gateway::Impl {
 
   // POST /v1/chat/completions and /v1/completions.
   void on_generate(const httplib::Request& hreq, httplib::Response& res, bool completion);
+  // The Anthropic Messages API (gateway_messages.cpp): the request read into the chat request it
+  // means, its reply (whole, or its events) in Anthropic's shape, errors in Anthropic's shape.
+  void on_messages(const httplib::Request& hreq, httplib::Response& res);
+  void on_count_tokens(const httplib::Request& hreq, httplib::Response& res);
+  ChatRequest messages_request(const std::string& body) const;
+  json message_json(const ChatRequest& req, const std::string& id, const Outcome& o) const;
+  static std::string anthropic_error(const HttpError& e);
 
   void reply_whole(Admitted& adm, const ChatRequest& req, const ReplyIds& ids, httplib::Response& res);
 
@@ -278,6 +285,13 @@ struct Gateway::Impl {
   // choice runs to its end (a generation is never left writing a fork that is freed); once the
   // client is gone, or a choice failed, nothing more is sent.
   void stream(StreamedTurn& t, httplib::DataSink& sink);
+  void stream_messages(StreamedTurn& t, httplib::DataSink& sink);  // gateway_messages.cpp
+  // A request admitted on its backend, with its reply's ids (`id_prefix` + a serial) and access record.
+  std::pair<Admitted, ReplyIds> admit_request(const httplib::Request& hreq, const ChatRequest& req,
+                                              const std::string& id_prefix);
+  // A streamed reply: `write` runs the turn and sends its events from the content provider.
+  void stream_reply(Admitted adm, const ChatRequest& req, ReplyIds ids, httplib::Response& res,
+                    void (Impl::*write)(StreamedTurn&, httplib::DataSink&));
 
   void stream_choice(StreamedTurn& t, const ChunkWriter& w, int i, bool& ok, std::string& failure,
                      std::vector<Outcome>& os);

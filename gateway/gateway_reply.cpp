@@ -243,23 +243,35 @@ void Gateway::Impl::on_generate(const httplib::Request& hreq, httplib::Response&
       completion ? parse_completion_request(hreq.body, model_name, opts.max_tokens_limit, n_vocab)
                  : parse_chat_request(hreq.body, model_name, opts.default_max_tokens, opts.max_tokens_limit,
                                       n_vocab);
+  auto [adm, ids] = admit_request(hreq, req, completion ? "cmpl-" : "chatcmpl-");
+  ids.echo = echo_text(req);
+  if (!req.stream) return reply_whole(adm, req, ids, res);
+  stream_reply(std::move(adm), req, std::move(ids), res, &Impl::stream);
+}
+
+std::pair<Gateway::Impl::Admitted, Gateway::Impl::ReplyIds> Gateway::Impl::admit_request(
+    const httplib::Request& hreq, const ChatRequest& req, const std::string& id_prefix) {
   AccessRecord rec;
   rec.method = hreq.method;
   rec.path = hreq.path;
   rec.arrived = Clock::now();
   Admitted adm = acquire(req);
   rec.admitted = Clock::now();
-  ReplyIds ids{(completion ? "cmpl-" : "chatcmpl-") + std::to_string(++served) + "-" +
+  ReplyIds ids{id_prefix + std::to_string(++served) + "-" +
                    std::to_string(Clock::now().time_since_epoch().count() % 1000000),
-               echo_text(req), req.program_id.empty(), std::move(rec)};
-  if (!req.stream) return reply_whole(adm, req, ids, res);
-  // Streaming: the generation runs in the content provider (this worker thread).
+               "", req.program_id.empty(), std::move(rec)};
+  return {std::move(adm), std::move(ids)};
+}
+
+void Gateway::Impl::stream_reply(Admitted adm, const ChatRequest& req, ReplyIds ids, httplib::Response& res,
+                                 void (Impl::*write)(StreamedTurn&, httplib::DataSink&)) {
+  // The generation runs in the content provider (this worker thread).
   res.set_header("Cache-Control", "no-cache");
   auto turn = std::make_shared<StreamedTurn>(StreamedTurn{std::move(adm), req, std::move(ids), nullptr});
   turn->end = std::make_shared<TurnEnd>(turn->adm.backend->programs, turn->adm.turn.id);
   turn->adm.end = turn->end;
-  res.set_chunked_content_provider("text/event-stream", [this, turn](size_t, httplib::DataSink& sink) {
-    stream(*turn, sink);
+  res.set_chunked_content_provider("text/event-stream", [this, turn, write](size_t, httplib::DataSink& sink) {
+    (this->*write)(*turn, sink);
     return true;
   });
 }

@@ -145,18 +145,18 @@ PY
   log "Gemma 3 270M installed: $dest"
 }
 
-# Python packages for the client tests (pyzmq, flatbuffers, the official openai client,
+# Python packages for the client tests (pyzmq, flatbuffers, the official openai and anthropic clients,
 # jsonschema, the oracle for structured outputs, with rfc3339-validator for its date-time format
 # check, and jinja2, the oracle for chat templates) in a
 # venv of their own, so the system Python stays untouched.
 python_env() {
   local venv="$CHORUS_HOME/venv-tests"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import zmq, flatbuffers, openai, jsonschema, rfc3339_validator, jinja2, PIL" 2>/dev/null; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import zmq, flatbuffers, openai, anthropic, jsonschema, rfc3339_validator, jinja2, PIL" 2>/dev/null; then
     log "test Python environment present: $venv"; return
   fi
-  log "creating the test Python environment $venv (pyzmq, flatbuffers, openai, jsonschema, jinja2, pillow)"
+  log "creating the test Python environment $venv (pyzmq, flatbuffers, openai, anthropic, jsonschema, jinja2, pillow)"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pyzmq==26.2.0 flatbuffers==2.0.7 openai==1.57.0 \
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pyzmq==26.2.0 flatbuffers==2.0.7 openai==1.57.0 anthropic==0.40.0 \
     jsonschema==4.23.0 rfc3339-validator==0.1.4 jinja2==3.1.6 pillow==11.0.0
 }
 

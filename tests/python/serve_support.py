@@ -38,10 +38,10 @@ def stop_server(server):
         failures.append("chorus serve did not stop on SIGTERM")
 
 
-def post(base, path, body, timeout=120):
-    """POSTs `body` as JSON; returns the status and the parsed reply (an error's too)."""
+def post(base, path, body, timeout=120, headers=None):
+    """POSTs `body` as JSON (with `headers` besides); returns the status and the parsed reply (an error's too)."""
     req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())

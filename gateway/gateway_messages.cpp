@@ -1,0 +1,330 @@
+// The Anthropic Messages API (docs/serve.md, "Anthropic Messages"): POST /v1/messages and
+// /v1/messages/count_tokens. A request is read into the chat request it means (the same checks,
+// the same tools grammar, the same programs), run as one, and its reply written in Anthropic's
+// shape: content blocks, stop_reason, usage, and its server-sent events when streamed.
+#include "gateway/gateway_impl.h"
+
+namespace chorus {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// Anthropic's error `type` for an HTTP status.
+const char* error_type(int status) {
+  switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return "api_error";
+  }
+}
+
+[[noreturn]] void refuse(const std::string& message) {
+  throw HttpError{400, error_body(message, "invalid_request_error")};
+}
+
+// The text of a `system` or message content: a string, or a list of text blocks.
+std::string text_of(const ojson& content, const std::string& where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) refuse("`" + where + "` must be a string or a list of text blocks");
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const ojson& b = content[i];
+    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string())
+      refuse("`" + where + "[" + std::to_string(i) +
+             "]` must be a text block ({\"type\": \"text\", \"text\": ...})");
+    text += b["text"].get<std::string>();
+  }
+  return text;
+}
+
+// One message's content blocks as chat messages: a user's tool results (each a `tool` message)
+// before its text; an assistant's text and its tool_use blocks (one message with tool_calls).
+void read_message(const ojson& m, size_t i, ojson& out) {
+  const std::string where = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content"))
+    refuse("`" + where + "` must be an object with a `role` and a `content`");
+  const std::string role = m["role"];
+  if (role != "user" && role != "assistant") refuse("`" + where + ".role` must be user or assistant");
+  const ojson& content = m["content"];
+  if (content.is_string()) {
+    out.push_back({{"role", role}, {"content", content}});
+    return;
+  }
+  if (!content.is_array()) refuse("`" + where + ".content` must be a string or a list of blocks");
+  std::string text;
+  ojson calls = ojson::array();
+  for (size_t k = 0; k < content.size(); ++k) {
+    const ojson& b = content[k];
+    const std::string at = where + ".content[" + std::to_string(k) + "]";
+    const std::string type = b.is_object() ? b.value("type", "") : "";
+    if (type == "text" && b.contains("text") && b["text"].is_string()) {
+      text += b["text"].get<std::string>();
+    } else if (type == "tool_use" && role == "assistant") {
+      if (!b.contains("id") || !b["id"].is_string() || !b.contains("name") || !b["name"].is_string())
+        refuse("`" + at + "`: a tool_use block has an `id` and a `name`");
+      const ojson input = b.contains("input") ? b["input"] : ojson::object();
+      if (!input.is_object()) refuse("`" + at + ".input` must be an object");
+      calls.push_back({{"id", b["id"]},
+                       {"type", "function"},
+                       {"function", {{"name", b["name"]}, {"arguments", input.dump()}}}});
+    } else if (type == "tool_result" && role == "user") {
+      if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string())
+        refuse("`" + at + "`: a tool_result block names its `tool_use_id`");
+      std::string result = b.contains("content") ? text_of(b["content"], at + ".content") : "";
+      if (b.value("is_error", false)) result = "error: " + result;
+      out.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
+    } else if (type == "image" || type == "document") {
+      refuse("`" + at + "`: " + type +
+             " blocks are not supported by this server (text, tool_use and tool_result are)");
+    } else {
+      refuse("`" + at + "`: a " + (type.empty() ? std::string("block without a type") : type + " block") +
+             " is not supported here (" + role + " messages take text" +
+             (role == "user" ? " and tool_result" : " and tool_use") + " blocks)");
+    }
+  }
+  if (role == "assistant") {
+    ojson msg = {{"role", "assistant"}, {"content", text.empty() && !calls.empty() ? ojson() : ojson(text)}};
+    if (!calls.empty()) msg["tool_calls"] = calls;
+    out.push_back(msg);
+  } else if (!text.empty() || content.empty()) {
+    out.push_back({{"role", "user"}, {"content", text}});
+  }
+}
+
+// The chat completion body a Messages request means (for parse_chat_request, which checks it).
+ojson as_chat(const ojson& j) {
+  static const std::set<std::string> known = {
+      "model",       "max_tokens", "messages", "system",   "tools",  "tool_choice", "stop_sequences",
+      "temperature", "top_p",      "top_k",    "metadata", "stream", "program_id",  "service_tier"};
+  for (const auto& [k, v] : j.items())
+    if (!known.count(k) && !v.is_null())
+      refuse("`" + k + "` is not supported by this server (docs/serve.md lists what is)");
+  if (!j.contains("max_tokens")) refuse("`max_tokens` is required");
+  if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
+    refuse("`messages` is required: a non-empty list");
+  ojson c = {{"model", j.contains("model") ? j["model"] : ojson("default")}, {"max_tokens", j["max_tokens"]}};
+  ojson messages = ojson::array();
+  if (j.contains("system") && !j["system"].is_null())
+    messages.push_back({{"role", "system"}, {"content", text_of(j["system"], "system")}});
+  for (size_t i = 0; i < j["messages"].size(); ++i) read_message(j["messages"][i], i, messages);
+  c["messages"] = messages;
+  if (j.contains("tools") && !j["tools"].is_null()) {
+    if (!j["tools"].is_array()) refuse("`tools` must be a list");
+    ojson tools = ojson::array();
+    for (size_t i = 0; i < j["tools"].size(); ++i) {
+      const ojson& t = j["tools"][i];
+      if (!t.is_object() || !t.contains("name") || !t.contains("input_schema"))
+        refuse("`tools[" + std::to_string(i) + "]` must have a `name` and an `input_schema`");
+      ojson fn = {{"name", t["name"]}, {"parameters", t["input_schema"]}};
+      if (t.contains("description")) fn["description"] = t["description"];
+      tools.push_back({{"type", "function"}, {"function", fn}});
+    }
+    c["tools"] = tools;
+  }
+  if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
+    const ojson& tc = j["tool_choice"];
+    const std::string type = tc.is_object() ? tc.value("type", "") : "";
+    if (type == "auto")
+      c["tool_choice"] = "auto";
+    else if (type == "any")
+      c["tool_choice"] = "required";
+    else if (type == "none")
+      c["tool_choice"] = "none";
+    else if (type == "tool" && tc.contains("name"))
+      c["tool_choice"] = {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
+    else
+      refuse("`tool_choice` must be {\"type\": auto, any, tool (with its name) or none}");
+    if (tc.contains("disable_parallel_tool_use")) {
+      if (!tc["disable_parallel_tool_use"].is_boolean())
+        refuse("`tool_choice.disable_parallel_tool_use` must be a boolean");
+      c["parallel_tool_calls"] = !tc["disable_parallel_tool_use"].get<bool>();
+    }
+  }
+  if (j.contains("stop_sequences")) c["stop"] = j["stop_sequences"];
+  for (const char* k : {"temperature", "top_p", "stream", "program_id", "metadata"})
+    if (j.contains(k)) c[k] = j[k];
+  if (j.contains("service_tier") && !(j["service_tier"] == "auto" || j["service_tier"] == "standard_only"))
+    refuse("`service_tier` must be auto or standard_only");
+  return c;
+}
+
+std::string stop_reason(const std::string& finish) {
+  return finish == "length" ? "max_tokens" : finish == "tool_calls" ? "tool_use" : "end_turn";
+}
+
+}  // namespace
+
+// An OpenAI-shaped error body (http_error, the chat parser's refusals) in Anthropic's shape.
+std::string Gateway::Impl::anthropic_error(const HttpError& e) {
+  const json body = json::parse(e.body, nullptr, false);
+  const std::string message = body.is_object() && body.contains("error") && body["error"].contains("message")
+                                  ? body["error"]["message"].get<std::string>()
+                                  : e.body;
+  return json{{"type", "error"}, {"error", {{"type", error_type(e.status)}, {"message", message}}}}.dump();
+}
+
+ChatRequest Gateway::Impl::messages_request(const std::string& body) const {
+  ojson j;
+  try {
+    j = ojson::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    refuse(std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) refuse("the body must be a JSON object");
+  ChatRequest req =
+      parse_chat_request(as_chat(j).dump(), model_name, opts.default_max_tokens, opts.max_tokens_limit,
+                         static_cast<int>(model->tokenizer.vocab_size()));
+  if (j.contains("top_k") && !j["top_k"].is_null()) {
+    if (!j["top_k"].is_number_integer() || j["top_k"].get<int64_t>() < 0 || j["top_k"].get<int64_t>() > 1000)
+      refuse("`top_k` must be an integer from 0 to 1000");
+    req.sampling.top_k = static_cast<int>(j["top_k"].get<int64_t>());
+  }
+  return req;
+}
+
+json Gateway::Impl::message_json(const ChatRequest& req, const std::string& id, const Outcome& o) const {
+  json content = json::array();
+  if (!o.content.empty()) content.push_back({{"type", "text"}, {"text", o.content}});
+  for (const ToolCall& c : o.calls) {
+    json input = json::parse(c.arguments, nullptr, false);
+    content.push_back({{"type", "tool_use"},
+                       {"id", c.id},
+                       {"name", c.name},
+                       {"input", input.is_object() ? input : json::object()}});
+  }
+  json stop = nullptr;  // the stop sequence that ended it, when one did
+  if (o.finish_reason == "stop" && !o.eog)
+    for (const std::string& s : req.stop)
+      if (o.raw.find(s) != std::string::npos) stop = s;
+  return {{"id", id},
+          {"type", "message"},
+          {"role", "assistant"},
+          {"model", model_name},
+          {"content", content},
+          {"stop_reason", stop.is_null() ? stop_reason(o.finish_reason) : "stop_sequence"},
+          {"stop_sequence", stop},
+          {"usage",
+           {{"input_tokens", o.prompt_tokens},
+            {"output_tokens", o.completion_tokens},
+            {"cache_read_input_tokens", o.cached_tokens},
+            {"cache_creation_input_tokens", 0}}}};
+}
+
+void Gateway::Impl::on_messages(const httplib::Request& hreq, httplib::Response& res) {
+  try {
+    if (const std::string why = backends.unavailable(); !why.empty())
+      throw HttpError{503, error_body(why, "server_error", "", "not_leader")};
+    const ChatRequest req = messages_request(hreq.body);
+    auto [adm, ids] = admit_request(hreq, req, "msg_");
+    if (req.stream) return stream_reply(std::move(adm), req, std::move(ids), res, &Impl::stream_messages);
+    const OnText quiet = [](const std::string&, const Outcome&) { return true; };
+    std::vector<Outcome> os;
+    try {
+      os.push_back(generate(adm, req, quiet));
+    } catch (...) {
+      adm.backend->programs->end(adm.turn.id);
+      throw;
+    }
+    adm.backend->programs->end(adm.turn.id);
+    if (!os[0].error.empty()) throw os[0].failure();
+    res.set_content(message_json(req, ids.rid, os[0]).dump(), "application/json");
+    log_reply(ids.log, adm, req, ids, os);
+  } catch (const HttpError& e) {
+    res.status = e.status;
+    res.set_content(anthropic_error(e), "application/json");
+  }
+}
+
+// Anthropic's events: message_start, a text block's start, deltas and stop as the text goes out
+// (held while it may be a tool call), a tool_use block per call, message_delta, message_stop.
+void Gateway::Impl::stream_messages(StreamedTurn& t, httplib::DataSink& sink) {
+  bool ok = true;
+  auto send = [&](const char* event, const json& data) {
+    const std::string s = std::string("event: ") + event + "\ndata: " + data.dump() + "\n\n";
+    ok = ok && sink.write(s.data(), s.size());
+    return ok;
+  };
+  Outcome empty;
+  json start = message_json(t.req, t.ids.rid, empty);
+  start["content"] = json::array();
+  start["stop_reason"] = nullptr;
+  start["usage"]["output_tokens"] = 0;
+  send("message_start", {{"type", "message_start"}, {"message", start}});
+  int blocks = 0;
+  bool text_open = false;
+  auto text = [&](const std::string& piece) {
+    if (piece.empty()) return ok;
+    if (!text_open) {
+      send("content_block_start", {{"type", "content_block_start"},
+                                   {"index", blocks},
+                                   {"content_block", {{"type", "text"}, {"text", ""}}}});
+      text_open = true;
+    }
+    return send("content_block_delta", {{"type", "content_block_delta"},
+                                        {"index", blocks},
+                                        {"delta", {{"type", "text_delta"}, {"text", piece}}}});
+  };
+  ToolCallStream calls;
+  const OnText on_text = [&](const std::string& piece, const Outcome&) {
+    return text(t.req.tools.active() ? calls.push(piece) : piece);
+  };
+  Outcome o;
+  try {
+    o = generate(t.adm, t.req, on_text);
+  } catch (const HttpError& e) {
+    t.end->end();
+    send("error", json::parse(anthropic_error(e)));
+    sink.done();
+    return;
+  }
+  t.end->end();
+  if (!o.error.empty()) {
+    send("error", json::parse(anthropic_error(o.failure())));
+    sink.done();
+    return;
+  }
+  if (o.calls.empty()) text(calls.held());
+  if (text_open) send("content_block_stop", {{"type", "content_block_stop"}, {"index", blocks++}});
+  for (const ToolCall& c : o.calls) {
+    send("content_block_start",
+         {{"type", "content_block_start"},
+          {"index", blocks},
+          {"content_block",
+           {{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", json::object()}}}});
+    send("content_block_delta", {{"type", "content_block_delta"},
+                                 {"index", blocks},
+                                 {"delta", {{"type", "input_json_delta"}, {"partial_json", c.arguments}}}});
+    send("content_block_stop", {{"type", "content_block_stop"}, {"index", blocks++}});
+  }
+  const json whole = message_json(t.req, t.ids.rid, o);
+  send("message_delta",
+       {{"type", "message_delta"},
+        {"delta", {{"stop_reason", whole["stop_reason"]}, {"stop_sequence", whole["stop_sequence"]}}},
+        {"usage", {{"output_tokens", o.completion_tokens}}}});
+  send("message_stop", {{"type", "message_stop"}});
+  log_reply(t.ids.log, t.adm, t.req, t.ids, {o});
+  sink.done();
+}
+
+// POST /v1/messages/count_tokens: the prompt's tokens as the request would be run.
+void Gateway::Impl::on_count_tokens(const httplib::Request& hreq, httplib::Response& res) {
+  try {
+    ojson j = ojson::parse(hreq.body, nullptr, false);
+    if (j.is_object() && !j.contains("max_tokens")) j["max_tokens"] = 1;  // (count_tokens takes none)
+    const ChatRequest req = messages_request(j.is_discarded() ? hreq.body : j.dump());
+    auto prompt = render_prompt(req);
+    if (!prompt) throw http_error(prompt.error());
+    const size_t n = model->tokenizer.encode(*prompt, {.parse_special = true}).size();
+    res.set_content(json{{"input_tokens", n}}.dump(), "application/json");
+  } catch (const HttpError& e) {
+    res.status = e.status;
+    res.set_content(anthropic_error(e), "application/json");
+  }
+}
+
+}  // namespace chorus
