@@ -255,6 +255,14 @@ void Gateway::Impl::routes() {
            guarded([this](const httplib::Request& q, httplib::Response& r) { on_generate(q, r, false); }));
   svr.Post("/v1/completions",
            guarded([this](const httplib::Request& q, httplib::Response& r) { on_generate(q, r, true); }));
+  svr.Post("/v1/responses",
+           guarded([this](const httplib::Request& q, httplib::Response& r) { on_responses(q, r); }));
+  svr.Get(R"(/v1/responses/([^/]+))", guarded([this](const httplib::Request& q, httplib::Response& r) {
+            on_stored_response(q, r, false);
+          }));
+  svr.Delete(R"(/v1/responses/([^/]+))", guarded([this](const httplib::Request& q, httplib::Response& r) {
+               on_stored_response(q, r, true);
+             }));
   svr.Post("/v1/messages",
            guarded([this](const httplib::Request& q, httplib::Response& r) { on_messages(q, r); }));
   svr.Post("/v1/messages/count_tokens",

@@ -286,12 +286,39 @@ struct Gateway::Impl {
   // client is gone, or a choice failed, nothing more is sent.
   void stream(StreamedTurn& t, httplib::DataSink& sink);
   void stream_messages(StreamedTurn& t, httplib::DataSink& sink);  // gateway_messages.cpp
+  // A streamed turn's generation: its text through `out` as it may go out (held while it may be
+  // a tool call; what was held goes out when it holds none), the turn ended whatever happens.
+  // A refusal or a failed generation goes to `failed` instead (nullopt).
+  std::optional<Outcome> run_streamed(StreamedTurn& t, const std::function<bool(const std::string&)>& out,
+                                      const std::function<void(const HttpError&)>& failed);
   // A request admitted on its backend, with its reply's ids (`id_prefix` + a serial) and access record.
   std::pair<Admitted, ReplyIds> admit_request(const httplib::Request& hreq, const ChatRequest& req,
                                               const std::string& id_prefix);
   // A streamed reply: `write` runs the turn and sends its events from the content provider.
   void stream_reply(Admitted adm, const ChatRequest& req, ReplyIds ids, httplib::Response& res,
-                    void (Impl::*write)(StreamedTurn&, httplib::DataSink&));
+                    std::function<void(StreamedTurn&, httplib::DataSink&)> write);
+
+  // The Responses API (gateway_responses.cpp): a request read into the chat request it means
+  // after its previous response's stored conversation; its response object or events; the store
+  // GET and DELETE /v1/responses/{id} read (the newest kStoredResponses responses of store: true).
+  struct StoredResponse;
+  struct ResponseTurn {
+    std::string id, previous, program;  // program: its chain's ("" for a store: false one alone)
+    bool store = true;
+    ChatRequest req;
+    nlohmann::ordered_json conversation;  // the chat messages it ran on, without its instructions
+    nlohmann::ordered_json echo;          // the request's settings, as the response object repeats them
+  };
+  ResponseTurn responses_request(const std::string& body);
+  json response_json(const ResponseTurn& t, const Outcome& o, nlohmann::ordered_json* added) const;
+  void store_response(const ResponseTurn& t, const json& object, const nlohmann::ordered_json& added);
+  void on_responses(const httplib::Request& hreq, httplib::Response& res);
+  void stream_response(ResponseTurn& t, StreamedTurn& st, httplib::DataSink& sink);
+  void on_stored_response(const httplib::Request& q, httplib::Response& res, bool remove);
+  static constexpr size_t kStoredResponses = 4096;
+  std::mutex responses_m;
+  std::map<std::string, std::shared_ptr<StoredResponse>> responses;
+  std::deque<std::string> response_order;
 
   void stream_choice(StreamedTurn& t, const ChunkWriter& w, int i, bool& ok, std::string& failure,
                      std::vector<Outcome>& os);

@@ -221,7 +221,9 @@ void Gateway::Impl::on_messages(const httplib::Request& hreq, httplib::Response&
       throw HttpError{503, error_body(why, "server_error", "", "not_leader")};
     const ChatRequest req = messages_request(hreq.body);
     auto [adm, ids] = admit_request(hreq, req, "msg_");
-    if (req.stream) return stream_reply(std::move(adm), req, std::move(ids), res, &Impl::stream_messages);
+    if (req.stream)
+      return stream_reply(std::move(adm), req, std::move(ids), res,
+                          [this](StreamedTurn& t, httplib::DataSink& sink) { stream_messages(t, sink); });
     const OnText quiet = [](const std::string&, const Outcome&) { return true; };
     std::vector<Outcome> os;
     try {
@@ -238,6 +240,30 @@ void Gateway::Impl::on_messages(const httplib::Request& hreq, httplib::Response&
     res.status = e.status;
     res.set_content(anthropic_error(e), "application/json");
   }
+}
+
+std::optional<Gateway::Impl::Outcome> Gateway::Impl::run_streamed(
+    StreamedTurn& t, const std::function<bool(const std::string&)>& out,
+    const std::function<void(const HttpError&)>& failed) {
+  ToolCallStream calls;
+  const OnText on_text = [&](const std::string& piece, const Outcome&) {
+    return out(t.req.tools.active() ? calls.push(piece) : piece);
+  };
+  Outcome o;
+  try {
+    o = generate(t.adm, t.req, on_text);
+  } catch (const HttpError& e) {
+    t.end->end();
+    failed(e);
+    return std::nullopt;
+  }
+  t.end->end();
+  if (!o.error.empty()) {
+    failed(o.failure());
+    return std::nullopt;
+  }
+  if (o.calls.empty()) out(calls.held());
+  return o;
 }
 
 // Anthropic's events: message_start, a text block's start, deltas and stop as the text goes out
@@ -269,26 +295,10 @@ void Gateway::Impl::stream_messages(StreamedTurn& t, httplib::DataSink& sink) {
                                         {"index", blocks},
                                         {"delta", {{"type", "text_delta"}, {"text", piece}}}});
   };
-  ToolCallStream calls;
-  const OnText on_text = [&](const std::string& piece, const Outcome&) {
-    return text(t.req.tools.active() ? calls.push(piece) : piece);
-  };
-  Outcome o;
-  try {
-    o = generate(t.adm, t.req, on_text);
-  } catch (const HttpError& e) {
-    t.end->end();
-    send("error", json::parse(anthropic_error(e)));
-    sink.done();
-    return;
-  }
-  t.end->end();
-  if (!o.error.empty()) {
-    send("error", json::parse(anthropic_error(o.failure())));
-    sink.done();
-    return;
-  }
-  if (o.calls.empty()) text(calls.held());
+  const auto run =
+      run_streamed(t, text, [&](const HttpError& e) { send("error", json::parse(anthropic_error(e))); });
+  if (!run) return sink.done();
+  const Outcome& o = *run;
   if (text_open) send("content_block_stop", {{"type", "content_block_stop"}, {"index", blocks++}});
   for (const ToolCall& c : o.calls) {
     send("content_block_start",

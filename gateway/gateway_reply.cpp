@@ -246,7 +246,8 @@ void Gateway::Impl::on_generate(const httplib::Request& hreq, httplib::Response&
   auto [adm, ids] = admit_request(hreq, req, completion ? "cmpl-" : "chatcmpl-");
   ids.echo = echo_text(req);
   if (!req.stream) return reply_whole(adm, req, ids, res);
-  stream_reply(std::move(adm), req, std::move(ids), res, &Impl::stream);
+  stream_reply(std::move(adm), req, std::move(ids), res,
+               [this](StreamedTurn& t, httplib::DataSink& sink) { stream(t, sink); });
 }
 
 std::pair<Gateway::Impl::Admitted, Gateway::Impl::ReplyIds> Gateway::Impl::admit_request(
@@ -264,14 +265,14 @@ std::pair<Gateway::Impl::Admitted, Gateway::Impl::ReplyIds> Gateway::Impl::admit
 }
 
 void Gateway::Impl::stream_reply(Admitted adm, const ChatRequest& req, ReplyIds ids, httplib::Response& res,
-                                 void (Impl::*write)(StreamedTurn&, httplib::DataSink&)) {
+                                 std::function<void(StreamedTurn&, httplib::DataSink&)> write) {
   // The generation runs in the content provider (this worker thread).
   res.set_header("Cache-Control", "no-cache");
   auto turn = std::make_shared<StreamedTurn>(StreamedTurn{std::move(adm), req, std::move(ids), nullptr});
   turn->end = std::make_shared<TurnEnd>(turn->adm.backend->programs, turn->adm.turn.id);
   turn->adm.end = turn->end;
-  res.set_chunked_content_provider("text/event-stream", [this, turn, write](size_t, httplib::DataSink& sink) {
-    (this->*write)(*turn, sink);
+  res.set_chunked_content_provider("text/event-stream", [turn, write](size_t, httplib::DataSink& sink) {
+    write(*turn, sink);
     return true;
   });
 }

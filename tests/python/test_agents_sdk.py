@@ -1,6 +1,7 @@
 """A real agent framework as the client, unchanged: the OpenAI Agents SDK (PyPI `openai-agents`)
 runs an agent with a function tool to completion against `chorus serve` on the default model,
-through its Chat Completions model — once with Runner.run, once streamed. The first turn is
+through its Chat Completions model and through its default, the Responses model (/v1/responses) —
+each once with Runner.run, once streamed. The first turn is
 asked to call the tool (`tool_choice: required`: constrained, so the call is always valid); the
 SDK then runs the tool, sends its result back as a `role: tool` message, and the agent ends with
 a final answer. Checked: the tool ran with arguments of its schema, the run produced a final
@@ -14,8 +15,8 @@ import re
 import sys
 import urllib.request
 
-from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool,
-                    set_tracing_disabled)
+from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner,
+                    function_tool, set_tracing_disabled)
 from openai import AsyncOpenAI
 
 from serve_support import check, finish, start_server, stop_server
@@ -29,7 +30,7 @@ def metric(base, name):
     return float(m.group(1)) if m else -1.0
 
 
-async def run_agent(base, streamed):
+async def run_agent(base, streamed, api):
     calls = []
 
     @function_tool
@@ -40,9 +41,13 @@ async def run_agent(base, streamed):
 
     client = AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
     agent = Agent(name="weather", instructions="Answer with the get_weather tool, then in one sentence.",
-                  tools=[get_weather], model=OpenAIChatCompletionsModel(model="default", openai_client=client),
+                  tools=[get_weather], model=(OpenAIChatCompletionsModel if api == "chat" else OpenAIResponsesModel)(
+                      model="default", openai_client=client),
+                  # (Through the Responses model one call per turn: the small model would start a
+                  # second call and be cut by max_tokens, which that model takes as an error.)
                   model_settings=ModelSettings(tool_choice="required", max_tokens=64, temperature=0,
-                                               extra_body={"program_id": "agent-%d" % streamed}))
+                                               parallel_tool_calls=False if api == "responses" else None,
+                                               extra_body={"program_id": "agent-%s-%d" % (api, streamed)}))
     question = "What is the weather in Paris today?"
     if streamed:
         result = Runner.run_streamed(agent, question, max_turns=4)
@@ -58,10 +63,10 @@ def main():
     set_tracing_disabled(True)  # nothing leaves the machine
     server, base = start_server(CHORUS, MODEL)
     try:
-        for streamed in (False, True):
-            how = "Runner.run_streamed" if streamed else "Runner.run"
+        for api, streamed in (("chat", False), ("chat", True), ("responses", False), ("responses", True)):
+            how = ("Runner.run_streamed" if streamed else "Runner.run") + ", " + api + " model"
             reused = metric(base, "chorus_reused_tokens_total")
-            calls, result, events = asyncio.run(run_agent(base, streamed))
+            calls, result, events = asyncio.run(run_agent(base, streamed, api))
             check(len(calls) >= 1 and all(isinstance(c, str) and c for c in calls),
                   f"{how}: the tool ran ({len(calls)} calls, cities {calls})")
             check(isinstance(result.final_output, str) and result.final_output.strip() != "",
