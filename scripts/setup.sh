@@ -174,6 +174,19 @@ agents_env() {
     mini-swe-agent==2.4.6 litellm==1.110.2
 }
 
+# instructor and LangChain as clients (tests/python/test_frameworks.py): both want an openai client
+# below 2.0, between the tests' and the agents', so they have a venv of their own.
+frameworks_env() {
+  local venv="$CHORUS_HOME/venv-frameworks"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import instructor, langchain_openai, jsonschema" 2>/dev/null; then
+    log "frameworks Python environment present: $venv"; return
+  fi
+  log "creating the frameworks Python environment $venv (instructor, langchain-openai)"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check openai==1.109.1 instructor==1.11.3 \
+    langchain-openai==0.3.35 jsonschema==4.23.0
+}
+
 build() {
   if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     log "configuring $BUILD_DIR ($BUILD_TYPE)"
@@ -196,6 +209,7 @@ if [ "$WITH_GEMMA" = 1 ]; then fetch_gemma; fi
 if [ "$DEMO" = 0 ]; then
   python_env
   agents_env
+  frameworks_env
 fi
 build
 log "done in $(( $(date +%s) - start )) s"
