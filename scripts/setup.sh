@@ -145,45 +145,40 @@ PY
   log "Gemma 3 270M installed: $dest"
 }
 
-# Python packages for the client tests (pyzmq, flatbuffers, the official openai and anthropic clients,
-# jsonschema, the oracle for structured outputs, with rfc3339-validator for its date-time format
-# check, and jinja2, the oracle for chat templates) in a
-# venv of their own, so the system Python stays untouched.
-python_env() {
-  local venv="$CHORUS_HOME/venv-tests"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import zmq, flatbuffers, openai, anthropic, jsonschema, rfc3339_validator, jinja2, PIL" 2>/dev/null; then
-    log "test Python environment present: $venv"; return
+# A Python environment of its own under $CHORUS_HOME (the system Python stays untouched): made,
+# or completed, unless IMPORTS already import there.   venv_with NAME IMPORTS PACKAGE==VERSION...
+venv_with() {
+  local venv="$CHORUS_HOME/$1" imports=$2
+  shift 2
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import $imports" 2>/dev/null; then
+    log "Python environment present: $venv"; return
   fi
-  log "creating the test Python environment $venv (pyzmq, flatbuffers, openai, anthropic, jsonschema, jinja2, pillow)"
+  log "creating the Python environment $venv ($*)"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pyzmq==26.2.0 flatbuffers==2.0.7 openai==1.57.0 anthropic==0.40.0 \
-    jsonschema==4.23.0 rfc3339-validator==0.1.4 jinja2==3.1.6 pillow==11.0.0
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
 }
 
-# Real agent frameworks as clients (tests/python/test_agents_sdk.py, test_mini_swe_agent.py): the
-# OpenAI Agents SDK and mini-swe-agent (with litellm) want a newer openai client than the tests
-# pin, so they have a venv of their own.
+# The client tests: pyzmq, flatbuffers, the official openai and anthropic clients, jsonschema (the
+# oracle for structured outputs, with rfc3339-validator for its date-time and time checks), jinja2
+# (the oracle for chat templates), pillow.
+python_env() {
+  venv_with venv-tests "zmq, flatbuffers, openai, anthropic, jsonschema, rfc3339_validator, jinja2, PIL" \
+    pyzmq==26.2.0 flatbuffers==2.0.7 openai==1.57.0 anthropic==0.40.0 jsonschema==4.23.0 \
+    rfc3339-validator==0.1.4 jinja2==3.1.6 pillow==11.0.0
+}
+
+# Real agent frameworks as clients (tests/python/test_agents_sdk.py, test_mini_swe_agent.py,
+# test_litellm.py, test_responses_client.py): the OpenAI Agents SDK and mini-swe-agent (with litellm)
+# want a newer openai client than the tests pin.
 agents_env() {
-  local venv="$CHORUS_HOME/venv-agents"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import agents, minisweagent" 2>/dev/null; then
-    log "agents Python environment present: $venv"; return
-  fi
-  log "creating the agents Python environment $venv (openai-agents, mini-swe-agent)"
-  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check openai-agents==0.24.0 openai==3.60.0 \
+  venv_with venv-agents "agents, minisweagent, litellm" openai-agents==0.24.0 openai==3.60.0 \
     mini-swe-agent==2.4.6 litellm==1.110.2
 }
 
 # instructor and LangChain as clients (tests/python/test_frameworks.py): both want an openai client
-# below 2.0, between the tests' and the agents', so they have a venv of their own.
+# below 2.0, between the tests' and the agents'.
 frameworks_env() {
-  local venv="$CHORUS_HOME/venv-frameworks"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import instructor, langchain_openai, jsonschema" 2>/dev/null; then
-    log "frameworks Python environment present: $venv"; return
-  fi
-  log "creating the frameworks Python environment $venv (instructor, langchain-openai)"
-  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check openai==1.109.1 instructor==1.11.3 \
+  venv_with venv-frameworks "instructor, langchain_openai, jsonschema" openai==1.109.1 instructor==1.11.3 \
     langchain-openai==0.3.35 jsonschema==4.23.0
 }
 
