@@ -3,14 +3,17 @@
 // request (/v1/completions) — or refused with an HttpError (400 or 404)
 // whose body is OpenAI-style JSON — never a crash, and never another exception (the gateway
 // would answer that with a 500). What the gateway does next with a request, rendering its
-// messages with the chat template, runs too. Run under ASan+UBSan; seeds: fuzz/seeds-chat_request,
-// dictionary: fuzz/chat_request.dict.
+// messages with the chat template, runs too. The same body is read as an Anthropic Messages and as
+// an OpenAI Responses request (gateway/api_requests.h), and the chat request each means is read
+// as above: refused the same way, or within the same limits. Run under ASan+UBSan; seeds:
+// fuzz/seeds-chat_request, dictionary: fuzz/chat_request.dict.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "engine/tokenizer/chat_template.h"
+#include "gateway/api_requests.h"
 #include "gateway/openai_request.h"
 
 namespace {
@@ -58,6 +61,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)chorus::ChatTemplate::chatml().apply(r.messages, true);
   } catch (const chorus::HttpError& e) {
     refusal_is_openai_style(e);
+  }
+  const auto j = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return 0;
+  for (int api = 0; api < 2; ++api) {
+    try {
+      const auto chat = api == 0 ? chorus::messages_as_chat(j)
+                                 : chorus::responses_as_chat(j, nlohmann::ordered_json::array());
+      const chorus::ChatRequest r = chorus::parse_chat_request(chat.dump(), "m", 256, kLimit, kVocab);
+      within_limits(r);
+      if (r.messages.empty()) __builtin_trap();
+      (void)chorus::ChatTemplate::chatml().apply(r.messages, true);
+    } catch (const chorus::HttpError& e) {
+      refusal_is_openai_style(e);
+    }
   }
   return 0;  // any other exception escapes: libFuzzer reports it as a crash
 }

@@ -2,6 +2,7 @@
 // /v1/messages/count_tokens. A request is read into the chat request it means (the same checks,
 // the same tools grammar, the same programs), run as one, and its reply written in Anthropic's
 // shape: content blocks, stop_reason, usage, and its server-sent events when streamed.
+#include "gateway/api_requests.h"
 #include "gateway/gateway_impl.h"
 
 namespace chorus {
@@ -21,136 +22,6 @@ const char* error_type(int status) {
     case 503: return "overloaded_error";
     default: return "api_error";
   }
-}
-
-[[noreturn]] void refuse(const std::string& message) {
-  throw HttpError{400, error_body(message, "invalid_request_error")};
-}
-
-// The text of a `system` or message content: a string, or a list of text blocks.
-std::string text_of(const ojson& content, const std::string& where) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) refuse("`" + where + "` must be a string or a list of text blocks");
-  std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const ojson& b = content[i];
-    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string())
-      refuse("`" + where + "[" + std::to_string(i) +
-             "]` must be a text block ({\"type\": \"text\", \"text\": ...})");
-    text += b["text"].get<std::string>();
-  }
-  return text;
-}
-
-// One message's content blocks as chat messages: a user's tool results (each a `tool` message)
-// before its text; an assistant's text and its tool_use blocks (one message with tool_calls).
-void read_message(const ojson& m, size_t i, ojson& out) {
-  const std::string where = "messages[" + std::to_string(i) + "]";
-  if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content"))
-    refuse("`" + where + "` must be an object with a `role` and a `content`");
-  const std::string role = m["role"];
-  if (role != "user" && role != "assistant") refuse("`" + where + ".role` must be user or assistant");
-  const ojson& content = m["content"];
-  if (content.is_string()) {
-    out.push_back({{"role", role}, {"content", content}});
-    return;
-  }
-  if (!content.is_array()) refuse("`" + where + ".content` must be a string or a list of blocks");
-  std::string text;
-  ojson calls = ojson::array();
-  for (size_t k = 0; k < content.size(); ++k) {
-    const ojson& b = content[k];
-    const std::string at = where + ".content[" + std::to_string(k) + "]";
-    const std::string type = b.is_object() ? b.value("type", "") : "";
-    if (type == "text" && b.contains("text") && b["text"].is_string()) {
-      text += b["text"].get<std::string>();
-    } else if (type == "tool_use" && role == "assistant") {
-      if (!b.contains("id") || !b["id"].is_string() || !b.contains("name") || !b["name"].is_string())
-        refuse("`" + at + "`: a tool_use block has an `id` and a `name`");
-      const ojson input = b.contains("input") ? b["input"] : ojson::object();
-      if (!input.is_object()) refuse("`" + at + ".input` must be an object");
-      calls.push_back({{"id", b["id"]},
-                       {"type", "function"},
-                       {"function", {{"name", b["name"]}, {"arguments", input.dump()}}}});
-    } else if (type == "tool_result" && role == "user") {
-      if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string())
-        refuse("`" + at + "`: a tool_result block names its `tool_use_id`");
-      std::string result = b.contains("content") ? text_of(b["content"], at + ".content") : "";
-      if (b.value("is_error", false)) result = "error: " + result;
-      out.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
-    } else if (type == "image" || type == "document") {
-      refuse("`" + at + "`: " + type +
-             " blocks are not supported by this server (text, tool_use and tool_result are)");
-    } else {
-      refuse("`" + at + "`: a " + (type.empty() ? std::string("block without a type") : type + " block") +
-             " is not supported here (" + role + " messages take text" +
-             (role == "user" ? " and tool_result" : " and tool_use") + " blocks)");
-    }
-  }
-  if (role == "assistant") {
-    ojson msg = {{"role", "assistant"}, {"content", text.empty() && !calls.empty() ? ojson() : ojson(text)}};
-    if (!calls.empty()) msg["tool_calls"] = calls;
-    out.push_back(msg);
-  } else if (!text.empty() || content.empty()) {
-    out.push_back({{"role", "user"}, {"content", text}});
-  }
-}
-
-// The chat completion body a Messages request means (for parse_chat_request, which checks it).
-ojson as_chat(const ojson& j) {
-  static const std::set<std::string> known = {
-      "model",       "max_tokens", "messages", "system",   "tools",  "tool_choice", "stop_sequences",
-      "temperature", "top_p",      "top_k",    "metadata", "stream", "program_id",  "service_tier"};
-  for (const auto& [k, v] : j.items())
-    if (!known.count(k) && !v.is_null())
-      refuse("`" + k + "` is not supported by this server (docs/serve.md lists what is)");
-  if (!j.contains("max_tokens")) refuse("`max_tokens` is required");
-  if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
-    refuse("`messages` is required: a non-empty list");
-  ojson c = {{"model", j.contains("model") ? j["model"] : ojson("default")}, {"max_tokens", j["max_tokens"]}};
-  ojson messages = ojson::array();
-  if (j.contains("system") && !j["system"].is_null())
-    messages.push_back({{"role", "system"}, {"content", text_of(j["system"], "system")}});
-  for (size_t i = 0; i < j["messages"].size(); ++i) read_message(j["messages"][i], i, messages);
-  c["messages"] = messages;
-  if (j.contains("tools") && !j["tools"].is_null()) {
-    if (!j["tools"].is_array()) refuse("`tools` must be a list");
-    ojson tools = ojson::array();
-    for (size_t i = 0; i < j["tools"].size(); ++i) {
-      const ojson& t = j["tools"][i];
-      if (!t.is_object() || !t.contains("name") || !t.contains("input_schema"))
-        refuse("`tools[" + std::to_string(i) + "]` must have a `name` and an `input_schema`");
-      ojson fn = {{"name", t["name"]}, {"parameters", t["input_schema"]}};
-      if (t.contains("description")) fn["description"] = t["description"];
-      tools.push_back({{"type", "function"}, {"function", fn}});
-    }
-    c["tools"] = tools;
-  }
-  if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
-    const ojson& tc = j["tool_choice"];
-    const std::string type = tc.is_object() ? tc.value("type", "") : "";
-    if (type == "auto")
-      c["tool_choice"] = "auto";
-    else if (type == "any")
-      c["tool_choice"] = "required";
-    else if (type == "none")
-      c["tool_choice"] = "none";
-    else if (type == "tool" && tc.contains("name"))
-      c["tool_choice"] = {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
-    else
-      refuse("`tool_choice` must be {\"type\": auto, any, tool (with its name) or none}");
-    if (tc.contains("disable_parallel_tool_use")) {
-      if (!tc["disable_parallel_tool_use"].is_boolean())
-        refuse("`tool_choice.disable_parallel_tool_use` must be a boolean");
-      c["parallel_tool_calls"] = !tc["disable_parallel_tool_use"].get<bool>();
-    }
-  }
-  if (j.contains("stop_sequences")) c["stop"] = j["stop_sequences"];
-  for (const char* k : {"temperature", "top_p", "stream", "program_id", "metadata"})
-    if (j.contains(k)) c[k] = j[k];
-  if (j.contains("service_tier") && !(j["service_tier"] == "auto" || j["service_tier"] == "standard_only"))
-    refuse("`service_tier` must be auto or standard_only");
-  return c;
 }
 
 std::string stop_reason(const std::string& finish) {
@@ -173,15 +44,15 @@ ChatRequest Gateway::Impl::messages_request(const std::string& body) const {
   try {
     j = ojson::parse(body);
   } catch (const nlohmann::json::exception& e) {
-    refuse(std::string("the body is not valid JSON: ") + e.what());
+    bad_request(std::string("the body is not valid JSON: ") + e.what());
   }
-  if (!j.is_object()) refuse("the body must be a JSON object");
+  if (!j.is_object()) bad_request("the body must be a JSON object");
   ChatRequest req =
-      parse_chat_request(as_chat(j).dump(), model_name, opts.default_max_tokens, opts.max_tokens_limit,
-                         static_cast<int>(model->tokenizer.vocab_size()));
+      parse_chat_request(messages_as_chat(j).dump(), model_name, opts.default_max_tokens,
+                         opts.max_tokens_limit, static_cast<int>(model->tokenizer.vocab_size()));
   if (j.contains("top_k") && !j["top_k"].is_null()) {
     if (!j["top_k"].is_number_integer() || j["top_k"].get<int64_t>() < 0 || j["top_k"].get<int64_t>() > 1000)
-      refuse("`top_k` must be an integer from 0 to 1000");
+      bad_request("`top_k` must be an integer from 0 to 1000");
     req.sampling.top_k = static_cast<int>(j["top_k"].get<int64_t>());
   }
   return req;
