@@ -259,8 +259,8 @@ Frame MemorySide::withdraw(uint64_t rid, uint64_t program, uint64_t request) {
     return encode_error_envelope(
         rid, make_error(Errc::not_found, "no request " + std::to_string(request) + " of " + name + " waits"));
   found->deliver(encode_error_envelope(
-      found->rid, make_error(Errc::out_of_memory, "withdrawn by its client while it waited for " + name +
-                                                      " to be restored or for room in the KV pool")));
+      found->rid, make_error(Errc::withdrawn, "withdrawn by its client while it waited for " + name +
+                                                  " to be restored or for room in the KV pool")));
   return status(rid, program, *programs_.find(program));
 }
 

@@ -13,6 +13,7 @@ const char* errc_name(Errc c) {
     case Errc::out_of_range: return "out of range";
     case Errc::out_of_memory: return "out of memory";
     case Errc::internal: return "internal error";
+    case Errc::withdrawn: return "withdrawn";
   }
   return "unknown error";
 }
@@ -28,6 +29,7 @@ const char* errc_id(Errc c) {
     case Errc::out_of_range: return "out_of_range";
     case Errc::out_of_memory: return "out_of_memory";
     case Errc::internal: return "internal";
+    case Errc::withdrawn: return "withdrawn";
   }
   return "internal";
 }

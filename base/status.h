@@ -26,6 +26,7 @@ enum class Errc : int {
   out_of_range = 6,      // a value or size exceeds a limit
   out_of_memory = 7,     // an allocation was refused
   internal = 8,          // a bug: an invariant did not hold
+  withdrawn = 9,         // a waiting request taken back by its client before it ran (nothing of it ran)
 };
 
 const char* errc_name(Errc c);  // for people: "out of memory"

@@ -93,16 +93,14 @@ Gateway::Impl::Admitted Gateway::Impl::acquire(const ChatRequest& req, const std
   constexpr int kMaxMoves = 3;
   Moved moved;
   for (int moves = 0;; ++moves) {
-    try {
-      return acquire_on(req, resumed, moved, moves < kMaxMoves);
-    } catch (Moved& m) {
-      moved = std::move(m);
-    }
+    auto a = acquire_on(req, resumed, moved, moves < kMaxMoves);
+    if (auto* admitted = std::get_if<Admitted>(&a)) return std::move(*admitted);
+    moved = std::get<Moved>(std::move(a));
   }
 }
 
-Gateway::Impl::Admitted Gateway::Impl::acquire_on(const ChatRequest& req, const std::vector<TokenId>& resumed,
-                                                  const Moved& moved, bool may_move) {
+std::variant<Gateway::Impl::Admitted, Gateway::Impl::Moved> Gateway::Impl::acquire_on(
+    const ChatRequest& req, const std::vector<TokenId>& resumed, const Moved& moved, bool may_move) {
   Admitted a;
   a.backend = backends.place(req.program_id, moved.from);
   GatewayPrograms* programs = a.backend->programs.get();
@@ -114,11 +112,10 @@ Gateway::Impl::Admitted Gateway::Impl::acquire_on(const ChatRequest& req, const 
     a.turn.tokens = static_cast<int64_t>(moved.carried->image.tokens.size());
     backends.carried(moved.carried->image.kv.size());
   }
-  try {
-    admit_turn(a, req, resumed, may_move);
-  } catch (const ProgramMoved& m) {  // nothing of it ran: it was ended where it waited
+  const auto since = Clock::now();
+  if (!admit_turn(a, req, resumed, may_move)) {  // nothing of it ran: it was ended where it waited
     free_forks(a);
-    backends.moved(a.turn.id, a.backend->name, m.waited_s);
+    backends.moved(a.turn.id, a.backend->name, std::chrono::duration<double>(Clock::now() - since).count());
     Moved next{a.backend->name, nullptr};
     if (!a.turn.ephemeral) {
       next.carried =
@@ -128,12 +125,12 @@ Gateway::Impl::Admitted Gateway::Impl::acquire_on(const ChatRequest& req, const 
       } catch (const HttpError&) {  // another request took it meanwhile: it stays
       }
     }
-    throw next;
+    return next;
   }
   return a;
 }
 
-void Gateway::Impl::admit_turn(Admitted& a, const ChatRequest& req, const std::vector<TokenId>& resumed,
+bool Gateway::Impl::admit_turn(Admitted& a, const ChatRequest& req, const std::vector<TokenId>& resumed,
                                bool may_move) {
   GatewayPrograms* programs = a.backend->programs.get();
   bool first = may_move;  // the request's first command may move it: nothing of it ran before
@@ -149,6 +146,8 @@ void Gateway::Impl::admit_turn(Admitted& a, const ChatRequest& req, const std::v
   const int64_t need = a.plan.have_tokens + static_cast<int64_t>(a.plan.toks.size()) +
                        static_cast<int64_t>(req.n) * (max_tokens + (req.n > 1 ? kKvPageSize : 0));
   a.self = std::make_shared<caf::scoped_actor>(*sys);
+  // The request's first command was withdrawn where it waited: it moves (nothing of it ran).
+  auto moved = [](const Result<Reply>& r) { return !r && r.error().code == Errc::withdrawn; };
   auto fail = [&](const Error& e) {
     free_forks(a);
     programs->end(a.turn.id);
@@ -160,6 +159,7 @@ void Gateway::Impl::admit_turn(Admitted& a, const ChatRequest& req, const std::v
         *a.self, a.turn.id, need,
         [&](uint64_t rid) { return encode_fork_block(rid, old, a.plan.keep, "", a.turn.program); },
         std::exchange(first, false));
+    if (moved(r)) return false;
     if (!r || r->kind != ReplyKind::block_info)
       fail(make_error(r ? Errc::internal : r.error().code,
                       "cannot keep the program's common prefix: " + (r ? r->text : r.error().message)));
@@ -172,6 +172,7 @@ void Gateway::Impl::admit_turn(Admitted& a, const ChatRequest& req, const std::v
     auto r = programs->admit(
         *a.self, a.turn.id, need, [&](uint64_t rid) { return encode_clear_block(rid, a.plan.block); },
         std::exchange(first, false));
+    if (moved(r)) return false;
     if (!r) fail(make_error(r.error().code, "cannot clear the program's block: " + r.error().message));
     programs->count(0, 0, 0, a.turn.tokens);
   }
@@ -187,6 +188,7 @@ void Gateway::Impl::admit_turn(Admitted& a, const ChatRequest& req, const std::v
       auto r = programs->admit(
           *a.self, a.turn.id, need, [&](uint64_t rid) { return encode_request(rid, fwd); },
           std::exchange(first, false));
+      if (moved(r)) return false;
       if (r && r->kind == ReplyKind::submitted) r = finished(*a.self);
       if (!r) fail(make_error(r.error().code, "the prompt failed: " + r.error().message));
     }
@@ -209,9 +211,11 @@ void Gateway::Impl::admit_turn(Admitted& a, const ChatRequest& req, const std::v
     auto r = programs->admit(
         self, a.turn.id, need, [&](uint64_t rid) { return encode_request(rid, gen); },
         std::exchange(first, false));
+    if (moved(r)) return false;
     if (!r) fail(make_error(r.error().code, "generation failed: " + r.error().message));
     if (r->kind != ReplyKind::submitted) fail(make_error(Errc::internal, "the batcher answered " + r->text));
   }
+  return true;
 }
 
 httplib::Server::HandlerResponse Gateway::Impl::authorize(const httplib::Request& q,

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <utility>
+#include <variant>
 
 #include "actors/atoms.h"
 #include "actors/submit.h"
@@ -149,10 +150,13 @@ struct Gateway::Impl {
     std::shared_ptr<CarriedBlock> carried;  // its conversation's KV, when that travels
   };
 
-  Admitted acquire_on(const ChatRequest& req, const std::vector<TokenId>& resumed, const Moved& moved,
-                      bool may_move);
+  // On one backend: admitted, or moved (its first command was withdrawn where it waited and
+  // another backend has room: where it left, and its conversation's KV when that travels).
+  std::variant<Admitted, Moved> acquire_on(const ChatRequest& req, const std::vector<TokenId>& resumed,
+                                           const Moved& moved, bool may_move);
 
-  void admit_turn(Admitted& a, const ChatRequest& req, const std::vector<TokenId>& resumed, bool may_move);
+  // The turn's commands admitted on a.backend; false when the first was withdrawn to move.
+  bool admit_turn(Admitted& a, const ChatRequest& req, const std::vector<TokenId>& resumed, bool may_move);
   // A changed history (a.plan.restart): the longest prefix of the block's log whose text starts
   // the new prompt is kept (a.plan.keep, have_tokens) and only the rest is prefilled.
   void keep_common_prefix(Admitted& a, const ChatRequest& req) const;

@@ -404,9 +404,7 @@ Result<Reply> GatewayPrograms::admit(caf::scoped_actor& self, const std::string&
     ProgramCmd withdraw = ProgramCmd::of(ProgramCmd::Op::withdraw, program);
     withdraw.request = request;
     const double wait = std::min(slice, std::max(0.001, g.opts.restore_wait_s - (g.now() - from)));
-    // Read before the withdraw is sent: a reply to it comes at least `wait` after this (read
-    // after, the withdraw could be answered sooner than `wait` from it, and taken for an error).
-    const double sent = g.now();
+    const double sent = g.now();  // (a withdrawn request is told by its reply's code, Errc::withdrawn)
     caf::delayed_anon_send(g.batcher, std::chrono::microseconds(static_cast<int64_t>(wait * 1e6)),
                            frame_atom::value, encode_program(0, withdraw));
     Result<Reply> r = ask(self, g.batcher, make(request));
@@ -415,7 +413,7 @@ Result<Reply> GatewayPrograms::admit(caf::scoped_actor& self, const std::string&
       std::lock_guard<std::mutex> l(g.m);
       const double t = g.now();
       g.restore_wait_seconds += t - sent;
-      withdrawn = !r && r.error().code == Errc::out_of_memory && (g.stopping || t - sent >= wait);
+      withdrawn = !r && r.error().code == Errc::withdrawn;
       expired = g.stopping || t - from >= g.opts.restore_wait_s;
       if (auto it = g.sessions.find(id); it != g.sessions.end()) it->second.waiting = 0;
     }
@@ -423,7 +421,8 @@ Result<Reply> GatewayPrograms::admit(caf::scoped_actor& self, const std::string&
     if (expired || !global) g.give_up(id, paused);
     if (g.room_elsewhere(need_pages)) {
       g.settle(id);
-      throw ProgramMoved{g.now() - from};
+      return make_error(Errc::withdrawn, "waited " + std::to_string(g.now() - from) +
+                                             " s here, and another backend has room for it now");
     }
   }
 }

@@ -29,11 +29,6 @@ namespace chorus {
 
 class ProgramManager;
 
-// Thrown by admit() when a request that waited for room moves to another backend.
-struct ProgramMoved {
-  double waited_s = 0;
-};
-
 // 404 `program_not_found` for a program_id no program has.
 HttpError program_not_found(const std::string& id);
 
@@ -72,7 +67,8 @@ class GatewayPrograms {
   // With `may_move` (the request's first command: nothing of it has run), GatewayOptions::
   // migrate_after_s > 0 and a room_elsewhere test set: after each migrate_after_s of waiting, if
   // the test says another backend has room for the request, the request is over here (the program
-  // acts again, a one-shot one is released) and ProgramMoved is thrown: the gateway runs it there.
+  // acts again, a one-shot one is released) and admit() returns Errc::withdrawn: the gateway runs
+  // it there. (A full pool, a refusal or a stopping gateway is another error or an HttpError.)
   Result<Reply> admit(caf::scoped_actor& self, const std::string& id, int64_t need_tokens,
                       const std::function<Frame(uint64_t request_id)>& make, bool may_move = false);
   // The global waiting queue's test (a gateway with several backends): whether another backend

@@ -522,7 +522,7 @@ Result<Reply> decode_reply(std::span<const uint8_t> frame) {
   } else if (const auto* e = env->payload_as_Error()) {
     r.text = e->message() ? e->message()->str() : "";
     const int code = static_cast<int>(e->code());
-    r.code = code > 0 && code <= static_cast<int>(Errc::internal) ? static_cast<Errc>(code) : Errc::internal;
+    r.code = code > 0 && code <= static_cast<int>(Errc::withdrawn) ? static_cast<Errc>(code) : Errc::internal;
   }
   return r;
 }

@@ -23,7 +23,7 @@ FINISH_REASONS = ["completed", "max_tokens", "stop_token", "stop_string", "end_o
 
 # schemas/common.fbs ErrorCode, by value.
 ERROR_CODES = ["ok", "invalid_argument", "io", "bad_format", "unsupported", "not_found", "out_of_range",
-               "out_of_memory", "internal"]
+               "out_of_memory", "internal", "withdrawn"]
 
 
 class ChorusError(RuntimeError):
