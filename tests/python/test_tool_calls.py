@@ -145,7 +145,7 @@ def main():
         clash = TOOLS + [{"type": "function", "function": {"name": "search"}}]
         ok, why = refused("tools[2].function.name", tools=clash)
         check(ok and "two tools are named" in why, "tools that clash: 400 (" + why + ")")
-        bad = [{"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "a+"}}}]
+        bad = [{"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "(?=a)b"}}}]
         ok, why = refused("tools[0].function.parameters", tools=bad, tool_choice="required")
         check(ok and "pattern" in why, "parameters chorus cannot follow: 400 naming the keyword (" + why + ")")
         ok, why = refused("tool_choice", tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}})

@@ -296,8 +296,8 @@ TEST(Topology, SchemasConstrainRolesAndToolCalls) {
       nlohmann::json::parse(R"({"type":"object","properties":{"n":{"type":"integer"},)"
                             R"("s":{"type":"string","maxLength":3},"q":{"const":"7"}},"required":["n"]})"));
   EXPECT_EQ(error_of(replace(kBase, "    writes: thoughts\n",
-                             "    writes: thoughts\n    schema: {type: string, pattern: \"a+\"}\n")),
-            "t.yaml:17:13: actors.thinker.schema: JSON schema at '#': keyword 'pattern' is not supported "
+                             "    writes: thoughts\n    schema: {type: string, multipleOf: 2}\n")),
+            "t.yaml:17:13: actors.thinker.schema: JSON schema at '#': keyword 'multipleOf' is not supported "
             "(docs/structured-output.md lists what is)");
   EXPECT_EQ(error_of(replace(kBase, "    writes: thoughts\n", "    writes: thoughts\n    schema: [1]\n")),
             "t.yaml:17:13: actors.thinker.schema: expected a JSON Schema (a mapping), found a list");
