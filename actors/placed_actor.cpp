@@ -168,10 +168,15 @@ void probe_main(caf::blocking_actor* self, PlacedActorConfig c, caf::actor batch
   };
   // Its node was lost: hosted again where the placement allows, and given what shaped it.
   auto rehost = [&](const std::string& why) {
+    const auto until = Clock::now() + std::chrono::duration<double>(c.placement->wait_s());
     for (std::string reason = why;;) {
       spdlog::warn("program {}: actors.{} on node `{}`: {}: hosting it again ({})", c.program_name, c.actor,
                    node->name, reason, c.where.describe());
-      auto again = host_somewhere(self, c, c.placement->wait_s());
+      const double left = std::chrono::duration<double>(until - Clock::now()).count();
+      auto again = left > 0
+                       ? host_somewhere(self, c, left)
+                       : Result<PlacedNode>(make_error(Errc::not_found, "placed on " + c.where.describe() +
+                                                                            ": hosted again, but " + reason));
       if (!again) {
         lost_for_good(c, lost, again.error().message);
         running = false;
@@ -190,6 +195,7 @@ void probe_main(caf::blocking_actor* self, PlacedActorConfig c, caf::actor batch
           whole = false;
           break;
         }
+      if (!whole) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // (then it tries again)
       if (whole) {
         spdlog::info(
             "program {}: actors.{} hosted again on node `{}`; it asks again the {} question(s) its lost "
