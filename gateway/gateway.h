@@ -74,8 +74,9 @@ struct GatewayOptions {
   size_t max_body_bytes = 1 << 20;
   int default_max_tokens = 256;
   int max_tokens_limit = 4096;
-  double lease_s = 600;         // an idle program is released after this long
-  double restore_wait_s = 300;  // a request for a paused program waits this long at most
+  double lease_s = 600;            // an idle program is released after this long
+  double restore_wait_s = 300;     // a request for a paused program waits this long at most
+  size_t stored_responses = 4096;  // /v1/responses with store: the newest this many are kept
   // Several backends (a coordinator): a request that waited this long for room on its node moves
   // to a node with room for it (the global waiting queue); 0: it waits where it is.
   double migrate_after_s = 0;

@@ -304,7 +304,7 @@ struct Gateway::Impl {
 
   // The Responses API (gateway_responses.cpp): a request read into the chat request it means
   // after its previous response's stored conversation; its response object or events; the store
-  // GET and DELETE /v1/responses/{id} read (the newest kStoredResponses responses of store: true).
+  // GET and DELETE /v1/responses/{id} read (the newest GatewayOptions::stored_responses of store: true).
   struct StoredResponse;
   struct ResponseTurn {
     std::string id, previous, program;  // program: its chain's ("" for a store: false one alone)
@@ -319,7 +319,6 @@ struct Gateway::Impl {
   void on_responses(const httplib::Request& hreq, httplib::Response& res);
   void stream_response(ResponseTurn& t, StreamedTurn& st, httplib::DataSink& sink);
   void on_stored_response(const httplib::Request& q, httplib::Response& res, bool remove);
-  static constexpr size_t kStoredResponses = 4096;
   std::mutex responses_m;
   std::map<std::string, std::shared_ptr<StoredResponse>> responses;
   std::deque<std::string> response_order;

@@ -138,7 +138,7 @@ void Gateway::Impl::store_response(const ResponseTurn& t, const json& object, co
   std::lock_guard<std::mutex> l(responses_m);
   responses[t.id] = std::move(s);
   response_order.push_back(t.id);
-  while (response_order.size() > kStoredResponses) {  // the oldest go first
+  while (response_order.size() > std::max<size_t>(opts.stored_responses, 1)) {  // the oldest go first
     responses.erase(response_order.front());
     response_order.pop_front();
   }

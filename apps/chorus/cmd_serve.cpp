@@ -44,6 +44,7 @@ int run_serve(const ServeArgs& args) {
   go.policy.high_watermark = args.high_watermark;
   go.policy.low_watermark = args.low_watermark;
   go.restore_wait_s = args.restore_wait_s;
+  go.stored_responses = args.stored_responses;
   go.threads = args.http_threads;
   go.policy.offload_displaces = args.displace;
   go.policy.host_capacity_pages = args.host_pages;

@@ -199,6 +199,7 @@ struct ServeArgs {
   double lease_s = 600;            // idle programs are released after this long
   double check_period_s = 5;       // the scheduling policy's period
   double aging_s = 10;             // the restore queue's aging (a waiting program's key halves)
+  size_t stored_responses = 4096;  // /v1/responses kept for GET, DELETE and previous_response_id
   double restore_wait_s = 300;     // a request for a paused program waits this long, then 503
   int http_threads = 128;          // requests served at once (each waits for its restore on one)
   bool displace = false;           // ready programs displace acting ones that offload cheaply

@@ -454,6 +454,13 @@ int main(int argc, char** argv) {
       "--displace", serve.displace,
       "Program policy: a ready program displaces acting ones that offload cheaply (host room)");
   serve_cmd
+      ->add_option(
+          "--stored-responses", serve.stored_responses,
+          "Responses (/v1/responses, store: true) kept for GET, DELETE and previous_response_id; the "
+          "oldest go first")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve_cmd
       ->add_option("--restore-wait", serve.restore_wait_s,
                    "Seconds a request for a paused program may wait for memory before a 503")
       ->capture_default_str();

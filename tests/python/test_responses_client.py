@@ -69,6 +69,22 @@ try:
     except openai.NotFoundError as e:
         check(e.code == "previous_response_not_found", "store: false: not kept, a chain to it is a 404")
 
+    # The store keeps the newest --stored-responses (4096 by default): with 2, the first of three goes.
+    small, small_base = start_server(CHORUS, MODEL, "--stored-responses", "2")
+    try:
+        few = openai.OpenAI(base_url=small_base + "/v1", api_key="none", max_retries=0)
+        made = [few.responses.create(model="default", input=Q, max_output_tokens=2, temperature=0).id
+                for _ in range(3)]
+        kept = []
+        for rid in made:
+            try:
+                kept.append(few.responses.retrieve(rid).id == rid)
+            except openai.NotFoundError:
+                kept.append(False)
+        check(kept == [False, True, True], "--stored-responses 2: the oldest of three is gone %s" % kept)
+    finally:
+        stop_server(small)
+
     # Function tools: a required call, its output as the next turn of the chain.
     q = "What is the weather in Paris?"
     t1 = client.responses.create(model="default", input=q, tools=[WEATHER], tool_choice="required",
