@@ -106,6 +106,12 @@ try:
         ok, why = refused(**body, **({"extra_body": {"frobnicate": 1}} if "frobnicate" in kw else {}))
         check(ok and want in why, "refused: %s (%s)" % (want, why))
     try:
+        client.messages.create(model="no-such-model", max_tokens=4, messages=ask)
+        check(False, "an unknown model is refused")
+    except anthropic.NotFoundError as e:
+        check(e.status_code == 404 and e.body["error"]["type"] == "not_found_error",
+              "an unknown model: 404 not_found_error")
+    try:
         anthropic.Anthropic(base_url=base, api_key="wrong", max_retries=0).messages.create(
             model="default", max_tokens=4, messages=ask)
         check(False, "a wrong x-api-key is refused")

@@ -132,7 +132,8 @@ try:
     for kw, param in [({"extra_body": {"reasoning": {"effort": "high"}}}, "reasoning"),
                       ({"extra_body": {"frobnicate": 1}}, "frobnicate"),
                       ({"truncation": "auto"}, "truncation"),
-                      ({"tools": [{"type": "web_search"}]}, "tools[0].type")]:
+                      ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+                      ({"text": {"verbosity": "low"}}, "text.verbosity")]:
         try:
             client.responses.create(model="default", input=Q, max_output_tokens=4, **kw)
             check(False, "%s is refused" % param)
