@@ -148,6 +148,17 @@ void read_items(const ojson& input, ojson& out) {
 
 }  // namespace
 
+ojson read_body(const std::string& body) {
+  ojson j;
+  try {
+    j = ojson::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    bad_request(std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad_request("the body must be a JSON object");
+  return j;
+}
+
 // The chat completion body a Messages request means (for parse_chat_request, which checks it).
 ojson messages_as_chat(const ojson& j) {
   static const std::set<std::string> known = {

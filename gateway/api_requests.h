@@ -4,8 +4,12 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace chorus {
+
+// A request body as a JSON object, its keys in order; a 400 when it is not one.
+nlohmann::ordered_json read_body(const std::string& body);
 
 // A Messages body: system, text / tool_use / tool_result blocks, tools with input_schema,
 // tool_choice, stop_sequences, temperature, top_p, metadata, stream, program_id (top_k, which chat

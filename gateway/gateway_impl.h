@@ -290,6 +290,8 @@ struct Gateway::Impl {
   // client is gone, or a choice failed, nothing more is sent.
   void stream(StreamedTurn& t, httplib::DataSink& sink);
   void stream_messages(StreamedTurn& t, httplib::DataSink& sink);  // gateway_messages.cpp
+  // One choice generated whole, its turn ended; a failed generation is thrown as its HttpError.
+  Outcome generate_whole(Admitted& adm, const ChatRequest& req);
   // A streamed turn's generation: its text through `out` as it may go out (held while it may be
   // a tool call; what was held goes out when it holds none), the turn ended whatever happens.
   // A refusal or a failed generation goes to `failed` instead (nullopt).

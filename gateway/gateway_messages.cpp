@@ -40,13 +40,7 @@ std::string Gateway::Impl::anthropic_error(const HttpError& e) {
 }
 
 ChatRequest Gateway::Impl::messages_request(const std::string& body) const {
-  ojson j;
-  try {
-    j = ojson::parse(body);
-  } catch (const nlohmann::json::exception& e) {
-    bad_request(std::string("the body is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) bad_request("the body must be a JSON object");
+  const ojson j = read_body(body);
   ChatRequest req =
       parse_chat_request(messages_as_chat(j).dump(), model_name, opts.default_max_tokens,
                          opts.max_tokens_limit, static_cast<int>(model->tokenizer.vocab_size()));
@@ -95,22 +89,27 @@ void Gateway::Impl::on_messages(const httplib::Request& hreq, httplib::Response&
     if (req.stream)
       return stream_reply(std::move(adm), req, std::move(ids), res,
                           [this](StreamedTurn& t, httplib::DataSink& sink) { stream_messages(t, sink); });
-    const OnText quiet = [](const std::string&, const Outcome&) { return true; };
-    std::vector<Outcome> os;
-    try {
-      os.push_back(generate(adm, req, quiet));
-    } catch (...) {
-      adm.backend->programs->end(adm.turn.id);
-      throw;
-    }
-    adm.backend->programs->end(adm.turn.id);
-    if (!os[0].error.empty()) throw os[0].failure();
+    const std::vector<Outcome> os{generate_whole(adm, req)};
     res.set_content(message_json(req, ids.rid, os[0]).dump(), "application/json");
     log_reply(ids.log, adm, req, ids, os);
   } catch (const HttpError& e) {
     res.status = e.status;
     res.set_content(anthropic_error(e), "application/json");
   }
+}
+
+Gateway::Impl::Outcome Gateway::Impl::generate_whole(Admitted& adm, const ChatRequest& req) {
+  const OnText quiet = [](const std::string&, const Outcome&) { return true; };
+  Outcome o;
+  try {
+    o = generate(adm, req, quiet);
+  } catch (...) {
+    adm.backend->programs->end(adm.turn.id);
+    throw;
+  }
+  adm.backend->programs->end(adm.turn.id);
+  if (!o.error.empty()) throw o.failure();
+  return o;
 }
 
 std::optional<Gateway::Impl::Outcome> Gateway::Impl::run_streamed(

@@ -33,13 +33,7 @@ struct Gateway::Impl::StoredResponse {
 };
 
 Gateway::Impl::ResponseTurn Gateway::Impl::responses_request(const std::string& body) {
-  ojson j;
-  try {
-    j = ojson::parse(body);
-  } catch (const nlohmann::json::exception& e) {
-    bad_request(std::string("the body is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) bad_request("the body must be a JSON object");
+  const ojson j = read_body(body);
   ResponseTurn t;
   t.store = !j.contains("store") || j["store"].is_null() || j["store"].get<bool>();
   if (j.contains("store") && !j["store"].is_null() && !j["store"].is_boolean())
@@ -156,16 +150,7 @@ void Gateway::Impl::on_responses(const httplib::Request& hreq, httplib::Response
         std::move(adm), turn->req, std::move(ids), res,
         [this, turn](StreamedTurn& st, httplib::DataSink& sink) { stream_response(*turn, st, sink); });
   }
-  const OnText quiet = [](const std::string&, const Outcome&) { return true; };
-  std::vector<Outcome> os;
-  try {
-    os.push_back(generate(adm, t.req, quiet));
-  } catch (...) {
-    adm.backend->programs->end(adm.turn.id);
-    throw;
-  }
-  adm.backend->programs->end(adm.turn.id);
-  if (!os[0].error.empty()) throw os[0].failure();
+  const std::vector<Outcome> os{generate_whole(adm, t.req)};
   ojson added = ojson::array();
   const json r = response_json(t, os[0], &added);
   store_response(t, r, added);

@@ -1,5 +1,7 @@
 #include "engine/grammar/json_schema.h"
 
+#include "engine/grammar/json_pattern.h"
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -333,7 +335,10 @@ class Compiler {
         if (!s["pattern"].is_string()) return fail(at + "/pattern", "a regular expression");
         if (s.contains("format") || s.contains("minLength") || s.contains("maxLength"))
           return fail(at, "'pattern' beside 'format', 'minLength' or 'maxLength' is not supported");
-        return Pattern(*this, s["pattern"].get<std::string>(), at + "/pattern").compile();
+        std::string why;
+        const int32_t rule =
+            pattern_grammar(b_, lex_.chr, s["pattern"].get<std::string>(), at + "/pattern", &why);
+        return why.empty() ? rule : fail(at + "/pattern", why);
       }
       if (s.contains("format")) {
         if (!s["format"].is_string()) return fail(at + "/format", "a format name");
@@ -416,207 +421,6 @@ class Compiler {
     if (alts.empty()) return fail(at, "no number lies between its bounds");
     return b_.add(at + "/number-range", std::move(alts));
   }
-
-  // A string matching a `pattern` (ECMA-262 as JSON Schema reads it: a match anywhere unless
-  // anchored): a subset — literals, `.` (printable ASCII), classes (ranges, \\d \\w \\s and their negations;
-  // a negated class writes printable ASCII), groups with `|` (`(?:` too), the quantifiers * + ? {m} {m,}
-  // {m,n}, `^` at the start and `$` at the end. What it writes is a subset of what matches: `.`
-  // and negations write no escapes, \\s writes a space. Anything else is refused naming it.
-  class Pattern {
-   public:
-    Pattern(Compiler& c, std::string re, std::string at) : c_(c), re_(std::move(re)), at_(std::move(at)) {}
-
-    int32_t compile() {
-      const bool head = !re_.empty() && re_[0] == '^';
-      if (head) ++i_;
-      const bool tail =
-          re_.size() > i_ && re_.back() == '$' && (re_.size() < 2 || re_[re_.size() - 2] != '\\');
-      end_ = tail ? re_.size() - 1 : re_.size();
-      const int32_t body = alternation();
-      if (!error_.empty()) return c_.fail(at_, error_);
-      if (i_ != end_)
-        return c_.fail(at_, "unexpected '" + std::string(1, re_[i_]) + "' at " + std::to_string(i_));
-      const int32_t any = c_.b_.repeat(at_ + "/any", r(c_.lex_.chr), 0, -1);
-      Seq q = B::literal("\"");
-      if (!head) q.push_back(B::ref(any));
-      q.push_back(B::ref(body));
-      if (!tail) q.push_back(B::ref(any));
-      q.push_back(B::byte('"'));
-      return c_.b_.add(at_, {q});
-    }
-
-   private:
-    int32_t refuse(const std::string& what) {
-      if (error_.empty())
-        error_ = what + " is not supported in a pattern (docs/structured-output.md lists what is)";
-      return c_.lex_.null;
-    }
-    bool more() const { return i_ < end_; }
-
-    int32_t alternation() {
-      std::vector<Seq> alts{sequence()};
-      while (more() && re_[i_] == '|') {
-        ++i_;
-        alts.push_back(sequence());
-      }
-      return c_.b_.add(at_ + "/alt", std::move(alts));
-    }
-
-    Seq sequence() {
-      Seq q;
-      while (more() && re_[i_] != '|' && re_[i_] != ')' && error_.empty()) {
-        const int32_t a = atom();
-        q.push_back(B::ref(quantified(a)));
-      }
-      return q;
-    }
-
-    int32_t quantified(int32_t a) {
-      if (!more()) return a;
-      int64_t lo = -1, hi = -1;
-      const char q = re_[i_];
-      if (q == '*')
-        lo = 0, hi = -1, ++i_;
-      else if (q == '+')
-        lo = 1, hi = -1, ++i_;
-      else if (q == '?')
-        lo = 0, hi = 1, ++i_;
-      else if (q == '{') {
-        const size_t close = re_.find('}', i_);
-        if (close == std::string::npos || close >= end_) return refuse("an unclosed '{'");
-        const std::string in = re_.substr(i_ + 1, close - i_ - 1);
-        const size_t comma = in.find(',');
-        auto number = [&](const std::string& t, int64_t& v) {
-          if (t.empty() || t.size() > 4 || t.find_first_not_of("0123456789") != std::string::npos)
-            return false;
-          v = std::stoll(t);
-          return true;
-        };
-        if (comma == std::string::npos ? !number(in, lo) : !number(in.substr(0, comma), lo))
-          return refuse("'{" + in + "}'");
-        hi = lo;
-        if (comma != std::string::npos &&
-            !(comma + 1 == in.size() ? (hi = -1, true) : number(in.substr(comma + 1), hi)))
-          return refuse("'{" + in + "}'");
-        if (hi >= 0 && hi < lo) return refuse("'{" + in + "}'");
-        i_ = close + 1;
-      } else {
-        return a;
-      }
-      if (more() && (re_[i_] == '?' || re_[i_] == '+')) return refuse("a lazy or possessive quantifier");
-      return c_.b_.repeat(at_ + "/repeat", r(a), lo, hi);
-    }
-
-    // Bytes a JSON string writes as themselves: printable ASCII but " and \\.
-    static ByteSet plain() { return B::range(0x20, 0x21) | B::range(0x23, 0x5B) | B::range(0x5D, 0x7E); }
-
-    int32_t set(const ByteSet& bytes, bool quote, bool backslash) {
-      std::vector<Seq> alts;
-      if (bytes.any()) alts.push_back({B::bytes(bytes)});
-      if (quote) alts.push_back(B::literal("\\\""));
-      if (backslash) alts.push_back(B::literal("\\\\"));
-      return c_.b_.add(at_ + "/set", std::move(alts));
-    }
-
-    // A class escape (\\d \\w \\s and their negations), or a literal escaped character; false: refused.
-    bool escape(char e, ByteSet& bytes, bool& quote, bool& backslash) {
-      const ByteSet digit = B::range('0', '9'),
-                    word = B::range('a', 'z') | B::range('A', 'Z') | digit | B::range('_', '_');
-      switch (e) {
-        case 'd': bytes = bytes | digit; return true;
-        case 'w': bytes = bytes | word; return true;
-        case 's': bytes = bytes | B::range(' ', ' '); return true;
-        case 'D': bytes = bytes | (plain() & ~digit); return true;
-        case 'W': bytes = bytes | (plain() & ~word); return true;
-        case 'S': bytes = bytes | (plain() & ~B::range(' ', ' ')); return true;
-        case '"': quote = true; return true;
-        case '\\': backslash = true; return true;
-        default:
-          if (std::string("^$.|?*+()[]{}/-").find(e) == std::string::npos) return false;
-          bytes = bytes | B::range(static_cast<uint8_t>(e), static_cast<uint8_t>(e));
-          return true;
-      }
-    }
-
-    int32_t atom() {
-      const char ch = re_[i_++];
-      if (ch == '(') {
-        if (re_.compare(i_, 2, "?:") == 0)
-          i_ += 2;
-        else if (more() && re_[i_] == '?')
-          return refuse("'(?' (lookaround or a named group)");
-        const int32_t inner = alternation();
-        if (!more() || re_[i_] != ')') return refuse("an unclosed '('");
-        ++i_;
-        return inner;
-      }
-      if (ch == '.') return set(plain(), false, false);
-      if (ch == '[') return klass();
-      if (ch == '\\') {
-        if (!more()) return refuse("a trailing '\\'");
-        ByteSet bytes;
-        bool quote = false, backslash = false;
-        if (!escape(re_[i_], bytes, quote, backslash))
-          return refuse("the escape '\\" + std::string(1, re_[i_]) + "'");
-        ++i_;
-        return set(bytes, quote, backslash);
-      }
-      if (ch == '^' || ch == '$') return refuse("'" + std::string(1, ch) + "' but at the pattern's ends");
-      if (std::string("*+?{").find(ch) != std::string::npos)
-        return refuse("a quantifier with nothing before it");
-      const auto u = static_cast<uint8_t>(ch);
-      if (u < 0x20) return refuse("a control character");
-      if (ch == '"') return set(ByteSet(), true, false);
-      return c_.b_.add(at_ + "/char", {{B::bytes(B::range(u, u))}});  // (UTF-8 bytes run in order)
-    }
-
-    int32_t klass() {
-      const bool negate = more() && re_[i_] == '^';
-      if (negate) ++i_;
-      ByteSet bytes;
-      bool quote = false, backslash = false, first = true;
-      while (more() && (re_[i_] != ']' || first)) {
-        first = false;
-        uint8_t lo = static_cast<uint8_t>(re_[i_++]);
-        if (lo == '\\') {
-          if (!more()) return refuse("a trailing '\\'");
-          const char e = re_[i_++];
-          if (std::string("dwsDWS").find(e) != std::string::npos || e == '"' || e == '\\') {
-            if (!escape(e, bytes, quote, backslash))
-              return refuse("the escape '\\" + std::string(1, e) + "'");
-            continue;
-          }
-          if (!escape(e, bytes, quote, backslash)) return refuse("the escape '\\" + std::string(1, e) + "'");
-          lo = static_cast<uint8_t>(e);
-        }
-        if (lo >= 0x80 || lo < 0x20) return refuse("a class with other than printable ASCII");
-        uint8_t hi = lo;
-        if (i_ + 1 < end_ && re_[i_] == '-' && re_[i_ + 1] != ']') {
-          hi = static_cast<uint8_t>(re_[i_ + 1]);
-          if (hi == '\\' || hi >= 0x80 || hi < lo)
-            return refuse("the class range '" + re_.substr(i_ - 1, 3) + "'");
-          i_ += 2;
-        }
-        for (unsigned c = lo; c <= hi; ++c) {
-          if (c == '"')
-            quote = true;
-          else if (c == '\\')
-            backslash = true;
-          else
-            bytes = bytes | B::range(static_cast<uint8_t>(c), static_cast<uint8_t>(c));
-        }
-      }
-      if (!more()) return refuse("an unclosed '['");
-      ++i_;
-      if (negate) return set(plain() & ~bytes, false, false);
-      if (bytes == ByteSet() && !quote && !backslash) return refuse("an empty class");
-      return set(bytes, quote, backslash);
-    }
-
-    Compiler& c_;
-    std::string re_, at_, error_;
-    size_t i_ = 0, end_ = 0;
-  };
 
   // A string of a `format` chorus writes exactly: date, time, date-time (RFC 3339), uuid, email,
   // ipv4. The dates are real ones (February to the 28th, the 30-day months to the 30th).
