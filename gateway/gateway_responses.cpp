@@ -179,7 +179,6 @@ void Gateway::Impl::stream_response(ResponseTurn& t, StreamedTurn& st, httplib::
   send("response.in_progress", {{"response", pending}});
   const std::string msg_id = "msg_" + t.id.substr(5);
   bool text_open = false;
-  std::string text;
   auto open_text = [&] {
     if (text_open) return;
     text_open = true;
@@ -199,7 +198,6 @@ void Gateway::Impl::stream_response(ResponseTurn& t, StreamedTurn& st, httplib::
   auto delta = [&](const std::string& piece) {
     if (piece.empty()) return ok;
     open_text();
-    text += piece;
     return send("response.output_text.delta", {{"item_id", msg_id},
                                                {"output_index", 0},
                                                {"content_index", 0},
