@@ -10,6 +10,7 @@
 #include "actors/atoms.h"
 #include "actors/feeders.h"
 #include "actors/node_port.h"
+#include "actors/placed_actor.h"
 #include "actors/program_roles.h"
 #include "actors/role_messages.h"
 #include "actors/sandbox.h"
@@ -227,31 +228,12 @@ Result<ActorHost::Hosted> ActorHost::host_feed(const std::string& client, const 
 }
 
 Result<ActorHost::Hosted> ActorHost::host_probe(const std::string& client, const HostingMessage& m) {
-  const ProbeSpecData& d = m.probe;
-  const std::string at = "program " + m.program_name + ", actors." + d.name + ": ";
-  uint64_t rid = 0;
-  auto cmd = decode_command(d.request, &rid);
-  const Request* req = cmd ? std::get_if<Request>(&*cmd) : nullptr;
-  if (!req || req->kind != RequestKind::probe)
-    return make_error(Errc::bad_format, at + "its question is not a Probe frame" +
-                                            (cmd ? std::string() : ": " + cmd.error().message));
-  program_roles::ProbeRoleConfig pc;
-  pc.name = d.name;
-  pc.triggers.on = {d.on.begin(), d.on.end()};
-  pc.triggers.after = {d.after.begin(), d.after.end()};
-  pc.triggers.upstream = {d.upstream.begin(), d.upstream.end()};
-  pc.request = *req;
-  pc.question = program_roles::RunText{d.question, req->tokens, nullptr};
-  pc.fire_on = d.fire_on;
-  pc.threshold = d.threshold;
-  pc.edge = d.edge;
-  pc.fires = d.fires;
-  pc.watch = d.watch;
-  pc.every_new_tokens = d.every_new_tokens;
-  pc.every_ms = d.every_ms;
-  pc.relayed = true;
+  auto pc = probe_config(m.probe);
+  if (!pc)
+    return make_error(pc.error().code,
+                      "program " + m.program_name + ", actors." + m.probe.name + ": " + pc.error().message);
   Hosted h;
-  h.actor = sys_.spawn(role_relay, port_, client, m, std::move(pc));
+  h.actor = sys_.spawn(role_relay, port_, client, m, std::move(*pc));
   return h;
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "actors/atoms.h"
+#include "actors/program_roles.h"
 #include "net/codec.h"
 #include "net/role_codec.h"
 #include "net/wire.h"
@@ -310,6 +311,49 @@ Result<caf::actor> spawn_placed_actor(caf::actor_system& sys, PlacedActorConfig 
     node = *hosted;
   }
   return sys.spawn<caf::detached>(placed_main, std::move(cfg), std::move(node));
+}
+
+ProbeSpecData probe_spec(const program_roles::ProbeRoleConfig& pc) {
+  ProbeSpecData d;
+  d.name = pc.name;
+  d.request = encode_request(0, pc.request);
+  if (pc.question.dynamic()) d.question = pc.question.tmpl;
+  d.fire_on = pc.fire_on;
+  d.threshold = pc.threshold;
+  d.edge = pc.edge;
+  d.fires = pc.fires;
+  d.watch = pc.watch;
+  d.every_new_tokens = pc.every_new_tokens;
+  d.every_ms = pc.every_ms;
+  d.on = {pc.triggers.on.begin(), pc.triggers.on.end()};
+  d.after = {pc.triggers.after.begin(), pc.triggers.after.end()};
+  d.upstream = {pc.triggers.upstream.begin(), pc.triggers.upstream.end()};
+  return d;
+}
+
+Result<program_roles::ProbeRoleConfig> probe_config(const ProbeSpecData& d) {
+  uint64_t rid = 0;
+  auto cmd = decode_command(d.request, &rid);
+  const Request* req = cmd ? std::get_if<Request>(&*cmd) : nullptr;
+  if (!req || req->kind != RequestKind::probe)
+    return make_error(Errc::bad_format, "its question is not a Probe frame" +
+                                            (cmd ? std::string() : ": " + cmd.error().message));
+  program_roles::ProbeRoleConfig pc;
+  pc.name = d.name;
+  pc.triggers.on = {d.on.begin(), d.on.end()};
+  pc.triggers.after = {d.after.begin(), d.after.end()};
+  pc.triggers.upstream = {d.upstream.begin(), d.upstream.end()};
+  pc.request = *req;
+  pc.question = program_roles::RunText{d.question, req->tokens, nullptr};
+  pc.fire_on = d.fire_on;
+  pc.threshold = d.threshold;
+  pc.edge = d.edge;
+  pc.fires = d.fires;
+  pc.watch = d.watch;
+  pc.every_new_tokens = d.every_new_tokens;
+  pc.every_ms = d.every_ms;
+  pc.relayed = true;
+  return pc;
 }
 
 SinkSpecData sink_spec(const topology::Actor& a) {

@@ -29,6 +29,9 @@
 #include "net/hosting_codec.h"
 
 namespace chorus {
+namespace program_roles {
+struct ProbeRoleConfig;
+}
 
 struct PlacedActorConfig {
   uint64_t program = 0;      // the program's id (what the node keys its hosted actors by)
@@ -65,6 +68,12 @@ Result<caf::actor> spawn_placed_feed(caf::actor_system& sys, PlacedActorConfig c
 // has ended after a failed start.
 caf::actor spawn_placed_probe(caf::actor_system& sys, PlacedActorConfig cfg, caf::actor batcher,
                               std::shared_ptr<std::promise<Status>> started);
+
+// A probe's role as HostProbe carries it (its question as a Probe frame, a {{event}} question's
+// template), and back as the role a node hosts (relayed; no tokenizer: the blocks' node tokenizes
+// the filled-in question). Errors: a question that is not a Probe frame.
+ProbeSpecData probe_spec(const program_roles::ProbeRoleConfig& pc);
+Result<program_roles::ProbeRoleConfig> probe_config(const ProbeSpecData& d);
 
 // The specs of a topology's sink, tools and source feed, as hosting frames carry them.
 SinkSpecData sink_spec(const topology::Actor& sink);

@@ -325,20 +325,7 @@ class Program::Starter {
   // A probe whose role runs on the node its placement names: its stand-in here. A failed hosting
   // is the program's error (unplaced_).
   caf::actor placed_probe(const topology::Actor& a, const ProbeRoleConfig& pc) {
-    ProbeSpecData d;
-    d.name = a.name;
-    d.request = encode_request(0, pc.request);
-    if (pc.question.dynamic()) d.question = pc.question.tmpl;
-    d.fire_on = pc.fire_on;
-    d.threshold = pc.threshold;
-    d.edge = pc.edge;
-    d.fires = pc.fires;
-    d.watch = pc.watch;
-    d.every_new_tokens = pc.every_new_tokens;
-    d.every_ms = pc.every_ms;
-    d.on = {pc.triggers.on.begin(), pc.triggers.on.end()};
-    d.after = {pc.triggers.after.begin(), pc.triggers.after.end()};
-    d.upstream = {pc.triggers.upstream.begin(), pc.triggers.upstream.end()};
+    const ProbeSpecData d = probe_spec(pc);
     PlacedActorConfig c;
     c.program = im_.host_key;
     c.program_name = t_.name;
