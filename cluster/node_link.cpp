@@ -166,6 +166,15 @@ class Link {
       self_->send(f->second.requester, event_atom::value, readdressed(bytes, f->second.their_id));
       return;
     }
+    // A hosted feed or probe may send its first frames before its Hosted answer has come (the node
+    // starts it, then answers): they go to its requester as stream frames, not as the answer.
+    if (auto p = pending_.find(id); p != pending_.end() && p->second.feed) {
+      const auto type = wire::GetEnvelope(bytes.data())->payload_type();
+      if (type == wire::Payload::Deliver || type == wire::Payload::Relay) {
+        self_->send(p->second.requester, event_atom::value, readdressed(bytes, p->second.their_id));
+        return;
+      }
+    }
     const bool event = reply->kind == ReplyKind::token || reply->kind == ReplyKind::probe_result ||
                        reply->kind == ReplyKind::finished;
     if (!event) {

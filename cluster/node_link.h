@@ -14,7 +14,8 @@
 //   refused at once until the node answers again.
 // - A HostFeed (a source's feed hosted on the node, actors/actor_host.h) streams too: after its
 //   Hosted answer, the Deliver frames the node sends under its id go to its requester as
-//   (event_atom, frame); when the node goes down the requester gets an Error frame (Errc::io).
+//   (event_atom, frame) — and so do those the node sends before that answer (it starts the feed,
+//   then answers); when the node goes down the requester gets an Error frame (Errc::io).
 //   A HostProbe (a probe's role hosted there) streams its Relay frames the same way.
 // - Frames from the node are verified (FlatBuffers verifier, size) before anything reads them; a
 //   bad one is logged and dropped.
